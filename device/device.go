@@ -1,0 +1,147 @@
+package device
+
+import "time"
+
+// CaptureMode is the stream-capture mode. tolaria captures in CaptureGlobal
+// so that any capture-unsafe call from any goroutine is caught.
+type CaptureMode int
+
+const (
+	// CaptureGlobal prohibits capture-unsafe calls from every goroutine
+	// while the capture is in progress (CU_STREAM_CAPTURE_MODE_GLOBAL).
+	CaptureGlobal CaptureMode = iota
+	// CaptureRelaxed prohibits nothing (CU_STREAM_CAPTURE_MODE_RELAXED).
+	CaptureRelaxed
+)
+
+func (m CaptureMode) String() string {
+	switch m {
+	case CaptureGlobal:
+		return "global"
+	case CaptureRelaxed:
+		return "relaxed"
+	}
+	return "unknown"
+}
+
+// Device is one accelerator (or the CPU reference) and everything allocated
+// on it. A Device is safe for concurrent use by multiple goroutines.
+type Device interface {
+	// Name identifies the device, e.g. "cpu" or "cuda:0".
+	Name() string
+	// Description is a human-readable model name, e.g. "NVIDIA H100 80GB HBM3".
+	Description() string
+
+	// Alloc returns n float32 elements of device memory, not initialised.
+	// Capture-unsafe.
+	Alloc(n int) (Buffer, error)
+	// Free releases memory returned by Alloc. Capture-unsafe.
+	Free(Buffer) error
+	// AllocHost returns n float32 elements of pinned host memory, zeroed.
+	// Capture-unsafe.
+	AllocHost(n int) (HostBuffer, error)
+	// FreeHost releases memory returned by AllocHost. Capture-unsafe.
+	FreeHost(HostBuffer) error
+
+	// Upload copies pageable host memory to the device synchronously with
+	// respect to the host (it waits for the device to be idle first, like
+	// cuMemcpyHtoD on the legacy stream). Capture-unsafe.
+	Upload(dst Buffer, src []float32) error
+	// Download copies device memory to pageable host memory synchronously.
+	// Capture-unsafe.
+	Download(dst []float32, src Buffer) error
+
+	// NewStream creates a non-blocking stream.
+	NewStream() (Stream, error)
+	// DefaultStream is the legacy default stream, which synchronises with
+	// every other stream. Work on it is capture-unsafe.
+	DefaultStream() Stream
+	// NewEvent creates an event that records timing.
+	NewEvent() (Event, error)
+	// Elapsed is the time between two completed events.
+	Elapsed(start, end Event) (time.Duration, error)
+	// Synchronize waits until all work on all streams is done. Capture-unsafe.
+	Synchronize() error
+
+	// Instantiate turns a captured graph into an executable.
+	Instantiate(Graph) (Exec, error)
+
+	// MemoryStats reports memory use.
+	MemoryStats() MemoryStats
+	// Close releases everything allocated on the device and stops its
+	// goroutines. Using the device afterwards returns ErrClosed.
+	Close() error
+}
+
+// Stream is an ordered queue of device work. Methods that enqueue work
+// return before the work runs. A stream may be used from several
+// goroutines, but work is ordered by the order of the calls.
+type Stream interface {
+	Kernels
+
+	// CopyHtoD copies pinned host memory to the device. len(src) must equal
+	// dst.Len().
+	CopyHtoD(dst Buffer, src HostBuffer) error
+	// CopyDtoH copies device memory to pinned host memory.
+	CopyDtoH(dst HostBuffer, src Buffer) error
+	// CopyDtoD copies between device buffers of equal length.
+	CopyDtoD(dst, src Buffer) error
+
+	// Record marks the event as the point in this stream's work reached so far.
+	Record(Event) error
+	// Wait makes later work on this stream wait until the event's most
+	// recent Record (as of this call) completes. Waiting on an event never
+	// recorded is a no-op, as in CUDA.
+	Wait(Event) error
+	// Synchronize blocks until all work on the stream is done. Capture-unsafe.
+	Synchronize() error
+
+	// BeginCapture starts recording this stream's work into a graph instead
+	// of running it.
+	BeginCapture(CaptureMode) error
+	// EndCapture stops recording and returns the graph. It returns an error
+	// wrapping ErrCaptureInvalidated when a violation invalidated the capture.
+	EndCapture() (Graph, error)
+	// IsCapturing reports whether the stream is capturing.
+	IsCapturing() (bool, error)
+	// Launch enqueues an executable; it runs as one unit on this stream.
+	Launch(Exec) error
+
+	// Destroy releases the stream after its queued work completes.
+	Destroy() error
+}
+
+// Event marks a point in a stream's work.
+type Event interface {
+	// Query reports whether the work before the most recent Record is done.
+	// An event never recorded is done. Capture-unsafe.
+	Query() (bool, error)
+	// Synchronize blocks until the most recent Record completes. Capture-unsafe.
+	Synchronize() error
+	// Destroy releases the event.
+	Destroy() error
+}
+
+// Graph is the work captured from a stream.
+type Graph interface {
+	// Nodes is the number of operations in the graph.
+	Nodes() int
+	// Destroy releases the graph; executables made from it stay valid.
+	Destroy() error
+}
+
+// Exec is an instantiated graph, launched with Stream.Launch.
+type Exec interface {
+	// Update replaces the executable's node parameters (buffers, scalars)
+	// with those of g, which must have the same topology: the same nodes,
+	// kernels and dependencies. It returns ErrTopologyChanged otherwise, and
+	// the executable is left as it was.
+	Update(g Graph) error
+	// Upload prepares the executable for launch on the stream ahead of its
+	// first launch, so that the first launch is not slower than the rest.
+	Upload(s Stream) error
+	// Nodes is the number of operations launched per Launch.
+	Nodes() int
+	// Destroy releases the executable.
+	Destroy() error
+}

@@ -1,0 +1,91 @@
+package device
+
+import "fmt"
+
+// Allocation is a backend's handle for one block of memory. Buffer and
+// HostBuffer are views into an Allocation.
+type Allocation interface {
+	// Len is the allocation's size in float32 elements.
+	Len() int
+}
+
+// Buffer is a view of n float32 elements of device memory starting at
+// element off of an allocation. Buffers are values; slicing makes no copy.
+// All device data is float32; integer data such as class labels is stored
+// as exact float32 values.
+type Buffer struct {
+	alloc Allocation
+	off   int
+	n     int
+}
+
+// NewBuffer is used by backends to wrap an allocation as a whole.
+func NewBuffer(a Allocation) Buffer { return Buffer{alloc: a, n: a.Len()} }
+
+// Allocation returns the backing allocation (nil for the zero Buffer).
+func (b Buffer) Allocation() Allocation { return b.alloc }
+
+// Offset is the view's first element within its allocation.
+func (b Buffer) Offset() int { return b.off }
+
+// Len is the number of float32 elements in the view.
+func (b Buffer) Len() int { return b.n }
+
+// Bytes is the view's size in bytes.
+func (b Buffer) Bytes() int64 { return int64(b.n) * 4 }
+
+// IsZero reports whether b is the zero Buffer.
+func (b Buffer) IsZero() bool { return b.alloc == nil }
+
+// Slice returns the n elements starting at off. It panics when the range is
+// outside the view, like slicing a Go slice.
+func (b Buffer) Slice(off, n int) Buffer {
+	if off < 0 || n < 0 || off+n > b.n {
+		panic(fmt.Sprintf("device: Buffer.Slice(%d, %d) out of range for length %d", off, n, b.n))
+	}
+	return Buffer{alloc: b.alloc, off: b.off + off, n: n}
+}
+
+// HostBuffer is a view of pinned (page-locked) host memory. Only pinned
+// memory may be the source or destination of an asynchronous copy.
+type HostBuffer struct {
+	alloc Allocation
+	data  []float32
+}
+
+// NewHostBuffer is used by backends to wrap a pinned allocation whose
+// memory is data.
+func NewHostBuffer(a Allocation, data []float32) HostBuffer {
+	return HostBuffer{alloc: a, data: data}
+}
+
+// Allocation returns the backing allocation.
+func (h HostBuffer) Allocation() Allocation { return h.alloc }
+
+// Data is the host memory. Reading or writing it while a copy that uses it
+// is in flight is a data race, as on a GPU.
+func (h HostBuffer) Data() []float32 { return h.data }
+
+// Len is the number of float32 elements.
+func (h HostBuffer) Len() int { return len(h.data) }
+
+// IsZero reports whether h is the zero HostBuffer.
+func (h HostBuffer) IsZero() bool { return h.alloc == nil }
+
+// Slice returns the n elements starting at off.
+func (h HostBuffer) Slice(off, n int) HostBuffer {
+	if off < 0 || n < 0 || off+n > len(h.data) {
+		panic(fmt.Sprintf("device: HostBuffer.Slice(%d, %d) out of range for length %d", off, n, len(h.data)))
+	}
+	return HostBuffer{alloc: h.alloc, data: h.data[off : off+n : off+n]}
+}
+
+// MemoryStats describes a device's memory use in bytes.
+type MemoryStats struct {
+	DeviceInUse int64  // bytes of device memory allocated now
+	DevicePeak  int64  // high-water mark of DeviceInUse
+	DeviceLimit int64  // bytes the device may allocate (0: unlimited)
+	HostPinned  int64  // bytes of pinned host memory allocated now
+	Allocs      uint64 // device allocations made since the device opened
+	HostAllocs  uint64 // pinned host allocations made since the device opened
+}

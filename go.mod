@@ -1,0 +1,3 @@
+module github.com/tolaria-ml/tolaria
+
+go 1.24
