@@ -28,6 +28,9 @@ var (
 	ErrTopologyChanged = errors.New("graph topology differs from the executable's")
 	// ErrClosed: the device, stream, event, graph or executable was released.
 	ErrClosed = errors.New("use after release")
+	// ErrNotReady: the events given to Elapsed have not completed, or one
+	// was never recorded.
+	ErrNotReady = errors.New("not ready")
 	// ErrNoDevice: the backend has no usable device (no GPU, no driver).
 	ErrNoDevice = errors.New("no usable device")
 )

@@ -59,6 +59,24 @@ func NewHostBuffer(a Allocation, data []float32) HostBuffer {
 	return HostBuffer{alloc: a, data: data}
 }
 
+// Pageable wraps ordinary Go memory as a HostBuffer that is not pinned.
+// Backends treat a copy from it as a synchronous pageable copy, which is
+// capture-unsafe; it exists so that code and tests can express exactly the
+// mistake the staging ring avoids.
+func Pageable(data []float32) HostBuffer {
+	return HostBuffer{alloc: pageable(len(data)), data: data}
+}
+
+type pageable int
+
+func (p pageable) Len() int { return int(p) }
+
+// IsPageable reports whether h was made by Pageable.
+func (h HostBuffer) IsPageable() bool {
+	_, ok := h.alloc.(pageable)
+	return ok
+}
+
 // Allocation returns the backing allocation.
 func (h HostBuffer) Allocation() Allocation { return h.alloc }
 

@@ -1,0 +1,111 @@
+package data
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+)
+
+// Split names one part of a dataset.
+type Split string
+
+// Splits of Fashion-MNIST.
+const (
+	SplitTrain Split = "train"
+	SplitTest  Split = "test"
+)
+
+// ParseSplit accepts the split names used on the command line.
+func ParseSplit(s string) (Split, error) {
+	switch Split(s) {
+	case SplitTrain, SplitTest:
+		return Split(s), nil
+	}
+	return "", fmt.Errorf("%w: unknown split %q; use %q or %q", ErrInvalid, s, SplitTrain, SplitTest)
+}
+
+// DefaultFashionMNISTDir is where Debian's dataset-fashion-mnist package installs the files.
+const DefaultFashionMNISTDir = "/usr/share/datasets/fashion-mnist"
+
+// FashionMNISTClasses is the number of clothing classes.
+const FashionMNISTClasses = 10
+
+const (
+	hintFashionMissing = "install with: apt-get install dataset-fashion-mnist, or pass --data-dir"
+	hintFashionCorrupt = "re-install the dataset-fashion-mnist package or pass --data-dir"
+)
+
+// FashionMNISTFiles returns the image and label file paths of a split under dir.
+func FashionMNISTFiles(dir string, split Split) (images, labels string, err error) {
+	var prefix string
+	switch split {
+	case SplitTrain:
+		prefix = "train"
+	case SplitTest:
+		prefix = "t10k"
+	default:
+		return "", "", fmt.Errorf("%w: unknown split %q; use %q or %q", ErrInvalid, split, SplitTrain, SplitTest)
+	}
+	return filepath.Join(dir, prefix+"-images-idx3-ubyte.gz"),
+		filepath.Join(dir, prefix+"-labels-idx1-ubyte.gz"), nil
+}
+
+// LoadFashionMNIST reads {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz from dir, with
+// pixel values scaled to [0,1].
+func LoadFashionMNIST(dir string, split Split) (*Dataset, error) {
+	imagesPath, labelsPath, err := FashionMNISTFiles(dir, split)
+	if err != nil {
+		return nil, err
+	}
+	images, err := ReadIDXImages(imagesPath)
+	if err != nil {
+		return nil, withFashionHint(err)
+	}
+	labels, err := ReadIDXLabels(labelsPath)
+	if err != nil {
+		return nil, withFashionHint(err)
+	}
+	if len(labels) != images.Count {
+		return nil, &FileError{Path: labelsPath, Kind: ErrCorrupt, Hint: hintFashionCorrupt, Detail: fmt.Sprintf(
+			"count mismatch: holds %d labels but %s holds %d images", len(labels), imagesPath, images.Count)}
+	}
+
+	d := &Dataset{
+		Name:     "fashion-mnist/" + string(split),
+		Features: images.Rows * images.Cols,
+		Classes:  FashionMNISTClasses,
+		X:        make([]float32, len(images.Pixels)),
+		Y:        make([]int32, len(labels)),
+	}
+	for i, l := range labels {
+		if int(l) >= d.Classes {
+			return nil, &FileError{Path: labelsPath, Kind: ErrCorrupt, Hint: hintFashionCorrupt, Detail: fmt.Sprintf(
+				"label out of range: label %d at index %d, want [0,%d)", l, i, d.Classes)}
+		}
+		d.Y[i] = int32(l)
+	}
+	// A table beats a division per pixel and gives exactly the same values.
+	var scale [256]float32
+	for i := range scale {
+		scale[i] = float32(i) / 255
+	}
+	for i, p := range images.Pixels {
+		d.X[i] = scale[p]
+	}
+	return d, nil
+}
+
+// withFashionHint swaps the readers' generic advice for advice about the Debian package.
+func withFashionHint(err error) error {
+	var fe *FileError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	switch fe.Kind {
+	case ErrMissing:
+		fe.Hint = hintFashionMissing
+	case ErrCorrupt:
+		fe.Hint = hintFashionCorrupt
+	}
+	return err
+}

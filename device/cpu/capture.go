@@ -1,0 +1,245 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
+
+// capture is a stream capture in progress.
+type capture struct {
+	stream *stream
+	mode   device.CaptureMode
+
+	mu      sync.Mutex
+	nodes   []node
+	invalid string // why the capture was invalidated; "" while valid
+	events  []*event
+}
+
+func (c *capture) invalidate(why string) {
+	c.mu.Lock()
+	if c.invalid == "" {
+		c.invalid = why
+	}
+	c.mu.Unlock()
+}
+
+func (c *capture) check(op string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.invalid != "" {
+		return c.stream.err(op, device.ErrCaptureInvalidated, "%s", c.invalid)
+	}
+	return nil
+}
+
+func (c *capture) add(op string, n node) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.invalid != "" {
+		return c.stream.err(op, device.ErrCaptureInvalidated, "%s", c.invalid)
+	}
+	c.nodes = append(c.nodes, n)
+	return nil
+}
+
+func (c *capture) track(e *event) {
+	c.mu.Lock()
+	c.events = append(c.events, e)
+	c.mu.Unlock()
+}
+
+// BeginCapture starts recording the stream's work into a graph.
+func (s *stream) BeginCapture(mode device.CaptureMode) error {
+	if mode != device.CaptureGlobal && mode != device.CaptureRelaxed {
+		return s.err("BeginCapture", device.ErrMisuse, "unknown capture mode %d", mode)
+	}
+	if s.legacy {
+		return s.err("BeginCapture", device.ErrMisuse, "the legacy default stream cannot be captured")
+	}
+	s.mu.Lock()
+	if s.capture != nil {
+		s.mu.Unlock()
+		return s.err("BeginCapture", device.ErrMisuse, "stream %d is already capturing", s.id)
+	}
+	if s.stopped {
+		s.mu.Unlock()
+		return s.err("BeginCapture", device.ErrClosed, "stream destroyed")
+	}
+	c := &capture{stream: s, mode: mode}
+	s.capture = c
+	s.mu.Unlock()
+	if mode == device.CaptureGlobal {
+		s.dev.mu.Lock()
+		s.dev.captures[c] = struct{}{}
+		s.dev.mu.Unlock()
+	}
+	return nil
+}
+
+// EndCapture stops recording and returns the graph, or the reason the
+// capture was invalidated.
+func (s *stream) EndCapture() (device.Graph, error) {
+	s.mu.Lock()
+	c := s.capture
+	s.capture = nil
+	s.mu.Unlock()
+	if c == nil {
+		return nil, s.err("EndCapture", device.ErrMisuse, "stream %d is not capturing", s.id)
+	}
+	s.dev.mu.Lock()
+	delete(s.dev.captures, c)
+	s.dev.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.events {
+		e.mu.Lock()
+		if e.capture == c {
+			e.capture = nil
+		}
+		e.mu.Unlock()
+	}
+	if c.invalid != "" {
+		return nil, s.err("EndCapture", device.ErrCaptureInvalidated, "%s", c.invalid)
+	}
+	return &graph{dev: s.dev, nodes: c.nodes}, nil
+}
+
+// IsCapturing reports whether the stream is capturing. It is always safe.
+func (s *stream) IsCapturing() (bool, error) {
+	return s.captureOf() != nil, nil
+}
+
+// graph is a captured sequence of nodes. A stream capture yields a chain,
+// so topology is the sequence of node kinds.
+type graph struct {
+	dev   *Device
+	mu    sync.Mutex
+	nodes []node
+	freed bool
+}
+
+func (g *graph) Nodes() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.nodes)
+}
+
+func (g *graph) Destroy() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.freed = true
+	return nil
+}
+
+func (d *Device) graph(op string, x device.Graph) ([]node, error) {
+	g, ok := x.(*graph)
+	if !ok || g == nil || g.dev != d {
+		return nil, d.err(op, device.ErrMisuse, "graph was not captured on this device")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.freed {
+		return nil, d.err(op, device.ErrClosed, "graph destroyed")
+	}
+	return g.nodes, nil
+}
+
+// exec is an instantiated graph.
+type exec struct {
+	dev   *Device
+	mu    sync.Mutex
+	nodes []node
+	freed bool
+}
+
+// Instantiate makes an executable from a graph.
+func (d *Device) Instantiate(x device.Graph) (device.Exec, error) {
+	nodes, err := d.graph("Instantiate", x)
+	if err != nil {
+		return nil, err
+	}
+	if len(nodes) == 0 {
+		return nil, d.err("Instantiate", device.ErrMisuse, "graph is empty")
+	}
+	return &exec{dev: d, nodes: nodes}, nil
+}
+
+func (e *exec) snapshot(op string) ([]node, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.freed {
+		return nil, e.dev.err(op, device.ErrClosed, "executable destroyed")
+	}
+	return e.nodes, nil
+}
+
+// Update takes g's node parameters when its topology matches.
+func (e *exec) Update(x device.Graph) error {
+	nodes, err := e.dev.graph("Exec.Update", x)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.freed {
+		return e.dev.err("Exec.Update", device.ErrClosed, "executable destroyed")
+	}
+	if why := sameTopology(e.nodes, nodes); why != "" {
+		return e.dev.err("Exec.Update", device.ErrTopologyChanged, "%s", why)
+	}
+	e.nodes = nodes
+	return nil
+}
+
+func sameTopology(a, b []node) string {
+	if len(a) != len(b) {
+		return fmt.Sprintf("executable has %d nodes, graph has %d", len(a), len(b))
+	}
+	for i := range a {
+		if a[i].kind != b[i].kind {
+			return fmt.Sprintf("node %d is %s in the executable and %s in the graph", i, a[i].kind, b[i].kind)
+		}
+	}
+	return ""
+}
+
+// Upload is a no-op on the CPU device: executables need no preparation.
+func (e *exec) Upload(s device.Stream) error {
+	_, err := e.snapshot("Exec.Upload")
+	return err
+}
+
+func (e *exec) Nodes() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.nodes)
+}
+
+func (e *exec) Destroy() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.freed = true
+	return nil
+}
+
+// Launch enqueues the executable as one unit: one hand-off to the stream
+// goroutine for the whole graph, which is what replay saves over eager
+// dispatch. Later updates do not affect a launch already enqueued.
+func (s *stream) Launch(x device.Exec) error {
+	e, ok := x.(*exec)
+	if !ok || e == nil || e.dev != s.dev {
+		return s.err("Launch", device.ErrMisuse, "executable was not instantiated on this device")
+	}
+	nodes, err := e.snapshot("Stream.Launch")
+	if err != nil {
+		return err
+	}
+	return s.enqueue("Launch", node{kind: "graph", run: func() {
+		for _, n := range nodes {
+			n.run()
+		}
+	}})
+}

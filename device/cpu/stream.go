@@ -1,0 +1,229 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
+
+var streamIDs atomic.Int64
+
+// node is one unit of device work: a kernel, a copy, a wait or an event
+// completion. kind names it for graph topology comparison.
+type node struct {
+	kind string
+	run  func()
+}
+
+// stream runs its queue in order on one goroutine. Enqueueing never blocks
+// on the work, as on a GPU.
+type stream struct {
+	dev    *Device
+	id     int64
+	legacy bool
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []node
+	running bool // the goroutine is executing a node
+	stopped bool
+	idle    *sync.Cond
+	capture *capture // non-nil while capturing
+}
+
+func (d *Device) startStream(legacy bool) *stream {
+	s := &stream{dev: d, id: streamIDs.Add(1), legacy: legacy}
+	s.cond = sync.NewCond(&s.mu)
+	s.idle = sync.NewCond(&s.mu)
+	d.mu.Lock()
+	d.streams[s] = struct{}{}
+	d.mu.Unlock()
+	d.wg.Add(1)
+	go s.loop()
+	return s
+}
+
+func (s *stream) loop() {
+	defer s.dev.wg.Done()
+	s.mu.Lock()
+	for {
+		for len(s.queue) == 0 && !s.stopped {
+			s.idle.Broadcast()
+			s.cond.Wait()
+		}
+		if len(s.queue) == 0 {
+			s.idle.Broadcast()
+			s.mu.Unlock()
+			return
+		}
+		n := s.queue[0]
+		s.queue[0] = node{}
+		s.queue = s.queue[1:]
+		s.running = true
+		s.mu.Unlock()
+		n.run()
+		s.mu.Lock()
+		s.running = false
+	}
+}
+
+func (s *stream) waitIdle() {
+	s.mu.Lock()
+	for len(s.queue) > 0 || s.running {
+		s.idle.Wait()
+	}
+	s.mu.Unlock()
+}
+
+func (s *stream) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.cond.Signal()
+	s.mu.Unlock()
+}
+
+func (s *stream) err(op string, err error, format string, args ...any) error {
+	return s.dev.err("Stream."+op, err, format, args...)
+}
+
+// enqueue appends work: to the capture when capturing, else to the queue.
+func (s *stream) enqueue(op string, n node) error {
+	if s.legacy {
+		if err := s.dev.checkSafe(op + " on the legacy default stream"); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return s.err(op, device.ErrClosed, "stream destroyed")
+	}
+	if c := s.capture; c != nil {
+		return c.add(op, n)
+	}
+	s.queue = append(s.queue, n)
+	s.cond.Signal()
+	return nil
+}
+
+// captureOf returns the stream's capture in progress, or nil.
+func (s *stream) captureOf() *capture {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.capture
+}
+
+func (s *stream) misuse(op string, err error) error {
+	return s.err(op, device.ErrMisuse, "%v", err)
+}
+
+// CopyHtoD copies host memory to the device. A pageable source makes it a
+// synchronous copy, which is capture-unsafe.
+func (s *stream) CopyHtoD(dst device.Buffer, src device.HostBuffer) error {
+	const op = "CopyHtoD"
+	d, err := s.dev.view(op, dst)
+	if err != nil {
+		return err
+	}
+	if len(d) != src.Len() {
+		return s.misuse(op, fmt.Errorf("source has %d elements, destination %d", src.Len(), len(d)))
+	}
+	if src.IsPageable() {
+		return s.pageableCopy(op, func() { copy(d, src.Data()) })
+	}
+	if _, err := s.dev.own(op, src.Allocation(), true); err != nil {
+		return err
+	}
+	h, slow := src.Data(), s.dev.cfg.SlowCopy
+	return s.enqueue(op, node{kind: "memcpyHtoD", run: func() {
+		if slow > 0 {
+			half := len(d) / 2
+			copy(d[:half], h[:half])
+			sleep(slow)
+			copy(d[half:], h[half:])
+			return
+		}
+		copy(d, h)
+	}})
+}
+
+// pageableCopy is a copy from or to pageable memory: capture-unsafe, and
+// synchronous with respect to the host.
+func (s *stream) pageableCopy(op string, do func()) error {
+	if err := s.dev.checkSafe(op + " with pageable host memory"); err != nil {
+		return err
+	}
+	if s.captureOf() != nil {
+		return s.err(op, device.ErrCaptureViolation, "a copy with pageable host memory cannot be captured")
+	}
+	done := make(chan struct{})
+	if err := s.enqueue(op, node{kind: "memcpyPageable", run: func() { do(); close(done) }}); err != nil {
+		return err
+	}
+	<-done
+	return nil
+}
+
+// CopyDtoH copies device memory to host memory.
+func (s *stream) CopyDtoH(dst device.HostBuffer, src device.Buffer) error {
+	const op = "CopyDtoH"
+	v, err := s.dev.view(op, src)
+	if err != nil {
+		return err
+	}
+	if len(v) != dst.Len() {
+		return s.misuse(op, fmt.Errorf("destination has %d elements, source %d", dst.Len(), len(v)))
+	}
+	if dst.IsPageable() {
+		return s.pageableCopy(op, func() { copy(dst.Data(), v) })
+	}
+	if _, err := s.dev.own(op, dst.Allocation(), true); err != nil {
+		return err
+	}
+	h := dst.Data()
+	return s.enqueue(op, node{kind: "memcpyDtoH", run: func() { copy(h, v) }})
+}
+
+// CopyDtoD copies between device buffers.
+func (s *stream) CopyDtoD(dst, src device.Buffer) error {
+	const op = "CopyDtoD"
+	d, err := s.dev.view(op, dst)
+	if err != nil {
+		return err
+	}
+	v, err := s.dev.view(op, src)
+	if err != nil {
+		return err
+	}
+	if len(d) != len(v) {
+		return s.misuse(op, fmt.Errorf("destination has %d elements, source %d", len(d), len(v)))
+	}
+	return s.enqueue(op, node{kind: "memcpyDtoD", run: func() { copy(d, v) }})
+}
+
+// Synchronize waits for the stream's queued work. Capture-unsafe.
+func (s *stream) Synchronize() error {
+	if err := s.dev.checkSafe("Stream.Synchronize"); err != nil {
+		return err
+	}
+	s.waitIdle()
+	return nil
+}
+
+// Destroy stops the stream after its queued work.
+func (s *stream) Destroy() error {
+	if s.legacy {
+		return s.err("Destroy", device.ErrMisuse, "the legacy default stream cannot be destroyed")
+	}
+	if s.captureOf() != nil {
+		return s.err("Destroy", device.ErrMisuse, "stream is capturing; end the capture first")
+	}
+	s.stop()
+	s.dev.mu.Lock()
+	delete(s.dev.streams, s)
+	s.dev.mu.Unlock()
+	s.waitIdle()
+	return nil
+}

@@ -1,0 +1,467 @@
+package devicetest
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
+
+// env bundles a device and helpers that fail the test on error.
+type env struct {
+	t   *testing.T
+	dev device.Device
+
+	// Used by the violation table.
+	spare, spare2 device.Buffer
+	spareEvent    device.Event
+}
+
+func newEnv(t *testing.T, open Opener) *env {
+	t.Helper()
+	return &env{t: t, dev: open(t)}
+}
+
+func (e *env) must(err error) {
+	e.t.Helper()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) buf(vals []float32) device.Buffer {
+	e.t.Helper()
+	b, err := e.dev.Alloc(len(vals))
+	e.must(err)
+	e.must(e.dev.Upload(b, vals))
+	return b
+}
+
+func (e *env) zeros(n int) device.Buffer { return e.buf(make([]float32, n)) }
+
+func (e *env) read(b device.Buffer) []float32 {
+	e.t.Helper()
+	out := make([]float32, b.Len())
+	e.must(e.dev.Download(out, b))
+	return out
+}
+
+func (e *env) stream() device.Stream {
+	e.t.Helper()
+	s, err := e.dev.NewStream()
+	e.must(err)
+	e.t.Cleanup(func() { _ = s.Destroy() })
+	return s
+}
+
+func (e *env) event() device.Event {
+	e.t.Helper()
+	ev, err := e.dev.NewEvent()
+	e.must(err)
+	return ev
+}
+
+func wantErr(t *testing.T, err, target error, what string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: got error %v, want one wrapping %q", what, err, target)
+	}
+}
+
+func fillSeq(n int, scale float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = scale * float32((i*7)%13-6)
+	}
+	return v
+}
+
+func constant(n int, c float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = c
+	}
+	return v
+}
+
+func testMemory(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	before := e.dev.MemoryStats()
+	b := e.buf(fillSeq(1000, 1))
+	if got := e.read(b); !slices.Equal(got, fillSeq(1000, 1)) {
+		t.Fatal("Upload then Download changed the data")
+	}
+	st := e.dev.MemoryStats()
+	if st.DeviceInUse-before.DeviceInUse < 4000 || st.Allocs <= before.Allocs {
+		t.Fatalf("MemoryStats did not count a 4000-byte allocation: before %+v after %+v", before, st)
+	}
+	view := b.Slice(10, 5)
+	if got := e.read(view); !slices.Equal(got, fillSeq(1000, 1)[10:15]) {
+		t.Fatalf("Download of a slice = %v", got)
+	}
+	e.must(e.dev.Free(b))
+	if st2 := e.dev.MemoryStats(); st2.DeviceInUse != before.DeviceInUse {
+		t.Fatalf("Free did not return memory: in use %d, was %d", st2.DeviceInUse, before.DeviceInUse)
+	}
+
+	// Pinned memory round trip through asynchronous copies.
+	h, err := e.dev.AllocHost(64)
+	e.must(err)
+	copy(h.Data(), fillSeq(64, 0.5))
+	d := e.zeros(64)
+	out, err := e.dev.AllocHost(64)
+	e.must(err)
+	s := e.stream()
+	e.must(s.CopyHtoD(d, h))
+	e.must(s.CopyDtoH(out, d))
+	e.must(s.Synchronize())
+	if !slices.Equal(out.Data(), fillSeq(64, 0.5)) {
+		t.Fatalf("pinned round trip = %v", out.Data())
+	}
+	e.must(e.dev.FreeHost(h))
+	e.must(e.dev.FreeHost(out))
+}
+
+// slowWork enqueues enough arithmetic to take a noticeable time, so that a
+// missing dependency would let another stream overtake it.
+func (e *env) slowWork(s device.Stream) {
+	const n = 256
+	a := e.buf(fillSeq(n*n, 0.01))
+	c := e.zeros(n * n)
+	for range 8 {
+		e.must(s.Gemm(false, false, n, n, n, 1, a, a, 0, c))
+	}
+}
+
+func testOrdering(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	producer, consumer := e.stream(), e.stream()
+	x, y := e.zeros(1024), e.zeros(1024)
+	done := e.event()
+	e.must(producer.Fill(x, 1))
+	e.slowWork(producer)
+	e.must(producer.Fill(x, 2))
+	e.must(producer.Record(done))
+	e.must(consumer.Wait(done))
+	e.must(consumer.CopyDtoD(y, x))
+	e.must(consumer.Synchronize())
+	if got := e.read(y); !slices.Equal(got, constant(1024, 2)) {
+		t.Fatalf("consumer ran before the event it waited on: y[0] = %v, want 2", got[0])
+	}
+
+	// Work on one stream runs in issue order.
+	s := e.stream()
+	z := e.zeros(16)
+	e.must(s.Fill(z, 3))
+	e.must(s.Scale(z, 2))
+	e.must(s.Axpy(1, z, z))
+	e.must(s.Synchronize())
+	if got := e.read(z); got[0] != 12 {
+		t.Fatalf("in-stream order broken: got %v, want 12", got[0])
+	}
+}
+
+func testEvents(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	s := e.stream()
+	never := e.event()
+	if ok, err := never.Query(); err != nil || !ok {
+		t.Fatalf("Query of a never-recorded event = %v, %v; want true, nil", ok, err)
+	}
+	e.must(never.Synchronize())
+	if _, err := e.dev.Elapsed(never, never); !errors.Is(err, device.ErrNotReady) {
+		t.Fatalf("Elapsed of unrecorded events: got %v, want ErrNotReady", err)
+	}
+	start, end := e.event(), e.event()
+	e.must(s.Record(start))
+	e.slowWork(s)
+	e.must(s.Record(end))
+	e.must(end.Synchronize())
+	if ok, err := end.Query(); err != nil || !ok {
+		t.Fatalf("Query after Synchronize = %v, %v", ok, err)
+	}
+	d, err := e.dev.Elapsed(start, end)
+	e.must(err)
+	if d <= 0 {
+		t.Fatalf("Elapsed over 8 GEMMs = %v, want > 0", d)
+	}
+	// A wait on a re-recorded event concerns the record current at the time of the wait.
+	x := e.zeros(8)
+	other := e.stream()
+	e.must(s.Fill(x, 5))
+	e.must(s.Record(end))
+	e.must(other.Wait(end))
+	e.must(other.Scale(x, 2))
+	e.must(other.Synchronize())
+	if got := e.read(x); got[0] != 10 {
+		t.Fatalf("wait on re-recorded event: got %v, want 10", got[0])
+	}
+}
+
+// step enqueues a multi-kernel computation that reads in and writes out;
+// it is used to compare capture+replay with eager execution.
+func step(s device.Stream, in, w, hidden, out, bias, stats device.Buffer) error {
+	for _, f := range []func() error{
+		func() error { return s.Gemm(false, false, 4, 6, 5, 1, in, w, 0, hidden) },
+		func() error { return s.BiasAct(device.ActGELU, 4, 6, hidden, bias, out) },
+		func() error { return s.Scale(out, 0.5) },
+		func() error { return s.Axpy(0.25, hidden, out) },
+		func() error { return s.ColSum(4, 6, out, 1, stats) },
+	} {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func testCapture(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	s := e.stream()
+	in, w, bias := e.buf(fillSeq(20, 0.3)), e.buf(fillSeq(30, 0.2)), e.buf(fillSeq(6, 0.1))
+	eagerH, eagerO, eagerS := e.zeros(24), e.zeros(24), e.zeros(6)
+	for range 3 {
+		e.must(step(s, in, w, eagerH, eagerO, bias, eagerS))
+	}
+	e.must(s.Synchronize())
+
+	h, o, st := e.zeros(24), e.zeros(24), e.zeros(6)
+	e.must(s.BeginCapture(device.CaptureGlobal))
+	if c, err := s.IsCapturing(); err != nil || !c {
+		t.Fatalf("IsCapturing during capture = %v, %v", c, err)
+	}
+	e.must(step(s, in, w, h, o, bias, st))
+	g, err := s.EndCapture()
+	e.must(err)
+	if c, _ := s.IsCapturing(); c {
+		t.Fatal("IsCapturing after EndCapture = true")
+	}
+	if g.Nodes() < 5 {
+		t.Fatalf("graph has %d nodes, want at least the 5 kernels", g.Nodes())
+	}
+	if got := e.read(st); !slices.Equal(got, make([]float32, 6)) {
+		t.Fatalf("captured work ran during capture: stats = %v", got)
+	}
+	x, err := e.dev.Instantiate(g)
+	e.must(err)
+	e.must(x.Upload(s))
+	for range 3 {
+		e.must(s.Launch(x))
+	}
+	e.must(s.Synchronize())
+	for _, p := range [][2]device.Buffer{{eagerO, o}, {eagerS, st}} {
+		a, b := e.read(p[0]), e.read(p[1])
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("replay differs from eager at %d: %v vs %v", i, b[i], a[i])
+			}
+		}
+	}
+	e.must(x.Destroy())
+	e.must(g.Destroy())
+}
+
+// violation is a capture-unsafe call made while another stream captures.
+type violation struct {
+	name string
+	call func(e *env, other device.Stream) error
+}
+
+func violations() []violation {
+	return []violation{
+		{"AllocHost", func(e *env, _ device.Stream) error { _, err := e.dev.AllocHost(16); return err }},
+		{"Alloc", func(e *env, _ device.Stream) error { _, err := e.dev.Alloc(16); return err }},
+		{"Free", func(e *env, _ device.Stream) error { return e.dev.Free(e.spare) }},
+		{"Device.Synchronize", func(e *env, _ device.Stream) error { return e.dev.Synchronize() }},
+		{"Stream.Synchronize", func(e *env, o device.Stream) error { return o.Synchronize() }},
+		{"Event.Synchronize", func(e *env, _ device.Stream) error { return e.spareEvent.Synchronize() }},
+		{"Event.Query", func(e *env, _ device.Stream) error { _, err := e.spareEvent.Query(); return err }},
+		{"Upload", func(e *env, _ device.Stream) error { return e.dev.Upload(e.spare2, make([]float32, 16)) }},
+		{"Download", func(e *env, _ device.Stream) error { return e.dev.Download(make([]float32, 16), e.spare2) }},
+		{"pageable CopyHtoD", func(e *env, o device.Stream) error {
+			return o.CopyHtoD(e.spare2, device.Pageable(make([]float32, 16)))
+		}},
+		{"legacy stream", func(e *env, _ device.Stream) error { return e.dev.DefaultStream().Fill(e.spare2, 1) }},
+	}
+}
+
+func testViolations(t *testing.T, open Opener) {
+	for _, v := range violations() {
+		t.Run(v.name, func(t *testing.T) {
+			e := newEnv(t, open)
+			e.spare, e.spare2 = e.zeros(16), e.zeros(16)
+			e.spareEvent = e.event()
+			capt, other := e.stream(), e.stream()
+			e.must(other.Record(e.spareEvent))
+			x := e.zeros(8)
+			e.must(capt.BeginCapture(device.CaptureGlobal))
+			e.must(capt.Fill(x, 1))
+			// The unsafe call comes from another goroutine, as the
+			// predecessor's pin-memory thread did.
+			var err error
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); err = v.call(e, other) }()
+			wg.Wait()
+			wantErr(t, err, device.ErrCaptureViolation, v.name+" during a global capture")
+			_, endErr := capt.EndCapture()
+			wantErr(t, endErr, device.ErrCaptureInvalidated, "EndCapture after "+v.name)
+			// Once the capture has ended, the same call is legal again.
+			if err := v.call(e, other); err != nil {
+				t.Fatalf("%s after the capture ended: %v", v.name, err)
+			}
+		})
+	}
+
+	t.Run("async work on an unrelated stream is legal", func(t *testing.T) {
+		e := newEnv(t, open)
+		capt, other := e.stream(), e.stream()
+		h, err := e.dev.AllocHost(32)
+		e.must(err)
+		x, y := e.zeros(32), e.zeros(32)
+		ev := e.event()
+		e.must(capt.BeginCapture(device.CaptureGlobal))
+		e.must(capt.Fill(x, 1))
+		e.must(other.CopyHtoD(y, h))
+		e.must(other.Scale(y, 2))
+		e.must(other.Record(ev))
+		g, err := capt.EndCapture()
+		e.must(err)
+		e.must(g.Destroy())
+	})
+
+	t.Run("relaxed mode allows allocation", func(t *testing.T) {
+		e := newEnv(t, open)
+		capt := e.stream()
+		x := e.zeros(8)
+		e.must(capt.BeginCapture(device.CaptureRelaxed))
+		e.must(capt.Fill(x, 1))
+		b, err := e.dev.Alloc(8)
+		e.must(err)
+		_, err = capt.EndCapture()
+		e.must(err)
+		e.must(e.dev.Free(b))
+	})
+}
+
+func testIsolation(t *testing.T, open Opener) {
+	t.Run("capture waits on an outside event", func(t *testing.T) {
+		e := newEnv(t, open)
+		capt, other := e.stream(), e.stream()
+		outside := e.event()
+		e.must(other.Record(outside))
+		e.must(capt.BeginCapture(device.CaptureGlobal))
+		wantErr(t, capt.Wait(outside), device.ErrCaptureIsolation, "capturing stream waiting on an outside event")
+		_, err := capt.EndCapture()
+		wantErr(t, err, device.ErrCaptureInvalidated, "EndCapture after an isolation error")
+	})
+	t.Run("host waits on a captured event", func(t *testing.T) {
+		e := newEnv(t, open)
+		capt := e.stream()
+		inside := e.event()
+		x := e.zeros(4)
+		e.must(capt.BeginCapture(device.CaptureGlobal))
+		e.must(capt.Fill(x, 1))
+		e.must(capt.Record(inside))
+		err := inside.Synchronize()
+		if !errors.Is(err, device.ErrCaptureViolation) && !errors.Is(err, device.ErrCaptureIsolation) {
+			t.Fatalf("host Synchronize on an event recorded in a capture: got %v, want a capture violation or isolation error", err)
+		}
+		_, err = capt.EndCapture()
+		if err != nil && !errors.Is(err, device.ErrCaptureInvalidated) {
+			t.Fatalf("EndCapture: %v", err)
+		}
+	})
+	t.Run("wait on an event of the same capture", func(t *testing.T) {
+		e := newEnv(t, open)
+		capt := e.stream()
+		inside := e.event()
+		x := e.zeros(4)
+		e.must(capt.BeginCapture(device.CaptureGlobal))
+		e.must(capt.Fill(x, 1))
+		e.must(capt.Record(inside))
+		e.must(capt.Wait(inside))
+		e.must(capt.Scale(x, 3))
+		g, err := capt.EndCapture()
+		e.must(err)
+		ex, err := e.dev.Instantiate(g)
+		e.must(err)
+		e.must(capt.Launch(ex))
+		e.must(capt.Synchronize())
+		if got := e.read(x); got[0] != 3 {
+			t.Fatalf("replay = %v, want 3", got[0])
+		}
+	})
+}
+
+func (e *env) captureFill(s device.Stream, dst device.Buffer, v float32, scale bool) device.Graph {
+	e.t.Helper()
+	e.must(s.BeginCapture(device.CaptureGlobal))
+	e.must(s.Fill(dst, v))
+	if scale {
+		e.must(s.Scale(dst, 2))
+	}
+	g, err := s.EndCapture()
+	e.must(err)
+	return g
+}
+
+func testUpdate(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	s := e.stream()
+	a, b := e.zeros(8), e.zeros(8)
+	ga := e.captureFill(s, a, 1, true)
+	x, err := e.dev.Instantiate(ga)
+	e.must(err)
+	gb := e.captureFill(s, b, 5, true)
+	e.must(x.Update(gb))
+	e.must(s.Launch(x))
+	e.must(s.Synchronize())
+	if got := e.read(b); got[0] != 10 {
+		t.Fatalf("updated executable wrote %v to the new buffer, want 10", got[0])
+	}
+	if got := e.read(a); got[0] != 0 {
+		t.Fatalf("updated executable still wrote the old buffer: %v", got[0])
+	}
+	gc := e.captureFill(s, a, 7, false)
+	wantErr(t, x.Update(gc), device.ErrTopologyChanged, "Update with a different topology")
+	e.must(s.Fill(b, 0))
+	e.must(s.Launch(x))
+	e.must(s.Synchronize())
+	if got := e.read(b); got[0] != 10 {
+		t.Fatalf("a refused update changed the executable: got %v, want 10", got[0])
+	}
+}
+
+func testMisuse(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	s := e.stream()
+	x := e.zeros(8)
+	_, err := s.EndCapture()
+	wantErr(t, err, device.ErrMisuse, "EndCapture without BeginCapture")
+	e.must(s.BeginCapture(device.CaptureGlobal))
+	wantErr(t, s.BeginCapture(device.CaptureGlobal), device.ErrMisuse, "BeginCapture twice")
+	_, err = s.EndCapture()
+	e.must(err)
+	wantErr(t, s.CopyDtoD(x, e.zeros(4)), device.ErrMisuse, "CopyDtoD of different lengths")
+	wantErr(t, e.dev.Upload(x, make([]float32, 3)), device.ErrMisuse, "Upload of the wrong length")
+	wantErr(t, s.Gemm(false, false, 2, 2, 2, 1, x, x.Slice(0, 3), 0, x), device.ErrMisuse, "Gemm with a short B")
+	_, err = e.dev.Alloc(0)
+	wantErr(t, err, device.ErrMisuse, "Alloc(0)")
+
+	other := open(t)
+	y, err := other.Alloc(8)
+	e.must(err)
+	wantErr(t, s.CopyDtoD(x, y), device.ErrMisuse, "a buffer of another device")
+	f := e.zeros(8)
+	e.must(e.dev.Free(f))
+	if err := s.Fill(f, 1); err == nil {
+		t.Fatal("Fill of a freed buffer succeeded")
+	}
+	if err := e.dev.Free(x.Slice(1, 2)); !errors.Is(err, device.ErrMisuse) {
+		t.Fatalf("Free of a slice: %v", err)
+	}
+}

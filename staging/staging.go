@@ -1,0 +1,394 @@
+// Package staging moves batches from host to device outside any capture.
+// Loader goroutines fill a ring of pinned host slots without touching the
+// device; one stager goroutine copies each slot into static device input
+// buffer k on its own stream and records copy-done[k]. The compute stream
+// waits on copy-done[k] before its step and records step-done[k], which the
+// stager waits on before it overwrites buffer k. A capture guard keeps the
+// stager's device calls out of any capture in progress.
+package staging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
+
+// Meta describes the batch in a slot; the source fills it in.
+type Meta struct {
+	Seq    int  // sequence number of the batch
+	Epoch  int  // epoch the batch belongs to
+	Step   int  // step within the epoch
+	Valid  int  // valid rows (the rest is padding)
+	Ragged bool // the batch is the short last batch of an epoch
+}
+
+// Source fills pinned slots with batches. Fill is called from loader
+// goroutines, concurrently for different sequence numbers; it must write
+// all of dst and return io.EOF when seq is past the last batch. It has no
+// device handle and never calls the device.
+type Source interface {
+	Fill(seq int, dst []float32) (Meta, error)
+}
+
+// Config sizes the staging pipeline.
+type Config struct {
+	BatchLen int // float32 elements per batch (inputs, labels, mask, hyper-parameters)
+	Slots    int // pinned host slots in the ring (>= 2)
+	Buffers  int // static device input buffers (>= 1; 2 overlaps copy and step)
+	Loaders  int // loader goroutines (>= 1)
+	// PrefetchToDevice lets the stager issue its copies without the capture
+	// guard, like a data loader that prefetches to the device on its own.
+	// It is switched off (for good) the first time a capture is guarded.
+	PrefetchToDevice bool
+	// StartSeq is the first sequence number, for resuming mid-run.
+	StartSeq int
+	Logger   *slog.Logger
+}
+
+// Validate reports a configuration error.
+func (c Config) Validate() error {
+	switch {
+	case c.BatchLen <= 0:
+		return fmt.Errorf("staging: BatchLen must be positive, got %d", c.BatchLen)
+	case c.Slots < 2:
+		return fmt.Errorf("staging: Slots must be at least 2, got %d", c.Slots)
+	case c.Buffers < 1:
+		return fmt.Errorf("staging: Buffers must be at least 1, got %d", c.Buffers)
+	case c.Loaders < 1:
+		return fmt.Errorf("staging: Loaders must be at least 1, got %d", c.Loaders)
+	case c.StartSeq < 0:
+		return fmt.Errorf("staging: StartSeq must be >= 0, got %d", c.StartSeq)
+	}
+	return nil
+}
+
+// Staged is a batch whose copy into input buffer K has been enqueued.
+type Staged struct {
+	Meta
+	K        int          // input buffer index
+	CopyDone device.Event // the compute stream must Wait on it before reading buffer K
+}
+
+type slot struct {
+	host   device.HostBuffer
+	done   device.Event  // recorded after the copy out of this slot
+	free   chan struct{} // token: the loader may fill the slot
+	filled chan fillResult
+}
+
+type fillResult struct {
+	meta Meta
+	err  error
+}
+
+// Stager owns the pinned ring, the staging stream and the input buffers.
+type Stager struct {
+	dev     device.Device
+	cfg     Config
+	src     Source
+	log     *slog.Logger
+	stream  device.Stream
+	slots   []*slot
+	inputs  []device.Buffer
+	copied  []device.Event // copy-done[k]
+	stepped []device.Event // step-done[k]
+	release []chan struct{}
+	out     chan Staged
+	guard   sync.RWMutex
+
+	prefetch    atomic.Bool
+	prefetchMu  sync.Mutex // held by unguarded calls in prefetch mode
+	copies      atomic.Uint64
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	errMu       sync.Mutex
+	err         error
+	startedOnce sync.Once
+}
+
+// New allocates everything the pipeline needs: pinned slots, input
+// buffers, the staging stream and its events. Nothing is allocated later,
+// so staging never allocates during a capture.
+func New(dev device.Device, cfg Config, src Source) (*Stager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st := &Stager{dev: dev, cfg: cfg, src: src, log: cfg.Logger, out: make(chan Staged, cfg.Buffers)}
+	if st.log == nil {
+		st.log = slog.New(slog.DiscardHandler)
+	}
+	st.prefetch.Store(cfg.PrefetchToDevice)
+	if err := st.allocate(); err != nil {
+		st.free()
+		return nil, err
+	}
+	return st, nil
+}
+
+func (st *Stager) allocate() error {
+	var err error
+	if st.stream, err = st.dev.NewStream(); err != nil {
+		return fmt.Errorf("staging: stream: %w", err)
+	}
+	for range st.cfg.Slots {
+		sl := &slot{free: make(chan struct{}, 1), filled: make(chan fillResult, 1)}
+		if sl.host, err = st.dev.AllocHost(st.cfg.BatchLen); err != nil {
+			return fmt.Errorf("staging: pinned slot: %w", err)
+		}
+		if sl.done, err = st.dev.NewEvent(); err != nil {
+			return fmt.Errorf("staging: event: %w", err)
+		}
+		sl.free <- struct{}{}
+		st.slots = append(st.slots, sl)
+	}
+	for range st.cfg.Buffers {
+		b, err := st.dev.Alloc(st.cfg.BatchLen)
+		if err != nil {
+			return fmt.Errorf("staging: input buffer: %w", err)
+		}
+		st.inputs = append(st.inputs, b)
+		for _, evs := range []*[]device.Event{&st.copied, &st.stepped} {
+			ev, err := st.dev.NewEvent()
+			if err != nil {
+				return fmt.Errorf("staging: event: %w", err)
+			}
+			*evs = append(*evs, ev)
+		}
+		rel := make(chan struct{}, 1)
+		rel <- struct{}{}
+		st.release = append(st.release, rel)
+	}
+	return nil
+}
+
+// Input returns static device input buffer k. Its address never changes,
+// so graphs captured against it stay valid.
+func (st *Stager) Input(k int) device.Buffer { return st.inputs[k] }
+
+// Buffers is the number of input buffers.
+func (st *Stager) Buffers() int { return len(st.inputs) }
+
+// StepDone is the event the compute stream records after the step that
+// read input buffer k.
+func (st *Stager) StepDone(k int) device.Event { return st.stepped[k] }
+
+// Copies is the number of batch copies issued so far.
+func (st *Stager) Copies() uint64 { return st.copies.Load() }
+
+// PrefetchToDevice reports whether prefetch to device is still on.
+func (st *Stager) PrefetchToDevice() bool { return st.prefetch.Load() }
+
+// Start starts the loader goroutines and the stager goroutine. Stop ends them.
+func (st *Stager) Start(ctx context.Context) {
+	st.startedOnce.Do(func() {
+		ctx, st.cancel = context.WithCancel(ctx)
+		for i := range st.cfg.Loaders {
+			st.wg.Add(1)
+			go st.load(ctx, i)
+		}
+		st.wg.Add(1)
+		go st.stage(ctx)
+	})
+}
+
+// load fills the slots of sequence numbers i, i+Loaders, ...; each slot
+// belongs to the sequence numbers congruent to it, so order is kept
+// without coordination between loaders.
+func (st *Stager) load(ctx context.Context, first int) {
+	defer st.wg.Done()
+	n := len(st.slots)
+	for seq := st.cfg.StartSeq + first; ; seq += st.cfg.Loaders {
+		sl := st.slots[seq%n]
+		// Slots are shared between loaders when Loaders does not divide
+		// Slots, so take the slot's token before filling it.
+		if !st.waitSeqTurn(ctx, sl) {
+			return
+		}
+		meta, err := st.src.Fill(seq, sl.host.Data())
+		meta.Seq = seq
+		select {
+		case sl.filled <- fillResult{meta, err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (st *Stager) waitSeqTurn(ctx context.Context, sl *slot) bool {
+	select {
+	case <-sl.free:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// device runs fn under the capture guard, or without it in prefetch mode.
+func (st *Stager) device(fn func() error) error {
+	if st.prefetch.Load() {
+		st.prefetchMu.Lock()
+		defer st.prefetchMu.Unlock()
+		if st.prefetch.Load() {
+			return fn()
+		}
+	}
+	st.guard.RLock()
+	defer st.guard.RUnlock()
+	return fn()
+}
+
+func (st *Stager) stage(ctx context.Context) {
+	defer st.wg.Done()
+	defer close(st.out)
+	n, prev := len(st.slots), -1
+	for seq := st.cfg.StartSeq; ; seq++ {
+		sl := st.slots[seq%n]
+		var res fillResult
+		select {
+		case res = <-sl.filled:
+		case <-ctx.Done():
+			return
+		}
+		if res.err != nil {
+			if !errors.Is(res.err, io.EOF) {
+				st.fail(fmt.Errorf("staging: loading batch %d: %w", seq, res.err))
+			}
+			return
+		}
+		k := seq % len(st.inputs)
+		select {
+		case <-st.release[k]:
+		case <-ctx.Done():
+			return
+		}
+		err := st.device(func() error {
+			return errors.Join(
+				st.stream.Wait(st.stepped[k]),
+				st.stream.CopyHtoD(st.inputs[k], sl.host),
+				st.stream.Record(st.copied[k]),
+				st.stream.Record(sl.done))
+		})
+		if err != nil {
+			st.fail(fmt.Errorf("staging: copy batch %d into input buffer %d: %w", seq, k, err))
+			return
+		}
+		st.copies.Add(1)
+		select {
+		case st.out <- Staged{Meta: res.meta, K: k, CopyDone: st.copied[k]}:
+		case <-ctx.Done():
+			return
+		}
+		// Hand the previous slot back to its loader once its copy is done.
+		if prev >= 0 && !st.recycle(ctx, st.slots[prev%n]) {
+			return
+		}
+		prev = seq
+	}
+}
+
+func (st *Stager) recycle(ctx context.Context, sl *slot) bool {
+	if err := st.device(sl.done.Synchronize); err != nil {
+		st.fail(fmt.Errorf("staging: waiting for a copy: %w", err))
+		return false
+	}
+	select {
+	case sl.free <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (st *Stager) fail(err error) {
+	st.errMu.Lock()
+	if st.err == nil {
+		st.err = err
+	}
+	st.errMu.Unlock()
+}
+
+// Err returns the error that stopped the pipeline, if any.
+func (st *Stager) Err() error {
+	st.errMu.Lock()
+	defer st.errMu.Unlock()
+	return st.err
+}
+
+// Next returns the next staged batch. It returns io.EOF when the source is
+// exhausted, or the pipeline's error.
+func (st *Stager) Next(ctx context.Context) (Staged, error) {
+	select {
+	case b, ok := <-st.out:
+		if !ok {
+			if err := st.Err(); err != nil {
+				return Staged{}, err
+			}
+			if ctx.Err() != nil {
+				return Staged{}, ctx.Err()
+			}
+			return Staged{}, io.EOF
+		}
+		return b, nil
+	case <-ctx.Done():
+		return Staged{}, ctx.Err()
+	}
+}
+
+// Release tells the stager that the compute stream has recorded
+// StepDone(b.K) after the step that read b, so buffer b.K may be refilled
+// once that event completes on the device.
+func (st *Stager) Release(b Staged) {
+	st.release[b.K] <- struct{}{}
+}
+
+// GuardCapture runs capture with the stager's device calls held off, so no
+// staging copy, record or synchronisation happens while a global-mode
+// capture is in progress. Loaders keep filling host slots meanwhile. If
+// prefetch to device is on, it is switched off first and reason is logged.
+func (st *Stager) GuardCapture(reason string, capture func() error) error {
+	if st.prefetch.Load() {
+		st.prefetchMu.Lock()
+		st.prefetch.Store(false)
+		st.prefetchMu.Unlock()
+		st.log.Info("prefetch to device switched off", "reason", reason)
+	}
+	st.guard.Lock()
+	defer st.guard.Unlock()
+	return capture()
+}
+
+// Stop ends the goroutines, waits for the staging stream and releases
+// everything New allocated.
+func (st *Stager) Stop() error {
+	if st.cancel != nil {
+		st.cancel()
+	}
+	// A stager blocked on a release token or an output slot sees the
+	// cancellation; drain the output so nothing is left blocked.
+	st.wg.Wait()
+	return st.free()
+}
+
+func (st *Stager) free() error {
+	var errs []error
+	if st.stream != nil {
+		errs = append(errs, st.stream.Synchronize(), st.stream.Destroy())
+	}
+	for _, sl := range st.slots {
+		errs = append(errs, st.dev.FreeHost(sl.host), sl.done.Destroy())
+	}
+	for k, b := range st.inputs {
+		errs = append(errs, st.dev.Free(b), st.copied[k].Destroy(), st.stepped[k].Destroy())
+	}
+	st.slots, st.inputs, st.stream = nil, nil, nil
+	return errors.Join(errs...)
+}
