@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
 )
@@ -48,8 +49,34 @@ type Config struct {
 	PrefetchToDevice bool
 	// StartSeq is the first sequence number, for resuming mid-run.
 	StartSeq int
-	Logger   *slog.Logger
+	// Guard is the capture guard shared by every stager on the device; nil
+	// gives the stager a guard of its own.
+	Guard  *Guard
+	Logger *slog.Logger
+	// OnCopy, when set, receives each batch copy's device time in seconds,
+	// measured with events around the copy on the staging stream.
+	OnCopy func(seconds float64)
 }
+
+// Guard keeps staging device calls out of captures. Every stager that uses
+// a device must share the device's guard: a global-mode capture is broken
+// by an unsafe call from any of them.
+type Guard struct {
+	rw       sync.RWMutex
+	captures atomic.Uint64
+}
+
+// Capture runs capture while no stager sharing the guard is inside a
+// device call, and keeps them out until it returns.
+func (g *Guard) Capture(capture func() error) error {
+	g.rw.Lock()
+	defer g.rw.Unlock()
+	g.captures.Add(1)
+	return capture()
+}
+
+// Captures is the number of guarded captures so far.
+func (g *Guard) Captures() uint64 { return g.captures.Load() }
 
 // Validate reports a configuration error.
 func (c Config) Validate() error {
@@ -77,6 +104,7 @@ type Staged struct {
 
 type slot struct {
 	host   device.HostBuffer
+	start  device.Event  // recorded before the copy out of this slot
 	done   device.Event  // recorded after the copy out of this slot
 	free   chan struct{} // token: the loader may fill the slot
 	filled chan fillResult
@@ -100,7 +128,7 @@ type Stager struct {
 	stepped []device.Event // step-done[k]
 	release []chan struct{}
 	out     chan Staged
-	guard   sync.RWMutex
+	guard   *Guard
 
 	prefetch    atomic.Bool
 	prefetchMu  sync.Mutex // held by unguarded calls in prefetch mode
@@ -119,7 +147,10 @@ func New(dev device.Device, cfg Config, src Source) (*Stager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	st := &Stager{dev: dev, cfg: cfg, src: src, log: cfg.Logger, out: make(chan Staged, cfg.Buffers)}
+	st := &Stager{dev: dev, cfg: cfg, src: src, log: cfg.Logger, out: make(chan Staged, cfg.Buffers), guard: cfg.Guard}
+	if st.guard == nil {
+		st.guard = new(Guard)
+	}
 	if st.log == nil {
 		st.log = slog.New(slog.DiscardHandler)
 	}
@@ -140,6 +171,9 @@ func (st *Stager) allocate() error {
 		sl := &slot{free: make(chan struct{}, 1), filled: make(chan fillResult, 1)}
 		if sl.host, err = st.dev.AllocHost(st.cfg.BatchLen); err != nil {
 			return fmt.Errorf("staging: pinned slot: %w", err)
+		}
+		if sl.start, err = st.dev.NewEvent(); err != nil {
+			return fmt.Errorf("staging: event: %w", err)
 		}
 		if sl.done, err = st.dev.NewEvent(); err != nil {
 			return fmt.Errorf("staging: event: %w", err)
@@ -241,8 +275,8 @@ func (st *Stager) device(fn func() error) error {
 			return fn()
 		}
 	}
-	st.guard.RLock()
-	defer st.guard.RUnlock()
+	st.guard.rw.RLock()
+	defer st.guard.rw.RUnlock()
 	return fn()
 }
 
@@ -273,6 +307,7 @@ func (st *Stager) stage(ctx context.Context) {
 		err := st.device(func() error {
 			return errors.Join(
 				st.stream.Wait(st.stepped[k]),
+				st.stream.Record(sl.start),
 				st.stream.CopyHtoD(st.inputs[k], sl.host),
 				st.stream.Record(st.copied[k]),
 				st.stream.Record(sl.done))
@@ -296,9 +331,21 @@ func (st *Stager) stage(ctx context.Context) {
 }
 
 func (st *Stager) recycle(ctx context.Context, sl *slot) bool {
-	if err := st.device(sl.done.Synchronize); err != nil {
+	var took time.Duration
+	err := st.device(func() error {
+		if err := sl.done.Synchronize(); err != nil {
+			return err
+		}
+		var err error
+		took, err = st.dev.Elapsed(sl.start, sl.done)
+		return err
+	})
+	if err != nil {
 		st.fail(fmt.Errorf("staging: waiting for a copy: %w", err))
 		return false
+	}
+	if st.cfg.OnCopy != nil {
+		st.cfg.OnCopy(took.Seconds())
 	}
 	select {
 	case sl.free <- struct{}{}:
@@ -350,20 +397,28 @@ func (st *Stager) Release(b Staged) {
 	st.release[b.K] <- struct{}{}
 }
 
-// GuardCapture runs capture with the stager's device calls held off, so no
-// staging copy, record or synchronisation happens while a global-mode
-// capture is in progress. Loaders keep filling host slots meanwhile. If
-// prefetch to device is on, it is switched off first and reason is logged.
-func (st *Stager) GuardCapture(reason string, capture func() error) error {
-	if st.prefetch.Load() {
-		st.prefetchMu.Lock()
-		st.prefetch.Store(false)
-		st.prefetchMu.Unlock()
+// DisablePrefetch switches prefetch to device off for good, before a
+// capture, and logs why. It reports whether it was on. After it returns no
+// unguarded device call of this stager is in flight.
+func (st *Stager) DisablePrefetch(reason string) bool {
+	if !st.prefetch.Load() {
+		return false
+	}
+	st.prefetchMu.Lock()
+	was := st.prefetch.Swap(false)
+	st.prefetchMu.Unlock()
+	if was {
 		st.log.Info("prefetch to device switched off", "reason", reason)
 	}
-	st.guard.Lock()
-	defer st.guard.Unlock()
-	return capture()
+	return was
+}
+
+// GuardCapture switches prefetch off (logging reason) and runs capture
+// under the stager's guard: no staging copy, record or synchronisation
+// happens while it runs. Loaders keep filling host slots meanwhile.
+func (st *Stager) GuardCapture(reason string, capture func() error) error {
+	st.DisablePrefetch(reason)
+	return st.guard.Capture(capture)
 }
 
 // Stop ends the goroutines, waits for the staging stream and releases
@@ -384,7 +439,7 @@ func (st *Stager) free() error {
 		errs = append(errs, st.stream.Synchronize(), st.stream.Destroy())
 	}
 	for _, sl := range st.slots {
-		errs = append(errs, st.dev.FreeHost(sl.host), sl.done.Destroy())
+		errs = append(errs, st.dev.FreeHost(sl.host), sl.start.Destroy(), sl.done.Destroy())
 	}
 	for k, b := range st.inputs {
 		errs = append(errs, st.dev.Free(b), st.copied[k].Destroy(), st.stepped[k].Destroy())

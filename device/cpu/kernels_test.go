@@ -1,0 +1,240 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/devicetest"
+)
+
+// These tests call the kernel functions directly. The conformance suite
+// (devicetest) checks the same math through the device; here are the
+// properties it cannot see: exact bits, aliasing, and edge cases that the
+// contract leaves to this backend.
+
+func randSlice(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = 2*rng.Float32() - 1
+	}
+	return v
+}
+
+// near fails when |got-want| > tol*max(|want|, 1) for some element.
+func near(t *testing.T, name string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	for i, w := range want {
+		if math.IsNaN(w) != math.IsNaN(float64(got[i])) || math.Abs(float64(got[i])-w) > tol*math.Max(math.Abs(w), 1) {
+			t.Fatalf("%s[%d] = %g, want %g", name, i, got[i], w)
+		}
+	}
+}
+
+func sameBits(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s[%d] = %g, want %g bit for bit", name, i, got[i], want[i])
+		}
+	}
+}
+
+// TestGemmMatchesNaive checks that gemm adds the products in the order its
+// comment claims, on gonum's serial and parallel paths and for every
+// transpose, by comparing bits with the textbook loop in that order.
+func TestGemmMatchesNaive(t *testing.T) {
+	shapes := slices.Concat(benchShapes, []gemmShape{
+		{m: 3, k: 5, n: 4, transA: true, transB: true},
+		{m: 130, k: 33, n: 70, transA: true, transB: true},
+	})
+	for i, s := range shapes {
+		t.Run(s.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), randSlice(rng, s.m*s.n)
+			a[1] = 0 // gonum skips zero products; the naive loop must too
+			for _, beta := range []float32{0, 1, -0.5} {
+				got, want := append([]float32(nil), c...), append([]float32(nil), c...)
+				gemm(s.transA, s.transB, s.m, s.n, s.k, 0.75, a, b, beta, got)
+				naiveGemm(s.transA, s.transB, s.m, s.n, s.k, 0.75, a, b, beta, want)
+				sameBits(t, "C", got, want)
+			}
+		})
+	}
+}
+
+// TestGemmIgnoresAlignment checks that the same operands at every offset
+// modulo the SIMD width give the same bits: reduction order must not
+// depend on where a buffer happens to start.
+func TestGemmIgnoresAlignment(t *testing.T) {
+	const m, n, k = 5, 9, 37
+	rng := rand.New(rand.NewPCG(7, 7))
+	a, b := randSlice(rng, m*k), randSlice(rng, n*k)
+	var first []float32
+	for off := range 4 {
+		ab, bb := make([]float32, off+m*k), make([]float32, off+n*k)
+		copy(ab[off:], a)
+		copy(bb[off:], b)
+		c := make([]float32, m*n)
+		gemm(false, true, m, n, k, 1, ab[off:], bb[off:], 0, c)
+		if off == 0 {
+			first = c
+		}
+		sameBits(t, "C", c, first)
+	}
+}
+
+func TestGemmBetaZeroIgnoresGarbage(t *testing.T) {
+	c := []float32{float32(math.NaN()), float32(math.Inf(1))}
+	gemm(false, false, 1, 2, 1, 1, []float32{2}, []float32{3, 4}, 0, c)
+	sameBits(t, "C", c, []float32{6, 8})
+}
+
+func TestElementwiseAgainstRef(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	const rows, cols = 6, 11
+	z, bias, dy := randSlice(rng, rows*cols), randSlice(rng, cols), randSlice(rng, rows*cols)
+	for _, act := range []device.Activation{device.ActNone, device.ActReLU, device.ActGELU} {
+		zz, y := append([]float32(nil), z...), make([]float32, rows*cols)
+		biasAct(act, rows, cols, zz, bias, y)
+		wantZ, wantY := devicetest.RefBiasAct(act, rows, cols, z, bias)
+		near(t, act.String()+" z", zz, wantZ, 1e-6)
+		near(t, act.String()+" y", y, wantY, 1e-6)
+
+		dz := make([]float32, rows*cols)
+		actGrad(act, rows, cols, z, dy, dz)
+		near(t, act.String()+" dz", dz, devicetest.RefActGrad(act, rows, cols, z, dy), 1e-6)
+	}
+	x, yv := randSlice(rng, 100), randSlice(rng, 100)
+	want := devicetest.RefAxpy(-0.5, x, yv)
+	axpy(-0.5, x, yv)
+	near(t, "axpy", yv, want, 1e-6)
+}
+
+// TestReLUGradDropsInactiveNaN pins the choice documented at actGrad.
+func TestReLUGradDropsInactiveNaN(t *testing.T) {
+	dz := make([]float32, 3)
+	actGrad(device.ActReLU, 1, 3, []float32{-1, 0, 2}, []float32{float32(math.NaN()), 5, 7}, dz)
+	sameBits(t, "dz", dz, []float32{0, 0, 7})
+}
+
+func TestSoftmaxXentAgainstRef(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	const rows, cols = 9, 5
+	logits := randSlice(rng, rows*cols)
+	labels, mask := make([]float32, rows), make([]float32, rows)
+	for r := range labels {
+		labels[r], mask[r] = float32(rng.IntN(cols)), float32(r%3%2) // rows 1, 4, 7 valid
+	}
+	// A padding row's label is never read.
+	labels[0] = -3
+	stats := []float32{0.5, 1, 2, 99}
+	probs := make([]float32, rows*cols)
+	wantP, wantS := devicetest.RefSoftmaxXent(rows, cols, logits, labels, mask, stats)
+	softmaxXent(rows, cols, logits, labels, mask, probs, stats)
+	near(t, "probs", probs, wantP, 1e-6)
+	near(t, "stats", stats, append(wantS[:], 99), 1e-6)
+
+	d := make([]float32, rows*cols)
+	softmaxXentGrad(rows, cols, probs, labels, mask, d)
+	near(t, "dlogits", d, devicetest.RefSoftmaxXentGrad(rows, cols, probs, labels, mask), 1e-6)
+}
+
+// TestSoftmaxXentBadLabel pins the choice documented at softmaxXent: a
+// counted row whose label is no class index poisons the loss and its
+// gradient row.
+func TestSoftmaxXentBadLabel(t *testing.T) {
+	for _, label := range []float32{-1, 3, 1.5, float32(math.NaN())} {
+		stats := make([]float32, device.StatsLen)
+		probs, d := make([]float32, 3), make([]float32, 3)
+		softmaxXent(1, 3, []float32{1, 2, 3}, []float32{label}, []float32{1}, probs, stats)
+		if !math.IsNaN(float64(stats[device.StatLossSum])) || stats[device.StatCorrect] != 0 || stats[device.StatCount] != 1 {
+			t.Errorf("label %g: stats = %v, want [NaN 0 1]", label, stats)
+		}
+		softmaxXentGrad(1, 3, probs, []float32{label}, []float32{1}, d)
+		for j, v := range d {
+			if !math.IsNaN(float64(v)) {
+				t.Errorf("label %g: dlogits[%d] = %g, want NaN", label, j, v)
+			}
+		}
+	}
+}
+
+// TestSoftmaxXentInPlace checks that probs may alias logits, and that large
+// logits neither overflow nor lose the loss.
+func TestSoftmaxXentInPlace(t *testing.T) {
+	x := []float32{1000, 999, 1000}
+	stats := make([]float32, device.StatsLen)
+	softmaxXent(1, 3, x, []float32{2}, []float32{1}, x, stats)
+	e := math.Exp(-1)
+	near(t, "probs", x, []float64{1 / (2 + e), e / (2 + e), 1 / (2 + e)}, 1e-6)
+	// Label 2 ties with the first maximum at 0, which wins.
+	near(t, "stats", stats, []float64{math.Log(2 + e), 0, 1}, 1e-6)
+}
+
+func TestMSEAgainstRef(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	const rows, cols = 7, 3
+	pred, target := randSlice(rng, rows*cols), randSlice(rng, rows*cols)
+	mask := []float32{1, 1, 0, 1, 1, 0, 0}
+	stats := []float32{1, 0, 1}
+	want := devicetest.RefMSE(rows, cols, pred, target, mask, stats)
+	mse(rows, cols, pred, target, mask, stats)
+	near(t, "stats", stats, want[:], 1e-6)
+
+	d := make([]float32, rows*cols)
+	mseGrad(rows, cols, pred, target, mask, d)
+	near(t, "dpred", d, devicetest.RefMSEGrad(rows, cols, pred, target, mask), 1e-6)
+}
+
+func TestColSumAgainstRef(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	const rows, cols = 13, 2*colBlock + 5
+	x, out := randSlice(rng, rows*cols), randSlice(rng, cols)
+	want := devicetest.RefColSum(rows, cols, x, 0.5, out)
+	colSum(rows, cols, x, 0.5, out)
+	near(t, "out", out, want, 1e-6)
+
+	fill(out, float32(math.NaN()))
+	colSum(rows, cols, x, 0, out)
+	near(t, "out with beta 0", out, devicetest.RefColSum(rows, cols, x, 0, nil), 1e-6)
+}
+
+func TestClipGlobalNorm(t *testing.T) {
+	cases := []struct {
+		name    string
+		maxNorm float32
+		want    []float32
+	}{
+		{"above", 1, []float32{0.6, 0.8}},
+		{"equal", 5, []float32{3, 4}}, // only a norm that exceeds maxNorm clips
+		{"below", 6, []float32{3, 4}},
+	}
+	for _, c := range cases {
+		x, norm := []float32{3, 4}, []float32{0, -1}
+		clipGlobalNorm(x, c.maxNorm, norm)
+		sameBits(t, c.name+" norm", norm, []float32{5, -1})
+		near(t, c.name+" x", x, []float64{float64(c.want[0]), float64(c.want[1])}, 1e-6)
+	}
+}
+
+func TestOptimizersAgainstRef(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	const n = 257
+	hyper := []float32{0.1, 0.19, 0.002997, float32(math.NaN())}
+	for _, nesterov := range []bool{false, true} {
+		p, g, vel := randSlice(rng, n), randSlice(rng, n), randSlice(rng, n)
+		wantP, wantV := devicetest.RefSGDMomentum(p, g, vel, hyper, 0.9, 0.01, nesterov)
+		sgdMomentum(p, g, vel, hyper, 0.9, 0.01, nesterov)
+		near(t, "sgd p", p, wantP, 1e-6)
+		near(t, "sgd vel", vel, wantV, 1e-6)
+	}
+	p, g, m, v := randSlice(rng, n), randSlice(rng, n), randSlice(rng, n), make([]float32, n)
+	wantP, wantM, wantV := devicetest.RefAdamW(p, g, m, v, hyper, 0.9, 0.999, 1e-8, 0.01)
+	adamW(p, g, m, v, hyper, 0.9, 0.999, 1e-8, 0.01)
+	near(t, "adamw p", p, wantP, 1e-6)
+	near(t, "adamw m", m, wantM, 1e-6)
+	near(t, "adamw v", v, wantV, 1e-6)
+}

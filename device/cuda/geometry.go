@@ -1,0 +1,83 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+)
+
+// Launch geometry. The numbers match kernels/common.cuh; TestKernelGeometry
+// checks them against the .maxntid of every PTX entry. The reductions assume
+// exactly these block sizes, so the geometry is fixed, not tuned per device:
+// the same launch on any GPU sums in the same order.
+const (
+	blockThreads   = 256  // TL_BLOCK
+	clipThreads    = 1024 // TL_CLIP_BLOCK
+	tileEdge       = 32   // TL_TILE
+	tileRows       = 8    // TL_TILE_ROWS
+	maxStrideGrid  = 2048 // blocks of a grid-stride launch; more buys nothing on an H100
+	maxGridY       = 65535
+	maxKernelParam = 12 // the most parameters any kernel takes
+)
+
+// dims is a launch configuration.
+type dims struct {
+	gridX, gridY   int
+	blockX, blockY int
+}
+
+func (d dims) threads() int { return d.blockX * d.blockY }
+
+// strideDims covers n elements with a grid-stride loop of blockThreads.
+func strideDims(n int64) dims {
+	g := (n + blockThreads - 1) / blockThreads
+	g = max(1, min(g, maxStrideGrid))
+	return dims{gridX: int(g), gridY: 1, blockX: blockThreads, blockY: 1}
+}
+
+// oneBlock is a single block of the given size, for the reductions whose
+// result must not depend on how many blocks run.
+func oneBlock(threads int) dims { return dims{gridX: 1, gridY: 1, blockX: threads, blockY: 1} }
+
+// gemmDims tiles an m×n output with 32×32 tiles of 32×8 threads.
+func gemmDims(m, n int) (dims, error) {
+	gx, gy := ceilDiv(n, tileEdge), ceilDiv(m, tileEdge)
+	if gy > maxGridY {
+		return dims{}, fmt.Errorf("m = %d needs %d tile rows, the grid allows %d", m, gy, maxGridY)
+	}
+	return dims{gridX: gx, gridY: gy, blockX: tileEdge, blockY: tileRows}, nil
+}
+
+// colSumDims gives each block 32 columns and 8 row lanes.
+func colSumDims(cols int) dims {
+	return dims{gridX: ceilDiv(cols, tileEdge), gridY: 1, blockX: tileEdge, blockY: tileRows}
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// kernelThreads is the block size each kernel is launched with.
+var kernelThreads = [numKernels]int{
+	kGemm:            tileEdge * tileRows,
+	kBiasAct:         blockThreads,
+	kActGrad:         blockThreads,
+	kSoftmaxXent:     blockThreads,
+	kSoftmaxXentGrad: blockThreads,
+	kMSE:             blockThreads,
+	kMSEGrad:         blockThreads,
+	kColSum:          tileEdge * tileRows,
+	kFill:            blockThreads,
+	kScale:           blockThreads,
+	kAxpy:            blockThreads,
+	kClipGlobalNorm:  clipThreads,
+	kSGDMomentum:     blockThreads,
+	kAdamW:           blockThreads,
+}
+
+// fitInt32 checks that matrix dimensions fit the kernels' int parameters.
+func fitInt32(ds ...int) error {
+	for _, d := range ds {
+		if d > math.MaxInt32 {
+			return fmt.Errorf("dimension %d exceeds the kernels' 32-bit limit", d)
+		}
+	}
+	return nil
+}

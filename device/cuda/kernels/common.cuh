@@ -1,0 +1,55 @@
+// Shared definitions for tolaria's kernels. Every kernel is extern "C" so
+// that its PTX entry name is the plain name the Go side looks up.
+//
+// Determinism: no kernel uses atomics. Reductions run in double precision in
+// a fixed order (a per-thread strided loop, then a fixed shared-memory tree),
+// so the same inputs give the same bits on every launch, eager or replayed.
+#pragma once
+
+// Launch geometry. device/cuda/geometry.go holds the same numbers; a Go test
+// checks them against the .maxntid directives in the PTX.
+#define TL_BLOCK 256        // elementwise kernels and per-row loss reductions
+#define TL_CLIP_BLOCK 1024  // the single block of tl_clip_global_norm
+#define TL_TILE 32          // GEMM tile edge and column-sum block width
+#define TL_TILE_ROWS 8      // GEMM and column-sum block height
+
+// Grid-stride loop over n elements.
+#define TL_FOR_EACH(i, n)                                                    \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
+         i < (n); i += (long long)blockDim.x * gridDim.x)
+
+// Activation codes, as device.Activation.
+#define TL_ACT_NONE 0
+#define TL_ACT_RELU 1
+#define TL_ACT_GELU 2
+
+// sqrt(2/pi) for the tanh approximation of GELU.
+#define TL_GELU_S 0.7978845608028654
+#define TL_GELU_C 0.044715
+
+// tl_block_sum reduces one double per thread over a block of exactly N
+// threads (N a power of two) in a fixed tree and returns the sum to every
+// thread. sh must hold N doubles.
+template <int N>
+__device__ __forceinline__ double tl_block_sum(double v, double *sh) {
+    unsigned t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+#pragma unroll
+    for (int s = N / 2; s > 0; s >>= 1) {
+        if (t < (unsigned)s) sh[t] += sh[t + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// tl_mask_count is max(1, sum(mask)) over rows, computed by every block of
+// TL_BLOCK threads in the same order.
+__device__ __forceinline__ double tl_mask_count(int rows, const float *mask, double *sh) {
+    double c = 0.0;
+    for (int r = threadIdx.x; r < rows; r += TL_BLOCK) c += (double)mask[r];
+    c = tl_block_sum<TL_BLOCK>(c, sh);
+    return c < 1.0 ? 1.0 : c;
+}

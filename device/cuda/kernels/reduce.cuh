@@ -1,0 +1,45 @@
+// Column sums and the global-norm clip: reductions in double, in a fixed order.
+#pragma once
+#include "common.cuh"
+
+// out = beta*out + (sum over rows of x). A block of 32×8 threads owns 32
+// columns; thread (tx, ty) sums rows ty, ty+8, ... of column tx, and the
+// eight partial sums are combined in a fixed tree. beta == 0: out is not read.
+extern "C" __global__ void __launch_bounds__(TL_TILE * TL_TILE_ROWS)
+tl_col_sum(int rows, int cols, const float *__restrict__ x, float beta, float *__restrict__ out) {
+    __shared__ double sh[TL_TILE_ROWS][TL_TILE];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * TL_TILE + tx;
+    double s = 0.0;
+    if (c < cols)
+        for (int r = ty; r < rows; r += TL_TILE_ROWS) s += (double)x[(long long)r * cols + c];
+    sh[ty][tx] = s;
+    __syncthreads();
+#pragma unroll
+    for (int h = TL_TILE_ROWS / 2; h > 0; h >>= 1) {
+        if (ty < h) sh[ty][tx] += sh[ty + h][tx];
+        __syncthreads();
+    }
+    if (ty == 0 && c < cols) {
+        double v = sh[0][tx];
+        if (beta != 0.0f) v += (double)beta * (double)out[c];
+        out[c] = (float)v;
+    }
+}
+
+// norm[0] = ||x||_2; when it exceeds maxNorm, x *= maxNorm/(norm+1e-6). One
+// block, so that the norm and the scaling are one kernel and one graph node.
+extern "C" __global__ void __launch_bounds__(TL_CLIP_BLOCK)
+tl_clip_global_norm(long long n, float *x, float maxNorm, float *norm) {
+    __shared__ double sh[TL_CLIP_BLOCK];
+    double s = 0.0;
+    for (long long i = threadIdx.x; i < n; i += TL_CLIP_BLOCK) {
+        const double v = (double)x[i];
+        s += v * v;
+    }
+    const double nrm = sqrt(tl_block_sum<TL_CLIP_BLOCK>(s, sh));
+    if (threadIdx.x == 0) norm[0] = (float)nrm;
+    if (!(nrm > (double)maxNorm)) return;
+    const float scale = (float)((double)maxNorm / (nrm + 1e-6));
+    for (long long i = threadIdx.x; i < n; i += TL_CLIP_BLOCK) x[i] = x[i] * scale;
+}

@@ -1,0 +1,8 @@
+// The one translation unit compiled to tolaria.ptx by scripts/build-ptx.sh.
+// Every kernel of device.Kernels lives in the headers included here.
+#include "common.cuh"
+#include "elementwise.cuh"
+#include "gemm.cuh"
+#include "loss.cuh"
+#include "optim.cuh"
+#include "reduce.cuh"

@@ -1,0 +1,93 @@
+package cuda
+
+import (
+	_ "embed"
+	"fmt"
+	"regexp"
+	"strconv"
+)
+
+// ptxSource is the kernels compiled by scripts/build-ptx.sh. It is loaded as
+// one module when a device opens, before any capture can begin.
+//
+//go:embed kernels/tolaria.ptx
+var ptxSource string
+
+// kernel names one entry of the PTX module.
+type kernel int
+
+const (
+	kGemm kernel = iota
+	kBiasAct
+	kActGrad
+	kSoftmaxXent
+	kSoftmaxXentGrad
+	kMSE
+	kMSEGrad
+	kColSum
+	kFill
+	kScale
+	kAxpy
+	kClipGlobalNorm
+	kSGDMomentum
+	kAdamW
+	numKernels
+)
+
+// kernelNames are the extern "C" entry names in kernels/*.cuh.
+var kernelNames = [numKernels]string{
+	kGemm:            "tl_gemm",
+	kBiasAct:         "tl_bias_act",
+	kActGrad:         "tl_act_grad",
+	kSoftmaxXent:     "tl_softmax_xent",
+	kSoftmaxXentGrad: "tl_softmax_xent_grad",
+	kMSE:             "tl_mse",
+	kMSEGrad:         "tl_mse_grad",
+	kColSum:          "tl_col_sum",
+	kFill:            "tl_fill",
+	kScale:           "tl_scale",
+	kAxpy:            "tl_axpy",
+	kClipGlobalNorm:  "tl_clip_global_norm",
+	kSGDMomentum:     "tl_sgd_momentum",
+	kAdamW:           "tl_adamw",
+}
+
+func (k kernel) String() string {
+	if k >= 0 && k < numKernels {
+		return kernelNames[k]
+	}
+	return "kernel(" + strconv.Itoa(int(k)) + ")"
+}
+
+var (
+	entryRE  = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)
+	maxntdRE = regexp.MustCompile(`(?m)^\.maxntid (\d+), (\d+), (\d+)`)
+)
+
+// ptxEntries maps every kernel entry in a PTX module to its .maxntid (the
+// most threads per block it was compiled for; 0 when it declares none).
+func ptxEntries(ptx string) (map[string]int, error) {
+	entries := map[string]int{}
+	locs := entryRE.FindAllStringSubmatchIndex(ptx, -1)
+	for i, loc := range locs {
+		name := ptx[loc[2]:loc[3]]
+		end := len(ptx)
+		if i+1 < len(locs) {
+			end = locs[i+1][0]
+		}
+		body := ptx[loc[1]:end]
+		threads := 0
+		if m := maxntdRE.FindStringSubmatch(body); m != nil {
+			threads = 1
+			for _, s := range m[1:] {
+				v, err := strconv.Atoi(s)
+				if err != nil {
+					return nil, fmt.Errorf("entry %s: bad .maxntid: %v", name, err)
+				}
+				threads *= v
+			}
+		}
+		entries[name] = threads
+	}
+	return entries, nil
+}

@@ -1,0 +1,140 @@
+// Package trainer runs tolaria's training loop: warm-up, capture of the
+// whole iteration and of evaluation, replay through double-buffered
+// staging, eager fallback with counted reasons, per-epoch evaluation,
+// NaN/Inf detection and atomic checkpoints that make a resumed run end
+// with the same parameters as an uninterrupted one.
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/nn"
+)
+
+// Config is everything a run needs. Library code takes it as a plain
+// struct; flags and files are the command's business.
+type Config struct {
+	Spec      nn.Spec
+	Optimizer nn.Optimizer
+	Epochs    int
+	BatchSize int
+	Seed      uint64
+	Ragged    data.Ragged
+
+	EnableGraphs     bool
+	WarmupBatches    int  // eager steps before capture
+	GraphPoolReuse   bool // use the process-wide pool rather than a private one
+	PrefetchToDevice bool
+
+	Slots    int // pinned ring slots
+	Loaders  int // loader goroutines
+	LogEvery int // steps between asynchronous metric reads
+
+	RunDir string // checkpoints go here; "" disables checkpoints
+	Resume bool   // continue from RunDir's checkpoint
+
+	Rank, World int // stride shard of the training set
+
+	Train, Test *data.Dataset
+
+	// MaxSteps stops the run (with a checkpoint) after this many steps in
+	// total; 0 means no limit. It lets tests interrupt runs at a chosen
+	// point.
+	MaxSteps int
+
+	Logger   *slog.Logger
+	Observer Observer
+	Progress func(Progress)
+}
+
+// Progress is reported every LogEvery steps and at each epoch's end.
+type Progress struct {
+	Epoch, Epochs       int
+	Step, StepsPerEpoch int // step within the epoch
+	Loss                float64
+	Accuracy            float64 // training accuracy over the interval
+	SamplesPerSecond    float64
+	EpochDone           bool
+	TestAccuracy        float64 // set when EpochDone
+	EpochSeconds        float64 // set when EpochDone
+}
+
+// ErrNonFinite is returned when the training loss becomes NaN or Inf.
+var ErrNonFinite = errors.New("training loss is not finite")
+
+// Validate reports the first invalid field by its configuration name.
+func (c Config) Validate() error {
+	if err := c.Spec.Validate(); err != nil {
+		return err
+	}
+	if err := c.Optimizer.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.Epochs < 1 || c.Epochs > 10000:
+		return fmt.Errorf("epochs must be in 1..10000, got %d", c.Epochs)
+	case c.BatchSize < 1 || c.BatchSize > 65536:
+		return fmt.Errorf("batch_size must be in 1..65536, got %d", c.BatchSize)
+	case c.WarmupBatches < 0 || c.WarmupBatches > 1000:
+		return fmt.Errorf("warmup_batches must be in 0..1000, got %d", c.WarmupBatches)
+	case c.Slots < 2 || c.Slots > 64:
+		return fmt.Errorf("staging slots must be in 2..64, got %d", c.Slots)
+	case c.Loaders < 1 || c.Loaders > 64:
+		return fmt.Errorf("loaders must be in 1..64, got %d", c.Loaders)
+	case c.LogEvery < 1:
+		return fmt.Errorf("log_every must be at least 1, got %d", c.LogEvery)
+	case c.World < 1 || c.Rank < 0 || c.Rank >= c.World:
+		return fmt.Errorf("shard rank %d of world %d is invalid: need 0 <= rank < world", c.Rank, c.World)
+	case c.Train == nil || c.Test == nil:
+		return fmt.Errorf("train and test datasets are required")
+	case c.Resume && c.RunDir == "":
+		return fmt.Errorf("resume needs a run directory")
+	case c.MaxSteps < 0:
+		return fmt.Errorf("max_steps must be >= 0, got %d", c.MaxSteps)
+	}
+	if _, err := data.ParseRagged(string(c.Ragged)); err != nil {
+		return err
+	}
+	for _, d := range []*data.Dataset{c.Train, c.Test} {
+		if d.Features != c.Spec.Inputs {
+			return fmt.Errorf("dataset %s has %d features but the model takes %d inputs", d.Name, d.Features, c.Spec.Inputs)
+		}
+		if d.Classes != c.Spec.Outputs {
+			return fmt.Errorf("dataset %s has %d classes but the model has %d outputs", d.Name, d.Classes, c.Spec.Outputs)
+		}
+	}
+	return nil
+}
+
+// Summary is the outcome of a run; the command writes it as summary.json.
+type Summary struct {
+	Device             string         `json:"device"`
+	DeviceDescription  string         `json:"device_description"`
+	Model              string         `json:"model"`
+	GraphEnabled       bool           `json:"graph_enabled"`
+	Epochs             int            `json:"epochs"`
+	Steps              int            `json:"steps"`
+	GraphReplays       int            `json:"graph_replays"`
+	EagerSteps         int            `json:"eager_steps"`
+	Fallbacks          map[string]int `json:"fallbacks"`
+	Captures           int            `json:"captures"`
+	CaptureSeconds     float64        `json:"capture_seconds"`
+	CaptureColdSeconds float64        `json:"capture_cold_seconds"`
+	CapturePooled      int            `json:"captures_pooled"`
+	TrainLoss          float64        `json:"train_loss"`
+	TrainAccuracy      float64        `json:"train_accuracy"`
+	TestAccuracy       float64        `json:"test_accuracy"`
+	SamplesPerSecond   float64        `json:"samples_per_second"`
+	EpochSeconds       []float64      `json:"epoch_seconds"`
+	WallSeconds        float64        `json:"wall_seconds"`
+	ParamsSHA256       string         `json:"params_sha256"`
+	ResumedFromStep    int            `json:"resumed_from_step,omitempty"`
+	Interrupted        bool           `json:"interrupted,omitempty"`
+	PrefetchDisabled   bool           `json:"prefetch_to_device_disabled,omitempty"`
+	StageCopies        uint64         `json:"stage_copies"`
+	Finished           time.Time      `json:"finished"`
+}

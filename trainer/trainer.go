@@ -1,0 +1,381 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/nn"
+	"github.com/tolaria-ml/tolaria/staging"
+)
+
+// evalSlot offsets the pool slots of the evaluation graphs from the
+// training graphs' (one slot per staging input buffer each).
+const evalSlot = 100
+
+// maxCaptureFailures bounds capture retries: after this many failures
+// the run stays eager (still counting each step's fallback).
+const maxCaptureFailures = 3
+
+const prefetchReason = "graph capture needs a quiet device: host-to-device prefetch outside the staging guard would race the global-mode capture"
+
+type run struct {
+	cfg  Config
+	dev  device.Device
+	pool *graphs.Pool
+	log  *slog.Logger
+	obs  Observer
+
+	model             *nn.Model
+	lease             *graphs.Lease
+	step              nn.Step
+	layout            nn.Layout
+	compute           device.Stream
+	side              device.Stream
+	guard             *staging.Guard
+	train             *staging.Stager
+	eval              *staging.Stager
+	trainSrc, evalSrc *source
+	timer             *eventTimer
+	marker            device.Event
+	host              device.HostBuffer // 2*StatsLen: train and eval statistics
+
+	captured        bool
+	captureFailures int
+	lastStats       [device.StatsLen]float64
+	sum             Summary
+}
+
+// Run trains according to cfg on dev. Graphs come from pool when
+// cfg.GraphPoolReuse is set (the process-wide pool), else from a private
+// pool closed at the end. Cancelling ctx stops the run after the step in
+// flight and writes a checkpoint; the summary then has Interrupted set.
+func Run(ctx context.Context, dev device.Device, pool *graphs.Pool, cfg Config) (Summary, error) {
+	if err := cfg.Validate(); err != nil {
+		return Summary{}, err
+	}
+	r := &run{cfg: cfg, dev: dev, log: cfg.Logger, obs: cfg.Observer}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if r.obs == nil {
+		r.obs = NopObserver{}
+	}
+	r.pool = pool
+	if !cfg.GraphPoolReuse || pool == nil {
+		r.pool = graphs.NewPool()
+		defer r.pool.Close()
+	}
+	startSeq := 0
+	var ck Checkpoint
+	if cfg.Resume {
+		var err error
+		if ck, err = LoadCheckpoint(filepath.Join(cfg.RunDir, CheckpointFile)); err != nil {
+			return Summary{}, err
+		}
+		if err := ck.matches(cfg.checkpointHeader()); err != nil {
+			return Summary{}, fmt.Errorf("%w: %s: %v", ErrCheckpoint, filepath.Join(cfg.RunDir, CheckpointFile), err)
+		}
+		startSeq = ck.Step
+	}
+	defer r.close()
+	if err := r.setup(ctx, startSeq, &ck); err != nil {
+		return Summary{}, err
+	}
+	err := r.loop(ctx, startSeq)
+	if ferr := r.finish(); err == nil {
+		err = ferr
+	}
+	return r.sum, err
+}
+
+func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
+	c := &r.cfg
+	if c.Optimizer.TotalSteps == 0 {
+		return fmt.Errorf("trainer: optimizer TotalSteps must be set (use StepsPerEpoch)")
+	}
+	var err error
+	if r.model, err = nn.NewModel(r.dev, c.Spec, c.Optimizer, c.Seed); err != nil {
+		return err
+	}
+	if c.Resume {
+		if err := r.model.Restore(ck.params, ck.state); err != nil {
+			return fmt.Errorf("%w: %v", ErrCheckpoint, err)
+		}
+		r.sum.ResumedFromStep = startSeq
+		r.obs.Event(Event{Time: time.Now(), Kind: EventResume, Fields: map[string]any{"step": startSeq}})
+	}
+	r.layout = nn.NewLayout(c.Spec, c.BatchSize)
+	sig := nn.Signature(c.Spec, c.Optimizer, c.BatchSize)
+	if r.lease, err = r.pool.Acquire(r.dev, sig, nn.WorkspaceSizes(c.Spec, c.BatchSize)); err != nil {
+		return err
+	}
+	ws, err := nn.NewWorkspace(c.Spec, r.lease.Workspace())
+	if err != nil {
+		return err
+	}
+	r.step = nn.Step{M: r.model, W: ws, Batch: c.BatchSize}
+	if r.compute, err = r.dev.NewStream(); err != nil {
+		return err
+	}
+	if r.side, err = r.dev.NewStream(); err != nil {
+		return err
+	}
+	if r.marker, err = r.dev.NewEvent(); err != nil {
+		return err
+	}
+	if r.host, err = r.dev.AllocHost(2 * device.StatsLen); err != nil {
+		return err
+	}
+	if r.timer, err = newEventTimer(r.dev, 4, r.obs.Replayed); err != nil {
+		return err
+	}
+	if err := r.startStaging(ctx, startSeq); err != nil {
+		return err
+	}
+	return errors.Join(r.compute.Fill(ws.TrainStats, 0), r.compute.Fill(ws.EvalStats, 0))
+}
+
+func (r *run) startStaging(ctx context.Context, startSeq int) error {
+	c := &r.cfg
+	var err error
+	opt := c.Optimizer
+	r.trainSrc, err = newSource(c.Train, r.layout, c.Spec, &opt, c.Seed, true, c.Ragged, c.Rank, c.World, c.Epochs)
+	if err != nil {
+		return err
+	}
+	r.evalSrc, err = newSource(c.Test, r.layout, c.Spec, nil, c.Seed, false, data.RaggedPad, 0, 1, c.Epochs)
+	if err != nil {
+		return err
+	}
+	r.guard = new(staging.Guard)
+	base := staging.Config{BatchLen: r.layout.Len, Slots: c.Slots, Buffers: 2, Loaders: c.Loaders,
+		PrefetchToDevice: c.PrefetchToDevice, Guard: r.guard, Logger: r.log, OnCopy: r.obs.StageCopied}
+	tc := base
+	tc.StartSeq = startSeq
+	if r.train, err = staging.New(r.dev, tc, r.trainSrc); err != nil {
+		return err
+	}
+	ec := base
+	ec.StartSeq = (startSeq / r.trainSrc.steps) * r.evalSrc.steps
+	if r.eval, err = staging.New(r.dev, ec, r.evalSrc); err != nil {
+		return err
+	}
+	// The stagers outlive a cancelled ctx until the loop has drained.
+	r.train.Start(context.WithoutCancel(ctx))
+	r.eval.Start(context.WithoutCancel(ctx))
+	return nil
+}
+
+// StepsPerEpoch is the number of training steps per epoch for cfg, for
+// setting the schedule's TotalSteps before Run.
+func StepsPerEpoch(cfg Config) (int, error) {
+	if cfg.Train == nil {
+		return 0, fmt.Errorf("no training set")
+	}
+	s, err := newSource(cfg.Train, nn.NewLayout(cfg.Spec, cfg.BatchSize), cfg.Spec, nil, cfg.Seed, true,
+		cfg.Ragged, cfg.Rank, cfg.World, 1)
+	if err != nil {
+		return 0, err
+	}
+	return s.steps, nil
+}
+
+func (r *run) fallback(reason string, fields map[string]any) {
+	if r.sum.Fallbacks == nil {
+		r.sum.Fallbacks = make(map[string]int)
+	}
+	r.sum.Fallbacks[reason]++
+	r.obs.Fallback(reason)
+	if r.sum.Fallbacks[reason] == 1 || fields != nil {
+		if fields == nil {
+			fields = map[string]any{}
+		}
+		fields["reason"] = reason
+		r.obs.Event(Event{Time: time.Now(), Kind: EventFallback, Fields: fields})
+		r.log.Warn("step runs eagerly", "reason", reason)
+	}
+}
+
+func (r *run) loop(ctx context.Context, startSeq int) error {
+	c := &r.cfg
+	steps := r.trainSrc.steps
+	total := c.Epochs * steps
+	epochStart, intervalStart := time.Now(), time.Now()
+	intervalSamples, done := 0, 0
+	r.obs.Epoch(startSeq/steps + 1)
+	for seq := startSeq; seq < total; seq++ {
+		if ctx.Err() != nil || (c.MaxSteps > 0 && done >= c.MaxSteps) {
+			r.sum.Interrupted = true
+			return r.checkpoint(seq)
+		}
+		if seq%steps == 0 && seq != startSeq {
+			r.obs.Epoch(seq/steps + 1)
+			epochStart = time.Now()
+		}
+		if err := r.maybeCapture(done); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		b, err := r.train.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				r.sum.Interrupted = true
+				return r.checkpoint(seq)
+			}
+			return fmt.Errorf("trainer: staging step %d: %w", seq, err)
+		}
+		if err := r.runTrainStep(b); err != nil {
+			return err
+		}
+		done++
+		r.sum.Steps++
+		r.obs.Stepped(since(t0), b.Valid)
+		intervalSamples += b.Valid
+		if (seq+1)%c.LogEvery == 0 {
+			if err := r.logInterval(seq, intervalSamples, intervalStart); err != nil {
+				return err
+			}
+			intervalSamples, intervalStart = 0, time.Now()
+		}
+		if (seq+1)%steps == 0 {
+			if err := r.endEpoch(seq, epochStart); err != nil {
+				return err
+			}
+			intervalSamples, intervalStart = 0, time.Now()
+		}
+	}
+	return nil
+}
+
+// runTrainStep issues one training step: wait for its copy, replay (or run
+// eagerly, counting why), and record step-done for the stager.
+func (r *run) runTrainStep(b staging.Staged) error {
+	if err := r.compute.Wait(b.CopyDone); err != nil {
+		return err
+	}
+	in := r.layout.Views(r.train.Input(b.K))
+	if err := r.trainOn(b, in); err != nil {
+		return err
+	}
+	if err := r.compute.Record(r.train.StepDone(b.K)); err != nil {
+		return err
+	}
+	r.train.Release(b)
+	return nil
+}
+
+func (r *run) trainOn(b staging.Staged, in nn.Batch) error {
+	c := &r.cfg
+	ragged := b.Ragged && c.Ragged == data.RaggedEager
+	switch {
+	case ragged:
+		if c.EnableGraphs {
+			r.fallback(ReasonRaggedBatch, map[string]any{"stage": "train", "rows": b.Valid, "batch": c.BatchSize})
+			r.obs.Event(Event{Time: time.Now(), Kind: EventShapeChange, Fields: map[string]any{"rows": b.Valid, "batch": c.BatchSize}})
+		}
+		r.sum.EagerSteps++
+		short := r.step
+		short.Batch = b.Valid
+		return short.Train(r.compute, nn.Batch{X: in.X.Slice(0, b.Valid*c.Spec.Inputs),
+			Y: in.Y.Slice(0, b.Valid*c.Spec.LabelLen()), Mask: in.Mask.Slice(0, b.Valid), Hyper: in.Hyper})
+	case r.captured && r.lease.Ready(b.K):
+		i, err := r.timer.begin(r.compute)
+		if err != nil {
+			return err
+		}
+		if err := r.lease.Replay(r.compute, b.K); err != nil {
+			r.log.Error("replay failed; running the step eagerly and recapturing next epoch", "err", err)
+			r.lease.Discard(b.K)
+			r.captured = false
+			r.fallback(ReasonDeviceError, map[string]any{"stage": "train", "error": err.Error()})
+			r.sum.EagerSteps++
+			return r.step.Train(r.compute, in)
+		}
+		r.sum.GraphReplays++
+		return r.timer.end(r.compute, i)
+	case c.EnableGraphs && r.captureFailures > 0:
+		r.fallback(ReasonCaptureFailed, nil)
+	}
+	r.sum.EagerSteps++
+	return r.step.Train(r.compute, in)
+}
+
+// maybeCapture captures the training and evaluation steps once warm-up is
+// over, and again at an epoch start after a failure.
+func (r *run) maybeCapture(done int) error {
+	c := &r.cfg
+	if !c.EnableGraphs || r.captured || done < c.WarmupBatches || r.captureFailures >= maxCaptureFailures {
+		return nil
+	}
+	if r.captureFailures > 0 && (r.cfg.Optimizer.TotalSteps == 0 || done%r.trainSrc.steps != 0) {
+		return nil
+	}
+	// Warm-up work must be complete before capture: everything the step
+	// touches exists and has run once.
+	if err := r.compute.Synchronize(); err != nil {
+		return err
+	}
+	var results []graphs.CaptureResult
+	prefetchWasOn := r.train.PrefetchToDevice() || r.eval.PrefetchToDevice()
+	r.train.DisablePrefetch(prefetchReason)
+	r.eval.DisablePrefetch(prefetchReason)
+	if prefetchWasOn {
+		r.sum.PrefetchDisabled = true
+		r.obs.PrefetchToDeviceDisabled(true)
+		r.obs.Event(Event{Time: time.Now(), Kind: EventPrefetchOff, Fields: map[string]any{"reason": prefetchReason}})
+	}
+	err := r.guard.Capture(func() error {
+		for k := range r.train.Buffers() {
+			tin, ein := r.layout.Views(r.train.Input(k)), r.layout.Views(r.eval.Input(k))
+			for _, g := range []struct {
+				slot int
+				fn   graphs.StepFunc
+			}{
+				{k, func(s device.Stream) error { return r.step.Train(s, tin) }},
+				{evalSlot + k, func(s device.Stream) error { return r.step.Eval(s, ein) }},
+			} {
+				slot := g.slot
+				res, err := r.lease.Capture(r.compute, slot, g.fn)
+				if err != nil {
+					return fmt.Errorf("slot %d: %w", slot, err)
+				}
+				results = append(results, res)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		r.captureFailures++
+		r.log.Error("graph capture failed; steps run eagerly until the next attempt", "err", err, "failures", r.captureFailures)
+		r.fallback(ReasonCaptureFailed, map[string]any{"stage": "capture", "error": err.Error()})
+		r.obs.GraphEnabled(false)
+		return nil
+	}
+	r.captured = true
+	r.sum.GraphEnabled = true
+	for _, res := range results {
+		r.sum.Captures++
+		r.sum.CaptureSeconds += res.Seconds
+		if res.Pooled {
+			r.sum.CapturePooled++
+			r.obs.ExecUpdated()
+		} else {
+			r.sum.CaptureColdSeconds += res.Seconds
+		}
+		r.obs.Captured(res.Seconds, res.Pooled)
+		r.obs.Event(Event{Time: time.Now(), Kind: EventCapture, Fields: map[string]any{
+			"seconds": res.Seconds, "pooled": res.Pooled, "nodes": res.Nodes}})
+	}
+	r.obs.GraphEnabled(true)
+	r.obs.PoolReserved(r.pool.Stats().ReservedBytes)
+	r.log.Info("captured training and evaluation graphs", "graphs", len(results),
+		"seconds", r.sum.CaptureSeconds, "pooled", r.sum.CapturePooled)
+	return nil
+}
