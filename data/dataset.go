@@ -114,3 +114,15 @@ func meanStd(xs []float32) (mean, std float64) {
 	}
 	return mean, std
 }
+
+// Split returns the first n examples and the rest as two datasets sharing
+// d's memory, for carving a test set out of one synthetic draw.
+func (d *Dataset) Split(n int) (head, tail *Dataset, err error) {
+	if n <= 0 || n >= d.Len() {
+		return nil, nil, fmt.Errorf("%w: split at %d needs 0 < n < %d", ErrInvalid, n, d.Len())
+	}
+	f := d.Features
+	head = &Dataset{Name: d.Name, Features: f, Classes: d.Classes, X: d.X[:n*f:n*f], Y: d.Y[:n:n]}
+	tail = &Dataset{Name: d.Name, Features: f, Classes: d.Classes, X: d.X[n*f:], Y: d.Y[n:]}
+	return head, tail, nil
+}

@@ -1,0 +1,292 @@
+package staging_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/staging"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func open(t *testing.T, cfg cpu.Config) *cpu.Device {
+	t.Helper()
+	d, err := cpu.Open(cfg)
+	must(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// constSource fills batch seq with the value seq+1 everywhere, so a batch
+// read half-way through its copy shows two different values.
+type constSource struct {
+	n     int
+	fills atomic.Int64
+	delay time.Duration
+}
+
+func (c *constSource) Fill(seq int, dst []float32) (staging.Meta, error) {
+	if seq >= c.n {
+		return staging.Meta{}, io.EOF
+	}
+	if c.delay > 0 {
+		time.Sleep(c.delay)
+	}
+	for i := range dst {
+		dst[i] = float32(seq + 1)
+	}
+	c.fills.Add(1)
+	return staging.Meta{Valid: 1}, nil
+}
+
+const batchLen = 64
+
+// consume runs the compute side of the protocol for every batch: wait for
+// the copy, run step on the input buffer, record step-done, release.
+func consume(t *testing.T, ctx context.Context, st *staging.Stager, compute device.Stream, step func(k int) error) int {
+	t.Helper()
+	n := 0
+	for {
+		b, err := st.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return n
+		}
+		must(t, err)
+		must(t, compute.Wait(b.CopyDone))
+		must(t, step(b.K))
+		must(t, compute.Record(st.StepDone(b.K)))
+		st.Release(b)
+		n++
+	}
+}
+
+// TestReplayNeverReadsAHalfCopiedBatch slows every copy down half-way and
+// accumulates each input buffer into a sum through replayed graphs: any
+// step that ran before its copy finished leaves the two halves unequal.
+func TestReplayNeverReadsAHalfCopiedBatch(t *testing.T) {
+	d := open(t, cpu.Config{SlowCopy: 2 * time.Millisecond})
+	compute, err := d.NewStream()
+	must(t, err)
+	defer compute.Destroy()
+	const batches = 40
+	src := &constSource{n: batches}
+	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 4, Buffers: 2, Loaders: 2}, src)
+	must(t, err)
+	sum, err := d.Alloc(batchLen)
+	must(t, err)
+	must(t, d.Upload(sum, make([]float32, batchLen)))
+
+	pool := graphs.NewPool()
+	defer pool.Close()
+	lease, err := pool.Acquire(d, "sum", []int{1})
+	must(t, err)
+	defer lease.Release()
+	must(t, st.GuardCapture("test", func() error {
+		for k := range st.Buffers() {
+			in := st.Input(k)
+			if _, err := lease.Capture(compute, k, func(s device.Stream) error { return s.Axpy(1, in, sum) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	st.Start(context.Background())
+	n := consume(t, context.Background(), st, compute, func(k int) error { return lease.Replay(compute, k) })
+	must(t, compute.Synchronize())
+	must(t, st.Stop())
+	if n != batches {
+		t.Fatalf("consumed %d batches, want %d", n, batches)
+	}
+	got := make([]float32, batchLen)
+	must(t, d.Download(got, sum))
+	want := float32(batches * (batches + 1) / 2)
+	for i, v := range got {
+		if v != want {
+			t.Fatalf("sum[%d] = %v, want %v: a step read a half-copied or stale batch", i, v, want)
+		}
+	}
+}
+
+// pinningLoader behaves like the predecessor's pin-memory thread: it pins
+// a fresh host buffer for every batch, and synchronises the device.
+func pinningLoader(d device.Device, batches int, errs chan<- error) {
+	for range batches {
+		h, err := d.AllocHost(batchLen)
+		if err != nil {
+			errs <- err
+			return
+		}
+		_ = d.FreeHost(h)
+	}
+	errs <- nil
+}
+
+// TestSeedFailureReproduced is the failure that started tolaria: a loader
+// that pins memory while a global-mode capture is in progress invalidates
+// the capture with "operation not permitted when stream is capturing".
+func TestSeedFailureReproduced(t *testing.T) {
+	for _, name := range []string{"pin memory", "synchronize"} {
+		t.Run(name, func(t *testing.T) {
+			d := open(t, cpu.Config{})
+			compute, err := d.NewStream()
+			must(t, err)
+			defer compute.Destroy()
+			x, err := d.Alloc(8)
+			must(t, err)
+			must(t, compute.BeginCapture(device.CaptureGlobal))
+			must(t, compute.Fill(x, 1))
+			errs := make(chan error, 1)
+			if name == "pin memory" {
+				go pinningLoader(d, 3, errs)
+			} else {
+				go func() { errs <- d.Synchronize() }()
+			}
+			loaderErr := <-errs
+			if !errors.Is(loaderErr, device.ErrCaptureViolation) {
+				t.Fatalf("loader during capture: %v, want ErrCaptureViolation", loaderErr)
+			}
+			_, err = compute.EndCapture()
+			if !errors.Is(err, device.ErrCaptureInvalidated) {
+				t.Fatalf("EndCapture: %v, want ErrCaptureInvalidated", err)
+			}
+		})
+	}
+}
+
+// TestPrefetchToDeviceBreaksUnguardedCapture shows why prefetch to device
+// must be off around capture: a stager that ignores the guard recycles
+// slots (an event synchronisation) in the middle of the capture.
+func TestPrefetchToDeviceBreaksUnguardedCapture(t *testing.T) {
+	d := open(t, cpu.Config{})
+	compute, err := d.NewStream()
+	must(t, err)
+	defer compute.Destroy()
+	src := &constSource{n: 1000}
+	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 3, Buffers: 2, Loaders: 1, PrefetchToDevice: true}, src)
+	must(t, err)
+	x, err := d.Alloc(8)
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	must(t, compute.BeginCapture(device.CaptureGlobal))
+	must(t, compute.Fill(x, 1))
+	st.Start(ctx)
+	// Consume without the device (the compute stream is capturing): only
+	// release tokens, so the stager keeps copying and recycling.
+	var stagerErr error
+	for stagerErr == nil {
+		b, err := st.Next(ctx)
+		if err != nil {
+			stagerErr = err
+			break
+		}
+		st.Release(b)
+	}
+	_, endErr := compute.EndCapture()
+	cancel()
+	st.Stop()
+	if !errors.Is(stagerErr, device.ErrCaptureViolation) {
+		t.Fatalf("unguarded stager during capture: %v, want ErrCaptureViolation", stagerErr)
+	}
+	if !errors.Is(endErr, device.ErrCaptureInvalidated) {
+		t.Fatalf("EndCapture: %v, want ErrCaptureInvalidated", endErr)
+	}
+}
+
+// TestGuardedStagingKeepsCaptureValid: tolaria's loaders and stager keep
+// running during the capture, the loaders keep filling host slots, the
+// stager issues no device call until the capture ends, and the capture
+// succeeds.
+func TestGuardedStagingKeepsCaptureValid(t *testing.T) {
+	d := open(t, cpu.Config{})
+	compute, err := d.NewStream()
+	must(t, err)
+	defer compute.Destroy()
+	src := &constSource{n: 200, delay: 100 * time.Microsecond}
+	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 6, Buffers: 2, Loaders: 2, PrefetchToDevice: true}, src)
+	must(t, err)
+	st.Start(context.Background())
+	sum, err := d.Alloc(batchLen)
+	must(t, err)
+	must(t, d.Upload(sum, make([]float32, batchLen)))
+
+	var copiesDuring, fillsDuring int64
+	// Consume a few batches eagerly so the pipeline is in full flow.
+	ctx := context.Background()
+	for range 5 {
+		b, err := st.Next(ctx)
+		must(t, err)
+		must(t, compute.Wait(b.CopyDone))
+		must(t, compute.Axpy(1, st.Input(b.K), sum))
+		must(t, compute.Record(st.StepDone(b.K)))
+		st.Release(b)
+	}
+	var g device.Graph
+	err = st.GuardCapture("test capture", func() error {
+		copies0, fills0 := st.Copies(), src.fills.Load()
+		if err := compute.BeginCapture(device.CaptureGlobal); err != nil {
+			return err
+		}
+		if err := compute.Axpy(1, st.Input(0), sum); err != nil {
+			return err
+		}
+		// Hold the capture open until the loaders have filled more slots.
+		deadline := time.Now().Add(5 * time.Second)
+		for src.fills.Load() < fills0+2 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		var err error
+		g, err = compute.EndCapture()
+		copiesDuring, fillsDuring = int64(st.Copies()-copies0), src.fills.Load()-fills0
+		return err
+	})
+	if err != nil {
+		t.Fatalf("capture with tolaria's staging running: %v", err)
+	}
+	if st.PrefetchToDevice() {
+		t.Fatal("prefetch to device still on after a guarded capture")
+	}
+	if fillsDuring < 2 {
+		t.Fatalf("loaders filled %d slots during the capture, want them to keep running", fillsDuring)
+	}
+	if copiesDuring != 0 {
+		t.Fatalf("stager issued %d copies during the capture", copiesDuring)
+	}
+	must(t, g.Destroy())
+	// Staging carries on after the capture.
+	n := consume(t, ctx, st, compute, func(k int) error { return compute.Axpy(1, st.Input(k), sum) })
+	if n+5 != 200 {
+		t.Fatalf("consumed %d batches after the capture, want %d", n, 195)
+	}
+	must(t, compute.Synchronize())
+	must(t, st.Stop())
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []staging.Config{
+		{BatchLen: 0, Slots: 2, Buffers: 2, Loaders: 1},
+		{BatchLen: 4, Slots: 1, Buffers: 2, Loaders: 1},
+		{BatchLen: 4, Slots: 2, Buffers: 0, Loaders: 1},
+		{BatchLen: 4, Slots: 2, Buffers: 2, Loaders: 0},
+		{BatchLen: 4, Slots: 2, Buffers: 2, Loaders: 1, StartSeq: -1},
+	} {
+		if c.Validate() == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+}

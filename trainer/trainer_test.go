@@ -1,0 +1,150 @@
+package trainer_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/nn"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func openCPU(t *testing.T) device.Device {
+	t.Helper()
+	d, err := cpu.Open(cpu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// synthetic draws one set and splits it, so train and test share classes.
+func synthetic(t *testing.T, train, test int) (*data.Dataset, *data.Dataset) {
+	t.Helper()
+	ds, err := data.Synthetic(data.SyntheticConfig{N: train + test, Features: 16, Classes: 4, Seed: 1, Noise: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, err := ds.Split(train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// smallConfig is a run that takes well under a second.
+func smallConfig(t *testing.T) trainer.Config {
+	t.Helper()
+	cfg := trainer.Config{
+		Spec:      nn.Spec{Inputs: 16, Hidden: []int{32, 16}, Outputs: 4, Act: device.ActGELU, Loss: nn.LossCrossEntropy},
+		Optimizer: nn.DefaultOptimizer(),
+		Epochs:    3, BatchSize: 16, Seed: 7, Ragged: data.RaggedPad,
+		EnableGraphs: true, WarmupBatches: 2, Slots: 4, Loaders: 2, LogEvery: 5, World: 1,
+	}
+	cfg.Train, cfg.Test = synthetic(t, 250, 70)
+	steps, err := trainer.StepsPerEpoch(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Optimizer.TotalSteps = cfg.Epochs * steps
+	cfg.Optimizer.WarmupSteps = steps / 2
+	return cfg
+}
+
+func run(t *testing.T, cfg trainer.Config) trainer.Summary {
+	t.Helper()
+	sum, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+func TestGraphsMatchEager(t *testing.T) {
+	cfg := smallConfig(t)
+	g := run(t, cfg)
+	cfg.EnableGraphs = false
+	e := run(t, cfg)
+	if !g.GraphEnabled || g.GraphReplays == 0 {
+		t.Fatalf("graphs run did not replay: %+v", g)
+	}
+	if e.GraphEnabled || e.GraphReplays != 0 {
+		t.Fatalf("eager run replayed: %+v", e)
+	}
+	if g.ParamsSHA256 != e.ParamsSHA256 {
+		t.Fatalf("params differ: graphs %s eager %s", g.ParamsSHA256, e.ParamsSHA256)
+	}
+	if g.Steps != e.Steps || g.Steps != 3*16 {
+		t.Fatalf("steps: graphs %d eager %d, want %d", g.Steps, e.Steps, 3*16)
+	}
+	if g.GraphReplays+g.EagerSteps != g.Steps || g.EagerSteps != cfg.WarmupBatches {
+		t.Fatalf("replays %d + eager %d != steps %d (warm-up %d)", g.GraphReplays, g.EagerSteps, g.Steps, cfg.WarmupBatches)
+	}
+	if g.TestAccuracy < 0.5 {
+		t.Fatalf("test accuracy %.3f on an easy synthetic set", g.TestAccuracy)
+	}
+}
+
+func TestResumeMatchesUninterrupted(t *testing.T) {
+	cfg := smallConfig(t)
+	whole := run(t, cfg)
+
+	cfg.RunDir = t.TempDir()
+	cfg.MaxSteps = 21 // mid-epoch 2
+	part := run(t, cfg)
+	if !part.Interrupted || part.Steps != 21 {
+		t.Fatalf("first part: interrupted=%v steps=%d", part.Interrupted, part.Steps)
+	}
+	cfg.MaxSteps = 0
+	cfg.Resume = true
+	rest := run(t, cfg)
+	if rest.ResumedFromStep != 21 || rest.Steps != 48-21 {
+		t.Fatalf("resumed from %d ran %d steps", rest.ResumedFromStep, rest.Steps)
+	}
+	if rest.ParamsSHA256 != whole.ParamsSHA256 {
+		t.Fatalf("resumed params %s != uninterrupted %s", rest.ParamsSHA256, whole.ParamsSHA256)
+	}
+}
+
+func TestCheckpointRefusals(t *testing.T) {
+	cfg := smallConfig(t)
+	cfg.RunDir = t.TempDir()
+	cfg.MaxSteps = 5
+	run(t, cfg)
+	path := filepath.Join(cfg.RunDir, trainer.CheckpointFile)
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxSteps, cfg.Resume = 0, true
+	other := cfg
+	other.Spec.Hidden = []int{8}
+	_, err = trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), other)
+	if !errors.Is(err, trainer.ErrCheckpoint) {
+		t.Fatalf("resume with another model: %v", err)
+	}
+	damaged := append([]byte(nil), orig...)
+	damaged[len(damaged)-3] ^= 0xff
+	if err := os.WriteFile(path, damaged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	if !errors.Is(err, trainer.ErrCheckpoint) {
+		t.Fatalf("resume from a damaged checkpoint: %v", err)
+	}
+	after, _ := os.ReadFile(path)
+	if string(after) != string(damaged) {
+		t.Fatal("a refused checkpoint was modified")
+	}
+}
