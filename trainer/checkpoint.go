@@ -190,3 +190,18 @@ func LoadCheckpoint(path string) (Checkpoint, error) {
 	}
 	return ck, nil
 }
+
+// CheckResume verifies, without changing anything, that cfg can resume
+// from the checkpoint in cfg.RunDir, so a command can refuse a bad
+// checkpoint before it writes anything to the run directory.
+func CheckResume(cfg Config) error {
+	path := filepath.Join(cfg.RunDir, CheckpointFile)
+	ck, err := LoadCheckpoint(path)
+	if err != nil {
+		return err
+	}
+	if err := ck.matches(cfg.checkpointHeader()); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCheckpoint, path, err)
+	}
+	return nil
+}

@@ -97,7 +97,7 @@ func (r *run) endEpoch(seq int, epochStart time.Time) error {
 	r.reportMemory()
 	r.obs.Event(Event{Time: time.Now(), Kind: EventEpoch, Fields: map[string]any{
 		"epoch": epoch, "train_loss": r.sum.TrainLoss, "test_accuracy": r.sum.TestAccuracy, "seconds": secs}})
-	r.log.Info("epoch done", "epoch", epoch, "train_loss", r.sum.TrainLoss, "test_accuracy", r.sum.TestAccuracy, "seconds", secs)
+	r.log.Debug("epoch done", "epoch", epoch, "train_loss", r.sum.TrainLoss, "test_accuracy", r.sum.TestAccuracy, "seconds", secs)
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(Progress{Epoch: epoch, Epochs: r.cfg.Epochs, Step: r.trainSrc.steps, StepsPerEpoch: r.trainSrc.steps,
 			Loss: r.sum.TrainLoss, Accuracy: r.sum.TrainAccuracy, EpochDone: true, TestAccuracy: r.sum.TestAccuracy,

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cast"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"gopkg.in/yaml.v3"
+
+	"github.com/tolaria-ml/tolaria/job"
+)
+
+// errUsage marks errors in the user's configuration; they exit with 2.
+var errUsage = errors.New("invalid configuration")
+
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+// option is one configuration key: its flag, its default and how to read
+// it into the job specification. Keys with a dot nest in YAML files
+// (model.hidden) and use an underscore in TOLARIA_* variables.
+type option struct {
+	key, flag, usage string
+	def              any
+	set              func(s *job.Spec, v any) error
+}
+
+func intOpt(p func(*job.Spec) *int) func(*job.Spec, any) error {
+	return func(s *job.Spec, v any) (err error) { *p(s), err = cast.ToIntE(v); return }
+}
+func floatOpt(p func(*job.Spec) *float64) func(*job.Spec, any) error {
+	return func(s *job.Spec, v any) (err error) { *p(s), err = cast.ToFloat64E(v); return }
+}
+func boolOpt(p func(*job.Spec) *bool) func(*job.Spec, any) error {
+	return func(s *job.Spec, v any) (err error) { *p(s), err = cast.ToBoolE(v); return }
+}
+func strOpt(p func(*job.Spec) *string) func(*job.Spec, any) error {
+	return func(s *job.Spec, v any) (err error) { *p(s), err = cast.ToStringE(v); return }
+}
+
+func options() []option {
+	d := job.Default()
+	return []option{
+		{"device", "device", "device to train on: auto, cpu or cuda", d.Device, strOpt(func(s *job.Spec) *string { return &s.Device })},
+		{"enable_graphs", "enable-graphs", "capture the training step into a graph and replay it", d.EnableGraphs, boolOpt(func(s *job.Spec) *bool { return &s.EnableGraphs })},
+		{"epochs", "epochs", "number of epochs", d.Epochs, intOpt(func(s *job.Spec) *int { return &s.Epochs })},
+		{"batch_size", "batch-size", "examples per step", d.BatchSize, intOpt(func(s *job.Spec) *int { return &s.BatchSize })},
+		{"lr", "lr", "peak learning rate", d.LR, floatOpt(func(s *job.Spec) *float64 { return &s.LR })},
+		{"optimizer", "optimizer", "sgd or adamw", d.Optimizer, strOpt(func(s *job.Spec) *string { return &s.Optimizer })},
+		{"momentum", "momentum", "SGD momentum", d.Momentum, floatOpt(func(s *job.Spec) *float64 { return &s.Momentum })},
+		{"weight_decay", "weight-decay", "decoupled weight decay", d.WeightDecay, floatOpt(func(s *job.Spec) *float64 { return &s.WeightDecay })},
+		{"clip_norm", "clip-norm", "clip gradients to this global norm (0: off)", d.ClipNorm, floatOpt(func(s *job.Spec) *float64 { return &s.ClipNorm })},
+		{"lr_warmup_steps", "lr-warmup-steps", "linear learning-rate warm-up steps before cosine decay", d.WarmupSteps, intOpt(func(s *job.Spec) *int { return &s.WarmupSteps })},
+		{"seed", "seed", "random seed (initialisation and data order)", int(d.Seed), func(s *job.Spec, v any) (err error) { s.Seed, err = cast.ToUint64E(v); return }},
+		{"dataset", "dataset", "fashion-mnist or synthetic", d.Dataset, strOpt(func(s *job.Spec) *string { return &s.Dataset })},
+		{"data_dir", "data-dir", "directory of the Fashion-MNIST .gz files", d.DataDir, strOpt(func(s *job.Spec) *string { return &s.DataDir })},
+		{"synthetic_size", "synthetic-size", "training examples of the synthetic dataset", d.SyntheticSize, intOpt(func(s *job.Spec) *int { return &s.SyntheticSize })},
+		{"model.hidden", "hidden", "hidden layer sizes, e.g. 256,128", d.Hidden, func(s *job.Spec, v any) error { return setHidden(s, v) }},
+		{"model.activation", "activation", "hidden activation: relu or gelu", d.Activation, strOpt(func(s *job.Spec) *string { return &s.Activation })},
+		{"model.loss", "loss", "cross_entropy or mse", d.Loss, strOpt(func(s *job.Spec) *string { return &s.Loss })},
+		{"warmup_batches", "warmup-batches", "eager steps before capture", d.WarmupBatches, intOpt(func(s *job.Spec) *int { return &s.WarmupBatches })},
+		{"graph_pool_reuse", "graph-pool-reuse", "share the process-wide graph pool", d.GraphPoolReuse, boolOpt(func(s *job.Spec) *bool { return &s.GraphPoolReuse })},
+		{"prefetch_to_device", "prefetch-to-device", "let staging copy ahead without the capture guard (switched off around capture)", d.PrefetchToDevice, boolOpt(func(s *job.Spec) *bool { return &s.PrefetchToDevice })},
+		{"ragged", "ragged", "short last batch: pad, drop or eager", d.Ragged, strOpt(func(s *job.Spec) *string { return &s.Ragged })},
+		{"staging_slots", "staging-slots", "pinned host slots in the staging ring", d.Slots, intOpt(func(s *job.Spec) *int { return &s.Slots })},
+		{"loaders", "loaders", "loader goroutines", d.Loaders, intOpt(func(s *job.Spec) *int { return &s.Loaders })},
+		{"log_every", "log-every", "steps between metric reads and progress lines", d.LogEvery, intOpt(func(s *job.Spec) *int { return &s.LogEvery })},
+		{"run_dir", "run-dir", "run directory (default runs/<time>)", "", strOpt(func(s *job.Spec) *string { return &s.RunDir })},
+		{"resume", "resume", "continue the run in --run-dir from its checkpoint", false, boolOpt(func(s *job.Spec) *bool { return &s.Resume })},
+		{"max_steps", "max-steps", "stop (with a checkpoint) after this many steps in this invocation (0: no limit)", 0, intOpt(func(s *job.Spec) *int { return &s.MaxSteps })},
+		{"slow_stage_copy_ms", "slow-stage-copy-ms", "test only: slow every CPU-device staging copy by this many ms", 0.0, floatOpt(func(s *job.Spec) *float64 { return &s.SlowStageCopyMS })},
+	}
+}
+
+func setHidden(s *job.Spec, v any) error {
+	if str, ok := v.(string); ok {
+		str = strings.Trim(strings.TrimSpace(str), "[]")
+		if str == "" {
+			s.Hidden = nil
+			return nil
+		}
+		v = strings.Split(str, ",")
+	}
+	items, err := cast.ToSliceE(v)
+	if err != nil {
+		if ints, ok := v.([]int); ok {
+			s.Hidden = append([]int(nil), ints...)
+			return nil
+		}
+		return err
+	}
+	s.Hidden = s.Hidden[:0:0]
+	for _, it := range items {
+		n, err := cast.ToIntE(strings.TrimSpace(fmt.Sprint(it)))
+		if err != nil {
+			return fmt.Errorf("%v is not a layer size", it)
+		}
+		s.Hidden = append(s.Hidden, n)
+	}
+	return nil
+}
+
+// settings are the non-job keys of train.
+type settings struct {
+	config, summaryJSON, metricsAddr, worker string
+}
+
+func addFlags(fs *pflag.FlagSet) {
+	for _, o := range options() {
+		switch d := o.def.(type) {
+		case bool:
+			fs.Bool(o.flag, d, o.usage)
+		case int:
+			fs.Int(o.flag, d, o.usage)
+		case float64:
+			fs.Float64(o.flag, d, o.usage)
+		case []int:
+			fs.IntSlice(o.flag, d, o.usage)
+		default:
+			fs.String(o.flag, fmt.Sprint(d), o.usage)
+		}
+	}
+	fs.String("config", "", "YAML configuration file (flags > TOLARIA_* environment > file > defaults)")
+	fs.String("summary-json", "", "also write summary.json to this path")
+	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given)")
+	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
+}
+
+var extraKeys = map[string]string{"summary_json": "summary-json", "metrics_addr": "metrics-addr", "worker": "worker"}
+
+// resolve reads flags, TOLARIA_* variables and the YAML file into a spec,
+// with precedence flag > environment > file > default.
+func resolve(fs *pflag.FlagSet) (job.Spec, settings, error) {
+	v := viper.New()
+	v.SetEnvPrefix("TOLARIA")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.AutomaticEnv()
+	opts := options()
+	known := map[string]bool{}
+	for _, o := range opts {
+		known[o.key] = true
+		v.SetDefault(o.key, o.def)
+		if err := v.BindPFlag(o.key, fs.Lookup(o.flag)); err != nil {
+			return job.Spec{}, settings{}, err
+		}
+	}
+	for key, flag := range extraKeys {
+		known[key] = true
+		if err := v.BindPFlag(key, fs.Lookup(flag)); err != nil {
+			return job.Spec{}, settings{}, err
+		}
+	}
+	var set settings
+	set.config, _ = fs.GetString("config")
+	if set.config == "" {
+		set.config = os.Getenv("TOLARIA_CONFIG")
+	}
+	if set.config != "" {
+		if err := readConfigFile(v, set.config, known); err != nil {
+			return job.Spec{}, settings{}, err
+		}
+	}
+	spec := job.Default()
+	for _, o := range opts {
+		if err := o.set(&spec, v.Get(o.key)); err != nil {
+			return job.Spec{}, settings{}, usagef("%s: cannot use %q: %v (set by %s)", o.flag, fmt.Sprint(v.Get(o.key)), err, source(fs, o))
+		}
+	}
+	set.summaryJSON, set.metricsAddr, set.worker = v.GetString("summary_json"), v.GetString("metrics_addr"), v.GetString("worker")
+	if err := spec.Validate(); err != nil {
+		return job.Spec{}, settings{}, usagef("%v", err)
+	}
+	return spec, set, nil
+}
+
+func source(fs *pflag.FlagSet, o option) string {
+	if f := fs.Lookup(o.flag); f != nil && f.Changed {
+		return "flag --" + o.flag
+	}
+	env := "TOLARIA_" + strings.ToUpper(strings.NewReplacer(".", "_").Replace(o.key))
+	if _, ok := os.LookupEnv(env); ok {
+		return "environment variable " + env
+	}
+	return "the config file"
+}
+
+// readConfigFile loads a YAML file into v, refusing unknown keys so that
+// a typo is an error rather than a silently ignored setting.
+func readConfigFile(v *viper.Viper, path string, known map[string]bool) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return usagef("config file %s: %v", path, err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(raw, &m); err != nil {
+		return usagef("config file %s is not valid YAML: %v", path, err)
+	}
+	var unknown []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, val := range m {
+			key := strings.ReplaceAll(prefix+k, "-", "_")
+			if sub, ok := val.(map[string]any); ok && !known[key] {
+				walk(key+".", sub)
+				continue
+			}
+			if !known[key] {
+				unknown = append(unknown, prefix+k)
+			}
+		}
+	}
+	walk("", m)
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return usagef("config file %s: unknown keys %s; see `tolaria train --help` for the keys", path, strings.Join(unknown, ", "))
+	}
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(strings.NewReader(string(raw))); err != nil {
+		return usagef("config file %s: %v", path, err)
+	}
+	return nil
+}

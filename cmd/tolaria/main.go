@@ -1,0 +1,56 @@
+// Command tolaria is the coordinator: it resolves configuration, owns the
+// run directory, serves metrics and runs training jobs, on the CPU device
+// in process or on a GPU through a tolaria-worker process. It never
+// initialises CUDA itself.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes the command line and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(ctx, stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	var ex exitError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ex):
+		return ex.code
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, "tolaria:", err)
+		return exitUsage
+	default:
+		// Cobra's own flag errors (unknown flag, bad integer) land here.
+		fmt.Fprintln(stderr, "tolaria:", err)
+		return exitUsage
+	}
+}
+
+// exitError carries an exit code for an error already reported.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/term"
+
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// progress renders training progress: a bar redrawn in place on a
+// terminal, plain lines otherwise (logs, CI, pipes).
+type progress struct {
+	mu  sync.Mutex
+	w   io.Writer
+	tty bool
+}
+
+func newProgress(w io.Writer) *progress {
+	f, ok := w.(*os.File)
+	return &progress{w: w, tty: ok && term.IsTerminal(int(f.Fd()))}
+}
+
+func (p *progress) report(pr trainer.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pr.EpochDone {
+		if p.tty {
+			fmt.Fprint(p.w, "\r\033[K")
+		}
+		fmt.Fprintf(p.w, "epoch %d/%d done in %.1fs: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.0f samples/s\n",
+			pr.Epoch, pr.Epochs, pr.EpochSeconds, pr.Loss, pr.Accuracy, pr.TestAccuracy, pr.SamplesPerSecond)
+		return
+	}
+	if !p.tty {
+		fmt.Fprintf(p.w, "epoch %d/%d step %d/%d: loss %.4f accuracy %.4f %.0f samples/s\n",
+			pr.Epoch, pr.Epochs, pr.Step, pr.StepsPerEpoch, pr.Loss, pr.Accuracy, pr.SamplesPerSecond)
+		return
+	}
+	const width = 30
+	filled := width * pr.Step / max(pr.StepsPerEpoch, 1)
+	bar := strings.Repeat("=", filled) + strings.Repeat(" ", width-filled)
+	fmt.Fprintf(p.w, "\r\033[Kepoch %d/%d [%s] %d/%d loss %.4f acc %.4f %.0f samples/s",
+		pr.Epoch, pr.Epochs, bar, pr.Step, pr.StepsPerEpoch, pr.Loss, pr.Accuracy, pr.SamplesPerSecond)
+}
