@@ -122,7 +122,7 @@ func (d *Dataset) Split(n int) (head, tail *Dataset, err error) {
 		return nil, nil, fmt.Errorf("%w: split at %d needs 0 < n < %d", ErrInvalid, n, d.Len())
 	}
 	f := d.Features
-	head = &Dataset{Name: d.Name, Features: f, Classes: d.Classes, X: d.X[:n*f:n*f], Y: d.Y[:n:n]}
+	head = &Dataset{Name: d.Name, Features: f, Classes: d.Classes, X: d.X[: n*f : n*f], Y: d.Y[:n:n]}
 	tail = &Dataset{Name: d.Name, Features: f, Classes: d.Classes, X: d.X[n*f:], Y: d.Y[n:]}
 	return head, tail, nil
 }

@@ -99,4 +99,3 @@ func newObserver(ctx context.Context, set settings, events io.Writer, spec job.S
 	}
 	return telemetry.Tee(evlog.Observer(), m.Observer(spec.Device, "0")), closeFn, nil
 }
-

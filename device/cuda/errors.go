@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -135,3 +136,16 @@ func graphUpdateResultName(r int) string {
 	}
 	return fmt.Sprintf("CUgraphExecUpdateResult(%d)", r)
 }
+
+// unusable wraps a driver failure that leaves the device unusable (the
+// kernels do not load): ErrNoDevice unless the code maps to a sentinel.
+func unusable(dev, op string, code int, detail string) *device.Error {
+	e := driverErr(dev, op, code)
+	if sentinelFor(code) == nil {
+		e.Err = fmt.Errorf("%w: %w", device.ErrNoDevice, DriverError{Code: code})
+	}
+	e.Detail = detail
+	return e
+}
+
+func isPoolLimit(err error) bool { return errors.Is(err, errPoolLimit) }
