@@ -109,6 +109,7 @@ func setHidden(s *job.Spec, v any) error {
 // settings are the non-job keys of train.
 type settings struct {
 	config, summaryJSON, metricsAddr, worker string
+	isolate                                  bool
 }
 
 func addFlags(fs *pflag.FlagSet) {
@@ -130,9 +131,10 @@ func addFlags(fs *pflag.FlagSet) {
 	fs.String("summary-json", "", "also write summary.json to this path")
 	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given)")
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
+	fs.Bool("isolate", false, "run a CPU job in a tolaria-worker process too (GPU jobs always are)")
 }
 
-var extraKeys = map[string]string{"summary_json": "summary-json", "metrics_addr": "metrics-addr", "worker": "worker"}
+var extraKeys = map[string]string{"summary_json": "summary-json", "metrics_addr": "metrics-addr", "worker": "worker", "isolate": "isolate"}
 
 // resolve reads flags, TOLARIA_* variables and the YAML file into a spec,
 // with precedence flag > environment > file > default.
@@ -173,6 +175,10 @@ func resolve(fs *pflag.FlagSet) (job.Spec, settings, error) {
 		}
 	}
 	set.summaryJSON, set.metricsAddr, set.worker = v.GetString("summary_json"), v.GetString("metrics_addr"), v.GetString("worker")
+	var err error
+	if set.isolate, err = cast.ToBoolE(v.Get("isolate")); err != nil {
+		return job.Spec{}, settings{}, usagef("isolate: %v", err)
+	}
 	if err := spec.Validate(); err != nil {
 		return job.Spec{}, settings{}, usagef("%v", err)
 	}

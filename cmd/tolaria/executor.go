@@ -3,57 +3,112 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/data"
-	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
 )
 
-// executor runs a job on one device.
-type executor interface {
-	// Device is the resolved device name ("cpu" or "cuda").
-	Device() string
-	// Check validates what can be validated before the run directory is
-	// written: data files, and the checkpoint when resuming.
-	Check(spec job.Spec) error
-	// Run trains.
-	Run(ctx context.Context, spec job.Spec, opts job.Options) (trainer.Summary, error)
+// executor runs a job on one device through the worker protocol: in
+// this process for the CPU device, or in a tolaria-worker process.
+type executor struct {
+	device  string          // "cpu" or "cuda"
+	process *worker.Process // nil: in process
+	log     *slog.Logger
 }
 
-// chooseExecutor resolves --device.
-func chooseExecutor(ctx context.Context, spec job.Spec, set settings, log *slog.Logger) (executor, error) {
-	switch spec.Device {
-	case "cpu":
-		return &cpuExecutor{}, nil
-	case "auto":
-		log.Info("device auto: using the CPU device (no CUDA worker was found)")
-		return &cpuExecutor{}, nil
+// processPool is the coordinator's shared graph pool (in-process runs).
+var processPool = graphs.NewPool()
+
+// errSetup marks an environment problem (missing worker, no GPU): exit 1
+// with one clear sentence.
+var errSetup = errors.New("setup")
+
+// findWorker locates tolaria-worker: --worker / TOLARIA_WORKER, else next
+// to this binary.
+func findWorker(explicit string) (string, error) {
+	if explicit != "" {
+		if _, err := os.Stat(explicit); err != nil {
+			return "", fmt.Errorf("%w: the worker %s given by --worker or TOLARIA_WORKER does not exist; build it with `make worker-cuda`", errSetup, explicit)
+		}
+		return explicit, nil
 	}
-	return nil, usagef("device: cuda needs the tolaria-worker binary built with -tags cuda; none is available in this build")
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(filepath.Dir(self), "tolaria-worker")
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%w: no tolaria-worker next to %s; build it with `make worker-cuda` (or pass --worker PATH), or use --device cpu", errSetup, self)
+	}
+	return path, nil
 }
 
-// cpuExecutor trains on the CPU reference device in this process.
-type cpuExecutor struct {
-	train, test *data.Dataset
+// chooseExecutor resolves --device. Only a worker process ever touches a GPU.
+func chooseExecutor(ctx context.Context, spec job.Spec, set settings, log *slog.Logger) (*executor, error) {
+	if spec.Device == "cpu" && !set.isolate {
+		return &executor{device: "cpu", log: log}, nil
+	}
+	path, err := findWorker(set.worker)
+	if err != nil {
+		if spec.Device == "auto" {
+			log.Info("device auto: using cpu", "reason", "no CUDA worker found")
+			return &executor{device: "cpu", log: log}, nil
+		}
+		return nil, err
+	}
+	proc := &worker.Process{Path: path, Stderr: os.Stderr, HelloTimeout: 60 * time.Second}
+	if spec.Device == "cpu" {
+		return &executor{device: "cpu", process: proc, log: log}, nil
+	}
+	probeCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	quiet := *proc
+	quiet.Stderr = nil
+	hello, err := quiet.Probe(probeCtx, "cuda")
+	if err != nil {
+		reason := cudaUnavailable(path, err)
+		if spec.Device == "auto" {
+			log.Info("device auto: using cpu", "reason", reason)
+			return &executor{device: "cpu", log: log}, nil
+		}
+		return nil, fmt.Errorf("%w: %s", errSetup, reason)
+	}
+	log.Info("device: using the CUDA worker", "worker", path, "gpu", hello.Device, "model", hello.Description, "pid", hello.PID)
+	return &executor{device: "cuda", process: proc, log: log}, nil
 }
 
-func (e *cpuExecutor) Device() string { return "cpu" }
+// cudaUnavailable says in one sentence why the worker has no GPU.
+func cudaUnavailable(path string, err error) string {
+	var we *worker.Error
+	switch {
+	case errors.As(err, &we):
+		return fmt.Sprintf("the worker %s cannot use a GPU: %s; use --device cpu", path, we.Message)
+	case errors.Is(err, worker.ErrWorkerExited):
+		return fmt.Sprintf("the CUDA worker exited at start-up, as it does when there is no NVIDIA GPU or driver (%v); use --device cpu, or run on a machine with a GPU", err)
+	}
+	return fmt.Sprintf("the worker %s could not be started: %v; use --device cpu", path, err)
+}
 
-func (e *cpuExecutor) Check(spec job.Spec) error {
-	var err error
-	if e.train, e.test, err = spec.LoadData(); err != nil {
+// Check validates data files, and the checkpoint when resuming, in the
+// coordinator (pure Go; no device) before the run directory is written.
+func (e *executor) Check(spec job.Spec) error {
+	train, test, err := spec.LoadData()
+	if err != nil {
 		return usagef("%v", err)
 	}
 	if !spec.Resume {
 		return nil
 	}
-	cfg, err := spec.Config(e.train, e.test, job.Options{})
+	cfg, err := spec.Config(train, test, job.Options{})
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -63,25 +118,20 @@ func (e *cpuExecutor) Check(spec job.Spec) error {
 	return nil
 }
 
-func (e *cpuExecutor) Run(ctx context.Context, spec job.Spec, opts job.Options) (trainer.Summary, error) {
-	dev, err := cpu.Open(cpu.Config{SlowCopy: time.Duration(spec.SlowStageCopyMS * float64(time.Millisecond))})
-	if err != nil {
-		return trainer.Summary{}, err
+// Run trains and returns the worker's summary.
+func (e *executor) Run(ctx context.Context, spec job.Spec, sink worker.Sink) (trainer.Summary, error) {
+	if e.process == nil {
+		cfg := worker.ServeConfig{Build: "cpu", Open: worker.OpenCPU, Pool: processPool, Logger: e.log}
+		_, sum, err := worker.RunInProcess(ctx, "cpu", spec, cfg, sink)
+		return sum, err
 	}
-	defer dev.Close()
-	cfg, err := spec.Config(e.train, e.test, opts)
-	if err != nil {
-		return trainer.Summary{}, err
-	}
-	return trainer.Run(ctx, dev, processPool, cfg)
+	_, sum, err := e.process.Run(ctx, e.device, spec, sink)
+	return sum, err
 }
-
-// processPool is the coordinator process's shared graph pool.
-var processPool = graphs.NewPool()
 
 // newObserver builds the run's observer: the events log, and the metrics
 // served at --metrics-addr when it is set.
-func newObserver(ctx context.Context, set settings, events io.Writer, spec job.Spec, log *slog.Logger) (trainer.Observer, func(), error) {
+func newObserver(ctx context.Context, set settings, events io.Writer, deviceName string, log *slog.Logger) (trainer.Observer, func(), error) {
 	evlog := telemetry.NewEventLog(events)
 	if set.metricsAddr == "" {
 		return evlog.Observer(), func() {}, nil
@@ -92,10 +142,5 @@ func newObserver(ctx context.Context, set settings, events io.Writer, spec job.S
 		return nil, nil, usagef("metrics-addr: %v", err)
 	}
 	log.Info("serving metrics", "url", srv.URL())
-	closeFn := func() {
-		if err := srv.Close(); err != nil && !errors.Is(err, context.Canceled) {
-			log.Warn("metrics server", "err", err)
-		}
-	}
-	return telemetry.Tee(evlog.Observer(), m.Observer(spec.Device, "0")), closeFn, nil
+	return telemetry.Tee(evlog.Observer(), m.Observer(deviceName, "0")), func() { _ = srv.Close() }, nil
 }

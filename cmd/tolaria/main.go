@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -43,6 +44,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		fmt.Fprintln(stderr, "tolaria:", err)
 		return exitUsage
+	case errors.Is(err, errSetup):
+		fmt.Fprintln(stderr, "tolaria:", strings.TrimPrefix(err.Error(), errSetup.Error()+": "))
+		return exitFailure
 	default:
 		// Cobra's own flag errors (unknown flag, bad integer) land here.
 		fmt.Fprintln(stderr, "tolaria:", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
 )
 
 func newTrainCmd() *cobra.Command {
@@ -56,7 +57,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	spec.Device = exec.Device()
+	spec.Device = exec.device
 
 	// Load and validate the data before the run directory is written to,
 	// so a bad data file leaves an existing run untouched.
@@ -72,7 +73,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 		return fmt.Errorf("run directory: %w", err)
 	}
 	defer events.Close()
-	obs, closeObs, err := newObserver(ctx, set, events, spec, log)
+	obs, closeObs, err := newObserver(ctx, set, events, spec.Device, log)
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 		"batch_size", spec.BatchSize, "dataset", spec.Dataset)
 
 	bar := newProgress(stderr)
-	sum, err := exec.Run(ctx, spec, job.Options{Logger: log, Observer: obs, Progress: bar.report})
+	sum, err := exec.Run(ctx, spec, worker.Sink{Observer: obs, Progress: bar.report})
 	if err != nil {
 		obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
 		return reportFailure(stderr, spec, err)
@@ -121,15 +122,15 @@ func start(ctx context.Context) time.Time {
 var processStart = time.Now()
 
 func reportFailure(w io.Writer, spec job.Spec, err error) error {
-	switch {
-	case errors.Is(err, trainer.ErrNonFinite):
-		fmt.Fprintf(w, "tolaria: %v\n", err)
-	case errors.Is(err, trainer.ErrCheckpoint):
-		fmt.Fprintf(w, "tolaria: %v\n", err)
-		return exitError{exitUsage}
-	default:
-		fmt.Fprintf(w, "tolaria: training failed: %v\n", err)
+	var we *worker.Error
+	if errors.As(err, &we) {
+		fmt.Fprintf(w, "tolaria: %s\n", we.Message)
+		if we.Kind == worker.KindUsage || we.Kind == worker.KindCheckpoint {
+			return exitError{exitUsage}
+		}
+		return exitError{exitFailure}
 	}
+	fmt.Fprintf(w, "tolaria: training failed: %v\n", err)
 	return exitError{exitFailure}
 }
 

@@ -1,0 +1,51 @@
+// Command tolaria-worker owns one device for the coordinator. Built with
+// -tags cuda it opens NVIDIA GPUs through device/cuda (and so initialises
+// CUDA at start, exiting when there is no GPU or driver); built without it
+// serves the CPU device only. It speaks the worker protocol on standard
+// input and output and logs to standard error.
+//
+//	tolaria-worker serve   answer one request (a probe or a job) on stdin/stdout
+//	tolaria-worker info    print how the worker was built
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+func main() {
+	if len(os.Args) != 2 || (os.Args[1] != "serve" && os.Args[1] != "info") {
+		fmt.Fprintln(os.Stderr, "usage: tolaria-worker serve|info (started by tolaria, which speaks to it on stdin/stdout)")
+		os.Exit(2)
+	}
+	if os.Args[1] == "info" {
+		fmt.Printf("tolaria-worker build=%s\n", build)
+		return
+	}
+	// The coordinator cancels through the protocol; a signal to the worker
+	// alone (its process group got SIGINT) is treated the same way.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("worker_pid", os.Getpid())
+	err := worker.Serve(ctx, os.Stdin, os.Stdout, worker.ServeConfig{Build: build, Open: open, Logger: log})
+	if err != nil {
+		log.Error("worker failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+// open opens the device a request names.
+func open(name string, spec job.Spec) (device.Device, error) {
+	if name == "cuda" {
+		return openCUDA(spec)
+	}
+	return worker.OpenCPU(name, spec)
+}

@@ -1,0 +1,228 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// Sink receives what a worker reports.
+type Sink struct {
+	Observer trainer.Observer
+	Progress func(trainer.Progress)
+	Hello    func(Hello)
+}
+
+// converse sends the request and reads the answer until a result, an
+// error or the end of the worker's output. Cancelling ctx sends cancel
+// once; the worker then checkpoints and answers with a result.
+func converse(ctx context.Context, w io.Writer, r io.Reader, req Message, sink Sink) (Hello, trainer.Summary, error) {
+	enc, dec := newEncoder(w), newDecoder(r)
+	if err := enc.send(req); err != nil {
+		return Hello{}, trainer.Summary{}, fmt.Errorf("worker: sending the request: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = enc.send(Message{Type: TypeCancel}) })
+	defer stop()
+	var hello Hello
+	for {
+		m, err := dec.next()
+		if err != nil {
+			return hello, trainer.Summary{}, fmt.Errorf("worker: %w", err)
+		}
+		switch m.Type {
+		case TypeHello:
+			if m.Hello != nil {
+				hello = *m.Hello
+				if sink.Hello != nil {
+					sink.Hello(hello)
+				}
+			}
+			if req.Type == TypeProbe {
+				return hello, trainer.Summary{}, nil
+			}
+		case TypeObserve:
+			if sink.Observer != nil {
+				if err := replay(sink.Observer, m); err != nil {
+					return hello, trainer.Summary{}, err
+				}
+			}
+		case TypeProgress:
+			if sink.Progress != nil && m.Progress != nil {
+				sink.Progress(*m.Progress)
+			}
+		case TypeResult:
+			if m.Summary == nil {
+				return hello, trainer.Summary{}, errors.New("worker: result without a summary")
+			}
+			return hello, *m.Summary, nil
+		case TypeError:
+			if m.Error == nil {
+				return hello, trainer.Summary{}, errors.New("worker: error without a description")
+			}
+			return hello, trainer.Summary{}, m.Error
+		default:
+			return hello, trainer.Summary{}, fmt.Errorf("worker protocol: unexpected message %q", m.Type)
+		}
+	}
+}
+
+// RunInProcess runs a job through the protocol against Serve in this
+// process: the CPU device's path, the same protocol as a subprocess.
+func RunInProcess(ctx context.Context, deviceName string, spec job.Spec, cfg ServeConfig, sink Sink) (Hello, trainer.Summary, error) {
+	toWorker, fromCoord := io.Pipe()
+	toCoord, fromWorker := io.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		err := Serve(context.WithoutCancel(ctx), toWorker, fromWorker, cfg)
+		fromWorker.CloseWithError(io.EOF)
+		toWorker.Close()
+		served <- err
+	}()
+	hello, sum, err := converse(ctx, fromCoord, toCoord, Message{Type: TypeStart, Device: deviceName, Job: &spec}, sink)
+	fromCoord.Close()
+	toCoord.Close()
+	if serr := <-served; err == nil && serr != nil {
+		err = serr
+	}
+	return hello, sum, err
+}
+
+// Process is a tolaria-worker binary.
+type Process struct {
+	Path   string
+	Logger *slog.Logger
+	// Stderr receives the worker's standard error (its logs) as well as the
+	// tail kept for error messages; nil discards it.
+	Stderr io.Writer
+	// HelloTimeout bounds the wait for the worker's hello (device start-up).
+	HelloTimeout time.Duration
+	// Grace is how long a cancelled worker may take to checkpoint and exit.
+	Grace time.Duration
+}
+
+// tail keeps the last bytes written, for error messages.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if n := len(t.buf); n > 4096 {
+		t.buf = t.buf[n-4096:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(bytes.ToValidUTF8(t.buf, nil)))
+}
+
+// Probe starts the worker, asks it to open deviceName and returns its hello.
+func (p *Process) Probe(ctx context.Context, deviceName string) (Hello, error) {
+	h, _, err := p.run(ctx, Message{Type: TypeProbe, Device: deviceName}, Sink{})
+	return h, err
+}
+
+// Run runs a job in the worker process.
+func (p *Process) Run(ctx context.Context, deviceName string, spec job.Spec, sink Sink) (Hello, trainer.Summary, error) {
+	return p.run(ctx, Message{Type: TypeStart, Device: deviceName, Job: &spec}, sink)
+}
+
+// ErrWorkerExited reports a worker that ended without an answer.
+var ErrWorkerExited = errors.New("worker exited without an answer")
+
+func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, trainer.Summary, error) {
+	helloTimeout, grace := p.HelloTimeout, p.Grace
+	if helloTimeout == 0 {
+		helloTimeout = 60 * time.Second
+	}
+	if grace == 0 {
+		grace = 30 * time.Second
+	}
+	cmd := exec.Command(p.Path, "serve")
+	var errTail tail
+	cmd.Stderr = &errTail
+	if p.Stderr != nil {
+		cmd.Stderr = io.MultiWriter(&errTail, p.Stderr)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return Hello{}, trainer.Summary{}, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return Hello{}, trainer.Summary{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return Hello{}, trainer.Summary{}, fmt.Errorf("worker %s: %w", p.Path, err)
+	}
+	exited := make(chan struct{})
+	// A worker that never says hello (stuck in driver start-up) is killed;
+	// one that ignores cancellation is killed after the grace period.
+	gotHello := make(chan struct{})
+	var helloOnce sync.Once
+	inner := sink
+	inner.Hello = func(h Hello) {
+		helloOnce.Do(func() { close(gotHello) })
+		if sink.Hello != nil {
+			sink.Hello(h)
+		}
+	}
+	go func() {
+		select {
+		case <-gotHello:
+		case <-exited:
+			return
+		case <-time.After(helloTimeout):
+			_ = cmd.Process.Kill()
+			return
+		}
+		select {
+		case <-exited:
+		case <-ctx.Done():
+			select {
+			case <-exited:
+			case <-time.After(grace):
+				_ = cmd.Process.Kill()
+			}
+		}
+	}()
+	hello, sum, convErr := converse(ctx, stdin, stdout, req, inner)
+	stdin.Close()
+	waitErr := cmd.Wait()
+	close(exited)
+	if convErr != nil {
+		var we *Error
+		if errors.As(convErr, &we) {
+			return hello, sum, convErr
+		}
+		status := "exited"
+		if waitErr != nil {
+			status = waitErr.Error()
+		}
+		return hello, sum, fmt.Errorf("%w: %s (%s); its last output: %s", ErrWorkerExited, p.Path, status, orNone(errTail.String()))
+	}
+	return hello, sum, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}

@@ -1,0 +1,195 @@
+// Package worker is the protocol between the coordinator and the process
+// that owns a device, and its two transports: pipes to a tolaria-worker
+// subprocess, and an in-process pipe for the CPU device. The coordinator
+// sends one start message with the job; the worker answers hello (which
+// device it opened), then observations, events and progress as they
+// happen, then one result or one error. Messages are JSON lines.
+package worker
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// Message types.
+const (
+	TypeStart    = "start"    // coordinator → worker: run Job
+	TypeProbe    = "probe"    // coordinator → worker: open the device, say hello, exit
+	TypeCancel   = "cancel"   // coordinator → worker: stop after the step in flight, checkpoint
+	TypeHello    = "hello"    // worker → coordinator: the device it owns
+	TypeObserve  = "observe"  // worker → coordinator: one trainer.Observer call
+	TypeProgress = "progress" // worker → coordinator: a progress report
+	TypeResult   = "result"   // worker → coordinator: the run's summary
+	TypeError    = "error"    // worker → coordinator: the run failed
+)
+
+// Error kinds, so the coordinator can choose its exit status.
+const (
+	KindUsage      = "usage"      // bad configuration or input data
+	KindCheckpoint = "checkpoint" // the checkpoint was refused
+	KindNonFinite  = "nonfinite"  // the loss became NaN or Inf
+	KindNoDevice   = "no_device"  // the device could not be opened
+	KindFailure    = "failure"    // anything else
+)
+
+// Message is one line of the protocol.
+type Message struct {
+	Type     string             `json:"type"`
+	Device   string             `json:"device,omitempty"` // start/probe: cpu or cuda
+	Job      *job.Spec          `json:"job,omitempty"`
+	Hello    *Hello             `json:"hello,omitempty"`
+	Observe  *Observation       `json:"observe,omitempty"`
+	Progress *trainer.Progress  `json:"progress,omitempty"`
+	Summary  *trainer.Summary   `json:"summary,omitempty"`
+	Error    *Error             `json:"error,omitempty"`
+	Event    *trainer.Event     `json:"event,omitempty"`
+	Extra    map[string]float64 `json:"extra,omitempty"`
+}
+
+// Hello is the worker's first answer.
+type Hello struct {
+	Device      string `json:"device"`      // e.g. "cpu", "cuda:0"
+	Description string `json:"description"` // e.g. the GPU model
+	Build       string `json:"build"`       // "cuda" or "cpu": how the worker binary was built
+	PID         int    `json:"pid"`
+}
+
+// Error is a failure reported by the worker.
+type Error struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Observation is one trainer.Observer call.
+type Observation struct {
+	Method string  `json:"m"`
+	Value  float64 `json:"v,omitempty"`
+	Flag   bool    `json:"f,omitempty"`
+	Label  string  `json:"l,omitempty"`
+	Int    int64   `json:"i,omitempty"`
+}
+
+// encoder writes messages; safe for concurrent use.
+type encoder struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	err error
+}
+
+func newEncoder(w io.Writer) *encoder { return &encoder{enc: json.NewEncoder(w)} }
+
+func (e *encoder) send(m Message) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return e.err
+	}
+	e.err = e.enc.Encode(m)
+	return e.err
+}
+
+// decoder reads messages.
+type decoder struct {
+	sc *bufio.Scanner
+}
+
+func newDecoder(r io.Reader) *decoder {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	return &decoder{sc: sc}
+}
+
+func (d *decoder) next() (Message, error) {
+	if !d.sc.Scan() {
+		if err := d.sc.Err(); err != nil {
+			return Message{}, err
+		}
+		return Message{}, io.EOF
+	}
+	var m Message
+	if err := json.Unmarshal(d.sc.Bytes(), &m); err != nil {
+		return Message{}, fmt.Errorf("worker protocol: bad message %.80q: %w", d.sc.Text(), err)
+	}
+	return m, nil
+}
+
+// remoteObserver is the worker side of trainer.Observer: every call
+// becomes an observe message.
+type remoteObserver struct{ enc *encoder }
+
+func (o remoteObserver) obs(x Observation) { _ = o.enc.send(Message{Type: TypeObserve, Observe: &x}) }
+
+func (o remoteObserver) GraphEnabled(on bool) { o.obs(Observation{Method: "graph_enabled", Flag: on}) }
+func (o remoteObserver) Captured(s float64, pooled bool) {
+	o.obs(Observation{Method: "captured", Value: s, Flag: pooled})
+}
+func (o remoteObserver) Replayed(s float64)     { o.obs(Observation{Method: "replayed", Value: s}) }
+func (o remoteObserver) StageCopied(s float64)  { o.obs(Observation{Method: "stage_copied", Value: s}) }
+func (o remoteObserver) Fallback(reason string) { o.obs(Observation{Method: "fallback", Label: reason}) }
+func (o remoteObserver) ExecUpdated()           { o.obs(Observation{Method: "exec_updated"}) }
+func (o remoteObserver) PoolReserved(b int64)   { o.obs(Observation{Method: "pool_reserved", Int: b}) }
+func (o remoteObserver) PrefetchToDeviceDisabled(d bool) {
+	o.obs(Observation{Method: "prefetch_disabled", Flag: d})
+}
+func (o remoteObserver) Stepped(s float64, n int) {
+	o.obs(Observation{Method: "stepped", Value: s, Int: int64(n)})
+}
+func (o remoteObserver) TrainLoss(v float64)    { o.obs(Observation{Method: "train_loss", Value: v}) }
+func (o remoteObserver) EvalAccuracy(v float64) { o.obs(Observation{Method: "eval_accuracy", Value: v}) }
+func (o remoteObserver) Epoch(n int)            { o.obs(Observation{Method: "epoch", Int: int64(n)}) }
+func (o remoteObserver) DeviceMemory(kind string, b int64) {
+	o.obs(Observation{Method: "device_memory", Label: kind, Int: b})
+}
+func (o remoteObserver) Event(e trainer.Event) { _ = o.enc.send(Message{Type: TypeObserve, Event: &e}) }
+
+// replay calls the observer method an observation stands for.
+func replay(o trainer.Observer, m Message) error {
+	if m.Event != nil {
+		o.Event(*m.Event)
+		return nil
+	}
+	x := m.Observe
+	if x == nil {
+		return errors.New("worker protocol: observe message without an observation")
+	}
+	switch x.Method {
+	case "graph_enabled":
+		o.GraphEnabled(x.Flag)
+	case "captured":
+		o.Captured(x.Value, x.Flag)
+	case "replayed":
+		o.Replayed(x.Value)
+	case "stage_copied":
+		o.StageCopied(x.Value)
+	case "fallback":
+		o.Fallback(x.Label)
+	case "exec_updated":
+		o.ExecUpdated()
+	case "pool_reserved":
+		o.PoolReserved(x.Int)
+	case "prefetch_disabled":
+		o.PrefetchToDeviceDisabled(x.Flag)
+	case "stepped":
+		o.Stepped(x.Value, int(x.Int))
+	case "train_loss":
+		o.TrainLoss(x.Value)
+	case "eval_accuracy":
+		o.EvalAccuracy(x.Value)
+	case "epoch":
+		o.Epoch(int(x.Int))
+	case "device_memory":
+		o.DeviceMemory(x.Label, x.Int)
+	default:
+		return fmt.Errorf("worker protocol: unknown observation %q", x.Method)
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// Opener opens the named device ("cpu" or "cuda") for a job.
+type Opener func(name string, spec job.Spec) (device.Device, error)
+
+// ServeConfig configures the worker side.
+type ServeConfig struct {
+	Build  string // "cuda" or "cpu": how this worker was built
+	Open   Opener
+	Pool   *graphs.Pool // the worker process's shared graph pool
+	Logger *slog.Logger
+}
+
+// Serve answers one request read from in: a probe or a job. It writes the
+// protocol to out and returns when the request is done and in is closed
+// or cancelled.
+func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg ServeConfig) error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Pool == nil {
+		cfg.Pool = graphs.NewPool()
+		defer cfg.Pool.Close()
+	}
+	dec, enc := newDecoder(in), newEncoder(out)
+	first, err := dec.next()
+	if err != nil {
+		return fmt.Errorf("worker: reading the request: %w", err)
+	}
+	if first.Type != TypeStart && first.Type != TypeProbe {
+		return enc.send(Message{Type: TypeError, Error: &Error{Kind: KindUsage, Message: "first message must be start or probe, got " + first.Type}})
+	}
+	spec := job.Default()
+	if first.Job != nil {
+		spec = *first.Job
+	}
+	dev, err := cfg.Open(first.Device, spec)
+	if err != nil {
+		return enc.send(Message{Type: TypeError, Error: &Error{Kind: KindNoDevice, Message: err.Error()}})
+	}
+	defer dev.Close()
+	hello := &Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid()}
+	if err := enc.send(Message{Type: TypeHello, Hello: hello}); err != nil || first.Type == TypeProbe {
+		return err
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	readerDone := make(chan struct{})
+	go func() {
+		// Any further message, or the end of input, asks the run to stop.
+		defer close(readerDone)
+		for {
+			m, err := dec.next()
+			if err != nil || m.Type == TypeCancel {
+				cancel()
+				if err != nil {
+					return
+				}
+			}
+		}
+	}()
+	sum, err := runJob(runCtx, spec, dev, cfg, enc)
+	if err != nil {
+		_ = enc.send(Message{Type: TypeError, Error: classify(err)})
+	} else {
+		_ = enc.send(Message{Type: TypeResult, Summary: &sum})
+	}
+	<-readerDone
+	return nil
+}
+
+func runJob(ctx context.Context, spec job.Spec, dev device.Device, cfg ServeConfig, enc *encoder) (trainer.Summary, error) {
+	if err := spec.Validate(); err != nil {
+		return trainer.Summary{}, &Error{Kind: KindUsage, Message: err.Error()}
+	}
+	progress := func(p trainer.Progress) { _ = enc.send(Message{Type: TypeProgress, Progress: &p}) }
+	return job.Run(ctx, spec, dev, cfg.Pool, job.Options{Logger: cfg.Logger, Observer: remoteObserver{enc}, Progress: progress})
+}
+
+// classify maps an error to the kind the coordinator acts on.
+func classify(err error) *Error {
+	var we *Error
+	kind := KindFailure
+	switch {
+	case errors.As(err, &we):
+		return we
+	case errors.Is(err, trainer.ErrCheckpoint):
+		kind = KindCheckpoint
+	case errors.Is(err, trainer.ErrNonFinite):
+		kind = KindNonFinite
+	case errors.Is(err, data.ErrMissing), errors.Is(err, data.ErrCorrupt), errors.Is(err, data.ErrInvalid):
+		kind = KindUsage
+	case errors.Is(err, device.ErrNoDevice):
+		kind = KindNoDevice
+	}
+	return &Error{Kind: kind, Message: err.Error()}
+}
