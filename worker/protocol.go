@@ -132,20 +132,24 @@ func (o remoteObserver) GraphEnabled(on bool) { o.obs(Observation{Method: "graph
 func (o remoteObserver) Captured(s float64, pooled bool) {
 	o.obs(Observation{Method: "captured", Value: s, Flag: pooled})
 }
-func (o remoteObserver) Replayed(s float64)     { o.obs(Observation{Method: "replayed", Value: s}) }
-func (o remoteObserver) StageCopied(s float64)  { o.obs(Observation{Method: "stage_copied", Value: s}) }
-func (o remoteObserver) Fallback(reason string) { o.obs(Observation{Method: "fallback", Label: reason}) }
-func (o remoteObserver) ExecUpdated()           { o.obs(Observation{Method: "exec_updated"}) }
-func (o remoteObserver) PoolReserved(b int64)   { o.obs(Observation{Method: "pool_reserved", Int: b}) }
+func (o remoteObserver) Replayed(s float64)    { o.obs(Observation{Method: "replayed", Value: s}) }
+func (o remoteObserver) StageCopied(s float64) { o.obs(Observation{Method: "stage_copied", Value: s}) }
+func (o remoteObserver) Fallback(reason string) {
+	o.obs(Observation{Method: "fallback", Label: reason})
+}
+func (o remoteObserver) ExecUpdated()         { o.obs(Observation{Method: "exec_updated"}) }
+func (o remoteObserver) PoolReserved(b int64) { o.obs(Observation{Method: "pool_reserved", Int: b}) }
 func (o remoteObserver) PrefetchToDeviceDisabled(d bool) {
 	o.obs(Observation{Method: "prefetch_disabled", Flag: d})
 }
 func (o remoteObserver) Stepped(s float64, n int) {
 	o.obs(Observation{Method: "stepped", Value: s, Int: int64(n)})
 }
-func (o remoteObserver) TrainLoss(v float64)    { o.obs(Observation{Method: "train_loss", Value: v}) }
-func (o remoteObserver) EvalAccuracy(v float64) { o.obs(Observation{Method: "eval_accuracy", Value: v}) }
-func (o remoteObserver) Epoch(n int)            { o.obs(Observation{Method: "epoch", Int: int64(n)}) }
+func (o remoteObserver) TrainLoss(v float64) { o.obs(Observation{Method: "train_loss", Value: v}) }
+func (o remoteObserver) EvalAccuracy(v float64) {
+	o.obs(Observation{Method: "eval_accuracy", Value: v})
+}
+func (o remoteObserver) Epoch(n int) { o.obs(Observation{Method: "epoch", Int: int64(n)}) }
 func (o remoteObserver) DeviceMemory(kind string, b int64) {
 	o.obs(Observation{Method: "device_memory", Label: kind, Int: b})
 }
