@@ -79,27 +79,30 @@ func options() []option {
 }
 
 func setHidden(s *job.Spec, v any) error {
-	if str, ok := v.(string); ok {
-		str = strings.Trim(strings.TrimSpace(str), "[]")
-		if str == "" {
-			s.Hidden = nil
-			return nil
+	var items []string
+	switch x := v.(type) {
+	case string:
+		x = strings.Trim(strings.TrimSpace(x), "[]")
+		if x != "" {
+			items = strings.Split(x, ",")
 		}
-		v = strings.Split(str, ",")
-	}
-	items, err := cast.ToSliceE(v)
-	if err != nil {
-		if ints, ok := v.([]int); ok {
-			s.Hidden = append([]int(nil), ints...)
-			return nil
+	case []string:
+		items = x
+	case []int:
+		s.Hidden = append([]int(nil), x...)
+		return nil
+	case []any:
+		for _, it := range x {
+			items = append(items, fmt.Sprint(it))
 		}
-		return err
+	default:
+		return fmt.Errorf("want a list of layer sizes such as 256,128")
 	}
-	s.Hidden = s.Hidden[:0:0]
+	s.Hidden = []int{}
 	for _, it := range items {
-		n, err := cast.ToIntE(strings.TrimSpace(fmt.Sprint(it)))
+		n, err := cast.ToIntE(strings.TrimSpace(it))
 		if err != nil {
-			return fmt.Errorf("%v is not a layer size", it)
+			return fmt.Errorf("%q is not a layer size", it)
 		}
 		s.Hidden = append(s.Hidden, n)
 	}

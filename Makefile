@@ -1,0 +1,82 @@
+# tolaria — make targets. `make train` and `make test` are the README's two
+# commands; both install what they need (Debian packages) first.
+
+GO      ?= go
+BIN     ?= bin
+DIST    ?= dist/gpu-bundle
+ARGS    ?=
+GOFLAGS_TEST ?= -race -timeout 20m
+
+.PHONY: all build deps-train deps-test train test vet fmt-check unit cuda-build \
+        ptx check-ptx infra generate check-generated e2e accuracy worker-cuda \
+        gpu-bundle bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/tolaria ./cmd/tolaria-worker ./cmd/run_graph_bench ./cmd/tolaria-gen
+
+deps-train:
+	scripts/install-deps.sh train
+
+deps-test:
+	scripts/install-deps.sh test
+
+# The main job: the default MLP on Fashion-MNIST with graphs, on the CPU device.
+train: deps-train build
+	$(BIN)/tolaria train --device cpu --enable-graphs $(ARGS)
+
+# The whole test suite (what .ci/run runs).
+test: deps-test fmt-check vet unit cuda-build check-ptx infra check-generated e2e accuracy
+	@echo "make test: all checks passed"
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+	$(GO) vet -tags cuda ./...
+
+unit:
+	$(GO) test $(GOFLAGS_TEST) ./...
+
+# Everything builds with -tags cuda, test binaries included; they run on a GPU.
+cuda-build:
+	$(GO) build -tags cuda ./...
+	$(GO) test -tags cuda -c -o /dev/null ./device/cuda
+
+ptx:
+	scripts/build-ptx.sh
+
+check-ptx:
+	scripts/check-ptx.sh
+
+infra:
+	scripts/check-infra.sh
+
+generate:
+	$(GO) run ./cmd/tolaria-gen -out .
+
+check-generated:
+	$(GO) test -count=1 ./cmd/tolaria-gen/ ./telemetry/...
+
+# End-to-end checks of the binaries (signals, resume, bad input, Prometheus).
+e2e:
+	$(GO) test -count=1 -timeout 20m ./e2e/
+
+# The accuracy bar: default MLP, 10 epochs, graphs on, CPU device, >= 0.89.
+accuracy:
+	TOLARIA_E2E_ACCURACY=1 $(GO) test -count=1 -timeout 20m -run TestAccuracy -v ./e2e/
+
+worker-cuda:
+	$(GO) build -tags cuda -o $(BIN)/tolaria-worker ./cmd/tolaria-worker
+
+# A folder to carry to a GPU machine without Go: binaries and test binaries.
+gpu-bundle:
+	scripts/gpu-bundle.sh $(DIST)
+
+bench: build
+	$(BIN)/run_graph_bench $(ARGS)
+
+clean:
+	rm -rf $(BIN) dist

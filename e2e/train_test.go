@@ -1,0 +1,417 @@
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+func TestCoordinatorLinksNoCUDA(t *testing.T) {
+	for _, pkg := range []string{"./cmd/tolaria", "./cmd/run_graph_bench", "./cmd/tolaria-worker"} {
+		cmd := exec.Command("go", "list", "-deps", pkg)
+		cmd.Dir = repoRoot()
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		if strings.Contains(string(out), "gorgonia.org/cu") {
+			t.Errorf("%s (built without -tags cuda) depends on gorgonia.org/cu: the coordinator must never link CUDA", pkg)
+		}
+	}
+	// The CUDA worker is the only binary that may.
+	cmd := exec.Command("go", "list", "-tags", "cuda", "-deps", "./cmd/tolaria")
+	cmd.Dir = repoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "gorgonia.org/cu") {
+		t.Error("cmd/tolaria depends on gorgonia.org/cu even with -tags cuda")
+	}
+}
+
+func TestCoordinatorSaysCUDAIsNotInitialised(t *testing.T) {
+	dir := t.TempDir()
+	r := tolaria(t, dir, nil, quick(filepath.Join(dir, "run"))...)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "CUDA initialized in coordinator: false") {
+		t.Fatalf("stderr lacks the CUDA line:\n%s", r.stderr)
+	}
+}
+
+func TestGraphsAndEagerEndWithTheSameParams(t *testing.T) {
+	dir := t.TempDir()
+	var sums []summary
+	for i, graphs := range []bool{true, false} {
+		run := filepath.Join(dir, []string{"graphs", "eager"}[i])
+		args := quick(run, "--summary-json", run+".json")
+		if graphs {
+			args = append(args, "--enable-graphs")
+		}
+		if r := tolaria(t, dir, nil, args...); r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		s := readSummary(t, run+".json")
+		if copy := readSummary(t, filepath.Join(run, "summary.json")); copy.ParamsSHA256 != s.ParamsSHA256 {
+			t.Fatal("--summary-json differs from the run directory's summary.json")
+		}
+		sums = append(sums, s)
+	}
+	g, e := sums[0], sums[1]
+	if !g.GraphEnabled || g.GraphReplays == 0 || e.GraphEnabled || e.GraphReplays != 0 {
+		t.Fatalf("graphs run %+v / eager run %+v", g, e)
+	}
+	if g.ParamsSHA256 != e.ParamsSHA256 || g.ParamsSHA256 == "" {
+		t.Fatalf("params differ: graphs %s, eager %s", g.ParamsSHA256, e.ParamsSHA256)
+	}
+}
+
+// startRun starts tolaria in the background.
+func startRun(t *testing.T, dir string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "tolaria"), args...)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv()
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, &errb
+}
+
+// waitFor polls until cond holds or the run ends.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func epochsLogged(path string) int {
+	raw, _ := os.ReadFile(path)
+	return strings.Count(string(raw), `"kind":"epoch"`)
+}
+
+// longer is a run of a few seconds, long enough to be killed mid-epoch.
+func longer(runDir string, extra ...string) []string {
+	return append([]string{"train", "--device", "cpu", "--enable-graphs", "--dataset", "synthetic",
+		"--synthetic-size", "16384", "--epochs", "4", "--hidden", "256,128", "--log-every", "1000", "--run-dir", runDir}, extra...)
+}
+
+func TestSIGKILLMidEpochThenResume(t *testing.T) {
+	dir := t.TempDir()
+	whole := filepath.Join(dir, "whole")
+	if r := tolaria(t, dir, nil, longer(whole)...); r.code != 0 {
+		t.Fatalf("uninterrupted run: exit %d: %s", r.code, r.stderr)
+	}
+	want := readSummary(t, filepath.Join(whole, "summary.json")).ParamsSHA256
+
+	killed := filepath.Join(dir, "killed")
+	cmd, stderr := startRun(t, dir, longer(killed)...)
+	events := filepath.Join(killed, "events.jsonl")
+	waitFor(t, "the first epoch's checkpoint", func() bool { return epochsLogged(events) >= 1 })
+	time.Sleep(150 * time.Millisecond) // into epoch 2
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if n := epochsLogged(events); n >= 4 {
+		t.Fatalf("the run finished before it was killed (%d epochs); make it longer\n%s", n, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(killed, "summary.json")); err == nil {
+		t.Fatal("a killed run wrote summary.json")
+	}
+	r := tolaria(t, dir, nil, longer(killed, "--resume")...)
+	if r.code != 0 {
+		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
+	}
+	if got := readSummary(t, filepath.Join(killed, "summary.json")).ParamsSHA256; got != want {
+		t.Fatalf("resumed run ended with params %s, uninterrupted with %s", got, want)
+	}
+}
+
+func TestSIGINTCheckpointsAndResumes(t *testing.T) {
+	dir := t.TempDir()
+	whole := filepath.Join(dir, "whole")
+	if r := tolaria(t, dir, nil, longer(whole)...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	want := readSummary(t, filepath.Join(whole, "summary.json")).ParamsSHA256
+	run := filepath.Join(dir, "run")
+	cmd, stderr := startRun(t, dir, longer(run)...)
+	waitFor(t, "the first epoch", func() bool { return epochsLogged(filepath.Join(run, "events.jsonl")) >= 1 })
+	time.Sleep(100 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 130 {
+		t.Fatalf("after SIGINT: %v (want exit 130)\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr.String(), "--resume --run-dir") {
+		t.Fatalf("no resume hint after SIGINT:\n%s", stderr)
+	}
+	if r := tolaria(t, dir, nil, longer(run, "--resume")...); r.code != 0 {
+		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
+	}
+	if got := readSummary(t, filepath.Join(run, "summary.json")).ParamsSHA256; got != want {
+		t.Fatalf("after SIGINT and resume: params %s, want %s", got, want)
+	}
+}
+
+func TestOutOfRangeFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"--epochs", "0"}, nil, "epochs"},
+		{[]string{"--batch-size", "-3"}, nil, "batch-size"},
+		{[]string{"--lr", "0"}, nil, "lr"},
+		{[]string{"--lr", "abc"}, nil, "lr"},
+		{[]string{"--device", "tpu"}, nil, "device"},
+		{[]string{"--optimizer", "rmsprop"}, nil, "optimizer"},
+		{[]string{"--dataset", "cifar"}, nil, "dataset"},
+		{[]string{"--hidden", "256,0"}, nil, "hidden"},
+		{[]string{"--ragged", "trim"}, nil, "ragged"},
+		{[]string{"--warmup-batches", "-1"}, nil, "warmup-batches"},
+		{nil, []string{"TOLARIA_LR=many"}, "TOLARIA_LR"},
+		{nil, []string{"TOLARIA_ENABLE_GRAPHS=maybe"}, "TOLARIA_ENABLE_GRAPHS"},
+		{nil, []string{"TOLARIA_BATCH_SIZE=0"}, "batch-size"},
+		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
+	} {
+		args := append(quick(filepath.Join(dir, "never")), c.args...)
+		r := tolaria(t, dir, c.env, args...)
+		if r.code != 2 {
+			t.Errorf("%v %v: exit %d, want 2\n%s", c.args, c.env, r.code, r.stderr)
+			continue
+		}
+		if !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v %v: message does not name %q:\n%s", c.args, c.env, c.want, r.stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "never")); err == nil {
+		t.Error("a refused run created its run directory")
+	}
+}
+
+// truncatedDataDir copies the installed Fashion-MNIST files with the
+// training images cut short.
+func truncatedDataDir(t *testing.T) string {
+	t.Helper()
+	src := "/usr/share/datasets/fashion-mnist"
+	if _, err := os.Stat(src); err != nil {
+		t.Skip("dataset-fashion-mnist is not installed (scripts/install-deps.sh test installs it)")
+	}
+	dst := t.TempDir()
+	for _, name := range []string{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
+		raw, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "train-images-idx3-ubyte.gz" {
+			// A valid gzip stream whose content stops half-way.
+			zr, err := gzip.NewReader(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plain bytes.Buffer
+			if _, err := plain.ReadFrom(zr); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			zw := gzip.NewWriter(&out)
+			zw.Write(plain.Bytes()[:plain.Len()/2])
+			zw.Close()
+			raw = out.Bytes()
+		}
+		if err := os.WriteFile(filepath.Join(dst, name), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+func TestTruncatedDataFileKeepsTheRun(t *testing.T) {
+	data := truncatedDataDir(t)
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, quick(run)...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	before := snapshot(t, run)
+	r := tolaria(t, dir, nil, "train", "--device", "cpu", "--dataset", "fashion-mnist", "--data-dir", data,
+		"--run-dir", run, "--resume", "--epochs", "2", "--hidden", "32,16")
+	if r.code == 0 {
+		t.Fatal("a truncated data file was accepted")
+	}
+	if !strings.Contains(r.stderr, "train-images-idx3-ubyte.gz") || !strings.Contains(r.stderr, "truncated") {
+		t.Fatalf("message does not name the file and the problem:\n%s", r.stderr)
+	}
+	sameFiles(t, before, snapshot(t, run))
+}
+
+func TestCheckpointOfAnotherModelIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, quick(run)...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	before := snapshot(t, run)
+	r := tolaria(t, dir, nil, "train", "--device", "cpu", "--dataset", "synthetic", "--synthetic-size", "1024",
+		"--epochs", "2", "--hidden", "64", "--run-dir", run, "--resume")
+	if r.code != 2 {
+		t.Fatalf("exit %d, want 2:\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "model") || !strings.Contains(r.stderr, "checkpoint") {
+		t.Fatalf("message does not say the checkpoint is for another model:\n%s", r.stderr)
+	}
+	sameFiles(t, before, snapshot(t, run))
+
+	// A damaged checkpoint is refused and left as it is.
+	ck := filepath.Join(run, "checkpoint.tlck")
+	raw, _ := os.ReadFile(ck)
+	os.WriteFile(ck, raw[:len(raw)-100], 0o644)
+	damaged := snapshot(t, run)
+	r = tolaria(t, dir, nil, append(quick(run), "--resume")...)
+	if r.code != 2 || !strings.Contains(r.stderr, "damaged") {
+		t.Fatalf("damaged checkpoint: exit %d:\n%s", r.code, r.stderr)
+	}
+	sameFiles(t, damaged, snapshot(t, run))
+}
+
+func TestFreshRunRefusesAnExistingRun(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, quick(run)...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	before := snapshot(t, run)
+	r := tolaria(t, dir, nil, quick(run)...)
+	if r.code != 2 || !strings.Contains(r.stderr, "--resume") {
+		t.Fatalf("exit %d, want 2 with a hint to --resume:\n%s", r.code, r.stderr)
+	}
+	sameFiles(t, before, snapshot(t, run))
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "job.yaml")
+	os.WriteFile(file, []byte("epochs: 3\nbatch_size: 32\nmodel:\n  hidden: [24]\nseed: 9\n"), 0o644)
+	resolved := func(run string) map[string]any {
+		raw, err := os.ReadFile(filepath.Join(run, "config.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		yaml.Unmarshal(raw, &m)
+		return m
+	}
+	base := []string{"train", "--device", "cpu", "--dataset", "synthetic", "--synthetic-size", "256", "--config", file}
+	cases := []struct {
+		flags   []string
+		env     []string
+		epochs  int
+		batch   int
+		hiddenN int
+	}{
+		{nil, nil, 3, 32, 24},
+		{nil, []string{"TOLARIA_EPOCHS=2", "TOLARIA_MODEL_HIDDEN=20,10"}, 2, 32, 20},
+		{[]string{"--epochs", "1", "--batch-size", "16"}, []string{"TOLARIA_EPOCHS=2"}, 1, 16, 24},
+	}
+	for i, c := range cases {
+		run := filepath.Join(dir, "run", string(rune('a'+i)))
+		r := tolaria(t, dir, c.env, append(append(base, "--run-dir", run), c.flags...)...)
+		if r.code != 0 {
+			t.Fatalf("case %d: exit %d: %s", i, r.code, r.stderr)
+		}
+		m := resolved(run)
+		hidden, _ := m["hidden"].([]any)
+		if m["epochs"] != c.epochs || m["batch_size"] != c.batch || len(hidden) == 0 || hidden[0] != c.hiddenN || m["seed"] != 9 {
+			t.Errorf("case %d: resolved %v, want epochs %d batch %d hidden[0] %d seed 9", i, m, c.epochs, c.batch, c.hiddenN)
+		}
+	}
+	os.WriteFile(file, []byte("epoch: 3\n"), 0o644)
+	if r := tolaria(t, dir, nil, append(base, "--run-dir", filepath.Join(dir, "typo"))...); r.code != 2 || !strings.Contains(r.stderr, "epoch") {
+		t.Fatalf("unknown key: exit %d:\n%s", r.code, r.stderr)
+	}
+}
+
+func TestCUDAWithoutAWorkingWorker(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Now()
+	r := tolaria(t, dir, nil, "train", "--device", "cuda", "--worker", filepath.Join(dir, "missing"))
+	if r.code == 0 || !strings.Contains(r.stderr, "does not exist") {
+		t.Fatalf("missing worker: exit %d:\n%s", r.code, r.stderr)
+	}
+	// The worker built here has no CUDA: it says so and tolaria passes it on.
+	r = tolaria(t, dir, nil, "train", "--device", "cuda", "--dataset", "synthetic")
+	if r.code != 1 || !strings.Contains(r.stderr, "without CUDA") || !strings.Contains(r.stderr, "--device cpu") {
+		t.Fatalf("cpu-only worker: exit %d:\n%s", r.code, r.stderr)
+	}
+	// A worker that dies at start-up, as a CUDA build does without a GPU.
+	dying := filepath.Join(dir, "dying-worker")
+	os.WriteFile(dying, []byte("#!/bin/sh\necho 'cuInit failed: no CUDA-capable device is detected' >&2\nexit 1\n"), 0o755)
+	r = tolaria(t, dir, nil, "train", "--device", "cuda", "--worker", dying)
+	if r.code != 1 || !strings.Contains(r.stderr, "no NVIDIA GPU or driver") || !strings.Contains(r.stderr, "cuInit failed") {
+		t.Fatalf("dying worker: exit %d:\n%s", r.code, r.stderr)
+	}
+	r = tolaria(t, dir, nil, append(quick(filepath.Join(dir, "auto")), "--device", "auto", "--worker", dying)...)
+	if r.code != 0 || !strings.Contains(r.stderr, "using cpu") {
+		t.Fatalf("auto with a dying worker: exit %d:\n%s", r.code, r.stderr)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Fatalf("failing fast took %s", d)
+	}
+}
+
+func TestIsolatedCPUWorkerMatchesInProcess(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	for _, args := range [][]string{quick(a, "--enable-graphs"), quick(b, "--enable-graphs", "--isolate")} {
+		if r := tolaria(t, dir, nil, args...); r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+	}
+	if x, y := readSummary(t, filepath.Join(a, "summary.json")), readSummary(t, filepath.Join(b, "summary.json")); x.ParamsSHA256 != y.ParamsSHA256 {
+		t.Fatalf("in-process %s vs worker process %s", x.ParamsSHA256, y.ParamsSHA256)
+	}
+}
+
+func TestAccuracy(t *testing.T) {
+	if os.Getenv("TOLARIA_E2E_ACCURACY") == "" {
+		t.Skip("set TOLARIA_E2E_ACCURACY=1 (make accuracy) to train the default model on Fashion-MNIST (about 2 minutes)")
+	}
+	if _, err := os.Stat("/usr/share/datasets/fashion-mnist"); err != nil {
+		t.Fatal("dataset-fashion-mnist is not installed: run scripts/install-deps.sh train")
+	}
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	r := tolaria(t, dir, nil, "train", "--device", "cpu", "--enable-graphs", "--epochs", "10", "--run-dir", run)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	s := readSummary(t, filepath.Join(run, "summary.json"))
+	t.Logf("%s", r.stdout)
+	if !s.GraphEnabled || s.GraphReplays < s.Steps-10 {
+		t.Fatalf("graphs were not used: %+v", s)
+	}
+	if s.TestAccuracy < 0.89 {
+		t.Fatalf("test accuracy %.4f after 10 epochs, want >= 0.89", s.TestAccuracy)
+	}
+}

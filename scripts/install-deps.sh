@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs what tolaria needs on Debian 12, idempotently.
+#   install-deps.sh train   the Fashion-MNIST dataset (package dataset-fashion-mnist)
+#   install-deps.sh test    the dataset, Prometheus/promtool, and the CUDA toolkit
+#                           (nvcc, cuda.h; for the -tags cuda build and the PTX check)
+# Go itself must already be installed (go 1.24 or newer).
+set -euo pipefail
+
+what=${1:-train}
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+if ! command -v go >/dev/null 2>&1; then
+	echo "install-deps: Go is not installed; install Go 1.24 or newer (https://go.dev/dl) and re-run" >&2
+	exit 1
+fi
+
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+
+updated=
+apt_install() {
+	local missing=()
+	for p in "$@"; do
+		dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	if ! command -v apt-get >/dev/null 2>&1; then
+		echo "install-deps: missing ${missing[*]} and this is not a Debian/Ubuntu system; install them by hand" >&2
+		exit 1
+	fi
+	echo "install-deps: installing ${missing[*]}"
+	if [ -z "$updated" ]; then
+		$SUDO apt-get update -qq
+		updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+case "$what" in
+train)
+	apt_install dataset-fashion-mnist
+	;;
+test)
+	apt_install dataset-fashion-mnist prometheus
+	"$root/scripts/install-cuda.sh"
+	;;
+*)
+	echo "usage: install-deps.sh train|test" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,211 @@
+package telemetry
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// EventLogFile is the events log's file name inside a run directory.
+const EventLogFile = "events.jsonl"
+
+// EventLog writes trainer events as JSON lines, one event per line. It is
+// safe for concurrent use. A write error does not stop training: the first
+// one is kept for Err and Close, later events are dropped.
+type EventLog struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closer io.Closer
+	err    error
+}
+
+// NewEventLog returns an EventLog writing to w. Close does not close w.
+func NewEventLog(w io.Writer) *EventLog { return &EventLog{w: w} }
+
+// CreateEventLog opens path for appending, creating it if needed, and
+// returns an EventLog writing to it. Close closes the file.
+func CreateEventLog(path string) (*EventLog, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: events log: %w", err)
+	}
+	return &EventLog{w: f, closer: f}, nil
+}
+
+// Write appends e as one JSON line. A zero Time is set to now (UTC). Fields
+// that cannot be encoded (a NaN, a channel) are replaced by an
+// "encode_error" field so that the event itself is never lost.
+func (l *EventLog) Write(e trainer.Event) error {
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	line, err := json.Marshal(e)
+	if err != nil {
+		e.Fields = map[string]any{"encode_error": err.Error()}
+		if line, err = json.Marshal(e); err != nil {
+			return fmt.Errorf("telemetry: events log: %w", err)
+		}
+	}
+	line = append(line, '\n')
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	if _, err := l.w.Write(line); err != nil {
+		l.err = fmt.Errorf("telemetry: events log: %w", err)
+	}
+	return l.err
+}
+
+// Err returns the first write error, if any.
+func (l *EventLog) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Close closes the file opened by CreateEventLog and returns the first write
+// error, if any. Events written after Close fail.
+func (l *EventLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var cerr error
+	if l.closer != nil {
+		cerr = l.closer.Close()
+		l.closer = nil
+	}
+	werr := l.err
+	if l.err == nil {
+		l.err = errEventLogClosed
+	}
+	return errors.Join(werr, cerr)
+}
+
+var errEventLogClosed = errors.New("telemetry: events log is closed")
+
+// Observer returns a trainer.Observer that writes each Event to l and
+// ignores the measurements. Combine it with a metrics observer using Tee.
+func (l *EventLog) Observer() trainer.Observer { return eventObserver{l} }
+
+type eventObserver struct{ log *EventLog }
+
+func (o eventObserver) Event(e trainer.Event)       { _ = o.log.Write(e) }
+func (eventObserver) GraphEnabled(bool)             {}
+func (eventObserver) Captured(float64, bool)        {}
+func (eventObserver) Replayed(float64)              {}
+func (eventObserver) StageCopied(float64)           {}
+func (eventObserver) Fallback(string)               {}
+func (eventObserver) ExecUpdated()                  {}
+func (eventObserver) PoolReserved(int64)            {}
+func (eventObserver) PrefetchToDeviceDisabled(bool) {}
+func (eventObserver) Stepped(float64, int)          {}
+func (eventObserver) TrainLoss(float64)             {}
+func (eventObserver) EvalAccuracy(float64)          {}
+func (eventObserver) Epoch(int)                     {}
+func (eventObserver) DeviceMemory(string, int64)    {}
+
+// Tee returns a trainer.Observer that passes every call to each of
+// observers in order; nil observers are skipped.
+func Tee(observers ...trainer.Observer) trainer.Observer {
+	var t tee
+	for _, o := range observers {
+		if o != nil {
+			t = append(t, o)
+		}
+	}
+	return t
+}
+
+type tee []trainer.Observer
+
+func (t tee) GraphEnabled(on bool) {
+	for _, o := range t {
+		o.GraphEnabled(on)
+	}
+}
+
+func (t tee) Captured(seconds float64, pooled bool) {
+	for _, o := range t {
+		o.Captured(seconds, pooled)
+	}
+}
+
+func (t tee) Replayed(seconds float64) {
+	for _, o := range t {
+		o.Replayed(seconds)
+	}
+}
+
+func (t tee) StageCopied(seconds float64) {
+	for _, o := range t {
+		o.StageCopied(seconds)
+	}
+}
+
+func (t tee) Fallback(reason string) {
+	for _, o := range t {
+		o.Fallback(reason)
+	}
+}
+
+func (t tee) ExecUpdated() {
+	for _, o := range t {
+		o.ExecUpdated()
+	}
+}
+
+func (t tee) PoolReserved(bytes int64) {
+	for _, o := range t {
+		o.PoolReserved(bytes)
+	}
+}
+
+func (t tee) PrefetchToDeviceDisabled(disabled bool) {
+	for _, o := range t {
+		o.PrefetchToDeviceDisabled(disabled)
+	}
+}
+
+func (t tee) Stepped(seconds float64, samples int) {
+	for _, o := range t {
+		o.Stepped(seconds, samples)
+	}
+}
+
+func (t tee) TrainLoss(loss float64) {
+	for _, o := range t {
+		o.TrainLoss(loss)
+	}
+}
+
+func (t tee) EvalAccuracy(acc float64) {
+	for _, o := range t {
+		o.EvalAccuracy(acc)
+	}
+}
+
+func (t tee) Epoch(epoch int) {
+	for _, o := range t {
+		o.Epoch(epoch)
+	}
+}
+
+func (t tee) DeviceMemory(kind string, bytes int64) {
+	for _, o := range t {
+		o.DeviceMemory(kind, bytes)
+	}
+}
+
+func (t tee) Event(e trainer.Event) {
+	for _, o := range t {
+		o.Event(e)
+	}
+}

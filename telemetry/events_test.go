@@ -1,0 +1,134 @@
+package telemetry
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+func decodeLines(t *testing.T, data []byte) []trainer.Event {
+	t.Helper()
+	var events []trainer.Event
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		var e trainer.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		events = append(events, e)
+	}
+	return events
+}
+
+func TestEventLogConcurrentWrites(t *testing.T) {
+	var buf bytes.Buffer
+	log := NewEventLog(&buf)
+	const writers, each = 8, 100
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				e := trainer.Event{Kind: trainer.EventFallback, Fields: map[string]any{"reason": FallbackShapeChange, "stage": "replay", "writer": w, "i": i}}
+				if err := log.Write(e); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	events := decodeLines(t, buf.Bytes())
+	if len(events) != writers*each {
+		t.Fatalf("%d lines, want %d", len(events), writers*each)
+	}
+	for _, e := range events {
+		if e.Time.IsZero() || e.Kind != trainer.EventFallback || e.Fields["reason"] != FallbackShapeChange {
+			t.Fatalf("bad event %+v", e)
+		}
+	}
+}
+
+func TestEventLogKeepsEventsWithBadFields(t *testing.T) {
+	var buf bytes.Buffer
+	log := NewEventLog(&buf)
+	at := time.Date(2025, 10, 3, 12, 0, 0, 0, time.UTC)
+	if err := log.Write(trainer.Event{Time: at, Kind: trainer.EventError, Fields: map[string]any{"loss": math.NaN()}}); err != nil {
+		t.Fatal(err)
+	}
+	events := decodeLines(t, buf.Bytes())
+	if len(events) != 1 || !events[0].Time.Equal(at) || events[0].Kind != trainer.EventError {
+		t.Fatalf("events = %+v", events)
+	}
+	if _, ok := events[0].Fields["encode_error"]; !ok {
+		t.Errorf("fields = %v, want an encode_error", events[0].Fields)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestEventLogKeepsFirstError(t *testing.T) {
+	log := NewEventLog(failingWriter{})
+	log.Observer().Event(trainer.Event{Kind: trainer.EventStart})
+	if err := log.Err(); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("Err() = %v, want disk full", err)
+	}
+	if err := log.Close(); err == nil {
+		t.Error("Close() = nil after a failed write")
+	}
+}
+
+func TestCreateEventLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), EventLogFile)
+	for range 2 { // the second open appends
+		log, err := CreateEventLog(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := log.Write(trainer.Event{Kind: trainer.EventResume}); err != nil {
+			t.Fatal(err)
+		}
+		if err := log.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := log.Write(trainer.Event{Kind: trainer.EventDone}); err == nil {
+			t.Error("Write after Close succeeded")
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(decodeLines(t, data)); n != 2 {
+		t.Errorf("%d events in %s, want 2", n, path)
+	}
+	if _, err := CreateEventLog(filepath.Join(t.TempDir(), "missing", EventLogFile)); err == nil {
+		t.Error("CreateEventLog in a missing directory succeeded")
+	}
+}
+
+func TestTeeFeedsMetricsAndEvents(t *testing.T) {
+	var buf bytes.Buffer
+	m := NewMetrics("test")
+	obs := Tee(m.Observer("cpu", "0"), nil, NewEventLog(&buf).Observer())
+	exercise(obs)
+	obs.Event(trainer.Event{Kind: trainer.EventCheckpoint, Fields: map[string]any{"path": "ckpt-1"}})
+	fams := gather(t, m)
+	if v := value(t, fams, MetricReplaysTotal, map[string]string{LabelWorker: "0"}); v != 1 {
+		t.Errorf("replays through Tee = %v, want 1", v)
+	}
+	events := decodeLines(t, buf.Bytes())
+	if len(events) != 2 || events[0].Kind != trainer.EventCapture || events[1].Kind != trainer.EventCheckpoint {
+		t.Errorf("events through Tee = %+v", events)
+	}
+}

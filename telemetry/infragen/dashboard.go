@@ -1,0 +1,267 @@
+package infragen
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/grafana-tools/sdk"
+
+	"github.com/tolaria-ml/tolaria/telemetry"
+)
+
+// Dashboard identity. The SDK leaves the schema version at 0 and numbers
+// panels from package counters, so both are set here explicitly.
+const (
+	DashboardUID           = "tolaria"
+	DashboardTitle         = "tolaria training"
+	DashboardSchemaVersion = 36 // Grafana 9
+)
+
+// Template variables: the Prometheus datasource and the workers shown.
+const (
+	VarDatasource = "datasource"
+	VarWorker     = "worker"
+)
+
+// Threshold colours by severity.
+var severityColor = map[string]string{
+	telemetry.SeverityWarning:  "orange",
+	telemetry.SeverityCritical: "red",
+}
+
+// PanelSpec is one dashboard panel before it becomes Grafana JSON.
+type PanelSpec struct {
+	ID      uint
+	Key     string // the telemetry.Panel* key thresholds refer to; "" if none
+	Title   string
+	Unit    string // Grafana unit id
+	Queries []Query
+}
+
+// Query is one PromQL target of a panel.
+type Query struct {
+	Expr   string
+	Legend string
+}
+
+// worker is the selector every panel query filters on.
+const worker = `worker=~"$` + VarWorker + `"`
+
+func window(alert string) string {
+	for _, t := range telemetry.Thresholds() {
+		if t.Alert == alert {
+			return telemetry.FormatDuration(t.Window)
+		}
+	}
+	panic("infragen: no threshold named " + alert)
+}
+
+// quantiles draws p50 and p99 of a histogram over w, per worker.
+func quantiles(metric, w string) []Query {
+	var qs []Query
+	for _, q := range []struct{ quantile, name string }{{"0.5", "p50"}, {"0.99", "p99"}} {
+		qs = append(qs, Query{
+			Expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le, worker) (rate(%s_bucket{%s}[%s])))", q.quantile, metric, worker, w),
+			Legend: q.name + " {{worker}}",
+		})
+	}
+	return qs
+}
+
+// Panels returns the dashboard's panels in order. Latency panels use the
+// window of the alert whose threshold they draw, so the line and the alert
+// judge the same numbers.
+func Panels() []PanelSpec {
+	stageW := window("TolariaStageCopySlow")
+	replayW := window("TolariaGraphReplaySlow")
+	captureW := window("TolariaGraphCaptureSlow")
+	fallbackW := window("TolariaGraphFallback")
+	const rateW = "1m"
+	sel := func(metric string) string { return metric + "{" + worker + "}" }
+	return []PanelSpec{
+		{ID: 1, Title: "Graphs enabled and prefetch-to-device disabled", Unit: "bool", Queries: []Query{
+			{Expr: sel(telemetry.MetricGraphEnabled), Legend: "graphs enabled {{worker}} ({{device}})"},
+			{Expr: sel(telemetry.MetricPrefetchDisabled), Legend: "prefetch off {{worker}}"},
+		}},
+		{ID: 2, Title: "Eager fallbacks by reason (per " + fallbackW + ")", Unit: "short", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (reason) (increase(%s[%s]))", sel(telemetry.MetricFallbackTotal), fallbackW), Legend: "{{reason}}"},
+		}},
+		{ID: 3, Key: telemetry.PanelCaptureLatency, Title: "Graph capture time (" + captureW + ")", Unit: "s",
+			Queries: quantiles(telemetry.MetricCaptureSeconds, captureW)},
+		{ID: 4, Key: telemetry.PanelReplayLatency, Title: "Graph replay time (" + replayW + ")", Unit: "s",
+			Queries: quantiles(telemetry.MetricReplaySeconds, replayW)},
+		{ID: 5, Key: telemetry.PanelStageCopyLatency, Title: "Stage copy time (" + stageW + ")", Unit: "s",
+			Queries: append(quantiles(telemetry.MetricStageCopySeconds, stageW), Query{
+				Expr: fmt.Sprintf("rate(%s_sum{%s}[%s]) / rate(%s_count{%s}[%s])",
+					telemetry.MetricStageCopySeconds, worker, stageW, telemetry.MetricStageCopySeconds, worker, stageW),
+				Legend: "mean {{worker}}",
+			})},
+		{ID: 6, Title: "Graph replays per second", Unit: "ops", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (worker) (rate(%s[%s]))", sel(telemetry.MetricReplaysTotal), rateW), Legend: "{{worker}}"},
+		}},
+		{ID: 7, Title: "Captures and executable updates (per " + captureW + ")", Unit: "short", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (worker, pooled) (increase(%s[%s]))", sel(telemetry.MetricCapturesTotal), captureW), Legend: "captures {{worker}} pooled={{pooled}}"},
+			{Expr: fmt.Sprintf("sum by (worker) (increase(%s[%s]))", sel(telemetry.MetricExecUpdatesTotal), captureW), Legend: "exec updates {{worker}}"},
+		}},
+		{ID: 8, Title: "Training samples per second", Unit: "short", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (worker) (rate(%s[%s]))", sel(telemetry.MetricSamplesTotal), rateW), Legend: "{{worker}}"},
+		}},
+		{ID: 9, Title: "Training step time (" + rateW + ")", Unit: "s",
+			Queries: quantiles(telemetry.MetricStepSeconds, rateW)},
+		{ID: 10, Title: "Training loss", Unit: "short", Queries: []Query{
+			{Expr: sel(telemetry.MetricTrainLoss), Legend: "{{worker}}"},
+		}},
+		{ID: 11, Title: "Eval accuracy", Unit: "percentunit", Queries: []Query{
+			{Expr: sel(telemetry.MetricEvalAccuracy), Legend: "{{worker}}"},
+		}},
+		{ID: 12, Title: "Epoch", Unit: "short", Queries: []Query{
+			{Expr: sel(telemetry.MetricTrainEpoch), Legend: "{{worker}}"},
+		}},
+		{ID: 13, Key: telemetry.PanelLastStepAge, Title: "Time since the last training step", Unit: "s", Queries: []Query{
+			{Expr: "time() - " + sel(telemetry.MetricLastStepTimestamp), Legend: "{{worker}}"},
+		}},
+		{ID: 14, Title: "Device memory and graph pool", Unit: "bytes", Queries: []Query{
+			{Expr: sel(telemetry.MetricDeviceMemoryBytes), Legend: "{{kind}} {{worker}}"},
+			{Expr: sel(telemetry.MetricPoolReservedBytes), Legend: "graph pool {{worker}}"},
+		}},
+		{ID: 15, Title: "Metrics targets up", Unit: "bool", Queries: []Query{
+			{Expr: fmt.Sprintf("up{job=%q}", telemetry.ScrapeJob), Legend: "{{instance}}"},
+		}},
+	}
+}
+
+// PanelThresholds returns the table rows a panel draws, by rising value.
+func PanelThresholds(key string) []telemetry.Threshold {
+	var ts []telemetry.Threshold
+	for _, t := range telemetry.Thresholds() {
+		if key != "" && t.Panel == key {
+			ts = append(ts, t)
+		}
+	}
+	slices.SortFunc(ts, func(a, b telemetry.Threshold) int { return cmp.Compare(a.Value, b.Value) })
+	return ts
+}
+
+func datasourceRef() map[string]string {
+	return map[string]string{"type": "prometheus", "uid": "${" + VarDatasource + "}"}
+}
+
+func panel(spec PanelSpec, index int) (*sdk.Panel, error) {
+	const width, height = 12, 8
+	p := sdk.NewTimeseries(spec.Title)
+	p.ID = spec.ID
+	p.IsNew = false
+	p.Span = 0
+	p.Datasource = datasourceRef()
+	w, h, x, y := width, height, (index%2)*width, (index/2)*height
+	p.GridPos.W, p.GridPos.H, p.GridPos.X, p.GridPos.Y = &w, &h, &x, &y
+
+	ts := p.TimeseriesPanel
+	ts.Options.Legend = sdk.TimeseriesLegendOptions{Calcs: []string{"lastNotNull", "max"}, DisplayMode: "table", Placement: "bottom"}
+	ts.Options.Tooltip.Mode = "multi"
+	d := &ts.FieldConfig.Defaults
+	d.Unit = spec.Unit
+	d.Color = sdk.FieldConfigColor{Mode: "palette-classic"}
+	d.Custom.DrawStyle = "line"
+	d.Custom.LineInterpolation = "linear"
+	d.Custom.LineWidth = 1
+	d.Custom.FillOpacity = 10
+	d.Custom.ShowPoints = "never"
+	d.Custom.AxisPlacement = "auto"
+	d.Custom.GradientMode = "none"
+	d.Custom.LineStyle.Fill = "solid"
+	d.Custom.ScaleDistribution.Type = "linear"
+	d.Custom.Stacking.Mode = "none"
+	d.Custom.ThresholdsStyle.Mode = "off"
+	d.Thresholds = sdk.Thresholds{Mode: "absolute", Steps: []sdk.ThresholdStep{{Color: "green"}}}
+	for _, t := range PanelThresholds(spec.Key) {
+		color, ok := severityColor[t.Severity]
+		if !ok {
+			return nil, fmt.Errorf("panel %q: threshold %s has unknown severity %q", spec.Title, t.Alert, t.Severity)
+		}
+		v := t.Value
+		d.Thresholds.Steps = append(d.Thresholds.Steps, sdk.ThresholdStep{Color: color, Value: &v})
+		d.Custom.ThresholdsStyle.Mode = "line+area"
+	}
+	if spec.Key != "" && len(d.Thresholds.Steps) == 1 {
+		return nil, fmt.Errorf("panel %q: no threshold in the table names panel %q", spec.Title, spec.Key)
+	}
+	for i, q := range spec.Queries {
+		p.AddTarget(&sdk.Target{
+			RefID:        string(rune('A' + i)),
+			Datasource:   datasourceRef(),
+			Expr:         q.Expr,
+			LegendFormat: q.Legend,
+		})
+	}
+	return p, nil
+}
+
+func templating() []sdk.TemplateVar {
+	refresh := int64(2) // on time range change
+	all := &sdk.StringSliceString{Value: []string{"All"}, Valid: true}
+	return []sdk.TemplateVar{
+		{
+			Name:    VarDatasource,
+			Label:   "Datasource",
+			Type:    "datasource",
+			Query:   "prometheus",
+			Options: []sdk.Option{},
+			Current: sdk.Current{Text: &sdk.StringSliceString{Value: []string{"default"}, Valid: true}, Value: "default"},
+		},
+		{
+			Name:       VarWorker,
+			Label:      "Worker",
+			Type:       "query",
+			Datasource: datasourceRef(),
+			Query:      fmt.Sprintf("label_values(%s, %s)", telemetry.MetricGraphEnabled, telemetry.LabelWorker),
+			Refresh:    sdk.BoolInt{Value: &refresh},
+			IncludeAll: true,
+			AllValue:   ".*",
+			Multi:      true,
+			Sort:       3, // numerical ascending
+			Options:    []sdk.Option{},
+			Current:    sdk.Current{Text: all, Value: []string{"$__all"}},
+		},
+	}
+}
+
+// Dashboard generates infra/grafana/dashboards/tolaria.json. The output is
+// deterministic: the same table gives the same bytes.
+func Dashboard() ([]byte, error) {
+	b := sdk.NewBoard(DashboardTitle)
+	b.ID = 0 // provisioned dashboards carry no database id
+	b.UID = DashboardUID
+	b.SchemaVersion = DashboardSchemaVersion
+	b.Version = 1
+	b.Tags = []string{"tolaria", "cuda-graphs"}
+	b.Rows = []*sdk.Row{}
+	b.Links = []sdk.Link{}
+	b.Annotations.List = []sdk.Annotation{}
+	b.Time = sdk.Time{From: "now-1h", To: "now"}
+	b.Timepicker = sdk.Timepicker{RefreshIntervals: []string{"10s", "30s", "1m", "5m"}, TimeOptions: []string{}}
+	b.Refresh = &sdk.BoolString{Value: "30s"}
+	b.GraphTooltip = 1 // shared crosshair
+	b.Templating.List = templating()
+
+	specs := Panels()
+	for i, spec := range specs {
+		p, err := panel(spec, i)
+		if err != nil {
+			return nil, err
+		}
+		b.Panels = append(b.Panels, p)
+	}
+
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(b); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

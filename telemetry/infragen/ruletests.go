@@ -1,0 +1,340 @@
+package infragen
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/telemetry"
+)
+
+// RuleTestFile is the schema of a `promtool test rules` file.
+type RuleTestFile struct {
+	RuleFiles          []string   `yaml:"rule_files"`
+	EvaluationInterval string     `yaml:"evaluation_interval"`
+	Tests              []RuleTest `yaml:"tests"`
+}
+
+// RuleTest is one test group: input series and the alerts expected.
+type RuleTest struct {
+	Name          string          `yaml:"name"`
+	Interval      string          `yaml:"interval"`
+	InputSeries   []InputSeries   `yaml:"input_series"`
+	AlertRuleTest []AlertRuleTest `yaml:"alert_rule_test"`
+}
+
+// InputSeries is a series in promtool's expanding notation.
+type InputSeries struct {
+	Series string `yaml:"series"`
+	Values string `yaml:"values"`
+}
+
+// AlertRuleTest lists the alerts of one name expected at one time.
+type AlertRuleTest struct {
+	EvalTime  string     `yaml:"eval_time"`
+	Alertname string     `yaml:"alertname"`
+	ExpAlerts []ExpAlert `yaml:"exp_alerts"`
+}
+
+// ExpAlert is one expected firing alert.
+type ExpAlert struct {
+	ExpLabels      map[string]string `yaml:"exp_labels"`
+	ExpAnnotations map[string]string `yaml:"exp_annotations"`
+}
+
+// Input series are sampled every scrapeStep, as by infra/prometheus/prometheus.yml.
+const scrapeStep = 15 * time.Second
+
+// The labels every test series carries, as a scrape of a one-worker run has.
+var testInstance = fmt.Sprintf("127.0.0.1:%d", telemetry.DefaultMetricsPort)
+
+func targetLabels() map[string]string {
+	return map[string]string{"job": telemetry.ScrapeJob, "instance": testInstance}
+}
+
+func workerLabels() map[string]string {
+	l := targetLabels()
+	l[telemetry.LabelDevice] = "cpu"
+	l[telemetry.LabelWorker] = "0"
+	return l
+}
+
+// scenario is a set of input series and when to look at the alert.
+type scenario struct {
+	name   string
+	series []InputSeries
+	eval   time.Duration
+	labels map[string]string // labels of the alert when it fires
+}
+
+// AlertRulesTest generates infra/prometheus/alert_rules_test.yml: for every
+// threshold, a series that breaks it makes the alert fire, and a healthy
+// series leaves it silent.
+func AlertRulesTest() ([]byte, error) {
+	file := RuleTestFile{
+		RuleFiles:          []string{path.Base(AlertRulesPath)},
+		EvaluationInterval: telemetry.FormatDuration(scrapeStep),
+	}
+	for _, t := range telemetry.Thresholds() {
+		bad, healthy, err := scenarios(t)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range bad {
+			test, err := ruleTest(t, s, true)
+			if err != nil {
+				return nil, err
+			}
+			file.Tests = append(file.Tests, test)
+		}
+		for _, s := range healthy {
+			test, err := ruleTest(t, s, false)
+			if err != nil {
+				return nil, err
+			}
+			file.Tests = append(file.Tests, test)
+		}
+	}
+	return marshalYAML(file)
+}
+
+func ruleTest(t telemetry.Threshold, s scenario, fires bool) (RuleTest, error) {
+	verb := "stays silent on"
+	if fires {
+		verb = "fires on"
+	}
+	check := AlertRuleTest{EvalTime: telemetry.FormatDuration(s.eval), Alertname: t.Alert, ExpAlerts: []ExpAlert{}}
+	if fires {
+		want := maps.Clone(s.labels)
+		want["severity"] = t.Severity
+		annotations := RuleFor(t).Annotations
+		for k, v := range annotations {
+			rendered, err := renderLabels(v, s.labels)
+			if err != nil {
+				return RuleTest{}, fmt.Errorf("%s %s: %w", t.Alert, k, err)
+			}
+			annotations[k] = rendered
+		}
+		check.ExpAlerts = []ExpAlert{{ExpLabels: want, ExpAnnotations: annotations}}
+	}
+	return RuleTest{
+		Name:          fmt.Sprintf("%s %s %s", t.Alert, verb, s.name),
+		Interval:      telemetry.FormatDuration(scrapeStep),
+		InputSeries:   s.series,
+		AlertRuleTest: []AlertRuleTest{check},
+	}, nil
+}
+
+// renderLabels expands {{ $labels.name }} the way Prometheus does for the
+// simple templates the table uses, and refuses any other template.
+func renderLabels(text string, labels map[string]string) (string, error) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		text = strings.ReplaceAll(text, "{{ $labels."+k+" }}", labels[k])
+	}
+	if strings.Contains(text, "{{") {
+		return "", fmt.Errorf("template in %q uses more than {{ $labels.name }} of the test series", text)
+	}
+	return text, nil
+}
+
+// series writes name{labels} in PromQL selector syntax with sorted labels.
+func series(name string, labels map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		parts = append(parts, fmt.Sprintf("%s=%q", k, labels[k]))
+	}
+	return name + "{" + strings.Join(parts, ",") + "}"
+}
+
+// steps is the number of scrape steps that cover d.
+func steps(d time.Duration) int { return int(d / scrapeStep) }
+
+// num writes a sample value for promtool, rounded so that 1.5*0.001*100
+// reads as 0.15.
+func num(v float64) string { return telemetry.FormatValue(math.Round(v*1e9) / 1e9) }
+
+// constant is v for every step of d, then on to the end of the test.
+func constant(v float64, d time.Duration) string { return fmt.Sprintf("%sx%d", num(v), steps(d)) }
+
+// ramp grows by inc every step for d.
+func ramp(inc float64, d time.Duration) string { return fmt.Sprintf("0+%sx%d", num(inc), steps(d)) }
+
+func scenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
+	switch t.Condition {
+	case telemetry.MeanAbove:
+		return meanScenarios(t)
+	case telemetry.QuantileAbove:
+		return quantileScenarios(t)
+	case telemetry.IncreaseAbove:
+		return increaseScenarios(t)
+	case telemetry.AgeAbove:
+		return ageScenarios(t)
+	case telemetry.TargetDown:
+		return targetDownScenarios(t)
+	}
+	return nil, nil, fmt.Errorf("%s: no promtool scenario for condition %d", t.Alert, t.Condition)
+}
+
+// meanScenarios: 100 observations per step whose mean is 1.5 times the
+// threshold (bad) or half of it (healthy).
+func meanScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
+	const perStep = 100
+	eval := t.Window + t.For + 2*time.Minute
+	span := eval + 2*time.Minute
+	mk := func(name string, mean float64) scenario {
+		l := workerLabels()
+		return scenario{
+			name: name,
+			series: []InputSeries{
+				{series(t.Metric+"_count", l), ramp(perStep, span)},
+				{series(t.Metric+"_sum", l), ramp(perStep*mean, span)},
+			},
+			eval:   eval,
+			labels: l,
+		}
+	}
+	bad = []scenario{mk("a mean of 1.5 times the threshold", 1.5*t.Value)}
+	healthy = []scenario{mk("a mean of half the threshold", 0.5*t.Value)}
+	return bad, healthy, nil
+}
+
+// quantileScenarios: a steady stream where 5 times (bad) or half (healthy)
+// the tolerated share of observations lies above the threshold; and, for a
+// rule without a for-duration, a single observation just above (bad) or
+// just below (healthy) the threshold. Only the buckets at the threshold,
+// at twice the threshold and +Inf are given: they are all the quantile
+// needs.
+func quantileScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
+	tolerated := 1 - t.Quantile
+	if tolerated <= 0 || tolerated*10 > 1 {
+		return nil, nil, fmt.Errorf("%s: quantile %v leaves no room for a steady-stream test", t.Alert, t.Quantile)
+	}
+	const perStep = 1000
+	eval := t.Window + t.For + 2*time.Minute
+	span := eval + 2*time.Minute
+	// buckets returns the three bucket series growing by below, above and
+	// above observations per step below and above the threshold.
+	buckets := func(name string, below, above string) scenario {
+		l := workerLabels()
+		bucket := func(le, values string) InputSeries {
+			bl := maps.Clone(l)
+			bl["le"] = le
+			return InputSeries{series(t.Metric+"_bucket", bl), values}
+		}
+		return scenario{
+			name: name,
+			series: []InputSeries{
+				bucket(telemetry.FormatValue(t.Value), below),
+				bucket(telemetry.FormatValue(2*t.Value), above),
+				bucket("+Inf", above),
+			},
+			eval:   eval,
+			labels: l,
+		}
+	}
+	stream := func(name string, slowShare float64) scenario {
+		slow := math.Round(perStep * slowShare)
+		return buckets(name, ramp(perStep-slow, span), ramp(perStep, span))
+	}
+	share := func(f float64) string { return fmt.Sprintf("a stream with %.3g%% above the threshold", 100*f) }
+	bad = []scenario{stream(share(5*tolerated), 5*tolerated)}
+	healthy = []scenario{stream(share(tolerated/2), tolerated/2)}
+	if t.For == 0 {
+		// One observation a minute in, then quiet.
+		before, after := time.Minute, t.Window+time.Minute
+		once := func(v float64) string {
+			return fmt.Sprintf("%s %s", constant(0, before-scrapeStep), constant(v, after))
+		}
+		single := func(name string, belowCount float64) scenario {
+			s := buckets(name, once(belowCount), once(1))
+			s.eval = before + time.Minute
+			return s
+		}
+		bad = append(bad, single("a single observation above the threshold", 0))
+		healthy = append(healthy, single("a single observation at most the threshold", 1))
+	}
+	return bad, healthy, nil
+}
+
+// increaseScenarios: a counter, zero-initialised as telemetry does, that
+// grows once (bad) or stays flat (healthy).
+func increaseScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
+	l := workerLabels()
+	if t.Metric == telemetry.MetricFallbackTotal {
+		l[telemetry.LabelReason] = telemetry.FallbackShapeChange
+	}
+	jump := 2 * time.Minute
+	eval := jump + t.For + time.Minute
+	span := eval + t.Window
+	grow := t.Value + 1
+	bad = []scenario{{
+		name:   fmt.Sprintf("a counter that grows by %s", num(grow)),
+		series: []InputSeries{{series(t.Metric, l), fmt.Sprintf("%s %s", constant(0, jump-scrapeStep), constant(grow, span))}},
+		eval:   eval,
+		labels: l,
+	}}
+	healthy = []scenario{{
+		name:   "a counter that stays at zero",
+		series: []InputSeries{{series(t.Metric, l), constant(0, eval+span)}},
+		eval:   eval,
+		labels: l,
+	}}
+	return bad, healthy, nil
+}
+
+// ageScenarios: a timestamp that stops a minute in (bad), keeps up with
+// time (healthy), or stops while the target is down (silent: that is
+// TargetDown's job).
+func ageScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
+	l := workerLabels()
+	stop := time.Minute
+	eval := stop + time.Duration(t.Value*float64(time.Second)) + t.For + time.Minute
+	span := eval + time.Minute
+	stuck := fmt.Sprintf("0+%sx%d %sx%d", num(scrapeStep.Seconds()), steps(stop)-1, num(stop.Seconds()), steps(span))
+	moving := ramp(scrapeStep.Seconds(), span)
+	up := func(v float64) InputSeries { return InputSeries{series("up", targetLabels()), constant(v, span)} }
+	bad = []scenario{{
+		name:   "a last-step time that stops while the target is up",
+		series: []InputSeries{{series(t.Metric, l), stuck}, up(1)},
+		eval:   eval,
+		labels: l,
+	}}
+	healthy = []scenario{
+		{
+			name:   "a last-step time that keeps up",
+			series: []InputSeries{{series(t.Metric, l), moving}, up(1)},
+			eval:   eval,
+		},
+		{
+			name:   "a last-step time that stops while the target is down",
+			series: []InputSeries{{series(t.Metric, l), stuck}, up(0)},
+			eval:   eval,
+		},
+	}
+	return bad, healthy, nil
+}
+
+// targetDownScenarios: up drops to the threshold value a minute in (bad) or
+// stays 1 (healthy).
+func targetDownScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
+	l := targetLabels()
+	down := time.Minute
+	eval := down + t.For + time.Minute
+	span := eval + time.Minute
+	bad = []scenario{{
+		name:   "a target that goes down",
+		series: []InputSeries{{series("up", l), fmt.Sprintf("%s %s", constant(1, down-scrapeStep), constant(t.Value, span))}},
+		eval:   eval,
+		labels: l,
+	}}
+	healthy = []scenario{{
+		name:   "a target that stays up",
+		series: []InputSeries{{series("up", l), constant(1, span)}},
+		eval:   eval,
+	}}
+	return bad, healthy, nil
+}

@@ -1,0 +1,216 @@
+package telemetry
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Alert severities, the value of each alert's "severity" label.
+const (
+	SeverityWarning  = "warning"
+	SeverityCritical = "critical"
+)
+
+// ScrapeJob is the Prometheus job name the alert rules expect tolaria's
+// /metrics endpoint to be scraped under.
+const ScrapeJob = "tolaria"
+
+// DefaultMetricsPort is the port documented for --metrics-addr and scraped
+// by infra/prometheus/prometheus.yml.
+const DefaultMetricsPort = 9464
+
+// RunbookURL is the document the alerts' runbook_url annotations point into.
+const RunbookURL = "https://github.com/tolaria-ml/tolaria/blob/main/docs/runbook.md"
+
+// Condition says how a Threshold becomes a PromQL expression.
+type Condition int
+
+const (
+	// MeanAbove fires when the mean of a histogram over Window is above
+	// Value: rate(sum) / rate(count).
+	MeanAbove Condition = iota + 1
+	// QuantileAbove fires when the Quantile of a histogram over Window is
+	// above Value. Value is a bucket boundary, so the comparison is exact:
+	// p99 > Value means more than 1% of observations were above Value.
+	QuantileAbove
+	// IncreaseAbove fires when a counter grew by more than Value over Window.
+	IncreaseAbove
+	// AgeAbove fires when a Unix-timestamp gauge is more than Value seconds
+	// old while the scrape target is up.
+	AgeAbove
+	// TargetDown fires when Prometheus cannot scrape the job (up == Value).
+	TargetDown
+)
+
+// Dashboard panels that draw thresholds, keyed by a stable name.
+const (
+	PanelCaptureLatency   = "capture_latency"
+	PanelReplayLatency    = "replay_latency"
+	PanelStageCopyLatency = "stage_copy_latency"
+	PanelLastStepAge      = "last_step_age"
+)
+
+// Threshold is one row of the table: one alert and, where Panel is set, the
+// threshold a dashboard panel draws for it. Values are in base units
+// (seconds, bytes, counts).
+type Threshold struct {
+	Alert       string        // alert name
+	Metric      string        // metric family the expression reads
+	Condition   Condition     // how Expr is built
+	Quantile    float64       // for QuantileAbove
+	Window      time.Duration // range of rate/increase; zero where unused
+	Value       float64       // the comparison value, in base units
+	For         time.Duration // how long the condition must hold
+	Severity    string        // SeverityWarning or SeverityCritical
+	Summary     string        // one line; may use {{ $labels.x }}
+	Description string        // meaning; may use {{ $labels.x }}
+	Anchor      string        // heading anchor in docs/runbook.md
+	Panel       string        // dashboard panel drawing Value; "" for none
+}
+
+// Thresholds returns the table of alert and dashboard thresholds. The
+// committed alert rules, their promtool tests and the dashboard are generated
+// from it (`make generate`) and a test keeps them in sync.
+func Thresholds() []Threshold {
+	return []Threshold{
+		{
+			Alert:       "TolariaStageCopySlow",
+			Metric:      MetricStageCopySeconds,
+			Condition:   MeanAbove,
+			Window:      time.Minute,
+			Value:       0.001,
+			For:         2 * time.Minute,
+			Severity:    SeverityWarning,
+			Summary:     "Stage copy slow on {{ $labels.device }} (worker {{ $labels.worker }})",
+			Description: "The 1-minute mean host-to-device batch copy time has been above 1ms for 2 minutes. Replays wait on copy-done events, so step time grows with it.",
+			Anchor:      "tolariastagecopyslow",
+			Panel:       PanelStageCopyLatency,
+		},
+		{
+			Alert:       "TolariaGraphReplaySlow",
+			Metric:      MetricReplaySeconds,
+			Condition:   QuantileAbove,
+			Quantile:    0.99,
+			Window:      5 * time.Minute,
+			Value:       0.005,
+			For:         5 * time.Minute,
+			Severity:    SeverityWarning,
+			Summary:     "Graph replay slow on {{ $labels.device }} (worker {{ $labels.worker }})",
+			Description: "More than 1% of graph replays over 5 minutes took longer than 5ms (p99 above 5ms), for 5 minutes.",
+			Anchor:      "tolariagraphreplayslow",
+			Panel:       PanelReplayLatency,
+		},
+		{
+			Alert:       "TolariaGraphCaptureSlow",
+			Metric:      MetricCaptureSeconds,
+			Condition:   QuantileAbove,
+			Quantile:    0.99,
+			Window:      5 * time.Minute,
+			Value:       0.2,
+			Severity:    SeverityWarning,
+			Summary:     "Graph capture slow on {{ $labels.device }} (worker {{ $labels.worker }})",
+			Description: "A graph capture and instantiation in the last 5 minutes took longer than 200ms. Pooled captures take tens of milliseconds; a slow one usually means a cold graph pool.",
+			Anchor:      "tolariagraphcaptureslow",
+			Panel:       PanelCaptureLatency,
+		},
+		{
+			Alert:       "TolariaGraphCaptureCritical",
+			Metric:      MetricCaptureSeconds,
+			Condition:   QuantileAbove,
+			Quantile:    0.99,
+			Window:      5 * time.Minute,
+			Value:       8,
+			Severity:    SeverityCritical,
+			Summary:     "Graph capture critically slow on {{ $labels.device }} (worker {{ $labels.worker }})",
+			Description: "A graph capture and instantiation in the last 5 minutes took longer than 8s. Training is blocked while it runs.",
+			Anchor:      "tolariagraphcapturecritical",
+			Panel:       PanelCaptureLatency,
+		},
+		{
+			Alert:       "TolariaGraphFallback",
+			Metric:      MetricFallbackTotal,
+			Condition:   IncreaseAbove,
+			Window:      5 * time.Minute,
+			Value:       0,
+			Severity:    SeverityWarning,
+			Summary:     "Eager fallback ({{ $labels.reason }}) on {{ $labels.device }} (worker {{ $labels.worker }})",
+			Description: "At least one training step in the last 5 minutes ran eagerly instead of from a graph. The reason label says why.",
+			Anchor:      "tolariagraphfallback",
+		},
+		{
+			Alert:       "TolariaTrainingStalled",
+			Metric:      MetricLastStepTimestamp,
+			Condition:   AgeAbove,
+			Value:       300,
+			Severity:    SeverityCritical,
+			Summary:     "Training stalled on {{ $labels.device }} (worker {{ $labels.worker }})",
+			Description: "No training step has completed for 5m while the metrics endpoint is still up.",
+			Anchor:      "tolariatrainingstalled",
+			Panel:       PanelLastStepAge,
+		},
+		{
+			Alert:       "TolariaTargetDown",
+			Metric:      "up",
+			Condition:   TargetDown,
+			Value:       0,
+			For:         2 * time.Minute,
+			Severity:    SeverityCritical,
+			Summary:     "tolaria metrics target {{ $labels.instance }} is down",
+			Description: "Prometheus has not been able to scrape {{ $labels.instance }} for 2 minutes: the trainer exited, hung, or --metrics-addr is wrong.",
+			Anchor:      "tolariatargetdown",
+		},
+	}
+}
+
+// Expr returns the PromQL expression of the alert.
+func (t Threshold) Expr() string {
+	v := FormatValue(t.Value)
+	w := FormatDuration(t.Window)
+	switch t.Condition {
+	case MeanAbove:
+		return fmt.Sprintf("rate(%s_sum[%s]) / rate(%s_count[%s]) > %s", t.Metric, w, t.Metric, w, v)
+	case QuantileAbove:
+		return fmt.Sprintf("histogram_quantile(%s, rate(%s_bucket[%s])) > %s", FormatValue(t.Quantile), t.Metric, w, v)
+	case IncreaseAbove:
+		return fmt.Sprintf("increase(%s[%s]) > %s", t.Metric, w, v)
+	case AgeAbove:
+		return fmt.Sprintf("time() - %s > %s and on (job, instance) up{job=%q} == 1", t.Metric, v, ScrapeJob)
+	case TargetDown:
+		return fmt.Sprintf("up{job=%q} == %s", ScrapeJob, v)
+	}
+	panic(fmt.Sprintf("telemetry: threshold %s has unknown condition %d", t.Alert, t.Condition))
+}
+
+// RunbookLink returns the alert's runbook_url.
+func (t Threshold) RunbookLink() string { return RunbookURL + "#" + t.Anchor }
+
+// HumanValue writes Value the way an operator reads it: "1ms", "200ms",
+// "8s", "5m" for durations, the plain number otherwise.
+func (t Threshold) HumanValue() string {
+	switch t.Condition {
+	case MeanAbove, QuantileAbove, AgeAbove:
+		return FormatDuration(time.Duration(math.Round(t.Value * float64(time.Second))))
+	}
+	return FormatValue(t.Value)
+}
+
+// FormatValue writes a float the way the generated PromQL and YAML do: the
+// shortest decimal that reads back as the same float64.
+func FormatValue(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// FormatDuration writes d as a Prometheus duration ("1m", "30s", "0s").
+func FormatDuration(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	case d%time.Second == 0:
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"
+}
