@@ -62,7 +62,7 @@ check-generated:
 
 # End-to-end checks of the binaries (signals, resume, bad input, Prometheus).
 e2e:
-	$(GO) test -count=1 -timeout 20m ./e2e/
+	TOLARIA_E2E_REQUIRE_PROMETHEUS=1 $(GO) test -count=1 -timeout 20m ./e2e/
 
 # The accuracy bar: default MLP, 10 epochs, graphs on, CPU device, >= 0.89.
 accuracy:

@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/telemetry"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// prometheus is a real Prometheus started with the repository's config,
+// adapted to scrape the test's port every second.
+type prometheus struct {
+	t    *testing.T
+	base string
+}
+
+func startPrometheus(t *testing.T, target string) *prometheus {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		if os.Getenv("TOLARIA_E2E_REQUIRE_PROMETHEUS") != "" {
+			t.Fatal("prometheus is not installed: run scripts/install-deps.sh test")
+		}
+		t.Skip("prometheus is not installed (scripts/install-deps.sh test installs it)")
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "infra/prometheus/prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(raw)
+	for old, repl := range map[string]string{
+		"scrape_interval: 15s":     "scrape_interval: 1s",
+		"evaluation_interval: 15s": "evaluation_interval: 1s",
+		"127.0.0.1:9464":           target,
+		"- alert_rules.yml":        "- " + filepath.Join(repoRoot(), "infra/prometheus/alert_rules.yml"),
+	} {
+		if !strings.Contains(cfg, old) {
+			t.Fatalf("infra/prometheus/prometheus.yml no longer contains %q; adapt this test", old)
+		}
+		cfg = strings.ReplaceAll(cfg, old, repl)
+	}
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	logf, _ := os.Create(filepath.Join(dir, "prometheus.log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	})
+	p := &prometheus{t: t, base: "http://" + addr}
+	waitFor(t, "Prometheus to be ready", func() bool {
+		resp, err := http.Get(p.base + "/-/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return p
+}
+
+func (p *prometheus) get(path string, v any) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", p.base+path, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		p.t.Fatalf("GET %s: %s: %s", path, resp.Status, raw)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		p.t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+type sample struct {
+	Metric map[string]string `json:"metric"`
+	Value  [2]any            `json:"value"`
+}
+
+func (s sample) float() float64 {
+	f, _ := strconv.ParseFloat(fmt.Sprint(s.Value[1]), 64)
+	return f
+}
+
+func (p *prometheus) query(expr string) []sample {
+	p.t.Helper()
+	var r struct {
+		Status string `json:"status"`
+		Data   struct {
+			Result []sample `json:"result"`
+		} `json:"data"`
+	}
+	p.get("/api/v1/query?query="+url.QueryEscape(expr), &r)
+	return r.Data.Result
+}
+
+// startTraining starts a long synthetic job serving metrics at addr, in a
+// worker process, and returns a function that interrupts it.
+func startTraining(t *testing.T, addr string, extra ...string) func() {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{"train", "--device", "cpu", "--isolate", "--enable-graphs", "--dataset", "synthetic",
+		"--synthetic-size", "4096", "--epochs", "1000", "--hidden", "64,32", "--log-every", "20",
+		"--metrics-addr", addr, "--run-dir", filepath.Join(dir, "run")}, extra...)
+	cmd, stderr := startRun(t, dir, args...)
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("tolaria did not stop on SIGINT:\n%s", stderr)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func TestPrometheusScrapesEverything(t *testing.T) {
+	port := freePort(t)
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	prom := startPrometheus(t, target)
+	stop := startTraining(t, target)
+
+	// Enough scrapes for rates over [1m] and an epoch for accuracy.
+	waitFor(t, "scrapes with training progress", func() bool {
+		r := prom.query(`count_over_time(tolaria_train_samples_total[1m])`)
+		return len(r) > 0 && r[0].float() >= 6 && len(prom.query(`tolaria_eval_accuracy`)) > 0 &&
+			len(prom.query(`tolaria_train_loss`)) > 0
+	})
+
+	// A healthy run keeps the latency and fallback alerts quiet.
+	for _, name := range []string{"TolariaStageCopySlow", "TolariaGraphReplaySlow", "TolariaGraphFallback", "TolariaTargetDown"} {
+		if prom.alertActive(name) {
+			t.Errorf("%s is active during a healthy run", name)
+		}
+	}
+
+	for _, name := range telemetry.MetricNames() {
+		r := prom.query(fmt.Sprintf(`{__name__=~"%s(_bucket|_sum|_count)?"}`, name))
+		if len(r) == 0 {
+			t.Errorf("metric %s is missing from Prometheus", name)
+			continue
+		}
+		if strings.HasPrefix(name, "tolaria_") && name != "tolaria_build_info" && r[0].Metric["worker"] == "" {
+			t.Errorf("metric %s has no worker label: %v", name, r[0].Metric)
+		}
+	}
+
+	var rules struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct {
+					Name, Health, Type string
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	prom.get("/api/v1/rules", &rules)
+	loaded := 0
+	for _, g := range rules.Data.Groups {
+		for _, r := range g.Rules {
+			loaded++
+			if r.Health != "ok" {
+				t.Errorf("rule %s health %q", r.Name, r.Health)
+			}
+		}
+	}
+	if loaded != len(telemetry.Thresholds()) {
+		t.Errorf("Prometheus loaded %d rules, the threshold table has %d", loaded, len(telemetry.Thresholds()))
+	}
+
+	for _, pq := range dashboardQueries(t) {
+		expr := strings.NewReplacer(`$worker`, `.*`, `${worker}`, `.*`).Replace(pq.expr)
+		r := prom.query(expr)
+		if len(r) == 0 {
+			t.Errorf("panel %q: query returned no data: %s", pq.title, expr)
+			continue
+		}
+		// Captures happen once at start, so their rate may be 0/0; every
+		// other panel is fed continuously and must have a number.
+		if !strings.Contains(expr, "capture_seconds") && math.IsNaN(r[0].float()) {
+			t.Errorf("panel %q: query returned NaN: %s", pq.title, expr)
+		}
+	}
+	stop()
+}
+
+type panelQuery struct{ title, expr string }
+
+func dashboardQueries(t *testing.T) []panelQuery {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "infra/grafana/dashboards/tolaria.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	var out []panelQuery
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			if tg.Expr != "" {
+				out = append(out, panelQuery{p.Title, tg.Expr})
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the dashboard has no queries")
+	}
+	return out
+}
+
+func TestSlowStageCopyDrivesTheAlert(t *testing.T) {
+	port := freePort(t)
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	prom := startPrometheus(t, target)
+	startTraining(t, target, "--slow-stage-copy-ms", "5")
+	waitFor(t, "TolariaStageCopySlow pending or firing", func() bool { return prom.alertActive("TolariaStageCopySlow") })
+}
+
+// alertActive reports whether the alert is pending or firing.
+func (p *prometheus) alertActive(name string) bool {
+	var a struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	p.get("/api/v1/alerts", &a)
+	for _, al := range a.Data.Alerts {
+		if al.Labels["alertname"] == name && (al.State == "pending" || al.State == "firing") {
+			return true
+		}
+	}
+	return false
+}
