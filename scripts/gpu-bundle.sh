@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds everything a GPU machine without Go needs into one folder:
+#   tolaria, tolaria-worker (-tags cuda), run_graph_bench, the -tags cuda test
+#   binaries, and run.sh, which runs them all and writes results/.
+# Usage: scripts/gpu-bundle.sh [DIR]   (default dist/gpu-bundle)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/dist/gpu-bundle}
+cd "$root"
+"$root/scripts/install-cuda.sh" >/dev/null
+rm -rf "$out"
+mkdir -p "$out/tests"
+go build -o "$out/" ./cmd/tolaria ./cmd/run_graph_bench
+go build -tags cuda -o "$out/tolaria-worker" ./cmd/tolaria-worker
+for pkg in $(go list -tags cuda -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./device/cuda/...); do
+	name=$(echo "${pkg#github.com/tolaria-ml/tolaria/}" | tr / _)
+	go test -tags cuda -c -o "$out/tests/$name.test" "$pkg"
+done
+cat >"$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs the tolaria GPU checks on a machine with an NVIDIA GPU and driver.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+res=${1:-$here/results}
+mkdir -p "$res"
+nvidia-smi >"$res/nvidia-smi.txt" 2>&1 || true
+status=0
+for t in "$here"/tests/*.test; do
+	name=$(basename "$t" .test)
+	echo "== $name"
+	(cd "$here/tests" && "$t" -test.v -test.count=1) >"$res/$name.log" 2>&1 || status=1
+	tail -n 3 "$res/$name.log"
+done
+"$here/tolaria" train --device cuda --worker "$here/tolaria-worker" --enable-graphs --epochs 10 \
+	--run-dir "$res/train-cuda" --summary-json "$res/train-cuda.json" >"$res/train-cuda.log" 2>&1 || status=1
+tail -n 5 "$res/train-cuda.log"
+exit $status
+RUN
+chmod +x "$out/run.sh"
+echo "gpu-bundle: $out"
+ls -la "$out" "$out/tests"
