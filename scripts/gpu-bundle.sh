@@ -10,11 +10,16 @@ cd "$root"
 "$root/scripts/install-cuda.sh" >/dev/null
 rm -rf "$out"
 mkdir -p "$out/tests"
-go build -o "$out/" ./cmd/tolaria ./cmd/run_graph_bench
-go build -tags cuda -o "$out/tolaria-worker" ./cmd/tolaria-worker
+# Stripped binaries keep the bundle small enough to carry.
+go build -ldflags='-s -w' -o "$out/" ./cmd/tolaria ./cmd/run_graph_bench
+go build -ldflags='-s -w' -tags cuda -o "$out/tolaria-worker" ./cmd/tolaria-worker
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+	mkdir -p "$out/data"
+	cp /usr/share/datasets/fashion-mnist/*.gz "$out/data/"
+fi
 for pkg in $(go list -tags cuda -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./device/cuda/...); do
 	name=$(echo "${pkg#github.com/tolaria-ml/tolaria/}" | tr / _)
-	go test -tags cuda -c -o "$out/tests/$name.test" "$pkg"
+	go test -tags cuda -c -ldflags='-s -w' -o "$out/tests/$name.test" "$pkg"
 done
 cat >"$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
@@ -31,7 +36,7 @@ for t in "$here"/tests/*.test; do
 	(cd "$here/tests" && "$t" -test.v -test.count=1) >"$res/$name.log" 2>&1 || status=1
 	tail -n 3 "$res/$name.log"
 done
-"$here/tolaria" train --device cuda --worker "$here/tolaria-worker" --enable-graphs --epochs 10 \
+"$here/tolaria" train --device cuda --worker "$here/tolaria-worker" --enable-graphs --epochs 10 --data-dir "$here/data" \
 	--run-dir "$res/train-cuda" --summary-json "$res/train-cuda.json" >"$res/train-cuda.log" 2>&1 || status=1
 tail -n 5 "$res/train-cuda.log"
 exit $status

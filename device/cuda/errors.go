@@ -70,7 +70,7 @@ var driverCodes = map[int]struct {
 	cuErrInvalidHandle:          {"CUDA_ERROR_INVALID_HANDLE", device.ErrMisuse},
 	cuErrIllegalState:           {"CUDA_ERROR_ILLEGAL_STATE", device.ErrMisuse},
 	cuErrNotFound:               {"CUDA_ERROR_NOT_FOUND", device.ErrMisuse},
-	cuErrNotReady:               {"CUDA_ERROR_NOT_READY", device.ErrMisuse},
+	cuErrNotReady:               {"CUDA_ERROR_NOT_READY", device.ErrNotReady},
 	cuErrIllegalAddress:         {"CUDA_ERROR_ILLEGAL_ADDRESS", nil},
 	cuErrLaunchOutOfResources:   {"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", nil},
 	cuErrLaunchFailed:           {"CUDA_ERROR_LAUNCH_FAILED", nil},

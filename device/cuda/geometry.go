@@ -3,8 +3,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-
-	"github.com/tolaria-ml/tolaria/device"
 )
 
 // Launch geometry. The numbers match kernels/common.cuh; TestKernelGeometry
@@ -80,24 +78,6 @@ func fitInt32(ds ...int) error {
 		if d > math.MaxInt32 {
 			return fmt.Errorf("dimension %d exceeds the kernels' 32-bit limit", d)
 		}
-	}
-	return nil
-}
-
-// first returns the first non-nil error.
-func first(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkNonEmpty reports a zero or empty buffer.
-func checkNonEmpty(name string, b device.Buffer) error {
-	if b.IsZero() || b.Len() == 0 {
-		return fmt.Errorf("%s is empty", name)
 	}
 	return nil
 }

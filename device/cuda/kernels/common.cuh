@@ -45,6 +45,14 @@ __device__ __forceinline__ double tl_block_sum(double v, double *sh) {
     return r;
 }
 
+// tl_class returns the class index a float label holds, or -1 when it is
+// not an integer in [0, cols).
+__device__ __forceinline__ int tl_class(float label, int cols) {
+    if (!(label >= 0.0f && label < (float)cols)) return -1;
+    const int c = (int)label;
+    return (float)c == label ? c : -1;
+}
+
 // tl_mask_count is max(1, sum(mask)) over rows, computed by every block of
 // TL_BLOCK threads in the same order.
 __device__ __forceinline__ double tl_mask_count(int rows, const float *mask, double *sh) {

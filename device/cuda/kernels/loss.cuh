@@ -7,41 +7,40 @@
 #pragma once
 #include "common.cuh"
 
-// probs = softmax(logits) per row; for rows with mask != 0 accumulate the
-// cross-entropy loss and whether the arg-max (first maximum) equals the
-// label; stats[count] += sum(mask). A label outside [0, cols) makes the loss
-// NaN, so that the mistake shows.
+// probs = softmax(logits) per row. Rows with mask w != 0 add w*loss to
+// stats[loss], w to stats[count] and w to stats[correct] when the arg-max
+// (first maximum) is the label; rows with w == 0 add nothing, whatever their
+// label. A counted row whose label is not a class index makes the loss NaN,
+// so that the data bug shows.
 extern "C" __global__ void __launch_bounds__(TL_BLOCK)
-tl_softmax_xent(int rows, int cols, const float *__restrict__ logits,
-                const float *__restrict__ labels, const float *__restrict__ mask,
-                float *__restrict__ probs, float *__restrict__ stats) {
+tl_softmax_xent(int rows, int cols, const float *logits,
+                const float *labels, const float *mask,
+                float *probs, float *stats) {
     __shared__ double sh[TL_BLOCK];
     double loss = 0.0, correct = 0.0, count = 0.0;
     for (int r = threadIdx.x; r < rows; r += TL_BLOCK) {
         const float *x = logits + (long long)r * cols;
-        float *p = probs + (long long)r * cols;
-        float mx = x[0];
         int arg = 0;
-        for (int c = 1; c < cols; ++c) {
-            if (x[c] > mx) {
-                mx = x[c];
-                arg = c;
-            }
-        }
+        for (int c = 1; c < cols; ++c)
+            if (x[c] > x[arg]) arg = c;
+        const double top = (double)x[arg];
         double sum = 0.0;
-        for (int c = 0; c < cols; ++c) sum += exp((double)x[c] - (double)mx);
-        for (int c = 0; c < cols; ++c) p[c] = (float)(exp((double)x[c] - (double)mx) / sum);
-        const float w = mask[r];
-        count += (double)w;
-        if (w != 0.0f) {
-            const int label = (int)labels[r];
-            if (label >= 0 && label < cols) {
-                loss += log(sum) - ((double)x[label] - (double)mx);
-                if (arg == label) correct += 1.0;
-            } else {
+        for (int c = 0; c < cols; ++c) sum += exp((double)x[c] - top);
+        const double logSum = log(sum);
+        const double w = (double)mask[r];
+        if (w != 0.0) {
+            const int label = tl_class(labels[r], cols);
+            count += w;
+            if (label < 0) {
                 loss += nan("");
+            } else {
+                loss += w * (top - (double)x[label] + logSum);
+                if (label == arg) correct += w;
             }
         }
+        // Written after the loss, so that probs may alias logits.
+        float *p = probs + (long long)r * cols;
+        for (int c = 0; c < cols; ++c) p[c] = (float)exp((double)x[c] - top - logSum);
     }
     loss = tl_block_sum<TL_BLOCK>(loss, sh);
     correct = tl_block_sum<TL_BLOCK>(correct, sh);
@@ -53,44 +52,52 @@ tl_softmax_xent(int rows, int cols, const float *__restrict__ logits,
     }
 }
 
-// dlogits = mask*(probs - onehot(labels))/n, n = max(1, sum(mask)).
+// dlogits = mask*(probs - onehot(labels))/n, n = max(1, sum(mask)). Rows
+// with mask 0 get zeros; a counted row whose label is not a class index gets
+// NaNs, as in tl_softmax_xent.
 extern "C" __global__ void __launch_bounds__(TL_BLOCK)
-tl_softmax_xent_grad(int rows, int cols, const float *__restrict__ probs,
-                     const float *__restrict__ labels, const float *__restrict__ mask,
-                     float *__restrict__ dlogits) {
+tl_softmax_xent_grad(int rows, int cols, const float *probs,
+                     const float *labels, const float *mask,
+                     float *dlogits) {
     __shared__ double sh[TL_BLOCK];
     const double n = tl_mask_count(rows, mask, sh);
     const long long total = (long long)rows * cols;
     TL_FOR_EACH(i, total) {
         const int r = (int)(i / cols), c = (int)(i % cols);
-        const float w = mask[r];
-        if (w == 0.0f) {
+        const double w = (double)mask[r];
+        if (w == 0.0) {
             dlogits[i] = 0.0f;
             continue;
         }
-        const double onehot = c == (int)labels[r] ? 1.0 : 0.0;
-        dlogits[i] = (float)((double)w * ((double)probs[i] - onehot) / n);
+        const int label = tl_class(labels[r], cols);
+        double g = (double)probs[i];
+        if (label < 0) {
+            g = nan("");
+        } else if (c == label) {
+            g -= 1.0;
+        }
+        dlogits[i] = (float)(g * (w / n));
     }
 }
 
-// stats[loss] += sum over rows with mask != 0 of mean_c (pred-target)^2;
-// stats[count] += sum(mask).
+// stats[loss] += sum over rows of mask * mean_c (pred-target)^2;
+// stats[count] += sum(mask). Rows with mask 0 are not read.
 extern "C" __global__ void __launch_bounds__(TL_BLOCK)
-tl_mse(int rows, int cols, const float *__restrict__ pred, const float *__restrict__ target,
-       const float *__restrict__ mask, float *__restrict__ stats) {
+tl_mse(int rows, int cols, const float *pred, const float *target,
+       const float *mask, float *stats) {
     __shared__ double sh[TL_BLOCK];
     double loss = 0.0, count = 0.0;
     for (int r = threadIdx.x; r < rows; r += TL_BLOCK) {
-        const float w = mask[r];
-        count += (double)w;
-        if (w == 0.0f) continue;
+        const double w = (double)mask[r];
+        if (w == 0.0) continue;
         const float *p = pred + (long long)r * cols, *t = target + (long long)r * cols;
         double s = 0.0;
         for (int c = 0; c < cols; ++c) {
             const double d = (double)p[c] - (double)t[c];
             s += d * d;
         }
-        loss += s / (double)cols;
+        loss += w * s / (double)cols;
+        count += w;
     }
     loss = tl_block_sum<TL_BLOCK>(loss, sh);
     count = tl_block_sum<TL_BLOCK>(count, sh);
@@ -102,18 +109,18 @@ tl_mse(int rows, int cols, const float *__restrict__ pred, const float *__restri
 
 // dpred = mask*2*(pred-target)/(cols*n), n = max(1, sum(mask)).
 extern "C" __global__ void __launch_bounds__(TL_BLOCK)
-tl_mse_grad(int rows, int cols, const float *__restrict__ pred, const float *__restrict__ target,
-            const float *__restrict__ mask, float *__restrict__ dpred) {
+tl_mse_grad(int rows, int cols, const float *pred, const float *target,
+            const float *mask, float *dpred) {
     __shared__ double sh[TL_BLOCK];
     const double n = tl_mask_count(rows, mask, sh);
-    const double denom = (double)cols * n;
     const long long total = (long long)rows * cols;
     TL_FOR_EACH(i, total) {
-        const float w = mask[i / cols];
-        if (w == 0.0f) {
+        const double w = (double)mask[i / cols];
+        if (w == 0.0) {
             dpred[i] = 0.0f;
             continue;
         }
-        dpred[i] = (float)((double)w * 2.0 * ((double)pred[i] - (double)target[i]) / denom);
+        const double s = 2.0 * w / ((double)cols * n);
+        dpred[i] = (float)(((double)pred[i] - (double)target[i]) * s);
     }
 }

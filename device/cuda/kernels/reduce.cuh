@@ -6,7 +6,7 @@
 // columns; thread (tx, ty) sums rows ty, ty+8, ... of column tx, and the
 // eight partial sums are combined in a fixed tree. beta == 0: out is not read.
 extern "C" __global__ void __launch_bounds__(TL_TILE * TL_TILE_ROWS)
-tl_col_sum(int rows, int cols, const float *__restrict__ x, float beta, float *__restrict__ out) {
+tl_col_sum(int rows, int cols, const float *x, float beta, float *out) {
     __shared__ double sh[TL_TILE_ROWS][TL_TILE];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int c = blockIdx.x * TL_TILE + tx;
@@ -27,8 +27,10 @@ tl_col_sum(int rows, int cols, const float *__restrict__ x, float beta, float *_
     }
 }
 
-// norm[0] = ||x||_2; when it exceeds maxNorm, x *= maxNorm/(norm+1e-6). One
-// block, so that the norm and the scaling are one kernel and one graph node.
+// norm[0] = ||x||_2; when it exceeds maxNorm, x *= maxNorm/(norm+1e-6). The
+// decision and the factor use the float norm that is stored, so a host
+// reading norm[0] can tell whether clipping happened. One block, so that the
+// norm and the scaling are one kernel and one graph node.
 extern "C" __global__ void __launch_bounds__(TL_CLIP_BLOCK)
 tl_clip_global_norm(long long n, float *x, float maxNorm, float *norm) {
     __shared__ double sh[TL_CLIP_BLOCK];
@@ -37,9 +39,9 @@ tl_clip_global_norm(long long n, float *x, float maxNorm, float *norm) {
         const double v = (double)x[i];
         s += v * v;
     }
-    const double nrm = sqrt(tl_block_sum<TL_CLIP_BLOCK>(s, sh));
-    if (threadIdx.x == 0) norm[0] = (float)nrm;
-    if (!(nrm > (double)maxNorm)) return;
-    const float scale = (float)((double)maxNorm / (nrm + 1e-6));
+    const float nrm = (float)sqrt(tl_block_sum<TL_CLIP_BLOCK>(s, sh));
+    if (threadIdx.x == 0) norm[0] = nrm;
+    if (!(nrm > maxNorm)) return;
+    const float scale = (float)((double)maxNorm / ((double)nrm + 1e-6));
     for (long long i = threadIdx.x; i < n; i += TL_CLIP_BLOCK) x[i] = x[i] * scale;
 }
