@@ -3,6 +3,7 @@ package trainer_test
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -146,5 +147,90 @@ func TestCheckpointRefusals(t *testing.T) {
 	after, _ := os.ReadFile(path)
 	if string(after) != string(damaged) {
 		t.Fatal("a refused checkpoint was modified")
+	}
+}
+
+func TestNonFiniteLossStopsAndKeepsTheLastCheckpoint(t *testing.T) {
+	cfg := smallConfig(t)
+	cfg.RunDir = t.TempDir()
+	steps, _ := trainer.StepsPerEpoch(cfg)
+	cfg.MaxSteps = steps // one good epoch, then a checkpoint
+	run(t, cfg)
+	path := filepath.Join(cfg.RunDir, trainer.CheckpointFile)
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next epoch's data is poisoned: the loss becomes NaN.
+	train := *cfg.Train
+	train.X = append([]float32(nil), cfg.Train.X...)
+	for i := range train.X {
+		train.X[i] = float32(math.NaN())
+	}
+	cfg.Train, cfg.MaxSteps, cfg.Resume = &train, 0, true
+	_, err = trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	if !errors.Is(err, trainer.ErrNonFinite) {
+		t.Fatalf("run on poisoned data: %v, want ErrNonFinite", err)
+	}
+	after, _ := os.ReadFile(path)
+	if string(after) != string(good) {
+		t.Fatal("the last good checkpoint was replaced after the loss became NaN")
+	}
+}
+
+func TestRaggedPolicies(t *testing.T) {
+	base := smallConfig(t) // 250 examples, batch 16: 15 full batches and one of 10
+	for _, c := range []struct {
+		policy          data.Ragged
+		steps, fallback int
+	}{
+		{data.RaggedPad, 16, 0},
+		{data.RaggedDrop, 15, 0},
+		{data.RaggedEager, 16, 1},
+	} {
+		t.Run(string(c.policy), func(t *testing.T) {
+			cfg := base
+			cfg.Ragged = c.policy
+			steps, err := trainer.StepsPerEpoch(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if steps != c.steps {
+				t.Fatalf("steps per epoch %d, want %d", steps, c.steps)
+			}
+			cfg.Optimizer.TotalSteps = cfg.Epochs * steps
+			s := run(t, cfg)
+			if got := s.Fallbacks[trainer.ReasonRaggedBatch]; got != c.fallback*cfg.Epochs {
+				t.Fatalf("ragged fallbacks %d, want %d", got, c.fallback*cfg.Epochs)
+			}
+			if s.GraphReplays+s.EagerSteps != s.Steps {
+				t.Fatalf("replays %d + eager %d != steps %d", s.GraphReplays, s.EagerSteps, s.Steps)
+			}
+		})
+	}
+}
+
+// TestSecondTrainerUsesThePool: with pool reuse, a second trainer of the
+// same model captures by updating the pooled executables.
+func TestSecondTrainerUsesThePool(t *testing.T) {
+	cfg := smallConfig(t)
+	cfg.GraphPoolReuse = true
+	dev := openCPU(t)
+	pool := graphs.NewPool()
+	defer pool.Close()
+	first, err := trainer.Run(context.Background(), dev, pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Seed = 8
+	second, err := trainer.Run(context.Background(), dev, pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.CapturePooled != 0 || second.CapturePooled != second.Captures || second.Captures == 0 {
+		t.Fatalf("first pooled %d/%d, second pooled %d/%d", first.CapturePooled, first.Captures, second.CapturePooled, second.Captures)
+	}
+	if st := pool.Stats(); st.Instantiations != uint64(first.Captures) {
+		t.Fatalf("pool instantiated %d executables for two trainers, want %d", st.Instantiations, first.Captures)
 	}
 }
