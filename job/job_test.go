@@ -1,0 +1,65 @@
+package job
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDefaultIsValidAndIsTheDocumentedModel(t *testing.T) {
+	s := Default()
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Model(784, 10) != "784-256-128-10" || s.Optimizer != "adamw" || s.BatchSize != 64 || s.Dataset != "fashion-mnist" {
+		t.Fatalf("defaults changed: %+v", s)
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	for _, c := range []struct {
+		field string
+		edit  func(*Spec)
+	}{
+		{"device", func(s *Spec) { s.Device = "tpu" }},
+		{"epochs", func(s *Spec) { s.Epochs = 0 }},
+		{"batch-size", func(s *Spec) { s.BatchSize = 0 }},
+		{"lr", func(s *Spec) { s.LR = -1 }},
+		{"optimizer", func(s *Spec) { s.Optimizer = "lion" }},
+		{"dataset", func(s *Spec) { s.Dataset = "mnist" }},
+		{"hidden", func(s *Spec) { s.Hidden = []int{10, 0} }},
+		{"activation", func(s *Spec) { s.Activation = "tanh" }},
+		{"loss", func(s *Spec) { s.Loss = "hinge" }},
+		{"ragged", func(s *Spec) { s.Ragged = "trim" }},
+		{"staging-slots", func(s *Spec) { s.Slots = 1 }},
+		{"rank/world", func(s *Spec) { s.Rank, s.World = 2, 2 }},
+		{"resume", func(s *Spec) { s.Resume, s.RunDir = true, "" }},
+		{"momentum", func(s *Spec) { s.Momentum = 1 }},
+		{"weight_decay", func(s *Spec) { s.WeightDecay = 2 }},
+	} {
+		s := Default()
+		c.edit(&s)
+		err := s.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: got %v", c.field, err)
+		}
+	}
+}
+
+func TestConfigSetsTheSchedule(t *testing.T) {
+	s := Default()
+	s.Dataset, s.SyntheticSize, s.Epochs, s.BatchSize, s.WarmupSteps = "synthetic", 1000, 3, 100, 10000
+	train, test, err := s.LoadData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := s.Config(train, test, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Optimizer.TotalSteps != 30 || cfg.Optimizer.WarmupSteps != 15 {
+		t.Fatalf("total %d warm-up %d; want 30 and a warm-up capped at half the run", cfg.Optimizer.TotalSteps, cfg.Optimizer.WarmupSteps)
+	}
+	if cfg.Spec.Inputs != train.Features || cfg.Spec.Outputs != train.Classes {
+		t.Fatalf("model %+v does not fit the data", cfg.Spec)
+	}
+}
