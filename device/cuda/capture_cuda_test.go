@@ -1,0 +1,148 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
+
+// The predecessor's failure: while the trainer captured its step in global
+// mode, its data loader pinned memory (or synchronised) from another thread;
+// the call failed with "operation not permitted when stream is capturing"
+// and the capture was lost. On the GPU the same calls must fail the same way
+// the CPU device's rules say.
+func TestSeedFailureOnGPU(t *testing.T) {
+	tests := []struct {
+		name   string
+		unsafe func(d *Device) error
+	}{
+		{"AllocHost", func(d *Device) error {
+			h, err := d.AllocHost(1 << 16)
+			if err == nil {
+				d.FreeHost(h)
+			}
+			return err
+		}},
+		{"Synchronize", func(d *Device) error { return d.Synchronize() }},
+		{"Alloc", func(d *Device) error {
+			b, err := d.Alloc(1 << 10)
+			if err == nil {
+				d.Free(b)
+			}
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := openTest(t)
+			s := mustStream(t, d)
+			x := mustUpload(t, d, make([]float32, 1024))
+			check(t, "BeginCapture", s.BeginCapture(device.CaptureGlobal))
+			check(t, "Fill while capturing", s.Fill(x, 1))
+
+			errc := make(chan error)
+			go func() { errc <- tt.unsafe(d) }() // the "loader" goroutine
+			if err := <-errc; !errors.Is(err, device.ErrCaptureViolation) {
+				t.Errorf("%s from another goroutine during a global capture = %v, want ErrCaptureViolation", tt.name, err)
+			}
+			if err := s.Fill(x, 2); !errors.Is(err, device.ErrCaptureInvalidated) {
+				t.Errorf("work on the capturing stream after the violation = %v, want ErrCaptureInvalidated", err)
+			}
+			g, err := s.EndCapture()
+			if !errors.Is(err, device.ErrCaptureInvalidated) {
+				t.Errorf("EndCapture = %v, want ErrCaptureInvalidated", err)
+			}
+			if g != nil {
+				g.Destroy()
+			}
+
+			// The failure is not sticky: with nothing unsafe around, the
+			// same capture succeeds.
+			check(t, "BeginCapture again", s.BeginCapture(device.CaptureGlobal))
+			check(t, "Fill", s.Fill(x, 3))
+			g, err = s.EndCapture()
+			check(t, "EndCapture of a clean capture", err)
+			if g.Nodes() != 1 {
+				t.Errorf("clean capture has %d nodes, want 1", g.Nodes())
+			}
+			check(t, "Graph.Destroy", g.Destroy())
+		})
+	}
+}
+
+// The rule above is ours as much as the driver's: an allocation served from
+// the pool never reaches the driver. This test checks the premise directly:
+// the driver itself refuses a pinned allocation and a context-wide
+// synchronisation made on another thread during a global capture. Whether
+// the refusal also invalidates the capture is driver behaviour; it is logged.
+func TestDriverRefusesUnsafeCallsDuringGlobalCapture(t *testing.T) {
+	tests := []struct {
+		name string
+		call func() cuResult
+	}{
+		{"cuMemAllocHost", func() cuResult {
+			p, r := memAllocHost(1 << 16)
+			if r == cuSuccess {
+				memFreeHost(p)
+			}
+			return r
+		}},
+		{"cuCtxSynchronize", func() cuResult { return syncContext() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := openTest(t)
+			s := mustStream(t, d)
+			x := mustUpload(t, d, make([]float32, 1024))
+			check(t, "BeginCapture", s.BeginCapture(device.CaptureGlobal))
+			check(t, "Fill while capturing", s.Fill(x, 1))
+
+			rc := make(chan cuResult)
+			go func() {
+				// Straight to the driver, past Device.checkUnsafe.
+				if err := d.enter("test"); err != nil {
+					rc <- cuErrInvalidContext
+					return
+				}
+				defer d.exit()
+				rc <- tt.call()
+			}()
+			r := <-rc
+			if sentinelFor(r) != device.ErrCaptureViolation {
+				t.Errorf("%s on another thread during a global capture returned %v, want a capture violation (%v)",
+					tt.name, DriverError{r}, DriverError{cuErrCaptureUnsupported})
+			}
+			t.Logf("the driver refused %s with %v", tt.name, DriverError{r})
+			g, err := s.EndCapture()
+			if g != nil {
+				g.Destroy()
+			}
+			t.Logf("after the driver refused %s, EndCapture returned %v", tt.name, err)
+		})
+	}
+}
+
+// A capture begun on one goroutine may be ended on another: both calls run
+// on the device's control thread, as the driver requires in global mode.
+func TestEndCaptureFromAnotherGoroutine(t *testing.T) {
+	d := openTest(t)
+	s := mustStream(t, d)
+	x := mustUpload(t, d, make([]float32, 256))
+	check(t, "BeginCapture", s.BeginCapture(device.CaptureGlobal))
+	check(t, "Fill", s.Fill(x, 1))
+	type result struct {
+		g   device.Graph
+		err error
+	}
+	rc := make(chan result)
+	go func() {
+		g, err := s.EndCapture()
+		rc <- result{g, err}
+	}()
+	r := <-rc
+	check(t, "EndCapture on another goroutine", r.err)
+	check(t, "Graph.Destroy", r.g.Destroy())
+}

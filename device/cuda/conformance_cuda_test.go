@@ -1,0 +1,15 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/devicetest"
+)
+
+// TestConformance runs the device contract's suite against the GPU.
+func TestConformance(t *testing.T) {
+	devicetest.Run(t, func(t *testing.T) device.Device { return openTest(t) })
+}

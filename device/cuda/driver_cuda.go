@@ -1,0 +1,174 @@
+//go:build cuda
+
+package cuda
+
+// The driver calls gorgonia.org/cu v0.9.6 lacks: binding the context to the
+// calling thread in one call, pinned allocation, stream capture and graphs.
+// Written against the CUDA 11.8 headers (cuStreamBeginCapture_v2 with a mode,
+// cuGraphExecUpdate with error-node and result out-parameters); newer drivers
+// keep these symbols for binaries built against 11.x.
+
+/*
+#cgo LDFLAGS: -lcuda
+#cgo linux LDFLAGS: -L/usr/local/cuda/lib64
+#cgo linux CFLAGS: -I/usr/local/cuda/include
+#include <cuda.h>
+
+// tl_bind makes ctx current on the calling thread unless it already is.
+static CUresult tl_bind(CUcontext ctx) {
+	CUcontext cur = NULL;
+	CUresult r = cuCtxGetCurrent(&cur);
+	if (r != CUDA_SUCCESS || cur == ctx) return r;
+	return cuCtxSetCurrent(ctx);
+}
+
+static CUresult tl_graph_node_count(CUgraph g, size_t *n) {
+	*n = 0;
+	return cuGraphGetNodes(g, NULL, n);
+}
+
+static CUresult tl_graph_exec_update(CUgraphExec e, CUgraph g, int *result) {
+	CUgraphNode errNode = NULL;
+	CUgraphExecUpdateResult res = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+	CUresult r = cuGraphExecUpdate(e, g, &errNode, &res);
+	*result = (int)res;
+	return r;
+}
+*/
+import "C"
+
+import (
+	"reflect"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
+
+// The Go copies of the codes in errors.go must equal cuda.h's; a mismatch
+// makes one of these constant indexes negative or non-zero and fails to build.
+var _ = [1]struct{}{}[C.CUDA_SUCCESS-cuSuccess]
+var _ = [1]struct{}{}[C.CUDA_ERROR_OUT_OF_MEMORY-cuErrOutOfMemory]
+var _ = [1]struct{}{}[C.CUDA_ERROR_NO_DEVICE-cuErrNoDevice]
+var _ = [1]struct{}{}[C.CUDA_ERROR_NOT_READY-cuErrNotReady]
+var _ = [1]struct{}{}[C.CUDA_ERROR_INVALID_HANDLE-cuErrInvalidHandle]
+var _ = [1]struct{}{}[C.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED-cuErrCaptureUnsupported]
+var _ = [1]struct{}{}[C.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED-cuErrCaptureInvalidated]
+var _ = [1]struct{}{}[C.CUDA_ERROR_STREAM_CAPTURE_ISOLATION-cuErrCaptureIsolation]
+var _ = [1]struct{}{}[C.CUDA_ERROR_STREAM_CAPTURE_UNJOINED-cuErrCaptureUnjoined]
+var _ = [1]struct{}{}[C.CUDA_ERROR_STREAM_CAPTURE_MERGE-cuErrCaptureMerge]
+var _ = [1]struct{}{}[C.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT-cuErrCaptureImplicit]
+var _ = [1]struct{}{}[C.CUDA_ERROR_CAPTURED_EVENT-cuErrCapturedEvent]
+var _ = [1]struct{}{}[C.CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD-cuErrCaptureWrongThread]
+var _ = [1]struct{}{}[C.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE-cuErrGraphExecUpdateFailure]
+var _ = [1]struct{}{}[C.CUDA_ERROR_NO_BINARY_FOR_GPU-cuErrNoBinaryForGPU]
+var _ = [1]struct{}{}[C.CUDA_ERROR_INVALID_PTX-cuErrInvalidPTX]
+
+// cuResult is a raw driver result: 0 on success, else a CUresult code.
+type cuResult = int
+
+func res(r C.CUresult) cuResult { return cuResult(r) }
+
+// codeOf extracts the CUresult from an error returned by gorgonia.org/cu,
+// whose result type is an unexported integer type. Other errors read as
+// CUDA_ERROR_UNKNOWN.
+func codeOf(err error) cuResult {
+	if err == nil {
+		return cuSuccess
+	}
+	if v := reflect.ValueOf(err); v.Kind() == reflect.Int {
+		return cuResult(v.Int())
+	}
+	return 999 // CUDA_ERROR_UNKNOWN
+}
+
+func bindContext(ctx C.CUcontext) cuResult { return res(C.tl_bind(ctx)) }
+
+func retainPrimaryContext(dev cu.Device) (C.CUcontext, cuResult) {
+	var ctx C.CUcontext
+	r := C.cuDevicePrimaryCtxRetain(&ctx, C.CUdevice(dev))
+	return ctx, res(r)
+}
+
+func releasePrimaryContext(dev cu.Device) cuResult {
+	return res(C.cuDevicePrimaryCtxRelease(C.CUdevice(dev)))
+}
+
+func setCurrentContext(ctx C.CUcontext) cuResult { return res(C.cuCtxSetCurrent(ctx)) }
+
+func memAllocHost(bytes int64) (unsafe.Pointer, cuResult) {
+	var p unsafe.Pointer
+	r := C.cuMemAllocHost(&p, C.size_t(bytes))
+	return p, res(r)
+}
+
+func memFreeHost(p unsafe.Pointer) cuResult { return res(C.cuMemFreeHost(p)) }
+
+// rawStream is the CUstream behind a gorgonia stream (nil: the legacy stream).
+func rawStream(s cu.Stream) C.CUstream { return C.CUstream(unsafe.Pointer(s.C())) }
+
+func captureModeC(m device.CaptureMode) C.CUstreamCaptureMode {
+	if m == device.CaptureRelaxed {
+		return C.CU_STREAM_CAPTURE_MODE_RELAXED
+	}
+	return C.CU_STREAM_CAPTURE_MODE_GLOBAL
+}
+
+func streamBeginCapture(s cu.Stream, m device.CaptureMode) cuResult {
+	return res(C.cuStreamBeginCapture(rawStream(s), captureModeC(m)))
+}
+
+func streamEndCapture(s cu.Stream) (C.CUgraph, cuResult) {
+	var g C.CUgraph
+	r := C.cuStreamEndCapture(rawStream(s), &g)
+	return g, res(r)
+}
+
+// streamCaptureStatus is CUstreamCaptureStatus: 0 none, 1 active, 2 invalidated.
+func streamCaptureStatus(s cu.Stream) (int, cuResult) {
+	var st C.CUstreamCaptureStatus
+	r := C.cuStreamIsCapturing(rawStream(s), &st)
+	return int(st), res(r)
+}
+
+func graphNodeCount(g C.CUgraph) (int, cuResult) {
+	var n C.size_t
+	r := C.tl_graph_node_count(g, &n)
+	return int(n), res(r)
+}
+
+func graphInstantiate(g C.CUgraph) (C.CUgraphExec, cuResult) {
+	var e C.CUgraphExec
+	r := C.cuGraphInstantiateWithFlags(&e, g, 0)
+	return e, res(r)
+}
+
+// graphExecUpdate returns the driver result and the CUgraphExecUpdateResult.
+func graphExecUpdate(e C.CUgraphExec, g C.CUgraph) (cuResult, int) {
+	var result C.int
+	r := C.tl_graph_exec_update(e, g, &result)
+	return res(r), int(result)
+}
+
+func graphUpload(e C.CUgraphExec, s cu.Stream) cuResult {
+	return res(C.cuGraphUpload(e, rawStream(s)))
+}
+
+func graphLaunch(e C.CUgraphExec, s cu.Stream) cuResult {
+	return res(C.cuGraphLaunch(e, rawStream(s)))
+}
+
+func graphExecDestroy(e C.CUgraphExec) cuResult { return res(C.cuGraphExecDestroy(e)) }
+
+func graphDestroy(g C.CUgraph) cuResult { return res(C.cuGraphDestroy(g)) }
+
+// Handle types of the driver objects this package keeps, so that only this
+// file needs cgo's C namespace.
+type (
+	ctxHandle   = C.CUcontext
+	graphHandle = C.CUgraph
+	execHandle  = C.CUgraphExec
+)
+
+func syncContext() cuResult { return res(C.cuCtxSynchronize()) }

@@ -1,0 +1,385 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"runtime"
+	"sync/atomic"
+
+	"gorgonia.org/cu"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
+
+// Stream is a non-blocking CUDA stream, or the legacy default stream.
+type Stream struct {
+	dev       *Device
+	cu        cu.Stream // zero for the legacy stream
+	legacy    bool
+	destroyed atomic.Bool
+	capture   atomic.Pointer[capture] // the capture in progress on it, if any
+}
+
+// enqueue runs f, which enqueues work on s, inside a device call. It fails
+// with ErrCaptureInvalidated while s's capture is invalidated. On the legacy
+// stream, which the driver does not order against non-blocking streams, f
+// runs between two device-wide synchronisations: that keeps the contract's
+// promise that the legacy stream synchronises with every other stream (and
+// makes its work capture-unsafe, as the contract says).
+func (s *Stream) enqueue(op string, f func() error) error {
+	d := s.dev
+	if err := d.enter(op); err != nil {
+		return err
+	}
+	defer d.exit()
+	if s.destroyed.Load() {
+		return d.released(op, "stream")
+	}
+	if c := s.capture.Load(); c != nil && c.invalidated.Load() {
+		return device.Errorf(d.name, op, device.ErrCaptureInvalidated,
+			"the stream's capture was invalidated: %s", d.reason(c))
+	}
+	if s.legacy {
+		if err := d.checkUnsafe(op + " on the legacy default stream"); err != nil {
+			return err
+		}
+		if err := cu.Synchronize(); err != nil {
+			return d.wrap(op, err)
+		}
+	}
+	if err := f(); err != nil {
+		return d.wrap(op, err)
+	}
+	if s.legacy {
+		return d.wrap(op, cu.Synchronize())
+	}
+	return nil
+}
+
+func (d *Device) reason(c *capture) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return c.reason
+}
+
+// pageableCopy runs a copy with pageable host memory: capture-unsafe, never
+// captured, and synchronous with respect to the host. The copy is enqueued
+// on s, so it is ordered with s's other work, and waited for before
+// returning, so the driver never uses Go memory after this call.
+func (s *Stream) pageableCopy(op string, host []float32, f func() error) error {
+	d := s.dev
+	if err := d.enter(op); err != nil {
+		return err
+	}
+	defer d.exit()
+	if s.destroyed.Load() {
+		return d.released(op, "stream")
+	}
+	if err := d.checkUnsafe(op + " with pageable host memory"); err != nil {
+		return err
+	}
+	if s.capture.Load() != nil {
+		return device.Errorf(d.name, op, device.ErrCaptureViolation, "a copy with pageable host memory cannot be captured")
+	}
+	if s.legacy {
+		if err := cu.Synchronize(); err != nil {
+			return d.wrap(op, err)
+		}
+	}
+	if err := f(); err != nil {
+		return d.wrap(op, err)
+	}
+	var err error
+	if s.legacy {
+		err = cu.Synchronize()
+	} else {
+		err = s.cu.Synchronize()
+	}
+	runtime.KeepAlive(host)
+	return d.wrap(op, err)
+}
+
+// CopyHtoD copies host memory to the device: asynchronously from pinned
+// memory, synchronously (and capture-unsafely) from device.Pageable memory.
+func (s *Stream) CopyHtoD(dst device.Buffer, src device.HostBuffer) error {
+	const op = "Stream.CopyHtoD"
+	d := s.dev
+	dp, err := d.devPtr(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	if src.Len() != dst.Len() {
+		return d.misuse(op, "src has %d elements, dst %d", src.Len(), dst.Len())
+	}
+	hp, err := d.hostPtr(op, "src", src)
+	if err != nil {
+		return err
+	}
+	copyFn := func() error { return cu.MemcpyHtoDAsync(dp, hp, dst.Bytes(), s.cu) }
+	if src.IsPageable() {
+		return s.pageableCopy(op, src.Data(), copyFn)
+	}
+	return s.enqueue(op, copyFn)
+}
+
+// CopyDtoH copies device memory to host memory: asynchronously to pinned
+// memory, synchronously (and capture-unsafely) to device.Pageable memory.
+func (s *Stream) CopyDtoH(dst device.HostBuffer, src device.Buffer) error {
+	const op = "Stream.CopyDtoH"
+	d := s.dev
+	sp, err := d.devPtr(op, "src", src)
+	if err != nil {
+		return err
+	}
+	if src.Len() != dst.Len() {
+		return d.misuse(op, "src has %d elements, dst %d", src.Len(), dst.Len())
+	}
+	hp, err := d.hostPtr(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	copyFn := func() error { return cu.MemcpyDtoHAsync(hp, sp, src.Bytes(), s.cu) }
+	if dst.IsPageable() {
+		return s.pageableCopy(op, dst.Data(), copyFn)
+	}
+	return s.enqueue(op, copyFn)
+}
+
+// CopyDtoD copies between device buffers of equal length asynchronously.
+func (s *Stream) CopyDtoD(dst, src device.Buffer) error {
+	const op = "Stream.CopyDtoD"
+	d := s.dev
+	dp, err := d.devPtr(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	sp, err := d.devPtr(op, "src", src)
+	if err != nil {
+		return err
+	}
+	if src.Len() != dst.Len() {
+		return d.misuse(op, "src has %d elements, dst %d", src.Len(), dst.Len())
+	}
+	return s.enqueue(op, func() error { return cu.MemcpyDtoDAsync(dp, sp, dst.Bytes(), s.cu) })
+}
+
+// Record marks the event (cuEventRecord). Inside a capture a record only
+// orders the captured chain, which is in order already: it becomes no graph
+// node and touches no driver event; the event belongs to the capture until
+// the capture ends, and the host cannot wait on it meanwhile.
+func (s *Stream) Record(e device.Event) error {
+	const op = "Stream.Record"
+	d := s.dev
+	ev, err := d.ownEvent(op, e)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(op, func() error {
+		if c := s.capture.Load(); c != nil {
+			d.recordInCapture(c, ev)
+			return nil
+		}
+		if err := ev.ev.Record(s.cu); err != nil {
+			return err
+		}
+		ev.inCapture.Store(nil)
+		ev.recorded.Store(true)
+		return nil
+	})
+}
+
+// Wait makes later work on the stream wait for the event's latest Record
+// (cuStreamWaitEvent). Waiting on an event never recorded is a no-op. A
+// capturing stream waiting on an event recorded outside its capture fails
+// with ErrCaptureIsolation and invalidates the capture; any stream waiting
+// on an event recorded inside another stream's capture fails the same way.
+func (s *Stream) Wait(e device.Event) error {
+	const op = "Stream.Wait"
+	d := s.dev
+	ev, err := d.ownEvent(op, e)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(op, func() error {
+		c, ec, recorded := s.capture.Load(), ev.inCapture.Load(), ev.recorded.Load()
+		switch {
+		case c != nil && ec == c:
+			return nil // in-stream order already holds inside the capture
+		case c != nil && recorded:
+			d.invalidate(c, "the capturing stream waited on an event recorded outside the capture")
+			return device.Errorf(d.name, op, device.ErrCaptureIsolation, "the event was recorded outside this capture")
+		case c != nil:
+			return nil // never recorded: a no-op, as in CUDA
+		case ec != nil:
+			return device.Errorf(d.name, op, device.ErrCaptureIsolation,
+				"the event was recorded inside a capture in progress on another stream")
+		case !recorded:
+			return nil
+		}
+		return s.cu.Wait(ev.ev, 0)
+	})
+}
+
+// Synchronize blocks until the stream's work is done. It is capture-unsafe;
+// on a capturing stream it fails and invalidates the capture in either mode,
+// since the driver cannot wait for work that is being recorded.
+func (s *Stream) Synchronize() error {
+	const op = "Stream.Synchronize"
+	d := s.dev
+	if err := d.enter(op); err != nil {
+		return err
+	}
+	defer d.exit()
+	if s.destroyed.Load() {
+		return d.released(op, "stream")
+	}
+	if err := d.checkUnsafe(op); err != nil {
+		return err
+	}
+	if c := s.capture.Load(); c != nil {
+		d.invalidate(c, op+" was called on the capturing stream")
+		return device.Errorf(d.name, op, device.ErrCaptureViolation, "the stream is capturing; the capture is invalidated")
+	}
+	if s.legacy {
+		return d.wrap(op, cu.Synchronize())
+	}
+	return d.wrap(op, s.cu.Synchronize())
+}
+
+// BeginCapture starts capturing the stream's work into a graph
+// (cuStreamBeginCapture with CU_STREAM_CAPTURE_MODE_GLOBAL or _RELAXED), on
+// the device's control thread.
+func (s *Stream) BeginCapture(mode device.CaptureMode) error {
+	const op = "Stream.BeginCapture"
+	d := s.dev
+	if err := d.enter(op); err != nil {
+		return err
+	}
+	defer d.exit()
+	switch {
+	case s.destroyed.Load():
+		return d.released(op, "stream")
+	case s.legacy:
+		return d.misuse(op, "the legacy default stream cannot be captured; capture a stream from NewStream")
+	case mode != device.CaptureGlobal && mode != device.CaptureRelaxed:
+		return d.misuse(op, "unknown capture mode %d", mode)
+	case s.capture.Load() != nil:
+		return d.misuse(op, "the stream is already capturing")
+	}
+	var r cuResult
+	d.ctl.do(func() error {
+		if r = bindContext(d.ctx); r == cuSuccess {
+			r = streamBeginCapture(s.cu, mode)
+		}
+		return nil
+	})
+	if r != cuSuccess {
+		return d.driver(op, r)
+	}
+	d.beginCapture(&capture{mode: mode, origin: s})
+	return nil
+}
+
+// EndCapture ends the capture (cuStreamEndCapture, on the control thread)
+// and returns the graph, or an error wrapping ErrCaptureInvalidated when a
+// capture-unsafe call or an isolation error invalidated it; the partial
+// graph is then destroyed.
+func (s *Stream) EndCapture() (device.Graph, error) {
+	const op = "Stream.EndCapture"
+	d := s.dev
+	if err := d.enter(op); err != nil {
+		return nil, err
+	}
+	defer d.exit()
+	if s.destroyed.Load() {
+		return nil, d.released(op, "stream")
+	}
+	c := s.capture.Load()
+	if c == nil {
+		return nil, d.misuse(op, "the stream is not capturing")
+	}
+	var (
+		g graphHandle
+		r cuResult
+	)
+	d.ctl.do(func() error {
+		if r = bindContext(d.ctx); r == cuSuccess {
+			g, r = streamEndCapture(s.cu)
+		}
+		return nil
+	})
+	reason := d.endCapture(c)
+	if c.invalidated.Load() || r != cuSuccess {
+		if g != nil {
+			graphDestroy(g)
+		}
+		if c.invalidated.Load() {
+			return nil, device.Errorf(d.name, op, device.ErrCaptureInvalidated, "%s", reason)
+		}
+		return nil, d.driver(op, r)
+	}
+	n, r := graphNodeCount(g)
+	if r != cuSuccess {
+		graphDestroy(g)
+		return nil, d.driver(op, r)
+	}
+	gr := &Graph{dev: d, g: g, nodes: n}
+	d.mu.Lock()
+	d.graphs[gr] = struct{}{}
+	d.mu.Unlock()
+	return gr, nil
+}
+
+// IsCapturing reports whether a capture is in progress on the stream,
+// invalidated or not. It is always safe.
+func (s *Stream) IsCapturing() (bool, error) {
+	const op = "Stream.IsCapturing"
+	if s.destroyed.Load() {
+		return false, s.dev.released(op, "stream")
+	}
+	if s.dev.closed.Load() {
+		return false, device.Errorf(s.dev.name, op, device.ErrClosed, "the device is closed")
+	}
+	return s.capture.Load() != nil, nil
+}
+
+// Launch enqueues an executable as one unit (cuGraphLaunch).
+func (s *Stream) Launch(x device.Exec) error {
+	const op = "Stream.Launch"
+	d := s.dev
+	ex, err := d.ownExec(op, x)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(op, func() error {
+		if r := graphLaunch(ex.e, s.cu); r != cuSuccess {
+			return d.driver(op, r)
+		}
+		return nil
+	})
+}
+
+// Destroy releases the stream once its queued work completes. Destroying
+// it again is a no-op.
+func (s *Stream) Destroy() error {
+	const op = "Stream.Destroy"
+	d := s.dev
+	if s.legacy {
+		return d.misuse(op, "the legacy default stream cannot be destroyed")
+	}
+	if err := d.enter(op); err != nil {
+		return err
+	}
+	defer d.exit()
+	if s.capture.Load() != nil {
+		return d.misuse(op, "the stream is capturing; end the capture first")
+	}
+	if !s.destroyed.CompareAndSwap(false, true) {
+		return nil
+	}
+	d.mu.Lock()
+	delete(d.streams, s)
+	d.mu.Unlock()
+	st := s.cu
+	return d.wrap(op, st.Destroy())
+}
