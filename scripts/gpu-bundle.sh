@@ -39,6 +39,11 @@ done
 "$here/tolaria" train --device cuda --worker "$here/tolaria-worker" --enable-graphs --epochs 10 --data-dir "$here/data" \
 	--run-dir "$res/train-cuda" --summary-json "$res/train-cuda.json" >"$res/train-cuda.log" 2>&1 || status=1
 tail -n 5 "$res/train-cuda.log"
+# The accuracy bar of the CPU device holds on CUDA too.
+if ! python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); ok=s["graph_enabled"] and s["test_accuracy"]>=0.89; print("cuda accuracy", s["test_accuracy"], "graphs", s["graph_enabled"], "PASS" if ok else "FAIL"); sys.exit(0 if ok else 1)' "$res/train-cuda.json"; then
+	status=1
+fi
+"$here/run_graph_bench" --device cuda --worker "$here/tolaria-worker" --output "$res/bench-cuda.json" --plot "$res/bench-cuda.png" >"$res/bench-cuda.log" 2>&1 || status=1
 exit $status
 RUN
 chmod +x "$out/run.sh"
