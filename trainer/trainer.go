@@ -219,7 +219,7 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 			r.obs.Epoch(seq/steps + 1)
 			epochStart = time.Now()
 		}
-		if err := r.maybeCapture(done); err != nil {
+		if err := r.maybeCapture(seq, done); err != nil {
 			return err
 		}
 		t0 := time.Now()
@@ -291,7 +291,7 @@ func (r *run) trainOn(b staging.Staged, in nn.Batch) error {
 			return err
 		}
 		if err := r.lease.Replay(r.compute, b.K); err != nil {
-			r.log.Error("replay failed; running the step eagerly and recapturing next epoch", "err", err)
+			r.log.Error("replay failed; running the step eagerly and capturing again", "err", err)
 			r.lease.Discard(b.K)
 			r.captured = false
 			r.fallback(ReasonDeviceError, map[string]any{"stage": "train", "error": err.Error()})
@@ -308,13 +308,14 @@ func (r *run) trainOn(b staging.Staged, in nn.Batch) error {
 }
 
 // maybeCapture captures the training and evaluation steps once warm-up is
-// over, and again at an epoch start after a failure.
-func (r *run) maybeCapture(done int) error {
+// over (done steps in this run), and after a failure again at the start of
+// an epoch (seq is the global step).
+func (r *run) maybeCapture(seq, done int) error {
 	c := &r.cfg
 	if !c.EnableGraphs || r.captured || done < c.WarmupBatches || r.captureFailures >= maxCaptureFailures {
 		return nil
 	}
-	if r.captureFailures > 0 && (r.cfg.Optimizer.TotalSteps == 0 || done%r.trainSrc.steps != 0) {
+	if r.captureFailures > 0 && seq%r.trainSrc.steps != 0 {
 		return nil
 	}
 	// Warm-up work must be complete before capture: everything the step
