@@ -27,7 +27,7 @@ train: deps-train build
 	$(BIN)/tolaria train --device cpu --enable-graphs $(ARGS)
 
 # The whole test suite (what .ci/run runs).
-test: deps-test fmt-check vet unit cuda-build check-ptx infra check-generated e2e accuracy
+test: deps-test fmt-check vet unit cuda-build check-ptx infra check-generated accuracy
 	@echo "make test: all checks passed"
 
 fmt-check:
@@ -37,8 +37,10 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags cuda ./...
 
+# Includes ./e2e: the binaries end to end, and a real Prometheus, which the
+# test command requires (deps-test installs it).
 unit:
-	$(GO) test $(GOFLAGS_TEST) ./...
+	TOLARIA_E2E_REQUIRE_PROMETHEUS=1 $(GO) test $(GOFLAGS_TEST) ./...
 
 # Everything builds with -tags cuda, test binaries included; they run on a GPU.
 cuda-build:
@@ -60,7 +62,7 @@ generate:
 check-generated:
 	$(GO) test -count=1 ./cmd/tolaria-gen/ ./telemetry/...
 
-# End-to-end checks of the binaries (signals, resume, bad input, Prometheus).
+# End-to-end checks alone (they also run in `unit`).
 e2e:
 	TOLARIA_E2E_REQUIRE_PROMETHEUS=1 $(GO) test -count=1 -timeout 20m ./e2e/
 
