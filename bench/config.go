@@ -1,0 +1,201 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/nn"
+)
+
+// Preset names a benchmark workload.
+type Preset string
+
+const (
+	// PresetMLP is the default model: 784-256-128-10, GELU, cross-entropy,
+	// AdamW with clipping, batch 64.
+	PresetMLP Preset = "mlp"
+	// PresetTiny is the predecessor's workload: one Linear 16->2 layer at
+	// batch 8, where launch cost dominates the step.
+	PresetTiny Preset = "tiny"
+)
+
+// Presets lists the presets in the order the command documents them.
+var Presets = []Preset{PresetMLP, PresetTiny}
+
+// Workload is a preset's model and default batch size.
+type Workload struct {
+	Spec      nn.Spec
+	Optimizer nn.Optimizer
+	BatchSize int
+}
+
+// Workload returns the preset's model and default batch size.
+func (p Preset) Workload() (Workload, error) {
+	opt := nn.DefaultOptimizer()
+	switch p {
+	case PresetMLP:
+		return Workload{Spec: nn.Spec{Inputs: 784, Hidden: []int{256, 128}, Outputs: 10, Act: device.ActGELU,
+			Loss: nn.LossCrossEntropy}, Optimizer: opt, BatchSize: 64}, nil
+	case PresetTiny:
+		return Workload{Spec: nn.Spec{Inputs: 16, Outputs: 2, Act: device.ActGELU, Loss: nn.LossCrossEntropy},
+			Optimizer: opt, BatchSize: 8}, nil
+	}
+	return Workload{}, fmt.Errorf("preset: unknown preset %q: use mlp or tiny", p)
+}
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultEpochs        = 3
+	DefaultWarmupBatches = 2
+	// DefaultStepsMLP and DefaultStepsTiny are the measured steps per
+	// phase: about a second of an mlp phase on a laptop core, and enough
+	// tiny steps (a few µs each) that a phase outlasts scheduler noise.
+	DefaultStepsMLP     = 100
+	DefaultStepsTiny    = 5000
+	DefaultSettleSteps  = 4
+	DefaultProbeKernels = 1000
+	DefaultProbeRepeats = 15
+)
+
+// Config is one benchmark run. Zero numeric fields take the defaults above
+// (use WithDefaults); library callers validate with Validate.
+type Config struct {
+	Preset Preset
+	// BatchSize overrides the preset's batch size when positive.
+	BatchSize int
+	// Hidden overrides the preset's hidden layers when HiddenSet is true
+	// (an empty Hidden then means no hidden layer).
+	Hidden    []int
+	HiddenSet bool
+	// Epochs is the number of epochs: each builds a new trainer-like setup
+	// (new parameters, new stager) unless ReuseTrainer is set, and leases
+	// its workspace and executables from one graphs.Pool shared by the run.
+	Epochs int
+	// WarmupBatches are the eager steps a new setup runs before anything
+	// is measured or captured, as the trainer does before capture.
+	WarmupBatches int
+	// Steps is the number of measured steps per phase (eager, then graph)
+	// in each epoch.
+	Steps int
+	// SettleSteps run at the start of each phase without being measured,
+	// so the pipeline is full when measurement starts.
+	SettleSteps int
+	// ReuseTrainer keeps one setup for every epoch: one capture in the
+	// first epoch, replayed in all of them.
+	ReuseTrainer bool
+	// ProbeKernels and ProbeRepeats size the launch-cost probe: that many
+	// no-op-size kernels issued eagerly versus one replay of a graph of
+	// them, repeated and the median taken. ProbeKernels < 0 skips it.
+	ProbeKernels int
+	ProbeRepeats int
+	// SweepBatchSizes, when set, repeats the run at each batch size.
+	SweepBatchSizes []int
+	// Seed makes the parameters and the synthetic batches reproducible.
+	Seed uint64
+	// Progress, when set, receives one line per finished phase and run.
+	Progress func(msg string)
+}
+
+// WithDefaults fills in the zero fields.
+func (c Config) WithDefaults() Config {
+	if c.Preset == "" {
+		c.Preset = PresetMLP
+	}
+	if c.Epochs == 0 {
+		c.Epochs = DefaultEpochs
+	}
+	if c.Steps == 0 {
+		c.Steps = DefaultStepsMLP
+		if c.Preset == PresetTiny {
+			c.Steps = DefaultStepsTiny
+		}
+	}
+	if c.SettleSteps == 0 {
+		c.SettleSteps = DefaultSettleSteps
+	}
+	if c.ProbeKernels == 0 {
+		c.ProbeKernels = DefaultProbeKernels
+	}
+	if c.ProbeRepeats == 0 {
+		c.ProbeRepeats = DefaultProbeRepeats
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	return c
+}
+
+// Limits on the configuration, to keep a run's memory and time bounded.
+const (
+	MaxBatchSize = 65536
+	MinSteps     = 2 * StepWindow
+	MaxSteps     = 100000
+	MaxEpochs    = 1000
+)
+
+// Validate reports the first invalid field by its flag name.
+func (c Config) Validate() error {
+	if _, err := c.Preset.Workload(); err != nil {
+		return err
+	}
+	switch {
+	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
+		return fmt.Errorf("batch-size: must be in 1..%d (0 keeps the preset's), got %d", MaxBatchSize, c.BatchSize)
+	case c.Epochs < 1 || c.Epochs > MaxEpochs:
+		return fmt.Errorf("epochs: must be in 1..%d, got %d", MaxEpochs, c.Epochs)
+	case c.WarmupBatches < 0 || c.WarmupBatches > 1000:
+		return fmt.Errorf("warmup-batches: must be in 0..1000, got %d", c.WarmupBatches)
+	case c.Steps < MinSteps || c.Steps > MaxSteps:
+		return fmt.Errorf("steps: must be in %d..%d, got %d", MinSteps, MaxSteps, c.Steps)
+	case c.SettleSteps < 1 || c.SettleSteps > 1000:
+		return fmt.Errorf("settle-steps: must be in 1..1000, got %d", c.SettleSteps)
+	case c.ProbeKernels > 1000000:
+		return fmt.Errorf("probe-kernels: must be at most 1000000 (negative skips the probe), got %d", c.ProbeKernels)
+	case c.ProbeKernels > 0 && (c.ProbeRepeats < 1 || c.ProbeRepeats > 1000):
+		return fmt.Errorf("probe-repeats: must be in 1..1000, got %d", c.ProbeRepeats)
+	}
+	for _, b := range c.SweepBatchSizes {
+		if b < 1 || b > MaxBatchSize {
+			return fmt.Errorf("sweep-batch-sizes: each batch size must be in 1..%d, got %d", MaxBatchSize, b)
+		}
+	}
+	w, err := c.workload(0)
+	if err != nil {
+		return err
+	}
+	if err := w.Spec.Validate(); err != nil {
+		return fmt.Errorf("hidden: %w", err)
+	}
+	return nil
+}
+
+// workload is the model to run at batch size b (0: the configured one).
+func (c Config) workload(b int) (Workload, error) {
+	w, err := c.Preset.Workload()
+	if err != nil {
+		return Workload{}, err
+	}
+	if c.HiddenSet {
+		w.Spec.Hidden = slices.Clone(c.Hidden)
+	}
+	if c.BatchSize > 0 {
+		w.BatchSize = c.BatchSize
+	}
+	if b > 0 {
+		w.BatchSize = b
+	}
+	return w, nil
+}
+
+// batchSizes lists the batch sizes a run measures, in increasing order,
+// without duplicates: the sweep, or the configured batch size alone.
+func (c Config) batchSizes() []int {
+	w, _ := c.workload(0)
+	if len(c.SweepBatchSizes) == 0 {
+		return []int{w.BatchSize}
+	}
+	bs := slices.Clone(c.SweepBatchSizes)
+	slices.Sort(bs)
+	return slices.Compact(bs)
+}

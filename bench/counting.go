@@ -1,0 +1,112 @@
+package bench
+
+import "github.com/tolaria-ml/tolaria/device"
+
+// CountingStream is a device.Stream that counts what is enqueued through
+// it and forwards everything to the stream it wraps. The bench counts the
+// kernels of one eager step with it. It is not safe for concurrent use.
+//
+// Pass the wrapped stream, not the decorator, to code that hands the
+// stream back to the backend (Exec.Upload, for instance): a backend may
+// type-assert its own streams.
+type CountingStream struct {
+	device.Stream
+	// Kernels counts device.Kernels calls, Copies the three copy methods,
+	// Launches graph launches, Syncs the events recorded and waited on.
+	Kernels, Copies, Launches, Syncs int
+}
+
+// NewCountingStream wraps s.
+func NewCountingStream(s device.Stream) *CountingStream { return &CountingStream{Stream: s} }
+
+// Reset zeroes the counters.
+func (c *CountingStream) Reset() { c.Kernels, c.Copies, c.Launches, c.Syncs = 0, 0, 0, 0 }
+
+func (c *CountingStream) kernel(err error) error {
+	c.Kernels++
+	return err
+}
+
+func (c *CountingStream) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b device.Buffer, beta float32, out device.Buffer) error {
+	return c.kernel(c.Stream.Gemm(transA, transB, m, n, k, alpha, a, b, beta, out))
+}
+
+func (c *CountingStream) BiasAct(act device.Activation, rows, cols int, z, bias, y device.Buffer) error {
+	return c.kernel(c.Stream.BiasAct(act, rows, cols, z, bias, y))
+}
+
+func (c *CountingStream) ActGrad(act device.Activation, rows, cols int, z, dy, dz device.Buffer) error {
+	return c.kernel(c.Stream.ActGrad(act, rows, cols, z, dy, dz))
+}
+
+func (c *CountingStream) SoftmaxXent(rows, cols int, logits, labels, mask, probs, stats device.Buffer) error {
+	return c.kernel(c.Stream.SoftmaxXent(rows, cols, logits, labels, mask, probs, stats))
+}
+
+func (c *CountingStream) SoftmaxXentGrad(rows, cols int, probs, labels, mask, dlogits device.Buffer) error {
+	return c.kernel(c.Stream.SoftmaxXentGrad(rows, cols, probs, labels, mask, dlogits))
+}
+
+func (c *CountingStream) MSE(rows, cols int, pred, target, mask, stats device.Buffer) error {
+	return c.kernel(c.Stream.MSE(rows, cols, pred, target, mask, stats))
+}
+
+func (c *CountingStream) MSEGrad(rows, cols int, pred, target, mask, dpred device.Buffer) error {
+	return c.kernel(c.Stream.MSEGrad(rows, cols, pred, target, mask, dpred))
+}
+
+func (c *CountingStream) ColSum(rows, cols int, x device.Buffer, beta float32, out device.Buffer) error {
+	return c.kernel(c.Stream.ColSum(rows, cols, x, beta, out))
+}
+
+func (c *CountingStream) Fill(x device.Buffer, v float32) error { return c.kernel(c.Stream.Fill(x, v)) }
+
+func (c *CountingStream) Scale(x device.Buffer, alpha float32) error {
+	return c.kernel(c.Stream.Scale(x, alpha))
+}
+
+func (c *CountingStream) Axpy(alpha float32, x, y device.Buffer) error {
+	return c.kernel(c.Stream.Axpy(alpha, x, y))
+}
+
+func (c *CountingStream) ClipGlobalNorm(x device.Buffer, maxNorm float32, norm device.Buffer) error {
+	return c.kernel(c.Stream.ClipGlobalNorm(x, maxNorm, norm))
+}
+
+func (c *CountingStream) SGDMomentum(p, g, vel, hyper device.Buffer, momentum, weightDecay float32, nesterov bool) error {
+	return c.kernel(c.Stream.SGDMomentum(p, g, vel, hyper, momentum, weightDecay, nesterov))
+}
+
+func (c *CountingStream) AdamW(p, g, m, v, hyper device.Buffer, beta1, beta2, eps, weightDecay float32) error {
+	return c.kernel(c.Stream.AdamW(p, g, m, v, hyper, beta1, beta2, eps, weightDecay))
+}
+
+func (c *CountingStream) CopyHtoD(dst device.Buffer, src device.HostBuffer) error {
+	c.Copies++
+	return c.Stream.CopyHtoD(dst, src)
+}
+
+func (c *CountingStream) CopyDtoH(dst device.HostBuffer, src device.Buffer) error {
+	c.Copies++
+	return c.Stream.CopyDtoH(dst, src)
+}
+
+func (c *CountingStream) CopyDtoD(dst, src device.Buffer) error {
+	c.Copies++
+	return c.Stream.CopyDtoD(dst, src)
+}
+
+func (c *CountingStream) Record(e device.Event) error {
+	c.Syncs++
+	return c.Stream.Record(e)
+}
+
+func (c *CountingStream) Wait(e device.Event) error {
+	c.Syncs++
+	return c.Stream.Wait(e)
+}
+
+func (c *CountingStream) Launch(x device.Exec) error {
+	c.Launches++
+	return c.Stream.Launch(x)
+}

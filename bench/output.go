@@ -1,0 +1,132 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteJSON writes the report as indented JSON, with every number rounded
+// to 6 significant digits: more would be noise.
+func WriteJSON(w io.Writer, rep *Report) error {
+	// Round a copy, so the caller's report keeps full precision.
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	var c Report
+	if err := json.Unmarshal(b, &c); err != nil {
+		return err
+	}
+	roundFloats(reflect.ValueOf(&c).Elem())
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(&c)
+}
+
+func roundFloats(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Float64:
+		v.SetFloat(roundSig(v.Float(), 6))
+	case reflect.Pointer:
+		if !v.IsNil() {
+			roundFloats(v.Elem())
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				roundFloats(v.Field(i))
+			}
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			roundFloats(v.Index(i))
+		}
+	}
+}
+
+// roundSig rounds x to n significant digits.
+func roundSig(x float64, n int) float64 {
+	if x == 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+		return x
+	}
+	p := math.Pow(10, float64(n)-math.Ceil(math.Log10(math.Abs(x))))
+	return math.Round(x*p) / p
+}
+
+// WriteText writes a human summary of the report.
+func WriteText(w io.Writer, rep *Report) error {
+	s := rep.Summary
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (%s), preset %s: %s, %s, batch %d\n", rep.Device, rep.DeviceDescription, rep.Preset,
+		rep.Model, rep.Optimizer, rep.BatchSize)
+	fmt.Fprintf(&b, "%d epochs x %d measured steps per phase, step time over windows of %d steps\n\n",
+		rep.Settings.Epochs, rep.Settings.Steps, rep.Settings.StepWindow)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "per step (ms)\teager\tgraphs\tratio\t\n")
+	row := func(name string, e, g float64) {
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%s\t\n", name, e, g, times(ratio(e, g)))
+	}
+	row("wall, median", s.EagerStepMS, s.GraphStepMS)
+	row("wall, p90", s.EagerStepP90MS, s.GraphStepP90MS)
+	row("device step, median", s.EagerDeviceStepMS, s.GraphDeviceStepMS)
+	row("device busy, median", s.EagerDeviceBusyMS, s.DeviceBusyMS)
+	row("CPU, whole process", s.EagerProcessCPUMS, s.GraphProcessCPUMS)
+	if d := s.Dispatch; d != nil {
+		row("issuing alone (no staging)", d.EagerMS, d.ReplayMS)
+		row("  host CPU of the issuing thread", d.EagerHostCPUMS, d.ReplayHostCPUMS)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "\nspeedup %.2fx (eager/graphs, median wall step)", s.Speedup)
+	if d := s.Dispatch; d != nil {
+		fmt.Fprintf(&b, "; %.2fx issuing alone", d.Speedup)
+	}
+	fmt.Fprintf(&b, "\ncapture: cold %.3f ms, pooled %.3f ms (%d captures, %d pooled; %d graphs of %d nodes each)\n",
+		s.CaptureColdMS, s.CapturePooledMS, s.Captures, s.PooledCaptures, s.GraphsPerSetup, s.GraphNodes)
+	fmt.Fprintf(&b, "kernels per step %d; launch cost per kernel %.3f µs (probe), %.3f µs (from step times)\n",
+		s.KernelsPerStep, s.LaunchCostUS, s.StepLaunchCostUS)
+	fmt.Fprintf(&b, "replay %.4f ms; stage copy %.4f ms; exposed stage %.4f ms (%.1f%% of the device step)\n",
+		s.ReplayMS, s.StageCopyMS, s.ExposedStageMS, 100*s.ExposedStageFraction)
+	fmt.Fprintf(&b, "graph pool %d bytes; fallbacks %s\n", s.PoolBytes, fallbacks(s.Fallbacks))
+	if len(rep.Sweep) > 0 {
+		b.WriteString("\nsweep\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "batch\teager ms\tgraphs ms\tspeedup\talone speedup\tcapture cold ms\tpooled ms\t\n")
+		for _, p := range rep.Sweep {
+			q := p.Summary
+			fmt.Fprintf(tw, "%d\t%.4f\t%.4f\t%s\t%s\t%.3f\t%.3f\t\n", p.BatchSize, q.EagerStepMS, q.GraphStepMS,
+				times(q.Speedup), times(dispatchOf(q).Speedup), q.CaptureColdMS, q.CapturePooledMS)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func times(r float64) string {
+	if r == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", r)
+}
+
+func fallbacks(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, r := range []string{ReasonCaptureFailed, ReasonDeviceError} {
+		if n := m[r]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d steps", r, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

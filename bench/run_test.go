@@ -1,0 +1,301 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"image/png"
+	"strings"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/cpu"
+)
+
+// quick is a configuration that runs in a fraction of a second, also
+// under the race detector. The tests check shapes and bookkeeping, never
+// timings.
+func quick(p Preset) Config {
+	return Config{Preset: p, Epochs: 2, WarmupBatches: 1, Steps: 16, SettleSteps: 2, ProbeKernels: 20, ProbeRepeats: 2}
+}
+
+func openCPU() (device.Device, error) { return cpu.Open(cpu.Config{}) }
+
+func runQuick(t *testing.T, cfg Config, open Opener) *Report {
+	t.Helper()
+	rep, err := Run(context.Background(), open, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestRunTiny(t *testing.T) {
+	rep := runQuick(t, quick(PresetTiny), openCPU)
+	if rep.Device != "cpu" || rep.BatchSize != 8 || rep.Model != "16-2 gelu cross_entropy" {
+		t.Errorf("device %q, batch %d, model %q; want cpu, 8, 16-2 gelu cross_entropy", rep.Device, rep.BatchSize, rep.Model)
+	}
+	if len(rep.Records) != 4 {
+		t.Fatalf("%d records, want 4 (an eager and a graph phase per epoch)", len(rep.Records))
+	}
+	wantCapture := []string{CaptureCold, CapturePooled}
+	for i, r := range rep.Records {
+		epoch, graph := i/2+1, i%2 == 1
+		if r.Epoch != epoch || r.GraphEnabled != graph || r.Fallback || r.Steps != 16 {
+			t.Errorf("record %d: epoch %d graph %t fallback %t steps %d; want epoch %d graph %t, no fallback, 16 steps",
+				i, r.Epoch, r.GraphEnabled, r.Fallback, r.Steps, epoch, graph)
+		}
+		if graph {
+			if r.Capture != wantCapture[epoch-1] || r.CaptureMS <= 0 || r.ReplayMS <= 0 || r.GraphNodes != 9 {
+				t.Errorf("graph record of epoch %d: capture %q %g ms, replay %g ms, %d nodes; want %s, positive times, 9 nodes",
+					epoch, r.Capture, r.CaptureMS, r.ReplayMS, r.GraphNodes, wantCapture[epoch-1])
+			}
+		} else if r.KernelsPerStep != 9 || r.CaptureMS != 0 || r.ReplayMS != 0 {
+			t.Errorf("eager record of epoch %d: %d kernels, capture %g ms, replay %g ms; want 9 kernels and no capture or replay",
+				epoch, r.KernelsPerStep, r.CaptureMS, r.ReplayMS)
+		}
+		if r.StepMS <= 0 || r.DeviceBusyMS <= 0 || r.StageCopyMS <= 0 {
+			t.Errorf("record %d: step %g ms, busy %g ms, copy %g ms; want positive", i, r.StepMS, r.DeviceBusyMS, r.StageCopyMS)
+		}
+	}
+	s := rep.Summary
+	if s.KernelsPerStep != 9 || s.GraphNodes != 9 || s.Captures != 2 || s.PooledCaptures != 1 || s.GraphsPerSetup != 2 {
+		t.Errorf("summary: %d kernels, %d nodes, %d captures (%d pooled), %d graphs per setup; want 9, 9, 2 (1), 2",
+			s.KernelsPerStep, s.GraphNodes, s.Captures, s.PooledCaptures, s.GraphsPerSetup)
+	}
+	for name, v := range map[string]float64{"eager_step_ms": s.EagerStepMS, "graph_step_ms": s.GraphStepMS,
+		"speedup": s.Speedup, "capture_cold_ms": s.CaptureColdMS, "capture_pooled_ms": s.CapturePooledMS,
+		"device_busy_ms": s.DeviceBusyMS} {
+		if !(v > 0) {
+			t.Errorf("summary %s = %g, want positive", name, v)
+		}
+	}
+	if s.PoolBytes <= 0 || len(s.Fallbacks) != 0 || s.Dispatch == nil || rep.LaunchProbe == nil {
+		t.Errorf("summary: pool %d bytes, fallbacks %v, dispatch %v, probe %v", s.PoolBytes, s.Fallbacks, s.Dispatch, rep.LaunchProbe)
+	}
+}
+
+func TestRunMLPCountsKernels(t *testing.T) {
+	cfg := quick(PresetMLP)
+	cfg.Epochs, cfg.BatchSize, cfg.HiddenSet, cfg.Hidden = 1, 4, true, []int{8, 8}
+	cfg.ProbeKernels = -1
+	rep := runQuick(t, cfg, openCPU)
+	// Fill; Gemm+BiasAct per layer; the loss and its gradient; Gemm+ColSum
+	// per layer and Gemm+ActGrad below the top; clipping; AdamW.
+	if got := rep.Summary.KernelsPerStep; got != 21 {
+		t.Errorf("kernels per step = %d, want 21", got)
+	}
+	if rep.Model != "784-8-8-10 gelu cross_entropy" || rep.BatchSize != 4 || rep.LaunchProbe != nil {
+		t.Errorf("model %q batch %d probe %v; want the overridden 784-8-8-10 at batch 4, no probe", rep.Model, rep.BatchSize, rep.LaunchProbe)
+	}
+}
+
+func TestRunReuseTrainer(t *testing.T) {
+	cfg := quick(PresetTiny)
+	cfg.ReuseTrainer = true
+	rep := runQuick(t, cfg, openCPU)
+	if got := []string{rep.Records[1].Capture, rep.Records[3].Capture}; got[0] != CaptureCold || got[1] != CaptureReused {
+		t.Errorf("captures %v, want [cold reused]", got)
+	}
+	if rep.Records[3].CaptureMS != 0 || rep.Summary.Captures != 1 || rep.Summary.CapturePooledMS != 0 {
+		t.Errorf("reused setup: capture %g ms, %d captures, pooled %g ms; want one capture only",
+			rep.Records[3].CaptureMS, rep.Summary.Captures, rep.Summary.CapturePooledMS)
+	}
+}
+
+func TestRunSweep(t *testing.T) {
+	cfg := quick(PresetTiny)
+	cfg.Epochs, cfg.ProbeKernels = 1, -1
+	cfg.SweepBatchSizes = []int{4, 2, 4}
+	var progress []string
+	cfg.Progress = func(msg string) { progress = append(progress, msg) }
+	rep := runQuick(t, cfg, openCPU)
+	var got []int
+	for _, p := range rep.Sweep {
+		got = append(got, p.BatchSize)
+		if p.Summary.BatchSize != p.BatchSize || len(p.Records) != 2 {
+			t.Errorf("sweep point %d: summary batch %d, %d records", p.BatchSize, p.Summary.BatchSize, len(p.Records))
+		}
+	}
+	if len(got) != 2 || got[0] != 2 || got[1] != 4 {
+		t.Errorf("sweep batch sizes %v, want [2 4] (sorted, without duplicates)", got)
+	}
+	// The preset's batch size (8) is not in the sweep: it is measured for
+	// the top level but not added to the sweep.
+	if rep.BatchSize != 8 || rep.Summary.BatchSize != 8 {
+		t.Errorf("top-level batch %d / %d, want the preset's 8", rep.BatchSize, rep.Summary.BatchSize)
+	}
+	if len(progress) == 0 {
+		t.Error("no progress reported")
+	}
+}
+
+// failingInstantiate is a CPU device whose Instantiate always fails, so
+// every capture fails.
+type failingInstantiate struct{ device.Device }
+
+var errNoExec = errors.New("instantiate refused by the test")
+
+func (failingInstantiate) Instantiate(device.Graph) (device.Exec, error) { return nil, errNoExec }
+
+func TestRunCaptureFailureFallsBack(t *testing.T) {
+	cfg := quick(PresetTiny)
+	cfg.Epochs, cfg.ProbeKernels = 1, -1
+	rep := runQuick(t, cfg, func() (device.Device, error) {
+		d, err := cpu.Open(cpu.Config{})
+		return failingInstantiate{d}, err
+	})
+	g := rep.Records[1]
+	if g.Phase != "graph" || g.GraphEnabled || !g.Fallback || g.FallbackReason != ReasonCaptureFailed || g.FallbackSteps != 16 {
+		t.Errorf("graph record %+v; want graphs disabled and 16 steps fallen back for capture_failed", g)
+	}
+	if got := rep.Summary.Fallbacks[ReasonCaptureFailed]; got != 16 || rep.Summary.GraphStepMS != 0 || rep.Summary.Speedup != 0 {
+		t.Errorf("summary fallbacks %v, graph step %g, speedup %g; want 16 capture_failed, no graph statistics",
+			rep.Summary.Fallbacks, rep.Summary.GraphStepMS, rep.Summary.Speedup)
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Run(ctx, openCPU, quick(PresetTiny))
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Run with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+// TestJSONShape checks the predecessor's keys, which existing tooling
+// reads, and the summary keys the issue names.
+func TestJSONShape(t *testing.T) {
+	cfg := quick(PresetTiny)
+	cfg.Epochs, cfg.SweepBatchSizes = 1, []int{2, 8}
+	rep := runQuick(t, cfg, openCPU)
+	rep.Command = "run_graph_bench --preset tiny"
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"device", "records", "summary", "sweep", "command", "launch_probe"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("top-level key %q missing", k)
+		}
+	}
+	records, _ := doc["records"].([]any)
+	if len(records) == 0 {
+		t.Fatal("no records")
+	}
+	for i, r := range records {
+		m, _ := r.(map[string]any)
+		for _, k := range []string{"graph_enabled", "stage_copy_ms", "capture_ms", "replay_ms", "fallback"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("record %d: predecessor key %q missing", i, k)
+			}
+		}
+	}
+	summary, _ := doc["summary"].(map[string]any)
+	for _, k := range []string{"eager_step_ms", "graph_step_ms", "speedup", "capture_cold_ms", "capture_pooled_ms",
+		"kernels_per_step", "device_busy_ms", "eager_step_p90_ms", "graph_step_p90_ms", "eager_host_cpu_ms",
+		"launch_cost_us", "pool_bytes", "exposed_stage_ms", "fallbacks"} {
+		if _, ok := summary[k]; !ok {
+			t.Errorf("summary key %q missing", k)
+		}
+	}
+	sweep, _ := doc["sweep"].([]any)
+	if len(sweep) != 2 {
+		t.Fatalf("sweep has %d points, want 2", len(sweep))
+	}
+	for i, p := range sweep {
+		m, _ := p.(map[string]any)
+		for _, k := range []string{"batch_size", "summary", "records"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("sweep point %d: key %q missing", i, k)
+			}
+		}
+	}
+	if !strings.HasSuffix(buf.String(), "}\n") {
+		t.Error("JSON does not end with a newline")
+	}
+}
+
+func TestWriteChart(t *testing.T) {
+	cfg := quick(PresetTiny)
+	cfg.Epochs, cfg.ProbeKernels = 2, -1
+	single := runQuick(t, cfg, openCPU)
+	cfg.SweepBatchSizes = []int{2, 4}
+	sweep := runQuick(t, cfg, openCPU)
+	for name, rep := range map[string]*Report{"single": single, "sweep": sweep} {
+		var buf bytes.Buffer
+		if err := WriteChart(&buf, rep); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		img, err := png.Decode(&buf)
+		if err != nil {
+			t.Fatalf("%s: not a PNG: %v", name, err)
+		}
+		if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < 300 {
+			t.Errorf("%s: chart is %v, want a wide three-panel image", name, b)
+		}
+	}
+}
+
+func TestWriteText(t *testing.T) {
+	cfg := quick(PresetTiny)
+	cfg.Epochs, cfg.SweepBatchSizes = 1, []int{2}
+	rep := runQuick(t, cfg, openCPU)
+	var buf bytes.Buffer
+	if err := WriteText(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"speedup", "capture: cold", "kernels per step 9", "sweep", "fallbacks none"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("text output lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{}.WithDefaults()
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"unknown preset", func(c *Config) { c.Preset = "huge" }, `preset: unknown preset "huge"`},
+		{"negative batch", func(c *Config) { c.BatchSize = -1 }, "batch-size"},
+		{"zero epochs", func(c *Config) { c.Epochs = 0 }, "epochs"},
+		{"too few steps", func(c *Config) { c.Steps = 3 }, "steps: must be in 8.."},
+		{"negative warm-up", func(c *Config) { c.WarmupBatches = -1 }, "warmup-batches"},
+		{"zero settle", func(c *Config) { c.SettleSteps = 0 }, "settle-steps"},
+		{"bad sweep", func(c *Config) { c.SweepBatchSizes = []int{8, 0} }, "sweep-batch-sizes"},
+		{"bad hidden", func(c *Config) { c.HiddenSet, c.Hidden = true, []int{0} }, "hidden"},
+		{"probe repeats", func(c *Config) { c.ProbeRepeats = 0 }, "probe-repeats"},
+	}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ok
+			tt.mod(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDefaultsPerPreset(t *testing.T) {
+	if got := (Config{Preset: PresetTiny}).WithDefaults().Steps; got != DefaultStepsTiny {
+		t.Errorf("tiny steps %d, want %d", got, DefaultStepsTiny)
+	}
+	c := Config{}.WithDefaults()
+	if c.Preset != PresetMLP || c.Steps != DefaultStepsMLP || c.Epochs != DefaultEpochs {
+		t.Errorf("defaults %+v", c)
+	}
+}

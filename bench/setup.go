@@ -1,0 +1,226 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/nn"
+	"github.com/tolaria-ml/tolaria/staging"
+)
+
+// Staging sizes, the trainer's defaults: two input buffers so the copy of
+// step n+1 overlaps step n, a ring of four pinned slots, one loader.
+const (
+	stagingBuffers = 2
+	stagingSlots   = 4
+	stagingLoaders = 1
+)
+
+const prefetchReason = "bench: graph capture needs a quiet device"
+
+// setup is what a trainer builds for a run, reduced to what a step needs:
+// a model with fresh parameters, a workspace leased from the shared pool,
+// a compute stream and a staging pipeline over synthetic batches.
+type setup struct {
+	dev      device.Device
+	w        Workload
+	layout   nn.Layout
+	model    *nn.Model
+	lease    *graphs.Lease
+	step     nn.Step
+	compute  device.Stream
+	stager   *staging.Stager
+	src      *source
+	copies   *copyLog
+	captured bool
+	nodes    int // nodes in the captured step graph
+}
+
+// copyLog collects the stager's copy times (OnCopy runs on the stager's
+// goroutine).
+type copyLog struct {
+	mu sync.Mutex
+	ms []float64
+}
+
+func (c *copyLog) add(seconds float64) {
+	c.mu.Lock()
+	c.ms = append(c.ms, seconds*1000)
+	c.mu.Unlock()
+}
+
+// take returns the copy times logged since the last take.
+func (c *copyLog) take() []float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.ms
+	c.ms = nil
+	return out
+}
+
+func newSetup(ctx context.Context, dev device.Device, pool *graphs.Pool, w Workload, seed uint64) (s *setup, err error) {
+	s = &setup{dev: dev, w: w, layout: nn.NewLayout(w.Spec, w.BatchSize), copies: new(copyLog)}
+	defer func() {
+		if err != nil {
+			_ = s.close()
+		}
+	}()
+	if s.model, err = nn.NewModel(dev, w.Spec, w.Optimizer, seed); err != nil {
+		return nil, err
+	}
+	sig := nn.Signature(w.Spec, w.Optimizer, w.BatchSize)
+	if s.lease, err = pool.Acquire(dev, sig, nn.WorkspaceSizes(w.Spec, w.BatchSize)); err != nil {
+		return nil, err
+	}
+	ws, err := nn.NewWorkspace(w.Spec, s.lease.Workspace())
+	if err != nil {
+		return nil, err
+	}
+	s.step = nn.Step{M: s.model, W: ws, Batch: w.BatchSize}
+	if s.compute, err = dev.NewStream(); err != nil {
+		return nil, err
+	}
+	cfg := staging.Config{BatchLen: s.layout.Len, Slots: stagingSlots, Buffers: stagingBuffers,
+		Loaders: stagingLoaders, OnCopy: s.copies.add}
+	s.src = newSource(w.Spec, w.Optimizer, s.layout, seed)
+	if s.stager, err = staging.New(dev, cfg, s.src); err != nil {
+		return nil, err
+	}
+	s.stager.Start(ctx)
+	if err := errors.Join(s.compute.Fill(ws.TrainStats, 0), s.compute.Fill(ws.EvalStats, 0)); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// close waits for the device and releases everything, returning the
+// workspace and executables to the pool for the next setup.
+func (s *setup) close() error {
+	var errs []error
+	if s.compute != nil {
+		errs = append(errs, s.compute.Synchronize())
+	}
+	if s.stager != nil {
+		errs = append(errs, s.stager.Stop())
+	}
+	if s.lease != nil {
+		errs = append(errs, s.lease.Release())
+	}
+	if s.model != nil {
+		errs = append(errs, s.model.Free())
+	}
+	if s.compute != nil {
+		errs = append(errs, s.compute.Destroy())
+	}
+	s.compute, s.stager, s.lease, s.model = nil, nil, nil, nil
+	return errors.Join(errs...)
+}
+
+// warmUp runs n eager steps through the pipeline and waits for them, so
+// that everything the step touches exists and has run before capture.
+func (s *setup) warmUp(ctx context.Context, n int) error {
+	for range n {
+		if err := s.issue(ctx, s.compute, false, nil); err != nil {
+			return fmt.Errorf("bench: warm-up: %w", err)
+		}
+	}
+	return s.compute.Synchronize()
+}
+
+// marks are the events recorded around one measured step on the compute
+// stream, indexed by markBeforeWait, markAfterWait and markEnd.
+type marks [3]device.Event
+
+const (
+	markBeforeWait = iota // before the wait for the batch's copy
+	markAfterWait         // after it: the step's work starts here
+	markEnd               // after the step's work
+)
+
+// issue enqueues one step: wait for the next staged batch's copy, run the
+// step (replay when graph is set and an executable is ready, else eagerly
+// on s), record step-done and hand the buffer back to the stager. It
+// returns errReplay (wrapped) when a replay failed and the step ran
+// eagerly instead.
+func (s *setup) issue(ctx context.Context, on device.Stream, graph bool, m *marks) error {
+	b, err := s.stager.Next(ctx)
+	if err != nil {
+		return err
+	}
+	record := func(i int) error {
+		if m == nil {
+			return nil
+		}
+		return on.Record(m[i])
+	}
+	var replayErr error
+	err = errors.Join(record(markBeforeWait), on.Wait(b.CopyDone), record(markAfterWait))
+	if err == nil {
+		in := s.layout.Views(s.stager.Input(b.K))
+		if graph && s.lease.Ready(b.K) {
+			if replayErr = s.lease.Replay(s.compute, b.K); replayErr != nil {
+				s.lease.Discard(b.K)
+				s.captured = false
+				err = s.step.Train(on, in)
+			}
+		} else {
+			err = s.step.Train(on, in)
+		}
+	}
+	if err == nil {
+		err = errors.Join(record(markEnd), on.Record(s.stager.StepDone(b.K)))
+	}
+	s.stager.Release(b)
+	if err != nil {
+		return err
+	}
+	if replayErr != nil {
+		return fmt.Errorf("%w: %w", errReplay, replayErr)
+	}
+	return nil
+}
+
+var errReplay = errors.New("replay failed; the step ran eagerly")
+
+// captureResult is one setup's capture of its step graphs, one per
+// staging input buffer.
+type captureResult struct {
+	ms     float64 // capture (+ instantiate or update) of every slot
+	pooled bool    // every slot updated a pooled executable
+	graphs int
+	nodes  int
+}
+
+// capture records the training step for every input buffer under the
+// stager's capture guard, through the pool: a cold capture instantiates,
+// a pooled one updates an executable left by an earlier setup.
+func (s *setup) capture() (captureResult, error) {
+	if err := s.compute.Synchronize(); err != nil {
+		return captureResult{}, err
+	}
+	res := captureResult{pooled: true}
+	err := s.stager.GuardCapture(prefetchReason, func() error {
+		for k := range s.stager.Buffers() {
+			in := s.layout.Views(s.stager.Input(k))
+			r, err := s.lease.Capture(s.compute, k, func(st device.Stream) error { return s.step.Train(st, in) })
+			if err != nil {
+				return fmt.Errorf("slot %d: %w", k, err)
+			}
+			res.ms += r.Seconds * 1000
+			res.pooled = res.pooled && r.Pooled
+			res.graphs++
+			res.nodes = r.Nodes
+		}
+		return nil
+	})
+	if err != nil {
+		return captureResult{}, err
+	}
+	s.captured = true
+	s.nodes = res.nodes
+	return res, nil
+}

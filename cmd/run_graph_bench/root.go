@@ -1,0 +1,227 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tolaria-ml/tolaria/bench"
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/cpu"
+)
+
+// options are the command's flags.
+type options struct {
+	epochs, warmup, batch, steps, settle, probe int
+	device, preset, hidden, output, plot        string
+	sweep                                       []int
+	reuse, quiet                                bool
+	seed                                        uint64
+}
+
+const cudaNote = "the CUDA bench runs through the cuda-tagged worker (tolaria-worker built with -tags cuda, " +
+	"which runs the bench package on the GPU); this binary never initialises CUDA"
+
+func newRoot(stdout, stderr io.Writer, args []string) *cobra.Command {
+	var o options
+	cmd := &cobra.Command{
+		Use:   "run_graph_bench",
+		Short: "measure what CUDA-graph capture and replay buy for a training step",
+		Long: `run_graph_bench runs a training step eagerly and replayed from a captured graph in
+the trainer's pipelined loop (staging stream, double-buffered inputs, copy-done
+and step-done events) and reports, per epoch and per run: step time (median and
+p90, wall and device events), speedup, capture time cold and pooled, replay and
+stage-copy time, exposed stage time, kernels per step, device-busy and host CPU
+time per step, launch cost per kernel and graph-pool bytes.
+
+Each epoch builds a new trainer-like setup (new parameters, new stager) that
+leases from one shared graph pool, so epoch 1 captures cold and later epochs
+update pooled executables; --reuse-trainer keeps one setup instead.
+
+docs/bench.md explains every number.`,
+		Example: `  run_graph_bench --preset tiny --output tiny.json --plot tiny.png
+  run_graph_bench --preset mlp --sweep-batch-sizes 8,16,32,64,128 --output mlp.json --plot mlp.png`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unexpected argument %q: run_graph_bench takes flags only (see --help)", args[0])
+			}
+			return nil
+		},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd, o, append([]string{"run_graph_bench"}, args...))
+		},
+	}
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	f := cmd.Flags()
+	f.IntVar(&o.epochs, "epochs", bench.DefaultEpochs, "epochs; each builds a new setup (unless --reuse-trainer) and measures an eager and a graph phase")
+	f.IntVar(&o.warmup, "warmup-batches", bench.DefaultWarmupBatches, "eager steps a new setup runs before measuring or capturing")
+	f.StringVar(&o.device, "device", "auto", "auto, cpu or cuda (this binary runs cpu; "+cudaNote+")")
+	f.StringVar(&o.preset, "preset", string(bench.PresetMLP), "mlp (784-256-128-10 GELU, AdamW, batch 64) or tiny (Linear 16->2, batch 8)")
+	f.IntVar(&o.batch, "batch-size", 0, "batch size (0: the preset's)")
+	f.StringVar(&o.hidden, "hidden", "", `hidden layer widths, e.g. "256,128", or "none" (default: the preset's)`)
+	f.BoolVar(&o.reuse, "reuse-trainer", false, "keep one setup for every epoch: capture once, replay in every epoch")
+	f.IntVar(&o.steps, "steps", 0, fmt.Sprintf("measured steps per phase (0: %d for mlp, %d for tiny)", bench.DefaultStepsMLP, bench.DefaultStepsTiny))
+	f.IntVar(&o.settle, "settle-steps", bench.DefaultSettleSteps, "unmeasured steps at the start of each phase, to fill the pipeline")
+	f.IntVar(&o.probe, "probe-kernels", bench.DefaultProbeKernels, "kernels in the launch-cost probe (negative skips it)")
+	f.StringVar(&o.output, "output", "", "write the JSON report to this file")
+	f.StringVar(&o.plot, "plot", "", "write the chart (PNG) to this file")
+	f.IntSliceVar(&o.sweep, "sweep-batch-sizes", nil, "also measure at each of these batch sizes, e.g. 8,32,64")
+	f.Uint64Var(&o.seed, "seed", 1, "seed for parameters and synthetic batches")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress lines on stderr")
+	return cmd
+}
+
+// config turns the flags into a bench configuration, reporting a bad flag
+// by name.
+func (o options) config() (bench.Config, error) {
+	cfg := bench.Config{
+		Preset: bench.Preset(o.preset), BatchSize: o.batch, Epochs: o.epochs, WarmupBatches: o.warmup,
+		Steps: o.steps, SettleSteps: o.settle, ReuseTrainer: o.reuse, ProbeKernels: o.probe,
+		SweepBatchSizes: o.sweep, Seed: o.seed,
+	}
+	switch {
+	case o.device != "auto" && o.device != "cpu" && o.device != "cuda":
+		return cfg, usagef("--device: must be auto, cpu or cuda, got %q", o.device)
+	case o.epochs < 1:
+		return cfg, usagef("--epochs: must be in 1..%d, got %d", bench.MaxEpochs, o.epochs)
+	case o.settle < 1:
+		return cfg, usagef("--settle-steps: must be at least 1, got %d", o.settle)
+	case o.batch < 0:
+		return cfg, usagef("--batch-size: must be positive (0 keeps the preset's), got %d", o.batch)
+	case o.steps < 0:
+		return cfg, usagef("--steps: must be positive (0 keeps the preset's default), got %d", o.steps)
+	case o.probe == 0:
+		return cfg, usagef("--probe-kernels: must be positive, or negative to skip the probe, got 0")
+	}
+	if o.hidden != "" {
+		h, err := parseHidden(o.hidden)
+		if err != nil {
+			return cfg, usagef("--hidden: %v", err)
+		}
+		cfg.Hidden, cfg.HiddenSet = h, true
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return cfg, usagef("--%v", err)
+	}
+	return cfg, nil
+}
+
+func parseHidden(s string) ([]int, error) {
+	if s == "none" {
+		return []int{}, nil
+	}
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf(`want comma-separated positive widths such as "256,128", or "none"; got %q`, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// opener picks the device. Only the CPU device is linked into this binary.
+func (o options) opener(stderr io.Writer) (bench.Opener, error) {
+	switch o.device {
+	case "cuda":
+		return nil, usagef("--device cuda: %s. Run it there, or use --device cpu here", cudaNote)
+	case "auto":
+		fmt.Fprintf(stderr, "run_graph_bench: --device auto: using the CPU device; %s\n", cudaNote)
+	}
+	return func() (device.Device, error) { return cpu.Open(cpu.Config{}) }, nil
+}
+
+// checkWritable fails early, before a long run, when an output file's
+// directory does not exist.
+func checkWritable(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	if err != nil || !st.IsDir() {
+		return usagef("--%s: directory %q does not exist; create it first", flag, dir)
+	}
+	return nil
+}
+
+func runBench(cmd *cobra.Command, o options, argv []string) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	cfg, err := o.config()
+	if err != nil {
+		return err
+	}
+	if err := checkWritable("output", o.output); err != nil {
+		return err
+	}
+	if err := checkWritable("plot", o.plot); err != nil {
+		return err
+	}
+	open, err := o.opener(stderr)
+	if err != nil {
+		return err
+	}
+	if !o.quiet {
+		cfg.Progress = func(msg string) { fmt.Fprintln(stderr, "run_graph_bench:", msg) }
+	}
+	rep, err := bench.Run(cmd.Context(), open, cfg)
+	if err != nil {
+		return err
+	}
+	rep.Command = commandLine(argv)
+	if o.output != "" {
+		if err := writeFile(o.output, func(w io.Writer) error { return bench.WriteJSON(w, rep) }); err != nil {
+			return fmt.Errorf("--output: %w", err)
+		}
+	}
+	if o.plot != "" {
+		if err := writeFile(o.plot, func(w io.Writer) error { return bench.WriteChart(w, rep) }); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+	}
+	return bench.WriteText(stdout, rep)
+}
+
+// commandLine renders argv as a shell command line, quoting what needs it.
+func commandLine(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`*?[]{}()<>|&;#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts[i] = a
+	}
+	return strings.Join(parts, " ")
+}
+
+// writeFile writes through a temporary file and renames it, so a failed
+// write leaves no half-written report behind.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
