@@ -94,7 +94,7 @@ type Config struct {
 	// Seed makes the parameters and the synthetic batches reproducible.
 	Seed uint64
 	// Progress, when set, receives one line per finished phase and run.
-	Progress func(msg string)
+	Progress func(msg string) `json:"-"`
 }
 
 // WithDefaults fills in the zero fields.

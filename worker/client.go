@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -21,15 +22,16 @@ type Sink struct {
 	Observer trainer.Observer
 	Progress func(trainer.Progress)
 	Hello    func(Hello)
+	Log      func(line string) // benchmark progress lines
 }
 
 // converse sends the request and reads the answer until a result, an
 // error or the end of the worker's output. Cancelling ctx sends cancel
 // once; the worker then checkpoints and answers with a result.
-func converse(ctx context.Context, w io.Writer, r io.Reader, req Message, sink Sink) (Hello, trainer.Summary, error) {
+func converse(ctx context.Context, w io.Writer, r io.Reader, req Message, sink Sink) (Hello, Message, error) {
 	enc, dec := newEncoder(w), newDecoder(r)
 	if err := enc.send(req); err != nil {
-		return Hello{}, trainer.Summary{}, fmt.Errorf("worker: sending the request: %w", err)
+		return Hello{}, Message{}, fmt.Errorf("worker: sending the request: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = enc.send(Message{Type: TypeCancel}) })
 	defer stop()
@@ -37,7 +39,7 @@ func converse(ctx context.Context, w io.Writer, r io.Reader, req Message, sink S
 	for {
 		m, err := dec.next()
 		if err != nil {
-			return hello, trainer.Summary{}, fmt.Errorf("worker: %w", err)
+			return hello, Message{}, fmt.Errorf("worker: %w", err)
 		}
 		switch m.Type {
 		case TypeHello:
@@ -48,32 +50,43 @@ func converse(ctx context.Context, w io.Writer, r io.Reader, req Message, sink S
 				}
 			}
 			if req.Type == TypeProbe {
-				return hello, trainer.Summary{}, nil
+				return hello, m, nil
 			}
 		case TypeObserve:
 			if sink.Observer != nil {
 				if err := replay(sink.Observer, m); err != nil {
-					return hello, trainer.Summary{}, err
+					return hello, Message{}, err
 				}
 			}
 		case TypeProgress:
 			if sink.Progress != nil && m.Progress != nil {
 				sink.Progress(*m.Progress)
 			}
-		case TypeResult:
-			if m.Summary == nil {
-				return hello, trainer.Summary{}, errors.New("worker: result without a summary")
+		case TypeLog:
+			if sink.Log != nil {
+				sink.Log(m.Text)
 			}
-			return hello, *m.Summary, nil
+		case TypeResult:
+			if m.Summary == nil && m.Report == nil {
+				return hello, Message{}, errors.New("worker: result without a summary or report")
+			}
+			return hello, m, nil
 		case TypeError:
 			if m.Error == nil {
-				return hello, trainer.Summary{}, errors.New("worker: error without a description")
+				return hello, Message{}, errors.New("worker: error without a description")
 			}
-			return hello, trainer.Summary{}, m.Error
+			return hello, Message{}, m.Error
 		default:
-			return hello, trainer.Summary{}, fmt.Errorf("worker protocol: unexpected message %q", m.Type)
+			return hello, Message{}, fmt.Errorf("worker protocol: unexpected message %q", m.Type)
 		}
 	}
+}
+
+func summaryOf(m Message) trainer.Summary {
+	if m.Summary == nil {
+		return trainer.Summary{}
+	}
+	return *m.Summary
 }
 
 // RunInProcess runs a job through the protocol against Serve in this
@@ -88,13 +101,13 @@ func RunInProcess(ctx context.Context, deviceName string, spec job.Spec, cfg Ser
 		toWorker.Close()
 		served <- err
 	}()
-	hello, sum, err := converse(ctx, fromCoord, toCoord, Message{Type: TypeStart, Device: deviceName, Job: &spec}, sink)
+	hello, res, err := converse(ctx, fromCoord, toCoord, Message{Type: TypeStart, Device: deviceName, Job: &spec}, sink)
 	fromCoord.Close()
 	toCoord.Close()
 	if serr := <-served; err == nil && serr != nil {
 		err = serr
 	}
-	return hello, sum, err
+	return hello, summaryOf(res), err
 }
 
 // Process is a tolaria-worker binary.
@@ -140,13 +153,26 @@ func (p *Process) Probe(ctx context.Context, deviceName string) (Hello, error) {
 
 // Run runs a job in the worker process.
 func (p *Process) Run(ctx context.Context, deviceName string, spec job.Spec, sink Sink) (Hello, trainer.Summary, error) {
-	return p.run(ctx, Message{Type: TypeStart, Device: deviceName, Job: &spec}, sink)
+	h, res, err := p.run(ctx, Message{Type: TypeStart, Device: deviceName, Job: &spec}, sink)
+	return h, summaryOf(res), err
+}
+
+// Bench runs the benchmark in the worker process on its device.
+func (p *Process) Bench(ctx context.Context, deviceName string, cfg bench.Config, sink Sink) (Hello, *bench.Report, error) {
+	h, res, err := p.run(ctx, Message{Type: TypeBench, Device: deviceName, Bench: &cfg}, sink)
+	if err != nil {
+		return h, nil, err
+	}
+	if res.Report == nil {
+		return h, nil, errors.New("worker: benchmark result without a report")
+	}
+	return h, res.Report, nil
 }
 
 // ErrWorkerExited reports a worker that ended without an answer.
 var ErrWorkerExited = errors.New("worker exited without an answer")
 
-func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, trainer.Summary, error) {
+func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, Message, error) {
 	helloTimeout, grace := p.HelloTimeout, p.Grace
 	if helloTimeout == 0 {
 		helloTimeout = 60 * time.Second
@@ -162,14 +188,14 @@ func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, train
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return Hello{}, trainer.Summary{}, err
+		return Hello{}, Message{}, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return Hello{}, trainer.Summary{}, err
+		return Hello{}, Message{}, err
 	}
 	if err := cmd.Start(); err != nil {
-		return Hello{}, trainer.Summary{}, fmt.Errorf("worker %s: %w", p.Path, err)
+		return Hello{}, Message{}, fmt.Errorf("worker %s: %w", p.Path, err)
 	}
 	exited := make(chan struct{})
 	// A worker that never says hello (stuck in driver start-up) is killed;
@@ -202,22 +228,22 @@ func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, train
 			}
 		}
 	}()
-	hello, sum, convErr := converse(ctx, stdin, stdout, req, inner)
+	hello, res, convErr := converse(ctx, stdin, stdout, req, inner)
 	stdin.Close()
 	waitErr := cmd.Wait()
 	close(exited)
 	if convErr != nil {
 		var we *Error
 		if errors.As(convErr, &we) {
-			return hello, sum, convErr
+			return hello, res, convErr
 		}
 		status := "exited"
 		if waitErr != nil {
 			status = waitErr.Error()
 		}
-		return hello, sum, fmt.Errorf("%w: %s (%s); its last output: %s", ErrWorkerExited, p.Path, status, orNone(errTail.String()))
+		return hello, res, fmt.Errorf("%w: %s (%s); its last output: %s", ErrWorkerExited, p.Path, status, orNone(errTail.String()))
 	}
-	return hello, sum, nil
+	return hello, res, nil
 }
 
 func orNone(s string) string {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -21,12 +22,14 @@ import (
 // Message types.
 const (
 	TypeStart    = "start"    // coordinator → worker: run Job
+	TypeBench    = "bench"    // coordinator → worker: run the benchmark Bench, answer with Report
 	TypeProbe    = "probe"    // coordinator → worker: open the device, say hello, exit
 	TypeCancel   = "cancel"   // coordinator → worker: stop after the step in flight, checkpoint
 	TypeHello    = "hello"    // worker → coordinator: the device it owns
 	TypeObserve  = "observe"  // worker → coordinator: one trainer.Observer call
 	TypeProgress = "progress" // worker → coordinator: a progress report
-	TypeResult   = "result"   // worker → coordinator: the run's summary
+	TypeLog      = "log"      // worker → coordinator: a progress line of a benchmark
+	TypeResult   = "result"   // worker → coordinator: the run's summary (or benchmark report)
 	TypeError    = "error"    // worker → coordinator: the run failed
 )
 
@@ -41,16 +44,18 @@ const (
 
 // Message is one line of the protocol.
 type Message struct {
-	Type     string             `json:"type"`
-	Device   string             `json:"device,omitempty"` // start/probe: cpu or cuda
-	Job      *job.Spec          `json:"job,omitempty"`
-	Hello    *Hello             `json:"hello,omitempty"`
-	Observe  *Observation       `json:"observe,omitempty"`
-	Progress *trainer.Progress  `json:"progress,omitempty"`
-	Summary  *trainer.Summary   `json:"summary,omitempty"`
-	Error    *Error             `json:"error,omitempty"`
-	Event    *trainer.Event     `json:"event,omitempty"`
-	Extra    map[string]float64 `json:"extra,omitempty"`
+	Type     string            `json:"type"`
+	Device   string            `json:"device,omitempty"` // start/probe: cpu or cuda
+	Job      *job.Spec         `json:"job,omitempty"`
+	Hello    *Hello            `json:"hello,omitempty"`
+	Observe  *Observation      `json:"observe,omitempty"`
+	Progress *trainer.Progress `json:"progress,omitempty"`
+	Summary  *trainer.Summary  `json:"summary,omitempty"`
+	Error    *Error            `json:"error,omitempty"`
+	Event    *trainer.Event    `json:"event,omitempty"`
+	Bench    *bench.Config     `json:"bench,omitempty"`
+	Report   *bench.Report     `json:"report,omitempty"`
+	Text     string            `json:"text,omitempty"`
 }
 
 // Hello is the worker's first answer.

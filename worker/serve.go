@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/graphs"
@@ -42,8 +43,8 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg ServeConfig) er
 	if err != nil {
 		return fmt.Errorf("worker: reading the request: %w", err)
 	}
-	if first.Type != TypeStart && first.Type != TypeProbe {
-		return enc.send(Message{Type: TypeError, Error: &Error{Kind: KindUsage, Message: "first message must be start or probe, got " + first.Type}})
+	if first.Type != TypeStart && first.Type != TypeProbe && first.Type != TypeBench {
+		return enc.send(Message{Type: TypeError, Error: &Error{Kind: KindUsage, Message: "first message must be start, bench or probe, got " + first.Type}})
 	}
 	spec := job.Default()
 	if first.Job != nil {
@@ -57,6 +58,11 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg ServeConfig) er
 	hello := &Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid()}
 	if err := enc.send(Message{Type: TypeHello, Hello: hello}); err != nil || first.Type == TypeProbe {
 		return err
+	}
+	if first.Type == TypeBench {
+		// The benchmark opens its own devices; give this one back first.
+		_ = dev.Close()
+		return serveBench(ctx, first, spec, cfg, enc)
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -110,4 +116,23 @@ func classify(err error) *Error {
 		kind = KindNoDevice
 	}
 	return &Error{Kind: kind, Message: err.Error()}
+}
+
+// serveBench runs the benchmark on the requested device and answers with
+// its report. Progress lines travel as log messages.
+func serveBench(ctx context.Context, req Message, spec job.Spec, cfg ServeConfig, enc *encoder) error {
+	if req.Bench == nil {
+		return enc.send(Message{Type: TypeError, Error: &Error{Kind: KindUsage, Message: "bench request without a configuration"}})
+	}
+	bc := req.Bench.WithDefaults()
+	if err := bc.Validate(); err != nil {
+		return enc.send(Message{Type: TypeError, Error: &Error{Kind: KindUsage, Message: err.Error()}})
+	}
+	bc.Progress = func(msg string) { _ = enc.send(Message{Type: TypeLog, Text: msg}) }
+	open := func() (device.Device, error) { return cfg.Open(req.Device, spec) }
+	rep, err := bench.Run(ctx, open, bc)
+	if err != nil {
+		return enc.send(Message{Type: TypeError, Error: classify(err)})
+	}
+	return enc.send(Message{Type: TypeResult, Report: rep})
 }

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -154,5 +156,33 @@ func TestErrorsCarryTheirKind(t *testing.T) {
 	_, _, err = RunInProcess(context.Background(), "cpu", missing, ServeConfig{Build: "cpu", Open: OpenCPU}, Sink{})
 	if !errors.As(err, &we) || we.Kind != KindUsage {
 		t.Fatalf("missing data: %v", err)
+	}
+}
+
+func TestBenchThroughTheProtocol(t *testing.T) {
+	toWorker, fromCoord := io.Pipe()
+	toCoord, fromWorker := io.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(context.Background(), toWorker, fromWorker, ServeConfig{Build: "cpu", Open: OpenCPU})
+		fromWorker.Close()
+	}()
+	var lines int
+	cfg := bench.Config{Preset: bench.PresetTiny, Epochs: 2, Steps: 16, ProbeKernels: -1}
+	hello, res, err := converse(context.Background(), fromCoord, toCoord,
+		Message{Type: TypeBench, Device: "cpu", Bench: &cfg}, Sink{Log: func(string) { lines++ }})
+	fromCoord.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	toCoord.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hello.Device != "cpu" || res.Report == nil || len(res.Report.Records) != 4 || lines == 0 {
+		t.Fatalf("hello %+v, report %+v, %d progress lines", hello, res.Report, lines)
+	}
+	if res.Report.Summary.Speedup <= 0 {
+		t.Fatalf("summary did not survive the protocol: %+v", res.Report.Summary)
 	}
 }

@@ -33,7 +33,7 @@ func TestFlagValidation(t *testing.T) {
 		want string
 	}{
 		{"unknown device", []string{"--device", "gpu"}, `--device: must be auto, cpu or cuda, got "gpu"`},
-		{"cuda is the worker's", []string{"--device", "cuda"}, "cuda-tagged worker"},
+		{"cuda without a worker", []string{"--device", "cuda", "--worker", "/nonexistent/tolaria-worker"}, "--device cuda: no tolaria-worker"},
 		{"unknown preset", []string{"--preset", "huge"}, `unknown preset "huge": use mlp or tiny`},
 		{"zero epochs", []string{"--epochs", "0"}, "--epochs: must be in 1..1000, got 0"},
 		{"negative warm-up", []string{"--warmup-batches", "-1"}, "--warmup-batches"},
@@ -121,7 +121,7 @@ func TestAutoDeviceSaysWhereCUDARuns(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr: %s", code, stderr)
 	}
-	if !strings.Contains(stderr, "--device auto: using the CPU device") || !strings.Contains(stderr, "cuda-tagged worker") {
+	if !strings.Contains(stderr, "--device auto: using the CPU device") || !strings.Contains(stderr, "tolaria-worker") {
 		t.Errorf("stderr %q does not explain the fallback to the CPU device", stderr)
 	}
 }

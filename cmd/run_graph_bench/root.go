@@ -1,31 +1,32 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/worker"
 )
 
 // options are the command's flags.
 type options struct {
-	epochs, warmup, batch, steps, settle, probe int
-	device, preset, hidden, output, plot        string
-	sweep                                       []int
-	reuse, quiet                                bool
-	seed                                        uint64
+	epochs, warmup, batch, steps, settle, probe  int
+	device, preset, hidden, output, plot, worker string
+	sweep                                        []int
+	reuse, quiet                                 bool
+	seed                                         uint64
 }
-
-const cudaNote = "the CUDA bench runs through the cuda-tagged worker (tolaria-worker built with -tags cuda, " +
-	"which runs the bench package on the GPU); this binary never initialises CUDA"
 
 func newRoot(stdout, stderr io.Writer, args []string) *cobra.Command {
 	var o options
@@ -64,7 +65,8 @@ docs/bench.md explains every number.`,
 	f := cmd.Flags()
 	f.IntVar(&o.epochs, "epochs", bench.DefaultEpochs, "epochs; each builds a new setup (unless --reuse-trainer) and measures an eager and a graph phase")
 	f.IntVar(&o.warmup, "warmup-batches", bench.DefaultWarmupBatches, "eager steps a new setup runs before measuring or capturing")
-	f.StringVar(&o.device, "device", "auto", "auto, cpu or cuda (this binary runs cpu; "+cudaNote+")")
+	f.StringVar(&o.device, "device", "auto", "auto, cpu or cuda (cuda runs in the tolaria-worker built with -tags cuda)")
+	f.StringVar(&o.worker, "worker", os.Getenv("TOLARIA_WORKER"), "path of the tolaria-worker binary for --device cuda (default: next to run_graph_bench)")
 	f.StringVar(&o.preset, "preset", string(bench.PresetMLP), "mlp (784-256-128-10 GELU, AdamW, batch 64) or tiny (Linear 16->2, batch 8)")
 	f.IntVar(&o.batch, "batch-size", 0, "batch size (0: the preset's)")
 	f.StringVar(&o.hidden, "hidden", "", `hidden layer widths, e.g. "256,128", or "none" (default: the preset's)`)
@@ -131,15 +133,45 @@ func parseHidden(s string) ([]int, error) {
 	return out, nil
 }
 
-// opener picks the device. Only the CPU device is linked into this binary.
-func (o options) opener(stderr io.Writer) (bench.Opener, error) {
-	switch o.device {
-	case "cuda":
-		return nil, usagef("--device cuda: %s. Run it there, or use --device cpu here", cudaNote)
-	case "auto":
-		fmt.Fprintf(stderr, "run_graph_bench: --device auto: using the CPU device; %s\n", cudaNote)
+// cudaWorker finds a tolaria-worker that has a GPU, or says why not.
+func (o options) cudaWorker(ctx context.Context) (*worker.Process, error) {
+	path, err := worker.Find(o.worker)
+	if err != nil {
+		return nil, err
 	}
-	return func() (device.Device, error) { return cpu.Open(cpu.Config{}) }, nil
+	proc := &worker.Process{Path: path, Stderr: os.Stderr}
+	quiet := *proc
+	quiet.Stderr = nil
+	probeCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if _, err := quiet.Probe(probeCtx, "cuda"); err != nil {
+		return nil, errors.New(worker.Unavailable(path, err))
+	}
+	return proc, nil
+}
+
+// measure runs the benchmark: on the CPU device in this process, or on a
+// GPU in a tolaria-worker process (this binary never links CUDA).
+func (o options) measure(ctx context.Context, cfg bench.Config, stderr io.Writer) (*bench.Report, error) {
+	if o.device != "cpu" {
+		proc, err := o.cudaWorker(ctx)
+		switch {
+		case err == nil:
+			progress := cfg.Progress
+			cfg.Progress = nil
+			_, rep, err := proc.Bench(ctx, "cuda", cfg, worker.Sink{Log: func(line string) {
+				if progress != nil {
+					progress(line)
+				}
+			}})
+			return rep, err
+		case o.device == "cuda":
+			return nil, usagef("--device cuda: %v", err)
+		default:
+			fmt.Fprintf(stderr, "run_graph_bench: --device auto: using the CPU device (%v)\n", err)
+		}
+	}
+	return bench.Run(ctx, func() (device.Device, error) { return cpu.Open(cpu.Config{}) }, cfg)
 }
 
 // checkWritable fails early, before a long run, when an output file's
@@ -168,14 +200,10 @@ func runBench(cmd *cobra.Command, o options, argv []string) error {
 	if err := checkWritable("plot", o.plot); err != nil {
 		return err
 	}
-	open, err := o.opener(stderr)
-	if err != nil {
-		return err
-	}
 	if !o.quiet {
 		cfg.Progress = func(msg string) { fmt.Fprintln(stderr, "run_graph_bench:", msg) }
 	}
-	rep, err := bench.Run(cmd.Context(), open, cfg)
+	rep, err := o.measure(cmd.Context(), cfg, stderr)
 	if err != nil {
 		return err
 	}

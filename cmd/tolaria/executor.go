@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/graphs"
@@ -32,33 +31,14 @@ var processPool = graphs.NewPool()
 // with one clear sentence.
 var errSetup = errors.New("setup")
 
-// findWorker locates tolaria-worker: --worker / TOLARIA_WORKER, else next
-// to this binary.
-func findWorker(explicit string) (string, error) {
-	if explicit != "" {
-		if _, err := os.Stat(explicit); err != nil {
-			return "", fmt.Errorf("%w: the worker %s given by --worker or TOLARIA_WORKER does not exist; build it with `make worker-cuda`", errSetup, explicit)
-		}
-		return explicit, nil
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(filepath.Dir(self), "tolaria-worker")
-	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("%w: no tolaria-worker next to %s; build it with `make worker-cuda` (or pass --worker PATH), or use --device cpu", errSetup, self)
-	}
-	return path, nil
-}
-
 // chooseExecutor resolves --device. Only a worker process ever touches a GPU.
 func chooseExecutor(ctx context.Context, spec job.Spec, set settings, log *slog.Logger) (*executor, error) {
 	if spec.Device == "cpu" && !set.isolate {
 		return &executor{device: "cpu", log: log}, nil
 	}
-	path, err := findWorker(set.worker)
+	path, err := worker.Find(set.worker)
 	if err != nil {
+		err = fmt.Errorf("%w: %w", errSetup, err)
 		if spec.Device == "auto" {
 			log.Info("device auto: using cpu", "reason", "no CUDA worker found")
 			return &executor{device: "cpu", log: log}, nil
@@ -75,7 +55,7 @@ func chooseExecutor(ctx context.Context, spec job.Spec, set settings, log *slog.
 	quiet.Stderr = nil
 	hello, err := quiet.Probe(probeCtx, "cuda")
 	if err != nil {
-		reason := cudaUnavailable(path, err)
+		reason := worker.Unavailable(path, err)
 		if spec.Device == "auto" {
 			log.Info("device auto: using cpu", "reason", reason)
 			return &executor{device: "cpu", log: log}, nil
@@ -84,18 +64,6 @@ func chooseExecutor(ctx context.Context, spec job.Spec, set settings, log *slog.
 	}
 	log.Info("device: using the CUDA worker", "worker", path, "gpu", hello.Device, "model", hello.Description, "pid", hello.PID)
 	return &executor{device: "cuda", process: proc, log: log}, nil
-}
-
-// cudaUnavailable says in one sentence why the worker has no GPU.
-func cudaUnavailable(path string, err error) string {
-	var we *worker.Error
-	switch {
-	case errors.As(err, &we):
-		return fmt.Sprintf("the worker %s cannot use a GPU: %s; use --device cpu", path, we.Message)
-	case errors.Is(err, worker.ErrWorkerExited):
-		return fmt.Sprintf("the CUDA worker exited at start-up, as it does when there is no NVIDIA GPU or driver (%v); use --device cpu, or run on a machine with a GPU", err)
-	}
-	return fmt.Sprintf("the worker %s could not be started: %v; use --device cpu", path, err)
 }
 
 // Check validates data files, and the checkpoint when resuming, in the
