@@ -283,7 +283,13 @@ func (st *Stager) device(fn func() error) error {
 func (st *Stager) stage(ctx context.Context) {
 	defer st.wg.Done()
 	defer close(st.out)
-	n, prev := len(st.slots), -1
+	n := len(st.slots)
+	// Slots whose copy is issued but not yet known to be done. Keeping
+	// Slots-2 of them pending means the copy waited for is a few batches
+	// old and normally complete, so the stager rarely blocks, while the
+	// loaders still have a free slot ahead of the stager.
+	keep := max(1, n-2)
+	var pending []int
 	for seq := st.cfg.StartSeq; ; seq++ {
 		sl := st.slots[seq%n]
 		var res fillResult
@@ -322,11 +328,14 @@ func (st *Stager) stage(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		// Hand the previous slot back to its loader once its copy is done.
-		if prev >= 0 && !st.recycle(ctx, st.slots[prev%n]) {
-			return
+		// Hand old slots back to their loaders once their copies are done.
+		pending = append(pending, seq)
+		for len(pending) > keep {
+			if !st.recycle(ctx, st.slots[pending[0]%n]) {
+				return
+			}
+			pending = pending[1:]
 		}
-		prev = seq
 	}
 }
 
