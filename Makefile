@@ -9,7 +9,7 @@ GOFLAGS_TEST ?= -race -timeout 20m
 
 .PHONY: all build deps-train deps-test train test vet fmt-check unit cuda-build \
         ptx check-ptx infra generate check-generated e2e accuracy worker-cuda \
-        gpu-bundle bench clean
+        gpu-bundle bench run_graph_bench clean
 
 all: build
 
@@ -76,6 +76,9 @@ worker-cuda:
 # A folder to carry to a GPU machine without Go: binaries and test binaries.
 gpu-bundle:
 	scripts/gpu-bundle.sh $(DIST)
+
+run_graph_bench:
+	$(GO) build -o $(BIN)/run_graph_bench ./cmd/run_graph_bench
 
 bench: build
 	$(BIN)/run_graph_bench $(ARGS)
