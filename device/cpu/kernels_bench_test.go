@@ -6,7 +6,6 @@ import (
 	"testing"
 )
 
-
 // gemmShape is one benchmarked product, m×k times k×n. The first three are
 // the layer shapes of the Fashion-MNIST MLP at batch 64 and a tiny one
 // where call overhead dominates; the transposed ones are the backward pass
