@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 var binDir string
@@ -97,29 +99,13 @@ func quick(runDir string, extra ...string) []string {
 		"--epochs", "2", "--hidden", "32,16", "--log-every", "1000", "--run-dir", runDir}, extra...)
 }
 
-type summary struct {
-	Device       string         `json:"device"`
-	GraphEnabled bool           `json:"graph_enabled"`
-	Epochs       int            `json:"epochs"`
-	Steps        int            `json:"steps"`
-	GraphReplays int            `json:"graph_replays"`
-	EagerSteps   int            `json:"eager_steps"`
-	Fallbacks    map[string]int `json:"fallbacks"`
-	CaptureSecs  float64        `json:"capture_seconds"`
-	TrainLoss    float64        `json:"train_loss"`
-	TestAccuracy float64        `json:"test_accuracy"`
-	SamplesPerS  float64        `json:"samples_per_second"`
-	ParamsSHA256 string         `json:"params_sha256"`
-	Interrupted  bool           `json:"interrupted"`
-}
-
-func readSummary(t *testing.T, path string) summary {
+func readSummary(t *testing.T, path string) trainer.Summary {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s summary
+	var s trainer.Summary
 	if err := json.Unmarshal(raw, &s); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

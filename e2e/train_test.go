@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 func TestCoordinatorLinksNoCUDA(t *testing.T) {
@@ -51,7 +53,7 @@ func TestCoordinatorSaysCUDAIsNotInitialised(t *testing.T) {
 
 func TestGraphsAndEagerEndWithTheSameParams(t *testing.T) {
 	dir := t.TempDir()
-	var sums []summary
+	var sums []trainer.Summary
 	for i, graphs := range []bool{true, false} {
 		run := filepath.Join(dir, []string{"graphs", "eager"}[i])
 		args := quick(run, "--summary-json", run+".json")

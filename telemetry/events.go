@@ -93,24 +93,14 @@ var errEventLogClosed = errors.New("telemetry: events log is closed")
 
 // Observer returns a trainer.Observer that writes each Event to l and
 // ignores the measurements. Combine it with a metrics observer using Tee.
-func (l *EventLog) Observer() trainer.Observer { return eventObserver{l} }
+func (l *EventLog) Observer() trainer.Observer { return eventObserver{log: l} }
 
-type eventObserver struct{ log *EventLog }
+type eventObserver struct {
+	trainer.NopObserver
+	log *EventLog
+}
 
-func (o eventObserver) Event(e trainer.Event)       { _ = o.log.Write(e) }
-func (eventObserver) GraphEnabled(bool)             {}
-func (eventObserver) Captured(float64, bool)        {}
-func (eventObserver) Replayed(float64)              {}
-func (eventObserver) StageCopied(float64)           {}
-func (eventObserver) Fallback(string)               {}
-func (eventObserver) ExecUpdated()                  {}
-func (eventObserver) PoolReserved(int64)            {}
-func (eventObserver) PrefetchToDeviceDisabled(bool) {}
-func (eventObserver) Stepped(float64, int)          {}
-func (eventObserver) TrainLoss(float64)             {}
-func (eventObserver) EvalAccuracy(float64)          {}
-func (eventObserver) Epoch(int)                     {}
-func (eventObserver) DeviceMemory(string, int64)    {}
+func (o eventObserver) Event(e trainer.Event) { _ = o.log.Write(e) }
 
 // Tee returns a trainer.Observer that passes every call to each of
 // observers in order; nil observers are skipped.
