@@ -104,9 +104,8 @@ type Staged struct {
 
 type slot struct {
 	host   device.HostBuffer
-	start  device.Event  // recorded before the copy out of this slot
-	done   device.Event  // recorded after the copy out of this slot
-	free   chan struct{} // token: the loader may fill the slot
+	start  device.Event // recorded before the copy out of this slot
+	done   device.Event // recorded after the copy out of this slot
 	filled chan fillResult
 }
 
@@ -127,6 +126,7 @@ type Stager struct {
 	copied  []device.Event // copy-done[k]
 	stepped []device.Event // step-done[k]
 	release []chan struct{}
+	jobs    chan int // sequence numbers whose slot is free, for the loaders
 	out     chan Staged
 	guard   *Guard
 
@@ -167,38 +167,71 @@ func (st *Stager) allocate() error {
 	if st.stream, err = st.dev.NewStream(); err != nil {
 		return fmt.Errorf("staging: stream: %w", err)
 	}
-	for range st.cfg.Slots {
-		sl := &slot{free: make(chan struct{}, 1), filled: make(chan fillResult, 1)}
-		if sl.host, err = st.dev.AllocHost(st.cfg.BatchLen); err != nil {
-			return fmt.Errorf("staging: pinned slot: %w", err)
+	st.jobs = make(chan int, st.cfg.Slots)
+	for i := range st.cfg.Slots {
+		sl, err := st.newSlot()
+		if err != nil {
+			return err
 		}
-		if sl.start, err = st.dev.NewEvent(); err != nil {
-			return fmt.Errorf("staging: event: %w", err)
-		}
-		if sl.done, err = st.dev.NewEvent(); err != nil {
-			return fmt.Errorf("staging: event: %w", err)
-		}
-		sl.free <- struct{}{}
 		st.slots = append(st.slots, sl)
+		st.jobs <- st.cfg.StartSeq + i
 	}
 	for range st.cfg.Buffers {
-		b, err := st.dev.Alloc(st.cfg.BatchLen)
-		if err != nil {
-			return fmt.Errorf("staging: input buffer: %w", err)
+		if err := st.newInput(); err != nil {
+			return err
 		}
-		st.inputs = append(st.inputs, b)
-		for _, evs := range []*[]device.Event{&st.copied, &st.stepped} {
-			ev, err := st.dev.NewEvent()
-			if err != nil {
-				return fmt.Errorf("staging: event: %w", err)
-			}
-			*evs = append(*evs, ev)
-		}
-		rel := make(chan struct{}, 1)
-		rel <- struct{}{}
-		st.release = append(st.release, rel)
 	}
 	return nil
+}
+
+// newSlot makes one pinned slot with its events; on failure it releases
+// what it made.
+func (st *Stager) newSlot() (*slot, error) {
+	h, err := st.dev.AllocHost(st.cfg.BatchLen)
+	if err != nil {
+		return nil, fmt.Errorf("staging: pinned slot: %w", err)
+	}
+	evs, err := st.newEvents(2)
+	if err != nil {
+		_ = st.dev.FreeHost(h)
+		return nil, err
+	}
+	return &slot{host: h, start: evs[0], done: evs[1], filled: make(chan fillResult, 1)}, nil
+}
+
+// newInput makes one device input buffer with its copy-done and step-done
+// events and its release token.
+func (st *Stager) newInput() error {
+	b, err := st.dev.Alloc(st.cfg.BatchLen)
+	if err != nil {
+		return fmt.Errorf("staging: input buffer: %w", err)
+	}
+	evs, err := st.newEvents(2)
+	if err != nil {
+		_ = st.dev.Free(b)
+		return err
+	}
+	st.inputs = append(st.inputs, b)
+	st.copied, st.stepped = append(st.copied, evs[0]), append(st.stepped, evs[1])
+	rel := make(chan struct{}, 1)
+	rel <- struct{}{}
+	st.release = append(st.release, rel)
+	return nil
+}
+
+func (st *Stager) newEvents(n int) ([]device.Event, error) {
+	var evs []device.Event
+	for range n {
+		ev, err := st.dev.NewEvent()
+		if err != nil {
+			for _, e := range evs {
+				_ = e.Destroy()
+			}
+			return nil, fmt.Errorf("staging: event: %w", err)
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
 }
 
 // Input returns static device input buffer k. Its address never changes,
@@ -222,28 +255,30 @@ func (st *Stager) PrefetchToDevice() bool { return st.prefetch.Load() }
 func (st *Stager) Start(ctx context.Context) {
 	st.startedOnce.Do(func() {
 		ctx, st.cancel = context.WithCancel(ctx)
-		for i := range st.cfg.Loaders {
+		for range st.cfg.Loaders {
 			st.wg.Add(1)
-			go st.load(ctx, i)
+			go st.load(ctx)
 		}
 		st.wg.Add(1)
 		go st.stage(ctx)
 	})
 }
 
-// load fills the slots of sequence numbers i, i+Loaders, ...; each slot
-// belongs to the sequence numbers congruent to it, so order is kept
-// without coordination between loaders.
-func (st *Stager) load(ctx context.Context, first int) {
+// load fills slots for the sequence numbers the stager hands out: a
+// sequence number is handed out only when its slot (seq mod Slots) is
+// free, so every slot holds exactly the batch the stager expects there,
+// whatever the number of loaders.
+func (st *Stager) load(ctx context.Context) {
 	defer st.wg.Done()
 	n := len(st.slots)
-	for seq := st.cfg.StartSeq + first; ; seq += st.cfg.Loaders {
-		sl := st.slots[seq%n]
-		// Slots are shared between loaders when Loaders does not divide
-		// Slots, so take the slot's token before filling it.
-		if !st.waitSeqTurn(ctx, sl) {
+	for {
+		var seq int
+		select {
+		case seq = <-st.jobs:
+		case <-ctx.Done():
 			return
 		}
+		sl := st.slots[seq%n]
 		meta, err := st.src.Fill(seq, sl.host.Data())
 		meta.Seq = seq
 		select {
@@ -251,18 +286,6 @@ func (st *Stager) load(ctx context.Context, first int) {
 		case <-ctx.Done():
 			return
 		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (st *Stager) waitSeqTurn(ctx context.Context, sl *slot) bool {
-	select {
-	case <-sl.free:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 
@@ -284,10 +307,11 @@ func (st *Stager) stage(ctx context.Context) {
 	defer st.wg.Done()
 	defer close(st.out)
 	n := len(st.slots)
-	// Slots whose copy is issued but not yet known to be done. Keeping
-	// Slots-2 of them pending means the copy waited for is a few batches
-	// old and normally complete, so the stager rarely blocks, while the
-	// loaders still have a free slot ahead of the stager.
+	// Sequence numbers whose copy is issued but not yet known to be done.
+	// Finished copies free their slot at once; the stager blocks on a copy
+	// only when more than Slots-2 are pending, which leaves the loaders a
+	// free slot ahead of the stager (and at most Slots-1, so the slot of
+	// the next batch is always free before the stager waits for it).
 	keep := max(1, n-2)
 	var pending []int
 	for seq := st.cfg.StartSeq; ; seq++ {
@@ -302,6 +326,10 @@ func (st *Stager) stage(ctx context.Context) {
 			if !errors.Is(res.err, io.EOF) {
 				st.fail(fmt.Errorf("staging: loading batch %d: %w", seq, res.err))
 			}
+			return
+		}
+		if res.meta.Seq != seq {
+			st.fail(fmt.Errorf("staging: slot %d holds batch %d where batch %d was expected", seq%n, res.meta.Seq, seq))
 			return
 		}
 		k := seq % len(st.inputs)
@@ -328,39 +356,60 @@ func (st *Stager) stage(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		// Hand old slots back to their loaders once their copies are done.
+		// Hand slots back to the loaders once their copies are done.
 		pending = append(pending, seq)
-		for len(pending) > keep {
-			if !st.recycle(ctx, st.slots[pending[0]%n]) {
+		for len(pending) > 0 {
+			must := len(pending) > keep
+			done, ok := st.recycle(ctx, pending[0], must)
+			if !ok {
 				return
+			}
+			if !done {
+				break
 			}
 			pending = pending[1:]
 		}
 	}
 }
 
-func (st *Stager) recycle(ctx context.Context, sl *slot) bool {
+// recycle frees the slot of batch seq for batch seq+Slots once its copy
+// is done: waiting for the copy when wait is set, else only if it is done
+// already. It reports whether the slot was freed, and false for ok when
+// the pipeline must stop.
+func (st *Stager) recycle(ctx context.Context, seq int, wait bool) (done, ok bool) {
+	sl := st.slots[seq%len(st.slots)]
 	var took time.Duration
 	err := st.device(func() error {
-		if err := sl.done.Synchronize(); err != nil {
-			return err
+		if wait {
+			if err := sl.done.Synchronize(); err != nil {
+				return err
+			}
+		} else {
+			ready, err := sl.done.Query()
+			if err != nil || !ready {
+				return err
+			}
 		}
+		done = true
 		var err error
 		took, err = st.dev.Elapsed(sl.start, sl.done)
 		return err
 	})
 	if err != nil {
 		st.fail(fmt.Errorf("staging: waiting for a copy: %w", err))
-		return false
+		return false, false
+	}
+	if !done {
+		return false, true
 	}
 	if st.cfg.OnCopy != nil {
 		st.cfg.OnCopy(took.Seconds())
 	}
 	select {
-	case sl.free <- struct{}{}:
-		return true
+	case st.jobs <- seq + len(st.slots):
+		return true, true
 	case <-ctx.Done():
-		return false
+		return true, false
 	}
 }
 

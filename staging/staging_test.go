@@ -3,6 +3,7 @@ package staging_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync/atomic"
 	"testing"
@@ -289,4 +290,50 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%+v: no error", c)
 		}
 	}
+}
+
+// TestBatchesArriveInOrder: whatever the number of loaders and slots, batch
+// n is staged n-th and holds batch n's data.
+func TestBatchesArriveInOrder(t *testing.T) {
+	for _, c := range []struct{ slots, loaders int }{{2, 1}, {2, 3}, {3, 2}, {4, 3}, {5, 8}} {
+		t.Run(fmt.Sprintf("slots=%d,loaders=%d", c.slots, c.loaders), func(t *testing.T) {
+			d := open(t, cpu.Config{})
+			compute, err := d.NewStream()
+			must(t, err)
+			defer compute.Destroy()
+			const batches = 60
+			src := &jitterSource{constSource: constSource{n: batches}}
+			st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: c.slots, Buffers: 2, Loaders: c.loaders}, src)
+			must(t, err)
+			history, err := d.Alloc(batches * batchLen)
+			must(t, err)
+			st.Start(context.Background())
+			next := 0
+			n := consume(t, context.Background(), st, compute, func(k int) error {
+				next++
+				return compute.CopyDtoD(history.Slice((next-1)*batchLen, batchLen), st.Input(k))
+			})
+			must(t, compute.Synchronize())
+			must(t, st.Stop())
+			if n != batches {
+				t.Fatalf("staged %d batches, want %d", n, batches)
+			}
+			got := make([]float32, batches*batchLen)
+			must(t, d.Download(got, history))
+			for i, v := range got {
+				if want := float32(i/batchLen + 1); v != want {
+					t.Fatalf("step %d read batch %v", i/batchLen, v-1)
+				}
+			}
+		})
+	}
+}
+
+// jitterSource fills batches after a pseudo-random pause, so loaders
+// finish out of order.
+type jitterSource struct{ constSource }
+
+func (j *jitterSource) Fill(seq int, dst []float32) (staging.Meta, error) {
+	time.Sleep(time.Duration((seq*7919)%5) * 100 * time.Microsecond)
+	return j.constSource.Fill(seq, dst)
 }
