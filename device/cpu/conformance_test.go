@@ -22,3 +22,4 @@ func open(t *testing.T) device.Device {
 }
 
 func TestConformance(t *testing.T) { devicetest.Run(t, open) }
+

@@ -7,18 +7,30 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 )
 
-// event tracks generations: each Record outside a capture bumps recorded,
-// and the stream that reaches the record sets completed. A wait or query
-// concerns the generation current when it is issued, as in CUDA.
+// record is one Record of an event outside a capture: it completes when
+// the recording stream reaches it. A wait, query or synchronisation binds
+// to the record current when it is issued, as in CUDA, so a later Record
+// on a faster stream never releases an earlier wait.
+type record struct {
+	done chan struct{}
+	at   time.Time // set before done is closed
+}
+
+func (r *record) completed() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
 type event struct {
 	dev *Device
 
 	mu        sync.Mutex
-	cond      *sync.Cond
-	recorded  uint64
-	completed uint64
-	at        time.Time // completion time of generation completed
-	capture   *capture  // set while the latest Record is inside a capture in progress
+	cur       *record  // the latest Record outside a capture; nil if never recorded
+	capture   *capture // set while the latest Record is inside a capture in progress
 	destroyed bool
 }
 
@@ -30,9 +42,7 @@ func (d *Device) NewEvent() (device.Event, error) {
 	if closed {
 		return nil, d.err("NewEvent", device.ErrClosed, "device closed")
 	}
-	e := &event{dev: d}
-	e.cond = sync.NewCond(&e.mu)
-	return e, nil
+	return &event{dev: d}, nil
 }
 
 func (d *Device) event(op string, x device.Event) (*event, error) {
@@ -48,60 +58,40 @@ func (d *Device) event(op string, x device.Event) (*event, error) {
 	return e, nil
 }
 
-func (e *event) complete(gen uint64) {
-	now := time.Now()
-	e.mu.Lock()
-	if gen > e.completed {
-		e.completed, e.at = gen, now
-	}
-	e.cond.Broadcast()
-	e.mu.Unlock()
-}
-
-// waitFor blocks until generation gen has completed.
-func (e *event) waitFor(gen uint64) {
-	e.mu.Lock()
-	for e.completed < gen {
-		e.cond.Wait()
-	}
-	e.mu.Unlock()
-}
-
 // hostCheck is the common part of Query and Synchronize: both are
 // capture-unsafe, and neither may observe an event recorded in a capture.
-func (e *event) hostCheck(op string) (uint64, error) {
+// It returns the record to observe (nil: never recorded).
+func (e *event) hostCheck(op string) (*record, error) {
 	if err := e.dev.checkSafe(op); err != nil {
-		return 0, err
+		return nil, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.destroyed {
-		return 0, e.dev.err(op, device.ErrClosed, "event destroyed")
+		return nil, e.dev.err(op, device.ErrClosed, "event destroyed")
 	}
 	if e.capture != nil {
-		return 0, e.dev.err(op, device.ErrCaptureIsolation, "the event was recorded inside a capture in progress")
+		return nil, e.dev.err(op, device.ErrCaptureIsolation, "the event was recorded inside a capture in progress")
 	}
-	return e.recorded, nil
+	return e.cur, nil
 }
 
 // Query reports whether the latest Record has completed.
 func (e *event) Query() (bool, error) {
-	gen, err := e.hostCheck("Event.Query")
+	r, err := e.hostCheck("Event.Query")
 	if err != nil {
 		return false, err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.completed >= gen, nil
+	return r == nil || r.completed(), nil
 }
 
 // Synchronize blocks until the latest Record has completed.
 func (e *event) Synchronize() error {
-	gen, err := e.hostCheck("Event.Synchronize")
-	if err != nil {
+	r, err := e.hostCheck("Event.Synchronize")
+	if err != nil || r == nil {
 		return err
 	}
-	e.waitFor(gen)
+	<-r.done
 	return nil
 }
 
@@ -133,8 +123,12 @@ func (d *Device) Elapsed(start, end device.Event) (time.Duration, error) {
 
 func (e *event) doneAt() (time.Time, bool) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.at, e.recorded > 0 && e.completed >= e.recorded && e.capture == nil
+	r, inCapture := e.cur, e.capture != nil
+	e.mu.Unlock()
+	if r == nil || inCapture || !r.completed() {
+		return time.Time{}, false
+	}
+	return r.at, true
 }
 
 // Record marks the point reached in the stream's work.
@@ -155,20 +149,23 @@ func (s *stream) Record(x device.Event) error {
 		c.track(e)
 		return nil
 	}
+	r := &record{done: make(chan struct{})}
 	e.mu.Lock()
-	e.recorded++
-	gen := e.recorded
-	e.capture = nil
+	prev := e.cur
+	e.cur, e.capture = r, nil
 	e.mu.Unlock()
-	if err := s.enqueue("Record", node{kind: "record", run: func() { e.complete(gen) }}); err != nil {
+	err = s.enqueue("Record", node{kind: "record", run: func() {
+		r.at = time.Now()
+		close(r.done)
+	}})
+	if err != nil {
 		e.mu.Lock()
-		if e.recorded == gen {
-			e.recorded-- // nothing will complete this generation
+		if e.cur == r {
+			e.cur = prev // nothing will complete this record
 		}
 		e.mu.Unlock()
-		return err
 	}
-	return nil
+	return err
 }
 
 // Wait orders later work on the stream after the event's latest Record.
@@ -178,21 +175,21 @@ func (s *stream) Wait(x device.Event) error {
 		return err
 	}
 	e.mu.Lock()
-	gen, ec := e.recorded, e.capture
+	r, ec := e.cur, e.capture
 	e.mu.Unlock()
 	c := s.captureOf()
 	switch {
 	case c != nil && ec == c:
 		return nil // in-stream order already holds inside the capture
-	case c != nil && gen > 0:
+	case c != nil && r != nil:
 		c.invalidate("the capturing stream waited on an event recorded outside the capture")
 		return s.err("Wait", device.ErrCaptureIsolation, "the event was recorded outside this capture")
 	case c != nil:
 		return nil // never recorded: a no-op, as in CUDA
 	case ec != nil:
 		return s.err("Wait", device.ErrCaptureIsolation, "the event was recorded inside a capture in progress on another stream")
-	case gen == 0:
+	case r == nil:
 		return nil
 	}
-	return s.enqueue("Wait", node{kind: "wait", run: func() { e.waitFor(gen) }})
+	return s.enqueue("Wait", node{kind: "wait", run: func() { <-r.done }})
 }

@@ -152,6 +152,22 @@ func testOrdering(t *testing.T, open Opener) {
 		t.Fatalf("consumer ran before the event it waited on: y[0] = %v, want 2", got[0])
 	}
 
+	// A wait binds to the record current when it is issued: a later record
+	// of the same event on a faster stream does not release it.
+	slow, fast, waiter := e.stream(), e.stream(), e.stream()
+	ev := e.event()
+	v, w := e.zeros(1), e.zeros(1)
+	e.slowWork(slow)
+	e.must(slow.Fill(v, 1))
+	e.must(slow.Record(ev))
+	e.must(waiter.Wait(ev))
+	e.must(fast.Record(ev))
+	e.must(waiter.CopyDtoD(w, v))
+	e.must(e.dev.Synchronize())
+	if got := e.read(w); got[0] != 1 {
+		t.Fatalf("a wait was released by a later record on another stream: read %v, want 1", got[0])
+	}
+
 	// Work on one stream runs in issue order.
 	s := e.stream()
 	z := e.zeros(16)
