@@ -22,4 +22,3 @@ func open(t *testing.T) device.Device {
 }
 
 func TestConformance(t *testing.T) { devicetest.Run(t, open) }
-
