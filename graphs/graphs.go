@@ -118,11 +118,17 @@ func (p *Pool) Prewarm(dev device.Device, sig string, sizes []int, n int) error 
 			return err
 		}
 		p.mu.Lock()
+		if p.free == nil {
+			p.mu.Unlock()
+			return errors.Join(errPoolClosed, p.destroy(e))
+		}
 		p.free[e.key] = append(p.free[e.key], e)
 		p.mu.Unlock()
 	}
 	return nil
 }
+
+var errPoolClosed = errors.New("graphs: the pool is closed")
 
 func (p *Pool) newEntry(k key, sizes []int) (*entry, error) {
 	e := &entry{key: k, sizes: append([]int(nil), sizes...), execs: make(map[int]device.Exec)}
@@ -164,6 +170,10 @@ func sameSizes(a, b []int) bool {
 func (p *Pool) Acquire(dev device.Device, sig string, sizes []int) (*Lease, error) {
 	k := key{dev, sig}
 	p.mu.Lock()
+	if p.free == nil {
+		p.mu.Unlock()
+		return nil, errPoolClosed
+	}
 	if es := p.free[k]; len(es) > 0 {
 		e := es[len(es)-1]
 		p.free[k] = es[:len(es)-1]

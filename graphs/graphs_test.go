@@ -234,3 +234,19 @@ func TestCaptureFailureLeavesStreamUsable(t *testing.T) {
 	}
 	must(t, s.Synchronize())
 }
+
+func TestClosedPoolRefuses(t *testing.T) {
+	d := open(t)
+	pool := graphs.NewPool()
+	must(t, pool.Close())
+	if _, err := pool.Acquire(d, "x", []int{4}); err == nil {
+		t.Fatal("Acquire on a closed pool succeeded")
+	}
+	before := d.MemoryStats().DeviceInUse
+	if err := pool.Prewarm(d, "x", []int{4}, 1); err == nil {
+		t.Fatal("Prewarm on a closed pool succeeded")
+	}
+	if d.MemoryStats().DeviceInUse != before {
+		t.Fatal("a refused Prewarm kept device memory")
+	}
+}

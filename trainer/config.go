@@ -128,7 +128,7 @@ type Summary struct {
 	TrainLoss          float64        `json:"train_loss"`
 	TrainAccuracy      float64        `json:"train_accuracy"`
 	TestAccuracy       float64        `json:"test_accuracy"`
-	SamplesPerSecond   float64        `json:"samples_per_second"`
+	SamplesPerSecond   float64        `json:"samples_per_second"` // training samples over the loop's wall time, eval included
 	EpochSeconds       []float64      `json:"epoch_seconds"`
 	WallSeconds        float64        `json:"wall_seconds"`
 	ParamsSHA256       string         `json:"params_sha256"`

@@ -26,6 +26,10 @@ func (r *run) readStats() (train, eval [device.StatsLen]float64, err error) {
 	if err == nil {
 		err = r.marker.Synchronize()
 	}
+	if err != nil {
+		// A copy may still be in flight: do not read the pinned memory.
+		return train, eval, err
+	}
 	h := r.host.Data()
 	for i := range device.StatsLen {
 		train[i], eval[i] = float64(h[i]), float64(h[device.StatsLen+i])
@@ -186,12 +190,10 @@ func (r *run) finish() error {
 	if r.sum.Fallbacks == nil {
 		r.sum.Fallbacks = map[string]int{}
 	}
-	var total float64
-	for _, s := range r.sum.EpochSeconds {
-		total += s
-	}
-	if total > 0 {
-		r.sum.SamplesPerSecond = float64(len(r.sum.EpochSeconds)*r.trainSrc.steps*r.cfg.BatchSize) / total
+	// Throughput of this invocation, evaluation and checkpoints included,
+	// so a resumed or interrupted run reports what it actually did.
+	if r.loopSeconds > 0 {
+		r.sum.SamplesPerSecond = float64(r.samples) / r.loopSeconds
 	}
 	r.reportMemory()
 	return nil
@@ -205,8 +207,10 @@ func (r *run) close() {
 	if r.eval != nil {
 		_ = r.eval.Stop()
 	}
-	if r.compute != nil {
-		_ = r.compute.Synchronize()
+	for _, s := range []device.Stream{r.compute, r.side} {
+		if s != nil {
+			_ = s.Synchronize() // nothing may still use the workspace or r.host
+		}
 	}
 	if r.timer != nil {
 		r.timer.destroy()

@@ -48,6 +48,8 @@ type run struct {
 
 	captured        bool
 	captureFailures int
+	samples         int     // valid training samples stepped in this run
+	loopSeconds     float64 // wall time of the training loop in this run
 	lastStats       [device.StatsLen]float64
 	sum             Summary
 }
@@ -207,6 +209,8 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 	c := &r.cfg
 	steps := r.trainSrc.steps
 	total := c.Epochs * steps
+	loopStart := time.Now()
+	defer func() { r.loopSeconds = since(loopStart) }()
 	epochStart, intervalStart := time.Now(), time.Now()
 	intervalSamples, done := 0, 0
 	r.obs.Epoch(startSeq/steps + 1)
@@ -238,6 +242,7 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 		r.sum.Steps++
 		r.obs.Stepped(since(t0), b.Valid)
 		intervalSamples += b.Valid
+		r.samples += b.Valid
 		if (seq+1)%c.LogEvery == 0 {
 			if err := r.logInterval(seq, intervalSamples, intervalStart); err != nil {
 				return err

@@ -60,7 +60,7 @@ func Open(cfg Config) (*Device, error) {
 		captures: make(map[*capture]struct{}),
 	}
 	d.stats.DeviceLimit = cfg.MemoryLimit
-	d.legacy = d.startStream(true)
+	d.legacy, _ = d.startStream(true)
 	return d, nil
 }
 
@@ -263,13 +263,11 @@ func (d *Device) Download(dst []float32, src device.Buffer) error {
 
 // NewStream starts a non-blocking stream.
 func (d *Device) NewStream() (device.Stream, error) {
-	d.mu.Lock()
-	closed := d.closed
-	d.mu.Unlock()
-	if closed {
+	s, ok := d.startStream(false)
+	if !ok {
 		return nil, d.err("NewStream", device.ErrClosed, "device closed")
 	}
-	return d.startStream(false), nil
+	return s, nil
 }
 
 // DefaultStream is the legacy default stream.

@@ -33,16 +33,22 @@ type stream struct {
 	capture *capture // non-nil while capturing
 }
 
-func (d *Device) startStream(legacy bool) *stream {
+// startStream registers and starts a stream, unless the device is closed:
+// the check and the registration are one step, so Close never misses a
+// stream it should stop.
+func (d *Device) startStream(legacy bool) (*stream, bool) {
 	s := &stream{dev: d, id: streamIDs.Add(1), legacy: legacy}
 	s.cond = sync.NewCond(&s.mu)
 	s.idle = sync.NewCond(&s.mu)
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, false
+	}
 	d.streams[s] = struct{}{}
-	d.mu.Unlock()
 	d.wg.Add(1)
 	go s.loop()
-	return s
+	return s, true
 }
 
 func (s *stream) loop() {
