@@ -31,7 +31,8 @@ test: deps-test fmt-check vet unit cuda-build check-ptx infra check-generated ac
 	@echo "make test: all checks passed"
 
 fmt-check:
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@files=$$(git ls-files '*.go'); if [ -z "$$files" ]; then echo "fmt-check: git lists no Go files"; exit 1; fi; \
+	out=$$(gofmt -l $$files); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
 	$(GO) vet ./...

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,7 +140,9 @@ func TestSIGKILLMidEpochThenResume(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(killed, "summary.json")); err == nil {
 		t.Fatal("a killed run wrote summary.json")
 	}
-	r := tolaria(t, dir, nil, longer(killed, "--resume")...)
+	// The run's config.yaml supplies the settings: --resume and --run-dir
+	// are all a user has to type, as the interrupt message says.
+	r := tolaria(t, dir, nil, "train", "--resume", "--run-dir", killed)
 	if r.code != 0 {
 		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
 	}
@@ -195,6 +199,11 @@ func TestOutOfRangeFlags(t *testing.T) {
 		{nil, []string{"TOLARIA_LR=many"}, "TOLARIA_LR"},
 		{nil, []string{"TOLARIA_ENABLE_GRAPHS=maybe"}, "TOLARIA_ENABLE_GRAPHS"},
 		{nil, []string{"TOLARIA_BATCH_SIZE=0"}, "batch-size"},
+		{nil, []string{"TOLARIA_STAGING_SLOTS=2.5"}, "staging-slots"},
+		{[]string{"--momentum", "nan"}, nil, "momentum"},
+		{[]string{"--clip-norm", "NaN"}, nil, "clip_norm"},
+		{[]string{"--summary-json", "/tmp"}, nil, "summary-json"},
+		{[]string{"stray-argument"}, nil, "stray-argument"},
 		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
 	} {
 		args := append(quick(filepath.Join(dir, "never")), c.args...)
@@ -343,10 +352,15 @@ func TestConfigPrecedence(t *testing.T) {
 			t.Fatalf("case %d: exit %d: %s", i, r.code, r.stderr)
 		}
 		m := resolved(run)
-		hidden, _ := m["hidden"].([]any)
+		model, _ := m["model"].(map[string]any)
+		hidden, _ := model["hidden"].([]any)
 		if m["epochs"] != c.epochs || m["batch_size"] != c.batch || len(hidden) == 0 || hidden[0] != c.hiddenN || m["seed"] != 9 {
 			t.Errorf("case %d: resolved %v, want epochs %d batch %d hidden[0] %d seed 9", i, m, c.epochs, c.batch, c.hiddenN)
 		}
+	}
+	os.WriteFile(file, []byte("batch-size: 32\n"), 0o644)
+	if r := tolaria(t, dir, nil, append(base, "--run-dir", filepath.Join(dir, "dashed"))...); r.code != 2 || !strings.Contains(r.stderr, "batch_size") {
+		t.Fatalf("dashed key: exit %d:\n%s", r.code, r.stderr)
 	}
 	os.WriteFile(file, []byte("epoch: 3\n"), 0o644)
 	if r := tolaria(t, dir, nil, append(base, "--run-dir", filepath.Join(dir, "typo"))...); r.code != 2 || !strings.Contains(r.stderr, "epoch") {
@@ -415,5 +429,71 @@ func TestAccuracy(t *testing.T) {
 	}
 	if s.TestAccuracy < 0.89 {
 		t.Fatalf("test accuracy %.4f after 10 epochs, want >= 0.89", s.TestAccuracy)
+	}
+}
+
+func TestRunDirectoriesAreNotShared(t *testing.T) {
+	dir := t.TempDir()
+	// Two runs with the default directory, started in the same second.
+	var cmds []*exec.Cmd
+	for i := range 2 {
+		args := []string{"train", "--device", "cpu", "--dataset", "synthetic", "--synthetic-size", "2048", "--epochs", "2",
+			"--hidden", "32", "--log-every", "1000", "--seed", fmt.Sprint(i + 1)}
+		cmd, _ := startRun(t, dir, args...)
+		cmds = append(cmds, cmd)
+	}
+	for _, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("a default-directory run failed: %v", err)
+		}
+	}
+	runs, _ := filepath.Glob(filepath.Join(dir, "runs", "*", "summary.json"))
+	if len(runs) != 2 {
+		t.Fatalf("two runs wrote %d summaries: %v", len(runs), runs)
+	}
+
+	// A run directory in use by one tolaria is refused to a second.
+	shared := filepath.Join(dir, "shared")
+	cmd, stderr := startRun(t, dir, longer(shared)...)
+	waitFor(t, "the first run to start", func() bool {
+		_, err := os.Stat(filepath.Join(shared, "events.jsonl"))
+		return err == nil
+	})
+	r := tolaria(t, dir, nil, longer(shared, "--resume")...)
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	_ = cmd.Wait()
+	if r.code != 2 || !strings.Contains(r.stderr, "in use") {
+		t.Fatalf("second tolaria on a busy run directory: exit %d:\n%s\nfirst:\n%s", r.code, r.stderr, stderr)
+	}
+}
+
+func TestResumeOfAFinishedRunKeepsItsResults(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, quick(run)...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	before := snapshot(t, run)
+	r := tolaria(t, dir, nil, "train", "--resume", "--run-dir", run)
+	if r.code != 2 || !strings.Contains(r.stderr, "complete") {
+		t.Fatalf("resume of a finished run: exit %d:\n%s", r.code, r.stderr)
+	}
+	sameFiles(t, before, snapshot(t, run))
+}
+
+func TestBusyMetricsPortIsRefusedBeforeWriting(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	r := tolaria(t, dir, nil, append(quick(run), "--metrics-addr", l.Addr().String())...)
+	if r.code != 1 || !strings.Contains(r.stderr, "metrics-addr") {
+		t.Fatalf("busy metrics port: exit %d:\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(run); err == nil {
+		t.Fatal("a refused run created its run directory")
 	}
 }

@@ -103,7 +103,7 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("resume: needs --run-dir pointing at the run to resume")
 	case s.MaxSteps < 0:
 		return fmt.Errorf("max-steps: must be >= 0, got %d", s.MaxSteps)
-	case s.SlowStageCopyMS < 0 || s.SlowStageCopyMS > 10000:
+	case !(s.SlowStageCopyMS >= 0 && s.SlowStageCopyMS <= 10000):
 		return fmt.Errorf("slow-stage-copy-ms: must be in 0..10000, got %g", s.SlowStageCopyMS)
 	}
 	for i, h := range s.Hidden {

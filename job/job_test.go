@@ -1,6 +1,7 @@
 package job
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -35,6 +36,11 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"resume", func(s *Spec) { s.Resume, s.RunDir = true, "" }},
 		{"momentum", func(s *Spec) { s.Momentum = 1 }},
 		{"weight_decay", func(s *Spec) { s.WeightDecay = 2 }},
+		{"momentum", func(s *Spec) { s.Momentum = math.NaN() }},
+		{"weight_decay", func(s *Spec) { s.WeightDecay = math.NaN() }},
+		{"clip_norm", func(s *Spec) { s.ClipNorm = math.NaN() }},
+		{"lr", func(s *Spec) { s.LR = math.NaN() }},
+		{"slow-stage-copy-ms", func(s *Spec) { s.SlowStageCopyMS = math.NaN() }},
 	} {
 		s := Default()
 		c.edit(&s)

@@ -3,14 +3,19 @@
 #   install-deps.sh train   the Fashion-MNIST dataset (package dataset-fashion-mnist)
 #   install-deps.sh test    the dataset, Prometheus/promtool, and the CUDA toolkit
 #                           (nvcc, cuda.h; for the -tags cuda build and the PTX check)
-# Go itself must already be installed (go 1.24 or newer).
+# Go itself must already be installed (Go 1.26 or newer).
 set -euo pipefail
 
 what=${1:-train}
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 if ! command -v go >/dev/null 2>&1; then
-	echo "install-deps: Go is not installed; install Go 1.24 or newer (https://go.dev/dl) and re-run" >&2
+	echo "install-deps: Go is not installed; install Go 1.26 or newer (https://go.dev/dl) and re-run" >&2
+	exit 1
+fi
+gov=$(go env GOVERSION | sed 's/^go//')
+if [ "$(printf '%s\n1.26\n' "$gov" | sort -V | head -n1)" != "1.26" ]; then
+	echo "install-deps: Go $gov is too old; tolaria needs Go 1.26 or newer (https://go.dev/dl)" >&2
 	exit 1
 fi
 
@@ -40,7 +45,8 @@ train)
 	apt_install dataset-fashion-mnist
 	;;
 test)
-	apt_install dataset-fashion-mnist prometheus
+	# gcc and libc6-dev for cgo (-race, the cuda build), git for the format check.
+	apt_install dataset-fashion-mnist prometheus gcc libc6-dev git
 	"$root/scripts/install-cuda.sh"
 	;;
 *)

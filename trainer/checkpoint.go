@@ -12,6 +12,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/tolaria-ml/tolaria/nn"
 )
 
 // CheckpointFile is the checkpoint's name inside the run directory.
@@ -28,7 +30,7 @@ var ErrCheckpoint = errors.New("checkpoint refused")
 type Checkpoint struct {
 	Version   int    `json:"version"`
 	Model     string `json:"model"`     // nn.Spec.String()
-	Optimizer string `json:"optimizer"` // kind
+	Optimizer string `json:"optimizer"` // kind and every setting that shapes the update
 	BatchSize int    `json:"batch_size"`
 	Seed      uint64 `json:"seed"`
 	Dataset   string `json:"dataset"`
@@ -47,11 +49,16 @@ type Checkpoint struct {
 
 func (c *Config) checkpointHeader() Checkpoint {
 	return Checkpoint{
-		Version: 1, Model: c.Spec.String(), Optimizer: string(c.Optimizer.Kind), BatchSize: c.BatchSize,
+		Version: 1, Model: c.Spec.String(), Optimizer: optimizerString(c.Optimizer), BatchSize: c.BatchSize,
 		Seed: c.Seed, Dataset: c.Train.Name, TrainSize: c.Train.Len(),
 		Shard: fmt.Sprintf("%d/%d", c.Rank, c.World), Ragged: string(c.Ragged), Epochs: c.Epochs,
 		Params: c.Spec.ParamCount(), States: c.Optimizer.StateBuffers(),
 	}
+}
+
+func optimizerString(o nn.Optimizer) string {
+	return fmt.Sprintf("%s lr=%g momentum=%g nesterov=%t beta1=%g beta2=%g eps=%g weight_decay=%g clip_norm=%g lr_warmup_steps=%d total_steps=%d min_lr_ratio=%g",
+		o.Kind, o.LR, o.Momentum, o.Nesterov, o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.ClipNorm, o.WarmupSteps, o.TotalSteps, o.MinLRRatio)
 }
 
 // matches explains how a checkpoint differs from what this run needs.
@@ -195,13 +202,28 @@ func LoadCheckpoint(path string) (Checkpoint, error) {
 // from the checkpoint in cfg.RunDir, so a command can refuse a bad
 // checkpoint before it writes anything to the run directory.
 func CheckResume(cfg Config) error {
+	_, err := resumable(cfg)
+	return err
+}
+
+// resumable loads the checkpoint in cfg.RunDir and checks that cfg can
+// continue from it: same model, optimizer, data and shape, and not done.
+func resumable(cfg Config) (Checkpoint, error) {
 	path := filepath.Join(cfg.RunDir, CheckpointFile)
 	ck, err := LoadCheckpoint(path)
 	if err != nil {
-		return err
+		return Checkpoint{}, err
 	}
 	if err := ck.matches(cfg.checkpointHeader()); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrCheckpoint, path, err)
+		return Checkpoint{}, fmt.Errorf("%w: %s: %v", ErrCheckpoint, path, err)
 	}
-	return nil
+	steps, err := StepsPerEpoch(cfg)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if total := steps * cfg.Epochs; ck.Step >= total {
+		return Checkpoint{}, fmt.Errorf("%w: %s: the run is complete (%d of %d steps); there is nothing to resume; start a new run in another --run-dir",
+			ErrCheckpoint, path, ck.Step, total)
+	}
+	return ck, nil
 }

@@ -53,7 +53,7 @@ func (r *run) logInterval(seq, samples int, start time.Time) error {
 	}
 	r.lastStats = train
 	if !finite(train[device.StatLossSum]) {
-		return fmt.Errorf("%w at step %d (epoch %d); the last good checkpoint is kept; lower --lr or enable clipping",
+		return fmt.Errorf("%w at step %d (epoch %d); the last good checkpoint, if any, is kept unchanged; lower --lr or enable clipping",
 			ErrNonFinite, seq+1, seq/r.trainSrc.steps+1)
 	}
 	if d[device.StatCount] == 0 {
@@ -81,7 +81,7 @@ func (r *run) endEpoch(seq int, epochStart time.Time) error {
 		return err
 	}
 	if !finite(train[device.StatLossSum]) {
-		return fmt.Errorf("%w in epoch %d; the last good checkpoint is kept; lower --lr or enable clipping", ErrNonFinite, epoch)
+		return fmt.Errorf("%w in epoch %d; the last good checkpoint, if any, is kept unchanged; lower --lr or enable clipping", ErrNonFinite, epoch)
 	}
 	secs := since(epochStart)
 	n := max(train[device.StatCount], 1)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/data"
@@ -78,11 +77,8 @@ func Run(ctx context.Context, dev device.Device, pool *graphs.Pool, cfg Config) 
 	var ck Checkpoint
 	if cfg.Resume {
 		var err error
-		if ck, err = LoadCheckpoint(filepath.Join(cfg.RunDir, CheckpointFile)); err != nil {
+		if ck, err = resumable(cfg); err != nil {
 			return Summary{}, err
-		}
-		if err := ck.matches(cfg.checkpointHeader()); err != nil {
-			return Summary{}, fmt.Errorf("%w: %s: %v", ErrCheckpoint, filepath.Join(cfg.RunDir, CheckpointFile), err)
 		}
 		startSeq = ck.Step
 	}
@@ -216,8 +212,7 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 	r.obs.Epoch(startSeq/steps + 1)
 	for seq := startSeq; seq < total; seq++ {
 		if ctx.Err() != nil || (c.MaxSteps > 0 && done >= c.MaxSteps) {
-			r.sum.Interrupted = true
-			return r.checkpoint(seq)
+			return r.interrupt(seq, startSeq)
 		}
 		if seq%steps == 0 && seq != startSeq {
 			r.obs.Epoch(seq/steps + 1)
@@ -230,8 +225,7 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 		b, err := r.train.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				r.sum.Interrupted = true
-				return r.checkpoint(seq)
+				return r.interrupt(seq, startSeq)
 			}
 			return fmt.Errorf("trainer: staging step %d: %w", seq, err)
 		}
@@ -257,6 +251,26 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 		}
 	}
 	return nil
+}
+
+// interrupt ends the loop before step seq: it reports the partial epoch's
+// training metrics and checkpoints, unless no step ran since the start
+// (then the run directory keeps what it had).
+func (r *run) interrupt(seq, startSeq int) error {
+	r.sum.Interrupted = true
+	if seq == startSeq {
+		return nil
+	}
+	if seq%r.trainSrc.steps != 0 {
+		train, _, err := r.readStats()
+		if err != nil {
+			return err
+		}
+		if n := train[device.StatCount]; n > 0 {
+			r.sum.TrainLoss, r.sum.TrainAccuracy = train[device.StatLossSum]/n, train[device.StatCorrect]/n
+		}
+	}
+	return r.checkpoint(seq)
 }
 
 // runTrainStep issues one training step: wait for its copy, replay (or run

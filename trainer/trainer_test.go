@@ -234,3 +234,32 @@ func TestSecondTrainerUsesThePool(t *testing.T) {
 		t.Fatalf("pool instantiated %d executables for two trainers, want %d", st.Instantiations, first.Captures)
 	}
 }
+
+func TestResumeOfAFinishedRunIsRefused(t *testing.T) {
+	cfg := smallConfig(t)
+	cfg.RunDir = t.TempDir()
+	run(t, cfg)
+	path := filepath.Join(cfg.RunDir, trainer.CheckpointFile)
+	before, _ := os.ReadFile(path)
+	cfg.Resume = true
+	_, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	if !errors.Is(err, trainer.ErrCheckpoint) {
+		t.Fatalf("resume of a finished run: %v", err)
+	}
+	after, _ := os.ReadFile(path)
+	if string(before) != string(after) {
+		t.Fatal("a refused resume changed the checkpoint")
+	}
+}
+
+func TestResumeWithOtherOptimizerSettingsIsRefused(t *testing.T) {
+	cfg := smallConfig(t)
+	cfg.RunDir, cfg.MaxSteps = t.TempDir(), 5
+	run(t, cfg)
+	cfg.Resume, cfg.MaxSteps = true, 0
+	cfg.Optimizer.LR *= 10
+	_, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	if !errors.Is(err, trainer.ErrCheckpoint) {
+		t.Fatalf("resume with another learning rate: %v", err)
+	}
+}

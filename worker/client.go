@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -172,6 +173,12 @@ func (p *Process) Bench(ctx context.Context, deviceName string, cfg bench.Config
 // ErrWorkerExited reports a worker that ended without an answer.
 var ErrWorkerExited = errors.New("worker exited without an answer")
 
+// ProtocolFDEnv names the environment variable that tells a worker which
+// file descriptor carries the protocol's output. Its standard output then
+// goes to the coordinator's log, so a library printing there cannot break
+// the protocol.
+const ProtocolFDEnv = "TOLARIA_PROTOCOL_FD"
+
 func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, Message, error) {
 	helloTimeout, grace := p.HelloTimeout, p.Grace
 	if helloTimeout == 0 {
@@ -182,68 +189,104 @@ func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, Messa
 	}
 	cmd := exec.Command(p.Path, "serve")
 	var errTail tail
-	cmd.Stderr = &errTail
+	var logs io.Writer = &errTail
 	if p.Stderr != nil {
-		cmd.Stderr = io.MultiWriter(&errTail, p.Stderr)
+		logs = io.MultiWriter(&errTail, p.Stderr)
 	}
-	stdin, err := cmd.StdinPipe()
+	cmd.Stdout, cmd.Stderr = logs, logs
+	protoR, protoW, err := os.Pipe()
 	if err != nil {
 		return Hello{}, Message{}, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	defer protoR.Close()
+	cmd.ExtraFiles = []*os.File{protoW} // fd 3 in the worker
+	cmd.Env = append(os.Environ(), ProtocolFDEnv+"=3")
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
+		protoW.Close()
 		return Hello{}, Message{}, err
 	}
 	if err := cmd.Start(); err != nil {
+		protoW.Close()
 		return Hello{}, Message{}, fmt.Errorf("worker %s: %w", p.Path, err)
 	}
-	exited := make(chan struct{})
-	// A worker that never says hello (stuck in driver start-up) is killed;
-	// one that ignores cancellation is killed after the grace period.
-	gotHello := make(chan struct{})
-	var helloOnce sync.Once
+	protoW.Close()
+	w := &watchdog{cmd: cmd, exited: make(chan struct{}), gotHello: make(chan struct{})}
 	inner := sink
 	inner.Hello = func(h Hello) {
-		helloOnce.Do(func() { close(gotHello) })
+		w.helloOnce.Do(func() { close(w.gotHello) })
 		if sink.Hello != nil {
 			sink.Hello(h)
 		}
 	}
-	go func() {
-		select {
-		case <-gotHello:
-		case <-exited:
-			return
-		case <-time.After(helloTimeout):
-			_ = cmd.Process.Kill()
-			return
-		}
-		select {
-		case <-exited:
-		case <-ctx.Done():
-			select {
-			case <-exited:
-			case <-time.After(grace):
-				_ = cmd.Process.Kill()
-			}
-		}
-	}()
-	hello, res, convErr := converse(ctx, stdin, stdout, req, inner)
+	go w.watch(ctx, helloTimeout, grace)
+	hello, res, convErr := converse(ctx, stdin, protoR, req, inner)
 	stdin.Close()
 	waitErr := cmd.Wait()
-	close(exited)
-	if convErr != nil {
-		var we *Error
-		if errors.As(convErr, &we) {
-			return hello, res, convErr
-		}
-		status := "exited"
-		if waitErr != nil {
-			status = waitErr.Error()
-		}
-		return hello, res, fmt.Errorf("%w: %s (%s); its last output: %s", ErrWorkerExited, p.Path, status, orNone(errTail.String()))
+	close(w.exited)
+	if convErr == nil {
+		return hello, res, nil
 	}
-	return hello, res, nil
+	var we *Error
+	if errors.As(convErr, &we) {
+		return hello, res, convErr
+	}
+	status := "exited"
+	if waitErr != nil {
+		status = waitErr.Error()
+	}
+	if why := w.reason(); why != "" {
+		status += "; " + why
+	}
+	return hello, res, fmt.Errorf("%w: %s (%s; %v); its last output: %s", ErrWorkerExited, p.Path, status, convErr, orNone(errTail.String()))
+}
+
+// watchdog kills a worker that never says hello (stuck in driver start-up),
+// one that is cancelled before saying hello (nothing to save yet), and one
+// that ignores a cancellation for longer than the grace period.
+type watchdog struct {
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	gotHello  chan struct{}
+	helloOnce sync.Once
+	mu        sync.Mutex
+	why       string
+}
+
+func (w *watchdog) kill(why string) {
+	w.mu.Lock()
+	w.why = why
+	w.mu.Unlock()
+	_ = w.cmd.Process.Kill()
+}
+
+func (w *watchdog) reason() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.why
+}
+
+func (w *watchdog) watch(ctx context.Context, helloTimeout, grace time.Duration) {
+	select {
+	case <-w.gotHello:
+	case <-w.exited:
+		return
+	case <-ctx.Done():
+		w.kill("killed by tolaria: cancelled before the worker reported a device")
+		return
+	case <-time.After(helloTimeout):
+		w.kill(fmt.Sprintf("killed by tolaria: no hello within %s", helloTimeout))
+		return
+	}
+	select {
+	case <-w.exited:
+	case <-ctx.Done():
+		select {
+		case <-w.exited:
+		case <-time.After(grace):
+			w.kill(fmt.Sprintf("killed by tolaria: still running %s after being cancelled", grace))
+		}
+	}
 }
 
 func orNone(s string) string {

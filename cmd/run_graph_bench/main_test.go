@@ -33,7 +33,6 @@ func TestFlagValidation(t *testing.T) {
 		want string
 	}{
 		{"unknown device", []string{"--device", "gpu"}, `--device: must be auto, cpu or cuda, got "gpu"`},
-		{"cuda without a worker", []string{"--device", "cuda", "--worker", "/nonexistent/tolaria-worker"}, "--device cuda: no tolaria-worker"},
 		{"unknown preset", []string{"--preset", "huge"}, `unknown preset "huge": use mlp or tiny`},
 		{"zero epochs", []string{"--epochs", "0"}, "--epochs: must be in 1..1000, got 0"},
 		{"negative warm-up", []string{"--warmup-batches", "-1"}, "--warmup-batches"},
@@ -111,6 +110,13 @@ func TestEndToEnd(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(dir, ".*"))
 	if len(left) != 0 {
 		t.Errorf("temporary files left behind: %v", left)
+	}
+}
+
+func TestCUDAWithoutAWorkerFailsFast(t *testing.T) {
+	code, _, stderr := runArgs(t, "--device", "cuda", "--worker", "/nonexistent/tolaria-worker")
+	if code != 1 || !strings.Contains(stderr, "--device cuda: no tolaria-worker") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 }
 

@@ -166,7 +166,7 @@ func (o options) measure(ctx context.Context, cfg bench.Config, stderr io.Writer
 			}})
 			return rep, err
 		case o.device == "cuda":
-			return nil, usagef("--device cuda: %v", err)
+			return nil, fmt.Errorf("--device cuda: %w", err)
 		default:
 			fmt.Fprintf(stderr, "run_graph_bench: --device auto: using the CPU device (%v)\n", err)
 		}

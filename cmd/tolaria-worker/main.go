@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -35,11 +36,22 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("worker_pid", os.Getpid())
-	err := worker.Serve(ctx, os.Stdin, os.Stdout, worker.ServeConfig{Build: build, Open: open, Logger: log})
+	err := worker.Serve(ctx, os.Stdin, protocolOut(), worker.ServeConfig{Build: build, Open: open, Logger: log})
 	if err != nil {
 		log.Error("worker failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+// protocolOut is where the protocol's answers go: the descriptor the
+// coordinator named in TOLARIA_PROTOCOL_FD, else standard output (for use
+// by hand).
+func protocolOut() *os.File {
+	fd, err := strconv.Atoi(os.Getenv(worker.ProtocolFDEnv))
+	if err != nil || fd < 3 {
+		return os.Stdout
+	}
+	return os.NewFile(uintptr(fd), "protocol")
 }
 
 // open opens the device a request names.

@@ -3,8 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cast"
@@ -32,7 +35,22 @@ type option struct {
 }
 
 func intOpt(p func(*job.Spec) *int) func(*job.Spec, any) error {
-	return func(s *job.Spec, v any) (err error) { *p(s), err = cast.ToIntE(v); return }
+	return func(s *job.Spec, v any) (err error) { *p(s), err = strictInt(v); return }
+}
+
+// strictInt converts a flag, environment or YAML value to an int, refusing
+// fractions (3.7 is an error, not 3).
+func strictInt(v any) (int, error) {
+	switch x := v.(type) {
+	case string:
+		return strconv.Atoi(strings.TrimSpace(x))
+	case float64:
+		if x != math.Trunc(x) || math.IsInf(x, 0) {
+			return 0, fmt.Errorf("%v is not a whole number", x)
+		}
+		return int(x), nil
+	}
+	return cast.ToIntE(v)
 }
 func floatOpt(p func(*job.Spec) *float64) func(*job.Spec, any) error {
 	return func(s *job.Spec, v any) (err error) { *p(s), err = cast.ToFloat64E(v); return }
@@ -73,6 +91,8 @@ func options() []option {
 		{"log_every", "log-every", "steps between metric reads and progress lines", d.LogEvery, intOpt(func(s *job.Spec) *int { return &s.LogEvery })},
 		{"run_dir", "run-dir", "run directory (default runs/<time>)", "", strOpt(func(s *job.Spec) *string { return &s.RunDir })},
 		{"resume", "resume", "continue the run in --run-dir from its checkpoint", false, boolOpt(func(s *job.Spec) *bool { return &s.Resume })},
+		{"rank", "rank", "this worker's stride shard of the training set (0..world-1)", d.Rank, intOpt(func(s *job.Spec) *int { return &s.Rank })},
+		{"world", "world", "number of stride shards of the training set", d.World, intOpt(func(s *job.Spec) *int { return &s.World })},
 		{"max_steps", "max-steps", "stop (with a checkpoint) after this many steps in this invocation (0: no limit)", 0, intOpt(func(s *job.Spec) *int { return &s.MaxSteps })},
 		{"slow_stage_copy_ms", "slow-stage-copy-ms", "test only: slow every CPU-device staging copy by this many ms", 0.0, floatOpt(func(s *job.Spec) *float64 { return &s.SlowStageCopyMS })},
 	}
@@ -100,7 +120,7 @@ func setHidden(s *job.Spec, v any) error {
 	}
 	s.Hidden = []int{}
 	for _, it := range items {
-		n, err := cast.ToIntE(strings.TrimSpace(it))
+		n, err := strictInt(strings.TrimSpace(it))
 		if err != nil {
 			return fmt.Errorf("%q is not a layer size", it)
 		}
@@ -167,8 +187,17 @@ func resolve(fs *pflag.FlagSet) (job.Spec, settings, error) {
 		set.config = os.Getenv("TOLARIA_CONFIG")
 	}
 	if set.config != "" {
-		if err := readConfigFile(v, set.config, known); err != nil {
+		if err := readConfigFile(v, set.config, known, nil); err != nil {
 			return job.Spec{}, settings{}, err
+		}
+	} else if resume, _ := cast.ToBoolE(v.Get("resume")); resume && v.GetString("run_dir") != "" {
+		// A resumed run continues with the settings it was started with:
+		// the run's config.yaml is the file layer, under env and flags.
+		base := filepath.Join(v.GetString("run_dir"), configFile)
+		if _, err := os.Stat(base); err == nil {
+			if err := readConfigFile(v, base, known, perInvocation); err != nil {
+				return job.Spec{}, settings{}, err
+			}
 		}
 	}
 	spec := job.Default()
@@ -199,9 +228,14 @@ func source(fs *pflag.FlagSet, o option) string {
 	return "the config file"
 }
 
+// perInvocation are the keys a resumed run does not take from the run's
+// config.yaml: they describe one invocation, not the run.
+var perInvocation = map[string]bool{"resume": true, "max_steps": true, "run_dir": true}
+
 // readConfigFile loads a YAML file into v, refusing unknown keys so that
-// a typo is an error rather than a silently ignored setting.
-func readConfigFile(v *viper.Viper, path string, known map[string]bool) error {
+// a typo is an error rather than a silently ignored setting. Keys in skip
+// are dropped.
+func readConfigFile(v *viper.Viper, path string, known, skip map[string]bool) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return usagef("config file %s: %v", path, err)
@@ -210,28 +244,50 @@ func readConfigFile(v *viper.Viper, path string, known map[string]bool) error {
 	if err := yaml.Unmarshal(raw, &m); err != nil {
 		return usagef("config file %s is not valid YAML: %v", path, err)
 	}
-	var unknown []string
+	var bad []string
 	var walk func(prefix string, m map[string]any)
 	walk = func(prefix string, m map[string]any) {
 		for k, val := range m {
-			key := strings.ReplaceAll(prefix+k, "-", "_")
-			if sub, ok := val.(map[string]any); ok && !known[key] {
+			key := prefix + k
+			switch sub, isMap := val.(map[string]any); {
+			case strings.Contains(k, "-"):
+				bad = append(bad, fmt.Sprintf("%s (write %s)", key, strings.ReplaceAll(key, "-", "_")))
+			case skip[key]:
+				delete(m, k)
+			case isMap && !known[key]:
 				walk(key+".", sub)
-				continue
-			}
-			if !known[key] {
-				unknown = append(unknown, prefix+k)
+			case !known[key]:
+				bad = append(bad, key)
 			}
 		}
 	}
 	walk("", m)
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return usagef("config file %s: unknown keys %s; see `tolaria train --help` for the keys", path, strings.Join(unknown, ", "))
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return usagef("config file %s: unknown keys %s; keys are the flag names with underscores, model.hidden, model.activation and model.loss under model: (see `tolaria train --help`)", path, strings.Join(bad, ", "))
 	}
-	v.SetConfigType("yaml")
-	if err := v.ReadConfig(strings.NewReader(string(raw))); err != nil {
+	if err := v.MergeConfigMap(m); err != nil {
 		return usagef("config file %s: %v", path, err)
 	}
 	return nil
+}
+
+// configMap is spec as a configuration file: the keys readConfigFile
+// reads, so a run's config.yaml is also a valid --config.
+func configMap(spec job.Spec) (map[string]any, error) {
+	raw, err := yaml.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	model := map[string]any{}
+	for _, k := range []string{"hidden", "activation", "loss"} {
+		model[k] = m[k]
+		delete(m, k)
+	}
+	m["model"] = model
+	return m, nil
 }

@@ -97,18 +97,40 @@ func (e *executor) Run(ctx context.Context, spec job.Spec, sink worker.Sink) (tr
 	return sum, err
 }
 
-// newObserver builds the run's observer: the events log, and the metrics
-// served at --metrics-addr when it is set.
-func newObserver(ctx context.Context, set settings, events io.Writer, deviceName string, log *slog.Logger) (trainer.Observer, func(), error) {
-	evlog := telemetry.NewEventLog(events)
-	if set.metricsAddr == "" {
-		return evlog.Observer(), func() {}, nil
+// runMetrics is the metrics side of a run: nil fields when --metrics-addr
+// is not set.
+type runMetrics struct {
+	m   *telemetry.Metrics
+	srv *telemetry.Server
+}
+
+// startMetrics binds --metrics-addr before anything is written, so a busy
+// port is refused without side effects.
+func startMetrics(ctx context.Context, addr string, log *slog.Logger) (*runMetrics, error) {
+	if addr == "" {
+		return &runMetrics{}, nil
 	}
 	m := telemetry.NewMetrics(version())
-	srv, err := telemetry.Serve(ctx, set.metricsAddr, m.Registry())
+	srv, err := telemetry.Serve(ctx, addr, m.Registry())
 	if err != nil {
-		return nil, nil, usagef("metrics-addr: %v", err)
+		return nil, fmt.Errorf("%w: metrics-addr %s: %v", errSetup, addr, err)
 	}
 	log.Info("serving metrics", "url", srv.URL())
-	return telemetry.Tee(evlog.Observer(), m.Observer(deviceName, "0")), func() { _ = srv.Close() }, nil
+	return &runMetrics{m: m, srv: srv}, nil
+}
+
+// observer is the run's observer: the events log, and the metrics when
+// they are served.
+func (r *runMetrics) observer(events io.Writer, deviceName string) trainer.Observer {
+	evlog := telemetry.NewEventLog(events)
+	if r.m == nil {
+		return evlog.Observer()
+	}
+	return telemetry.Tee(evlog.Observer(), r.m.Observer(deviceName, "0"))
+}
+
+func (r *runMetrics) close() {
+	if r.srv != nil {
+		_ = r.srv.Close()
+	}
 }

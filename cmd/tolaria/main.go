@@ -25,6 +25,9 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal stops the run with a checkpoint; after it the
+	// default handling is back, so a second one ends tolaria at once.
+	go func() { <-ctx.Done(); stop() }()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -47,10 +50,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errSetup):
 		fmt.Fprintln(stderr, "tolaria:", strings.TrimPrefix(err.Error(), errSetup.Error()+": "))
 		return exitFailure
-	default:
-		// Cobra's own flag errors (unknown flag, bad integer) land here.
+	case strings.HasPrefix(err.Error(), "unknown command"):
 		fmt.Fprintln(stderr, "tolaria:", err)
 		return exitUsage
+	default:
+		fmt.Fprintln(stderr, "tolaria:", err)
+		return exitFailure
 	}
 }
 

@@ -15,9 +15,20 @@ import (
 // progress renders training progress: a bar redrawn in place on a
 // terminal, plain lines otherwise (logs, CI, pipes).
 type progress struct {
-	mu  sync.Mutex
-	w   io.Writer
-	tty bool
+	mu      sync.Mutex
+	w       io.Writer
+	tty     bool
+	drawing bool // a bar is on the current terminal line
+}
+
+// finish clears a bar left on the line, so what follows starts clean.
+func (p *progress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawing {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.drawing = false
+	}
 }
 
 func newProgress(w io.Writer) *progress {
@@ -29,8 +40,9 @@ func (p *progress) report(pr trainer.Progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pr.EpochDone {
-		if p.tty {
+		if p.drawing {
 			fmt.Fprint(p.w, "\r\033[K")
+			p.drawing = false
 		}
 		fmt.Fprintf(p.w, "epoch %d/%d done in %.1fs: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.0f samples/s\n",
 			pr.Epoch, pr.Epochs, pr.EpochSeconds, pr.Loss, pr.Accuracy, pr.TestAccuracy, pr.SamplesPerSecond)
@@ -46,4 +58,5 @@ func (p *progress) report(pr trainer.Progress) {
 	bar := strings.Repeat("=", filled) + strings.Repeat(" ", width-filled)
 	fmt.Fprintf(p.w, "\r\033[Kepoch %d/%d [%s] %d/%d loss %.4f acc %.4f %.0f samples/s",
 		pr.Epoch, pr.Epochs, bar, pr.Step, pr.StepsPerEpoch, pr.Loss, pr.Accuracy, pr.SamplesPerSecond)
+	p.drawing = true
 }

@@ -19,6 +19,8 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetContext(ctx)
+	// Flag errors (unknown flag, a value that does not parse) are usage.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
 	root.AddCommand(newTrainCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "print the version",

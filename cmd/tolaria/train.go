@@ -33,7 +33,12 @@ underscores; model.hidden, model.activation and model.loss nest under model:)
 
 The run directory (--run-dir, default runs/<time>) receives config.yaml,
 events.jsonl, checkpoint.tlck and summary.json.`,
-		Args: cobra.NoArgs,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unexpected argument %q: tolaria train takes flags only (see --help)", args[0])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return train(cmd.Context(), cmd)
 		},
@@ -50,7 +55,13 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	if err := prepareRunDir(&spec, time.Now()); err != nil {
+	// Everything that can be refused is checked before the run directory
+	// is touched, so a refused command leaves an existing run as it was.
+	if err := checkOutputPath("summary-json", set.summaryJSON); err != nil {
+		return err
+	}
+	generated, err := planRunDir(&spec, time.Now())
+	if err != nil {
 		return err
 	}
 	exec, err := chooseExecutor(ctx, spec, set, log)
@@ -58,12 +69,20 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	spec.Device = exec.device
-
-	// Load and validate the data before the run directory is written to,
-	// so a bad data file leaves an existing run untouched.
 	if err := exec.Check(spec); err != nil {
 		return err
 	}
+	metrics, err := startMetrics(ctx, set.metricsAddr, log)
+	if err != nil {
+		return err
+	}
+	defer metrics.close()
+	unlock, err := claimRunDir(&spec, generated)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
 	cfgPath, err := writeConfig(spec)
 	if err != nil {
 		return fmt.Errorf("run directory: %w", err)
@@ -73,11 +92,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 		return fmt.Errorf("run directory: %w", err)
 	}
 	defer events.Close()
-	obs, closeObs, err := newObserver(ctx, set, events, spec.Device, log)
-	if err != nil {
-		return err
-	}
-	defer closeObs()
+	obs := metrics.observer(events, spec.Device)
 	obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventStart, Fields: map[string]any{
 		"device": spec.Device, "enable_graphs": spec.EnableGraphs, "config": cfgPath, "resume": spec.Resume}})
 	log.Info("training", "device", spec.Device, "graphs", spec.EnableGraphs, "run_dir", spec.RunDir, "epochs", spec.Epochs,
@@ -85,9 +100,10 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 
 	bar := newProgress(stderr)
 	sum, err := exec.Run(ctx, spec, worker.Sink{Observer: obs, Progress: bar.report})
+	bar.finish()
 	if err != nil {
 		obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
-		return reportFailure(stderr, spec, err)
+		return reportFailure(ctx, stderr, err)
 	}
 	sum.WallSeconds = time.Since(start(ctx)).Seconds()
 	if err := writeSummary(filepath.Join(spec.RunDir, summaryFile), sum); err != nil {
@@ -110,6 +126,17 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	return nil
 }
 
+// checkOutputPath refuses an output path that cannot be a file.
+func checkOutputPath(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return usagef("%s: %s is a directory; give a file path", flag, path)
+	}
+	return nil
+}
+
 type startKey struct{}
 
 func start(ctx context.Context) time.Time {
@@ -121,7 +148,11 @@ func start(ctx context.Context) time.Time {
 
 var processStart = time.Now()
 
-func reportFailure(w io.Writer, spec job.Spec, err error) error {
+func reportFailure(ctx context.Context, w io.Writer, err error) error {
+	if ctx.Err() != nil {
+		fmt.Fprintf(w, "tolaria: interrupted: %v\n", err)
+		return exitError{exitInterrupted}
+	}
 	var we *worker.Error
 	if errors.As(err, &we) {
 		fmt.Fprintf(w, "tolaria: %s\n", we.Message)
