@@ -127,7 +127,8 @@ type Summary struct {
 	CapturePooled      int            `json:"captures_pooled"`
 	TrainLoss          float64        `json:"train_loss"`
 	TrainAccuracy      float64        `json:"train_accuracy"`
-	TestAccuracy       float64        `json:"test_accuracy"`
+	TestAccuracy       float64        `json:"test_accuracy"` // cross-entropy models; 0 for MSE
+	TestLoss           float64        `json:"test_loss"`
 	SamplesPerSecond   float64        `json:"samples_per_second"` // training samples over the loop's wall time, eval included
 	EpochSeconds       []float64      `json:"epoch_seconds"`
 	WallSeconds        float64        `json:"wall_seconds"`

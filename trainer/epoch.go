@@ -88,6 +88,7 @@ func (r *run) endEpoch(seq int, epochStart time.Time) error {
 	r.sum.TrainLoss = train[device.StatLossSum] / n
 	r.sum.TrainAccuracy = train[device.StatCorrect] / n
 	r.sum.TestAccuracy = eval[device.StatCorrect] / max(eval[device.StatCount], 1)
+	r.sum.TestLoss = eval[device.StatLossSum] / max(eval[device.StatCount], 1)
 	r.sum.EpochSeconds = append(r.sum.EpochSeconds, secs)
 	r.obs.TrainLoss(r.sum.TrainLoss)
 	r.obs.EvalAccuracy(r.sum.TestAccuracy)

@@ -166,8 +166,8 @@ func reportFailure(ctx context.Context, w io.Writer, err error) error {
 }
 
 func printSummary(w io.Writer, spec job.Spec, s trainer.Summary) {
-	fmt.Fprintf(w, "device %s, graphs %v: %d steps (%d replays, %d eager), test accuracy %.4f, train loss %.4f, %.0f samples/s\n",
-		s.Device, s.GraphEnabled, s.Steps, s.GraphReplays, s.EagerSteps, s.TestAccuracy, s.TrainLoss, s.SamplesPerSecond)
+	fmt.Fprintf(w, "device %s, graphs %v: %d steps (%d replays, %d eager), test accuracy %.4f, test loss %.4f, train loss %.4f, %.0f samples/s\n",
+		s.Device, s.GraphEnabled, s.Steps, s.GraphReplays, s.EagerSteps, s.TestAccuracy, s.TestLoss, s.TrainLoss, s.SamplesPerSecond)
 	if len(s.Fallbacks) > 0 {
 		fmt.Fprintf(w, "fallbacks: %v\n", s.Fallbacks)
 	}
