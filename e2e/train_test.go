@@ -497,3 +497,22 @@ func TestBusyMetricsPortIsRefusedBeforeWriting(t *testing.T) {
 		t.Fatal("a refused run created its run directory")
 	}
 }
+
+// TestWorkerStdoutCannotBreakTheProtocol: the protocol runs on its own
+// descriptor, so a worker (or a library in it) printing to standard
+// output only adds to the logs.
+func TestWorkerStdoutCannotBreakTheProtocol(t *testing.T) {
+	dir := t.TempDir()
+	noisy := filepath.Join(dir, "noisy-worker")
+	script := fmt.Sprintf("#!/bin/sh\necho 'banner from a library on stdout'\nexec %s \"$@\"\n", filepath.Join(binDir, "tolaria-worker"))
+	if err := os.WriteFile(noisy, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := tolaria(t, dir, nil, append(quick(filepath.Join(dir, "run")), "--isolate", "--worker", noisy)...)
+	if r.code != 0 {
+		t.Fatalf("exit %d:\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "banner from a library") {
+		t.Fatalf("the worker's stdout did not reach the log:\n%s", r.stderr)
+	}
+}
