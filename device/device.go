@@ -145,3 +145,13 @@ type Exec interface {
 	// Destroy releases the executable.
 	Destroy() error
 }
+
+// ThreadAffine is implemented by backends whose calls are cheapest when
+// they come from one OS thread that keeps the device context current, as
+// with the CUDA driver. A caller that issues its hot path from one
+// goroutine (the trainer's step loop) locks that goroutine to its thread
+// for the loop when PrefersLockedThread reports true, so every call finds
+// the context already current and no call hops to another goroutine.
+type ThreadAffine interface {
+	PrefersLockedThread() bool
+}

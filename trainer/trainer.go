@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/data"
@@ -205,6 +206,12 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 	c := &r.cfg
 	steps := r.trainSrc.steps
 	total := c.Epochs * steps
+	if ta, ok := r.dev.(device.ThreadAffine); ok && ta.PrefersLockedThread() {
+		// The whole hot path then runs on one thread with the device
+		// context current: no per-call rebinding, no goroutine hop.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	loopStart := time.Now()
 	defer func() { r.loopSeconds = since(loopStart) }()
 	epochStart, intervalStart := time.Now(), time.Now()

@@ -185,6 +185,12 @@ func (d *Device) exit() {
 	d.life.RUnlock()
 }
 
+// PrefersLockedThread is true: a caller whose goroutine stays on one
+// thread keeps the context current there, so enter's bind is a no-op.
+func (d *Device) PrefersLockedThread() bool { return true }
+
+var _ device.ThreadAffine = (*Device)(nil)
+
 // Name is "cuda:<ordinal>".
 func (d *Device) Name() string { return d.name }
 
