@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -117,13 +118,39 @@ func longer(runDir string, extra ...string) []string {
 		"--synthetic-size", "16384", "--epochs", "4", "--hidden", "256,128", "--log-every", "1000", "--run-dir", runDir}, extra...)
 }
 
+// uninterrupted is the params_sha256 of the longer run left alone, which
+// every interrupted-and-resumed run must end with; it is trained once.
+var uninterrupted struct {
+	once sync.Once
+	sha  string
+	err  string
+}
+
+func uninterruptedSHA(t *testing.T) string {
+	t.Helper()
+	uninterrupted.once.Do(func() {
+		dir, err := os.MkdirTemp("", "tolaria-e2e-whole-")
+		if err != nil {
+			uninterrupted.err = err.Error()
+			return
+		}
+		defer os.RemoveAll(dir)
+		whole := filepath.Join(dir, "whole")
+		if r := tolaria(t, dir, nil, longer(whole)...); r.code != 0 {
+			uninterrupted.err = fmt.Sprintf("uninterrupted run: exit %d: %s", r.code, r.stderr)
+			return
+		}
+		uninterrupted.sha = readSummary(t, filepath.Join(whole, "summary.json")).ParamsSHA256
+	})
+	if uninterrupted.err != "" {
+		t.Fatal(uninterrupted.err)
+	}
+	return uninterrupted.sha
+}
+
 func TestSIGKILLMidEpochThenResume(t *testing.T) {
 	dir := t.TempDir()
-	whole := filepath.Join(dir, "whole")
-	if r := tolaria(t, dir, nil, longer(whole)...); r.code != 0 {
-		t.Fatalf("uninterrupted run: exit %d: %s", r.code, r.stderr)
-	}
-	want := readSummary(t, filepath.Join(whole, "summary.json")).ParamsSHA256
+	want := uninterruptedSHA(t)
 
 	killed := filepath.Join(dir, "killed")
 	cmd, stderr := startRun(t, dir, longer(killed)...)
@@ -153,11 +180,7 @@ func TestSIGKILLMidEpochThenResume(t *testing.T) {
 
 func TestSIGINTCheckpointsAndResumes(t *testing.T) {
 	dir := t.TempDir()
-	whole := filepath.Join(dir, "whole")
-	if r := tolaria(t, dir, nil, longer(whole)...); r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
-	}
-	want := readSummary(t, filepath.Join(whole, "summary.json")).ParamsSHA256
+	want := uninterruptedSHA(t)
 	run := filepath.Join(dir, "run")
 	cmd, stderr := startRun(t, dir, longer(run)...)
 	waitFor(t, "the first epoch", func() bool { return epochsLogged(filepath.Join(run, "events.jsonl")) >= 1 })
