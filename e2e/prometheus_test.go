@@ -199,9 +199,57 @@ func TestPrometheusScrapesEverything(t *testing.T) {
 			t.Errorf("metric %s is missing from Prometheus", name)
 			continue
 		}
-		if strings.HasPrefix(name, "tolaria_") && name != "tolaria_build_info" && r[0].Metric["worker"] == "" {
-			t.Errorf("metric %s has no worker label: %v", name, r[0].Metric)
+		for _, s := range r {
+			if strings.HasPrefix(name, "tolaria_") && name != telemetry.MetricBuildInfo &&
+				(s.Metric[telemetry.LabelWorker] == "" || s.Metric[telemetry.LabelDevice] != "cpu") {
+				t.Errorf("metric %s lacks the worker and device labels: %v", name, s.Metric)
+				break
+			}
 		}
+	}
+	// Series created at zero prove nothing: what a graphs run does must
+	// have moved. Captures happen before the first scrape; their totals
+	// are what Prometheus sees.
+	for expr, want := range map[string]func(float64) bool{
+		telemetry.MetricGraphEnabled:                          func(v float64) bool { return v == 1 },
+		"sum(" + telemetry.MetricCapturesTotal + ")":          func(v float64) bool { return v > 0 },
+		"sum(" + telemetry.MetricCaptureSeconds + "_count)":   func(v float64) bool { return v > 0 },
+		"sum(" + telemetry.MetricReplaysTotal + ")":           func(v float64) bool { return v > 0 },
+		"sum(" + telemetry.MetricReplaySeconds + "_count)":    func(v float64) bool { return v > 0 },
+		"sum(" + telemetry.MetricStageCopySeconds + "_count)": func(v float64) bool { return v > 0 },
+		"sum(" + telemetry.MetricStepSeconds + "_count)":      func(v float64) bool { return v > 0 },
+		"sum(" + telemetry.MetricSamplesTotal + ")":           func(v float64) bool { return v > 0 },
+		"sum(" + telemetry.MetricFallbackTotal + ")":          func(v float64) bool { return v == 0 },
+		telemetry.MetricTrainEpoch:                            func(v float64) bool { return v >= 1 },
+		telemetry.MetricEvalAccuracy:                          func(v float64) bool { return v > 0 && v <= 1 },
+		telemetry.MetricPoolReservedBytes:                     func(v float64) bool { return v > 0 },
+	} {
+		r := prom.query(expr)
+		if len(r) == 0 || !want(r[0].float()) {
+			t.Errorf("%s = %v, not what a healthy graphs run reports", expr, r)
+		}
+	}
+	// The labels that split families: every fallback reason, and the
+	// device-memory kinds.
+	labelValues := func(metric, label string) map[string]bool {
+		got := map[string]bool{}
+		for _, s := range prom.query(metric) {
+			got[s.Metric[label]] = true
+		}
+		return got
+	}
+	for _, reason := range telemetry.FallbackReasons() {
+		if !labelValues(telemetry.MetricFallbackTotal, telemetry.LabelReason)[reason] {
+			t.Errorf("%s has no series with %s=%q", telemetry.MetricFallbackTotal, telemetry.LabelReason, reason)
+		}
+	}
+	for _, kind := range []string{"in_use", "peak", "limit", "pinned"} {
+		if !labelValues(telemetry.MetricDeviceMemoryBytes, telemetry.LabelKind)[kind] {
+			t.Errorf("%s has no series with %s=%q", telemetry.MetricDeviceMemoryBytes, telemetry.LabelKind, kind)
+		}
+	}
+	if !labelValues(telemetry.MetricCapturesTotal, telemetry.LabelPooled)["true"] {
+		t.Errorf("%s has no pooled=\"true\" series: the graph pool served no capture", telemetry.MetricCapturesTotal)
 	}
 
 	var rules struct {
@@ -234,9 +282,7 @@ func TestPrometheusScrapesEverything(t *testing.T) {
 			t.Errorf("panel %q: query returned no data: %s", pq.title, expr)
 			continue
 		}
-		// Captures happen once at start, so their rate may be 0/0; every
-		// other panel is fed continuously and must have a number.
-		if !strings.Contains(expr, "capture_seconds") && math.IsNaN(r[0].float()) {
+		if math.IsNaN(r[0].float()) {
 			t.Errorf("panel %q: query returned NaN: %s", pq.title, expr)
 		}
 	}

@@ -89,7 +89,7 @@ var (
 func bucketsFor(metric string, base []float64) []float64 {
 	b := slices.Clone(base)
 	for _, t := range Thresholds() {
-		if t.Metric == metric && (t.Condition == MeanAbove || t.Condition == QuantileAbove) {
+		if t.Metric == metric && (t.Condition == MeanAbove || t.Condition == QuantileAbove || t.Condition == AnyAbove) {
 			b = append(b, t.Value)
 		}
 	}
@@ -151,7 +151,7 @@ func NewMetrics(version string) *Metrics {
 		capturesTotal:    counter(MetricCapturesTotal, "Graph captures; pooled=\"true\" when the shared graph pool served them without a new instantiation.", with(LabelPooled)),
 		poolReserved:     gauge(MetricPoolReservedBytes, "Device memory held by the shared graph pool.", dw),
 		execUpdates:      counter(MetricExecUpdatesTotal, "Graph executables updated in place from a new capture.", dw),
-		prefetchDisabled: gauge(MetricPrefetchDisabled, "1 while the loader's prefetch-to-device is switched off for capture.", dw),
+		prefetchDisabled: gauge(MetricPrefetchDisabled, "1 once the stager's prefetch-to-device has been switched off for graph capture; it stays off for the rest of the run, with staging copies kept out of captures by the capture guard.", dw),
 		stepSeconds:      histogram(MetricStepSeconds, "Wall time of one training step.", stepBase),
 		samplesTotal:     counter(MetricSamplesTotal, "Training samples processed.", dw),
 		trainLoss:        gauge(MetricTrainLoss, "Mean training loss over the last log interval.", dw),

@@ -240,7 +240,7 @@ func TestThresholdsAreBucketBoundaries(t *testing.T) {
 	m.Observer("cpu", "0")
 	fams := gather(t, m)
 	for _, th := range Thresholds() {
-		if th.Condition != MeanAbove && th.Condition != QuantileAbove {
+		if th.Condition != MeanAbove && th.Condition != QuantileAbove && th.Condition != AnyAbove {
 			continue
 		}
 		mf, ok := fams[th.Metric]

@@ -36,7 +36,16 @@ const (
 	// p99 > Value means more than 1% of observations were above Value.
 	QuantileAbove
 	// IncreaseAbove fires when a counter grew by more than Value over Window.
+	// A series Prometheus first sees already above Value counts as grown
+	// for Window after its first sample: work done at start, before the
+	// first scrape (a fallback at the first capture), is not missed the
+	// way increase() alone misses it.
 	IncreaseAbove
+	// AnyAbove fires when at least one observation of a histogram within
+	// Window was above Value, a bucket boundary. Like IncreaseAbove it
+	// counts observations made before the series' first scrape, which is
+	// where a job's captures are.
+	AnyAbove
 	// AgeAbove fires when a Unix-timestamp gauge is more than Value seconds
 	// old while the scrape target is up.
 	AgeAbove
@@ -105,21 +114,19 @@ func Thresholds() []Threshold {
 		{
 			Alert:       "TolariaGraphCaptureSlow",
 			Metric:      MetricCaptureSeconds,
-			Condition:   QuantileAbove,
-			Quantile:    0.99,
+			Condition:   AnyAbove,
 			Window:      5 * time.Minute,
 			Value:       0.2,
 			Severity:    SeverityWarning,
 			Summary:     "Graph capture slow on {{ $labels.device }} (worker {{ $labels.worker }})",
-			Description: "A graph capture and instantiation in the last 5 minutes took longer than 200ms. Pooled captures take tens of milliseconds; a slow one usually means a cold graph pool.",
+			Description: "A graph capture and instantiation in the last 5 minutes took longer than 200ms (captures made before the first scrape count). Pooled captures take tens of milliseconds; a slow one usually means a cold graph pool.",
 			Anchor:      "tolariagraphcaptureslow",
 			Panel:       PanelCaptureLatency,
 		},
 		{
 			Alert:       "TolariaGraphCaptureCritical",
 			Metric:      MetricCaptureSeconds,
-			Condition:   QuantileAbove,
-			Quantile:    0.99,
+			Condition:   AnyAbove,
 			Window:      5 * time.Minute,
 			Value:       8,
 			Severity:    SeverityCritical,
@@ -174,7 +181,12 @@ func (t Threshold) Expr() string {
 	case QuantileAbove:
 		return fmt.Sprintf("histogram_quantile(%s, rate(%s_bucket[%s])) > %s", FormatValue(t.Quantile), t.Metric, w, v)
 	case IncreaseAbove:
-		return fmt.Sprintf("increase(%s[%s]) > %s", t.Metric, w, v)
+		return fmt.Sprintf("increase(%s[%s]) > %s or (%s > %s unless %s offset %s)", t.Metric, w, v, t.Metric, v, t.Metric, w)
+	case AnyAbove:
+		// Observations above v: _count minus the bucket at v.
+		above := fmt.Sprintf("%s_count - ignoring (le) %s_bucket{le=%q}", t.Metric, t.Metric, v)
+		grew := fmt.Sprintf("increase(%s_count[%s]) - ignoring (le) increase(%s_bucket{le=%q}[%s])", t.Metric, w, t.Metric, v, w)
+		return fmt.Sprintf("(%s) > 0 or ((%s) > 0 unless %s_count offset %s)", grew, above, t.Metric, w)
 	case AgeAbove:
 		return fmt.Sprintf("time() - %s > %s and on (job, instance) up{job=%q} == 1", t.Metric, v, ScrapeJob)
 	case TargetDown:
@@ -190,7 +202,7 @@ func (t Threshold) RunbookLink() string { return RunbookURL + "#" + t.Anchor }
 // "8s", "5m" for durations, the plain number otherwise.
 func (t Threshold) HumanValue() string {
 	switch t.Condition {
-	case MeanAbove, QuantileAbove, AgeAbove:
+	case MeanAbove, QuantileAbove, AnyAbove, AgeAbove:
 		return FormatDuration(time.Duration(math.Round(t.Value * float64(time.Second))))
 	}
 	return FormatValue(t.Value)

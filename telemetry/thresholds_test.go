@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -35,8 +36,12 @@ func TestThresholdTable(t *testing.T) {
 		if th.For > 0 && !strings.Contains(th.Description, FormatDuration(th.For)) && !strings.Contains(th.Description, minutes(th.For)) {
 			t.Errorf("%s: description %q does not state the duration %s", th.Alert, th.Description, FormatDuration(th.For))
 		}
-		if !strings.HasSuffix(th.Expr(), " "+FormatValue(th.Value)) && th.Condition != AgeAbove {
-			t.Errorf("%s: expr %q does not end in the threshold %s", th.Alert, th.Expr(), FormatValue(th.Value))
+		want := " " + FormatValue(th.Value)
+		if th.Condition == AnyAbove {
+			want = fmt.Sprintf("{le=%q}", FormatValue(th.Value))
+		}
+		if !strings.Contains(th.Expr(), want) {
+			t.Errorf("%s: expr %q does not hold the threshold %s", th.Alert, th.Expr(), want)
 		}
 	}
 }
@@ -84,7 +89,9 @@ func TestExpr(t *testing.T) {
 		{Threshold{Metric: "m", Condition: QuantileAbove, Quantile: 0.99, Window: 5 * time.Minute, Value: 8},
 			"histogram_quantile(0.99, rate(m_bucket[5m])) > 8"},
 		{Threshold{Metric: "m_total", Condition: IncreaseAbove, Window: 5 * time.Minute},
-			"increase(m_total[5m]) > 0"},
+			"increase(m_total[5m]) > 0 or (m_total > 0 unless m_total offset 5m)"},
+		{Threshold{Metric: "m", Condition: AnyAbove, Window: 5 * time.Minute, Value: 0.2},
+			`(increase(m_count[5m]) - ignoring (le) increase(m_bucket{le="0.2"}[5m])) > 0 or ((m_count - ignoring (le) m_bucket{le="0.2"}) > 0 unless m_count offset 5m)`},
 		{Threshold{Metric: "ts", Condition: AgeAbove, Value: 300},
 			`time() - ts > 300 and on (job, instance) up{job="tolaria"} == 1`},
 		{Threshold{Metric: "up", Condition: TargetDown},

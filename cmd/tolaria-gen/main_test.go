@@ -77,8 +77,19 @@ func TestRunWritesEveryFile(t *testing.T) {
 	}
 }
 
-// comparison is the value an alert expression compares against last.
-var comparison = regexp.MustCompile(`(?:>|==) (\S+)(?: and .*)?$`)
+// comparison finds the threshold in an alert expression: the bucket an
+// AnyAbove rule counts above, else the value of the first comparison.
+var (
+	bucketBound = regexp.MustCompile(`le="([^"]+)"`)
+	comparison  = regexp.MustCompile(`(?:>|==) ([^\s)]+)`)
+)
+
+func thresholdIn(expr string) []string {
+	if m := bucketBound.FindStringSubmatch(expr); m != nil {
+		return m
+	}
+	return comparison.FindStringSubmatch(expr)
+}
 
 func TestAlertRulesMatchTable(t *testing.T) {
 	var file infragen.RuleFile
@@ -101,7 +112,7 @@ func TestAlertRulesMatchTable(t *testing.T) {
 			t.Errorf("%s: missing from %s", th.Alert, infragen.AlertRulesPath)
 			continue
 		}
-		m := comparison.FindStringSubmatch(r.Expr)
+		m := thresholdIn(r.Expr)
 		if m == nil {
 			t.Errorf("%s: no comparison in %q", th.Alert, r.Expr)
 			continue
@@ -109,7 +120,7 @@ func TestAlertRulesMatchTable(t *testing.T) {
 		if v, err := strconv.ParseFloat(m[1], 64); err != nil || v != th.Value {
 			t.Errorf("%s: rule compares against %s, table says %v", th.Alert, m[1], th.Value)
 		}
-		if th.Condition == telemetry.MeanAbove || th.Condition == telemetry.QuantileAbove {
+		if th.Window > 0 {
 			if w := "[" + telemetry.FormatDuration(th.Window) + "]"; !strings.Contains(r.Expr, w) {
 				t.Errorf("%s: expr %q lacks the table's window %s", th.Alert, r.Expr, w)
 			}

@@ -71,14 +71,28 @@ func quantiles(metric, w string) []Query {
 	return qs
 }
 
-// Panels returns the dashboard's panels in order. Latency panels use the
-// window of the alert whose threshold they draw, so the line and the alert
-// judge the same numbers.
+// quantilesSinceStart draws p50 and p99 of every observation a histogram
+// holds, per worker: for events as rare as captures, which mostly happen
+// before the first scrape and so never show in a rate.
+func quantilesSinceStart(metric string) []Query {
+	var qs []Query
+	for _, q := range []struct{ quantile, name string }{{"0.5", "p50"}, {"0.99", "p99"}} {
+		qs = append(qs, Query{
+			Expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le, worker) (%s_bucket{%s}))", q.quantile, metric, worker),
+			Legend: q.name + " {{worker}}",
+		})
+	}
+	return qs
+}
+
+// Panels returns the dashboard's panels in order. Replay and stage-copy
+// latency panels use the window of the alert whose threshold they draw, so
+// the line and the alert judge the same numbers. Captures and fallbacks
+// happen mostly at a job's start, before Prometheus's first scrape, where
+// rate() and increase() cannot see them: their panels show totals.
 func Panels() []PanelSpec {
 	stageW := window("TolariaStageCopySlow")
 	replayW := window("TolariaGraphReplaySlow")
-	captureW := window("TolariaGraphCaptureSlow")
-	fallbackW := window("TolariaGraphFallback")
 	const rateW = "1m"
 	sel := func(metric string) string { return metric + "{" + worker + "}" }
 	return []PanelSpec{
@@ -86,11 +100,11 @@ func Panels() []PanelSpec {
 			{Expr: sel(telemetry.MetricGraphEnabled), Legend: "graphs enabled {{worker}} ({{device}})"},
 			{Expr: sel(telemetry.MetricPrefetchDisabled), Legend: "prefetch off {{worker}}"},
 		}},
-		{ID: 2, Title: "Eager fallbacks by reason (per " + fallbackW + ")", Unit: "short", Queries: []Query{
-			{Expr: fmt.Sprintf("sum by (reason) (increase(%s[%s]))", sel(telemetry.MetricFallbackTotal), fallbackW), Legend: "{{reason}}"},
+		{ID: 2, Title: "Eager fallbacks by reason (since start)", Unit: "short", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (%s) (%s)", telemetry.LabelReason, sel(telemetry.MetricFallbackTotal)), Legend: "{{" + telemetry.LabelReason + "}}"},
 		}},
-		{ID: 3, Key: telemetry.PanelCaptureLatency, Title: "Graph capture time (" + captureW + ")", Unit: "s",
-			Queries: quantiles(telemetry.MetricCaptureSeconds, captureW)},
+		{ID: 3, Key: telemetry.PanelCaptureLatency, Title: "Graph capture time (all captures since start)", Unit: "s",
+			Queries: quantilesSinceStart(telemetry.MetricCaptureSeconds)},
 		{ID: 4, Key: telemetry.PanelReplayLatency, Title: "Graph replay time (" + replayW + ")", Unit: "s",
 			Queries: quantiles(telemetry.MetricReplaySeconds, replayW)},
 		{ID: 5, Key: telemetry.PanelStageCopyLatency, Title: "Stage copy time (" + stageW + ")", Unit: "s",
@@ -102,9 +116,9 @@ func Panels() []PanelSpec {
 		{ID: 6, Title: "Graph replays per second", Unit: "ops", Queries: []Query{
 			{Expr: fmt.Sprintf("sum by (worker) (rate(%s[%s]))", sel(telemetry.MetricReplaysTotal), rateW), Legend: "{{worker}}"},
 		}},
-		{ID: 7, Title: "Captures and executable updates (per " + captureW + ")", Unit: "short", Queries: []Query{
-			{Expr: fmt.Sprintf("sum by (worker, pooled) (increase(%s[%s]))", sel(telemetry.MetricCapturesTotal), captureW), Legend: "captures {{worker}} pooled={{pooled}}"},
-			{Expr: fmt.Sprintf("sum by (worker) (increase(%s[%s]))", sel(telemetry.MetricExecUpdatesTotal), captureW), Legend: "exec updates {{worker}}"},
+		{ID: 7, Title: "Captures and executable updates (since start)", Unit: "short", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (worker, %s) (%s)", telemetry.LabelPooled, sel(telemetry.MetricCapturesTotal)), Legend: "captures {{worker}} pooled={{" + telemetry.LabelPooled + "}}"},
+			{Expr: fmt.Sprintf("sum by (worker) (%s)", sel(telemetry.MetricExecUpdatesTotal)), Legend: "exec updates {{worker}}"},
 		}},
 		{ID: 8, Title: "Training samples per second", Unit: "short", Queries: []Query{
 			{Expr: fmt.Sprintf("sum by (worker) (rate(%s[%s]))", sel(telemetry.MetricSamplesTotal), rateW), Legend: "{{worker}}"},
@@ -124,7 +138,7 @@ func Panels() []PanelSpec {
 			{Expr: "time() - " + sel(telemetry.MetricLastStepTimestamp), Legend: "{{worker}}"},
 		}},
 		{ID: 14, Title: "Device memory and graph pool", Unit: "bytes", Queries: []Query{
-			{Expr: sel(telemetry.MetricDeviceMemoryBytes), Legend: "{{kind}} {{worker}}"},
+			{Expr: sel(telemetry.MetricDeviceMemoryBytes), Legend: "{{" + telemetry.LabelKind + "}} {{worker}}"},
 			{Expr: sel(telemetry.MetricPoolReservedBytes), Legend: "graph pool {{worker}}"},
 		}},
 		{ID: 15, Title: "Metrics targets up", Unit: "bool", Queries: []Query{

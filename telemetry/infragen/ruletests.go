@@ -171,6 +171,8 @@ func scenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 		return quantileScenarios(t)
 	case telemetry.IncreaseAbove:
 		return increaseScenarios(t)
+	case telemetry.AnyAbove:
+		return anyAboveScenarios(t)
 	case telemetry.AgeAbove:
 		return ageScenarios(t)
 	case telemetry.TargetDown:
@@ -261,28 +263,68 @@ func quantileScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 }
 
 // increaseScenarios: a counter, zero-initialised as telemetry does, that
-// grows once (bad) or stays flat (healthy).
+// grows once (bad) or stays flat (healthy); and one that Prometheus first
+// sees already grown, as after a fallback before the first scrape: that
+// fires while it is new (bad) and not once the window has passed (healthy).
 func increaseScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 	l := workerLabels()
 	if t.Metric == telemetry.MetricFallbackTotal {
-		l[telemetry.LabelReason] = telemetry.FallbackShapeChange
+		l[telemetry.LabelReason] = telemetry.FallbackCaptureFailed
 	}
 	jump := 2 * time.Minute
 	eval := jump + t.For + time.Minute
 	span := eval + t.Window
 	grow := t.Value + 1
-	bad = []scenario{{
-		name:   fmt.Sprintf("a counter that grows by %s", num(grow)),
-		series: []InputSeries{{series(t.Metric, l), fmt.Sprintf("%s %s", constant(0, jump-scrapeStep), constant(grow, span))}},
-		eval:   eval,
-		labels: l,
-	}}
-	healthy = []scenario{{
-		name:   "a counter that stays at zero",
-		series: []InputSeries{{series(t.Metric, l), constant(0, eval+span)}},
-		eval:   eval,
-		labels: l,
-	}}
+	one := func(name, values string, eval time.Duration) scenario {
+		return scenario{name: name, series: []InputSeries{{series(t.Metric, l), values}}, eval: eval, labels: l}
+	}
+	bad = []scenario{
+		one(fmt.Sprintf("a counter that grows by %s", num(grow)),
+			fmt.Sprintf("%s %s", constant(0, jump-scrapeStep), constant(grow, span)), eval),
+		one(fmt.Sprintf("a counter first scraped at %s", num(grow)), constant(grow, span), t.For+time.Minute),
+	}
+	healthy = []scenario{
+		one("a counter that stays at zero", constant(0, eval+span), eval),
+		one(fmt.Sprintf("a counter first scraped at %s more than the window ago", num(grow)),
+			constant(grow, t.Window+t.For+2*time.Minute), t.Window+t.For+time.Minute),
+	}
+	return bad, healthy, nil
+}
+
+// anyAboveScenarios: histograms that Prometheus first sees holding one
+// observation above the threshold (bad) or at most it (healthy), as after
+// a job's first captures; one observation above the threshold a minute
+// after a zero start (bad); the first-seen slow observation once the window
+// has passed (healthy); and a steady stream at most the threshold (healthy).
+func anyAboveScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
+	l := workerLabels()
+	span := t.Window + 4*time.Minute
+	mk := func(name string, count, atThreshold string, eval time.Duration) scenario {
+		bl := maps.Clone(l)
+		bl["le"] = telemetry.FormatValue(t.Value)
+		inf := maps.Clone(l)
+		inf["le"] = "+Inf"
+		return scenario{
+			name: name,
+			series: []InputSeries{
+				{series(t.Metric+"_count", l), count},
+				{series(t.Metric+"_bucket", bl), atThreshold},
+				{series(t.Metric+"_bucket", inf), count},
+			},
+			eval:   eval,
+			labels: l,
+		}
+	}
+	later := fmt.Sprintf("%s %s", constant(0, time.Minute-scrapeStep), constant(1, span))
+	bad = []scenario{
+		mk("a first scrape holding one observation above the threshold", constant(1, span), constant(0, span), time.Minute),
+		mk("one observation above the threshold a minute after a zero start", later, constant(0, span), 2*time.Minute),
+	}
+	healthy = []scenario{
+		mk("a first scrape holding one observation at most the threshold", constant(1, span), constant(1, span), time.Minute),
+		mk("a first-scraped observation above the threshold once the window has passed", constant(1, span), constant(0, span), t.Window+2*time.Minute),
+		mk("a steady stream at most the threshold", ramp(10, span), ramp(10, span), t.Window+2*time.Minute),
+	}
 	return bad, healthy, nil
 }
 

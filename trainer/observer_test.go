@@ -1,0 +1,146 @@
+package trainer_test
+
+import (
+	"context"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// recorder keeps every Observer call, for checking them against the
+// run's summary.
+type recorder struct {
+	mu             sync.Mutex
+	captures       int
+	pooled         int
+	captureSeconds float64
+	replays        int
+	stageCopies    int
+	fallbacks      map[string]int
+	execUpdates    int
+	poolReserved   []int64
+	prefetchOff    []bool
+	steps, samples int
+	losses         int
+	accuracies     []float64
+	epochs         []int
+	memory         map[string]int64
+	graphEnabled   []bool
+	events         []string
+}
+
+func (r *recorder) do(f func()) { r.mu.Lock(); defer r.mu.Unlock(); f() }
+
+func (r *recorder) GraphEnabled(on bool) {
+	r.do(func() { r.graphEnabled = append(r.graphEnabled, on) })
+}
+func (r *recorder) Captured(s float64, pooled bool) {
+	r.do(func() {
+		r.captures++
+		r.captureSeconds += s
+		if pooled {
+			r.pooled++
+		}
+	})
+}
+func (r *recorder) Replayed(float64)       { r.do(func() { r.replays++ }) }
+func (r *recorder) StageCopied(float64)    { r.do(func() { r.stageCopies++ }) }
+func (r *recorder) Fallback(reason string) { r.do(func() { r.fallbacks[reason]++ }) }
+func (r *recorder) ExecUpdated()           { r.do(func() { r.execUpdates++ }) }
+func (r *recorder) PoolReserved(b int64)   { r.do(func() { r.poolReserved = append(r.poolReserved, b) }) }
+func (r *recorder) PrefetchToDeviceDisabled(d bool) {
+	r.do(func() { r.prefetchOff = append(r.prefetchOff, d) })
+}
+func (r *recorder) Stepped(_ float64, n int) { r.do(func() { r.steps++; r.samples += n }) }
+func (r *recorder) TrainLoss(float64)        { r.do(func() { r.losses++ }) }
+func (r *recorder) EvalAccuracy(a float64)   { r.do(func() { r.accuracies = append(r.accuracies, a) }) }
+func (r *recorder) Epoch(e int)              { r.do(func() { r.epochs = append(r.epochs, e) }) }
+func (r *recorder) DeviceMemory(kind string, b int64) {
+	r.do(func() { r.memory[kind] = b })
+}
+func (r *recorder) Event(e trainer.Event) { r.do(func() { r.events = append(r.events, e.Kind) }) }
+
+// TestObserverSeesWhatTheRunDid: every measurement the metrics and the
+// coordinator are built from reaches the Observer, and agrees with the
+// summary of the same run.
+func TestObserverSeesWhatTheRunDid(t *testing.T) {
+	cfg := smallConfig(t)
+	rec := &recorder{fallbacks: map[string]int{}, memory: map[string]int64{}}
+	cfg.Observer = rec
+	sum, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+
+	if rec.captures == 0 || rec.captures != sum.Captures || rec.pooled != sum.CapturePooled {
+		t.Errorf("observed %d captures (%d pooled), the run made %d (%d pooled)", rec.captures, rec.pooled, sum.Captures, sum.CapturePooled)
+	}
+	if math.Abs(rec.captureSeconds-sum.CaptureSeconds) > 1e-9 {
+		t.Errorf("observed %gs of capture, the summary says %gs", rec.captureSeconds, sum.CaptureSeconds)
+	}
+	if countOf(rec.events, trainer.EventCapture) != sum.Captures {
+		t.Errorf("%d capture events for %d captures", countOf(rec.events, trainer.EventCapture), sum.Captures)
+	}
+	if rec.replays == 0 || rec.replays != sum.GraphReplays {
+		t.Errorf("observed %d replays, the run made %d", rec.replays, sum.GraphReplays)
+	}
+	if rec.steps != sum.Steps {
+		t.Errorf("observed %d steps, the run made %d", rec.steps, sum.Steps)
+	}
+	if want := cfg.Epochs * cfg.Train.Len(); rec.samples != want {
+		t.Errorf("observed %d samples, want %d (%d epochs of %d)", rec.samples, want, cfg.Epochs, cfg.Train.Len())
+	}
+	if rec.stageCopies == 0 || uint64(rec.stageCopies) > sum.StageCopies {
+		t.Errorf("observed %d timed stage copies of %d issued", rec.stageCopies, sum.StageCopies)
+	}
+	for reason, n := range sum.Fallbacks {
+		if rec.fallbacks[reason] != n {
+			t.Errorf("observed %d %s fallbacks, the run had %d", rec.fallbacks[reason], reason, n)
+		}
+	}
+	if len(rec.fallbacks) > len(sum.Fallbacks) {
+		t.Errorf("observed fallbacks %v, the run had %v", rec.fallbacks, sum.Fallbacks)
+	}
+	if !slices.Equal(rec.epochs, []int{1, 2, 3}) {
+		t.Errorf("observed epochs %v, want 1 2 3", rec.epochs)
+	}
+	if len(rec.accuracies) != cfg.Epochs || rec.accuracies[len(rec.accuracies)-1] != sum.TestAccuracy {
+		t.Errorf("observed accuracies %v, the run ended with %v", rec.accuracies, sum.TestAccuracy)
+	}
+	if rec.losses == 0 {
+		t.Error("no training loss observed")
+	}
+	if len(rec.graphEnabled) == 0 || !rec.graphEnabled[len(rec.graphEnabled)-1] {
+		t.Errorf("graph-enabled reports %v, want the last to be true", rec.graphEnabled)
+	}
+	if sum.PrefetchDisabled != slices.Contains(rec.prefetchOff, true) {
+		t.Errorf("prefetch-disabled reports %v, the summary says %v", rec.prefetchOff, sum.PrefetchDisabled)
+	}
+	if len(rec.poolReserved) == 0 || slices.Max(rec.poolReserved) <= 0 {
+		t.Errorf("pool reserved reports %v, want a positive one", rec.poolReserved)
+	}
+	for _, kind := range []string{"in_use", "peak", "limit", "pinned"} {
+		if _, ok := rec.memory[kind]; !ok {
+			t.Errorf("no %s device memory observed: %v", kind, rec.memory)
+		}
+	}
+	if countOf(rec.events, trainer.EventEpoch) != cfg.Epochs {
+		t.Errorf("events %v, want one %s event per epoch", rec.events, trainer.EventEpoch)
+	}
+}
+
+func countOf(s []string, v string) int {
+	n := 0
+	for _, x := range s {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
