@@ -49,6 +49,9 @@ func TestGemmMatchesNaive(t *testing.T) {
 	shapes := slices.Concat(benchShapes, []gemmShape{
 		{m: 3, k: 5, n: 4, transA: true, transB: true},
 		{m: 130, k: 33, n: 70, transA: true, transB: true},
+		{m: 8, k: 16, n: 2, transB: true},
+		{m: 2, k: 8, n: 16, transA: true},
+		{m: 1, k: 300, n: 3, transB: true},
 	})
 	for i, s := range shapes {
 		t.Run(s.String(), func(t *testing.T) {
