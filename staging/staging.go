@@ -49,8 +49,8 @@ type Config struct {
 	PrefetchToDevice bool
 	// StartSeq is the first sequence number, for resuming mid-run.
 	StartSeq int
-	// Guard is the capture guard shared by every stager on the device; nil
-	// gives the stager a guard of its own.
+	// Guard is the capture guard the stager's device calls honour; nil
+	// means ProcessGuard, shared by every stager in the process.
 	Guard  *Guard
 	Logger *slog.Logger
 	// OnCopy, when set, receives each batch copy's device time in seconds,
@@ -58,9 +58,10 @@ type Config struct {
 	OnCopy func(seconds float64)
 }
 
-// Guard keeps staging device calls out of captures. Every stager that uses
-// a device must share the device's guard: a global-mode capture is broken
-// by an unsafe call from any of them.
+// Guard keeps staging device calls out of captures. A global-mode capture
+// is broken by an unsafe call from any thread of the process, so every
+// stager whose calls could reach a capture must share its guard: by
+// default they all share ProcessGuard.
 type Guard struct {
 	rw       sync.RWMutex
 	captures atomic.Uint64
@@ -74,6 +75,13 @@ func (g *Guard) Capture(capture func() error) error {
 	g.captures.Add(1)
 	return capture()
 }
+
+// ProcessGuard is the guard of every stager configured without one. It is
+// process-wide as CUDA's global capture mode is: two trainers on one
+// device in one process keep each other's staging out of their captures.
+// Captures are rare and short, so unrelated devices sharing it lose
+// nothing measurable.
+var ProcessGuard = new(Guard)
 
 // Captures is the number of guarded captures so far.
 func (g *Guard) Captures() uint64 { return g.captures.Load() }
@@ -149,7 +157,7 @@ func New(dev device.Device, cfg Config, src Source) (*Stager, error) {
 	}
 	st := &Stager{dev: dev, cfg: cfg, src: src, log: cfg.Logger, out: make(chan Staged, cfg.Buffers), guard: cfg.Guard}
 	if st.guard == nil {
-		st.guard = new(Guard)
+		st.guard = ProcessGuard
 	}
 	if st.log == nil {
 		st.log = slog.New(slog.DiscardHandler)
@@ -478,6 +486,10 @@ func (st *Stager) GuardCapture(reason string, capture func() error) error {
 	st.DisablePrefetch(reason)
 	return st.guard.Capture(capture)
 }
+
+// Guard returns the guard the stager's device calls honour; a capture run
+// under it (Guard().Capture or GuardCapture) sees no call of this stager.
+func (st *Stager) Guard() *Guard { return st.guard }
 
 // Stop ends the goroutines, waits for the staging stream and releases
 // everything New allocated.

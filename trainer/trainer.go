@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/data"
@@ -62,6 +64,11 @@ func Run(ctx context.Context, dev device.Device, pool *graphs.Pool, cfg Config) 
 	if err := cfg.Validate(); err != nil {
 		return Summary{}, err
 	}
+	release, err := claimDevice(dev)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer release()
 	r := &run{cfg: cfg, dev: dev, log: cfg.Logger, obs: cfg.Observer}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -87,11 +94,48 @@ func Run(ctx context.Context, dev device.Device, pool *graphs.Pool, cfg Config) 
 	if err := r.setup(ctx, startSeq, &ck); err != nil {
 		return Summary{}, err
 	}
-	err := r.loop(ctx, startSeq)
+	err = r.loop(ctx, startSeq)
 	if ferr := r.finish(); err == nil {
 		err = ferr
 	}
 	return r.sum, err
+}
+
+// ErrDeviceBusy is returned by Run for a device that another Run in this
+// process is training on.
+var ErrDeviceBusy = errors.New("trainer: the device is already training in this process")
+
+// busy holds the devices a Run is training on. A global-mode capture is
+// broken by an unsafe call (an event or stream synchronisation, a pinned
+// allocation) from any thread, and a trainer makes such calls outside its
+// own captures, so two trainers at once on one device would break each
+// other's captures. One job per device per process is tolaria's design:
+// further jobs run in worker processes of their own. Runs one after the
+// other share a device, and through the graph pool its captures.
+var busy struct {
+	sync.Mutex
+	devs map[device.Device]bool
+}
+
+func claimDevice(dev device.Device) (release func(), err error) {
+	if !reflect.TypeOf(dev).Comparable() {
+		return func() {}, nil // cannot be a map key; not tracked
+	}
+	busy.Lock()
+	defer busy.Unlock()
+	if busy.devs[dev] {
+		return nil, fmt.Errorf("%w: device %s (%s) runs one job at a time per process; run the other job in a worker process of its own (tolaria train --isolate)",
+			ErrDeviceBusy, dev.Name(), dev.Description())
+	}
+	if busy.devs == nil {
+		busy.devs = map[device.Device]bool{}
+	}
+	busy.devs[dev] = true
+	return func() {
+		busy.Lock()
+		defer busy.Unlock()
+		delete(busy.devs, dev)
+	}, nil
 }
 
 func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
@@ -153,7 +197,10 @@ func (r *run) startStaging(ctx context.Context, startSeq int) error {
 	if err != nil {
 		return err
 	}
-	r.guard = new(staging.Guard)
+	// Both stagers honour the process's guard, as every other trainer's
+	// in this process do: a global-mode capture is broken by an unsafe
+	// call from any of them.
+	r.guard = staging.ProcessGuard
 	base := staging.Config{BatchLen: r.layout.Len, Slots: c.Slots, Buffers: 2, Loaders: c.Loaders,
 		PrefetchToDevice: c.PrefetchToDevice, Guard: r.guard, Logger: r.log, OnCopy: r.obs.StageCopied}
 	tc := base
