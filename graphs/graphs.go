@@ -216,6 +216,26 @@ func (p *Pool) Close() error {
 	return errors.Join(errs...)
 }
 
+// Drop frees the pooled entries of dev: their executables and workspace.
+// Call it before closing a device the pool has served, once every lease on
+// it is released, so that the pool holds nothing of a closed device.
+func (p *Pool) Drop(dev device.Device) error {
+	p.mu.Lock()
+	var drop []*entry
+	for k, es := range p.free {
+		if k.dev == dev {
+			drop = append(drop, es...)
+			delete(p.free, k)
+		}
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, e := range drop {
+		errs = append(errs, p.destroy(e))
+	}
+	return errors.Join(errs...)
+}
+
 func (p *Pool) destroy(e *entry) error {
 	var errs []error
 	for _, x := range e.execs {

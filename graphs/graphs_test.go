@@ -250,3 +250,42 @@ func TestClosedPoolRefuses(t *testing.T) {
 		t.Fatal("a refused Prewarm kept device memory")
 	}
 }
+
+// TestDropFreesADevicesEntries: Drop gives back the workspace and
+// executables the pool holds for one device, and leaves another device's
+// entries pooled.
+func TestDropFreesADevicesEntries(t *testing.T) {
+	d, other := open(t), open(t)
+	pool := graphs.NewPool()
+	defer pool.Close()
+	s, err := d.NewStream()
+	must(t, err)
+	defer s.Destroy()
+	m := newModel(t, d, 1)
+	modelOnly := d.MemoryStats().DeviceInUse
+	lease, err := pool.Acquire(d, "tiny", sizes)
+	must(t, err)
+	_, err = lease.Capture(s, 0, m.step(lease.Workspace()))
+	must(t, err)
+	must(t, s.Synchronize())
+	must(t, lease.Release())
+	must(t, pool.Prewarm(other, "tiny", sizes, 1))
+	if d.MemoryStats().DeviceInUse == modelOnly {
+		t.Fatal("the pool holds no workspace on the device before Drop")
+	}
+
+	must(t, pool.Drop(d))
+	if got := d.MemoryStats().DeviceInUse; got != modelOnly {
+		t.Fatalf("after Drop the device holds %d bytes, want the model's %d", got, modelOnly)
+	}
+	st := pool.Stats()
+	if st.FreeEntries != 1 {
+		t.Fatalf("after Drop the pool holds %d free entries, want the other device's 1", st.FreeEntries)
+	}
+	lease2, err := pool.Acquire(other, "tiny", sizes)
+	must(t, err)
+	if pool.Stats().WorkspaceAllocs != st.WorkspaceAllocs {
+		t.Fatal("the other device's entry was not kept")
+	}
+	must(t, lease2.Release())
+}

@@ -54,7 +54,12 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg ServeConfig) er
 	if err != nil {
 		return enc.send(Message{Type: TypeError, Error: &Error{Kind: KindNoDevice, Message: err.Error()}})
 	}
-	defer dev.Close()
+	defer func() {
+		// The pool may outlive this request (in process); it keeps
+		// nothing of a closed device.
+		_ = cfg.Pool.Drop(dev)
+		_ = dev.Close()
+	}()
 	hello := &Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid()}
 	if err := enc.send(Message{Type: TypeHello, Hello: hello}); err != nil || first.Type == TypeProbe {
 		return err
