@@ -94,6 +94,16 @@ func WriteText(w io.Writer, rep *Report) error {
 	fmt.Fprintf(&b, "replay %.4f ms; stage copy %.4f ms; exposed stage %.4f ms (%.1f%% of the device step)\n",
 		s.ReplayMS, s.StageCopyMS, s.ExposedStageMS, 100*s.ExposedStageFraction)
 	fmt.Fprintf(&b, "graph pool %d bytes; fallbacks %s\n", s.PoolBytes, fallbacks(s.Fallbacks))
+	if len(rep.Targets) > 0 {
+		b.WriteString("\ntargets\n")
+		for _, t := range rep.Targets {
+			verdict := "met"
+			if !t.Met {
+				verdict = "NOT MET"
+			}
+			fmt.Fprintf(&b, "  %-52s %10.4g %s %-6g %s\n", t.Name, t.Value, t.Op, t.Bound, verdict)
+		}
+	}
 	if len(rep.Sweep) > 0 {
 		b.WriteString("\nsweep\n")
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)

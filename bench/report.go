@@ -28,6 +28,9 @@ type Report struct {
 	Sweep []Point `json:"sweep,omitempty"`
 	// LaunchProbe is the launch-cost probe, run once per report.
 	LaunchProbe *Probe `json:"launch_probe,omitempty"`
+	// Targets are the performance targets for this device and workload,
+	// judged on Summary (see Targets).
+	Targets []Target `json:"targets,omitempty"`
 
 	DeviceDescription string    `json:"device_description"`
 	Preset            string    `json:"preset"`

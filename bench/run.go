@@ -56,6 +56,7 @@ func Run(ctx context.Context, open Opener, cfg Config) (*Report, error) {
 			rep.Sweep = append(rep.Sweep, pt)
 		}
 	}
+	rep.Targets = Targets(rep)
 	rep.WallSeconds = time.Since(rep.Started).Seconds()
 	return rep, nil
 }
