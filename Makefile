@@ -41,7 +41,7 @@ vet:
 # Includes ./e2e: the binaries end to end, and a real Prometheus, which the
 # test command requires (deps-test installs it).
 unit:
-	TOLARIA_E2E_REQUIRE_PROMETHEUS=1 $(GO) test $(GOFLAGS_TEST) ./...
+	TOLARIA_E2E_REQUIRE_PROMETHEUS=1 TOLARIA_REQUIRE_EMULATION=1 $(GO) test $(GOFLAGS_TEST) ./...
 
 # Everything builds with -tags cuda, test binaries included; they run on a GPU.
 cuda-build:

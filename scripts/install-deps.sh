@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what tolaria needs on Debian 12, idempotently.
 #   install-deps.sh train   the Fashion-MNIST dataset (package dataset-fashion-mnist)
-#   install-deps.sh test    the dataset, Prometheus/promtool, and the CUDA toolkit
-#                           (nvcc, cuda.h; for the -tags cuda build and the PTX check)
+#   install-deps.sh test    the dataset, Prometheus/promtool, gcc/g++ (cgo, the kernel
+#                           emulation test), and the CUDA toolkit (nvcc, cuda.h; for
+#                           the -tags cuda build and the PTX check)
 # Go itself must already be installed (Go 1.26 or newer).
 set -euo pipefail
 
@@ -45,8 +46,9 @@ train)
 	apt_install dataset-fashion-mnist
 	;;
 test)
-	# gcc and libc6-dev for cgo (-race, the cuda build), git for the format check.
-	apt_install dataset-fashion-mnist prometheus gcc libc6-dev git
+	# gcc and libc6-dev for cgo (-race, the cuda build), g++ for the CUDA
+	# kernels' CPU emulation test (device/cuda), git for the format check.
+	apt_install dataset-fashion-mnist prometheus gcc g++ libc6-dev git
 	"$root/scripts/install-cuda.sh"
 	;;
 *)

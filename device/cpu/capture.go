@@ -66,7 +66,7 @@ func (s *stream) BeginCapture(mode device.CaptureMode) error {
 	}
 	if s.stopped {
 		s.mu.Unlock()
-		return s.err("BeginCapture", device.ErrClosed, "stream destroyed")
+		return s.stoppedErr("BeginCapture")
 	}
 	c := &capture{stream: s, mode: mode}
 	s.capture = c
@@ -109,7 +109,13 @@ func (s *stream) EndCapture() (device.Graph, error) {
 
 // IsCapturing reports whether the stream is capturing. It is always safe.
 func (s *stream) IsCapturing() (bool, error) {
-	return s.captureOf() != nil, nil
+	s.mu.Lock()
+	stopped, c := s.stopped, s.capture
+	s.mu.Unlock()
+	if stopped {
+		return false, s.stoppedErr("IsCapturing")
+	}
+	return c != nil, nil
 }
 
 // graph is a captured sequence of nodes. A stream capture yields a chain,
@@ -138,6 +144,9 @@ func (d *Device) graph(op string, x device.Graph) ([]node, error) {
 	g, ok := x.(*graph)
 	if !ok || g == nil || g.dev != d {
 		return nil, d.err(op, device.ErrMisuse, "graph was not captured on this device")
+	}
+	if err := d.closedErr(op); err != nil {
+		return nil, err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -168,6 +177,9 @@ func (d *Device) Instantiate(x device.Graph) (device.Exec, error) {
 }
 
 func (e *exec) snapshot(op string) ([]node, error) {
+	if err := e.dev.closedErr(op); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.freed {

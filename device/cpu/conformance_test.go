@@ -12,8 +12,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func open(t *testing.T) device.Device {
-	d, err := cpu.Open(cpu.Config{})
+func openWith(t *testing.T, cfg cpu.Config) device.Device {
+	t.Helper()
+	d, err := cpu.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,4 +22,12 @@ func open(t *testing.T) device.Device {
 	return d
 }
 
-func TestConformance(t *testing.T) { devicetest.Run(t, open) }
+func open(t *testing.T) device.Device { return openWith(t, cpu.Config{}) }
+
+func openLimited(t *testing.T, limit int64) device.Device {
+	return openWith(t, cpu.Config{MemoryLimit: limit})
+}
+
+func TestConformance(t *testing.T) {
+	devicetest.Run(t, open, devicetest.Options{OpenLimited: openLimited})
+}

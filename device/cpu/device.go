@@ -74,6 +74,16 @@ func (d *Device) err(op string, err error, format string, args ...any) error {
 	return device.Errorf(d.Name(), op, err, format, args...)
 }
 
+// closedErr returns ErrClosed once the device is closed, else nil.
+func (d *Device) closedErr(op string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return d.err(op, device.ErrClosed, "device closed")
+	}
+	return nil
+}
+
 // checkSafe fails a capture-unsafe call while any stream captures in global
 // mode, and invalidates those captures, as the CUDA driver does.
 func (d *Device) checkSafe(op string) error {

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -36,11 +37,8 @@ type event struct {
 
 // NewEvent creates an event.
 func (d *Device) NewEvent() (device.Event, error) {
-	d.mu.Lock()
-	closed := d.closed
-	d.mu.Unlock()
-	if closed {
-		return nil, d.err("NewEvent", device.ErrClosed, "device closed")
+	if err := d.closedErr("NewEvent"); err != nil {
+		return nil, err
 	}
 	return &event{dev: d}, nil
 }
@@ -49,6 +47,9 @@ func (d *Device) event(op string, x device.Event) (*event, error) {
 	e, ok := x.(*event)
 	if !ok || e == nil || e.dev != d {
 		return nil, d.err(op, device.ErrMisuse, "event was not created by this device")
+	}
+	if err := d.closedErr(op); err != nil {
+		return nil, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -61,19 +62,32 @@ func (d *Device) event(op string, x device.Event) (*event, error) {
 // hostCheck is the common part of Query and Synchronize: both are
 // capture-unsafe, and neither may observe an event recorded in a capture.
 // It returns the record to observe (nil: never recorded).
+//
+// An event whose latest Record is inside a capture in progress fails with
+// ErrCaptureIsolation (CUDA_ERROR_CAPTURED_EVENT) in either capture mode,
+// ahead of the global-mode rule, and invalidates that capture, as any
+// invalid call during a capture does in CUDA. The call is also a host wait
+// during a capture, so global-mode captures are invalidated as well.
 func (e *event) hostCheck(op string) (*record, error) {
-	if err := e.dev.checkSafe(op); err != nil {
+	if err := e.dev.closedErr(op); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.destroyed {
+	destroyed, c, r := e.destroyed, e.capture, e.cur
+	e.mu.Unlock()
+	if destroyed {
 		return nil, e.dev.err(op, device.ErrClosed, "event destroyed")
 	}
-	if e.capture != nil {
-		return nil, e.dev.err(op, device.ErrCaptureIsolation, "the event was recorded inside a capture in progress")
+	if c != nil {
+		c.invalidate(fmt.Sprintf("%s was called on an event recorded inside the capture on stream %d", op, c.stream.id))
+		_ = e.dev.checkSafe(op)
+		return nil, e.dev.err(op, device.ErrCaptureIsolation,
+			"the event was recorded inside a capture in progress; the host cannot wait on captured work, and the capture is invalidated")
 	}
-	return e.cur, nil
+	if err := e.dev.checkSafe(op); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Query reports whether the latest Record has completed.

@@ -104,7 +104,7 @@ func (s *stream) enqueue(op string, n node) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return s.err(op, device.ErrClosed, "stream destroyed")
+		return s.stoppedErr(op)
 	}
 	if c := s.capture; c != nil {
 		return c.add(op, n)
@@ -112,6 +112,15 @@ func (s *stream) enqueue(op string, n node) error {
 	s.queue = append(s.queue, n)
 	s.cond.Signal()
 	return nil
+}
+
+// stoppedErr is the ErrClosed of a stream that was destroyed or whose
+// device was closed.
+func (s *stream) stoppedErr(op string) error {
+	if err := s.dev.closedErr("Stream." + op); err != nil {
+		return err
+	}
+	return s.err(op, device.ErrClosed, "stream destroyed")
 }
 
 // captureOf returns the stream's capture in progress, or nil.
@@ -209,10 +218,17 @@ func (s *stream) CopyDtoD(dst, src device.Buffer) error {
 	return s.enqueue(op, node{kind: "memcpyDtoD", run: func() { copy(d, v) }})
 }
 
-// Synchronize waits for the stream's queued work. Capture-unsafe.
+// Synchronize waits for the stream's queued work. Capture-unsafe; on the
+// capturing stream itself it fails and invalidates the capture in either
+// mode, as cuStreamSynchronize does (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED):
+// captured work is recorded, not run, so there is nothing to wait for.
 func (s *stream) Synchronize() error {
 	if err := s.dev.checkSafe("Stream.Synchronize"); err != nil {
 		return err
+	}
+	if c := s.captureOf(); c != nil {
+		c.invalidate(fmt.Sprintf("Stream.Synchronize was called on the capturing stream %d", s.id))
+		return s.err("Synchronize", device.ErrCaptureViolation, "the stream is capturing; the capture is invalidated")
 	}
 	s.waitIdle()
 	return nil

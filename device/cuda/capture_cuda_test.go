@@ -146,3 +146,39 @@ func TestEndCaptureFromAnotherGoroutine(t *testing.T) {
 	check(t, "EndCapture on another goroutine", r.err)
 	check(t, "Graph.Destroy", r.g.Destroy())
 }
+
+// IsCapturing answers from the driver (cuStreamIsCapturing), not from this
+// package's bookkeeping: with the bookkeeping hidden, a stream the driver is
+// capturing still reports true, and after EndCapture the driver's "none" is
+// the answer.
+func TestIsCapturingAsksTheDriver(t *testing.T) {
+	d := openTest(t)
+	s := mustStream(t, d).(*Stream)
+	x := mustUpload(t, d, make([]float32, 256))
+	if c, err := s.IsCapturing(); err != nil || c {
+		t.Fatalf("IsCapturing before BeginCapture = %v, %v; want false, nil", c, err)
+	}
+	check(t, "BeginCapture", s.BeginCapture(device.CaptureGlobal))
+	check(t, "Fill", s.Fill(x, 1))
+	hidden := s.capture.Swap(nil)
+	c, err := s.IsCapturing()
+	s.capture.Store(hidden)
+	if err != nil || !c {
+		t.Errorf("IsCapturing during a capture, bookkeeping hidden = %v, %v; want true, nil from the driver", c, err)
+	}
+	check(t, "enter", d.enter("test"))
+	st, r := streamCaptureStatus(s.cu)
+	d.exit()
+	if r != cuSuccess || st != captureStatusActive {
+		t.Errorf("cuStreamIsCapturing during a capture = status %d, %v; want %d (active)", st, DriverError{r}, captureStatusActive)
+	}
+	g, err := s.EndCapture()
+	check(t, "EndCapture", err)
+	check(t, "Graph.Destroy", g.Destroy())
+	if c, err := s.IsCapturing(); err != nil || c {
+		t.Fatalf("IsCapturing after EndCapture = %v, %v; want false, nil", c, err)
+	}
+	if c, err := d.DefaultStream().IsCapturing(); err != nil || c {
+		t.Fatalf("IsCapturing of the legacy stream = %v, %v; want false, nil", c, err)
+	}
+}

@@ -11,5 +11,9 @@ import (
 
 // TestConformance runs the device contract's suite against the GPU.
 func TestConformance(t *testing.T) {
-	devicetest.Run(t, func(t *testing.T) device.Device { return openTest(t) })
+	devicetest.Run(t, func(t *testing.T) device.Device { return openTest(t) }, devicetest.Options{
+		OpenLimited: func(t *testing.T, limit int64) device.Device {
+			return openConfig(t, Config{MemoryLimit: limit})
+		},
+	})
 }

@@ -125,7 +125,19 @@ func streamEndCapture(s cu.Stream) (C.CUgraph, cuResult) {
 	return g, res(r)
 }
 
-// streamCaptureStatus is CUstreamCaptureStatus: 0 none, 1 active, 2 invalidated.
+// CUstreamCaptureStatus values, as cuStreamIsCapturing reports them.
+const (
+	captureStatusNone        = 0 // not capturing
+	captureStatusActive      = 1 // capturing
+	captureStatusInvalidated = 2 // capturing, but invalidated; EndCapture will fail
+)
+
+var _ = [1]struct{}{}[C.CU_STREAM_CAPTURE_STATUS_NONE-captureStatusNone]
+var _ = [1]struct{}{}[C.CU_STREAM_CAPTURE_STATUS_ACTIVE-captureStatusActive]
+var _ = [1]struct{}{}[C.CU_STREAM_CAPTURE_STATUS_INVALIDATED-captureStatusInvalidated]
+
+// streamCaptureStatus asks the driver whether s is capturing
+// (cuStreamIsCapturing); the status is one of the captureStatus constants.
 func streamCaptureStatus(s cu.Stream) (int, cuResult) {
 	var st C.CUstreamCaptureStatus
 	r := C.cuStreamIsCapturing(rawStream(s), &st)

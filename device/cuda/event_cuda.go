@@ -21,7 +21,7 @@ type Event struct {
 
 // Query reports whether the work before the latest Record is done
 // (cuEventQuery). Capture-unsafe; ErrCaptureIsolation for an event last
-// recorded inside a capture.
+// recorded inside a capture in progress, which that capture does not survive.
 func (e *Event) Query() (bool, error) {
 	const op = "Event.Query"
 	d := e.dev
@@ -52,6 +52,12 @@ func (e *Event) Synchronize() error {
 
 // hostWaitable enters a device call for a host wait on e; on success the
 // caller must call exit.
+//
+// An event whose latest Record is inside a capture in progress is the
+// driver's CUDA_ERROR_CAPTURED_EVENT, ErrCaptureIsolation, in either capture
+// mode and ahead of the global-mode rule; as every invalid call during a
+// capture does, it invalidates that capture. The call is also a host wait
+// during a capture, so global-mode captures are invalidated as well.
 func (e *Event) hostWaitable(op string) error {
 	d := e.dev
 	if err := d.enter(op); err != nil {
@@ -64,12 +70,14 @@ func (e *Event) hostWaitable(op string) error {
 	if e.destroyed.Load() {
 		return fail(d.released(op, "event"))
 	}
+	if c := e.inCapture.Load(); c != nil {
+		d.invalidate(c, op+" was called on an event recorded inside the capture")
+		_ = d.checkUnsafe(op)
+		return fail(device.Errorf(d.name, op, device.ErrCaptureIsolation,
+			"the event was last recorded inside a capture in progress; the host cannot wait on it, and the capture is invalidated"))
+	}
 	if err := d.checkUnsafe(op); err != nil {
 		return fail(err)
-	}
-	if e.inCapture.Load() != nil {
-		return fail(device.Errorf(d.name, op, device.ErrCaptureIsolation,
-			"the event was last recorded inside a capture; the host cannot wait on it"))
 	}
 	return nil
 }

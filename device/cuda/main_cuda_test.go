@@ -30,7 +30,13 @@ func TestMain(m *testing.M) {
 // openTest opens GPU 0 and closes it when the test ends.
 func openTest(t *testing.T) *Device {
 	t.Helper()
-	d, err := Open(Config{})
+	return openConfig(t, Config{})
+}
+
+// openConfig opens the GPU cfg selects and closes it when the test ends.
+func openConfig(t *testing.T, cfg Config) *Device {
+	t.Helper()
+	d, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -331,16 +331,41 @@ func (s *Stream) EndCapture() (device.Graph, error) {
 }
 
 // IsCapturing reports whether a capture is in progress on the stream,
-// invalidated or not. It is always safe.
+// invalidated or not, as the driver sees it (cuStreamIsCapturing), and fails
+// when the driver call does. It is always safe: the driver allows the query
+// during a capture in any mode, from any thread. The legacy stream is never
+// asked: it cannot capture (BeginCapture refuses it).
+//
+// When the driver reports the capture invalidated (a driver-refused call can
+// invalidate it without this package's own checks seeing it), the capture's
+// bookkeeping is marked invalidated too, so later work on the stream fails
+// with ErrCaptureInvalidated at once.
 func (s *Stream) IsCapturing() (bool, error) {
 	const op = "Stream.IsCapturing"
+	d := s.dev
+	if err := d.enter(op); err != nil {
+		return false, err
+	}
+	defer d.exit()
 	if s.destroyed.Load() {
-		return false, s.dev.released(op, "stream")
+		return false, d.released(op, "stream")
 	}
-	if s.dev.closed.Load() {
-		return false, device.Errorf(s.dev.name, op, device.ErrClosed, "the device is closed")
+	if s.legacy {
+		return false, nil
 	}
-	return s.capture.Load() != nil, nil
+	st, r := streamCaptureStatus(s.cu)
+	if r != cuSuccess {
+		return false, d.driver(op, r)
+	}
+	switch st {
+	case captureStatusNone:
+		return false, nil
+	case captureStatusInvalidated:
+		if c := s.capture.Load(); c != nil {
+			d.invalidate(c, "the driver reports the capture invalidated")
+		}
+	}
+	return true, nil
 }
 
 // Launch enqueues an executable as one unit (cuGraphLaunch).

@@ -17,6 +17,7 @@ type env struct {
 
 	// Used by the violation table.
 	spare, spare2 device.Buffer
+	spareHost     device.HostBuffer
 	spareEvent    device.Event
 }
 
@@ -291,6 +292,7 @@ func violations() []violation {
 		{"AllocHost", func(e *env, _ device.Stream) error { _, err := e.dev.AllocHost(16); return err }},
 		{"Alloc", func(e *env, _ device.Stream) error { _, err := e.dev.Alloc(16); return err }},
 		{"Free", func(e *env, _ device.Stream) error { return e.dev.Free(e.spare) }},
+		{"FreeHost", func(e *env, _ device.Stream) error { return e.dev.FreeHost(e.spareHost) }},
 		{"Device.Synchronize", func(e *env, _ device.Stream) error { return e.dev.Synchronize() }},
 		{"Stream.Synchronize", func(e *env, o device.Stream) error { return o.Synchronize() }},
 		{"Event.Synchronize", func(e *env, _ device.Stream) error { return e.spareEvent.Synchronize() }},
@@ -299,6 +301,9 @@ func violations() []violation {
 		{"Download", func(e *env, _ device.Stream) error { return e.dev.Download(make([]float32, 16), e.spare2) }},
 		{"pageable CopyHtoD", func(e *env, o device.Stream) error {
 			return o.CopyHtoD(e.spare2, device.Pageable(make([]float32, 16)))
+		}},
+		{"pageable CopyDtoH", func(e *env, o device.Stream) error {
+			return o.CopyDtoH(device.Pageable(make([]float32, 16)), e.spare2)
 		}},
 		{"legacy stream", func(e *env, _ device.Stream) error { return e.dev.DefaultStream().Fill(e.spare2, 1) }},
 	}
@@ -309,6 +314,9 @@ func testViolations(t *testing.T, open Opener) {
 		t.Run(v.name, func(t *testing.T) {
 			e := newEnv(t, open)
 			e.spare, e.spare2 = e.zeros(16), e.zeros(16)
+			var err error
+			e.spareHost, err = e.dev.AllocHost(16)
+			e.must(err)
 			e.spareEvent = e.event()
 			capt, other := e.stream(), e.stream()
 			e.must(other.Record(e.spareEvent))
@@ -317,7 +325,6 @@ func testViolations(t *testing.T, open Opener) {
 			e.must(capt.Fill(x, 1))
 			// The unsafe call comes from another goroutine, as the
 			// predecessor's pin-memory thread did.
-			var err error
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); err = v.call(e, other) }()
@@ -361,7 +368,28 @@ func testViolations(t *testing.T, open Opener) {
 		e.must(err)
 		e.must(e.dev.Free(b))
 	})
+
+	// The driver cannot wait for work that is being recorded rather than
+	// run: cuStreamSynchronize on a capturing stream fails with
+	// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture in
+	// every mode, relaxed included.
+	for _, mode := range captureModes {
+		t.Run("Stream.Synchronize on the capturing stream/"+mode.String(), func(t *testing.T) {
+			e := newEnv(t, open)
+			capt := e.stream()
+			x := e.zeros(8)
+			e.must(capt.BeginCapture(mode))
+			e.must(capt.Fill(x, 1))
+			wantErr(t, capt.Synchronize(), device.ErrCaptureViolation,
+				"Stream.Synchronize on a stream capturing in "+mode.String()+" mode")
+			_, err := capt.EndCapture()
+			wantErr(t, err, device.ErrCaptureInvalidated, "EndCapture after synchronizing the capturing stream")
+			e.must(capt.Synchronize())
+		})
+	}
 }
+
+var captureModes = []device.CaptureMode{device.CaptureGlobal, device.CaptureRelaxed}
 
 func testIsolation(t *testing.T, open Opener) {
 	t.Run("capture waits on an outside event", func(t *testing.T) {
@@ -374,21 +402,63 @@ func testIsolation(t *testing.T, open Opener) {
 		_, err := capt.EndCapture()
 		wantErr(t, err, device.ErrCaptureInvalidated, "EndCapture after an isolation error")
 	})
-	t.Run("host waits on a captured event", func(t *testing.T) {
+	// cuEventSynchronize and cuEventQuery on an event last recorded in a
+	// capturing stream fail with CUDA_ERROR_CAPTURED_EVENT, which the contract
+	// calls ErrCaptureIsolation, in either mode and ahead of the global-mode
+	// rule; like every invalid call during a capture, it invalidates the
+	// capture.
+	for _, mode := range captureModes {
+		t.Run("host waits on a captured event/"+mode.String(), func(t *testing.T) {
+			e := newEnv(t, open)
+			capt := e.stream()
+			inside := e.event()
+			x := e.zeros(4)
+			e.must(capt.BeginCapture(mode))
+			e.must(capt.Fill(x, 1))
+			e.must(capt.Record(inside))
+			wantErr(t, inside.Synchronize(), device.ErrCaptureIsolation, "host Synchronize on an event recorded in the capture")
+			_, err := inside.Query()
+			wantErr(t, err, device.ErrCaptureIsolation, "host Query of an event recorded in the capture")
+			_, err = capt.EndCapture()
+			wantErr(t, err, device.ErrCaptureInvalidated, "EndCapture after the host waited on a captured event")
+			// Once the capture has ended, the event is the host's again.
+			e.must(inside.Synchronize())
+		})
+	}
+	// The contract has no fork/join capture: a stream outside the capture
+	// waiting on an event recorded inside it does not join the capture. The
+	// wait is refused with ErrCaptureIsolation and enqueues nothing; the
+	// waiting stream stays outside the capture and runs its later work at
+	// once, and the capture goes on unharmed.
+	t.Run("another stream waits on a captured event", func(t *testing.T) {
 		e := newEnv(t, open)
-		capt := e.stream()
+		capt, other := e.stream(), e.stream()
 		inside := e.event()
-		x := e.zeros(4)
+		x, y := e.zeros(4), e.zeros(4)
 		e.must(capt.BeginCapture(device.CaptureGlobal))
 		e.must(capt.Fill(x, 1))
 		e.must(capt.Record(inside))
-		err := inside.Synchronize()
-		if !errors.Is(err, device.ErrCaptureViolation) && !errors.Is(err, device.ErrCaptureIsolation) {
-			t.Fatalf("host Synchronize on an event recorded in a capture: got %v, want a capture violation or isolation error", err)
+		wantErr(t, other.Wait(inside), device.ErrCaptureIsolation,
+			"a stream outside the capture waiting on an event recorded inside it")
+		if c, err := other.IsCapturing(); err != nil || c {
+			t.Fatalf("IsCapturing of the stream whose wait was refused = %v, %v; want false, nil", c, err)
 		}
-		_, err = capt.EndCapture()
-		if err != nil && !errors.Is(err, device.ErrCaptureInvalidated) {
-			t.Fatalf("EndCapture: %v", err)
+		e.must(other.Fill(y, 2))
+		e.must(capt.Scale(x, 3))
+		g, err := capt.EndCapture()
+		if err != nil {
+			t.Fatalf("EndCapture after another stream's refused wait: %v; the capture should be unharmed", err)
+		}
+		e.must(other.Synchronize())
+		if got := e.read(y); got[0] != 2 {
+			t.Fatalf("work after the refused wait did not run eagerly: y = %v, want 2", got[0])
+		}
+		ex, err := e.dev.Instantiate(g)
+		e.must(err)
+		e.must(capt.Launch(ex))
+		e.must(capt.Synchronize())
+		if got := e.read(x); got[0] != 3 {
+			t.Fatalf("replay = %v, want 3", got[0])
 		}
 	})
 	t.Run("wait on an event of the same capture", func(t *testing.T) {

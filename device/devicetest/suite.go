@@ -14,9 +14,26 @@ import (
 // t.Cleanup.
 type Opener func(t *testing.T) device.Device
 
+// LimitedOpener opens a fresh device, as an Opener does, whose device memory
+// is capped at limit bytes: an Alloc that would take the bytes in use past
+// limit fails with device.ErrOutOfMemory, and MemoryStats reports limit as
+// DeviceLimit.
+type LimitedOpener func(t *testing.T, limit int64) device.Device
+
+// Options are what a backend offers the suite beyond an Opener. The zero
+// value is valid: a test that needs something the backend does not offer is
+// skipped, and its skip message names the missing option.
+type Options struct {
+	// OpenLimited opens a device with a memory limit, for the
+	// out-of-memory tests.
+	OpenLimited LimitedOpener
+}
+
 // Run runs the whole conformance suite.
-func Run(t *testing.T, open Opener) {
+func Run(t *testing.T, open Opener, opts Options) {
 	t.Run("memory", func(t *testing.T) { testMemory(t, open) })
+	t.Run("out of memory", func(t *testing.T) { testOutOfMemory(t, opts.OpenLimited) })
+	t.Run("closed", func(t *testing.T) { testClosed(t, open) })
 	t.Run("ordering", func(t *testing.T) { testOrdering(t, open) })
 	t.Run("events", func(t *testing.T) { testEvents(t, open) })
 	t.Run("capture", func(t *testing.T) { testCapture(t, open) })
