@@ -35,6 +35,9 @@ for t in "$here"/tests/*.test; do
 	echo "== $name"
 	(cd "$here/tests" && "$t" -test.v -test.count=1) >"$res/$name.log" 2>&1 || status=1
 	tail -n 3 "$res/$name.log"
+	# The benchmarks, three counts each for benchstat.
+	(cd "$here/tests" && "$t" -test.run '^$' -test.bench . -test.count=3) >"$res/$name.bench.txt" 2>&1 || status=1
+	grep -E '^Benchmark' "$res/$name.bench.txt" || true
 done
 "$here/tolaria" train --device cuda --worker "$here/tolaria-worker" --enable-graphs --epochs 10 --data-dir "$here/data" \
 	--run-dir "$res/train-cuda" --summary-json "$res/train-cuda.json" >"$res/train-cuda.log" 2>&1 || status=1
