@@ -118,11 +118,32 @@ type Process struct {
 	// Stderr receives the worker's standard error (its logs) as well as the
 	// tail kept for error messages; nil discards it.
 	Stderr io.Writer
-	// HelloTimeout bounds the wait for the worker's hello (device start-up).
+	// HelloTimeout bounds the wait for the worker's hello (device start-up),
+	// not the job that follows it; 0 means DefaultHelloTimeout.
 	HelloTimeout time.Duration
-	// Grace is how long a cancelled worker may take to checkpoint and exit.
+	// Grace is how long a cancelled worker may take to checkpoint and exit;
+	// 0 means DefaultGrace.
 	Grace time.Duration
 }
+
+const (
+	// DefaultHelloTimeout is how long a worker may take from its start to
+	// its hello, which it sends once its device is open. A worker that is
+	// silent that long is stuck (in driver start-up, or not a worker at
+	// all) and is killed.
+	DefaultHelloTimeout = 10 * time.Second
+	// DefaultGrace is how long a cancelled worker may take to checkpoint.
+	DefaultGrace = 30 * time.Second
+	// exitTimeout is how long a worker may take to exit once its request
+	// is over (answered, failed or abandoned) before it is killed.
+	exitTimeout = 10 * time.Second
+	// pipeDelay bounds the reading of pipes that a worker's descendants
+	// still hold once the worker has exited or been killed.
+	pipeDelay = 2 * time.Second
+	// reapTimeout bounds the wait for a killed worker to be reaped (a
+	// process stuck in the kernel, in a GPU driver, may outlive SIGKILL).
+	reapTimeout = 5 * time.Second
+)
 
 // tail keeps the last bytes written, for error messages.
 type tail struct {
@@ -173,45 +194,90 @@ func (p *Process) Bench(ctx context.Context, deviceName string, cfg bench.Config
 // ErrWorkerExited reports a worker that ended without an answer.
 var ErrWorkerExited = errors.New("worker exited without an answer")
 
+// ErrNoAnswer reports a worker that started but did not say hello in time;
+// the error is a *NoAnswerError.
+var ErrNoAnswer = errors.New("worker did not answer")
+
+// NoAnswerError is a worker that started but did not say hello within
+// After, and was killed with its process group.
+type NoAnswerError struct {
+	Path   string
+	After  time.Duration
+	Output string // the tail of its output, if any
+}
+
+func (e *NoAnswerError) Error() string {
+	return fmt.Sprintf("the worker %s started but did not answer within %s, so tolaria stopped it; its last output: %s",
+		e.Path, e.After, orNone(e.Output))
+}
+
+func (e *NoAnswerError) Unwrap() error { return ErrNoAnswer }
+
 // ProtocolFDEnv names the environment variable that tells a worker which
 // file descriptor carries the protocol's output. Its standard output then
 // goes to the coordinator's log, so a library printing there cannot break
 // the protocol.
 const ProtocolFDEnv = "TOLARIA_PROTOCOL_FD"
 
+// run starts the worker in a process group of its own, sends req and reads
+// the answer. Every wait is bounded: for the hello (HelloTimeout), for a
+// cancelled worker (Grace), for the exit once the request is over
+// (exitTimeout) and for pipes that descendants hold (pipeDelay). Whatever
+// happens, the worker's whole process group is killed before run returns.
 func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, Message, error) {
 	helloTimeout, grace := p.HelloTimeout, p.Grace
-	if helloTimeout == 0 {
-		helloTimeout = 60 * time.Second
+	if helloTimeout <= 0 {
+		helloTimeout = DefaultHelloTimeout
 	}
-	if grace == 0 {
-		grace = 30 * time.Second
+	if grace <= 0 {
+		grace = DefaultGrace
 	}
 	cmd := exec.Command(p.Path, "serve")
+	ownProcessGroup(cmd)
+	// All the worker's pipes are files of ours, so Wait returns as soon as
+	// the worker exits even if a descendant holds them; WaitDelay is a
+	// second guard should exec ever copy through pipes of its own.
+	cmd.WaitDelay = pipeDelay
 	var errTail tail
 	var logs io.Writer = &errTail
 	if p.Stderr != nil {
 		logs = io.MultiWriter(&errTail, p.Stderr)
 	}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	protoR, protoW, err := os.Pipe()
-	if err != nil {
-		return Hello{}, Message{}, err
+	var pipes [3][2]*os.File // stdin, protocol, logs: read and write ends
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, pp := range pipes[:i] {
+				pp[0].Close()
+				pp[1].Close()
+			}
+			return Hello{}, Message{}, err
+		}
+		pipes[i] = [2]*os.File{r, w}
 	}
-	defer protoR.Close()
+	stdinR, stdinW := pipes[0][0], pipes[0][1]
+	protoR, protoW := pipes[1][0], pipes[1][1]
+	logR, logW := pipes[2][0], pipes[2][1]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, logW, logW
 	cmd.ExtraFiles = []*os.File{protoW} // fd 3 in the worker
 	cmd.Env = append(os.Environ(), ProtocolFDEnv+"=3")
-	stdin, err := cmd.StdinPipe()
+	err := cmd.Start()
+	stdinR.Close()
+	protoW.Close()
+	logW.Close()
 	if err != nil {
-		protoW.Close()
-		return Hello{}, Message{}, err
-	}
-	if err := cmd.Start(); err != nil {
-		protoW.Close()
+		stdinW.Close()
+		protoR.Close()
+		logR.Close()
 		return Hello{}, Message{}, fmt.Errorf("worker %s: %w", p.Path, err)
 	}
-	protoW.Close()
-	w := &watchdog{cmd: cmd, exited: make(chan struct{}), gotHello: make(chan struct{})}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(logs, logR)
+	}()
+	w := &watchdog{cmd: cmd, in: stdinW, out: []*os.File{protoR, logR}, exited: make(chan struct{}), gotHello: make(chan struct{})}
+	go w.wait()
 	inner := sink
 	inner.Hello = func(h Hello) {
 		w.helloOnce.Do(func() { close(w.gotHello) })
@@ -220,10 +286,14 @@ func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, Messa
 		}
 	}
 	go w.watch(ctx, helloTimeout, grace)
-	hello, res, convErr := converse(ctx, stdin, protoR, req, inner)
-	stdin.Close()
-	waitErr := cmd.Wait()
-	close(w.exited)
+	hello, res, convErr := converse(ctx, stdinW, protoR, req, inner)
+	stdinW.Close() // the end of input tells the worker to finish
+	reaped := w.awaitExit()
+	if reaped {
+		<-copied // bounded: the logs' read deadline is set once the worker is reaped
+	}
+	protoR.Close()
+	logR.Close()
 	if convErr == nil {
 		return hello, res, nil
 	}
@@ -231,9 +301,14 @@ func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, Messa
 	if errors.As(convErr, &we) {
 		return hello, res, convErr
 	}
+	if w.noHello() {
+		return hello, res, &NoAnswerError{Path: p.Path, After: helloTimeout, Output: errTail.String()}
+	}
 	status := "exited"
-	if waitErr != nil {
-		status = waitErr.Error()
+	if !reaped {
+		status = "still running after SIGKILL"
+	} else if w.waitErr != nil {
+		status = w.waitErr.Error()
 	}
 	if why := w.reason(); why != "" {
 		status += "; " + why
@@ -242,22 +317,52 @@ func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, Messa
 }
 
 // watchdog kills a worker that never says hello (stuck in driver start-up),
-// one that is cancelled before saying hello (nothing to save yet), and one
-// that ignores a cancellation for longer than the grace period.
+// one that is cancelled before saying hello (nothing to save yet), one
+// that ignores a cancellation for longer than the grace period and one
+// that does not exit once its request is over. It kills the worker's
+// process group, so a wrapper script's children go too.
 type watchdog struct {
 	cmd       *exec.Cmd
+	in        *os.File   // the coordinator's end of the worker's stdin
+	out       []*os.File // the coordinator's ends of the protocol and log pipes
 	exited    chan struct{}
+	waitErr   error // cmd.Wait's, set before exited is closed
 	gotHello  chan struct{}
 	helloOnce sync.Once
 	mu        sync.Mutex
 	why       string
+	helloLate bool
+}
+
+// wait reaps the worker, then kills what is left of its process group:
+// descendants holding the protocol pipe would otherwise keep the
+// coordinator reading.
+func (w *watchdog) wait() {
+	w.waitErr = w.cmd.Wait()
+	killGroup(w.cmd)
+	w.unblock()
+	close(w.exited)
+}
+
+// unblock bounds the coordinator's reads and writes on the worker's pipes,
+// which a surviving descendant could hold open: what is already there can
+// still be read.
+func (w *watchdog) unblock() {
+	deadline := time.Now().Add(pipeDelay)
+	for _, f := range w.out {
+		_ = f.SetReadDeadline(deadline)
+	}
+	_ = w.in.SetWriteDeadline(deadline)
 }
 
 func (w *watchdog) kill(why string) {
 	w.mu.Lock()
-	w.why = why
+	if w.why == "" {
+		w.why = why
+	}
 	w.mu.Unlock()
-	_ = w.cmd.Process.Kill()
+	killGroup(w.cmd)
+	w.unblock()
 }
 
 func (w *watchdog) reason() string {
@@ -266,7 +371,37 @@ func (w *watchdog) reason() string {
 	return w.why
 }
 
+func (w *watchdog) noHello() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.helloLate
+}
+
+// awaitExit gives a worker whose request is over exitTimeout to exit, then
+// kills its process group. It reports whether the worker was reaped; one
+// that survives SIGKILL for reapTimeout is left behind rather than waited
+// for.
+func (w *watchdog) awaitExit() bool {
+	t := time.NewTimer(exitTimeout)
+	defer t.Stop()
+	select {
+	case <-w.exited:
+		return true
+	case <-t.C:
+	}
+	w.kill(fmt.Sprintf("killed by tolaria: still running %s after its request ended", exitTimeout))
+	t.Reset(reapTimeout)
+	select {
+	case <-w.exited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 func (w *watchdog) watch(ctx context.Context, helloTimeout, grace time.Duration) {
+	hello := time.NewTimer(helloTimeout)
+	defer hello.Stop()
 	select {
 	case <-w.gotHello:
 	case <-w.exited:
@@ -274,16 +409,21 @@ func (w *watchdog) watch(ctx context.Context, helloTimeout, grace time.Duration)
 	case <-ctx.Done():
 		w.kill("killed by tolaria: cancelled before the worker reported a device")
 		return
-	case <-time.After(helloTimeout):
+	case <-hello.C:
+		w.mu.Lock()
+		w.helloLate = true
+		w.mu.Unlock()
 		w.kill(fmt.Sprintf("killed by tolaria: no hello within %s", helloTimeout))
 		return
 	}
 	select {
 	case <-w.exited:
 	case <-ctx.Done():
+		t := time.NewTimer(grace)
+		defer t.Stop()
 		select {
 		case <-w.exited:
-		case <-time.After(grace):
+		case <-t.C:
 			w.kill(fmt.Sprintf("killed by tolaria: still running %s after being cancelled", grace))
 		}
 	}

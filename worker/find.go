@@ -15,7 +15,7 @@ var ErrNotFound = errors.New("no tolaria-worker")
 func Find(explicit string) (string, error) {
 	if explicit != "" {
 		if _, err := os.Stat(explicit); err != nil {
-			return "", fmt.Errorf("%w: the worker %s given by --worker or TOLARIA_WORKER does not exist; build it with `make worker-cuda`", ErrNotFound, explicit)
+			return "", fmt.Errorf("%w: %s, given by --worker or TOLARIA_WORKER, does not exist; build the worker with `make worker-cuda` and give its path, or use --device cpu", ErrNotFound, explicit)
 		}
 		return explicit, nil
 	}
@@ -25,7 +25,7 @@ func Find(explicit string) (string, error) {
 	}
 	path := filepath.Join(filepath.Dir(self), "tolaria-worker")
 	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("%w: no tolaria-worker next to %s; build it with `make worker-cuda` (or pass --worker PATH), or use --device cpu", ErrNotFound, self)
+		return "", fmt.Errorf("%w next to %s; build it with `make worker-cuda`, or give its path with --worker PATH or TOLARIA_WORKER, or use --device cpu", ErrNotFound, self)
 	}
 	return path, nil
 }
@@ -34,9 +34,17 @@ func Find(explicit string) (string, error) {
 // cannot give one, and what to do.
 func Unavailable(path string, err error) string {
 	var we *Error
+	var na *NoAnswerError
 	switch {
 	case errors.As(err, &we):
 		return fmt.Sprintf("the worker %s cannot use a GPU: %s; use --device cpu", path, we.Message)
+	case errors.As(err, &na):
+		output := ""
+		if na.Output != "" {
+			output = " (its last output: " + na.Output + ")"
+		}
+		return fmt.Sprintf("the worker %s started but did not answer within %s%s; check that it is a tolaria-worker (`%s info`) and that the GPU driver responds (`nvidia-smi`), or use --device cpu",
+			path, na.After, output, path)
 	case errors.Is(err, ErrWorkerExited):
 		return fmt.Sprintf("the CUDA worker exited at start-up, as it does when there is no NVIDIA GPU or driver (%v); use --device cpu, or run on a machine with a GPU", err)
 	}

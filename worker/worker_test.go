@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +18,30 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The test binary doubles as a CPU worker for the subprocess tests.
+	if os.Getenv(serveAsWorkerEnv) == "1" {
+		os.Exit(serveAsWorker())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// serveAsWorkerEnv makes the test binary a CPU worker (see TestMain).
+const serveAsWorkerEnv = "TOLARIA_WORKER_TEST_SERVE"
+
+// serveAsWorker is tolaria-worker serve for the CPU device, run by the
+// test binary in a subprocess.
+func serveAsWorker() int {
+	out := os.Stdout
+	if os.Getenv(ProtocolFDEnv) == "3" {
+		out = os.NewFile(3, "protocol")
+	}
+	if err := Serve(context.Background(), os.Stdin, out, ServeConfig{Build: "cpu", Open: OpenCPU}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
 
 // recorder writes every Observer call as a line.
 type recorder struct {

@@ -32,7 +32,8 @@ func main() {
 		return
 	}
 	// The coordinator cancels through the protocol; a signal to the worker
-	// alone (its process group got SIGINT) is treated the same way.
+	// itself (kill, or Ctrl-C when it runs by hand; tolaria starts it in a
+	// process group of its own) is treated the same way.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("worker_pid", os.Getpid())

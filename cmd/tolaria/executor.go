@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/job"
@@ -45,15 +44,19 @@ func chooseExecutor(ctx context.Context, spec job.Spec, set settings, log *slog.
 		}
 		return nil, err
 	}
-	proc := &worker.Process{Path: path, Stderr: os.Stderr, HelloTimeout: 60 * time.Second}
+	// The hello timeout bounds the worker's start-up only (the probe's, and
+	// the job's before it runs): a worker that does not answer is killed
+	// with its process group and reported in one sentence.
+	proc := &worker.Process{Path: path, Stderr: os.Stderr, HelloTimeout: worker.DefaultHelloTimeout}
 	if spec.Device == "cpu" {
 		return &executor{device: "cpu", process: proc, log: log}, nil
 	}
-	probeCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
 	quiet := *proc
 	quiet.Stderr = nil
-	hello, err := quiet.Probe(probeCtx, "cuda")
+	hello, err := quiet.Probe(ctx, "cuda") // bounded by HelloTimeout
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("interrupted while the worker %s was starting", path)
+	}
 	if err != nil {
 		reason := worker.Unavailable(path, err)
 		if spec.Device == "auto" {

@@ -1,0 +1,244 @@
+//go:build unix
+
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The sleeps of the misbehaving workers are far longer than any bound a
+// test asserts, so a test that passes did not wait for them.
+const (
+	longSleep = "300"
+	returnsIn = 30 * time.Second
+)
+
+// script writes an executable shell script; %[1]s in body is a file for
+// the script to write a pid to.
+func script(t *testing.T, name, body string) (path, pidFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	path, pidFile = filepath.Join(dir, name), filepath.Join(dir, name+".pid")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+fmt.Sprintf(body, pidFile)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, pidFile
+}
+
+// readPID waits for the script to have written its pid file.
+func readPID(t *testing.T, file string) int {
+	t.Helper()
+	deadline := time.Now().Add(returnsIn)
+	for {
+		raw, err := os.ReadFile(file)
+		if s := strings.TrimSpace(string(raw)); err == nil && strings.HasSuffix(string(raw), "\n") {
+			pid, err := strconv.Atoi(s)
+			if err != nil {
+				t.Fatalf("pid file %s: %q", file, raw)
+			}
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the script did not write %s", file)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid is a live process (a zombie waiting for its
+// reaper counts as gone).
+func alive(pid int) bool {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return syscall.Kill(pid, 0) == nil
+	}
+	// pid (comm) STATE ...; comm may hold spaces and parentheses.
+	s := string(raw)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z' && s[i+2] != 'X'
+	}
+	return true
+}
+
+// requireGone fails unless pid is dead (killed by the client, not by the
+// test, which kills it afterwards either way).
+func requireGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(returnsIn)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("process %d was left behind", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// timed runs f and fails if it takes returnsIn or longer.
+func timed(t *testing.T, what string, f func()) {
+	t.Helper()
+	start := time.Now()
+	f()
+	if d := time.Since(start); d >= returnsIn {
+		t.Fatalf("%s took %s: it waited for the worker's sleep", what, d)
+	}
+}
+
+func requireNoAnswer(t *testing.T, err error, path string) {
+	t.Helper()
+	var na *NoAnswerError
+	if !errors.As(err, &na) || !errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrWorkerExited) {
+		t.Fatalf("want a NoAnswerError, got %v", err)
+	}
+	msg := Unavailable(path, err)
+	for _, want := range []string{path, "started but did not answer within 1s", "--device cpu"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Unavailable does not say %q: %s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "exited") {
+		t.Errorf("a worker that did not answer is said to have exited: %s", msg)
+	}
+}
+
+// TestHangingScriptWorker: a wrapper script that runs its worker (here a
+// sleep) as a child instead of exec'ing it. The shell and the child both
+// hold the pipes; both must be killed when the hello does not come.
+func TestHangingScriptWorker(t *testing.T) {
+	path, pidFile := script(t, "hanging-worker", "echo 'starting the driver' >&2\nsleep "+longSleep+" &\necho $! > %[1]s\nwait $!\n")
+	p := &Process{Path: path, HelloTimeout: time.Second}
+	var err error
+	timed(t, "Probe", func() { _, err = p.Probe(context.Background(), "cuda") })
+	requireNoAnswer(t, err, path)
+	if !strings.Contains(err.Error(), "starting the driver") {
+		t.Errorf("the error does not carry the worker's output: %v", err)
+	}
+	requireGone(t, readPID(t, pidFile))
+}
+
+// TestHangingExecWorker: the worker process itself hangs.
+func TestHangingExecWorker(t *testing.T) {
+	path, pidFile := script(t, "exec-worker", "echo $$ > %[1]s\nexec sleep "+longSleep+"\n")
+	p := &Process{Path: path, HelloTimeout: time.Second}
+	var err error
+	timed(t, "Run", func() { _, _, err = p.Run(context.Background(), "cuda", smallSpec(), Sink{}) })
+	requireNoAnswer(t, err, path)
+	requireGone(t, readPID(t, pidFile))
+}
+
+// TestWorkerExitingAtOnce: a worker that exits at start-up, as a CUDA
+// build does without a GPU, keeps the "exited" message, and returns at
+// once even though a child it left behind holds the pipes.
+func TestWorkerExitingAtOnce(t *testing.T) {
+	path, pidFile := script(t, "dying-worker", "sleep "+longSleep+" &\necho $! > %[1]s\necho 'cuInit failed: no CUDA-capable device is detected' >&2\nexit 1\n")
+	p := &Process{Path: path} // the default hello timeout: the exit is noticed first
+	var err error
+	timed(t, "Probe", func() { _, err = p.Probe(context.Background(), "cuda") })
+	if !errors.Is(err, ErrWorkerExited) || errors.Is(err, ErrNoAnswer) {
+		t.Fatalf("want ErrWorkerExited, got %v", err)
+	}
+	msg := Unavailable(path, err)
+	for _, want := range []string{"exited at start-up", "cuInit failed", "--device cpu"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Unavailable does not say %q: %s", want, msg)
+		}
+	}
+	requireGone(t, readPID(t, pidFile))
+}
+
+// TestEscapedDescendantCannotHoldTheCoordinator: a descendant that left
+// the worker's process group (and so cannot be killed with it) keeps the
+// pipes open; the coordinator still returns.
+func TestEscapedDescendantCannotHoldTheCoordinator(t *testing.T) {
+	setsid, err := exec.LookPath("setsid")
+	if err != nil {
+		t.Skip("no setsid")
+	}
+	path, pidFile := script(t, "escaping-worker", setsid+" sleep "+longSleep+" &\necho $! > %[1]s\nexit 1\n")
+	p := &Process{Path: path, HelloTimeout: time.Minute}
+	timed(t, "Probe", func() { _, err = p.Probe(context.Background(), "cuda") })
+	pid := readPID(t, pidFile)
+	_ = syscall.Kill(pid, syscall.SIGKILL) // out of the client's reach by design
+	if !errors.Is(err, ErrWorkerExited) || errors.Is(err, ErrNoAnswer) {
+		t.Fatalf("want ErrWorkerExited, got %v", err)
+	}
+}
+
+// TestCancelBeforeHelloKillsTheGroup: cancelling during start-up does not
+// wait for the hello timeout.
+func TestCancelBeforeHelloKillsTheGroup(t *testing.T) {
+	path, pidFile := script(t, "hanging-worker", "sleep "+longSleep+" &\necho $! > %[1]s\nwait $!\n")
+	p := &Process{Path: path, HelloTimeout: 10 * time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var err error
+	timed(t, "Probe", func() {
+		go func() {
+			for start := time.Now(); time.Since(start) < returnsIn; time.Sleep(10 * time.Millisecond) {
+				if raw, _ := os.ReadFile(pidFile); strings.HasSuffix(string(raw), "\n") {
+					break
+				}
+			}
+			cancel()
+		}()
+		_, err = p.Probe(ctx, "cuda")
+	})
+	if !errors.Is(err, ErrWorkerExited) || !strings.Contains(err.Error(), "cancelled") {
+		t.Fatalf("want a cancelled worker, got %v", err)
+	}
+	requireGone(t, readPID(t, pidFile))
+}
+
+// TestWorkerThatDoesNotExitAfterItsAnswer: the probe's answer counts, and
+// the worker that stays is killed with its children.
+func TestWorkerThatDoesNotExitAfterItsAnswer(t *testing.T) {
+	hello := `{"type":"hello","hello":{"device":"cuda:0","description":"fake","build":"cuda","pid":1}}`
+	path, pidFile := script(t, "lingering-worker", "echo '"+hello+"' >&3\nsleep "+longSleep+" &\necho $! > %[1]s\nwait $!\n")
+	p := &Process{Path: path, HelloTimeout: time.Second}
+	var h Hello
+	var err error
+	timed(t, "Probe", func() { h, err = p.Probe(context.Background(), "cuda") })
+	if err != nil || h.Device != "cuda:0" {
+		t.Fatalf("hello %+v, %v", h, err)
+	}
+	requireGone(t, readPID(t, pidFile))
+}
+
+// TestSubprocessWorker: a real worker (this test binary) behind a wrapper
+// script answers a probe and runs a job through the process group and
+// pipes set up here, and exits by itself.
+func TestSubprocessWorker(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, pidFile := script(t, "worker", "echo $$ > %[1]s\n"+serveAsWorkerEnv+"=1 exec '"+exe+"' \"$@\"\n")
+	p := &Process{Path: path, HelloTimeout: time.Minute}
+	var h Hello
+	timed(t, "Probe", func() { h, err = p.Probe(context.Background(), "cpu") })
+	if err != nil || h.Device != "cpu" || h.Build != "cpu" {
+		t.Fatalf("probe: hello %+v, %v", h, err)
+	}
+	requireGone(t, readPID(t, pidFile))
+	_, err = p.Probe(context.Background(), "cuda")
+	var we *Error
+	if !errors.As(err, &we) || we.Kind != KindNoDevice {
+		t.Fatalf("probe for cuda: %v", err)
+	}
+	spec := smallSpec()
+	spec.RunDir = t.TempDir()
+	_, s, err := p.Run(context.Background(), "cpu", spec, Sink{})
+	if err != nil || s.Steps == 0 || s.ParamsSHA256 == "" {
+		t.Fatalf("run: %+v, %v", s, err)
+	}
+}
