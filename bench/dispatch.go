@@ -110,6 +110,9 @@ func (s *setup) dispatch(steps, repeats int) (d Dispatch, err error) {
 // thread's CPU time while issuing (the last only where the thread's CPU
 // time can be read).
 func (s *setup) timeSteps(n int, step graphs.StepFunc) ([]float64, error) {
+	// Each batch starts from a collected heap, so neither mode pays for
+	// the other's garbage (eager issuing allocates; replay hardly does).
+	runtime.GC()
 	cpu0, ok0 := threadCPU()
 	t0 := time.Now()
 	for range n {
