@@ -39,6 +39,16 @@ func (r *run) readStats() (train, eval [device.StatsLen]float64, err error) {
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
+// firstNonFinite is the index of the first NaN or Inf in v, or -1.
+func firstNonFinite(v []float32) int {
+	for i, x := range v {
+		if !finite(float64(x)) {
+			return i
+		}
+	}
+	return -1
+}
+
 // logInterval reports the loss and accuracy of the steps since the last
 // reading. The copy waits only for work already issued, a few steps ago
 // at most, never for the step just launched to finish on its own.
@@ -53,7 +63,7 @@ func (r *run) logInterval(seq, samples int, start time.Time) error {
 	}
 	r.lastStats = train
 	if !finite(train[device.StatLossSum]) {
-		return fmt.Errorf("%w at step %d (epoch %d); the last good checkpoint, if any, is kept unchanged; lower --lr or enable clipping",
+		return fmt.Errorf("%w at step %d (epoch %d); the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
 			ErrNonFinite, seq+1, seq/r.trainSrc.steps+1)
 	}
 	if d[device.StatCount] == 0 {
@@ -81,7 +91,7 @@ func (r *run) endEpoch(seq int, epochStart time.Time) error {
 		return err
 	}
 	if !finite(train[device.StatLossSum]) {
-		return fmt.Errorf("%w in epoch %d; the last good checkpoint, if any, is kept unchanged; lower --lr or enable clipping", ErrNonFinite, epoch)
+		return fmt.Errorf("%w in epoch %d; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm", ErrNonFinite, epoch)
 	}
 	secs := since(epochStart)
 	n := max(train[device.StatCount], 1)
@@ -156,6 +166,13 @@ func (r *run) checkpoint(next int) error {
 	params, state, err := r.model.Snapshot()
 	if err != nil {
 		return err
+	}
+	// A diverged model is never saved: the last good checkpoint stays.
+	for _, v := range append([][]float32{params}, state...) {
+		if i := firstNonFinite(v); i >= 0 {
+			return fmt.Errorf("%w: the model holds %v before step %d; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
+				ErrNonFinite, v[i], next+1)
+		}
 	}
 	h := r.cfg.checkpointHeader()
 	h.Step = next

@@ -320,6 +320,10 @@ func (r *run) interrupt(seq, startSeq int) error {
 		if err != nil {
 			return err
 		}
+		if !finite(train[device.StatLossSum]) {
+			return fmt.Errorf("%w by step %d (epoch %d), found when the run was stopped; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
+				ErrNonFinite, seq, seq/r.trainSrc.steps+1)
+		}
 		if n := train[device.StatCount]; n > 0 {
 			r.sum.TrainLoss, r.sum.TrainAccuracy = train[device.StatLossSum]/n, train[device.StatCorrect]/n
 		}

@@ -86,19 +86,26 @@ type Observation struct {
 // encoder writes messages; safe for concurrent use.
 type encoder struct {
 	mu  sync.Mutex
-	enc *json.Encoder
+	w   io.Writer
 	err error
 }
 
-func newEncoder(w io.Writer) *encoder { return &encoder{enc: json.NewEncoder(w)} }
+func newEncoder(w io.Writer) *encoder { return &encoder{w: w} }
 
+// send writes one message. A message that cannot be encoded (a NaN
+// in it: JSON has none) is refused and the stream stays usable; a failed
+// write is final.
 func (e *encoder) send(m Message) error {
+	line, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("worker: encoding a %s message: %w", m.Type, err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.err != nil {
 		return e.err
 	}
-	e.err = e.enc.Encode(m)
+	_, e.err = e.w.Write(append(line, '\n'))
 	return e.err
 }
 

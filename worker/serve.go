@@ -87,10 +87,19 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg ServeConfig) er
 		}
 	}()
 	sum, err := runJob(runCtx, spec, dev, cfg, enc)
+	if err == nil {
+		if err = enc.send(Message{Type: TypeResult, Summary: &sum}); err != nil {
+			// The coordinator must hear how the run ended, or it would
+			// wait for a result forever.
+			err = &Error{Kind: KindNonFinite, Message: fmt.Sprintf("the run finished but its summary cannot be sent (%v): it holds a value that is not finite", err)}
+		}
+	}
 	if err != nil {
-		_ = enc.send(Message{Type: TypeError, Error: classify(err)})
-	} else {
-		_ = enc.send(Message{Type: TypeResult, Summary: &sum})
+		if serr := enc.send(Message{Type: TypeError, Error: classify(err)}); serr != nil {
+			// Nothing reaches the coordinator: end the request, so the
+			// coordinator sees the worker go instead of waiting.
+			return fmt.Errorf("worker: reporting %v: %w", err, serr)
+		}
 	}
 	<-readerDone
 	return nil
