@@ -228,6 +228,8 @@ func TestOutOfRangeFlags(t *testing.T) {
 		{[]string{"--summary-json", "/tmp"}, nil, "summary-json"},
 		{[]string{"stray-argument"}, nil, "stray-argument"},
 		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
+		{[]string{"--metrics-addr", "bad::addr"}, nil, "metrics-addr"},
+		{[]string{"--weight-decay", "2"}, nil, "weight_decay"},
 	} {
 		args := append(quick(filepath.Join(dir, "never")), c.args...)
 		r := tolaria(t, dir, c.env, args...)
@@ -318,7 +320,7 @@ func TestCheckpointOfAnotherModelIsRefused(t *testing.T) {
 	sameFiles(t, before, snapshot(t, run))
 
 	// A damaged checkpoint is refused and left as it is.
-	ck := filepath.Join(run, "checkpoint.tlck")
+	ck := filepath.Join(run, trainer.CheckpointFile)
 	raw, _ := os.ReadFile(ck)
 	os.WriteFile(ck, raw[:len(raw)-100], 0o644)
 	damaged := snapshot(t, run)
@@ -537,5 +539,26 @@ func TestWorkerStdoutCannotBreakTheProtocol(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "banner from a library") {
 		t.Fatalf("the worker's stdout did not reach the log:\n%s", r.stderr)
+	}
+}
+
+// SIGTERM stops a run like SIGINT, with a checkpoint and the resume hint,
+// and tolaria exits with 128+15 as shells expect.
+func TestSIGTERMCheckpointsWithItsExitCode(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	cmd, stderr := startRun(t, dir, longer(run)...)
+	waitFor(t, "the first epoch", func() bool { return epochsLogged(filepath.Join(run, "events.jsonl")) >= 1 })
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 143 {
+		t.Fatalf("after SIGTERM: %v (want exit 143)\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr.String(), "--resume --run-dir") {
+		t.Fatalf("no resume hint after SIGTERM:\n%s", stderr)
+	}
+	if _, err := os.Stat(filepath.Join(run, trainer.CheckpointFile)); err != nil {
+		t.Fatalf("no checkpoint after SIGTERM: %v", err)
 	}
 }

@@ -43,19 +43,19 @@ func (o Optimizer) Validate() error {
 	case !(o.LR > 0 && o.LR <= 10):
 		return fmt.Errorf("lr must be in (0, 10], got %g", o.LR)
 	case !(o.Momentum >= 0 && o.Momentum < 1): // written so that NaN fails too
-		return fmt.Errorf("optimizer.momentum must be in [0, 1), got %g", o.Momentum)
+		return fmt.Errorf("momentum must be in [0, 1), got %g", o.Momentum)
 	case o.Kind == AdamW && !(o.Beta1 >= 0 && o.Beta1 < 1 && o.Beta2 >= 0 && o.Beta2 < 1):
-		return fmt.Errorf("optimizer.beta1 and beta2 must be in [0, 1), got %g and %g", o.Beta1, o.Beta2)
+		return fmt.Errorf("beta1 and beta2 must be in [0, 1), got %g and %g", o.Beta1, o.Beta2)
 	case o.Kind == AdamW && !(o.Eps > 0 && o.Eps < 1):
-		return fmt.Errorf("optimizer.eps must be positive, got %g", o.Eps)
+		return fmt.Errorf("eps must be positive, got %g", o.Eps)
 	case !(o.WeightDecay >= 0 && o.WeightDecay < 1):
-		return fmt.Errorf("optimizer.weight_decay must be in [0, 1), got %g", o.WeightDecay)
+		return fmt.Errorf("weight_decay must be in [0, 1), got %g", o.WeightDecay)
 	case !(o.ClipNorm >= 0 && o.ClipNorm < 1e6):
-		return fmt.Errorf("optimizer.clip_norm must be in [0, 1e6) (0 disables clipping), got %g", o.ClipNorm)
+		return fmt.Errorf("clip_norm must be in [0, 1e6) (0 disables clipping), got %g", o.ClipNorm)
 	case o.WarmupSteps < 0 || o.TotalSteps < 0:
 		return fmt.Errorf("optimizer warm-up and total steps must be >= 0")
 	case !(o.MinLRRatio >= 0 && o.MinLRRatio <= 1):
-		return fmt.Errorf("optimizer.min_lr_ratio must be in [0, 1], got %g", o.MinLRRatio)
+		return fmt.Errorf("min_lr_ratio must be in [0, 1], got %g", o.MinLRRatio)
 	}
 	return nil
 }

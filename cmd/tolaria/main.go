@@ -20,16 +20,40 @@ const (
 	exitOK          = 0
 	exitFailure     = 1
 	exitUsage       = 2
-	exitInterrupted = 130
+	exitInterrupted = 130 // 128 + SIGINT; SIGTERM gives 143
 )
 
+// stopSignal is the cause of the context's cancellation on a signal.
+type stopSignal struct{ sig syscall.Signal }
+
+func (s stopSignal) Error() string { return "stopped by " + s.sig.String() }
+
+// interruptedCode is the exit code of a run stopped by ctx: 128 plus the
+// signal's number, as shells report it.
+func interruptedCode(ctx context.Context) int {
+	var s stopSignal
+	if errors.As(context.Cause(ctx), &s) {
+		return 128 + int(s.sig)
+	}
+	return exitInterrupted
+}
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// The first signal stops the run with a checkpoint; after it the
-	// default handling is back, so a second one ends tolaria at once.
-	go func() { <-ctx.Done(); stop() }()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first signal stops the run with a checkpoint; after it the
+		// default handling is back, so a second one ends tolaria at once.
+		sig := <-sigs
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		if s, ok := sig.(syscall.Signal); ok {
+			cancel(stopSignal{s})
+		} else {
+			cancel(nil)
+		}
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
 	os.Exit(code)
 }
 

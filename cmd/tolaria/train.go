@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -60,6 +61,12 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	// is touched, so a refused command leaves an existing run as it was.
 	if err := checkOutputPath("summary-json", set.summaryJSON); err != nil {
 		return err
+	}
+	if set.metricsAddr != "" {
+		// A malformed address is a usage error; a busy port is found later.
+		if _, err := telemetry.ListenAddress(set.metricsAddr); err != nil {
+			return usagef("metrics-addr %s: %v", set.metricsAddr, err)
+		}
 	}
 	generated, err := planRunDir(&spec, time.Now())
 	if err != nil {
@@ -121,7 +128,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 		fmt.Fprintf(stderr, "tolaria: interrupted after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
 			sum.ResumedFromStep+sum.Steps, spec.RunDir)
 		if ctx.Err() != nil {
-			return exitError{exitInterrupted}
+			return exitError{interruptedCode(ctx)}
 		}
 	}
 	return nil
@@ -152,7 +159,7 @@ var processStart = time.Now()
 func reportFailure(ctx context.Context, w io.Writer, err error) error {
 	if ctx.Err() != nil {
 		fmt.Fprintf(w, "tolaria: interrupted: %v\n", err)
-		return exitError{exitInterrupted}
+		return exitError{interruptedCode(ctx)}
 	}
 	var we *worker.Error
 	if errors.As(err, &we) {
