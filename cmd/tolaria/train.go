@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -106,7 +107,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	log.Info("training", "device", spec.Device, "graphs", spec.EnableGraphs, "run_dir", spec.RunDir, "epochs", spec.Epochs,
 		"batch_size", spec.BatchSize, "dataset", spec.Dataset)
 
-	bar := newProgress(stderr)
+	bar := newProgress(stderr, spec.Loss != string(nn.LossMSE))
 	sum, err := exec.Run(ctx, spec, worker.Sink{Observer: obs, Progress: bar.report})
 	bar.finish()
 	if err != nil {
@@ -174,8 +175,12 @@ func reportFailure(ctx context.Context, w io.Writer, err error) error {
 }
 
 func printSummary(w io.Writer, spec job.Spec, s trainer.Summary) {
-	fmt.Fprintf(w, "device %s, graphs %v: %d steps (%d replays, %d eager), test accuracy %.4f, test loss %.4f, train loss %.4f, %.0f samples/s\n",
-		s.Device, s.GraphEnabled, s.Steps, s.GraphReplays, s.EagerSteps, s.TestAccuracy, s.TestLoss, s.TrainLoss, s.SamplesPerSecond)
+	acc := fmt.Sprintf("test accuracy %.4f, ", s.TestAccuracy)
+	if spec.Loss == string(nn.LossMSE) {
+		acc = "" // a regression loss has no accuracy
+	}
+	fmt.Fprintf(w, "device %s, graphs %v: %d steps (%d replays, %d eager), %stest loss %.4f, train loss %.4f, %.0f samples/s\n",
+		s.Device, s.GraphEnabled, s.Steps, s.GraphReplays, s.EagerSteps, acc, s.TestLoss, s.TrainLoss, s.SamplesPerSecond)
 	if len(s.Fallbacks) > 0 {
 		fmt.Fprintf(w, "fallbacks: %v\n", s.Fallbacks)
 	}
