@@ -147,7 +147,7 @@ func NewMetrics(version string) *Metrics {
 		replaySeconds:    histogram(MetricReplaySeconds, "Device time of one graph replay, measured with device events.", replayBase),
 		stageCopySeconds: histogram(MetricStageCopySeconds, "Device time of one host-to-device batch copy on the staging stream, measured with device events.", stageCopyBase),
 		replaysTotal:     counter(MetricReplaysTotal, "Graph replays.", dw),
-		fallbackTotal:    counter(MetricFallbackTotal, "Training steps run eagerly instead of replayed, by reason.", with(LabelReason)),
+		fallbackTotal:    counter(MetricFallbackTotal, "Training steps and evaluation batches run eagerly instead of replayed, by reason.", with(LabelReason)),
 		capturesTotal:    counter(MetricCapturesTotal, "Graph captures; pooled=\"true\" when the shared graph pool served them without a new instantiation.", with(LabelPooled)),
 		poolReserved:     gauge(MetricPoolReservedBytes, "Device memory held by the shared graph pool.", dw),
 		execUpdates:      counter(MetricExecUpdatesTotal, "Graph executables updated in place from a new capture.", dw),

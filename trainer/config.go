@@ -120,6 +120,8 @@ type Summary struct {
 	Steps              int            `json:"steps"`
 	GraphReplays       int            `json:"graph_replays"`
 	EagerSteps         int            `json:"eager_steps"`
+	EvalReplays        int            `json:"eval_replays"`       // evaluation batches run by replaying a graph
+	EvalEagerBatches   int            `json:"eval_eager_batches"` // evaluation batches run eagerly
 	Fallbacks          map[string]int `json:"fallbacks"`
 	Captures           int            `json:"captures"`
 	CaptureSeconds     float64        `json:"capture_seconds"`

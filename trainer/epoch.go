@@ -11,30 +11,59 @@ import (
 	"github.com/tolaria-ml/tolaria/nn"
 )
 
-// readStats copies the training and evaluation accumulators to pinned
-// memory on the side stream, after the compute stream's work so far, and
-// waits for that copy only. The compute stream keeps running.
-func (r *run) readStats() (train, eval [device.StatsLen]float64, err error) {
+// issueStatsRead snapshots the training and evaluation accumulators on
+// the compute stream (so later steps can go on adding to them), then
+// copies the snapshot to pinned memory on the side stream and records the
+// marker after that copy. Nothing waits for it. No read may be in flight:
+// its copy would race the new snapshot.
+func (r *run) issueStatsRead() error {
 	ws := r.step.W
-	err = errors.Join(
+	n := device.StatsLen
+	return errors.Join(
+		r.compute.CopyDtoD(r.snap.Slice(0, n), ws.TrainStats.Slice(0, n)),
+		r.compute.CopyDtoD(r.snap.Slice(n, n), ws.EvalStats.Slice(0, n)),
 		r.compute.Record(r.marker),
 		r.side.Wait(r.marker),
-		r.side.CopyDtoH(r.host.Slice(0, device.StatsLen), ws.TrainStats.Slice(0, device.StatsLen)),
-		r.side.CopyDtoH(r.host.Slice(device.StatsLen, device.StatsLen), ws.EvalStats.Slice(0, device.StatsLen)),
+		r.side.CopyDtoH(r.host, r.snap),
 		r.side.Record(r.marker),
 	)
-	if err == nil {
-		err = r.marker.Synchronize()
-	}
-	if err != nil {
-		// A copy may still be in flight: do not read the pinned memory.
-		return train, eval, err
-	}
+}
+
+// hostStats is what the last completed read left in pinned memory.
+func (r *run) hostStats() (train, eval [device.StatsLen]float64) {
 	h := r.host.Data()
 	for i := range device.StatsLen {
 		train[i], eval[i] = float64(h[i]), float64(h[device.StatsLen+i])
 	}
-	return train, eval, err
+	return train, eval
+}
+
+// readStats reads the accumulators now: it issues a read and waits for
+// that copy only (at an epoch's end or a stop). A log-interval read still
+// in flight is superseded by it.
+func (r *run) readStats() (train, eval [device.StatsLen]float64, err error) {
+	if r.pending != nil {
+		if err := r.marker.Synchronize(); err != nil {
+			return train, eval, err
+		}
+		r.pending = nil
+	}
+	if err := r.issueStatsRead(); err != nil {
+		// A copy may still be in flight: do not read the pinned memory.
+		return train, eval, err
+	}
+	if err := r.marker.Synchronize(); err != nil {
+		return train, eval, err
+	}
+	train, eval = r.hostStats()
+	return train, eval, nil
+}
+
+// statsRead is a log-interval read of the accumulators in flight.
+type statsRead struct {
+	seq, samples int       // the interval's last step and its samples
+	start        time.Time // the interval's start
+	issued       time.Time // when the read was issued
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
@@ -49,14 +78,41 @@ func firstNonFinite(v []float32) int {
 	return -1
 }
 
-// logInterval reports the loss and accuracy of the steps since the last
-// reading. The copy waits only for work already issued, a few steps ago
-// at most, never for the step just launched to finish on its own.
-func (r *run) logInterval(seq, samples int, start time.Time) error {
-	train, _, err := r.readStats()
-	if err != nil {
+// logInterval starts the read of the interval that ends at step seq: a
+// copy on the side stream that the host polls for at the following steps
+// (pollStats), so the host never waits for the device. While the previous
+// interval's read is still in flight, this interval joins the next one.
+func (r *run) logInterval(seq, samples int, start time.Time) (issued bool, err error) {
+	if r.pending != nil {
+		if err := r.pollStats(); err != nil || r.pending != nil {
+			return false, err
+		}
+	}
+	if err := r.issueStatsRead(); err != nil {
+		return false, err
+	}
+	r.pending = &statsRead{seq: seq, samples: samples, start: start, issued: time.Now()}
+	return true, nil
+}
+
+// pollStats reports the read in flight if its copy is done.
+func (r *run) pollStats() error {
+	p := r.pending
+	if p == nil {
+		return nil
+	}
+	done, err := r.marker.Query()
+	if err != nil || !done {
 		return err
 	}
+	r.pending = nil
+	train, _ := r.hostStats()
+	return r.reportInterval(p.seq, p.samples, p.start, p.issued, train)
+}
+
+// reportInterval reports the loss and accuracy of the steps since the last
+// reading, from the accumulators read at the end of step seq.
+func (r *run) reportInterval(seq, samples int, start, end time.Time, train [device.StatsLen]float64) error {
 	d := [device.StatsLen]float64{}
 	for i := range d {
 		d[i] = train[i] - r.lastStats[i]
@@ -74,7 +130,7 @@ func (r *run) logInterval(seq, samples int, start time.Time) error {
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(Progress{Epoch: seq/r.trainSrc.steps + 1, Epochs: r.cfg.Epochs,
 			Step: seq%r.trainSrc.steps + 1, StepsPerEpoch: r.trainSrc.steps, Loss: loss, Accuracy: acc,
-			SamplesPerSecond: float64(samples) / since(start)})
+			SamplesPerSecond: float64(samples) / max(end.Sub(start).Seconds(), 1e-9)})
 	}
 	return nil
 }
@@ -122,7 +178,14 @@ func (r *run) endEpoch(seq int, epochStart time.Time) error {
 }
 
 // evaluate runs the test set through the evaluation graph (or eagerly).
+// A failed replay falls back the way a training step does: the executable
+// is discarded, the batch runs eagerly with reason device_error, and the
+// next training step captures again. With graphs on, an eager batch is
+// counted with its reason (device_error after a failed replay in this
+// evaluation, capture_failed after a failed capture); with graphs off, or
+// before the first capture (warm-up), it is not a fallback.
 func (r *run) evaluate() error {
+	replayFailed := false
 	for range r.evalSrc.steps {
 		b, err := r.eval.Next(context.Background())
 		if err != nil {
@@ -131,12 +194,31 @@ func (r *run) evaluate() error {
 		if err := r.compute.Wait(b.CopyDone); err != nil {
 			return err
 		}
-		if r.captured && r.lease.Ready(evalSlot+b.K) {
-			if err := r.lease.Replay(r.compute, evalSlot+b.K); err != nil {
+		slot := evalSlot + b.K
+		replayed := false
+		switch {
+		case r.captured && r.lease.Ready(slot):
+			if err := r.lease.Replay(r.compute, slot); err != nil {
+				r.log.Error("evaluation replay failed; evaluating eagerly and capturing again", "err", err)
+				r.lease.Discard(slot)
+				r.captured = false
+				replayFailed = true
+				r.fallback(ReasonDeviceError, map[string]any{"stage": "eval", "error": err.Error()})
+			} else {
+				replayed = true
+			}
+		case replayFailed:
+			r.fallback(ReasonDeviceError, nil)
+		case r.cfg.EnableGraphs && r.captureFailures > 0:
+			r.fallback(ReasonCaptureFailed, nil)
+		}
+		if replayed {
+			r.sum.EvalReplays++
+		} else {
+			r.sum.EvalEagerBatches++
+			if err := r.step.Eval(r.compute, r.layout.Views(r.eval.Input(b.K))); err != nil {
 				return err
 			}
-		} else if err := r.step.Eval(r.compute, r.layout.Views(r.eval.Input(b.K))); err != nil {
-			return err
 		}
 		if err := r.compute.Record(r.eval.StepDone(b.K)); err != nil {
 			return err
@@ -249,5 +331,8 @@ func (r *run) close() {
 	}
 	if !r.host.IsZero() {
 		_ = r.dev.FreeHost(r.host)
+	}
+	if !r.snap.IsZero() {
+		_ = r.dev.Free(r.snap)
 	}
 }

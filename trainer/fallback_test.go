@@ -68,8 +68,15 @@ func TestCaptureFailureFallsBackAndRetries(t *testing.T) {
 	if !sum.GraphEnabled || sum.GraphReplays != 2*steps {
 		t.Fatalf("replays %d, want %d (epochs 2 and 3)", sum.GraphReplays, 2*steps)
 	}
-	if got := sum.Fallbacks[trainer.ReasonCaptureFailed]; got != 1+steps-cfg.WarmupBatches {
-		t.Fatalf("capture_failed fallbacks %d, want the failure plus %d eager steps", got, steps-cfg.WarmupBatches)
+	// Epoch 1's evaluation ran eagerly too, each batch counted.
+	evalSteps := evalStepsPerEpoch(t, cfg)
+	if got := sum.Fallbacks[trainer.ReasonCaptureFailed]; got != 1+steps-cfg.WarmupBatches+evalSteps {
+		t.Fatalf("capture_failed fallbacks %d, want the failure plus %d eager steps and %d eager evaluation batches",
+			got, steps-cfg.WarmupBatches, evalSteps)
+	}
+	if sum.EvalEagerBatches != evalSteps || sum.EvalReplays != (cfg.Epochs-1)*evalSteps {
+		t.Fatalf("evaluation: %d eager, %d replayed; want epoch 1 eager (%d) and the rest replayed",
+			sum.EvalEagerBatches, sum.EvalReplays, evalSteps)
 	}
 	if len(failed) == 0 || failed[0].Fields["stage"] != "capture" {
 		t.Fatalf("no fallback event with stage capture: %v", failed)

@@ -53,6 +53,8 @@ type run struct {
 	samples         int     // valid training samples stepped in this run
 	loopSeconds     float64 // wall time of the training loop in this run
 	lastStats       [device.StatsLen]float64
+	pending         *statsRead    // log-interval read in flight
+	snap            device.Buffer // the accumulators as of a read, copied on the compute stream
 	sum             Summary
 }
 
@@ -176,6 +178,9 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	if r.host, err = r.dev.AllocHost(2 * device.StatsLen); err != nil {
 		return err
 	}
+	if r.snap, err = r.dev.Alloc(2 * device.StatsLen); err != nil {
+		return err
+	}
 	if r.timer, err = newEventTimer(r.dev, 4, r.obs.Replayed); err != nil {
 		return err
 	}
@@ -292,10 +297,15 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 		intervalSamples += b.Valid
 		r.samples += b.Valid
 		if (seq+1)%c.LogEvery == 0 {
-			if err := r.logInterval(seq, intervalSamples, intervalStart); err != nil {
+			issued, err := r.logInterval(seq, intervalSamples, intervalStart)
+			if err != nil {
 				return err
 			}
-			intervalSamples, intervalStart = 0, time.Now()
+			if issued {
+				intervalSamples, intervalStart = 0, time.Now()
+			}
+		} else if err := r.pollStats(); err != nil {
+			return err
 		}
 		if (seq+1)%steps == 0 {
 			if err := r.endEpoch(seq, epochStart); err != nil {
