@@ -43,8 +43,31 @@ type Checkpoint struct {
 	States    int    `json:"states"`
 	SHA256    string `json:"payload_sha256"`
 
+	// Totals are the run's counters up to Step, so that a resumed run's
+	// summary describes the whole run.
+	Totals *Totals `json:"totals,omitempty"`
+	// TrainStats are the training accumulators at a stop mid-epoch, so the
+	// epoch's loss and accuracy cover its steps from before the stop.
+	TrainStats []float64 `json:"train_stats,omitempty"`
+
 	params []float32
 	state  [][]float32
+}
+
+// Totals are the counters of a run that a resume carries on from.
+type Totals struct {
+	Steps              int            `json:"steps"`
+	GraphReplays       int            `json:"graph_replays"`
+	EagerSteps         int            `json:"eager_steps"`
+	Fallbacks          map[string]int `json:"fallbacks"`
+	Captures           int            `json:"captures"`
+	CapturePooled      int            `json:"captures_pooled"`
+	CaptureSeconds     float64        `json:"capture_seconds"`
+	CaptureColdSeconds float64        `json:"capture_cold_seconds"`
+	EvalReplays        int            `json:"eval_replays"`
+	EvalEagerBatches   int            `json:"eval_eager_batches"`
+	EpochSeconds       []float64      `json:"epoch_seconds"`
+	StageCopies        uint64         `json:"stage_copies"`
 }
 
 func (c *Config) checkpointHeader() Checkpoint {

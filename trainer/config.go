@@ -111,6 +111,9 @@ func (c Config) Validate() error {
 }
 
 // Summary is the outcome of a run; the command writes it as summary.json.
+// After a resume it describes the whole run: the counters, the epoch times
+// and the last epoch's training metrics carry on from the checkpoint. Only
+// SamplesPerSecond and WallSeconds are of the last invocation alone.
 type Summary struct {
 	Device             string         `json:"device"`
 	DeviceDescription  string         `json:"device_description"`
@@ -131,7 +134,7 @@ type Summary struct {
 	TrainAccuracy      float64        `json:"train_accuracy"`
 	TestAccuracy       float64        `json:"test_accuracy"` // cross-entropy models; 0 for MSE
 	TestLoss           float64        `json:"test_loss"`
-	SamplesPerSecond   float64        `json:"samples_per_second"` // training samples over the loop's wall time, eval included
+	SamplesPerSecond   float64        `json:"samples_per_second"` // this invocation's training samples over its loop's wall time, eval included
 	EpochSeconds       []float64      `json:"epoch_seconds"`
 	WallSeconds        float64        `json:"wall_seconds"`
 	ParamsSHA256       string         `json:"params_sha256"`

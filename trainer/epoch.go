@@ -162,7 +162,7 @@ func (r *run) endEpoch(seq int, epochStart time.Time) error {
 	if err := errors.Join(r.compute.Fill(r.step.W.TrainStats, 0), r.compute.Fill(r.step.W.EvalStats, 0)); err != nil {
 		return err
 	}
-	if err := r.checkpoint(seq + 1); err != nil {
+	if err := r.checkpoint(seq+1, nil); err != nil {
 		return err
 	}
 	r.reportMemory()
@@ -237,8 +237,9 @@ func (r *run) reportMemory() {
 	r.obs.PoolReserved(r.pool.Stats().ReservedBytes)
 }
 
-// checkpoint saves the state after next-1 steps, if a run directory is set.
-func (r *run) checkpoint(next int) error {
+// checkpoint saves the state after next-1 steps, if a run directory is set;
+// trainStats are the training accumulators when it stops mid-epoch.
+func (r *run) checkpoint(next int, trainStats []float64) error {
 	if r.cfg.RunDir == "" {
 		return nil
 	}
@@ -258,6 +259,8 @@ func (r *run) checkpoint(next int) error {
 	}
 	h := r.cfg.checkpointHeader()
 	h.Step = next
+	h.Totals = r.totals()
+	h.TrainStats = trainStats
 	if err := SaveCheckpoint(r.cfg.RunDir, h, params, state); err != nil {
 		return err
 	}
@@ -285,7 +288,7 @@ func (r *run) finish() error {
 	r.sum.DeviceDescription = r.dev.Description()
 	r.sum.Model = r.cfg.Spec.String()
 	r.sum.Epochs = r.cfg.Epochs
-	r.sum.StageCopies = r.train.Copies() + r.eval.Copies()
+	r.sum.StageCopies = r.stageCopies()
 	r.sum.Finished = time.Now().UTC()
 	if r.sum.Fallbacks == nil {
 		r.sum.Fallbacks = map[string]int{}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,14 +50,15 @@ type run struct {
 	marker            device.Event
 	host              device.HostBuffer // 2*StatsLen: train and eval statistics
 
-	captured        bool
-	captureFailures int
-	samples         int     // valid training samples stepped in this run
-	loopSeconds     float64 // wall time of the training loop in this run
-	lastStats       [device.StatsLen]float64
-	pending         *statsRead    // log-interval read in flight
-	snap            device.Buffer // the accumulators as of a read, copied on the compute stream
-	sum             Summary
+	captured          bool
+	captureFailures   int
+	samples           int     // valid training samples stepped in this run
+	loopSeconds       float64 // wall time of the training loop in this run
+	lastStats         [device.StatsLen]float64
+	pending           *statsRead    // log-interval read in flight
+	stageCopiesBefore uint64        // batch copies before a resume
+	snap              device.Buffer // the accumulators as of a read, copied on the compute stream
+	sum               Summary
 }
 
 // Run trains according to cfg on dev. Graphs come from pool when
@@ -187,7 +190,55 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	if err := r.startStaging(ctx, startSeq); err != nil {
 		return err
 	}
-	return errors.Join(r.compute.Fill(ws.TrainStats, 0), r.compute.Fill(ws.EvalStats, 0))
+	if err := errors.Join(r.compute.Fill(ws.TrainStats, 0), r.compute.Fill(ws.EvalStats, 0)); err != nil {
+		return err
+	}
+	if c.Resume {
+		return r.carryOn(ck, startSeq)
+	}
+	return nil
+}
+
+// carryOn continues the counters and, mid-epoch, the training
+// accumulators of the run the checkpoint stopped.
+func (r *run) carryOn(ck *Checkpoint, startSeq int) error {
+	if t := ck.Totals; t != nil {
+		r.sum.Steps, r.sum.GraphReplays, r.sum.EagerSteps = t.Steps, t.GraphReplays, t.EagerSteps
+		r.sum.Captures, r.sum.CapturePooled = t.Captures, t.CapturePooled
+		r.sum.CaptureSeconds, r.sum.CaptureColdSeconds = t.CaptureSeconds, t.CaptureColdSeconds
+		r.sum.EvalReplays, r.sum.EvalEagerBatches = t.EvalReplays, t.EvalEagerBatches
+		r.sum.EpochSeconds = slices.Clone(t.EpochSeconds)
+		r.sum.Fallbacks = maps.Clone(t.Fallbacks)
+		r.stageCopiesBefore = t.StageCopies
+	}
+	if len(ck.TrainStats) != device.StatsLen || startSeq%r.trainSrc.steps == 0 {
+		return nil
+	}
+	v := make([]float32, device.StatsLen)
+	for i, x := range ck.TrainStats {
+		v[i] = float32(x)
+		r.lastStats[i] = float64(v[i])
+	}
+	if err := r.compute.Synchronize(); err != nil {
+		return err
+	}
+	return r.dev.Upload(r.step.W.TrainStats.Slice(0, device.StatsLen), v)
+}
+
+// totals are the run's counters so far, for a checkpoint.
+func (r *run) totals() *Totals {
+	return &Totals{
+		Steps: r.sum.Steps, GraphReplays: r.sum.GraphReplays, EagerSteps: r.sum.EagerSteps,
+		Fallbacks: maps.Clone(r.sum.Fallbacks), Captures: r.sum.Captures, CapturePooled: r.sum.CapturePooled,
+		CaptureSeconds: r.sum.CaptureSeconds, CaptureColdSeconds: r.sum.CaptureColdSeconds,
+		EvalReplays: r.sum.EvalReplays, EvalEagerBatches: r.sum.EvalEagerBatches,
+		EpochSeconds: slices.Clone(r.sum.EpochSeconds), StageCopies: r.stageCopies(),
+	}
+}
+
+// stageCopies is the number of batch copies of the whole run.
+func (r *run) stageCopies() uint64 {
+	return r.stageCopiesBefore + r.train.Copies() + r.eval.Copies()
 }
 
 func (r *run) startStaging(ctx context.Context, startSeq int) error {
@@ -337,8 +388,9 @@ func (r *run) interrupt(seq, startSeq int) error {
 		if n := train[device.StatCount]; n > 0 {
 			r.sum.TrainLoss, r.sum.TrainAccuracy = train[device.StatLossSum]/n, train[device.StatCorrect]/n
 		}
+		return r.checkpoint(seq, train[:])
 	}
-	return r.checkpoint(seq)
+	return r.checkpoint(seq, nil)
 }
 
 // runTrainStep issues one training step: wait for its copy, replay (or run

@@ -110,11 +110,41 @@ func TestResumeMatchesUninterrupted(t *testing.T) {
 	cfg.MaxSteps = 0
 	cfg.Resume = true
 	rest := run(t, cfg)
-	if rest.ResumedFromStep != 21 || rest.Steps != 48-21 {
-		t.Fatalf("resumed from %d ran %d steps", rest.ResumedFromStep, rest.Steps)
-	}
 	if rest.ParamsSHA256 != whole.ParamsSHA256 {
 		t.Fatalf("resumed params %s != uninterrupted %s", rest.ParamsSHA256, whole.ParamsSHA256)
+	}
+	// The summary describes the whole run, not the last invocation: its
+	// counters carry on, and the interrupted epoch's training loss covers
+	// its steps from before the stop.
+	if rest.ResumedFromStep != 21 || rest.Steps != whole.Steps {
+		t.Fatalf("resumed from %d: %d steps in all, the uninterrupted run %d", rest.ResumedFromStep, rest.Steps, whole.Steps)
+	}
+	if rest.GraphReplays+rest.EagerSteps != rest.Steps || rest.GraphReplays <= part.GraphReplays {
+		t.Fatalf("resumed run: %d replays + %d eager steps for %d steps (first part %d replays)",
+			rest.GraphReplays, rest.EagerSteps, rest.Steps, part.GraphReplays)
+	}
+	if len(rest.EpochSeconds) != cfg.Epochs || rest.Captures <= part.Captures || rest.StageCopies <= part.StageCopies {
+		t.Fatalf("resumed run: %d epoch times, %d captures (part %d), %d stage copies (part %d)",
+			len(rest.EpochSeconds), rest.Captures, part.Captures, rest.StageCopies, part.StageCopies)
+	}
+	if rest.TrainLoss != whole.TrainLoss || rest.TrainAccuracy != whole.TrainAccuracy || rest.TestAccuracy != whole.TestAccuracy {
+		t.Fatalf("resumed run: train loss %v acc %v test acc %v; uninterrupted %v %v %v",
+			rest.TrainLoss, rest.TrainAccuracy, rest.TestAccuracy, whole.TrainLoss, whole.TrainAccuracy, whole.TestAccuracy)
+	}
+}
+
+// A stop in the last epoch and a resume: the last epoch's training loss is
+// over all its steps, as in a run never stopped.
+func TestResumeInTheLastEpochKeepsItsLoss(t *testing.T) {
+	cfg := smallConfig(t)
+	whole := run(t, cfg)
+	cfg.RunDir = t.TempDir()
+	cfg.MaxSteps = 2*16 + 7
+	run(t, cfg)
+	cfg.MaxSteps, cfg.Resume = 0, true
+	rest := run(t, cfg)
+	if rest.TrainLoss != whole.TrainLoss || rest.ParamsSHA256 != whole.ParamsSHA256 {
+		t.Fatalf("resumed in the last epoch: train loss %v, uninterrupted %v", rest.TrainLoss, whole.TrainLoss)
 	}
 }
 
