@@ -261,10 +261,12 @@ func (r *run) startStaging(ctx context.Context, startSeq int) error {
 		PrefetchToDevice: c.PrefetchToDevice, Guard: r.guard, Logger: r.log, OnCopy: r.obs.StageCopied}
 	tc := base
 	tc.StartSeq = startSeq
+	tc.Logger = r.log.With("stager", "train")
 	if r.train, err = staging.New(r.dev, tc, r.trainSrc); err != nil {
 		return err
 	}
 	ec := base
+	ec.Logger = r.log.With("stager", "eval")
 	ec.StartSeq = (startSeq / r.trainSrc.steps) * r.evalSrc.steps
 	if r.eval, err = staging.New(r.dev, ec, r.evalSrc); err != nil {
 		return err
