@@ -44,8 +44,8 @@ type Config struct {
 	Buffers  int // static device input buffers (>= 1; 2 overlaps copy and step)
 	Loaders  int // loader goroutines (>= 1)
 	// PrefetchToDevice lets the stager issue its copies without the capture
-	// guard, like a data loader that prefetches to the device on its own.
-	// It is switched off (for good) the first time a capture is guarded.
+	// guard, like a data loader that prefetches to the device on its own
+	// stream. It is switched off around each capture.
 	PrefetchToDevice bool
 	// StartSeq is the first sequence number, for resuming mid-run.
 	StartSeq int
@@ -256,7 +256,7 @@ func (st *Stager) StepDone(k int) device.Event { return st.stepped[k] }
 // Copies is the number of batch copies issued so far.
 func (st *Stager) Copies() uint64 { return st.copies.Load() }
 
-// PrefetchToDevice reports whether prefetch to device is still on.
+// PrefetchToDevice reports whether prefetch to device is on now.
 func (st *Stager) PrefetchToDevice() bool { return st.prefetch.Load() }
 
 // Start starts the loader goroutines and the stager goroutine. Stop ends them.
@@ -463,9 +463,9 @@ func (st *Stager) Release(b Staged) {
 	st.release[b.K] <- struct{}{}
 }
 
-// DisablePrefetch switches prefetch to device off for good, before a
-// capture, and logs why. It reports whether it was on. After it returns no
-// unguarded device call of this stager is in flight.
+// DisablePrefetch switches prefetch to device off, before a capture, and
+// logs why. It reports whether it was on. After it returns no unguarded
+// device call of this stager is in flight.
 func (st *Stager) DisablePrefetch(reason string) bool {
 	if !st.prefetch.Load() {
 		return false
@@ -479,11 +479,22 @@ func (st *Stager) DisablePrefetch(reason string) bool {
 	return was
 }
 
-// GuardCapture switches prefetch off (logging reason) and runs capture
-// under the stager's guard: no staging copy, record or synchronisation
-// happens while it runs. Loaders keep filling host slots meanwhile.
+// EnablePrefetch switches prefetch to device back on after a capture, if
+// the configuration asked for it.
+func (st *Stager) EnablePrefetch() {
+	if st.cfg.PrefetchToDevice {
+		st.prefetch.Store(true)
+	}
+}
+
+// GuardCapture switches prefetch off around capture (logging reason) and
+// runs capture under the stager's guard: no staging copy, record or
+// synchronisation happens while it runs. Loaders keep filling host slots
+// meanwhile. Prefetch is back on when it returns, if it was on before.
 func (st *Stager) GuardCapture(reason string, capture func() error) error {
-	st.DisablePrefetch(reason)
+	if st.DisablePrefetch(reason) {
+		defer st.EnablePrefetch()
+	}
 	return st.guard.Capture(capture)
 }
 

@@ -238,6 +238,7 @@ func TestGuardedStagingKeepsCaptureValid(t *testing.T) {
 	must(t, d.Upload(sum, make([]float32, batchLen)))
 
 	var copiesDuring, fillsDuring int64
+	prefetchDuring := true
 	// Consume a few batches eagerly so the pipeline is in full flow.
 	ctx := context.Background()
 	for range 5 {
@@ -261,6 +262,7 @@ func TestGuardedStagingKeepsCaptureValid(t *testing.T) {
 	var g device.Graph
 	err = st.GuardCapture("test capture", func() error {
 		copies0, fills0 := st.Copies(), src.fills.Load()
+		prefetchDuring = st.PrefetchToDevice()
 		if err := compute.BeginCapture(device.CaptureGlobal); err != nil {
 			return err
 		}
@@ -283,8 +285,11 @@ func TestGuardedStagingKeepsCaptureValid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("capture with tolaria's staging running: %v", err)
 	}
-	if st.PrefetchToDevice() {
-		t.Fatal("prefetch to device still on after a guarded capture")
+	if prefetchDuring {
+		t.Fatal("prefetch to device was on during a guarded capture")
+	}
+	if !st.PrefetchToDevice() {
+		t.Fatal("prefetch to device stayed off after the guarded capture")
 	}
 	if fillsDuring < 1 {
 		t.Fatalf("loaders filled %d slots during the capture, want them to keep running", fillsDuring)

@@ -151,7 +151,7 @@ func NewMetrics(version string) *Metrics {
 		capturesTotal:    counter(MetricCapturesTotal, "Graph captures; pooled=\"true\" when the shared graph pool served them without a new instantiation.", with(LabelPooled)),
 		poolReserved:     gauge(MetricPoolReservedBytes, "Device memory held by the shared graph pool.", dw),
 		execUpdates:      counter(MetricExecUpdatesTotal, "Graph executables updated in place from a new capture.", dw),
-		prefetchDisabled: gauge(MetricPrefetchDisabled, "1 once the stager's prefetch-to-device has been switched off for graph capture; it stays off for the rest of the run, with staging copies kept out of captures by the capture guard.", dw),
+		prefetchDisabled: gauge(MetricPrefetchDisabled, "1 while the stagers' prefetch-to-device is switched off around a graph capture (staging copies then wait for the capture guard), 0 otherwise.", dw),
 		stepSeconds:      histogram(MetricStepSeconds, "Wall time of one training step.", stepBase),
 		samplesTotal:     counter(MetricSamplesTotal, "Training samples processed.", dw),
 		trainLoss:        gauge(MetricTrainLoss, "Mean training loss over the last log interval.", dw),

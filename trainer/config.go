@@ -140,7 +140,7 @@ type Summary struct {
 	ParamsSHA256       string         `json:"params_sha256"`
 	ResumedFromStep    int            `json:"resumed_from_step,omitempty"`
 	Interrupted        bool           `json:"interrupted,omitempty"`
-	PrefetchDisabled   bool           `json:"prefetch_to_device_disabled,omitempty"`
+	PrefetchDisabled   bool           `json:"prefetch_to_device_disabled,omitempty"` // prefetch to device was on and switched off around a capture
 	StageCopies        uint64         `json:"stage_copies"`
 	Finished           time.Time      `json:"finished"`
 }

@@ -24,8 +24,8 @@ type Observer interface {
 	ExecUpdated()
 	// PoolReserved reports the bytes of device memory the graph pool holds.
 	PoolReserved(bytes int64)
-	// PrefetchToDeviceDisabled reports whether prefetch-to-device has been
-	// switched off for capture; once off, it stays off for the run.
+	// PrefetchToDeviceDisabled reports prefetch-to-device switched off
+	// before a capture (true) and back on after it (false).
 	PrefetchToDeviceDisabled(disabled bool)
 	// Stepped reports one training step's wall time and its sample count.
 	Stepped(seconds float64, samples int)

@@ -144,3 +144,33 @@ func countOf(s []string, v string) int {
 	}
 	return n
 }
+
+// TestPrefetchToDeviceIsOffAroundCapture: with prefetch to device on, the
+// stagers run unguarded until the capture, which switches it off (logged,
+// counted, reported) and back on once it is done; captures succeed and
+// the run ends as an eager one does.
+func TestPrefetchToDeviceIsOffAroundCapture(t *testing.T) {
+	cfg := smallConfig(t)
+	eager := cfg
+	eager.EnableGraphs = false
+	want := run(t, eager).ParamsSHA256
+
+	cfg.PrefetchToDevice = true
+	rec := &recorder{fallbacks: map[string]int{}, memory: map[string]int64{}}
+	cfg.Observer = rec
+	sum, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !sum.PrefetchDisabled || !slices.Equal(rec.prefetchOff, []bool{true, false}) {
+		t.Errorf("summary prefetch_to_device_disabled %v, reports %v; want off around the one capture", sum.PrefetchDisabled, rec.prefetchOff)
+	}
+	if countOf(rec.events, trainer.EventPrefetchOff) != 1 {
+		t.Errorf("events %v, want one %s", rec.events, trainer.EventPrefetchOff)
+	}
+	if !sum.GraphEnabled || len(rec.fallbacks) > 0 || sum.ParamsSHA256 != want {
+		t.Errorf("graphs %v, fallbacks %v, same params as eager %v", sum.GraphEnabled, rec.fallbacks, sum.ParamsSHA256 == want)
+	}
+}

@@ -469,9 +469,15 @@ func (r *run) maybeCapture(seq, done int) error {
 	r.train.DisablePrefetch(prefetchReason)
 	r.eval.DisablePrefetch(prefetchReason)
 	if prefetchWasOn {
+		// Off around the capture only: the stagers honour the guard then.
 		r.sum.PrefetchDisabled = true
 		r.obs.PrefetchToDeviceDisabled(true)
 		r.obs.Event(Event{Time: time.Now(), Kind: EventPrefetchOff, Fields: map[string]any{"reason": prefetchReason}})
+		defer func() {
+			r.train.EnablePrefetch()
+			r.eval.EnablePrefetch()
+			r.obs.PrefetchToDeviceDisabled(false)
+		}()
 	}
 	err := r.guard.Capture(func() error {
 		for k := range r.train.Buffers() {

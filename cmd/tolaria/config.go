@@ -84,7 +84,7 @@ func options() []option {
 		{"model.loss", "loss", "cross_entropy or mse", d.Loss, strOpt(func(s *job.Spec) *string { return &s.Loss })},
 		{"warmup_batches", "warmup-batches", "eager steps before capture", d.WarmupBatches, intOpt(func(s *job.Spec) *int { return &s.WarmupBatches })},
 		{"graph_pool_reuse", "graph-pool-reuse", "share the process-wide graph pool", d.GraphPoolReuse, boolOpt(func(s *job.Spec) *bool { return &s.GraphPoolReuse })},
-		{"prefetch_to_device", "prefetch-to-device", "let staging copy ahead without the capture guard, until the first capture switches it off for the run", d.PrefetchToDevice, boolOpt(func(s *job.Spec) *bool { return &s.PrefetchToDevice })},
+		{"prefetch_to_device", "prefetch-to-device", "let staging copy ahead without the capture guard (switched off around each capture)", d.PrefetchToDevice, boolOpt(func(s *job.Spec) *bool { return &s.PrefetchToDevice })},
 		{"ragged", "ragged", "short last batch: pad, drop or eager", d.Ragged, strOpt(func(s *job.Spec) *string { return &s.Ragged })},
 		{"staging_slots", "staging-slots", "pinned host slots in the staging ring", d.Slots, intOpt(func(s *job.Spec) *int { return &s.Slots })},
 		{"loaders", "loaders", "loader goroutines", d.Loaders, intOpt(func(s *job.Spec) *int { return &s.Loaders })},
