@@ -184,9 +184,17 @@ func (t Threshold) Expr() string {
 		return fmt.Sprintf("increase(%s[%s]) > %s or (%s > %s unless %s offset %s)", t.Metric, w, v, t.Metric, v, t.Metric, w)
 	case AnyAbove:
 		// Observations above v: _count minus the bucket at v.
+		// Raw values, not increase(): its extrapolation differs between
+		// the count and the bucket when one starts at zero and scrapes and
+		// evaluations are not aligned, which would fire on fast
+		// observations.
 		above := fmt.Sprintf("%s_count - ignoring (le) %s_bucket{le=%q}", t.Metric, t.Metric, v)
-		grew := fmt.Sprintf("increase(%s_count[%s]) - ignoring (le) increase(%s_bucket{le=%q}[%s])", t.Metric, w, t.Metric, v, w)
-		return fmt.Sprintf("(%s) > 0 or ((%s) > 0 unless %s_count offset %s)", grew, above, t.Metric, w)
+		before := fmt.Sprintf("%s_count offset %s - ignoring (le) %s_bucket{le=%q} offset %s", t.Metric, w, t.Metric, v, w)
+		// Grew within the window; or first seen within it (work done before
+		// the first scrape); or a restarted process (a counter reset) that
+		// has one already.
+		return fmt.Sprintf("(%s) - (%s) > 0 or ((%s) > 0 unless %s_count offset %s) or ((%s) > 0 and resets(%s_count[%s]) > 0)",
+			above, before, above, t.Metric, w, above, t.Metric, w)
 	case AgeAbove:
 		return fmt.Sprintf("time() - %s > %s and on (job, instance) up{job=%q} == 1", t.Metric, v, ScrapeJob)
 	case TargetDown:

@@ -91,7 +91,7 @@ func TestExpr(t *testing.T) {
 		{Threshold{Metric: "m_total", Condition: IncreaseAbove, Window: 5 * time.Minute},
 			"increase(m_total[5m]) > 0 or (m_total > 0 unless m_total offset 5m)"},
 		{Threshold{Metric: "m", Condition: AnyAbove, Window: 5 * time.Minute, Value: 0.2},
-			`(increase(m_count[5m]) - ignoring (le) increase(m_bucket{le="0.2"}[5m])) > 0 or ((m_count - ignoring (le) m_bucket{le="0.2"}) > 0 unless m_count offset 5m)`},
+			`(m_count - ignoring (le) m_bucket{le="0.2"}) - (m_count offset 5m - ignoring (le) m_bucket{le="0.2"} offset 5m) > 0 or ((m_count - ignoring (le) m_bucket{le="0.2"}) > 0 unless m_count offset 5m) or ((m_count - ignoring (le) m_bucket{le="0.2"}) > 0 and resets(m_count[5m]) > 0)`},
 		{Threshold{Metric: "ts", Condition: AgeAbove, Value: 300},
 			`time() - ts > 300 and on (job, instance) up{job="tolaria"} == 1`},
 		{Threshold{Metric: "up", Condition: TargetDown},

@@ -294,8 +294,10 @@ func increaseScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 // anyAboveScenarios: histograms that Prometheus first sees holding one
 // observation above the threshold (bad) or at most it (healthy), as after
 // a job's first captures; one observation above the threshold a minute
-// after a zero start (bad); the first-seen slow observation once the window
-// has passed (healthy); and a steady stream at most the threshold (healthy).
+// after a zero start (bad); a restarted process whose first observation is
+// above it (bad); the first-seen slow observation once the window has
+// passed, alone or followed by fast ones (healthy); and a steady stream at
+// most the threshold (healthy).
 func anyAboveScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 	l := workerLabels()
 	span := t.Window + 4*time.Minute
@@ -316,7 +318,14 @@ func anyAboveScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 		}
 	}
 	later := fmt.Sprintf("%s %s", constant(0, time.Minute-scrapeStep), constant(1, span))
+	// A process restarted after running longer than the window (the
+	// counters reset) whose first observation is above the threshold, as
+	// the one before it had.
+	restart := t.Window + 2*time.Minute
 	bad = []scenario{
+		mk("a restarted process whose first observation is above the threshold",
+			fmt.Sprintf("%s %s", constant(3, restart-scrapeStep), constant(1, span)),
+			fmt.Sprintf("%s %s", constant(2, restart-scrapeStep), constant(0, span)), restart+time.Minute),
 		mk("a first scrape holding one observation above the threshold", constant(1, span), constant(0, span), time.Minute),
 		mk("one observation above the threshold a minute after a zero start", later, constant(0, span), 2*time.Minute),
 	}
@@ -324,6 +333,12 @@ func anyAboveScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 		mk("a first scrape holding one observation at most the threshold", constant(1, span), constant(1, span), time.Minute),
 		mk("a first-scraped observation above the threshold once the window has passed", constant(1, span), constant(0, span), t.Window+2*time.Minute),
 		mk("a steady stream at most the threshold", ramp(10, span), ramp(10, span), t.Window+2*time.Minute),
+		// A slow first observation long ago, then fast ones: the count
+		// and the bucket grow alike, so nothing new is above.
+		mk("fast observations after a slow one more than the window ago",
+			fmt.Sprintf("%s 2+1x%d", constant(1, t.Window+2*time.Minute-scrapeStep), steps(span)),
+			fmt.Sprintf("%s 1+1x%d", constant(0, t.Window+2*time.Minute-scrapeStep), steps(span)),
+			t.Window+7*time.Minute+45*time.Second),
 	}
 	return bad, healthy, nil
 }
