@@ -18,8 +18,8 @@ func TestTargets(t *testing.T) {
 	}
 
 	mlp := &Report{Device: "cuda:0", Preset: string(PresetMLP), BatchSize: 64, Model: defaultMLPModel(),
-		Summary: Summary{GraphStepMS: 0.105, DeviceBusyMS: 0.1, Speedup: 3.5, CaptureColdMS: 4,
-			CapturePooledMS: 0.4, PooledCaptures: 2, ExposedStageFraction: 0.01}}
+		Summary: Summary{GraphStepMS: 0.105, DeviceBusyMS: 0.1, Speedup: 3.5, CaptureColdMS: 4, Captures: 3,
+			CapturePooledMS: 0.4, PooledCaptures: 2, ExposedStageFraction: 0.01, GraphDeviceStepMS: 0.11}}
 	want := map[string]bool{
 		"graph step over device-busy time (x)":              true,
 		"graphs vs eager step, default MLP at batch 64 (x)": true,
@@ -40,12 +40,17 @@ func TestTargets(t *testing.T) {
 	}
 	check(Targets(mlp), want)
 
-	mlp.Summary = Summary{GraphStepMS: 0.2, DeviceBusyMS: 0.1, Speedup: 2, CaptureColdMS: 6,
-		CapturePooledMS: 0.6, PooledCaptures: 2, ExposedStageFraction: 0.05}
+	mlp.Summary = Summary{GraphStepMS: 0.2, DeviceBusyMS: 0.1, Speedup: 2, CaptureColdMS: 6, Captures: 3,
+		CapturePooledMS: 0.6, PooledCaptures: 2, ExposedStageFraction: 0.05, GraphDeviceStepMS: 0.2}
 	for k := range want {
 		want[k] = false
 	}
 	check(Targets(mlp), want)
+
+	// Figures that were not measured are left out, not met.
+	if got := Targets(&Report{Device: "cuda:0", Preset: string(PresetTiny)}); len(got) != 0 {
+		t.Fatalf("a report with nothing measured: %+v, want no targets", got)
+	}
 
 	// Another model at batch 64 is not the default MLP: no 3x target.
 	mlp.Model = "784-512-10 gelu"

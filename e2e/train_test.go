@@ -229,6 +229,8 @@ func TestOutOfRangeFlags(t *testing.T) {
 		{[]string{"stray-argument"}, nil, "stray-argument"},
 		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
 		{[]string{"--metrics-addr", "bad::addr"}, nil, "metrics-addr"},
+		{[]string{"--worker-start-timeout", "0s"}, nil, "worker-start-timeout"},
+		{nil, []string{"TOLARIA_WORKER_START_TIMEOUT=soon"}, "worker-start-timeout"},
 		{[]string{"--weight-decay", "2"}, nil, "weight_decay"},
 	} {
 		args := append(quick(filepath.Join(dir, "never")), c.args...)

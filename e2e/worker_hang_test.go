@@ -13,11 +13,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tolaria-ml/tolaria/worker"
 )
 
 // The hanging worker sleeps far longer than tolaria may take to give up
-// on it (its hello timeout is 10s), so a bound between the two proves
-// tolaria did not wait for the sleep.
+// on it (worker.DefaultHelloTimeout, or --worker-start-timeout), so a bound
+// between the two proves tolaria did not wait for the sleep.
 const (
 	workerSleep = "300"
 	failFast    = 90 * time.Second
@@ -73,7 +75,7 @@ func TestHangingWorkerFailsFast(t *testing.T) {
 	if r.code != 1 {
 		t.Fatalf("cuda with a hanging worker: exit %d, want 1:\n%s", r.code, r.stderr)
 	}
-	for _, want := range []string{"tolaria: the worker " + hanging + " started but did not answer within 10s", "initialising the driver", "--device cpu"} {
+	for _, want := range []string{"tolaria: the worker " + hanging + " started but did not answer within " + worker.DefaultHelloTimeout.String(), "initialising the driver", "--device cpu"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("the message does not say %q:\n%s", want, r.stderr)
 		}
@@ -89,9 +91,11 @@ func TestHangingWorkerFailsFast(t *testing.T) {
 	// --device auto falls back to the CPU, with the reason in the log.
 	os.Remove(pidFile)
 	start = time.Now()
-	r = tolaria(t, dir, nil, append(quick(filepath.Join(dir, "auto")), "--device", "auto", "--worker", hanging)...)
+	// The start-up limit comes from the environment (or
+	// --worker-start-timeout) here.
+	r = tolaria(t, dir, []string{"TOLARIA_WORKER_START_TIMEOUT=3s"}, append(quick(filepath.Join(dir, "auto")), "--device", "auto", "--worker", hanging)...)
 	took = time.Since(start)
-	if r.code != 0 || !strings.Contains(r.stderr, "using cpu") || !strings.Contains(r.stderr, "did not answer within 10s") {
+	if r.code != 0 || !strings.Contains(r.stderr, "using cpu") || !strings.Contains(r.stderr, "did not answer within 3s") {
 		t.Fatalf("auto with a hanging worker: exit %d:\n%s", r.code, r.stderr)
 	}
 	if took >= failFast {

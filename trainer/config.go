@@ -113,7 +113,8 @@ func (c Config) Validate() error {
 // Summary is the outcome of a run; the command writes it as summary.json.
 // After a resume it describes the whole run: the counters, the epoch times
 // and the last epoch's training metrics carry on from the checkpoint. Only
-// SamplesPerSecond and WallSeconds are of the last invocation alone.
+// SamplesPerSecond and WallSeconds are of the last invocation alone, and
+// the time of an epoch stopped and resumed is that of its resumed part.
 type Summary struct {
 	Device             string         `json:"device"`
 	DeviceDescription  string         `json:"device_description"`

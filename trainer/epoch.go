@@ -42,11 +42,16 @@ func (r *run) hostStats() (train, eval [device.StatsLen]float64) {
 // that copy only (at an epoch's end or a stop). A log-interval read still
 // in flight is superseded by it.
 func (r *run) readStats() (train, eval [device.StatsLen]float64, err error) {
-	if r.pending != nil {
+	if p := r.pending; p != nil {
+		// Let the read in flight finish and report its interval first.
 		if err := r.marker.Synchronize(); err != nil {
 			return train, eval, err
 		}
 		r.pending = nil
+		t, _ := r.hostStats()
+		if err := r.reportInterval(p.seq, p.samples, p.start, p.issued, t); err != nil {
+			return train, eval, err
+		}
 	}
 	if err := r.issueStatsRead(); err != nil {
 		// A copy may still be in flight: do not read the pinned memory.
@@ -113,6 +118,7 @@ func (r *run) pollStats() error {
 // reportInterval reports the loss and accuracy of the steps since the last
 // reading, from the accumulators read at the end of step seq.
 func (r *run) reportInterval(seq, samples int, start, end time.Time, train [device.StatsLen]float64) error {
+	r.reportedSeq = seq
 	d := [device.StatsLen]float64{}
 	for i := range d {
 		d[i] = train[i] - r.lastStats[i]
@@ -137,8 +143,11 @@ func (r *run) reportInterval(seq, samples int, start, end time.Time, train [devi
 
 // endEpoch evaluates on the test set, checks the loss, checkpoints and
 // resets the accumulators for the next epoch.
-func (r *run) endEpoch(seq int, epochStart time.Time) error {
+// samples and intervalStart are those of the steps since the last
+// log-interval read, which the epoch's end reports as the last interval.
+func (r *run) endEpoch(seq int, epochStart time.Time, samples int, intervalStart time.Time) error {
 	epoch := seq/r.trainSrc.steps + 1
+	trainEnd := time.Now()
 	if err := r.evaluate(); err != nil {
 		return fmt.Errorf("trainer: evaluation after epoch %d: %w", epoch, err)
 	}
@@ -149,6 +158,11 @@ func (r *run) endEpoch(seq int, epochStart time.Time) error {
 	if !finite(train[device.StatLossSum]) {
 		return fmt.Errorf("%w in epoch %d; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm", ErrNonFinite, epoch)
 	}
+	if seq > r.reportedSeq {
+		if err := r.reportInterval(seq, samples, intervalStart, trainEnd, train); err != nil {
+			return err
+		}
+	}
 	secs := since(epochStart)
 	n := max(train[device.StatCount], 1)
 	r.sum.TrainLoss = train[device.StatLossSum] / n
@@ -158,7 +172,7 @@ func (r *run) endEpoch(seq int, epochStart time.Time) error {
 	r.sum.EpochSeconds = append(r.sum.EpochSeconds, secs)
 	r.obs.TrainLoss(r.sum.TrainLoss)
 	r.obs.EvalAccuracy(r.sum.TestAccuracy)
-	r.lastStats = [device.StatsLen]float64{}
+	r.lastStats, r.carried = [device.StatsLen]float64{}, 0
 	if err := errors.Join(r.compute.Fill(r.step.W.TrainStats, 0), r.compute.Fill(r.step.W.EvalStats, 0)); err != nil {
 		return err
 	}
@@ -172,7 +186,7 @@ func (r *run) endEpoch(seq int, epochStart time.Time) error {
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(Progress{Epoch: epoch, Epochs: r.cfg.Epochs, Step: r.trainSrc.steps, StepsPerEpoch: r.trainSrc.steps,
 			Loss: r.sum.TrainLoss, Accuracy: r.sum.TrainAccuracy, EpochDone: true, TestAccuracy: r.sum.TestAccuracy,
-			EpochSeconds: secs, SamplesPerSecond: n / secs})
+			EpochSeconds: secs, SamplesPerSecond: (train[device.StatCount] - r.carried) / secs})
 	}
 	return nil
 }

@@ -174,3 +174,28 @@ func TestPrefetchToDeviceIsOffAroundCapture(t *testing.T) {
 		t.Errorf("graphs %v, fallbacks %v, same params as eager %v", sum.GraphEnabled, rec.fallbacks, sum.ParamsSHA256 == want)
 	}
 }
+
+// TestEveryEpochReportsItsLastInterval: the interval ending with an
+// epoch's last step is reported although the epoch's end reads the
+// accumulators right after it.
+func TestEveryEpochReportsItsLastInterval(t *testing.T) {
+	cfg := smallConfig(t)
+	cfg.LogEvery = 4 // 16 steps per epoch: the last interval ends the epoch
+	var mu sync.Mutex
+	last := map[int]bool{}
+	cfg.Progress = func(p trainer.Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !p.EpochDone && p.Step == p.StepsPerEpoch {
+			last[p.Epoch] = true
+		}
+	}
+	run(t, cfg)
+	mu.Lock()
+	defer mu.Unlock()
+	for e := 1; e <= cfg.Epochs; e++ {
+		if !last[e] {
+			t.Errorf("epoch %d: no progress report for its last interval (reported: %v)", e, last)
+		}
+	}
+}

@@ -56,6 +56,8 @@ type run struct {
 	loopSeconds       float64 // wall time of the training loop in this run
 	lastStats         [device.StatsLen]float64
 	pending           *statsRead    // log-interval read in flight
+	reportedSeq       int           // the last step whose interval was reported
+	carried           float64       // samples in the training accumulators from before a resume
 	stageCopiesBefore uint64        // batch copies before a resume
 	snap              device.Buffer // the accumulators as of a read, copied on the compute stream
 	sum               Summary
@@ -116,7 +118,10 @@ var ErrDeviceBusy = errors.New("trainer: the device is already training in this 
 // own captures, so two trainers at once on one device would break each
 // other's captures. One job per device per process is tolaria's design:
 // further jobs run in worker processes of their own. Runs one after the
-// other share a device, and through the graph pool its captures.
+// other share a device, and through the graph pool its captures. (Global
+// capture mode spans the process, so trainers on two GPUs of one process
+// could still break each other's captures; tolaria gives each GPU a worker
+// process of its own, and this check does not look across devices.)
 var busy struct {
 	sync.Mutex
 	devs map[device.Device]bool
@@ -219,6 +224,7 @@ func (r *run) carryOn(ck *Checkpoint, startSeq int) error {
 		v[i] = float32(x)
 		r.lastStats[i] = float64(v[i])
 	}
+	r.carried = r.lastStats[device.StatCount]
 	if err := r.compute.Synchronize(); err != nil {
 		return err
 	}
@@ -317,6 +323,7 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
+	r.reportedSeq = startSeq - 1
 	loopStart := time.Now()
 	defer func() { r.loopSeconds = since(loopStart) }()
 	epochStart, intervalStart := time.Now(), time.Now()
@@ -361,7 +368,7 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 			return err
 		}
 		if (seq+1)%steps == 0 {
-			if err := r.endEpoch(seq, epochStart); err != nil {
+			if err := r.endEpoch(seq, epochStart, intervalSamples, intervalStart); err != nil {
 				return err
 			}
 			intervalSamples, intervalStart = 0, time.Now()

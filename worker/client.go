@@ -131,7 +131,9 @@ const (
 	// its hello, which it sends once its device is open. A worker that is
 	// silent that long is stuck (in driver start-up, or not a worker at
 	// all) and is killed.
-	DefaultHelloTimeout = 10 * time.Second
+	// Opening a GPU (driver start-up, loading the kernels) takes seconds;
+	// tolaria's --worker-start-timeout overrides it.
+	DefaultHelloTimeout = 20 * time.Second
 	// DefaultGrace is how long a cancelled worker may take to checkpoint.
 	DefaultGrace = 30 * time.Second
 	// exitTimeout is how long a worker may take to exit once its request

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -88,11 +89,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg ServeConfig) er
 	}()
 	sum, err := runJob(runCtx, spec, dev, cfg, enc)
 	if err == nil {
-		if err = enc.send(Message{Type: TypeResult, Summary: &sum}); err != nil {
-			// The coordinator must hear how the run ended, or it would
-			// wait for a result forever.
-			err = &Error{Kind: KindNonFinite, Message: fmt.Sprintf("the run finished but its summary cannot be sent (%v): it holds a value that is not finite", err)}
-		}
+		err = sendResult(enc, Message{Type: TypeResult, Summary: &sum})
 	}
 	if err != nil {
 		if serr := enc.send(Message{Type: TypeError, Error: classify(err)}); serr != nil {
@@ -111,6 +108,18 @@ func runJob(ctx context.Context, spec job.Spec, dev device.Device, cfg ServeConf
 	}
 	progress := func(p trainer.Progress) { _ = enc.send(Message{Type: TypeProgress, Progress: &p}) }
 	return job.Run(ctx, spec, dev, cfg.Pool, job.Options{Logger: cfg.Logger, Observer: remoteObserver{enc}, Progress: progress})
+}
+
+// sendResult sends a result. One JSON cannot carry (a value that is not
+// finite) becomes an error to send instead, so the coordinator always
+// hears how the request ended; a failed write is returned as it is.
+func sendResult(enc *encoder, m Message) error {
+	err := enc.send(m)
+	var uv *json.UnsupportedValueError
+	if errors.As(err, &uv) {
+		return &Error{Kind: KindNonFinite, Message: fmt.Sprintf("the %s cannot be sent: it holds %s, which is not finite", m.Type, uv.Str)}
+	}
+	return err
 }
 
 // classify maps an error to the kind the coordinator acts on.
@@ -145,8 +154,11 @@ func serveBench(ctx context.Context, req Message, spec job.Spec, cfg ServeConfig
 	bc.Progress = func(msg string) { _ = enc.send(Message{Type: TypeLog, Text: msg}) }
 	open := func() (device.Device, error) { return cfg.Open(req.Device, spec) }
 	rep, err := bench.Run(ctx, open, bc)
+	if err == nil {
+		err = sendResult(enc, Message{Type: TypeResult, Report: rep})
+	}
 	if err != nil {
 		return enc.send(Message{Type: TypeError, Error: classify(err)})
 	}
-	return enc.send(Message{Type: TypeResult, Report: rep})
+	return nil
 }

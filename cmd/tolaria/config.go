@@ -3,12 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/tolaria-ml/tolaria/worker"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cast"
 	"github.com/spf13/pflag"
@@ -133,6 +135,7 @@ func setHidden(s *job.Spec, v any) error {
 type settings struct {
 	config, summaryJSON, metricsAddr, worker string
 	isolate                                  bool
+	workerStart                              time.Duration // the worker's start-up limit
 }
 
 func addFlags(fs *pflag.FlagSet) {
@@ -155,9 +158,11 @@ func addFlags(fs *pflag.FlagSet) {
 	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given)")
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Bool("isolate", false, "run a CPU job in a tolaria-worker process too (GPU jobs always are)")
+	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
 }
 
-var extraKeys = map[string]string{"summary_json": "summary-json", "metrics_addr": "metrics-addr", "worker": "worker", "isolate": "isolate"}
+var extraKeys = map[string]string{"summary_json": "summary-json", "metrics_addr": "metrics-addr", "worker": "worker", "isolate": "isolate",
+	"worker_start_timeout": "worker-start-timeout"}
 
 // resolve reads flags, TOLARIA_* variables and the YAML file into a spec,
 // with precedence flag > environment > file > default.
@@ -210,6 +215,9 @@ func resolve(fs *pflag.FlagSet) (job.Spec, settings, error) {
 	var err error
 	if set.isolate, err = cast.ToBoolE(v.Get("isolate")); err != nil {
 		return job.Spec{}, settings{}, usagef("isolate: %v", err)
+	}
+	if set.workerStart, err = cast.ToDurationE(v.Get("worker_start_timeout")); err != nil || set.workerStart <= 0 {
+		return job.Spec{}, settings{}, usagef("worker-start-timeout: cannot use %q: give a positive duration such as 30s", fmt.Sprint(v.Get("worker_start_timeout")))
 	}
 	if err := spec.Validate(); err != nil {
 		return job.Spec{}, settings{}, usagef("%v", err)

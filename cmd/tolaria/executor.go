@@ -47,7 +47,7 @@ func chooseExecutor(ctx context.Context, spec job.Spec, set settings, log *slog.
 	// The hello timeout bounds the worker's start-up only (the probe's, and
 	// the job's before it runs): a worker that does not answer is killed
 	// with its process group and reported in one sentence.
-	proc := &worker.Process{Path: path, Stderr: os.Stderr, HelloTimeout: worker.DefaultHelloTimeout}
+	proc := &worker.Process{Path: path, Stderr: os.Stderr, HelloTimeout: set.workerStart}
 	if spec.Device == "cpu" {
 		return &executor{device: "cpu", process: proc, log: log}, nil
 	}

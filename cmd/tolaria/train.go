@@ -126,8 +126,9 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventDone, Fields: map[string]any{"interrupted": sum.Interrupted}})
 	printSummary(cmd.OutOrStdout(), spec, sum)
 	if sum.Interrupted {
+		// sum.Steps counts the whole run, a resumed one included.
 		fmt.Fprintf(stderr, "tolaria: interrupted after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
-			sum.ResumedFromStep+sum.Steps, spec.RunDir)
+			sum.Steps, spec.RunDir)
 		if ctx.Err() != nil {
 			return exitError{interruptedCode(ctx)}
 		}
