@@ -89,7 +89,9 @@ func gemmLoop(transA, transB bool, m, n, k int, alpha float32, a, b []float32, b
 		// order, as gonum does; four columns at a time, so that four
 		// independent sums hide the latency of each addition. The float32
 		// conversions keep each product rounded on its own (no fused
-		// multiply-add), as gonum's kernels do on every CPU. Operands this
+		// multiply-add), as gonum's assembly kernels on amd64 do at every
+		// GOAMD64 level. (Where gonum falls back to Go, as on arm64, the
+		// compiler may fuse its additions; TestGemmMatchesNaive then tells.) Operands this
 		// small sit in L1, so B's stride when it is not transposed costs
 		// little.
 		bs, bl := k, 1 // B[l,j] = b[j*bs+l*bl]
