@@ -163,6 +163,9 @@ type Options struct {
 	Logger   *slog.Logger
 	Observer trainer.Observer
 	Progress func(trainer.Progress)
+	// Data, when set, supplies the spec's data instead of Spec.LoadData:
+	// a caller that has loaded and checked it already passes it on.
+	Data func(Spec) (train, test *data.Dataset, err error)
 }
 
 // Config builds the trainer configuration for already loaded data.
@@ -190,7 +193,11 @@ func Run(ctx context.Context, s Spec, dev device.Device, pool *graphs.Pool, opts
 	if err := s.Validate(); err != nil {
 		return trainer.Summary{}, err
 	}
-	train, test, err := s.LoadData()
+	load := opts.Data
+	if load == nil {
+		load = Spec.LoadData
+	}
+	train, test, err := load(s)
 	if err != nil {
 		return trainer.Summary{}, err
 	}

@@ -26,6 +26,8 @@ type ServeConfig struct {
 	Open   Opener
 	Pool   *graphs.Pool // the worker process's shared graph pool
 	Logger *slog.Logger
+	// Data, when set, supplies a job's data (see job.Options.Data).
+	Data func(job.Spec) (train, test *data.Dataset, err error)
 }
 
 // Serve answers one request read from in: a probe or a job. It writes the
@@ -107,7 +109,7 @@ func runJob(ctx context.Context, spec job.Spec, dev device.Device, cfg ServeConf
 		return trainer.Summary{}, &Error{Kind: KindUsage, Message: err.Error()}
 	}
 	progress := func(p trainer.Progress) { _ = enc.send(Message{Type: TypeProgress, Progress: &p}) }
-	return job.Run(ctx, spec, dev, cfg.Pool, job.Options{Logger: cfg.Logger, Observer: remoteObserver{enc}, Progress: progress})
+	return job.Run(ctx, spec, dev, cfg.Pool, job.Options{Logger: cfg.Logger, Observer: remoteObserver{enc}, Progress: progress, Data: cfg.Data})
 }
 
 // sendResult sends a result. One JSON cannot carry (a value that is not

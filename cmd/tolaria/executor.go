@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/telemetry"
@@ -21,6 +22,24 @@ type executor struct {
 	device  string          // "cpu" or "cuda"
 	process *worker.Process // nil: in process
 	log     *slog.Logger
+
+	// The data Check loaded, for an in-process run of the same spec.
+	train, test *data.Dataset
+	dataOf      string
+}
+
+// dataKey names what Spec.LoadData reads and how.
+func dataKey(s job.Spec) string {
+	return fmt.Sprintf("%s|%s|%d|%d", s.Dataset, s.DataDir, s.SyntheticSize, s.Seed)
+}
+
+// data returns the checked data for a spec that reads the same, else
+// loads it.
+func (e *executor) data(s job.Spec) (train, test *data.Dataset, err error) {
+	if e.train != nil && dataKey(s) == e.dataOf {
+		return e.train, e.test, nil
+	}
+	return s.LoadData()
 }
 
 // processPool is the coordinator's shared graph pool (in-process runs).
@@ -76,6 +95,10 @@ func (e *executor) Check(spec job.Spec) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
+	if e.process == nil {
+		// An in-process run trains on what was just checked.
+		e.train, e.test, e.dataOf = train, test, dataKey(spec)
+	}
 	if !spec.Resume {
 		return nil
 	}
@@ -92,7 +115,7 @@ func (e *executor) Check(spec job.Spec) error {
 // Run trains and returns the worker's summary.
 func (e *executor) Run(ctx context.Context, spec job.Spec, sink worker.Sink) (trainer.Summary, error) {
 	if e.process == nil {
-		cfg := worker.ServeConfig{Build: "cpu", Open: worker.OpenCPU, Pool: processPool, Logger: e.log}
+		cfg := worker.ServeConfig{Build: "cpu", Open: worker.OpenCPU, Pool: processPool, Logger: e.log, Data: e.data}
 		_, sum, err := worker.RunInProcess(ctx, "cpu", spec, cfg, sink)
 		return sum, err
 	}
