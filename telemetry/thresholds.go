@@ -36,10 +36,10 @@ const (
 	// p99 > Value means more than 1% of observations were above Value.
 	QuantileAbove
 	// IncreaseAbove fires when a counter grew by more than Value over Window.
-	// A series Prometheus first sees already above Value counts as grown
-	// for Window after its first sample: work done at start, before the
-	// first scrape (a fallback at the first capture), is not missed the
-	// way increase() alone misses it.
+	// A series Prometheus first sees already above Value, or one above Value
+	// in a process that started within Window, counts as grown: work done
+	// at start, before the first scrape (a fallback at the first capture),
+	// is not missed the way increase() alone misses it.
 	IncreaseAbove
 	// AnyAbove fires when at least one observation of a histogram within
 	// Window was above Value, a bucket boundary. Like IncreaseAbove it
@@ -171,6 +171,17 @@ func Thresholds() []Threshold {
 	}
 }
 
+// MetricProcessStart is the process collector's start time, which changes
+// when a new tolaria process serves the target.
+const MetricProcessStart = "process_start_time_seconds"
+
+// newProcess matches targets whose process started within w: its counters
+// began again, but a job's first captures and fallbacks happen before the
+// first scrape, so the counters may read as before and show no reset.
+func newProcess(w string) string {
+	return fmt.Sprintf("on (job, instance) changes(%s[%s]) > 0", MetricProcessStart, w)
+}
+
 // Expr returns the PromQL expression of the alert.
 func (t Threshold) Expr() string {
 	v := FormatValue(t.Value)
@@ -181,7 +192,8 @@ func (t Threshold) Expr() string {
 	case QuantileAbove:
 		return fmt.Sprintf("histogram_quantile(%s, rate(%s_bucket[%s])) > %s", FormatValue(t.Quantile), t.Metric, w, v)
 	case IncreaseAbove:
-		return fmt.Sprintf("increase(%s[%s]) > %s or (%s > %s unless %s offset %s)", t.Metric, w, v, t.Metric, v, t.Metric, w)
+		return fmt.Sprintf("increase(%s[%s]) > %s or (%s > %s unless %s offset %s) or (%s > %s and %s)",
+			t.Metric, w, v, t.Metric, v, t.Metric, w, t.Metric, v, newProcess(w))
 	case AnyAbove:
 		// Observations above v: _count minus the bucket at v.
 		// Raw values, not increase(): its extrapolation differs between
@@ -191,10 +203,10 @@ func (t Threshold) Expr() string {
 		above := fmt.Sprintf("%s_count - ignoring (le) %s_bucket{le=%q}", t.Metric, t.Metric, v)
 		before := fmt.Sprintf("%s_count offset %s - ignoring (le) %s_bucket{le=%q} offset %s", t.Metric, w, t.Metric, v, w)
 		// Grew within the window; or first seen within it (work done before
-		// the first scrape); or a restarted process (a counter reset) that
-		// has one already.
-		return fmt.Sprintf("(%s) - (%s) > 0 or ((%s) > 0 unless %s_count offset %s) or ((%s) > 0 and resets(%s_count[%s]) > 0)",
-			above, before, above, t.Metric, w, above, t.Metric, w)
+		// the first scrape); or a process that started within it (a restart,
+		// or the next job on the same target) that has one already.
+		return fmt.Sprintf("(%s) - (%s) > 0 or ((%s) > 0 unless %s_count offset %s) or ((%s) > 0 and %s)",
+			above, before, above, t.Metric, w, above, newProcess(w))
 	case AgeAbove:
 		return fmt.Sprintf("time() - %s > %s and on (job, instance) up{job=%q} == 1", t.Metric, v, ScrapeJob)
 	case TargetDown:

@@ -63,6 +63,26 @@ func workerLabels() map[string]string {
 	return l
 }
 
+// nextJob describes two processes serving the same target one after the
+// other: the first for first, a gap of two minutes with no target, then
+// the second. Each makes the same observations before its first scrape, so
+// the counters read the same in both and show no reset.
+type nextJob struct{ first, gap time.Duration }
+
+// values is v while either process serves, nothing in the gap.
+func (j nextJob) values(v float64, span time.Duration) string {
+	return fmt.Sprintf("%s _x%d %s", constant(v, j.first-scrapeStep), steps(j.gap), constant(v, span))
+}
+
+// processStart is the start-time series of the two processes.
+func (j nextJob) processStart(span time.Duration) InputSeries {
+	return InputSeries{series(telemetry.MetricProcessStart, targetLabels()),
+		fmt.Sprintf("%s _x%d %s", constant(100, j.first-scrapeStep), steps(j.gap), constant(100+(j.first+j.gap).Seconds(), span))}
+}
+
+// eval is a minute into the second process.
+func (j nextJob) eval() time.Duration { return j.first + j.gap + time.Minute }
+
 // scenario is a set of input series and when to look at the alert.
 type scenario struct {
 	name   string
@@ -263,9 +283,11 @@ func quantileScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 }
 
 // increaseScenarios: a counter, zero-initialised as telemetry does, that
-// grows once (bad) or stays flat (healthy); and one that Prometheus first
-// sees already grown, as after a fallback before the first scrape: that
-// fires while it is new (bad) and not once the window has passed (healthy).
+// grows once (bad) or stays flat (healthy); one that Prometheus first sees
+// already grown, as after a fallback before the first scrape: that fires
+// while it is new (bad) and not once the window has passed (healthy); and
+// the next job on the same target, grown as the last one was (bad) or at
+// zero (healthy).
 func increaseScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 	l := workerLabels()
 	if t.Metric == telemetry.MetricFallbackTotal {
@@ -278,15 +300,23 @@ func increaseScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 	one := func(name, values string, eval time.Duration) scenario {
 		return scenario{name: name, series: []InputSeries{{series(t.Metric, l), values}}, eval: eval, labels: l}
 	}
+	next := nextJob{first: t.Window + 5*time.Minute, gap: 2 * time.Minute}
+	nextJobSeries := func(name string, v float64) scenario {
+		sc := one(name, next.values(v, span), next.eval())
+		sc.series = append(sc.series, next.processStart(span))
+		return sc
+	}
 	bad = []scenario{
 		one(fmt.Sprintf("a counter that grows by %s", num(grow)),
 			fmt.Sprintf("%s %s", constant(0, jump-scrapeStep), constant(grow, span)), eval),
 		one(fmt.Sprintf("a counter first scraped at %s", num(grow)), constant(grow, span), t.For+time.Minute),
+		nextJobSeries(fmt.Sprintf("the next job on the target, first scraped at %s as the last one was", num(grow)), grow),
 	}
 	healthy = []scenario{
 		one("a counter that stays at zero", constant(0, eval+span), eval),
 		one(fmt.Sprintf("a counter first scraped at %s more than the window ago", num(grow)),
 			constant(grow, t.Window+t.For+2*time.Minute), t.Window+t.For+time.Minute),
+		nextJobSeries("the next job on the target, both at zero", 0),
 	}
 	return bad, healthy, nil
 }
@@ -294,10 +324,11 @@ func increaseScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 // anyAboveScenarios: histograms that Prometheus first sees holding one
 // observation above the threshold (bad) or at most it (healthy), as after
 // a job's first captures; one observation above the threshold a minute
-// after a zero start (bad); a restarted process whose first observation is
-// above it (bad); the first-seen slow observation once the window has
-// passed, alone or followed by fast ones (healthy); and a steady stream at
-// most the threshold (healthy).
+// after a zero start (bad); the next job on the same target, whose first
+// observation is above it (bad) or not (healthy), as the last one's was;
+// the first-seen slow observation once the window has passed, alone or
+// followed by fast ones (healthy); and a steady stream at most the
+// threshold (healthy).
 func anyAboveScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 	l := workerLabels()
 	span := t.Window + 4*time.Minute
@@ -318,19 +349,20 @@ func anyAboveScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 		}
 	}
 	later := fmt.Sprintf("%s %s", constant(0, time.Minute-scrapeStep), constant(1, span))
-	// A process restarted after running longer than the window (the
-	// counters reset) whose first observation is above the threshold, as
-	// the one before it had.
-	restart := t.Window + 2*time.Minute
+	next := nextJob{first: t.Window + 5*time.Minute, gap: 2 * time.Minute}
+	nextJobSeries := func(name string, atThreshold float64) scenario {
+		sc := mk(name, next.values(1, span), next.values(atThreshold, span), next.eval())
+		sc.series = append(sc.series, next.processStart(span))
+		return sc
+	}
 	bad = []scenario{
-		mk("a restarted process whose first observation is above the threshold",
-			fmt.Sprintf("%s %s", constant(3, restart-scrapeStep), constant(1, span)),
-			fmt.Sprintf("%s %s", constant(2, restart-scrapeStep), constant(0, span)), restart+time.Minute),
+		nextJobSeries("the next job on the target, whose first observation is above the threshold as the last one's was", 0),
 		mk("a first scrape holding one observation above the threshold", constant(1, span), constant(0, span), time.Minute),
 		mk("one observation above the threshold a minute after a zero start", later, constant(0, span), 2*time.Minute),
 	}
 	healthy = []scenario{
 		mk("a first scrape holding one observation at most the threshold", constant(1, span), constant(1, span), time.Minute),
+		nextJobSeries("the next job on the target, whose first observation is at most the threshold", 1),
 		mk("a first-scraped observation above the threshold once the window has passed", constant(1, span), constant(0, span), t.Window+2*time.Minute),
 		mk("a steady stream at most the threshold", ramp(10, span), ramp(10, span), t.Window+2*time.Minute),
 		// A slow first observation long ago, then fast ones: the count
