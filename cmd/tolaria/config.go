@@ -136,6 +136,7 @@ type settings struct {
 	config, summaryJSON, metricsAddr, worker string
 	isolate                                  bool
 	workerStart                              time.Duration // the worker's start-up limit
+	metricsLinger                            time.Duration // /metrics stays up this long after the run
 }
 
 func addFlags(fs *pflag.FlagSet) {
@@ -159,10 +160,11 @@ func addFlags(fs *pflag.FlagSet) {
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Bool("isolate", false, "run a CPU job in a tolaria-worker process too (GPU jobs always are)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
+	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the run so the final values are scraped (0: exit at once)")
 }
 
 var extraKeys = map[string]string{"summary_json": "summary-json", "metrics_addr": "metrics-addr", "worker": "worker", "isolate": "isolate",
-	"worker_start_timeout": "worker-start-timeout"}
+	"worker_start_timeout": "worker-start-timeout", "metrics_linger": "metrics-linger"}
 
 // resolve reads flags, TOLARIA_* variables and the YAML file into a spec,
 // with precedence flag > environment > file > default.
@@ -218,6 +220,9 @@ func resolve(fs *pflag.FlagSet) (job.Spec, settings, error) {
 	}
 	if set.workerStart, err = cast.ToDurationE(v.Get("worker_start_timeout")); err != nil || set.workerStart <= 0 {
 		return job.Spec{}, settings{}, usagef("worker-start-timeout: cannot use %q: give a positive duration such as 30s", fmt.Sprint(v.Get("worker_start_timeout")))
+	}
+	if set.metricsLinger, err = cast.ToDurationE(v.Get("metrics_linger")); err != nil || set.metricsLinger < 0 {
+		return job.Spec{}, settings{}, usagef("metrics-linger: cannot use %q: give a duration such as 15s, or 0", fmt.Sprint(v.Get("metrics_linger")))
 	}
 	if err := spec.Validate(); err != nil {
 		return job.Spec{}, settings{}, usagef("%v", err)

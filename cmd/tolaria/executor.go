@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/graphs"
@@ -147,12 +148,30 @@ func startMetrics(ctx context.Context, addr string, log *slog.Logger) (*runMetri
 
 // observer is the run's observer: the events log, and the metrics when
 // they are served.
-func (r *runMetrics) observer(events io.Writer, deviceName string) trainer.Observer {
+// workerLabel is the job's rank: the workers of a sharded job are told
+// apart by it.
+func (r *runMetrics) observer(events io.Writer, deviceName, workerLabel string) trainer.Observer {
 	evlog := telemetry.NewEventLog(events)
 	if r.m == nil {
 		return evlog.Observer()
 	}
-	return telemetry.Tee(evlog.Observer(), r.m.Observer(deviceName, "0"))
+	return telemetry.Tee(evlog.Observer(), r.m.Observer(deviceName, workerLabel))
+}
+
+// linger keeps /metrics up for d after the run, so that Prometheus scrapes
+// the final values (the last epoch's accuracy) before the target goes; a
+// signal ends it at once.
+func (r *runMetrics) linger(ctx context.Context, d time.Duration, log *slog.Logger) {
+	if r.srv == nil || d <= 0 || ctx.Err() != nil {
+		return
+	}
+	log.Info("serving the final metrics before exiting", "for", d.String(), "url", r.srv.URL())
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func (r *runMetrics) close() {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -101,7 +102,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 		return fmt.Errorf("run directory: %w", err)
 	}
 	defer events.Close()
-	obs := metrics.observer(events, spec.Device)
+	obs := metrics.observer(events, spec.Device, strconv.Itoa(spec.Rank))
 	obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventStart, Fields: map[string]any{
 		"device": spec.Device, "enable_graphs": spec.EnableGraphs, "config": cfgPath, "resume": spec.Resume}})
 	log.Info("training", "device", spec.Device, "graphs", spec.EnableGraphs, "run_dir", spec.RunDir, "epochs", spec.Epochs,
@@ -112,7 +113,9 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	bar.finish()
 	if err != nil {
 		obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
-		return reportFailure(ctx, stderr, err)
+		ferr := reportFailure(ctx, stderr, err)
+		metrics.linger(ctx, set.metricsLinger, log)
+		return ferr
 	}
 	sum.WallSeconds = time.Since(start(ctx)).Seconds()
 	if err := writeSummary(filepath.Join(spec.RunDir, summaryFile), sum); err != nil {
@@ -133,6 +136,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 			return exitError{interruptedCode(ctx)}
 		}
 	}
+	metrics.linger(ctx, set.metricsLinger, log)
 	return nil
 }
 
