@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"flag"
 	"testing"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
@@ -18,6 +20,54 @@ import (
 // syncEvery bounds how far a benchmark's host runs ahead of the stream,
 // so that b.N queued nodes never pile up in memory.
 const syncEvery = 64
+
+// timedLoop runs step b.N times, synchronising with sync every `every`
+// steps (never when every is 0) and once at the end, all with the timer
+// running: the final synchronisation waits for the steps still queued, so
+// their work is timed too. (b.Loop stops the timer as soon as it returns
+// false, which would leave up to every-1 queued steps out of the timing.)
+// Setup done before the call is not timed.
+func timedLoop(b *testing.B, every int, sync, step func() error) {
+	b.Helper()
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		must(b, step())
+		if every > 0 && i%every == 0 {
+			must(b, sync())
+		}
+	}
+	must(b, sync())
+	b.StopTimer()
+}
+
+// TestTimedLoopTimesFinalSync checks that timedLoop's timing includes
+// every synchronisation, the last one too: at 5 iterations synchronising
+// every 2, three syncs of 5 ms each are timed.
+func TestTimedLoopTimesFinalSync(t *testing.T) {
+	f := flag.Lookup("test.benchtime")
+	if f == nil {
+		t.Skip("no -test.benchtime flag")
+	}
+	old := f.Value.String()
+	if err := f.Value.Set("5x"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Value.Set(old) }()
+	const pause = 5 * time.Millisecond
+	var steps, syncs int
+	r := testing.Benchmark(func(b *testing.B) {
+		steps, syncs = 0, 0
+		timedLoop(b, 2,
+			func() error { syncs++; time.Sleep(pause); return nil },
+			func() error { steps++; return nil })
+	})
+	if r.N != 5 || steps != 5 || syncs != 3 {
+		t.Fatalf("N %d, %d steps, %d syncs; want 5 steps and 3 syncs (after steps 2 and 4, and at the end)", r.N, steps, syncs)
+	}
+	if r.T < 3*pause {
+		t.Errorf("timed %v for 3 syncs of %v each: the final sync is not timed", r.T, pause)
+	}
+}
 
 func openBench(b *testing.B) *cpu.Device {
 	b.Helper()
@@ -78,14 +128,7 @@ func BenchmarkKernels(b *testing.B) {
 	}
 	for _, k := range kernels {
 		b.Run(k.name, func(b *testing.B) {
-			i := 0
-			for b.Loop() {
-				must(b, k.run())
-				if i++; i%syncEvery == 0 {
-					must(b, s.Synchronize())
-				}
-			}
-			must(b, s.Synchronize())
+			timedLoop(b, syncEvery, s.Synchronize, k.run)
 		})
 	}
 }
@@ -123,14 +166,7 @@ func BenchmarkStep(b *testing.B) {
 		}
 		for _, m := range modes {
 			b.Run(string(p)+"/"+m.name, func(b *testing.B) {
-				i := 0
-				for b.Loop() {
-					must(b, m.step())
-					if i++; i%syncEvery == 0 {
-						must(b, s.compute.Synchronize())
-					}
-				}
-				must(b, s.compute.Synchronize())
+				timedLoop(b, syncEvery, s.compute.Synchronize, m.step)
 			})
 		}
 	}
@@ -145,10 +181,9 @@ func BenchmarkPipelinedStep(b *testing.B) {
 		for _, mode := range []string{"eager", "replay"} {
 			b.Run(string(p)+"/"+mode, func(b *testing.B) {
 				ctx := context.Background()
-				for b.Loop() {
-					must(b, s.issue(ctx, s.compute, mode == "replay", nil))
-				}
-				must(b, s.compute.Synchronize())
+				timedLoop(b, 0, s.compute.Synchronize, func() error {
+					return s.issue(ctx, s.compute, mode == "replay", nil)
+				})
 			})
 		}
 	}
@@ -163,14 +198,20 @@ func BenchmarkStaging(b *testing.B) {
 			s := benchSetup(b, p)
 			ctx := context.Background()
 			b.SetBytes(int64(s.layout.Len) * 4)
-			for b.Loop() {
+			timedLoop(b, 0, s.compute.Synchronize, func() error {
 				st, err := s.stager.Next(ctx)
-				must(b, err)
-				must(b, s.compute.Wait(st.CopyDone))
-				must(b, s.compute.Record(s.stager.StepDone(st.K)))
+				if err != nil {
+					return err
+				}
+				if err := s.compute.Wait(st.CopyDone); err != nil {
+					return err
+				}
+				if err := s.compute.Record(s.stager.StepDone(st.K)); err != nil {
+					return err
+				}
 				s.stager.Release(st)
-			}
-			must(b, s.compute.Synchronize())
+				return nil
+			})
 		})
 	}
 }

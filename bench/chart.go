@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 
 	"gonum.org/v1/plot"
@@ -27,10 +29,7 @@ var (
 // the speedup with the break-even line, and capture time cold against
 // pooled per batch size. Without a sweep each panel has one batch size.
 func WriteChart(w io.Writer, rep *Report) error {
-	pts := rep.Sweep
-	if len(pts) == 0 {
-		pts = []Point{{BatchSize: rep.Summary.BatchSize, Summary: rep.Summary, Records: rep.Records}}
-	}
+	pts := chartPoints(rep)
 	title := fmt.Sprintf("%s, %s %s", rep.Device, rep.Preset, rep.Model)
 	step, err := stepPlot(pts, title)
 	if err != nil {
@@ -56,6 +55,22 @@ func WriteChart(w io.Writer, rep *Report) error {
 	}
 	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 	return err
+}
+
+// chartPoints are the batch sizes the chart draws, in increasing order:
+// the sweep's points and the main run's (the one Summary reports), which
+// the sweep may leave out, each batch size once.
+func chartPoints(rep *Report) []Point {
+	main := Point{BatchSize: rep.Summary.BatchSize, Summary: rep.Summary, Records: rep.Records}
+	if main.BatchSize == 0 {
+		main.BatchSize = rep.BatchSize
+	}
+	pts := slices.Clone(rep.Sweep)
+	if !slices.ContainsFunc(pts, func(p Point) bool { return p.BatchSize == main.BatchSize }) {
+		pts = append(pts, main)
+	}
+	slices.SortStableFunc(pts, func(a, b Point) int { return cmp.Compare(a.BatchSize, b.BatchSize) })
+	return slices.CompactFunc(pts, func(a, b Point) bool { return a.BatchSize == b.BatchSize })
 }
 
 func newPlot(title, x, y string) *plot.Plot {
@@ -206,13 +221,20 @@ func speedupPlot(pts []Point) (*plot.Plot, error) {
 		graphColour, true, draw.BoxGlyph{}); err != nil {
 		return nil, err
 	}
-	// The pipelined speedup is labelled above its points, issuing alone
-	// below, so that equal values stay readable.
-	if err := addValueLabels(p, series(pts, func(s Summary) float64 { return s.Speedup }), "%.2fx", -vg.Points(30), vg.Points(5)); err != nil {
-		return nil, err
-	}
-	if err := addValueLabels(p, series(pts, func(s Summary) float64 { return dispatchOf(s).Speedup }), "%.2fx", vg.Points(4), -vg.Points(15)); err != nil {
-		return nil, err
+	// At each batch size the higher speedup is labelled above its marker
+	// and the lower below, so that each label sits by its own marker.
+	piped := series(pts, func(s Summary) float64 { return s.Speedup })
+	alone := series(pts, func(s Summary) float64 { return dispatchOf(s).Speedup })
+	pipedOff, aloneOff := speedupLabelOffsets(piped, alone)
+	for _, l := range []struct {
+		xys plotter.XYs
+		off []vg.Point
+	}{{piped, pipedOff}, {alone, aloneOff}} {
+		for i := range l.xys {
+			if err := addValueLabels(p, l.xys[i:i+1], "%.2fx", l.off[i].X, l.off[i].Y); err != nil {
+				return nil, err
+			}
+		}
 	}
 	hi := 1.0
 	for _, pt := range pts {
@@ -229,6 +251,44 @@ func speedupPlot(pts []Point) (*plot.Plot, error) {
 	p.Legend.Add("break-even", even)
 	p.Legend.Top, p.Legend.Left = false, true
 	return p, nil
+}
+
+// Offsets of a speedup label above its marker and below it.
+var (
+	labelAbove = vg.Point{X: -vg.Points(30), Y: vg.Points(5)}
+	labelBelow = vg.Point{X: vg.Points(4), Y: -vg.Points(15)}
+)
+
+// speedupLabelOffsets returns the offset of each point's value label, for
+// the pipelined and the issuing-alone speedups: at a batch size where both
+// are drawn, the higher value's label goes above its marker and the
+// lower's below (equal values: pipelined above); a point alone at its
+// batch size keeps its series' side, pipelined above and alone below.
+func speedupLabelOffsets(piped, alone plotter.XYs) (pipedOff, aloneOff []vg.Point) {
+	at := func(xys plotter.XYs, x float64) (float64, bool) {
+		for _, xy := range xys {
+			if xy.X == x {
+				return xy.Y, true
+			}
+		}
+		return 0, false
+	}
+	side := func(above bool) vg.Point {
+		if above {
+			return labelAbove
+		}
+		return labelBelow
+	}
+	pipedOff, aloneOff = make([]vg.Point, len(piped)), make([]vg.Point, len(alone))
+	for i, xy := range piped {
+		other, ok := at(alone, xy.X)
+		pipedOff[i] = side(!ok || xy.Y >= other)
+	}
+	for i, xy := range alone {
+		other, ok := at(piped, xy.X)
+		aloneOff[i] = side(ok && xy.Y > other)
+	}
+	return pipedOff, aloneOff
 }
 
 func capturePlot(pts []Point) (*plot.Plot, error) {

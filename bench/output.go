@@ -87,10 +87,14 @@ func WriteText(w io.Writer, rep *Report) error {
 	if d := s.Dispatch; d != nil {
 		fmt.Fprintf(&b, "; %.2fx issuing alone", d.Speedup)
 	}
-	fmt.Fprintf(&b, "\ncapture: cold %.3f ms, pooled %.3f ms (%d captures, %d pooled; %d graphs of %d nodes each)\n",
-		s.CaptureColdMS, s.CapturePooledMS, s.Captures, s.PooledCaptures, s.GraphsPerSetup, s.GraphNodes)
-	fmt.Fprintf(&b, "kernels per step %d; launch cost per kernel %.3f µs (probe), %.3f µs (from step times)\n",
-		s.KernelsPerStep, s.LaunchCostUS, s.StepLaunchCostUS)
+	pooled := fmt.Sprintf("pooled %.3f ms", s.CapturePooledMS)
+	if s.PooledCaptures == 0 {
+		pooled = "no pooled capture ran"
+	}
+	fmt.Fprintf(&b, "\ncapture: cold %.3f ms, %s (%d captures, %d pooled; %d graphs of %d nodes each)\n",
+		s.CaptureColdMS, pooled, s.Captures, s.PooledCaptures, s.GraphsPerSetup, s.GraphNodes)
+	fmt.Fprintf(&b, "kernels per step %d; launch cost per kernel %.3f µs (probe), %s (from step times)\n",
+		s.KernelsPerStep, s.LaunchCostUS, stepLaunchCostText(s))
 	fmt.Fprintf(&b, "replay %.4f ms; stage copy %.4f ms; exposed stage %.4f ms (%.1f%% of the device step)\n",
 		s.ReplayMS, s.StageCopyMS, s.ExposedStageMS, 100*s.ExposedStageFraction)
 	fmt.Fprintf(&b, "graph pool %d bytes; fallbacks %s\n", s.PoolBytes, fallbacks(s.Fallbacks))
@@ -110,8 +114,12 @@ func WriteText(w io.Writer, rep *Report) error {
 		fmt.Fprintf(tw, "batch\teager ms\tgraphs ms\tspeedup\talone speedup\tcapture cold ms\tpooled ms\t\n")
 		for _, p := range rep.Sweep {
 			q := p.Summary
-			fmt.Fprintf(tw, "%d\t%.4f\t%.4f\t%s\t%s\t%.3f\t%.3f\t\n", p.BatchSize, q.EagerStepMS, q.GraphStepMS,
-				times(q.Speedup), times(dispatchOf(q).Speedup), q.CaptureColdMS, q.CapturePooledMS)
+			pooled := "-" // no pooled capture ran
+			if q.PooledCaptures > 0 {
+				pooled = fmt.Sprintf("%.3f", q.CapturePooledMS)
+			}
+			fmt.Fprintf(tw, "%d\t%.4f\t%.4f\t%s\t%s\t%.3f\t%s\t\n", p.BatchSize, q.EagerStepMS, q.GraphStepMS,
+				times(q.Speedup), times(dispatchOf(q).Speedup), q.CaptureColdMS, pooled)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -119,6 +127,19 @@ func WriteText(w io.Writer, rep *Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// stepLaunchCostText is the launch cost estimated from the step times:
+// the figure, "below the measurement noise" when the estimate is 0 (it
+// was negative or nothing), or "not measured".
+func stepLaunchCostText(s Summary) string {
+	switch {
+	case !stepLaunchCostMeasured(s):
+		return "not measured"
+	case s.StepLaunchCostUS <= 0:
+		return "below the measurement noise"
+	}
+	return fmt.Sprintf("%.3f µs", s.StepLaunchCostUS)
 }
 
 func times(r float64) string {

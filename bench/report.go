@@ -155,7 +155,9 @@ type Summary struct {
 
 	// LaunchCostUS is the probe's eager launch cost per kernel;
 	// StepLaunchCostUS estimates it from the steps instead:
-	// (EagerStepMS - GraphStepMS) / KernelsPerStep.
+	// (EagerStepMS - GraphStepMS) / KernelsPerStep, and is 0 when the
+	// estimate is within noise (graph steps no faster than eager ones: a
+	// negative estimate is stored as 0) or when a step was not measured.
 	LaunchCostUS     float64 `json:"launch_cost_us"`
 	StepLaunchCostUS float64 `json:"step_launch_cost_us"`
 

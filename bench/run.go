@@ -282,12 +282,28 @@ func summarise(batch int, epochs []epochResult, poolBytes int64, probe *Probe) S
 	if probe != nil {
 		s.LaunchCostUS = probe.LaunchCostUS
 	}
-	if s.KernelsPerStep > 0 && s.EagerStepMS > 0 && s.GraphStepMS > 0 {
-		s.StepLaunchCostUS = (s.EagerStepMS - s.GraphStepMS) * 1000 / float64(s.KernelsPerStep)
-	}
+	s.StepLaunchCostUS = stepLaunchCostUS(s)
 	s.EagerSamplesPerSecond = ratio(float64(batch)*1000, ew.Mean)
 	s.GraphSamplesPerSecond = ratio(float64(batch)*1000, gw.Mean)
 	return s
+}
+
+// stepLaunchCostUS estimates the launch cost per kernel from the step
+// times: (EagerStepMS - GraphStepMS) / KernelsPerStep, in µs. It is 0 when
+// either step was not measured, and 0 when the estimate is negative: graph
+// steps no faster than eager ones put the launch cost within the noise of
+// the step times, and a negative cost means nothing.
+func stepLaunchCostUS(s Summary) float64 {
+	if !stepLaunchCostMeasured(s) {
+		return 0
+	}
+	return max(0, (s.EagerStepMS-s.GraphStepMS)*1000/float64(s.KernelsPerStep))
+}
+
+// stepLaunchCostMeasured reports whether s has the figures the launch
+// cost is estimated from.
+func stepLaunchCostMeasured(s Summary) bool {
+	return s.KernelsPerStep > 0 && s.EagerStepMS > 0 && s.GraphStepMS > 0
 }
 
 // append pools q's samples into p.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"image/png"
+	"math"
 	"strings"
 	"testing"
 
@@ -297,5 +298,81 @@ func TestDefaultsPerPreset(t *testing.T) {
 	c := Config{}.WithDefaults()
 	if c.Preset != PresetMLP || c.Steps != DefaultStepsMLP || c.Epochs != DefaultEpochs {
 		t.Errorf("defaults %+v", c)
+	}
+}
+
+// TestStepLaunchCost checks the launch cost estimated from the step times:
+// graph steps slower than eager ones give a negative estimate, which is
+// noise: it is stored as 0 and the text says so rather than print it.
+func TestStepLaunchCost(t *testing.T) {
+	epoch := func(eagerMS, graphMS float64) epochResult {
+		return epochResult{
+			eager: phase{wall: []float64{eagerMS}, kernels: 10, steps: 1},
+			graph: phase{graph: true, wall: []float64{graphMS}, nodes: 10, steps: 1},
+		}
+	}
+	tests := []struct {
+		name          string
+		eager, graph  float64
+		want          float64
+		text, notText string
+	}{
+		{"graphs faster", 0.03, 0.01, 2, "2.000 µs (from step times)", "noise"},
+		{"graphs slower", 0.01, 0.012, 0, "below the measurement noise (from step times)", "-0.2"},
+		{"equal", 0.01, 0.01, 0, "below the measurement noise (from step times)", "0.000 µs (from"},
+		{"no graph step", 0.01, 0, 0, "not measured (from step times)", "noise"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := epoch(tt.eager, tt.graph)
+			if tt.graph == 0 {
+				e.graph = phase{}
+			}
+			s := summarise(8, []epochResult{e}, 0, nil)
+			if math.Abs(s.StepLaunchCostUS-tt.want) > 1e-9 {
+				t.Errorf("step_launch_cost_us = %g, want %g", s.StepLaunchCostUS, tt.want)
+			}
+			var buf bytes.Buffer
+			if err := WriteText(&buf, &Report{Summary: s}); err != nil {
+				t.Fatal(err)
+			}
+			if out := buf.String(); !strings.Contains(out, tt.text) || strings.Contains(out, tt.notText) {
+				t.Errorf("text has no %q or has %q:\n%s", tt.text, tt.notText, out)
+			}
+		})
+	}
+}
+
+// TestWriteTextReuseTrainer checks that a run without pooled captures
+// says so instead of printing a pooled capture time of 0.
+func TestWriteTextReuseTrainer(t *testing.T) {
+	cfg := quick(PresetTiny)
+	cfg.ReuseTrainer, cfg.ProbeKernels = true, -1
+	cfg.SweepBatchSizes = []int{8}
+	rep := runQuick(t, cfg, openCPU)
+	var buf bytes.Buffer
+	if err := WriteText(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !strings.Contains(out, "no pooled capture ran") || strings.Contains(out, "pooled 0.000 ms") {
+		t.Errorf("reused trainer: text lacks %q or prints a pooled time:\n%s", "no pooled capture ran", out)
+	}
+	if !strings.Contains(out, "0 pooled") {
+		t.Errorf("text lacks the pooled capture count:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if row := strings.Fields(lines[len(lines)-1]); len(row) != 7 || row[0] != "8" || row[6] != "-" {
+		t.Errorf("sweep row %q, want batch 8 with %q for the pooled capture", row, "-")
+	}
+
+	// With pooled captures the time is printed.
+	cfg.ReuseTrainer = false
+	buf.Reset()
+	if err := WriteText(&buf, runQuick(t, cfg, openCPU)); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, ", pooled ") || strings.Contains(out, "no pooled capture ran") {
+		t.Errorf("pooled captures: text lacks the pooled time:\n%s", out)
 	}
 }
