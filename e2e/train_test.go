@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -230,6 +231,8 @@ func TestOutOfRangeFlags(t *testing.T) {
 		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
 		{[]string{"--metrics-addr", "bad::addr"}, nil, "metrics-addr"},
 		{[]string{"--worker-start-timeout", "0s"}, nil, "worker-start-timeout"},
+		{[]string{"--enable-graphs", "--warmup-batches", "40"}, nil, "warmup_batches"},
+		{[]string{"--ragged", "drop", "--batch-size", "4096"}, nil, "too few examples"},
 		{nil, []string{"TOLARIA_WORKER_START_TIMEOUT=soon"}, "worker-start-timeout"},
 		{[]string{"--weight-decay", "2"}, nil, "weight_decay"},
 	} {
@@ -562,5 +565,34 @@ func TestSIGTERMCheckpointsWithItsExitCode(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(run, trainer.CheckpointFile)); err != nil {
 		t.Fatalf("no checkpoint after SIGTERM: %v", err)
+	}
+}
+
+// A signal to the worker alone (not to tolaria) stops the run with a
+// checkpoint, and tolaria says the run did not finish and exits 1: a
+// scheduler must not count it a success.
+func TestSignalToTheWorkerIsNotASuccess(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	cmd, stderr := startRun(t, dir, longer(run, "--isolate")...)
+	waitFor(t, "the first epoch", func() bool { return epochsLogged(filepath.Join(run, "events.jsonl")) >= 1 })
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid)).Output()
+	if err != nil {
+		t.Fatalf("no worker process under tolaria: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	err = cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 1 {
+		t.Fatalf("after SIGTERM to the worker: %v (want exit 1)\n%s", err, stderr)
+	}
+	for _, want := range []string{"stopped the run before it finished", "--resume --run-dir"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
 	}
 }

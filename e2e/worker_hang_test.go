@@ -163,6 +163,23 @@ func TestNoWorkerNextToTolaria(t *testing.T) {
 			t.Errorf("the message does not say %q:\n%s", want, errb.String())
 		}
 	}
+
+	// --isolate asked for a worker process: without one the job is refused,
+	// on the CPU and with --device auto alike, never run in process.
+	for _, dev := range []string{"cpu", "auto"} {
+		cmd := exec.CommandContext(ctx, alone, append(quick(filepath.Join(dir, "isolated-"+dev)), "--device", dev, "--isolate")...)
+		cmd.Dir, cmd.Env = dir, cleanEnv()
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "drop --isolate") {
+			t.Errorf("--device %s --isolate without a worker: %v, want exit 1 saying what to do:\n%s", dev, err, errb.String())
+		}
+		if _, err := os.Stat(filepath.Join(dir, "isolated-"+dev)); err == nil {
+			t.Errorf("--device %s --isolate without a worker created its run directory", dev)
+		}
+	}
 }
 
 func copyFile(t *testing.T, from, to string) {

@@ -107,6 +107,16 @@ func (c Config) Validate() error {
 			return fmt.Errorf("dataset %s has %d classes but the model has %d outputs", d.Name, d.Classes, c.Spec.Outputs)
 		}
 	}
+	steps, err := StepsPerEpoch(c)
+	if err != nil {
+		return err
+	}
+	if total := c.Epochs * steps; c.EnableGraphs && c.WarmupBatches >= total {
+		// Graphs are never silently off: a run that would only warm up is
+		// refused rather than run eagerly.
+		return fmt.Errorf("warmup_batches %d covers the whole run (%d steps): no step would be captured; lower warmup_batches, train longer, or turn graphs off",
+			c.WarmupBatches, total)
+	}
 	return nil
 }
 

@@ -82,7 +82,7 @@ func options() []option {
 		{"data_dir", "data-dir", "directory of the Fashion-MNIST .gz files", d.DataDir, strOpt(func(s *job.Spec) *string { return &s.DataDir })},
 		{"synthetic_size", "synthetic-size", "training examples of the synthetic dataset", d.SyntheticSize, intOpt(func(s *job.Spec) *int { return &s.SyntheticSize })},
 		{"model.hidden", "hidden", "hidden layer sizes, e.g. 256,128", d.Hidden, func(s *job.Spec, v any) error { return setHidden(s, v) }},
-		{"model.activation", "activation", "hidden activation: relu or gelu", d.Activation, strOpt(func(s *job.Spec) *string { return &s.Activation })},
+		{"model.activation", "activation", "hidden activation: relu, gelu or none", d.Activation, strOpt(func(s *job.Spec) *string { return &s.Activation })},
 		{"model.loss", "loss", "cross_entropy or mse", d.Loss, strOpt(func(s *job.Spec) *string { return &s.Loss })},
 		{"warmup_batches", "warmup-batches", "eager steps before capture", d.WarmupBatches, intOpt(func(s *job.Spec) *int { return &s.WarmupBatches })},
 		{"graph_pool_reuse", "graph-pool-reuse", "share the process-wide graph pool", d.GraphPoolReuse, boolOpt(func(s *job.Spec) *bool { return &s.GraphPoolReuse })},

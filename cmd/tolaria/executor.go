@@ -58,9 +58,13 @@ func chooseExecutor(ctx context.Context, spec job.Spec, set settings, log *slog.
 	path, err := worker.Find(set.worker)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", errSetup, err)
-		if spec.Device == "auto" {
+		if spec.Device == "auto" && !set.isolate {
 			log.Info("device auto: using cpu", "reason", "no CUDA worker found")
 			return &executor{device: "cpu", log: log}, nil
+		}
+		if spec.Device != "cuda" {
+			// --isolate on the CPU needs any tolaria-worker, not a CUDA one.
+			return nil, fmt.Errorf("%w: --isolate runs the job in a tolaria-worker process, and none was found next to tolaria, at --worker or at $TOLARIA_WORKER: build one with `make build` (bin/tolaria-worker), or drop --isolate", errSetup)
 		}
 		return nil, err
 	}
@@ -81,6 +85,9 @@ func chooseExecutor(ctx context.Context, spec job.Spec, set settings, log *slog.
 		reason := worker.Unavailable(path, err)
 		if spec.Device == "auto" {
 			log.Info("device auto: using cpu", "reason", reason)
+			if set.isolate {
+				return &executor{device: "cpu", process: proc, log: log}, nil
+			}
 			return &executor{device: "cpu", log: log}, nil
 		}
 		return nil, fmt.Errorf("%w: %s", errSetup, reason)
@@ -100,12 +107,18 @@ func (e *executor) Check(spec job.Spec) error {
 		// An in-process run trains on what was just checked.
 		e.train, e.test, e.dataOf = train, test, dataKey(spec)
 	}
-	if !spec.Resume {
-		return nil
-	}
+	// The whole run's configuration, against the data: a batch larger than
+	// the training set, or graphs that would never be captured, are refused
+	// here rather than after the run directory is written.
 	cfg, err := spec.Config(train, test, job.Options{})
 	if err != nil {
 		return usagef("%v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	if !spec.Resume {
+		return nil
 	}
 	if err := trainer.CheckResume(cfg); err != nil {
 		return usagef("%v", err)

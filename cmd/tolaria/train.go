@@ -129,15 +129,35 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventDone, Fields: map[string]any{"interrupted": sum.Interrupted}})
 	printSummary(cmd.OutOrStdout(), spec, sum)
 	if sum.Interrupted {
-		// sum.Steps counts the whole run, a resumed one included.
-		fmt.Fprintf(stderr, "tolaria: interrupted after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
-			sum.Steps, spec.RunDir)
-		if ctx.Err() != nil {
+		reportInterruption(stderr, spec, sum)
+		switch {
+		case ctx.Err() != nil:
 			return exitError{interruptedCode(ctx)}
+		case spec.MaxSteps == 0:
+			// Neither tolaria's signal nor --max-steps: the worker was
+			// stopped (a signal to it alone). The run did not finish.
+			fmt.Fprintln(stderr, "tolaria: the worker stopped the run before it finished (was it sent a signal?)")
+			return exitError{exitFailure}
 		}
 	}
 	metrics.linger(ctx, set.metricsLinger, log)
 	return nil
+}
+
+// reportInterruption says where a stopped run stands and how to go on.
+func reportInterruption(w io.Writer, spec job.Spec, sum trainer.Summary) {
+	// sum.Steps counts the whole run, a resumed one included.
+	if sum.Steps > sum.ResumedFromStep {
+		fmt.Fprintf(w, "tolaria: interrupted after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
+			sum.Steps, spec.RunDir)
+		return
+	}
+	if _, err := os.Stat(filepath.Join(spec.RunDir, trainer.CheckpointFile)); err == nil {
+		fmt.Fprintf(w, "tolaria: interrupted before any step ran; the checkpoint of step %d is unchanged; continue with: tolaria train --resume --run-dir %s\n",
+			sum.ResumedFromStep, spec.RunDir)
+		return
+	}
+	fmt.Fprintf(w, "tolaria: interrupted before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", spec.RunDir)
 }
 
 // checkOutputPath refuses an output path that cannot be a file.

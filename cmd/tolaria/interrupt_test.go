@@ -1,0 +1,35 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+func TestReportInterruption(t *testing.T) {
+	dir := t.TempDir()
+	spec := job.Default()
+	spec.RunDir = dir
+	say := func(sum trainer.Summary) string {
+		var b bytes.Buffer
+		reportInterruption(&b, spec, sum)
+		return b.String()
+	}
+	if got := say(trainer.Summary{Steps: 0}); !strings.Contains(got, "nothing to resume") || strings.Contains(got, "checkpoint saved") {
+		t.Errorf("stopped before the first step of a fresh run: %q", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, trainer.CheckpointFile), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := say(trainer.Summary{Steps: 40, ResumedFromStep: 40}); !strings.Contains(got, "checkpoint of step 40 is unchanged") || !strings.Contains(got, "--resume") {
+		t.Errorf("stopped before a resumed run's first step: %q", got)
+	}
+	if got := say(trainer.Summary{Steps: 52, ResumedFromStep: 40}); !strings.Contains(got, "after 52 steps; checkpoint saved") {
+		t.Errorf("stopped after steps: %q", got)
+	}
+}
