@@ -596,3 +596,20 @@ func TestSignalToTheWorkerIsNotASuccess(t *testing.T) {
 		}
 	}
 }
+
+// --resume with a --config file: the run's own config.yaml stays the base,
+// so a file that sets one key does not reset the model to the defaults.
+func TestResumeWithAConfigFileKeepsTheRunsSettings(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, quick(run, "--max-steps", "5")...); r.code != 0 {
+		t.Fatalf("first part: exit %d: %s", r.code, r.stderr)
+	}
+	cfg := filepath.Join(dir, "extra.yaml")
+	if err := os.WriteFile(cfg, []byte("log_every: 7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := tolaria(t, dir, nil, "train", "--resume", "--run-dir", run, "--config", cfg); r.code != 0 {
+		t.Fatalf("resume with --config: exit %d: %s", r.code, r.stderr)
+	}
+}

@@ -193,17 +193,27 @@ func resolve(fs *pflag.FlagSet) (job.Spec, settings, error) {
 	if set.config == "" {
 		set.config = os.Getenv("TOLARIA_CONFIG")
 	}
+	var given map[string]any
 	if set.config != "" {
-		if err := readConfigFile(v, set.config, known, nil); err != nil {
+		var err error
+		if given, err = readConfigFile(v, set.config, known, nil); err != nil {
 			return job.Spec{}, settings{}, err
 		}
-	} else if resume, _ := cast.ToBoolE(v.Get("resume")); resume && v.GetString("run_dir") != "" {
+	}
+	if resume, _ := cast.ToBoolE(v.Get("resume")); resume && v.GetString("run_dir") != "" {
 		// A resumed run continues with the settings it was started with:
-		// the run's config.yaml is the file layer, under env and flags.
+		// the run's config.yaml is the file layer, under a --config file
+		// (merged again on top of it), env and flags.
 		base := filepath.Join(v.GetString("run_dir"), configFile)
 		if _, err := os.Stat(base); err == nil {
-			if err := readConfigFile(v, base, known, perInvocation); err != nil {
+			if _, err := readConfigFile(v, base, known, perInvocation); err != nil {
 				return job.Spec{}, settings{}, err
+			}
+			if given != nil {
+				// Read afresh: viper may share the first read's nested maps.
+				if _, err := readConfigFile(v, set.config, known, nil); err != nil {
+					return job.Spec{}, settings{}, err
+				}
 			}
 		}
 	}
@@ -248,14 +258,14 @@ var perInvocation = map[string]bool{"resume": true, "max_steps": true, "run_dir"
 // readConfigFile loads a YAML file into v, refusing unknown keys so that
 // a typo is an error rather than a silently ignored setting. Keys in skip
 // are dropped.
-func readConfigFile(v *viper.Viper, path string, known, skip map[string]bool) error {
+func readConfigFile(v *viper.Viper, path string, known, skip map[string]bool) (map[string]any, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return usagef("config file %s: %v", path, err)
+		return nil, usagef("config file %s: %v", path, err)
 	}
 	var m map[string]any
 	if err := yaml.Unmarshal(raw, &m); err != nil {
-		return usagef("config file %s is not valid YAML: %v", path, err)
+		return nil, usagef("config file %s is not valid YAML: %v", path, err)
 	}
 	var bad []string
 	var walk func(prefix string, m map[string]any)
@@ -277,12 +287,12 @@ func readConfigFile(v *viper.Viper, path string, known, skip map[string]bool) er
 	walk("", m)
 	if len(bad) > 0 {
 		sort.Strings(bad)
-		return usagef("config file %s: unknown keys %s; keys are the flag names with underscores, model.hidden, model.activation and model.loss under model: (see `tolaria train --help`)", path, strings.Join(bad, ", "))
+		return nil, usagef("config file %s: unknown keys %s; keys are the flag names with underscores, model.hidden, model.activation and model.loss under model: (see `tolaria train --help`)", path, strings.Join(bad, ", "))
 	}
 	if err := v.MergeConfigMap(m); err != nil {
-		return usagef("config file %s: %v", path, err)
+		return nil, usagef("config file %s: %v", path, err)
 	}
-	return nil
+	return m, nil
 }
 
 // configMap is spec as a configuration file: the keys readConfigFile
