@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -50,5 +52,24 @@ func TestOneTrainerPerDevice(t *testing.T) {
 	}
 	if b.ParamsSHA256 != a.ParamsSHA256 {
 		t.Fatal("the same configuration trained after another ended with other parameters")
+	}
+}
+
+// TestModelTooLargeForTheDevice: a run that cannot fit is refused before
+// anything is allocated, with ErrOutOfMemory and what to change.
+func TestModelTooLargeForTheDevice(t *testing.T) {
+	dev, err := cpu.Open(cpu.Config{MemoryLimit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	cfg := smallConfig(t)
+	cfg.Spec.Hidden = []int{1024, 1024} // about 1M parameters, 4 MiB each copy
+	_, err = trainer.Run(context.Background(), dev, graphs.NewPool(), cfg)
+	if !errors.Is(err, device.ErrOutOfMemory) || !strings.Contains(err.Error(), "--hidden") {
+		t.Fatalf("a model larger than the device: %v, want ErrOutOfMemory naming --hidden", err)
+	}
+	if n := dev.MemoryStats().Allocs; n != 0 {
+		t.Fatalf("%d device allocations before the refusal, want none", n)
 	}
 }

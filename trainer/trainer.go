@@ -148,10 +148,31 @@ func claimDevice(dev device.Device) (release func(), err error) {
 	}, nil
 }
 
+// fits refuses, before anything is allocated, a run whose model, optimizer
+// state, workspace and input buffers cannot fit in the device's memory.
+func (r *run) fits() error {
+	c := &r.cfg
+	elems := int64(c.Spec.ParamCount()) * int64(1+c.Optimizer.StateBuffers()) // parameters and optimizer state
+	for _, n := range nn.WorkspaceSizes(c.Spec, c.BatchSize) {                // gradients, activations
+		elems += int64(n)
+	}
+	elems += 4 * int64(nn.NewLayout(c.Spec, c.BatchSize).Len) // two input buffers each for training and evaluation
+	need := 4 * elems
+	m := r.dev.MemoryStats()
+	if m.DeviceLimit > 0 && m.DeviceInUse+need > m.DeviceLimit {
+		return fmt.Errorf("%w: the model %s at batch %d needs about %.1f GiB of device memory (parameters, gradients, optimizer state, activations), and device %s has %.1f GiB free; use a smaller model (--hidden) or batch (--batch-size)",
+			device.ErrOutOfMemory, c.Spec, c.BatchSize, float64(need)/(1<<30), r.dev.Name(), float64(m.DeviceLimit-m.DeviceInUse)/(1<<30))
+	}
+	return nil
+}
+
 func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	c := &r.cfg
 	if c.Optimizer.TotalSteps == 0 {
 		return fmt.Errorf("trainer: optimizer TotalSteps must be set (use StepsPerEpoch)")
+	}
+	if err := r.fits(); err != nil {
+		return err
 	}
 	var err error
 	if r.model, err = nn.NewModel(r.dev, c.Spec, c.Optimizer, c.Seed); err != nil {

@@ -15,7 +15,10 @@ import (
 
 // Config configures the CPU device.
 type Config struct {
-	// MemoryLimit caps device memory in bytes; 0 means no limit.
+	// MemoryLimit caps device memory in bytes; 0 means the machine's
+	// physical memory (no limit where it cannot be read), so that an
+	// allocation no machine could hold is refused with ErrOutOfMemory
+	// instead of crashing the process.
 	MemoryLimit int64
 	// SlowCopy, when positive, makes every host-to-device copy pause this
 	// long half-way through. Tests use it to prove that nothing reads a
@@ -60,6 +63,9 @@ func Open(cfg Config) (*Device, error) {
 		captures: make(map[*capture]struct{}),
 	}
 	d.stats.DeviceLimit = cfg.MemoryLimit
+	if d.stats.DeviceLimit == 0 {
+		d.stats.DeviceLimit = physicalMemory()
+	}
 	d.legacy, _ = d.startStream(true)
 	return d, nil
 }
