@@ -133,6 +133,7 @@ func setHidden(s *job.Spec, v any) error {
 
 // settings are the non-job keys of train.
 type settings struct {
+	warnings                                 []string // unknown TOLARIA_* variables, to log
 	config, summaryJSON, metricsAddr, worker string
 	isolate                                  bool
 	workerStart                              time.Duration // the worker's start-up limit
@@ -166,6 +167,38 @@ func addFlags(fs *pflag.FlagSet) {
 var extraKeys = map[string]string{"summary_json": "summary-json", "metrics_addr": "metrics-addr", "worker": "worker", "isolate": "isolate",
 	"worker_start_timeout": "worker-start-timeout", "metrics_linger": "metrics-linger"}
 
+// otherEnv are TOLARIA_* variables that are not configuration keys.
+var otherEnv = map[string]bool{"TOLARIA_CONFIG": true, "TOLARIA_WORKER": true, "TOLARIA_PROTOCOL_FD": true}
+
+// unknownEnv lists the TOLARIA_* variables in env that set no key, each
+// with the variable meant when one is close. Test switches
+// (TOLARIA_E2E_*, TOLARIA_REQUIRE_*) are not configuration and are let be.
+func unknownEnv(env []string, known map[string]bool) []string {
+	byVar := map[string]string{}
+	for k := range known {
+		byVar["TOLARIA_"+strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(k))] = k
+	}
+	var out []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "TOLARIA_") || otherEnv[name] || byVar[name] != "" ||
+			strings.HasPrefix(name, "TOLARIA_E2E_") || strings.HasPrefix(name, "TOLARIA_REQUIRE_") {
+			continue
+		}
+		msg := name + " is not a tolaria setting and is ignored"
+		suffix := strings.TrimPrefix(name, "TOLARIA_")
+		for v := range byVar {
+			if strings.HasSuffix(v, "_"+suffix) {
+				msg += "; did you mean " + v + "?"
+				break
+			}
+		}
+		out = append(out, msg)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // resolve reads flags, TOLARIA_* variables and the YAML file into a spec,
 // with precedence flag > environment > file > default.
 func resolve(fs *pflag.FlagSet) (job.Spec, settings, error) {
@@ -189,6 +222,7 @@ func resolve(fs *pflag.FlagSet) (job.Spec, settings, error) {
 		}
 	}
 	var set settings
+	set.warnings = unknownEnv(os.Environ(), known)
 	set.config, _ = fs.GetString("config")
 	if set.config == "" {
 		set.config = os.Getenv("TOLARIA_CONFIG")

@@ -33,3 +33,16 @@ func TestReportInterruption(t *testing.T) {
 		t.Errorf("stopped after steps: %q", got)
 	}
 }
+
+func TestUnknownEnvironmentVariables(t *testing.T) {
+	known := map[string]bool{"model.hidden": true, "epochs": true, "batch_size": true}
+	got := unknownEnv([]string{"TOLARIA_HIDDEN=16", "TOLARIA_EPOCHS=2", "TOLARIA_EPOCS=3", "TOLARIA_WORKER=/x",
+		"TOLARIA_E2E_ACCURACY=1", "PATH=/bin", "TOLARIA_BATCH_SIZE=8"}, known)
+	want := []string{
+		"TOLARIA_EPOCS is not a tolaria setting and is ignored",
+		"TOLARIA_HIDDEN is not a tolaria setting and is ignored; did you mean TOLARIA_MODEL_HIDDEN?",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("unknownEnv:\n got %q\nwant %q", got, want)
+	}
+}

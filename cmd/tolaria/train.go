@@ -59,6 +59,9 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range set.warnings {
+		log.Warn(w)
+	}
 	// Everything that can be refused is checked before the run directory
 	// is touched, so a refused command leaves an existing run as it was.
 	if err := checkOutputPath("summary-json", set.summaryJSON); err != nil {
