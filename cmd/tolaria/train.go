@@ -203,12 +203,15 @@ func reportFailure(ctx context.Context, w io.Writer, err error) error {
 }
 
 func printSummary(w io.Writer, spec job.Spec, s trainer.Summary) {
-	acc := fmt.Sprintf("test accuracy %.4f, ", s.TestAccuracy)
-	if spec.Loss == string(nn.LossMSE) {
-		acc = "" // a regression loss has no accuracy
+	eval := fmt.Sprintf("test accuracy %.4f, test loss %.4f", s.TestAccuracy, s.TestLoss)
+	switch {
+	case len(s.EpochSeconds) == 0:
+		eval = "no epoch finished, so no evaluation yet" // the zeros in summary.json are not results
+	case spec.Loss == string(nn.LossMSE):
+		eval = fmt.Sprintf("test loss %.4f", s.TestLoss) // a regression loss has no accuracy
 	}
-	fmt.Fprintf(w, "device %s, graphs %v: %d steps (%d replays, %d eager), %stest loss %.4f, train loss %.4f, %.0f samples/s\n",
-		s.Device, s.GraphEnabled, s.Steps, s.GraphReplays, s.EagerSteps, acc, s.TestLoss, s.TrainLoss, s.SamplesPerSecond)
+	fmt.Fprintf(w, "device %s, graphs %v: %d steps (%d replays, %d eager), %s, train loss %.4f, %.0f samples/s\n",
+		s.Device, s.GraphEnabled, s.Steps, s.GraphReplays, s.EagerSteps, eval, s.TrainLoss, s.SamplesPerSecond)
 	if len(s.Fallbacks) > 0 {
 		fmt.Fprintf(w, "fallbacks: %v\n", s.Fallbacks)
 	}
