@@ -46,7 +46,7 @@ func Unavailable(path string, err error) string {
 		return fmt.Sprintf("the worker %s started but did not answer within %s%s; check that it is a tolaria-worker (`%s info`) and that the GPU driver responds (`nvidia-smi`), or use --device cpu",
 			path, na.After, output, path)
 	case errors.Is(err, ErrWorkerExited):
-		return fmt.Sprintf("the CUDA worker exited at start-up, as it does when there is no NVIDIA GPU or driver (%v); use --device cpu, or run on a machine with a GPU", err)
+		return fmt.Sprintf("the worker %s exited at start-up, as a CUDA worker does when there is no NVIDIA GPU or driver (%v); use --device cpu, run on a machine with a GPU, or check that it is a tolaria-worker (`%s info`)", path, err, path)
 	}
 	return fmt.Sprintf("the worker %s could not be started: %v; use --device cpu", path, err)
 }
