@@ -576,16 +576,9 @@ func TestSignalToTheWorkerIsNotASuccess(t *testing.T) {
 	run := filepath.Join(dir, "run")
 	cmd, stderr := startRun(t, dir, longer(run, "--isolate")...)
 	waitFor(t, "the first epoch", func() bool { return epochsLogged(filepath.Join(run, "events.jsonl")) >= 1 })
-	out, err := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid)).Output()
-	if err != nil {
-		t.Fatalf("no worker process under tolaria: %v", err)
-	}
-	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := childOf(t, cmd.Process.Pid)
 	_ = syscall.Kill(pid, syscall.SIGTERM)
-	err = cmd.Wait()
+	err := cmd.Wait()
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 1 {
 		t.Fatalf("after SIGTERM to the worker: %v (want exit 1)\n%s", err, stderr)
@@ -612,4 +605,31 @@ func TestResumeWithAConfigFileKeepsTheRunsSettings(t *testing.T) {
 	if r := tolaria(t, dir, nil, "train", "--resume", "--run-dir", run, "--config", cfg); r.code != 0 {
 		t.Fatalf("resume with --config: exit %d: %s", r.code, r.stderr)
 	}
+}
+
+// childOf is the pid of a child process of parent, read from /proc.
+func childOf(t *testing.T, parent int) int {
+	t.Helper()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+		s := string(raw)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(parent) {
+			pid, err := strconv.Atoi(strings.Fields(s)[0])
+			if err == nil {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no child process of %d", parent)
+	return 0
 }
