@@ -3,7 +3,6 @@ package trainer_test
 import (
 	"context"
 	"errors"
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -177,34 +176,6 @@ func TestCheckpointRefusals(t *testing.T) {
 	after, _ := os.ReadFile(path)
 	if string(after) != string(damaged) {
 		t.Fatal("a refused checkpoint was modified")
-	}
-}
-
-func TestNonFiniteLossStopsAndKeepsTheLastCheckpoint(t *testing.T) {
-	cfg := smallConfig(t)
-	cfg.RunDir = t.TempDir()
-	steps, _ := trainer.StepsPerEpoch(cfg)
-	cfg.MaxSteps = steps // one good epoch, then a checkpoint
-	run(t, cfg)
-	path := filepath.Join(cfg.RunDir, trainer.CheckpointFile)
-	good, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The next epoch's data is poisoned: the loss becomes NaN.
-	train := *cfg.Train
-	train.X = append([]float32(nil), cfg.Train.X...)
-	for i := range train.X {
-		train.X[i] = float32(math.NaN())
-	}
-	cfg.Train, cfg.MaxSteps, cfg.Resume = &train, 0, true
-	_, err = trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
-	if !errors.Is(err, trainer.ErrNonFinite) {
-		t.Fatalf("run on poisoned data: %v, want ErrNonFinite", err)
-	}
-	after, _ := os.ReadFile(path)
-	if string(after) != string(good) {
-		t.Fatal("the last good checkpoint was replaced after the loss became NaN")
 	}
 }
 
