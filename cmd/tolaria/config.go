@@ -167,6 +167,9 @@ func addFlags(fs *pflag.FlagSet) {
 var extraKeys = map[string]string{"summary_json": "summary-json", "metrics_addr": "metrics-addr", "worker": "worker", "isolate": "isolate",
 	"worker_start_timeout": "worker-start-timeout", "metrics_linger": "metrics-linger"}
 
+// envKey turns a configuration key into its TOLARIA_* variable's suffix.
+var envKey = strings.NewReplacer(".", "_", "-", "_")
+
 // otherEnv are TOLARIA_* variables that are not configuration keys.
 var otherEnv = map[string]bool{"TOLARIA_CONFIG": true, "TOLARIA_WORKER": true, "TOLARIA_PROTOCOL_FD": true}
 
@@ -176,7 +179,7 @@ var otherEnv = map[string]bool{"TOLARIA_CONFIG": true, "TOLARIA_WORKER": true, "
 func unknownEnv(env []string, known map[string]bool) []string {
 	byVar := map[string]string{}
 	for k := range known {
-		byVar["TOLARIA_"+strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(k))] = k
+		byVar["TOLARIA_"+strings.ToUpper(envKey.Replace(k))] = k
 	}
 	var out []string
 	for _, kv := range env {
@@ -204,7 +207,7 @@ func unknownEnv(env []string, known map[string]bool) []string {
 func resolve(fs *pflag.FlagSet) (job.Spec, settings, error) {
 	v := viper.New()
 	v.SetEnvPrefix("TOLARIA")
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.SetEnvKeyReplacer(envKey)
 	v.AutomaticEnv()
 	opts := options()
 	known := map[string]bool{}
