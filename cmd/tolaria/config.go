@@ -281,7 +281,7 @@ func source(fs *pflag.FlagSet, o option) string {
 	if f := fs.Lookup(o.flag); f != nil && f.Changed {
 		return "flag --" + o.flag
 	}
-	env := "TOLARIA_" + strings.ToUpper(strings.NewReplacer(".", "_").Replace(o.key))
+	env := "TOLARIA_" + strings.ToUpper(envKey.Replace(o.key))
 	if _, ok := os.LookupEnv(env); ok {
 		return "environment variable " + env
 	}
