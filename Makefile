@@ -7,7 +7,7 @@ DIST    ?= dist/gpu-bundle
 ARGS    ?=
 GOFLAGS_TEST ?= -race -timeout 20m
 
-.PHONY: all build deps-train deps-test train test vet fmt-check unit cuda-build \
+.PHONY: all build deps-train deps-test train test vet staticcheck fmt-check unit cuda-build \
         ptx check-ptx infra generate check-generated e2e accuracy worker-cuda \
         gpu-bundle bench run_graph_bench clean
 
@@ -27,7 +27,7 @@ train: deps-train build
 	$(BIN)/tolaria train --device cpu --enable-graphs $(ARGS)
 
 # The whole test suite (what .ci/run runs).
-test: deps-test fmt-check vet unit cuda-build check-ptx infra check-generated accuracy
+test: deps-test fmt-check vet staticcheck unit cuda-build check-ptx infra check-generated accuracy
 	@echo "make test: all checks passed"
 
 fmt-check:
@@ -37,6 +37,12 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags cuda ./...
+
+# staticcheck, installed by deps-test into $(GOPATH)/bin.
+STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
+staticcheck:
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags cuda ./...
 
 # Includes ./e2e: the binaries end to end, and a real Prometheus, which the
 # test command requires (deps-test installs it).

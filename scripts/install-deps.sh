@@ -8,6 +8,7 @@
 set -euo pipefail
 
 what=${1:-train}
+STATICCHECK_VERSION=v0.8.2 # honnef.co/go/tools; `staticcheck -version` prints "(0.8.2)"
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 if ! command -v go >/dev/null 2>&1; then
@@ -50,6 +51,12 @@ test)
 	# kernels' CPU emulation test (device/cuda), git for the format check.
 	apt_install dataset-fashion-mnist prometheus gcc g++ libc6-dev git
 	"$root/scripts/install-cuda.sh"
+	# staticcheck, at a pinned version, into $(go env GOPATH)/bin.
+	sc="$(go env GOPATH)/bin/staticcheck"
+	if ! { [ -x "$sc" ] && "$sc" -version 2>/dev/null | grep -qF "(${STATICCHECK_VERSION#v})"; }; then
+		echo "install-deps: installing staticcheck $STATICCHECK_VERSION"
+		go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+	fi
 	;;
 *)
 	echo "usage: install-deps.sh train|test" >&2

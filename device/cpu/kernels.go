@@ -61,7 +61,7 @@ const smallGemm = 4096
 func gemmLoop(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
 	// t holds alpha*A[i,:] for the row being computed.
 	var tBuf [256]float32
-	t := tBuf[:0]
+	var t []float32
 	if k <= len(tBuf) {
 		t = tBuf[:k]
 	} else {
