@@ -112,20 +112,26 @@ func readSummary(t *testing.T, path string) trainer.Summary {
 	return s
 }
 
-// snapshot hashes every file of a directory, to prove nothing changed.
+// snapshot hashes every file of a directory and lists its directories,
+// to prove nothing was written: no file changed, appeared or went away.
 func snapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
 	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil || info.IsDir() {
+		if err != nil {
 			return err
+		}
+		name := strings.TrimPrefix(p, dir)
+		if info.IsDir() {
+			m[name+"/"] = "directory"
+			return nil
 		}
 		raw, err := os.ReadFile(p)
 		if err != nil {
 			return err
 		}
 		sum := sha256.Sum256(raw)
-		m[strings.TrimPrefix(p, dir)] = hex.EncodeToString(sum[:])
+		m[name] = hex.EncodeToString(sum[:])
 		return nil
 	})
 	if err != nil {
@@ -134,11 +140,20 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return m
 }
 
+// sameFiles fails the test for every difference between two snapshots.
 func sameFiles(t *testing.T, before, after map[string]string) {
 	t.Helper()
 	for name, h := range before {
-		if after[name] != h {
-			t.Errorf("%s changed or disappeared", name)
+		switch got, ok := after[name]; {
+		case !ok:
+			t.Errorf("%s disappeared", name)
+		case got != h:
+			t.Errorf("%s changed", name)
+		}
+	}
+	for name := range after {
+		if _, ok := before[name]; !ok {
+			t.Errorf("%s appeared", name)
 		}
 	}
 }
