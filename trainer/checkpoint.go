@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +18,23 @@ import (
 // CheckpointFile is the checkpoint's name inside the run directory.
 const CheckpointFile = "checkpoint.tlck"
 
-const checkpointMagic = "TOLARIA-CKPT\x00v1\n"
+// A checkpoint file (format v2) is, in order:
+//
+//	magic        "TOLARIA-CKPT\x00v2\n" (16 bytes; the format version is in it)
+//	header size  uint32, little-endian
+//	header       JSON (Checkpoint)
+//	payload      float32 little-endian: the parameters, then each optimizer state buffer
+//	digest       SHA-256 of every byte before it (32 bytes)
+//
+// The digest sits at a fixed place (the last 32 bytes) and covers the
+// exact bytes of everything else, so no byte of the file, header included,
+// can change unnoticed, and verification needs no parsing first.
+const (
+	checkpointMagicPrefix = "TOLARIA-CKPT\x00v"
+	checkpointFormat      = "2"
+	checkpointMagic       = checkpointMagicPrefix + checkpointFormat + "\n"
+	checkpointDigestSize  = sha256.Size
+)
 
 // ErrCheckpoint is wrapped by every refusal of a checkpoint file.
 var ErrCheckpoint = errors.New("checkpoint refused")
@@ -28,7 +43,6 @@ var ErrCheckpoint = errors.New("checkpoint refused")
 // The data order and the schedule are functions of the seed and the step,
 // so the step is the whole of the data position and the RNG state.
 type Checkpoint struct {
-	Version   int    `json:"version"`
 	Model     string `json:"model"`     // nn.Spec.String()
 	Optimizer string `json:"optimizer"` // kind and every setting that shapes the update
 	BatchSize int    `json:"batch_size"`
@@ -41,7 +55,6 @@ type Checkpoint struct {
 	Step      int    `json:"step"` // steps completed (the next sequence number)
 	Params    int    `json:"params"`
 	States    int    `json:"states"`
-	SHA256    string `json:"payload_sha256"`
 
 	// Totals are the run's counters up to Step, so that a resumed run's
 	// summary describes the whole run.
@@ -72,7 +85,7 @@ type Totals struct {
 
 func (c *Config) checkpointHeader() Checkpoint {
 	return Checkpoint{
-		Version: 1, Model: c.Spec.String(), Optimizer: optimizerString(c.Optimizer), BatchSize: c.BatchSize,
+		Model: c.Spec.String(), Optimizer: optimizerString(c.Optimizer), BatchSize: c.BatchSize,
 		Seed: c.Seed, Dataset: c.Train.Name, TrainSize: c.Train.Len(),
 		Shard: fmt.Sprintf("%d/%d", c.Rank, c.World), Ragged: string(c.Ragged), Epochs: c.Epochs,
 		Params: c.Spec.ParamCount(), States: c.Optimizer.StateBuffers(),
@@ -112,23 +125,40 @@ func encodeFloats(w io.Writer, v []float32) error {
 	return err
 }
 
+// encodeCheckpoint lays out a checkpoint file: magic, header size,
+// header, payload and the SHA-256 of all of it.
+func encodeCheckpoint(ck Checkpoint, params []float32, state [][]float32) ([]byte, error) {
+	ck.Params, ck.States = len(params), len(state)
+	for i, s := range state {
+		if len(s) != len(params) {
+			return nil, fmt.Errorf("checkpoint: optimizer state %d holds %d values for %d parameters", i, len(s), len(params))
+		}
+	}
+	header, err := json.Marshal(ck)
+	if err != nil {
+		return nil, err
+	}
+	var file bytes.Buffer
+	file.WriteString(checkpointMagic)
+	var size [4]byte
+	binary.LittleEndian.PutUint32(size[:], uint32(len(header)))
+	file.Write(size[:])
+	file.Write(header)
+	for _, v := range append([][]float32{params}, state...) {
+		if err := encodeFloats(&file, v); err != nil {
+			return nil, err
+		}
+	}
+	sum := sha256.Sum256(file.Bytes())
+	file.Write(sum[:])
+	return file.Bytes(), nil
+}
+
 // SaveCheckpoint writes ck atomically: to a temporary file in dir, fsync,
 // rename over the old checkpoint, fsync the directory. A crash at any
 // point leaves either the old checkpoint or the new one, never a mix.
 func SaveCheckpoint(dir string, ck Checkpoint, params []float32, state [][]float32) error {
-	var payload bytes.Buffer
-	if err := encodeFloats(&payload, params); err != nil {
-		return err
-	}
-	for _, s := range state {
-		if err := encodeFloats(&payload, s); err != nil {
-			return err
-		}
-	}
-	sum := sha256.Sum256(payload.Bytes())
-	ck.SHA256 = hex.EncodeToString(sum[:])
-	ck.Params, ck.States = len(params), len(state)
-	header, err := json.Marshal(ck)
+	file, err := encodeCheckpoint(ck, params, state)
 	if err != nil {
 		return err
 	}
@@ -137,13 +167,9 @@ func SaveCheckpoint(dir string, ck Checkpoint, params []float32, state [][]float
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	var lenBuf [4]byte
-	binary.LittleEndian.PutUint32(lenBuf[:], uint32(len(header)))
-	for _, b := range [][]byte{[]byte(checkpointMagic), lenBuf[:], header, payload.Bytes()} {
-		if _, err := tmp.Write(b); err != nil {
-			tmp.Close()
-			return fmt.Errorf("checkpoint: write %s: %w", tmp.Name(), err)
-		}
+	if _, err := tmp.Write(file); err != nil {
+		tmp.Close()
+		return fmt.Errorf("checkpoint: write %s: %w", tmp.Name(), err)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
@@ -180,31 +206,34 @@ func LoadCheckpoint(path string) (Checkpoint, error) {
 	if err != nil {
 		return refuse("%v", err)
 	}
-	if !bytes.HasPrefix(raw, []byte(checkpointMagic)) {
+	if !bytes.HasPrefix(raw, []byte(checkpointMagicPrefix)) {
 		return refuse("not a tolaria checkpoint (bad magic); point --run-dir at a tolaria run directory")
 	}
-	raw = raw[len(checkpointMagic):]
-	if len(raw) < 4 {
-		return refuse("truncated header; the file is damaged, resume from a copy or start a new run")
+	if !bytes.HasPrefix(raw, []byte(checkpointMagic)) {
+		return refuse("%s", unsupportedFormat(raw[len(checkpointMagicPrefix):]))
 	}
-	n := int(binary.LittleEndian.Uint32(raw))
-	if n > len(raw)-4 {
-		return refuse("truncated header; the file is damaged, resume from a copy or start a new run")
+	const damaged = "the file is damaged or was edited; resume from an intact copy or start a new run in another --run-dir"
+	if len(raw) < len(checkpointMagic)+4+checkpointDigestSize {
+		return refuse("truncated (%d bytes); %s", len(raw), damaged)
+	}
+	body, digest := raw[:len(raw)-checkpointDigestSize], raw[len(raw)-checkpointDigestSize:]
+	if sum := sha256.Sum256(body); !bytes.Equal(sum[:], digest) {
+		return refuse("checksum mismatch (the SHA-256 covers every byte of the header and the payload); %s", damaged)
+	}
+	// The digest holds, so the bytes are the ones tolaria wrote; what
+	// follows refuses only what a correct writer never produces.
+	body = body[len(checkpointMagic):]
+	n := int(binary.LittleEndian.Uint32(body))
+	if n > len(body)-4 {
+		return refuse("header size %d exceeds the file; %s", n, damaged)
 	}
 	var ck Checkpoint
-	if err := json.Unmarshal(raw[4:4+n], &ck); err != nil {
-		return refuse("unreadable header (%v); the file is damaged", err)
+	if err := json.Unmarshal(body[4:4+n], &ck); err != nil {
+		return refuse("unreadable header (%v); %s", err, damaged)
 	}
-	if ck.Version != 1 {
-		return refuse("version %d is not supported by this tolaria (it reads version 1)", ck.Version)
-	}
-	payload := raw[4+n:]
+	payload := body[4+n:]
 	if want := 4 * ck.Params * (1 + ck.States); len(payload) != want || ck.Params <= 0 || ck.States < 0 {
-		return refuse("payload is %d bytes, header promises %d; the file is truncated or damaged", len(payload), want)
-	}
-	sum := sha256.Sum256(payload)
-	if hex.EncodeToString(sum[:]) != ck.SHA256 {
-		return refuse("payload checksum mismatch; the file is damaged, resume from a copy or start a new run")
+		return refuse("payload is %d bytes, header promises %d; %s", len(payload), want, damaged)
 	}
 	decode := func(b []byte) []float32 {
 		v := make([]float32, len(b)/4)
@@ -219,6 +248,29 @@ func LoadCheckpoint(path string) (Checkpoint, error) {
 		ck.state = append(ck.state, decode(payload[step*(i+1):step*(i+2)]))
 	}
 	return ck, nil
+}
+
+// unsupportedFormat explains a checkpoint of another format version;
+// rest is what follows the magic's "v".
+func unsupportedFormat(rest []byte) string {
+	version := "?"
+	if i := bytes.IndexByte(rest, '\n'); i > 0 && i <= 8 && isDigits(rest[:i]) {
+		version = string(rest[:i])
+	}
+	msg := fmt.Sprintf("checkpoint format v%s is not read by this tolaria (it reads v%s)", version, checkpointFormat)
+	if version == "1" {
+		msg += "; format v1, from an earlier tolaria, checksummed only its payload, so its header cannot be verified"
+	}
+	return msg + "; start a new run in another --run-dir, or resume it with the tolaria that wrote it"
+}
+
+func isDigits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckResume verifies, without changing anything, that cfg can resume
