@@ -37,7 +37,6 @@ type Dispatch struct {
 // still be issued into the staging input buffers) never race with it,
 // and an executable of its own, outside the pool.
 func (s *setup) dispatch(steps, repeats int) (d Dispatch, err error) {
-	d = Dispatch{Steps: steps, Repeats: repeats}
 	buf, err := s.dev.Alloc(s.layout.Len)
 	if err != nil {
 		return d, err
@@ -81,35 +80,49 @@ func (s *setup) dispatch(steps, repeats int) (d Dispatch, err error) {
 	// nothing and makes the thread's CPU time the issuing's.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	var eager, replayed [3][]float64 // per step: total, issue, issuing thread CPU
+	var eager, replayed issueTimes
 	for range repeats {
 		for _, m := range []struct {
 			step graphs.StepFunc
-			into *[3][]float64
+			into *issueTimes
 		}{{train, &eager}, {replay, &replayed}} {
-			t, err := s.timeSteps(steps, m.step)
-			if err != nil {
+			if err := s.timeSteps(steps, m.step, m.into); err != nil {
 				return d, err
-			}
-			for i, v := range t {
-				m.into[i] = append(m.into[i], v)
 			}
 		}
 	}
-	d.EagerMS, d.EagerIssueMS = Median(eager[0]), Median(eager[1])
-	d.ReplayMS, d.ReplayIssueMS = Median(replayed[0]), Median(replayed[1])
-	if len(eager[2]) > 0 && len(replayed[2]) > 0 {
-		d.EagerHostCPUMS, d.ReplayHostCPUMS = Median(eager[2]), Median(replayed[2])
-	}
-	d.Speedup = ratio(d.EagerMS, d.ReplayMS)
-	return d, nil
+	return dispatchFigures(steps, repeats, eager, replayed), nil
 }
 
-// timeSteps issues n steps and waits for them. It returns, per step in
-// milliseconds, the time to completion, the time to issue and the issuing
-// thread's CPU time while issuing (the last only where the thread's CPU
-// time can be read).
-func (s *setup) timeSteps(n int, step graphs.StepFunc) ([]float64, error) {
+// issueTimes are the dispatch comparison's timings of one mode, one value
+// per repeat, each per step in milliseconds.
+type issueTimes struct {
+	total   []float64 // issue to completion (the synchronisation included)
+	issue   []float64 // issuing alone
+	hostCPU []float64 // the issuing thread's CPU while issuing; empty where unreadable
+}
+
+// dispatchFigures turns the timings of the eager and the replayed runs
+// into the comparison's figures: medians over the repeats, and the speedup
+// of the step issued to completion (eager over replay). The issue times
+// are reported, never the speedup's divisor: a replay is issued in a
+// fraction of the time it takes to run.
+func dispatchFigures(steps, repeats int, eager, replayed issueTimes) Dispatch {
+	d := Dispatch{Steps: steps, Repeats: repeats}
+	d.EagerMS, d.EagerIssueMS = Median(eager.total), Median(eager.issue)
+	d.ReplayMS, d.ReplayIssueMS = Median(replayed.total), Median(replayed.issue)
+	if len(eager.hostCPU) > 0 && len(replayed.hostCPU) > 0 {
+		d.EagerHostCPUMS, d.ReplayHostCPUMS = Median(eager.hostCPU), Median(replayed.hostCPU)
+	}
+	d.Speedup = ratio(d.EagerMS, d.ReplayMS)
+	return d
+}
+
+// timeSteps issues n steps and waits for them. It adds to into, per step
+// in milliseconds, the time to completion, the time to issue and the
+// issuing thread's CPU time while issuing (the last only where the
+// thread's CPU time can be read).
+func (s *setup) timeSteps(n int, step graphs.StepFunc, into *issueTimes) error {
 	// Each batch starts from a collected heap, so neither mode pays for
 	// the other's garbage (eager issuing allocates; replay hardly does).
 	runtime.GC()
@@ -117,19 +130,20 @@ func (s *setup) timeSteps(n int, step graphs.StepFunc) ([]float64, error) {
 	t0 := time.Now()
 	for range n {
 		if err := step(s.compute); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	t1 := time.Now()
 	cpu1, ok1 := threadCPU()
 	if err := s.compute.Synchronize(); err != nil {
-		return nil, err
+		return err
 	}
 	t2 := time.Now()
 	k := float64(n)
-	out := []float64{ms(t2.Sub(t0)) / k, ms(t1.Sub(t0)) / k}
+	into.total = append(into.total, ms(t2.Sub(t0))/k)
+	into.issue = append(into.issue, ms(t1.Sub(t0))/k)
 	if ok0 && ok1 {
-		out = append(out, ms(cpu1-cpu0)/k)
+		into.hostCPU = append(into.hostCPU, ms(cpu1-cpu0)/k)
 	}
-	return out, nil
+	return nil
 }

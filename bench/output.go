@@ -68,17 +68,8 @@ func WriteText(w io.Writer, rep *Report) error {
 		rep.Settings.Epochs, rep.Settings.Steps, rep.Settings.StepWindow)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "per step (ms)\teager\tgraphs\tratio\t\n")
-	row := func(name string, e, g float64) {
-		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%s\t\n", name, e, g, times(ratio(e, g)))
-	}
-	row("wall, median", s.EagerStepMS, s.GraphStepMS)
-	row("wall, p90", s.EagerStepP90MS, s.GraphStepP90MS)
-	row("device step, median", s.EagerDeviceStepMS, s.GraphDeviceStepMS)
-	row("device busy, median", s.EagerDeviceBusyMS, s.DeviceBusyMS)
-	row("CPU, whole process", s.EagerProcessCPUMS, s.GraphProcessCPUMS)
-	if d := s.Dispatch; d != nil {
-		row("issuing alone (no staging)", d.EagerMS, d.ReplayMS)
-		row("  host CPU of the issuing thread", d.EagerHostCPUMS, d.ReplayHostCPUMS)
+	for _, c := range Comparisons(s) {
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%s\t\n", c.Name, c.Eager, c.Graph, times(c.Ratio))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

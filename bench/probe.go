@@ -95,10 +95,20 @@ func probeLaunch(dev device.Device, kernels, repeats int) (p Probe, err error) {
 		issued = append(issued, us(t1.Sub(t0)))
 		replayed = append(replayed, us(t3.Sub(t2)))
 	}
+	return probeFigures(kernels, repeats, eager, issued, replayed)
+}
+
+// probeFigures turns the probe's timings (µs per repeat for all kernels:
+// eager issue to completion, eager issue alone, one replay to completion)
+// into per-kernel medians and the launch cost, eager minus replay. The
+// launch cost is not clamped: a negative one says the probe is inside its
+// noise, which the figure should show.
+func probeFigures(kernels, repeats int, eager, issued, replayed []float64) (Probe, error) {
+	p := Probe{Kernels: kernels, Repeats: repeats}
 	k := float64(kernels)
 	p.EagerUS, p.IssueUS, p.ReplayUS = Median(eager)/k, Median(issued)/k, Median(replayed)/k
 	p.LaunchCostUS = p.EagerUS - p.ReplayUS
-	if p.EagerUS <= 0 || p.ReplayUS <= 0 {
+	if !(p.EagerUS > 0) || !(p.ReplayUS > 0) {
 		return p, fmt.Errorf("bench: launch probe measured no time; raise the probe's kernel count")
 	}
 	return p, nil

@@ -179,3 +179,35 @@ type Point struct {
 	Summary   Summary  `json:"summary"`
 	Records   []Record `json:"records"`
 }
+
+// Comparison is one figure per step measured in both modes, and how many
+// times the graph step's figure the eager step's is.
+type Comparison struct {
+	Name  string
+	Eager float64 // milliseconds per step
+	Graph float64 // milliseconds per step
+	Ratio float64 // Eager / Graph: above 1, graphs pay; 0 when either is not measured
+}
+
+// Comparisons returns the figures of s that the text summary sets side by
+// side, eager against graphs: the pipelined loop's wall, device step,
+// device busy and process CPU time, and with a dispatch comparison the
+// step issued alone and its issuing thread's CPU.
+func Comparisons(s Summary) []Comparison {
+	c := func(name string, eager, graph float64) Comparison {
+		return Comparison{Name: name, Eager: eager, Graph: graph, Ratio: ratio(eager, graph)}
+	}
+	out := []Comparison{
+		c("wall, median", s.EagerStepMS, s.GraphStepMS),
+		c("wall, p90", s.EagerStepP90MS, s.GraphStepP90MS),
+		c("device step, median", s.EagerDeviceStepMS, s.GraphDeviceStepMS),
+		c("device busy, median", s.EagerDeviceBusyMS, s.DeviceBusyMS),
+		c("CPU, whole process", s.EagerProcessCPUMS, s.GraphProcessCPUMS),
+	}
+	if d := s.Dispatch; d != nil {
+		out = append(out,
+			c("issuing alone (no staging)", d.EagerMS, d.ReplayMS),
+			c("  host CPU of the issuing thread", d.EagerHostCPUMS, d.ReplayHostCPUMS))
+	}
+	return out
+}
