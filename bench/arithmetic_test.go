@@ -85,7 +85,7 @@ func threeEpochs() []epochResult {
 			eager: phase{wall: []float64{6}, deviceStep: []float64{8}, busy: []float64{2},
 				copies: []float64{0.75}, processCPU: 9, kernels: 10, steps: 1},
 			graph: phase{graph: true, wall: []float64{4}, deviceStep: []float64{3}, busy: []float64{2},
-				exposed: []float64{0.25}, copies: []float64{1}, processCPU: 5, nodes: 10, steps: 1},
+				exposed: []float64{1}, copies: []float64{1}, processCPU: 5, nodes: 10, steps: 1},
 			capture: captureResult{ms: 0.25, pooled: true, graphs: 2}, captureKind: CapturePooled,
 		},
 		{
@@ -123,9 +123,10 @@ func TestSummariseDerivedFigures(t *testing.T) {
 				// 0.125 0.25 0.5 0.75 1 2.
 				StageCopyMS: 0.625, StageCopyP90MS: 1.5,
 				ReplayMS:       1.5,
-				ExposedStageMS: 0.25, ExposedStageP90MS: 0.35,
-				// Mean exposed 0.25 over mean graph device step 8/3.
-				ExposedStageFraction: 0.09375,
+				// Exposed: 0.125 0.375 1.
+				ExposedStageMS: 0.375, ExposedStageP90MS: 0.875,
+				// Mean exposed 0.5 over mean graph device step 8/3.
+				ExposedStageFraction: 0.1875,
 				CaptureColdMS:        0.8, CapturePooledMS: 0.5, Captures: 3, PooledCaptures: 2, GraphsPerSetup: 2,
 				KernelsPerStep: 10, GraphNodes: 10,
 				LaunchCostUS:     0.125,
@@ -134,6 +135,39 @@ func TestSummariseDerivedFigures(t *testing.T) {
 				// Batch over the mean step: 8 * 1000 / 5.6 and 8 * 1000 / (8.5/3).
 				EagerSamplesPerSecond: 8000 / 5.6, GraphSamplesPerSecond: 24000 / 8.5,
 				Fallbacks: map[string]int{ReasonDeviceError: 3},
+			},
+		},
+		{
+			// The cold capture is the first epoch's; the pooled capture
+			// time is the median of the later ones (1, 1.25, 4).
+			name: "captures", batch: 1, probe: nil,
+			epochs: func() []epochResult {
+				var out []epochResult
+				for i, c := range []float64{3, 4, 1.25, 1} {
+					e := epochResult{
+						eager:       phase{wall: []float64{2}, kernels: 3, steps: 1},
+						graph:       phase{graph: true, wall: []float64{1}, nodes: 3, steps: 1},
+						capture:     captureResult{ms: c, pooled: i > 0, graphs: 2},
+						captureKind: CapturePooled,
+					}
+					if i == 0 {
+						e.captureKind = CaptureCold
+					}
+					out = append(out, e)
+				}
+				return out
+			},
+			want: Summary{
+				BatchSize:   1,
+				EagerStepMS: 2, EagerStepP90MS: 2, EagerStepMeanMS: 2,
+				GraphStepMS: 1, GraphStepP90MS: 1, GraphStepMeanMS: 1,
+				Speedup:       2,
+				CaptureColdMS: 3, CapturePooledMS: 1.25, Captures: 4, PooledCaptures: 3, GraphsPerSetup: 2,
+				KernelsPerStep: 3, GraphNodes: 3,
+				StepLaunchCostUS:      1000.0 / 3,
+				PoolBytes:             4096,
+				EagerSamplesPerSecond: 500, GraphSamplesPerSecond: 1000,
+				Fallbacks: map[string]int{},
 			},
 		},
 		{
@@ -230,9 +264,9 @@ func TestDispatchFigures(t *testing.T) {
 			// issue (3.25 / 0.09375 = 34.7).
 			name: "replay twice as fast",
 			eager: issueTimes{total: []float64{3.5, 3.25, 3}, issue: []float64{1.5, 2, 1.75},
-				hostCPU: []float64{1.875, 1.75, 1.8125}},
+				hostCPU: []float64{2.5, 1.75, 1.8125}},
 			replayed: issueTimes{total: []float64{1.75, 1.5, 1.625}, issue: []float64{0.125, 0.0625, 0.09375},
-				hostCPU: []float64{0.078125, 0.0625, 0.09375}},
+				hostCPU: []float64{0.078125, 0.0625, 0.5}},
 			want: Dispatch{Steps: 1000, Repeats: 3, EagerMS: 3.25, EagerIssueMS: 1.75, ReplayMS: 1.625,
 				ReplayIssueMS: 0.09375, EagerHostCPUMS: 1.8125, ReplayHostCPUMS: 0.078125, Speedup: 2},
 		},
