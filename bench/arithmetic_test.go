@@ -122,7 +122,7 @@ func TestSummariseDerivedFigures(t *testing.T) {
 				// Copies of every phase, the fallen-back one's included:
 				// 0.125 0.25 0.5 0.75 1 2.
 				StageCopyMS: 0.625, StageCopyP90MS: 1.5,
-				ReplayMS:       1.5,
+				ReplayMS: 1.5,
 				// Exposed: 0.125 0.375 1.
 				ExposedStageMS: 0.375, ExposedStageP90MS: 0.875,
 				// Mean exposed 0.5 over mean graph device step 8/3.
@@ -193,20 +193,22 @@ func TestSummariseDerivedFigures(t *testing.T) {
 		{
 			// Graph steps slower than eager ones: the launch cost estimated
 			// from the step times is negative, stored as 0; the speedup is
-			// below 1.
-			name: "graphs slower, reused setup", batch: 2, probe: probe,
+			// below 1. One cold capture, nothing pooled.
+			name: "graphs slower, one capture", batch: 2, probe: probe,
 			epochs: func() []epochResult {
 				return []epochResult{{
 					eager:       phase{wall: []float64{2}, kernels: 4, steps: 1},
 					graph:       phase{graph: true, wall: []float64{2.5}, nodes: 4, steps: 1},
-					captureKind: CaptureReused,
+					capture:     captureResult{ms: 0.5, graphs: 2},
+					captureKind: CaptureCold,
 				}}
 			},
 			want: Summary{
 				BatchSize:   2,
 				EagerStepMS: 2, EagerStepP90MS: 2, EagerStepMeanMS: 2,
 				GraphStepMS: 2.5, GraphStepP90MS: 2.5, GraphStepMeanMS: 2.5,
-				Speedup:        0.8,
+				Speedup:       0.8,
+				CaptureColdMS: 0.5, Captures: 1, GraphsPerSetup: 2,
 				KernelsPerStep: 4, GraphNodes: 4,
 				LaunchCostUS:          0.125,
 				PoolBytes:             4096,
