@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/nn"
 )
 
@@ -154,44 +155,17 @@ func encodeCheckpoint(ck Checkpoint, params []float32, state [][]float32) ([]byt
 	return file.Bytes(), nil
 }
 
-// SaveCheckpoint writes ck atomically: to a temporary file in dir, fsync,
-// rename over the old checkpoint, fsync the directory. A crash at any
+// SaveCheckpoint writes ck atomically (see atomicfile): a crash at any
 // point leaves either the old checkpoint or the new one, never a mix.
 func SaveCheckpoint(dir string, ck Checkpoint, params []float32, state [][]float32) error {
 	file, err := encodeCheckpoint(ck, params, state)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".checkpoint-*.tmp")
-	if err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, CheckpointFile), file, 0o600); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := tmp.Write(file); err != nil {
-		tmp.Close()
-		return fmt.Errorf("checkpoint: write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("checkpoint: fsync: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	final := filepath.Join(dir, CheckpointFile)
-	if err := os.Rename(tmp.Name(), final); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
 
 // LoadCheckpoint reads and verifies a checkpoint file. It never modifies it.

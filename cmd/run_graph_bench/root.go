@@ -16,6 +16,7 @@ import (
 	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/worker"
 )
 
@@ -209,12 +210,12 @@ func runBench(cmd *cobra.Command, o options, argv []string) error {
 	}
 	rep.Command = commandLine(argv)
 	if o.output != "" {
-		if err := writeFile(o.output, func(w io.Writer) error { return bench.WriteJSON(w, rep) }); err != nil {
+		if err := atomicfile.Write(o.output, 0o644, func(w io.Writer) error { return bench.WriteJSON(w, rep) }); err != nil {
 			return fmt.Errorf("--output: %w", err)
 		}
 	}
 	if o.plot != "" {
-		if err := writeFile(o.plot, func(w io.Writer) error { return bench.WriteChart(w, rep) }); err != nil {
+		if err := atomicfile.Write(o.plot, 0o644, func(w io.Writer) error { return bench.WriteChart(w, rep) }); err != nil {
 			return fmt.Errorf("--plot: %w", err)
 		}
 	}
@@ -231,25 +232,4 @@ func commandLine(argv []string) string {
 		parts[i] = a
 	}
 	return strings.Join(parts, " ")
-}
-
-// writeFile writes through a temporary file and renames it, so a failed
-// write leaves no half-written report behind.
-func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

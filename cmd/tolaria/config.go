@@ -17,6 +17,8 @@ import (
 	"github.com/spf13/viper"
 	"gopkg.in/yaml.v3"
 
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 )
 
@@ -131,6 +133,20 @@ func setHidden(s *job.Spec, v any) error {
 	return nil
 }
 
+// flagOf spells a configuration key as its flag, for messages; "" for a
+// key with no flag.
+func flagOf(key field.Name) string {
+	for _, o := range options() {
+		if o.key == string(key) {
+			return "--" + o.flag
+		}
+	}
+	if f, ok := extraKeys[string(key)]; ok {
+		return "--" + f
+	}
+	return ""
+}
+
 // settings are the non-job keys of train.
 type settings struct {
 	warnings                                 []string // unknown TOLARIA_* variables, to log
@@ -241,7 +257,7 @@ func resolve(fs *pflag.FlagSet) (job.Spec, settings, error) {
 		// A resumed run continues with the settings it was started with:
 		// the run's config.yaml is the file layer, under a --config file
 		// (merged again on top of it), env and flags.
-		base := filepath.Join(v.GetString("run_dir"), configFile)
+		base := filepath.Join(v.GetString("run_dir"), coordinator.ConfigFile)
 		if _, err := os.Stat(base); err == nil {
 			if _, err := readConfigFile(v, base, known, perInvocation); err != nil {
 				return job.Spec{}, settings{}, err
@@ -332,9 +348,9 @@ func readConfigFile(v *viper.Viper, path string, known, skip map[string]bool) (m
 	return m, nil
 }
 
-// configMap is spec as a configuration file: the keys readConfigFile
+// configFile is spec as a configuration file: the keys readConfigFile
 // reads, so a run's config.yaml is also a valid --config.
-func configMap(spec job.Spec) (map[string]any, error) {
+func configFile(spec job.Spec) ([]byte, error) {
 	raw, err := yaml.Marshal(spec)
 	if err != nil {
 		return nil, err
@@ -349,5 +365,5 @@ func configMap(spec job.Spec) (map[string]any, error) {
 		delete(m, k)
 	}
 	m["model"] = model
-	return m, nil
+	return yaml.Marshal(m)
 }

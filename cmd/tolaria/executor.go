@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/job"
-	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -135,60 +132,4 @@ func (e *executor) Run(ctx context.Context, spec job.Spec, sink worker.Sink) (tr
 	}
 	_, sum, err := e.process.Run(ctx, e.device, spec, sink)
 	return sum, err
-}
-
-// runMetrics is the metrics side of a run: nil fields when --metrics-addr
-// is not set.
-type runMetrics struct {
-	m   *telemetry.Metrics
-	srv *telemetry.Server
-}
-
-// startMetrics binds --metrics-addr before anything is written, so a busy
-// port is refused without side effects.
-func startMetrics(ctx context.Context, addr string, log *slog.Logger) (*runMetrics, error) {
-	if addr == "" {
-		return &runMetrics{}, nil
-	}
-	m := telemetry.NewMetrics(version())
-	srv, err := telemetry.Serve(ctx, addr, m.Registry())
-	if err != nil {
-		return nil, fmt.Errorf("%w: metrics-addr %s: %v", errSetup, addr, err)
-	}
-	log.Info("serving metrics", "url", srv.URL())
-	return &runMetrics{m: m, srv: srv}, nil
-}
-
-// observer is the run's observer: the events log, and the metrics when
-// they are served.
-// workerLabel is the job's rank: the workers of a sharded job are told
-// apart by it.
-func (r *runMetrics) observer(events io.Writer, deviceName, workerLabel string) trainer.Observer {
-	evlog := telemetry.NewEventLog(events)
-	if r.m == nil {
-		return evlog.Observer()
-	}
-	return telemetry.Tee(evlog.Observer(), r.m.Observer(deviceName, workerLabel))
-}
-
-// linger keeps /metrics up for d after the run, so that Prometheus scrapes
-// the final values (the last epoch's accuracy) before the target goes; a
-// signal ends it at once.
-func (r *runMetrics) linger(ctx context.Context, d time.Duration, log *slog.Logger) {
-	if r.srv == nil || d <= 0 || ctx.Err() != nil {
-		return
-	}
-	log.Info("serving the final metrics before exiting", "for", d.String(), "url", r.srv.URL())
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-func (r *runMetrics) close() {
-	if r.srv != nil {
-		_ = r.srv.Close()
-	}
 }

@@ -6,18 +6,21 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 func TestReportInterruption(t *testing.T) {
 	dir := t.TempDir()
-	spec := job.Default()
-	spec.RunDir = dir
+	rd, err := coordinator.PlanRunDir(dir, false, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	say := func(sum trainer.Summary) string {
 		var b bytes.Buffer
-		reportInterruption(&b, spec, sum)
+		reportInterruption(&b, rd, sum)
 		return b.String()
 	}
 	if got := say(trainer.Summary{Steps: 0}); !strings.Contains(got, "nothing to resume") || strings.Contains(got, "checkpoint saved") {

@@ -13,6 +13,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
 // Exit codes.
@@ -69,10 +72,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ex):
 		return ex.code
 	case errors.Is(err, errUsage):
-		fmt.Fprintln(stderr, "tolaria:", err)
+		fmt.Fprintln(stderr, "tolaria:", field.Render(err, flagOf))
+		return exitUsage
+	case errors.Is(err, coordinator.ErrConfig):
+		fmt.Fprintln(stderr, "tolaria: invalid configuration:", field.Render(err, flagOf))
 		return exitUsage
 	case errors.Is(err, errSetup):
 		fmt.Fprintln(stderr, "tolaria:", strings.TrimPrefix(err.Error(), errSetup.Error()+": "))
+		return exitFailure
+	case errors.Is(err, coordinator.ErrSetup):
+		fmt.Fprintln(stderr, "tolaria:", field.Render(err, flagOf))
 		return exitFailure
 	case strings.HasPrefix(err.Error(), "unknown command"):
 		fmt.Fprintln(stderr, "tolaria:", err)

@@ -7,13 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/telemetry"
@@ -73,10 +73,11 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 			return usagef("metrics-addr %s: %v", set.metricsAddr, err)
 		}
 	}
-	generated, err := planRunDir(&spec, time.Now())
+	dir, err := coordinator.PlanRunDir(spec.RunDir, spec.Resume, time.Now())
 	if err != nil {
 		return err
 	}
+	spec.RunDir = dir.Path()
 	exec, err := chooseExecutor(ctx, spec, set, log)
 	if err != nil {
 		return err
@@ -85,27 +86,31 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	if err := exec.Check(spec); err != nil {
 		return err
 	}
-	metrics, err := startMetrics(ctx, set.metricsAddr, log)
+	metrics, err := coordinator.ServeMetrics(ctx, set.metricsAddr, version(), log)
 	if err != nil {
 		return err
 	}
-	defer metrics.close()
-	unlock, err := claimRunDir(&spec, generated)
-	if err != nil {
+	defer metrics.Close()
+	if err := dir.Claim(); err != nil {
 		return err
 	}
-	defer unlock()
+	defer dir.Release()
+	spec.RunDir = dir.Path()
 
-	cfgPath, err := writeConfig(spec)
+	raw, err := configFile(spec)
+	if err != nil {
+		return err
+	}
+	cfgPath, err := dir.WriteConfig(raw, time.Now())
 	if err != nil {
 		return fmt.Errorf("run directory: %w", err)
 	}
-	events, err := os.OpenFile(filepath.Join(spec.RunDir, eventsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	events, err := dir.OpenEvents()
 	if err != nil {
 		return fmt.Errorf("run directory: %w", err)
 	}
 	defer events.Close()
-	obs := metrics.observer(events, spec.Device, strconv.Itoa(spec.Rank))
+	obs := metrics.Observer(events, spec.Device, strconv.Itoa(spec.Rank))
 	obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventStart, Fields: map[string]any{
 		"device": spec.Device, "enable_graphs": spec.EnableGraphs, "config": cfgPath, "resume": spec.Resume}})
 	log.Info("training", "device", spec.Device, "graphs", spec.EnableGraphs, "run_dir", spec.RunDir, "epochs", spec.Epochs,
@@ -117,22 +122,22 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
 		ferr := reportFailure(ctx, stderr, err)
-		metrics.linger(ctx, set.metricsLinger, log)
+		metrics.Linger(ctx, set.metricsLinger)
 		return ferr
 	}
 	sum.WallSeconds = time.Since(start(ctx)).Seconds()
-	if err := writeSummary(filepath.Join(spec.RunDir, summaryFile), sum); err != nil {
+	if err := dir.WriteSummary(sum); err != nil {
 		return fmt.Errorf("summary: %w", err)
 	}
 	if set.summaryJSON != "" {
-		if err := writeSummary(set.summaryJSON, sum); err != nil {
+		if err := coordinator.WriteSummary(set.summaryJSON, sum); err != nil {
 			return fmt.Errorf("summary-json: %w", err)
 		}
 	}
 	obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventDone, Fields: map[string]any{"interrupted": sum.Interrupted}})
 	printSummary(cmd.OutOrStdout(), spec, sum)
 	if sum.Interrupted {
-		reportInterruption(stderr, spec, sum)
+		reportInterruption(stderr, dir, sum)
 		switch {
 		case ctx.Err() != nil:
 			return exitError{interruptedCode(ctx)}
@@ -143,24 +148,24 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 			return exitError{exitFailure}
 		}
 	}
-	metrics.linger(ctx, set.metricsLinger, log)
+	metrics.Linger(ctx, set.metricsLinger)
 	return nil
 }
 
 // reportInterruption says where a stopped run stands and how to go on.
-func reportInterruption(w io.Writer, spec job.Spec, sum trainer.Summary) {
+func reportInterruption(w io.Writer, dir *coordinator.RunDir, sum trainer.Summary) {
 	// sum.Steps counts the whole run, a resumed one included.
 	if sum.Steps > sum.ResumedFromStep {
 		fmt.Fprintf(w, "tolaria: interrupted after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
-			sum.Steps, spec.RunDir)
+			sum.Steps, dir.Path())
 		return
 	}
-	if _, err := os.Stat(filepath.Join(spec.RunDir, trainer.CheckpointFile)); err == nil {
+	if cks, _ := dir.Checkpoints(); len(cks) > 0 {
 		fmt.Fprintf(w, "tolaria: interrupted before any step ran; the checkpoint of step %d is unchanged; continue with: tolaria train --resume --run-dir %s\n",
-			sum.ResumedFromStep, spec.RunDir)
+			sum.ResumedFromStep, dir.Path())
 		return
 	}
-	fmt.Fprintf(w, "tolaria: interrupted before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", spec.RunDir)
+	fmt.Fprintf(w, "tolaria: interrupted before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", dir.Path())
 }
 
 // checkOutputPath refuses an output path that cannot be a file.

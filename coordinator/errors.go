@@ -1,0 +1,32 @@
+// Package coordinator carries out training jobs for the tolaria command:
+// it owns run directories, chooses the device, finds, probes and starts
+// worker processes (or runs a CPU job in this process), and keeps the
+// /metrics server up for as long as a run needs it. It never initialises
+// CUDA: GPU work happens in a tolaria-worker process.
+package coordinator
+
+import "errors"
+
+// The two ways a job is refused before it runs. A command maps them to
+// its exit codes; the errors that carry them name the setting at fault
+// with a field.Error where there is one.
+var (
+	// ErrConfig is wrapped by refusals of the job as configured: a
+	// setting, the data files, the run directory or its checkpoint.
+	ErrConfig = errors.New("invalid configuration")
+	// ErrSetup is wrapped by refusals that come from this machine rather
+	// than from the configuration: no worker, no GPU, a busy port.
+	ErrSetup = errors.New("setup")
+)
+
+// kindError marks err with one of the kinds above without changing its
+// message.
+type kindError struct {
+	kind, err error
+}
+
+func (e kindError) Error() string   { return e.err.Error() }
+func (e kindError) Unwrap() []error { return []error{e.kind, e.err} }
+
+func configErr(err error) error { return kindError{ErrConfig, err} }
+func setupErr(err error) error  { return kindError{ErrSetup, err} }

@@ -1,0 +1,208 @@
+package coordinator
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+var now = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
+// refused checks that err is a configuration refusal of the given kind
+// that names key.
+func refused(t *testing.T, err, kind error, key field.Name) {
+	t.Helper()
+	if !errors.Is(err, ErrConfig) || !errors.Is(err, kind) || !field.Is(err, key) {
+		t.Fatalf("got %v; want %v about %s, wrapped in ErrConfig", err, kind, key)
+	}
+}
+
+func writeCheckpoint(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, trainer.CheckpointFile), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPlanRunDirWritesNothing(t *testing.T) {
+	t.Chdir(t.TempDir())
+	d, err := PlanRunDir("", false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join("runs", "20260304-050607"); d.Path() != want {
+		t.Fatalf("generated %q, want %q", d.Path(), want)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	if _, err := PlanRunDir(dir, false, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"runs", dir} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("planning created %s", p)
+		}
+	}
+}
+
+func TestPlanRunDirRefusals(t *testing.T) {
+	_, err := PlanRunDir("", true, now)
+	if !errors.Is(err, ErrConfig) || !field.Is(err, "resume") || !strings.Contains(err.Error(), "run_dir") {
+		t.Fatalf("resume without a directory: %v", err)
+	}
+	empty := t.TempDir()
+	_, err = PlanRunDir(empty, true, now)
+	refused(t, err, ErrNoCheckpoint, "resume")
+
+	held := t.TempDir()
+	writeCheckpoint(t, held)
+	_, err = PlanRunDir(held, false, now)
+	refused(t, err, ErrRunExists, "run_dir")
+	if !strings.Contains(err.Error(), "use resume") {
+		t.Errorf("the refusal does not say how to continue the run: %v", err)
+	}
+	if _, err := PlanRunDir(held, true, now); err != nil {
+		t.Fatalf("resume of a run with a checkpoint: %v", err)
+	}
+}
+
+func TestClaimLocksOutASecondRun(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	first, err := PlanRunDir(dir, false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Claim(); err != nil {
+		t.Fatal(err)
+	}
+	// flock(2) locks belong to open files, so a second claim from this
+	// process is refused as one from another process would be.
+	_, err = PlanRunDir(dir, false, now)
+	refused(t, err, ErrRunDirBusy, "run_dir")
+	if !strings.Contains(err.Error(), "pid ") {
+		t.Errorf("the refusal does not name the owner: %v", err)
+	}
+	second := &RunDir{path: dir}
+	refused(t, second.Claim(), ErrRunDirBusy, "run_dir")
+
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := PlanRunDir(dir, false, now)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	if err := again.Claim(); err != nil {
+		t.Fatalf("claim after release: %v", err)
+	}
+	defer again.Release()
+}
+
+// TestClaimRechecksUnderTheLock: a run that appeared between planning and
+// claiming is still refused.
+func TestClaimRechecksUnderTheLock(t *testing.T) {
+	dir := t.TempDir()
+	d, err := PlanRunDir(dir, false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeCheckpoint(t, dir)
+	refused(t, d.Claim(), ErrRunExists, "run_dir")
+	if err := d.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := PlanRunDir(dir, true, now); err != nil {
+		t.Fatalf("a refused claim kept the lock: %v", err)
+	} else if err := again.Claim(); err != nil {
+		t.Fatalf("a refused claim kept the lock: %v", err)
+	} else {
+		again.Release()
+	}
+}
+
+func TestGeneratedNamesAreNotShared(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var paths []string
+	for range 3 {
+		d, err := PlanRunDir("", false, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Claim(); err != nil {
+			t.Fatal(err)
+		}
+		defer d.Release()
+		paths = append(paths, d.Path())
+	}
+	base := filepath.Join("runs", "20260304-050607")
+	if want := []string{base, base + "-2", base + "-3"}; strings.Join(paths, " ") != strings.Join(want, " ") {
+		t.Fatalf("claimed %v, want %v", paths, want)
+	}
+}
+
+func TestRunDirFiles(t *testing.T) {
+	dir := t.TempDir()
+	d, err := PlanRunDir(dir, false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Claim(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Release()
+	path, err := d.WriteConfig([]byte("epochs: 2\n"), now)
+	if err != nil || path != filepath.Join(dir, ConfigFile) {
+		t.Fatalf("WriteConfig: %s, %v", path, err)
+	}
+	if err := d.WriteSummary(trainer.Summary{Steps: 7, ParamsSHA256: "abc"}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, SummaryFile))
+	if !strings.Contains(string(raw), `"steps": 7`) || !strings.HasSuffix(string(raw), "}\n") {
+		t.Fatalf("summary.json:\n%s", raw)
+	}
+	ev, err := d.OpenEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Close()
+	if cks, err := d.Checkpoints(); err != nil || len(cks) != 0 {
+		t.Fatalf("checkpoints of a new run: %v, %v", cks, err)
+	}
+	writeCheckpoint(t, dir)
+	os.WriteFile(filepath.Join(dir, ".checkpoint.tlck.123.tmp"), nil, 0o644) // a write in progress
+	if cks, err := d.Checkpoints(); err != nil || len(cks) != 1 || cks[0] != d.CheckpointPath() {
+		t.Fatalf("checkpoints: %v, %v; want [%s]", cks, err, d.CheckpointPath())
+	}
+
+	// A resumed run keeps the run's config.yaml and records its own.
+	_, err = PlanRunDir(dir, true, now)
+	refused(t, err, ErrRunDirBusy, "run_dir")
+	d.Release()
+	resumed, err := PlanRunDir(dir, true, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err = resumed.WriteConfig([]byte("epochs: 3\n"), now)
+	if err != nil || filepath.Base(path) != "config.resume-20260304-050607.000.yaml" {
+		t.Fatalf("WriteConfig on resume: %s, %v", path, err)
+	}
+	if raw, _ := os.ReadFile(filepath.Join(dir, ConfigFile)); string(raw) != "epochs: 2\n" {
+		t.Fatalf("resume replaced config.yaml with %q", raw)
+	}
+}
+
+func TestWriteSummaryCreatesItsDirectory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out", "sum.json")
+	if err := WriteSummary(path, trainer.Summary{Device: "cpu"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+}
