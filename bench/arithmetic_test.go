@@ -5,6 +5,8 @@ import (
 	"math"
 	"reflect"
 	"testing"
+
+	"github.com/tolaria-ml/tolaria/graphs"
 )
 
 // These tests feed known timings into the pure functions that turn a
@@ -91,7 +93,7 @@ func threeEpochs() []epochResult {
 		{
 			eager: phase{wall: []float64{4}, copies: []float64{0.125}, processCPU: 8, kernels: 10, steps: 1},
 			graph: phase{wall: []float64{100}, deviceStep: []float64{100}, busy: []float64{100}, exposed: []float64{100},
-				copies: []float64{2}, processCPU: 100, fallback: ReasonDeviceError, fallbackSteps: 3, nodes: 10, steps: 1},
+				copies: []float64{2}, processCPU: 100, fallback: graphs.ReasonDeviceError, fallbackSteps: 3, nodes: 10, steps: 1},
 			capture: captureResult{ms: 0.75, pooled: true, graphs: 2}, captureKind: CapturePooled,
 		},
 	}
@@ -134,7 +136,7 @@ func TestSummariseDerivedFigures(t *testing.T) {
 				PoolBytes:        4096,
 				// Batch over the mean step: 8 * 1000 / 5.6 and 8 * 1000 / (8.5/3).
 				EagerSamplesPerSecond: 8000 / 5.6, GraphSamplesPerSecond: 24000 / 8.5,
-				Fallbacks: map[string]int{ReasonDeviceError: 3},
+				Fallbacks: map[string]int{graphs.ReasonDeviceError: 3},
 			},
 		},
 		{
@@ -187,7 +189,7 @@ func TestSummariseDerivedFigures(t *testing.T) {
 				KernelsPerStep: 10, GraphNodes: 10,
 				PoolBytes:             4096,
 				EagerSamplesPerSecond: 1000,
-				Fallbacks:             map[string]int{ReasonDeviceError: 3},
+				Fallbacks:             map[string]int{graphs.ReasonDeviceError: 3},
 			},
 		},
 		{

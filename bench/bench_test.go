@@ -182,7 +182,8 @@ func BenchmarkPipelinedStep(b *testing.B) {
 			b.Run(string(p)+"/"+mode, func(b *testing.B) {
 				ctx := context.Background()
 				timedLoop(b, 0, s.compute.Synchronize, func() error {
-					return s.issue(ctx, s.compute, mode == "replay", nil)
+					_, err := s.issue(ctx, s.compute, mode == "replay", nil)
+					return err
 				})
 			})
 		}

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/tolaria-ml/tolaria/graphs"
 )
 
 // WriteJSON writes the report as indented JSON, with every number rounded
@@ -145,7 +147,7 @@ func fallbacks(m map[string]int) string {
 		return "none"
 	}
 	var parts []string
-	for _, r := range []string{ReasonCaptureFailed, ReasonDeviceError} {
+	for _, r := range graphs.Reasons() {
 		if n := m[r]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d steps", r, n))
 		}

@@ -2,12 +2,12 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/graphs"
 )
 
 // StepWindow is the number of consecutive steps a wall or device step
@@ -110,7 +110,7 @@ func (s *setup) measure(ctx context.Context, es *eventSet, steps, settle int) (e
 		if i == 0 {
 			on = counter
 		}
-		if err := s.issue(ctx, on, false, nil); err != nil {
+		if _, err := s.issue(ctx, on, false, nil); err != nil {
 			return eager, graph, err
 		}
 	}
@@ -141,7 +141,7 @@ func (s *setup) measure(ctx context.Context, es *eventSet, steps, settle int) (e
 		}
 	}
 	if graph.fallbackSteps > 0 && graph.fallback == "" {
-		graph.fallback = ReasonCaptureFailed
+		graph.fallback = graphs.ReasonCaptureFailed
 	}
 	graph.graph = graph.fallbackSteps == 0
 	graph.nodes = s.nodes
@@ -161,17 +161,15 @@ func (s *setup) block(ctx context.Context, p *phase, mk []marks, last time.Time)
 	proc0, procOK := processCPU()
 	wall := make([]float64, 0, len(mk))
 	for i := range mk {
-		replay := p.graph && s.captured
-		err := s.issue(ctx, s.compute, replay, &mk[i])
-		if errors.Is(err, errReplay) {
-			p.fallback = ReasonDeviceError
-			replay, err = false, nil
-		}
+		res, err := s.issue(ctx, s.compute, p.graph, &mk[i])
 		if err != nil {
 			return last, err
 		}
-		if p.graph && !replay {
+		if p.graph && !res.Replayed {
 			p.fallbackSteps++
+			if res.Reason != "" {
+				p.fallback = res.Reason
+			}
 		}
 		now := time.Now()
 		wall = append(wall, msSince(last, now))

@@ -4,12 +4,6 @@ import (
 	"time"
 )
 
-// Fallback reasons, as the trainer counts them.
-const (
-	ReasonCaptureFailed = "capture_failed" // the capture failed; the graph phase ran eagerly
-	ReasonDeviceError   = "device_error"   // a replay failed to launch; the rest ran eagerly
-)
-
 // Capture kinds of a record.
 const (
 	CaptureCold   = "cold"   // the pool had no executable: instantiated

@@ -144,7 +144,7 @@ func runPoint(ctx context.Context, open Opener, cfg Config, batch int, first boo
 		pt.Records = append(pt.Records, eagerRecord(i+1, r), graphRecord(i+1, r))
 	}
 	pt.Summary = summarise(batch, epochs, pool.Stats().ReservedBytes, rep.LaunchProbe)
-	if !s.captured {
+	if !s.engine.Captured() {
 		cfg.progress("batch %d: no graph was captured, so eager dispatch is not compared with replay", batch)
 		return pt, nil
 	}
@@ -174,7 +174,7 @@ func fallbackNote(r epochResult) string {
 // measures both modes.
 func runEpoch(ctx context.Context, s *setup, es *eventSet, cfg Config) (epochResult, error) {
 	var r epochResult
-	if s.captured {
+	if s.engine.Captured() {
 		r.captureKind = CaptureReused
 	} else {
 		r.capture, r.captureErr = s.capture()

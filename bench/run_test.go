@@ -12,6 +12,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/graphs"
 )
 
 // quick is a configuration that runs in a fraction of a second, also
@@ -148,10 +149,10 @@ func TestRunCaptureFailureFallsBack(t *testing.T) {
 		return failingInstantiate{d}, err
 	})
 	g := rep.Records[1]
-	if g.Phase != "graph" || g.GraphEnabled || !g.Fallback || g.FallbackReason != ReasonCaptureFailed || g.FallbackSteps != 16 {
+	if g.Phase != "graph" || g.GraphEnabled || !g.Fallback || g.FallbackReason != graphs.ReasonCaptureFailed || g.FallbackSteps != 16 {
 		t.Errorf("graph record %+v; want graphs disabled and 16 steps fallen back for capture_failed", g)
 	}
-	if got := rep.Summary.Fallbacks[ReasonCaptureFailed]; got != 16 || rep.Summary.GraphStepMS != 0 || rep.Summary.Speedup != 0 {
+	if got := rep.Summary.Fallbacks[graphs.ReasonCaptureFailed]; got != 16 || rep.Summary.GraphStepMS != 0 || rep.Summary.Speedup != 0 {
 		t.Errorf("summary fallbacks %v, graph step %g, speedup %g; want 16 capture_failed, no graph statistics",
 			rep.Summary.Fallbacks, rep.Summary.GraphStepMS, rep.Summary.Speedup)
 	}

@@ -24,20 +24,21 @@ const prefetchReason = "bench: graph capture needs a quiet device"
 
 // setup is what a trainer builds for a run, reduced to what a step needs:
 // a model with fresh parameters, a workspace leased from the shared pool,
-// a compute stream and a staging pipeline over synthetic batches.
+// a compute stream, a staging pipeline over synthetic batches and the
+// step engine over its input buffers.
 type setup struct {
-	dev      device.Device
-	w        Workload
-	layout   nn.Layout
-	model    *nn.Model
-	lease    *graphs.Lease
-	step     nn.Step
-	compute  device.Stream
-	stager   *staging.Stager
-	src      *source
-	copies   *copyLog
-	captured bool
-	nodes    int // nodes in the captured step graph
+	dev     device.Device
+	w       Workload
+	layout  nn.Layout
+	model   *nn.Model
+	lease   *graphs.Lease
+	step    nn.Step
+	compute device.Stream
+	stager  *staging.Stager
+	engine  *graphs.Engine
+	src     *source
+	copies  *copyLog
+	nodes   int // nodes in the captured step graph
 }
 
 // copyLog collects the stager's copy times (OnCopy runs on the stager's
@@ -94,7 +95,25 @@ func newSetup(ctx context.Context, dev device.Device, pool *graphs.Pool, w Workl
 	if err := errors.Join(s.compute.Fill(ws.TrainStats, 0), s.compute.Fill(ws.EvalStats, 0)); err != nil {
 		return nil, err
 	}
+	if s.engine, err = s.newEngine(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// newEngine makes the step engine: the training step on staging input
+// buffer k in slot k, captured under the stager's guard. Every epoch
+// retries a failed capture, so there is no limit on failures.
+func (s *setup) newEngine() (*graphs.Engine, error) {
+	var slots []graphs.Slot
+	for k := range s.stager.Buffers() {
+		in := s.layout.Views(s.stager.Input(k))
+		slots = append(slots, graphs.Slot{ID: k, Step: func(st device.Stream) error { return s.step.Train(st, in) }})
+	}
+	guard := graphs.GuardFunc(func(capture func() error) error {
+		return s.stager.GuardCapture(prefetchReason, capture)
+	})
+	return graphs.NewEngine(graphs.EngineConfig{Lease: s.lease, Guard: guard, Slots: slots})
 }
 
 // close waits for the device and releases everything, returning the
@@ -124,7 +143,7 @@ func (s *setup) close() error {
 // that everything the step touches exists and has run before capture.
 func (s *setup) warmUp(ctx context.Context, n int) error {
 	for range n {
-		if err := s.issue(ctx, s.compute, false, nil); err != nil {
+		if _, err := s.issue(ctx, s.compute, false, nil); err != nil {
 			return fmt.Errorf("bench: warm-up: %w", err)
 		}
 	}
@@ -142,14 +161,14 @@ const (
 )
 
 // issue enqueues one step: wait for the next staged batch's copy, run the
-// step (replay when graph is set and an executable is ready, else eagerly
-// on s), record step-done and hand the buffer back to the stager. It
-// returns errReplay (wrapped) when a replay failed and the step ran
-// eagerly instead.
-func (s *setup) issue(ctx context.Context, on device.Stream, graph bool, m *marks) error {
+// step (through the engine when graph is set: replayed when an executable
+// is ready, else eagerly with the reason; otherwise eagerly on purpose)
+// on s, record step-done and hand the buffer back to the stager.
+func (s *setup) issue(ctx context.Context, on device.Stream, graph bool, m *marks) (graphs.Result, error) {
+	var res graphs.Result
 	b, err := s.stager.Next(ctx)
 	if err != nil {
-		return err
+		return res, err
 	}
 	record := func(i int) error {
 		if m == nil {
@@ -157,34 +176,20 @@ func (s *setup) issue(ctx context.Context, on device.Stream, graph bool, m *mark
 		}
 		return on.Record(m[i])
 	}
-	var replayErr error
 	err = errors.Join(record(markBeforeWait), on.Wait(b.CopyDone), record(markAfterWait))
 	if err == nil {
-		in := s.layout.Views(s.stager.Input(b.K))
-		if graph && s.lease.Ready(b.K) {
-			if replayErr = s.lease.Replay(s.compute, b.K); replayErr != nil {
-				s.lease.Discard(b.K)
-				s.captured = false
-				err = s.step.Train(on, in)
-			}
+		if graph {
+			res, err = s.engine.Run(on, b.K)
 		} else {
-			err = s.step.Train(on, in)
+			err = s.engine.RunEager(on, b.K)
 		}
 	}
 	if err == nil {
 		err = errors.Join(record(markEnd), on.Record(s.stager.StepDone(b.K)))
 	}
 	s.stager.Release(b)
-	if err != nil {
-		return err
-	}
-	if replayErr != nil {
-		return fmt.Errorf("%w: %w", errReplay, replayErr)
-	}
-	return nil
+	return res, err
 }
-
-var errReplay = errors.New("replay failed; the step ran eagerly")
 
 // captureResult is one setup's capture of its step graphs, one per
 // staging input buffer.
@@ -195,32 +200,22 @@ type captureResult struct {
 	nodes  int
 }
 
-// capture records the training step for every input buffer under the
-// stager's capture guard, through the pool: a cold capture instantiates,
-// a pooled one updates an executable left by an earlier setup.
+// capture records the training step for every input buffer through the
+// engine, under the stager's capture guard and through the pool: a cold
+// capture instantiates, a pooled one updates an executable left by an
+// earlier setup.
 func (s *setup) capture() (captureResult, error) {
-	if err := s.compute.Synchronize(); err != nil {
-		return captureResult{}, err
-	}
-	res := captureResult{pooled: true}
-	err := s.stager.GuardCapture(prefetchReason, func() error {
-		for k := range s.stager.Buffers() {
-			in := s.layout.Views(s.stager.Input(k))
-			r, err := s.lease.Capture(s.compute, k, func(st device.Stream) error { return s.step.Train(st, in) })
-			if err != nil {
-				return fmt.Errorf("slot %d: %w", k, err)
-			}
-			res.ms += r.Seconds * 1000
-			res.pooled = res.pooled && r.Pooled
-			res.graphs++
-			res.nodes = r.Nodes
-		}
-		return nil
-	})
+	rs, err := s.engine.Capture(s.compute)
 	if err != nil {
 		return captureResult{}, err
 	}
-	s.captured = true
+	res := captureResult{pooled: true}
+	for _, r := range rs {
+		res.ms += r.Seconds * 1000
+		res.pooled = res.pooled && r.Pooled
+		res.graphs++
+		res.nodes = r.Nodes
+	}
 	s.nodes = res.nodes
 	return res, nil
 }

@@ -3,6 +3,9 @@
 // a process: it keeps workspace memory and instantiated executables per
 // device and step signature, so a later capture of the same step allocates
 // nothing and updates an executable in place instead of instantiating one.
+// Its Engine is the step engine the trainer and the bench share: one step
+// per static input buffer, captured together, then replayed, or run
+// eagerly with the reason for the caller to count.
 package graphs
 
 import (

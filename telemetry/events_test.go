@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -38,7 +39,7 @@ func TestEventLogConcurrentWrites(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
-				e := trainer.Event{Kind: trainer.EventFallback, Fields: map[string]any{"reason": FallbackShapeChange, "stage": "replay", "writer": w, "i": i}}
+				e := trainer.Event{Kind: trainer.EventFallback, Fields: map[string]any{"reason": graphs.ReasonRaggedBatch, "stage": "replay", "writer": w, "i": i}}
 				if err := log.Write(e); err != nil {
 					t.Error(err)
 				}
@@ -51,7 +52,7 @@ func TestEventLogConcurrentWrites(t *testing.T) {
 		t.Fatalf("%d lines, want %d", len(events), writers*each)
 	}
 	for _, e := range events {
-		if e.Time.IsZero() || e.Kind != trainer.EventFallback || e.Fields["reason"] != FallbackShapeChange {
+		if e.Time.IsZero() || e.Kind != trainer.EventFallback || e.Fields["reason"] != graphs.ReasonRaggedBatch {
 			t.Fatalf("bad event %+v", e)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tolaria-ml/tolaria/graphs"
 )
 
 // Metric family names. Every family except MetricBuildInfo carries the
@@ -40,26 +42,16 @@ const (
 	LabelKind   = "kind"
 )
 
-// Fallback reasons, the values of tolaria_graph_fallback_total's reason
-// label. The counter starts at zero for each of them so that increase()
-// sees the first fallback. A reason outside this list is counted as
-// FallbackOther, which keeps the label's cardinality bounded.
-const (
-	FallbackCaptureFailed  = "capture_failed"  // capture or instantiation failed
-	FallbackShapeChange    = "shape_change"    // a batch shape with no executable
-	FallbackRaggedBatch    = "ragged_batch"    // the short last batch of an epoch
-	FallbackDeviceError    = "device_error"    // replay or launch returned an error
-	FallbackGraphsDisabled = "graphs_disabled" // graphs were requested, then switched off
-	FallbackOther          = "other"           // any reason not listed above
-)
+// FallbackOther is the reason label of a fallback whose reason is not one
+// of graphs.Reasons, which keeps the label's cardinality bounded.
+const FallbackOther = "other"
 
-// FallbackReasons returns every reason the fallback counter is initialised
-// with, FallbackOther last.
+// FallbackReasons returns the values of tolaria_graph_fallback_total's
+// reason label: the step engine's reasons (graphs.Reasons), then
+// FallbackOther. The counter starts at zero for each of them so that
+// increase() sees the first fallback.
 func FallbackReasons() []string {
-	return []string{
-		FallbackCaptureFailed, FallbackShapeChange, FallbackRaggedBatch,
-		FallbackDeviceError, FallbackGraphsDisabled, FallbackOther,
-	}
+	return append(graphs.Reasons(), FallbackOther)
 }
 
 // MetricNames returns the name of every tolaria metric family, as an

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -21,7 +22,7 @@ func exercise(o trainer.Observer) {
 	o.Captured(0.004, true)
 	o.Replayed(0.002)
 	o.StageCopied(0.0004)
-	o.Fallback(FallbackRaggedBatch)
+	o.Fallback(graphs.ReasonRaggedBatch)
 	o.ExecUpdated()
 	o.PoolReserved(64 << 20)
 	o.PrefetchToDeviceDisabled(true)
@@ -191,7 +192,7 @@ func TestObserverRecords(t *testing.T) {
 		{MetricReplaySeconds, dw, 1}, // the NaN is dropped
 		{MetricReplaysTotal, dw, 2},  // but the replay is counted
 		{MetricStageCopySeconds, dw, 1},
-		{MetricFallbackTotal, with(LabelReason, FallbackRaggedBatch), 1},
+		{MetricFallbackTotal, with(LabelReason, graphs.ReasonRaggedBatch), 1},
 		{MetricFallbackTotal, with(LabelReason, FallbackOther), 1},
 		{MetricExecUpdatesTotal, dw, 1},
 		{MetricPoolReservedBytes, dw, 64 << 20},

@@ -84,8 +84,8 @@ func TestServeScrapesEveryMetric(t *testing.T) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
-	if !strings.Contains(body, `tolaria_graph_fallback_total{device="cpu",reason="shape_change",worker="0"} 0`) {
-		t.Errorf("/metrics lacks the zero-initialised shape_change fallback series")
+	if !strings.Contains(body, `tolaria_graph_fallback_total{device="cpu",reason="capture_failed",worker="0"} 0`) {
+		t.Errorf("/metrics lacks the zero-initialised capture_failed fallback series")
 	}
 	if code, body := get(t, "http://"+s.Addr()+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Errorf("GET /healthz = %d %q", code, body)

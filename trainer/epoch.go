@@ -195,11 +195,10 @@ func (r *run) endEpoch(seq int, epochStart time.Time, samples int, intervalStart
 // A failed replay falls back the way a training step does: the executable
 // is discarded, the batch runs eagerly with reason device_error, and the
 // next training step captures again. With graphs on, an eager batch is
-// counted with its reason (device_error after a failed replay in this
-// evaluation, capture_failed after a failed capture); with graphs off, or
-// before the first capture (warm-up), it is not a fallback.
+// counted with its reason (device_error after a failed replay, until the
+// next capture; capture_failed after a failed capture); with graphs off,
+// or before the first capture (warm-up), it is not a fallback.
 func (r *run) evaluate() error {
-	replayFailed := false
 	for range r.evalSrc.steps {
 		b, err := r.eval.Next(context.Background())
 		if err != nil {
@@ -208,31 +207,15 @@ func (r *run) evaluate() error {
 		if err := r.compute.Wait(b.CopyDone); err != nil {
 			return err
 		}
-		slot := evalSlot + b.K
-		replayed := false
-		switch {
-		case r.captured && r.lease.Ready(slot):
-			if err := r.lease.Replay(r.compute, slot); err != nil {
-				r.log.Error("evaluation replay failed; evaluating eagerly and capturing again", "err", err)
-				r.lease.Discard(slot)
-				r.captured = false
-				replayFailed = true
-				r.fallback(ReasonDeviceError, map[string]any{"stage": "eval", "error": err.Error()})
-			} else {
-				replayed = true
-			}
-		case replayFailed:
-			r.fallback(ReasonDeviceError, nil)
-		case r.cfg.EnableGraphs && r.captureFailures > 0:
-			r.fallback(ReasonCaptureFailed, nil)
-		}
-		if replayed {
+		res, err := r.engine.Run(r.compute, evalSlot+b.K)
+		r.ran(res, stageEval)
+		if res.Replayed {
 			r.sum.EvalReplays++
 		} else {
 			r.sum.EvalEagerBatches++
-			if err := r.step.Eval(r.compute, r.layout.Views(r.eval.Input(b.K))); err != nil {
-				return err
-			}
+		}
+		if err != nil {
+			return err
 		}
 		if err := r.compute.Record(r.eval.StepDone(b.K)); err != nil {
 			return err

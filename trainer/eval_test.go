@@ -129,7 +129,7 @@ func TestEvalReplayErrorFallsBack(t *testing.T) {
 	}
 	steps, _ := trainer.StepsPerEpoch(cfg)
 	evalSteps := evalStepsPerEpoch(t, cfg)
-	if got := sum.Fallbacks[trainer.ReasonDeviceError]; got != evalSteps {
+	if got := sum.Fallbacks[graphs.ReasonDeviceError]; got != evalSteps {
 		t.Errorf("device_error fallbacks %d, want %d (epoch 1's evaluation batches)", got, evalSteps)
 	}
 	if len(sum.Fallbacks) != 1 {
@@ -147,7 +147,7 @@ func TestEvalReplayErrorFallsBack(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(events) == 0 || events[0].Fields["stage"] != "eval" || events[0].Fields["reason"] != trainer.ReasonDeviceError {
+	if len(events) == 0 || events[0].Fields["stage"] != "eval" || events[0].Fields["reason"] != graphs.ReasonDeviceError {
 		t.Errorf("fallback events %v, want the first with stage eval and reason device_error", events)
 	}
 	if sum.ParamsSHA256 != want.ParamsSHA256 || sum.TestAccuracy != want.TestAccuracy || sum.TestLoss != want.TestLoss {

@@ -70,7 +70,7 @@ func TestCaptureFailureFallsBackAndRetries(t *testing.T) {
 	}
 	// Epoch 1's evaluation ran eagerly too, each batch counted.
 	evalSteps := evalStepsPerEpoch(t, cfg)
-	if got := sum.Fallbacks[trainer.ReasonCaptureFailed]; got != 1+steps-cfg.WarmupBatches+evalSteps {
+	if got := sum.Fallbacks[graphs.ReasonCaptureFailed]; got != 1+steps-cfg.WarmupBatches+evalSteps {
 		t.Fatalf("capture_failed fallbacks %d, want the failure plus %d eager steps and %d eager evaluation batches",
 			got, steps-cfg.WarmupBatches, evalSteps)
 	}

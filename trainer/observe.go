@@ -24,13 +24,6 @@ func (NopObserver) Epoch(int)                     {}
 func (NopObserver) DeviceMemory(string, int64)    {}
 func (NopObserver) Event(Event)                   {}
 
-// Fallback reasons counted in Summary.Fallbacks and by the observer.
-const (
-	ReasonCaptureFailed = "capture_failed" // capture or instantiation failed; retried next epoch
-	ReasonRaggedBatch   = "ragged_batch"   // a short last batch under ragged policy "eager"
-	ReasonDeviceError   = "device_error"   // a replay failed to launch
-)
-
 // eventTimer measures device time between two points on a stream with a
 // ring of event pairs, so reading a measurement never waits for work that
 // was just issued: a pair is read when it comes round again.

@@ -27,6 +27,12 @@ const evalSlot = 100
 // the run stays eager (still counting each step's fallback).
 const maxCaptureFailures = 3
 
+// stageTrain and stageEval name where a fallback happened in its event.
+const (
+	stageTrain = "train"
+	stageEval  = "eval"
+)
+
 const prefetchReason = "graph capture needs a quiet device: host-to-device prefetch outside the staging guard would race the global-mode capture"
 
 type run struct {
@@ -38,6 +44,7 @@ type run struct {
 
 	model             *nn.Model
 	lease             *graphs.Lease
+	engine            *graphs.Engine
 	step              nn.Step
 	layout            nn.Layout
 	compute           device.Stream
@@ -50,8 +57,6 @@ type run struct {
 	marker            device.Event
 	host              device.HostBuffer // 2*StatsLen: train and eval statistics
 
-	captured          bool
-	captureFailures   int
 	samples           int     // valid training samples stepped in this run
 	loopSeconds       float64 // wall time of the training loop in this run
 	lastStats         [device.StatsLen]float64
@@ -214,6 +219,9 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 		return err
 	}
 	if err := r.startStaging(ctx, startSeq); err != nil {
+		return err
+	}
+	if err := r.newEngine(); err != nil {
 		return err
 	}
 	if err := errors.Join(r.compute.Fill(ws.TrainStats, 0), r.compute.Fill(ws.EvalStats, 0)); err != nil {
@@ -442,11 +450,9 @@ func (r *run) runTrainStep(b staging.Staged) error {
 
 func (r *run) trainOn(b staging.Staged, in nn.Batch) error {
 	c := &r.cfg
-	ragged := b.Ragged && c.Ragged == data.RaggedEager
-	switch {
-	case ragged:
+	if b.Ragged && c.Ragged == data.RaggedEager {
 		if c.EnableGraphs {
-			r.fallback(ReasonRaggedBatch, map[string]any{"stage": "train", "rows": b.Valid, "batch": c.BatchSize})
+			r.fallback(graphs.ReasonRaggedBatch, map[string]any{"stage": stageTrain, "rows": b.Valid, "batch": c.BatchSize})
 			r.obs.Event(Event{Time: time.Now(), Kind: EventShapeChange, Fields: map[string]any{"rows": b.Valid, "batch": c.BatchSize}})
 		}
 		r.sum.EagerSteps++
@@ -454,26 +460,57 @@ func (r *run) trainOn(b staging.Staged, in nn.Batch) error {
 		short.Batch = b.Valid
 		return short.Train(r.compute, nn.Batch{X: in.X.Slice(0, b.Valid*c.Spec.Inputs),
 			Y: in.Y.Slice(0, b.Valid*c.Spec.LabelLen()), Mask: in.Mask.Slice(0, b.Valid), Hyper: in.Hyper})
-	case r.captured && r.lease.Ready(b.K):
-		i, err := r.timer.begin(r.compute)
-		if err != nil {
+	}
+	timed := r.engine.Replays(b.K)
+	var i int
+	if timed {
+		var err error
+		if i, err = r.timer.begin(r.compute); err != nil {
 			return err
 		}
-		if err := r.lease.Replay(r.compute, b.K); err != nil {
-			r.log.Error("replay failed; running the step eagerly and capturing again", "err", err)
-			r.lease.Discard(b.K)
-			r.captured = false
-			r.fallback(ReasonDeviceError, map[string]any{"stage": "train", "error": err.Error()})
-			r.sum.EagerSteps++
-			return r.step.Train(r.compute, in)
-		}
-		r.sum.GraphReplays++
-		return r.timer.end(r.compute, i)
-	case c.EnableGraphs && r.captureFailures > 0:
-		r.fallback(ReasonCaptureFailed, nil)
 	}
-	r.sum.EagerSteps++
-	return r.step.Train(r.compute, in)
+	res, err := r.engine.Run(r.compute, b.K)
+	r.ran(res, stageTrain)
+	if err != nil || !res.Replayed {
+		r.sum.EagerSteps++
+		return err
+	}
+	r.sum.GraphReplays++
+	return r.timer.end(r.compute, i)
+}
+
+// ran counts the fallback of a step or evaluation batch the engine ran
+// eagerly although graphs are on; a failed replay is logged and its
+// event names the stage and the error.
+func (r *run) ran(res graphs.Result, stage string) {
+	switch {
+	case res.ReplayErr != nil:
+		if stage == stageEval {
+			r.log.Error("evaluation replay failed; evaluating eagerly and capturing again", "err", res.ReplayErr)
+		} else {
+			r.log.Error("replay failed; running the step eagerly and capturing again", "err", res.ReplayErr)
+		}
+		r.fallback(res.Reason, map[string]any{"stage": stage, "error": res.ReplayErr.Error()})
+	case res.Reason != "":
+		r.fallback(res.Reason, nil)
+	}
+}
+
+// newEngine makes the step engine: per staging input buffer k, the
+// training step on it in slot k and the evaluation step on the
+// evaluation stager's buffer k in slot evalSlot+k.
+func (r *run) newEngine() error {
+	var slots []graphs.Slot
+	for k := range r.train.Buffers() {
+		tin, ein := r.layout.Views(r.train.Input(k)), r.layout.Views(r.eval.Input(k))
+		slots = append(slots,
+			graphs.Slot{ID: k, Step: func(s device.Stream) error { return r.step.Train(s, tin) }},
+			graphs.Slot{ID: evalSlot + k, Step: func(s device.Stream) error { return r.step.Eval(s, ein) }})
+	}
+	var err error
+	r.engine, err = graphs.NewEngine(graphs.EngineConfig{Lease: r.lease, Guard: graphs.GuardFunc(r.guardCapture),
+		Slots: slots, MaxCaptureFailures: maxCaptureFailures})
+	return err
 }
 
 // maybeCapture captures the training and evaluation steps once warm-up is
@@ -481,60 +518,19 @@ func (r *run) trainOn(b staging.Staged, in nn.Batch) error {
 // an epoch (seq is the global step).
 func (r *run) maybeCapture(seq, done int) error {
 	c := &r.cfg
-	if !c.EnableGraphs || r.captured || done < c.WarmupBatches || r.captureFailures >= maxCaptureFailures {
+	if !c.EnableGraphs || done < c.WarmupBatches || !r.engine.Due(seq%r.trainSrc.steps == 0) {
 		return nil
 	}
-	if r.captureFailures > 0 && seq%r.trainSrc.steps != 0 {
-		return nil
-	}
-	// Warm-up work must be complete before capture: everything the step
-	// touches exists and has run once.
-	if err := r.compute.Synchronize(); err != nil {
-		return err
-	}
-	var results []graphs.CaptureResult
-	prefetchWasOn := r.train.PrefetchToDevice() || r.eval.PrefetchToDevice()
-	r.train.DisablePrefetch(prefetchReason)
-	r.eval.DisablePrefetch(prefetchReason)
-	if prefetchWasOn {
-		// Off around the capture only: the stagers honour the guard then.
-		r.sum.PrefetchDisabled = true
-		r.obs.PrefetchToDeviceDisabled(true)
-		r.obs.Event(Event{Time: time.Now(), Kind: EventPrefetchOff, Fields: map[string]any{"reason": prefetchReason}})
-		defer func() {
-			r.train.EnablePrefetch()
-			r.eval.EnablePrefetch()
-			r.obs.PrefetchToDeviceDisabled(false)
-		}()
-	}
-	err := r.guard.Capture(func() error {
-		for k := range r.train.Buffers() {
-			tin, ein := r.layout.Views(r.train.Input(k)), r.layout.Views(r.eval.Input(k))
-			for _, g := range []struct {
-				slot int
-				fn   graphs.StepFunc
-			}{
-				{k, func(s device.Stream) error { return r.step.Train(s, tin) }},
-				{evalSlot + k, func(s device.Stream) error { return r.step.Eval(s, ein) }},
-			} {
-				slot := g.slot
-				res, err := r.lease.Capture(r.compute, slot, g.fn)
-				if err != nil {
-					return fmt.Errorf("slot %d: %w", slot, err)
-				}
-				results = append(results, res)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		r.captureFailures++
-		r.log.Error("graph capture failed; steps run eagerly until the next attempt", "err", err, "failures", r.captureFailures)
-		r.fallback(ReasonCaptureFailed, map[string]any{"stage": "capture", "error": err.Error()})
+	results, err := r.engine.Capture(r.compute)
+	if failed := (*graphs.CaptureError)(nil); errors.As(err, &failed) {
+		r.log.Error("graph capture failed; steps run eagerly until the next attempt", "err", err, "failures", r.engine.CaptureFailures())
+		r.fallback(graphs.ReasonCaptureFailed, map[string]any{"stage": "capture", "error": err.Error()})
 		r.obs.GraphEnabled(false)
 		return nil
 	}
-	r.captured = true
+	if err != nil {
+		return err
+	}
 	r.sum.GraphEnabled = true
 	for _, res := range results {
 		r.sum.Captures++
@@ -554,4 +550,25 @@ func (r *run) maybeCapture(seq, done int) error {
 	r.log.Info("captured training and evaluation graphs", "graphs", len(results),
 		"seconds", r.sum.CaptureSeconds, "pooled", r.sum.CapturePooled)
 	return nil
+}
+
+// guardCapture runs capture under the process's staging guard, with both
+// stagers' prefetch to device switched off around it: a prefetch outside
+// the guard would race the global-mode capture.
+func (r *run) guardCapture(capture func() error) error {
+	prefetchWasOn := r.train.PrefetchToDevice() || r.eval.PrefetchToDevice()
+	r.train.DisablePrefetch(prefetchReason)
+	r.eval.DisablePrefetch(prefetchReason)
+	if prefetchWasOn {
+		// Off around the capture only: the stagers honour the guard then.
+		r.sum.PrefetchDisabled = true
+		r.obs.PrefetchToDeviceDisabled(true)
+		r.obs.Event(Event{Time: time.Now(), Kind: EventPrefetchOff, Fields: map[string]any{"reason": prefetchReason}})
+		defer func() {
+			r.train.EnablePrefetch()
+			r.eval.EnablePrefetch()
+			r.obs.PrefetchToDeviceDisabled(false)
+		}()
+	}
+	return r.guard.Capture(capture)
 }

@@ -201,7 +201,7 @@ func TestRaggedPolicies(t *testing.T) {
 			}
 			cfg.Optimizer.TotalSteps = cfg.Epochs * steps
 			s := run(t, cfg)
-			if got := s.Fallbacks[trainer.ReasonRaggedBatch]; got != c.fallback*cfg.Epochs {
+			if got := s.Fallbacks[graphs.ReasonRaggedBatch]; got != c.fallback*cfg.Epochs {
 				t.Fatalf("ragged fallbacks %d, want %d", got, c.fallback*cfg.Epochs)
 			}
 			if s.GraphReplays+s.EagerSteps != s.Steps {

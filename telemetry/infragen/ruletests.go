@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
 
@@ -291,7 +292,7 @@ func quantileScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 func increaseScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 	l := workerLabels()
 	if t.Metric == telemetry.MetricFallbackTotal {
-		l[telemetry.LabelReason] = telemetry.FallbackCaptureFailed
+		l[telemetry.LabelReason] = graphs.ReasonCaptureFailed
 	}
 	jump := 2 * time.Minute
 	eval := jump + t.For + time.Minute
