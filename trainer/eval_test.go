@@ -154,3 +154,66 @@ func TestEvalReplayErrorFallsBack(t *testing.T) {
 		t.Error("a run that fell back during evaluation ended otherwise than an eager run")
 	}
 }
+
+// launchFailing is a device whose launch number failAt (counting from 1)
+// fails.
+type launchFailing struct {
+	device.Device
+	mu               sync.Mutex
+	launches, failAt int
+}
+
+type launchFailingStream struct {
+	device.Stream
+	dev *launchFailing
+}
+
+func (d *launchFailing) NewStream() (device.Stream, error) {
+	s, err := d.Device.NewStream()
+	return launchFailingStream{s, d}, err
+}
+
+func (s launchFailingStream) Launch(x device.Exec) error {
+	d := s.dev
+	d.mu.Lock()
+	d.launches++
+	fail := d.launches == d.failAt
+	d.mu.Unlock()
+	if fail {
+		return errInjected
+	}
+	return s.Stream.Launch(x)
+}
+
+// TestReplayErrorOnAnEpochsLastStep: when the replay of an epoch's last
+// training step fails, the evaluation that follows runs eagerly before
+// anything is captured again, and each of its batches counts device_error:
+// graphs are never silently off. The next epoch captures again.
+func TestReplayErrorOnAnEpochsLastStep(t *testing.T) {
+	cfg := smallConfig(t)
+	eager := cfg
+	eager.EnableGraphs = false
+	want := run(t, eager)
+
+	steps, _ := trainer.StepsPerEpoch(cfg)
+	evalSteps := evalStepsPerEpoch(t, cfg)
+	// Epoch 1 launches only training steps until its evaluation.
+	dev := &launchFailing{Device: openCPU(t), failAt: steps - cfg.WarmupBatches}
+	sum, err := trainer.Run(context.Background(), dev, graphs.NewPool(), cfg)
+	if err != nil {
+		t.Fatalf("a failed replay ended the run: %v", err)
+	}
+	if got := sum.Fallbacks[graphs.ReasonDeviceError]; got != 1+evalSteps || len(sum.Fallbacks) != 1 {
+		t.Errorf("fallbacks %v, want device_error only: the failed step and epoch 1's %d evaluation batches", sum.Fallbacks, evalSteps)
+	}
+	if sum.EvalEagerBatches != evalSteps || sum.EvalReplays != (cfg.Epochs-1)*evalSteps {
+		t.Errorf("evaluation: %d eager, %d replayed; want %d eager and %d replayed",
+			sum.EvalEagerBatches, sum.EvalReplays, evalSteps, (cfg.Epochs-1)*evalSteps)
+	}
+	if sum.GraphReplays != cfg.Epochs*steps-cfg.WarmupBatches-1 || sum.EagerSteps != cfg.WarmupBatches+1 {
+		t.Errorf("training: %d replays, %d eager; want all but warm-up and the failed step replayed", sum.GraphReplays, sum.EagerSteps)
+	}
+	if sum.ParamsSHA256 != want.ParamsSHA256 || sum.TestAccuracy != want.TestAccuracy {
+		t.Error("a run whose replay failed ended otherwise than an eager run")
+	}
+}
