@@ -56,7 +56,7 @@ func (r *Metrics) Observer(events io.Writer, device, worker string) trainer.Obse
 	if r.m == nil {
 		return evlog.Observer()
 	}
-	return telemetry.Tee(evlog.Observer(), r.m.Observer(device, worker))
+	return trainer.Tee(evlog.Observer(), r.m.Observer(device, worker))
 }
 
 // Linger keeps /metrics up for d after the run, so that Prometheus scrapes

@@ -92,110 +92,14 @@ func (l *EventLog) Close() error {
 var errEventLogClosed = errors.New("telemetry: events log is closed")
 
 // Observer returns a trainer.Observer that writes each Event to l and
-// ignores the measurements. Combine it with a metrics observer using Tee.
+// ignores the measurements. Combine it with a metrics observer using
+// trainer.Tee.
 func (l *EventLog) Observer() trainer.Observer { return eventObserver{log: l} }
 
-type eventObserver struct {
-	trainer.NopObserver
-	log *EventLog
-}
+type eventObserver struct{ log *EventLog }
 
-func (o eventObserver) Event(e trainer.Event) { _ = o.log.Write(e) }
-
-// Tee returns a trainer.Observer that passes every call to each of
-// observers in order; nil observers are skipped.
-func Tee(observers ...trainer.Observer) trainer.Observer {
-	var t tee
-	for _, o := range observers {
-		if o != nil {
-			t = append(t, o)
-		}
-	}
-	return t
-}
-
-type tee []trainer.Observer
-
-func (t tee) GraphEnabled(on bool) {
-	for _, o := range t {
-		o.GraphEnabled(on)
-	}
-}
-
-func (t tee) Captured(seconds float64, pooled bool) {
-	for _, o := range t {
-		o.Captured(seconds, pooled)
-	}
-}
-
-func (t tee) Replayed(seconds float64) {
-	for _, o := range t {
-		o.Replayed(seconds)
-	}
-}
-
-func (t tee) StageCopied(seconds float64) {
-	for _, o := range t {
-		o.StageCopied(seconds)
-	}
-}
-
-func (t tee) Fallback(reason string) {
-	for _, o := range t {
-		o.Fallback(reason)
-	}
-}
-
-func (t tee) ExecUpdated() {
-	for _, o := range t {
-		o.ExecUpdated()
-	}
-}
-
-func (t tee) PoolReserved(bytes int64) {
-	for _, o := range t {
-		o.PoolReserved(bytes)
-	}
-}
-
-func (t tee) PrefetchToDeviceDisabled(disabled bool) {
-	for _, o := range t {
-		o.PrefetchToDeviceDisabled(disabled)
-	}
-}
-
-func (t tee) Stepped(seconds float64, samples int) {
-	for _, o := range t {
-		o.Stepped(seconds, samples)
-	}
-}
-
-func (t tee) TrainLoss(loss float64) {
-	for _, o := range t {
-		o.TrainLoss(loss)
-	}
-}
-
-func (t tee) EvalAccuracy(acc float64) {
-	for _, o := range t {
-		o.EvalAccuracy(acc)
-	}
-}
-
-func (t tee) Epoch(epoch int) {
-	for _, o := range t {
-		o.Epoch(epoch)
-	}
-}
-
-func (t tee) DeviceMemory(kind string, bytes int64) {
-	for _, o := range t {
-		o.DeviceMemory(kind, bytes)
-	}
-}
-
-func (t tee) Event(e trainer.Event) {
-	for _, o := range t {
-		o.Event(e)
+func (o eventObserver) Observe(m trainer.Measurement) {
+	if e, ok := m.(trainer.Event); ok {
+		_ = o.log.Write(e)
 	}
 }

@@ -80,7 +80,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk ful
 
 func TestEventLogKeepsFirstError(t *testing.T) {
 	log := NewEventLog(failingWriter{})
-	log.Observer().Event(trainer.Event{Kind: trainer.EventStart})
+	log.Observer().Observe(trainer.Event{Kind: trainer.EventStart})
 	if err := log.Err(); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Errorf("Err() = %v, want disk full", err)
 	}
@@ -121,9 +121,9 @@ func TestCreateEventLog(t *testing.T) {
 func TestTeeFeedsMetricsAndEvents(t *testing.T) {
 	var buf bytes.Buffer
 	m := NewMetrics("test")
-	obs := Tee(m.Observer("cpu", "0"), nil, NewEventLog(&buf).Observer())
+	obs := trainer.Tee(m.Observer("cpu", "0"), nil, NewEventLog(&buf).Observer())
 	exercise(obs)
-	obs.Event(trainer.Event{Kind: trainer.EventCheckpoint, Fields: map[string]any{"path": "ckpt-1"}})
+	obs.Observe(trainer.Event{Kind: trainer.EventCheckpoint, Fields: map[string]any{"path": "ckpt-1"}})
 	fams := gather(t, m)
 	if v := value(t, fams, MetricReplaysTotal, map[string]string{LabelWorker: "0"}); v != 1 {
 		t.Errorf("replays through Tee = %v, want 1", v)

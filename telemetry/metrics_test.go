@@ -15,23 +15,27 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// exercise calls every Observer method once with plausible values.
+// exercise observes every kind of measurement once with plausible values.
 func exercise(o trainer.Observer) {
-	o.GraphEnabled(true)
-	o.Captured(0.063, false)
-	o.Captured(0.004, true)
-	o.Replayed(0.002)
-	o.StageCopied(0.0004)
-	o.Fallback(graphs.ReasonRaggedBatch)
-	o.ExecUpdated()
-	o.PoolReserved(64 << 20)
-	o.PrefetchToDeviceDisabled(true)
-	o.Stepped(0.003, 128)
-	o.TrainLoss(0.42)
-	o.EvalAccuracy(0.88)
-	o.Epoch(2)
-	o.DeviceMemory("in_use", 1<<30)
-	o.Event(trainer.Event{Kind: trainer.EventCapture})
+	for _, m := range []trainer.Measurement{
+		trainer.GraphEnabled{On: true},
+		trainer.Captured{Seconds: 0.063, Pooled: false},
+		trainer.Captured{Seconds: 0.004, Pooled: true},
+		trainer.Replayed{Seconds: 0.002},
+		trainer.StageCopied{Seconds: 0.0004},
+		trainer.Fallback{Reason: graphs.ReasonRaggedBatch},
+		trainer.ExecUpdated{},
+		trainer.PoolReserved{Bytes: 64 << 20},
+		trainer.PrefetchDisabled{Disabled: true},
+		trainer.Stepped{Seconds: 0.003, Samples: 128},
+		trainer.TrainLoss{Loss: 0.42},
+		trainer.EvalAccuracy{Accuracy: 0.88},
+		trainer.Epoch{Epoch: 2},
+		trainer.DeviceMemory{What: "in_use", Bytes: 1 << 30},
+		trainer.Event{Kind: trainer.EventCapture},
+	} {
+		o.Observe(m)
+	}
 }
 
 func gather(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
@@ -174,9 +178,9 @@ func TestObserverRecords(t *testing.T) {
 	m := NewMetrics("test")
 	o := m.Observer("cpu", "0")
 	exercise(o)
-	o.Fallback("no such reason")
-	o.Replayed(math.NaN())
-	o.StageCopied(-1)
+	o.Observe(trainer.Fallback{Reason: "no such reason"})
+	o.Observe(trainer.Replayed{Seconds: math.NaN()})
+	o.Observe(trainer.StageCopied{Seconds: -1})
 	fams := gather(t, m)
 	dw := map[string]string{LabelDevice: "cpu", LabelWorker: "0"}
 	with := func(k, v string) map[string]string { return map[string]string{LabelWorker: "0", k: v} }
@@ -255,6 +259,18 @@ func TestThresholdsAreBucketBoundaries(t *testing.T) {
 		}
 		if !slices.Contains(bounds, th.Value) {
 			t.Errorf("%s: %v is not a bucket boundary of %s %v", th.Alert, th.Value, th.Metric, bounds)
+		}
+	}
+}
+
+// TestEveryKindOfMeasurementIsDecided: the metrics observer records or
+// explicitly ignores every kind the trainer lists, so a new kind must be
+// given a case here before it can be shipped.
+func TestEveryKindOfMeasurementIsDecided(t *testing.T) {
+	o := NewMetrics("test").Observer("cpu", "0").(*metricsObserver)
+	for _, m := range trainer.Measurements() {
+		if !o.record(m) {
+			t.Errorf("telemetry neither records nor ignores %T (%q): add a case to metricsObserver.record", m, m.Name())
 		}
 	}
 }

@@ -84,74 +84,68 @@ func boolValue(b bool) float64 {
 	return 0
 }
 
-func (o *metricsObserver) GraphEnabled(on bool) { o.graphEnabled.Set(boolValue(on)) }
+// Observe records m; it ignores a kind of measurement it does not know.
+func (o *metricsObserver) Observe(m trainer.Measurement) { o.record(m) }
 
-func (o *metricsObserver) Captured(seconds float64, pooled bool) {
-	if pooled {
-		o.capturedPooled.Inc()
-	} else {
-		o.capturedFresh.Inc()
+// record records m and reports whether telemetry decided what to do with
+// its kind (a test checks that it has, for every kind).
+func (o *metricsObserver) record(m trainer.Measurement) bool {
+	switch m := m.(type) {
+	case trainer.GraphEnabled:
+		o.graphEnabled.Set(boolValue(m.On))
+	case trainer.Captured:
+		if m.Pooled {
+			o.capturedPooled.Inc()
+		} else {
+			o.capturedFresh.Inc()
+		}
+		if validSeconds(m.Seconds) {
+			o.captureSeconds.Observe(m.Seconds)
+		}
+	case trainer.Replayed:
+		o.replaysTotal.Inc()
+		if validSeconds(m.Seconds) {
+			o.replaySeconds.Observe(m.Seconds)
+		}
+	case trainer.StageCopied:
+		if validSeconds(m.Seconds) {
+			o.stageCopySeconds.Observe(m.Seconds)
+		}
+	case trainer.Fallback:
+		c, ok := o.fallback[m.Reason]
+		if !ok {
+			c = o.fallback[FallbackOther]
+		}
+		c.Inc()
+	case trainer.ExecUpdated:
+		o.execUpdates.Inc()
+	case trainer.PoolReserved:
+		o.poolReserved.Set(float64(m.Bytes))
+	case trainer.PrefetchDisabled:
+		o.prefetchDisabled.Set(boolValue(m.Disabled))
+	case trainer.Stepped:
+		if validSeconds(m.Seconds) {
+			o.stepSeconds.Observe(m.Seconds)
+		}
+		if m.Samples > 0 {
+			o.samplesTotal.Add(float64(m.Samples))
+		}
+		o.lastStep.SetToCurrentTime()
+	case trainer.TrainLoss:
+		o.m.trainLoss.WithLabelValues(o.device, o.worker).Set(m.Loss)
+	case trainer.EvalAccuracy:
+		o.m.evalAccuracy.WithLabelValues(o.device, o.worker).Set(m.Accuracy)
+	case trainer.Epoch:
+		o.trainEpoch.Set(float64(m.Epoch))
+	case trainer.DeviceMemory:
+		o.m.deviceMemory.WithLabelValues(o.device, o.worker, m.What).Set(float64(m.Bytes))
+	case trainer.Event:
+		// Events go to the EventLog (see EventLog.Observer and trainer.Tee).
+	default:
+		return false
 	}
-	if validSeconds(seconds) {
-		o.captureSeconds.Observe(seconds)
-	}
+	return true
 }
-
-func (o *metricsObserver) Replayed(seconds float64) {
-	o.replaysTotal.Inc()
-	if validSeconds(seconds) {
-		o.replaySeconds.Observe(seconds)
-	}
-}
-
-func (o *metricsObserver) StageCopied(seconds float64) {
-	if validSeconds(seconds) {
-		o.stageCopySeconds.Observe(seconds)
-	}
-}
-
-func (o *metricsObserver) Fallback(reason string) {
-	c, ok := o.fallback[reason]
-	if !ok {
-		c = o.fallback[FallbackOther]
-	}
-	c.Inc()
-}
-
-func (o *metricsObserver) ExecUpdated() { o.execUpdates.Inc() }
-
-func (o *metricsObserver) PoolReserved(bytes int64) { o.poolReserved.Set(float64(bytes)) }
-
-func (o *metricsObserver) PrefetchToDeviceDisabled(disabled bool) {
-	o.prefetchDisabled.Set(boolValue(disabled))
-}
-
-func (o *metricsObserver) Stepped(seconds float64, samples int) {
-	if validSeconds(seconds) {
-		o.stepSeconds.Observe(seconds)
-	}
-	if samples > 0 {
-		o.samplesTotal.Add(float64(samples))
-	}
-	o.lastStep.SetToCurrentTime()
-}
-
-func (o *metricsObserver) TrainLoss(loss float64) {
-	o.m.trainLoss.WithLabelValues(o.device, o.worker).Set(loss)
-}
-
-func (o *metricsObserver) EvalAccuracy(acc float64) {
-	o.m.evalAccuracy.WithLabelValues(o.device, o.worker).Set(acc)
-}
-
-func (o *metricsObserver) Epoch(epoch int) { o.trainEpoch.Set(float64(epoch)) }
-
-func (o *metricsObserver) DeviceMemory(kind string, bytes int64) {
-	o.m.deviceMemory.WithLabelValues(o.device, o.worker, kind).Set(float64(bytes))
-}
-
-// Event is a no-op: events go to the EventLog (see Tee and EventLog.Observer).
-func (o *metricsObserver) Event(trainer.Event) {}
 
 // String names the observer's labels, for logs and test failures.
 func (o *metricsObserver) String() string {

@@ -132,7 +132,7 @@ func (r *run) reportInterval(seq, samples int, start, end time.Time, train [devi
 		return nil
 	}
 	loss, acc := d[device.StatLossSum]/d[device.StatCount], d[device.StatCorrect]/d[device.StatCount]
-	r.obs.TrainLoss(loss)
+	r.obs.Observe(TrainLoss{Loss: loss})
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(Progress{Epoch: seq/r.trainSrc.steps + 1, Epochs: r.cfg.Epochs,
 			Step: seq%r.trainSrc.steps + 1, StepsPerEpoch: r.trainSrc.steps, Loss: loss, Accuracy: acc,
@@ -170,8 +170,8 @@ func (r *run) endEpoch(seq int, epochStart time.Time, samples int, intervalStart
 	r.sum.TestAccuracy = eval[device.StatCorrect] / max(eval[device.StatCount], 1)
 	r.sum.TestLoss = eval[device.StatLossSum] / max(eval[device.StatCount], 1)
 	r.sum.EpochSeconds = append(r.sum.EpochSeconds, secs)
-	r.obs.TrainLoss(r.sum.TrainLoss)
-	r.obs.EvalAccuracy(r.sum.TestAccuracy)
+	r.obs.Observe(TrainLoss{Loss: r.sum.TrainLoss})
+	r.obs.Observe(EvalAccuracy{Accuracy: r.sum.TestAccuracy})
 	r.lastStats, r.carried = [device.StatsLen]float64{}, 0
 	if err := errors.Join(r.compute.Fill(r.step.W.TrainStats, 0), r.compute.Fill(r.step.W.EvalStats, 0)); err != nil {
 		return err
@@ -180,7 +180,7 @@ func (r *run) endEpoch(seq int, epochStart time.Time, samples int, intervalStart
 		return err
 	}
 	r.reportMemory()
-	r.obs.Event(Event{Time: time.Now(), Kind: EventEpoch, Fields: map[string]any{
+	r.obs.Observe(Event{Time: time.Now(), Kind: EventEpoch, Fields: map[string]any{
 		"epoch": epoch, "train_loss": r.sum.TrainLoss, "test_accuracy": r.sum.TestAccuracy, "seconds": secs}})
 	r.log.Debug("epoch done", "epoch", epoch, "train_loss", r.sum.TrainLoss, "test_accuracy", r.sum.TestAccuracy, "seconds", secs)
 	if r.cfg.Progress != nil {
@@ -227,11 +227,11 @@ func (r *run) evaluate() error {
 
 func (r *run) reportMemory() {
 	m := r.dev.MemoryStats()
-	r.obs.DeviceMemory("in_use", m.DeviceInUse)
-	r.obs.DeviceMemory("peak", m.DevicePeak)
-	r.obs.DeviceMemory("limit", m.DeviceLimit)
-	r.obs.DeviceMemory("pinned", m.HostPinned)
-	r.obs.PoolReserved(r.pool.Stats().ReservedBytes)
+	r.obs.Observe(DeviceMemory{What: "in_use", Bytes: m.DeviceInUse})
+	r.obs.Observe(DeviceMemory{What: "peak", Bytes: m.DevicePeak})
+	r.obs.Observe(DeviceMemory{What: "limit", Bytes: m.DeviceLimit})
+	r.obs.Observe(DeviceMemory{What: "pinned", Bytes: m.HostPinned})
+	r.obs.Observe(PoolReserved{Bytes: r.pool.Stats().ReservedBytes})
 }
 
 // checkpoint saves the state after next-1 steps, if a run directory is set;
@@ -261,7 +261,7 @@ func (r *run) checkpoint(next int, trainStats []float64) error {
 	if err := SaveCheckpoint(r.cfg.RunDir, h, params, state); err != nil {
 		return err
 	}
-	r.obs.Event(Event{Time: time.Now(), Kind: EventCheckpoint, Fields: map[string]any{"step": next}})
+	r.obs.Observe(Event{Time: time.Now(), Kind: EventCheckpoint, Fields: map[string]any{"step": next}})
 	return nil
 }
 

@@ -88,8 +88,11 @@ func TestCaptureFailureFallsBackAndRetries(t *testing.T) {
 
 // eventSink observes only events.
 type eventSink struct {
-	trainer.NopObserver
 	f func(trainer.Event)
 }
 
-func (s eventSink) Event(e trainer.Event) { s.f(e) }
+func (s eventSink) Observe(m trainer.Measurement) {
+	if e, ok := m.(trainer.Event); ok {
+		s.f(e)
+	}
+}

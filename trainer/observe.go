@@ -6,24 +6,6 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 )
 
-// NopObserver ignores every measurement.
-type NopObserver struct{}
-
-func (NopObserver) GraphEnabled(bool)             {}
-func (NopObserver) Captured(float64, bool)        {}
-func (NopObserver) Replayed(float64)              {}
-func (NopObserver) StageCopied(float64)           {}
-func (NopObserver) Fallback(string)               {}
-func (NopObserver) ExecUpdated()                  {}
-func (NopObserver) PoolReserved(int64)            {}
-func (NopObserver) PrefetchToDeviceDisabled(bool) {}
-func (NopObserver) Stepped(float64, int)          {}
-func (NopObserver) TrainLoss(float64)             {}
-func (NopObserver) EvalAccuracy(float64)          {}
-func (NopObserver) Epoch(int)                     {}
-func (NopObserver) DeviceMemory(string, int64)    {}
-func (NopObserver) Event(Event)                   {}
-
 // eventTimer measures device time between two points on a stream with a
 // ring of event pairs, so reading a measurement never waits for work that
 // was just issued: a pair is read when it comes round again.

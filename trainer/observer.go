@@ -1,64 +1,43 @@
 package trainer
 
-import "time"
-
 // Observer receives the trainer's measurements as they happen. The trainer
-// knows nothing of Prometheus; telemetry implements Observer for metrics,
-// and the worker implements it by forwarding each call to the coordinator.
-// Implementations must be safe for concurrent use and must not block.
-// Durations are in seconds, sizes in bytes.
+// knows nothing of Prometheus: telemetry turns measurements into metrics
+// and the events log, and a worker forwards each one to the coordinator
+// (see EncodeMeasurement). Observe must be safe for concurrent use and must
+// not block; an Observer ignores the kinds of measurement it has no use
+// for.
 type Observer interface {
-	// GraphEnabled reports whether steps are being replayed from graphs.
-	GraphEnabled(on bool)
-	// Captured reports one capture+instantiate (or update) of a step graph;
-	// pooled is true when the shared graph pool served it without a new
-	// instantiation.
-	Captured(seconds float64, pooled bool)
-	// Replayed reports one graph replay and its device time from events.
-	Replayed(seconds float64)
-	// StageCopied reports one host-to-device batch copy and its device time.
-	StageCopied(seconds float64)
-	// Fallback reports one step run eagerly instead of replayed, and why.
-	Fallback(reason string)
-	// ExecUpdated reports an executable updated in place from a new capture.
-	ExecUpdated()
-	// PoolReserved reports the bytes of device memory the graph pool holds.
-	PoolReserved(bytes int64)
-	// PrefetchToDeviceDisabled reports prefetch-to-device switched off
-	// before a capture (true) and back on after it (false).
-	PrefetchToDeviceDisabled(disabled bool)
-	// Stepped reports one training step's wall time and its sample count.
-	Stepped(seconds float64, samples int)
-	// TrainLoss reports the mean training loss over the last log interval.
-	TrainLoss(loss float64)
-	// EvalAccuracy reports the test-set accuracy after an epoch.
-	EvalAccuracy(acc float64)
-	// Epoch reports the epoch now running (1-based).
-	Epoch(epoch int)
-	// DeviceMemory reports device memory by kind ("in_use", "peak",
-	// "limit", "pinned").
-	DeviceMemory(kind string, bytes int64)
-	// Event records a notable event for the events log.
-	Event(e Event)
+	Observe(m Measurement)
 }
 
-// Event kinds written to the events log.
-const (
-	EventStart       = "start"
-	EventCapture     = "capture"
-	EventFallback    = "fallback"
-	EventShapeChange = "shape_change"
-	EventCheckpoint  = "checkpoint"
-	EventResume      = "resume"
-	EventEpoch       = "epoch"
-	EventPrefetchOff = "prefetch_to_device_disabled"
-	EventDone        = "done"
-	EventError       = "error"
-)
+// ObserverFunc is a function used as an Observer.
+type ObserverFunc func(Measurement)
 
-// Event is one line of the events log.
-type Event struct {
-	Time   time.Time      `json:"time"`
-	Kind   string         `json:"kind"`
-	Fields map[string]any `json:"fields,omitempty"`
+// Observe calls f(m).
+func (f ObserverFunc) Observe(m Measurement) { f(m) }
+
+// NopObserver ignores every measurement.
+type NopObserver struct{}
+
+// Observe does nothing.
+func (NopObserver) Observe(Measurement) {}
+
+// Tee returns an Observer that passes every measurement to each of
+// observers in order; nil observers are skipped.
+func Tee(observers ...Observer) Observer {
+	var t tee
+	for _, o := range observers {
+		if o != nil {
+			t = append(t, o)
+		}
+	}
+	return t
+}
+
+type tee []Observer
+
+func (t tee) Observe(m Measurement) {
+	for _, o := range t {
+		o.Observe(m)
+	}
 }

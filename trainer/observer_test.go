@@ -11,7 +11,7 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// recorder keeps every Observer call, for checking them against the
+// recorder keeps every measurement, for checking them against the
 // run's summary.
 type recorder struct {
 	mu             sync.Mutex
@@ -33,36 +33,45 @@ type recorder struct {
 	events         []string
 }
 
-func (r *recorder) do(f func()) { r.mu.Lock(); defer r.mu.Unlock(); f() }
-
-func (r *recorder) GraphEnabled(on bool) {
-	r.do(func() { r.graphEnabled = append(r.graphEnabled, on) })
-}
-func (r *recorder) Captured(s float64, pooled bool) {
-	r.do(func() {
+func (r *recorder) Observe(m trainer.Measurement) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch m := m.(type) {
+	case trainer.GraphEnabled:
+		r.graphEnabled = append(r.graphEnabled, m.On)
+	case trainer.Captured:
 		r.captures++
-		r.captureSeconds += s
-		if pooled {
+		r.captureSeconds += m.Seconds
+		if m.Pooled {
 			r.pooled++
 		}
-	})
+	case trainer.Replayed:
+		r.replays++
+	case trainer.StageCopied:
+		r.stageCopies++
+	case trainer.Fallback:
+		r.fallbacks[m.Reason]++
+	case trainer.ExecUpdated:
+		r.execUpdates++
+	case trainer.PoolReserved:
+		r.poolReserved = append(r.poolReserved, m.Bytes)
+	case trainer.PrefetchDisabled:
+		r.prefetchOff = append(r.prefetchOff, m.Disabled)
+	case trainer.Stepped:
+		r.steps++
+		r.samples += m.Samples
+	case trainer.TrainLoss:
+		r.losses++
+	case trainer.EvalAccuracy:
+		r.accuracies = append(r.accuracies, m.Accuracy)
+	case trainer.Epoch:
+		r.epochs = append(r.epochs, m.Epoch)
+	case trainer.DeviceMemory:
+		r.memory[m.What] = m.Bytes
+	case trainer.Event:
+		r.events = append(r.events, m.Kind)
+	}
 }
-func (r *recorder) Replayed(float64)       { r.do(func() { r.replays++ }) }
-func (r *recorder) StageCopied(float64)    { r.do(func() { r.stageCopies++ }) }
-func (r *recorder) Fallback(reason string) { r.do(func() { r.fallbacks[reason]++ }) }
-func (r *recorder) ExecUpdated()           { r.do(func() { r.execUpdates++ }) }
-func (r *recorder) PoolReserved(b int64)   { r.do(func() { r.poolReserved = append(r.poolReserved, b) }) }
-func (r *recorder) PrefetchToDeviceDisabled(d bool) {
-	r.do(func() { r.prefetchOff = append(r.prefetchOff, d) })
-}
-func (r *recorder) Stepped(_ float64, n int) { r.do(func() { r.steps++; r.samples += n }) }
-func (r *recorder) TrainLoss(float64)        { r.do(func() { r.losses++ }) }
-func (r *recorder) EvalAccuracy(a float64)   { r.do(func() { r.accuracies = append(r.accuracies, a) }) }
-func (r *recorder) Epoch(e int)              { r.do(func() { r.epochs = append(r.epochs, e) }) }
-func (r *recorder) DeviceMemory(kind string, b int64) {
-	r.do(func() { r.memory[kind] = b })
-}
-func (r *recorder) Event(e trainer.Event) { r.do(func() { r.events = append(r.events, e.Kind) }) }
 
 // TestObserverSeesWhatTheRunDid: every measurement the metrics and the
 // coordinator are built from reaches the Observer, and agrees with the

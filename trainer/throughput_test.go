@@ -16,7 +16,6 @@ import (
 // so the span is a lower bound on the loop's wall time. It also counts
 // the samples the steps report.
 type loopClock struct {
-	trainer.NopObserver
 	mu        sync.Mutex
 	first     time.Time // the first step's start
 	last      time.Time // the last epoch's end report
@@ -25,15 +24,19 @@ type loopClock struct {
 	lastEpoch int
 }
 
-func (c *loopClock) Stepped(seconds float64, samples int) {
+func (c *loopClock) Observe(m trainer.Measurement) {
+	s, ok := m.(trainer.Stepped)
+	if !ok {
+		return
+	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.steps == 0 {
-		c.first = now.Add(-time.Duration(seconds * float64(time.Second)))
+		c.first = now.Add(-time.Duration(s.Seconds * float64(time.Second)))
 	}
 	c.steps++
-	c.samples += samples
+	c.samples += s.Samples
 }
 
 func (c *loopClock) progress(p trainer.Progress) {

@@ -188,7 +188,7 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 			return fmt.Errorf("%w: %v", ErrCheckpoint, err)
 		}
 		r.sum.ResumedFromStep = startSeq
-		r.obs.Event(Event{Time: time.Now(), Kind: EventResume, Fields: map[string]any{"step": startSeq}})
+		r.obs.Observe(Event{Time: time.Now(), Kind: EventResume, Fields: map[string]any{"step": startSeq}})
 	}
 	r.layout = nn.NewLayout(c.Spec, c.BatchSize)
 	sig := nn.Signature(c.Spec, c.Optimizer, c.BatchSize)
@@ -215,7 +215,7 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	if r.snap, err = r.dev.Alloc(2 * device.StatsLen); err != nil {
 		return err
 	}
-	if r.timer, err = newEventTimer(r.dev, 4, r.obs.Replayed); err != nil {
+	if r.timer, err = newEventTimer(r.dev, 4, func(s float64) { r.obs.Observe(Replayed{Seconds: s}) }); err != nil {
 		return err
 	}
 	if err := r.startStaging(ctx, startSeq); err != nil {
@@ -293,7 +293,7 @@ func (r *run) startStaging(ctx context.Context, startSeq int) error {
 	// call from any of them.
 	r.guard = staging.ProcessGuard
 	base := staging.Config{BatchLen: r.layout.Len, Slots: c.Slots, Buffers: 2, Loaders: c.Loaders,
-		PrefetchToDevice: c.PrefetchToDevice, Guard: r.guard, Logger: r.log, OnCopy: r.obs.StageCopied}
+		PrefetchToDevice: c.PrefetchToDevice, Guard: r.guard, Logger: r.log, OnCopy: func(s float64) { r.obs.Observe(StageCopied{Seconds: s}) }}
 	tc := base
 	tc.StartSeq = startSeq
 	tc.Logger = r.log.With("stager", "train")
@@ -331,13 +331,13 @@ func (r *run) fallback(reason string, fields map[string]any) {
 		r.sum.Fallbacks = make(map[string]int)
 	}
 	r.sum.Fallbacks[reason]++
-	r.obs.Fallback(reason)
+	r.obs.Observe(Fallback{Reason: reason})
 	if r.sum.Fallbacks[reason] == 1 || fields != nil {
 		if fields == nil {
 			fields = map[string]any{}
 		}
 		fields["reason"] = reason
-		r.obs.Event(Event{Time: time.Now(), Kind: EventFallback, Fields: fields})
+		r.obs.Observe(Event{Time: time.Now(), Kind: EventFallback, Fields: fields})
 		r.log.Warn("step runs eagerly", "reason", reason)
 	}
 }
@@ -357,13 +357,13 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 	defer func() { r.loopSeconds = since(loopStart) }()
 	epochStart, intervalStart := time.Now(), time.Now()
 	intervalSamples, done := 0, 0
-	r.obs.Epoch(startSeq/steps + 1)
+	r.obs.Observe(Epoch{Epoch: startSeq/steps + 1})
 	for seq := startSeq; seq < total; seq++ {
 		if ctx.Err() != nil || (c.MaxSteps > 0 && done >= c.MaxSteps) {
 			return r.interrupt(seq, startSeq)
 		}
 		if seq%steps == 0 && seq != startSeq {
-			r.obs.Epoch(seq/steps + 1)
+			r.obs.Observe(Epoch{Epoch: seq/steps + 1})
 			epochStart = time.Now()
 		}
 		if err := r.maybeCapture(seq, done); err != nil {
@@ -382,7 +382,7 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 		}
 		done++
 		r.sum.Steps++
-		r.obs.Stepped(since(t0), b.Valid)
+		r.obs.Observe(Stepped{Seconds: since(t0), Samples: b.Valid})
 		intervalSamples += b.Valid
 		r.samples += b.Valid
 		if (seq+1)%c.LogEvery == 0 {
@@ -453,7 +453,7 @@ func (r *run) trainOn(b staging.Staged, in nn.Batch) error {
 	if b.Ragged && c.Ragged == data.RaggedEager {
 		if c.EnableGraphs {
 			r.fallback(graphs.ReasonRaggedBatch, map[string]any{"stage": stageTrain, "rows": b.Valid, "batch": c.BatchSize})
-			r.obs.Event(Event{Time: time.Now(), Kind: EventShapeChange, Fields: map[string]any{"rows": b.Valid, "batch": c.BatchSize}})
+			r.obs.Observe(Event{Time: time.Now(), Kind: EventShapeChange, Fields: map[string]any{"rows": b.Valid, "batch": c.BatchSize}})
 		}
 		r.sum.EagerSteps++
 		short := r.step
@@ -525,7 +525,7 @@ func (r *run) maybeCapture(seq, done int) error {
 	if failed := (*graphs.CaptureError)(nil); errors.As(err, &failed) {
 		r.log.Error("graph capture failed; steps run eagerly until the next attempt", "err", err, "failures", r.engine.CaptureFailures())
 		r.fallback(graphs.ReasonCaptureFailed, map[string]any{"stage": "capture", "error": err.Error()})
-		r.obs.GraphEnabled(false)
+		r.obs.Observe(GraphEnabled{On: false})
 		return nil
 	}
 	if err != nil {
@@ -537,16 +537,16 @@ func (r *run) maybeCapture(seq, done int) error {
 		r.sum.CaptureSeconds += res.Seconds
 		if res.Pooled {
 			r.sum.CapturePooled++
-			r.obs.ExecUpdated()
+			r.obs.Observe(ExecUpdated{})
 		} else {
 			r.sum.CaptureColdSeconds += res.Seconds
 		}
-		r.obs.Captured(res.Seconds, res.Pooled)
-		r.obs.Event(Event{Time: time.Now(), Kind: EventCapture, Fields: map[string]any{
+		r.obs.Observe(Captured{Seconds: res.Seconds, Pooled: res.Pooled})
+		r.obs.Observe(Event{Time: time.Now(), Kind: EventCapture, Fields: map[string]any{
 			"seconds": res.Seconds, "pooled": res.Pooled, "nodes": res.Nodes}})
 	}
-	r.obs.GraphEnabled(true)
-	r.obs.PoolReserved(r.pool.Stats().ReservedBytes)
+	r.obs.Observe(GraphEnabled{On: true})
+	r.obs.Observe(PoolReserved{Bytes: r.pool.Stats().ReservedBytes})
 	r.log.Info("captured training and evaluation graphs", "graphs", len(results),
 		"seconds", r.sum.CaptureSeconds, "pooled", r.sum.CapturePooled)
 	return nil
@@ -562,12 +562,12 @@ func (r *run) guardCapture(capture func() error) error {
 	if prefetchWasOn {
 		// Off around the capture only: the stagers honour the guard then.
 		r.sum.PrefetchDisabled = true
-		r.obs.PrefetchToDeviceDisabled(true)
-		r.obs.Event(Event{Time: time.Now(), Kind: EventPrefetchOff, Fields: map[string]any{"reason": prefetchReason}})
+		r.obs.Observe(PrefetchDisabled{Disabled: true})
+		r.obs.Observe(Event{Time: time.Now(), Kind: EventPrefetchOff, Fields: map[string]any{"reason": prefetchReason}})
 		defer func() {
 			r.train.EnablePrefetch()
 			r.eval.EnablePrefetch()
-			r.obs.PrefetchToDeviceDisabled(false)
+			r.obs.Observe(PrefetchDisabled{Disabled: false})
 		}()
 	}
 	return r.guard.Capture(capture)

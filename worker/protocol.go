@@ -26,7 +26,7 @@ const (
 	TypeProbe    = "probe"    // coordinator → worker: open the device, say hello, exit
 	TypeCancel   = "cancel"   // coordinator → worker: stop after the step in flight, checkpoint
 	TypeHello    = "hello"    // worker → coordinator: the device it owns
-	TypeObserve  = "observe"  // worker → coordinator: one trainer.Observer call
+	TypeObserve  = "observe"  // worker → coordinator: one trainer.Measurement
 	TypeProgress = "progress" // worker → coordinator: a progress report
 	TypeLog      = "log"      // worker → coordinator: a progress line of a benchmark
 	TypeResult   = "result"   // worker → coordinator: the run's summary (or benchmark report)
@@ -48,11 +48,11 @@ type Message struct {
 	Device   string            `json:"device,omitempty"` // start/probe: cpu or cuda
 	Job      *job.Spec         `json:"job,omitempty"`
 	Hello    *Hello            `json:"hello,omitempty"`
-	Observe  *Observation      `json:"observe,omitempty"`
+	Name     string            `json:"name,omitempty"` // observe: the measurement's kind
+	Body     json.RawMessage   `json:"body,omitempty"` // observe: the measurement
 	Progress *trainer.Progress `json:"progress,omitempty"`
 	Summary  *trainer.Summary  `json:"summary,omitempty"`
 	Error    *Error            `json:"error,omitempty"`
-	Event    *trainer.Event    `json:"event,omitempty"`
 	Bench    *bench.Config     `json:"bench,omitempty"`
 	Report   *bench.Report     `json:"report,omitempty"`
 	Text     string            `json:"text,omitempty"`
@@ -73,15 +73,6 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
-
-// Observation is one trainer.Observer call.
-type Observation struct {
-	Method string  `json:"m"`
-	Value  float64 `json:"v,omitempty"`
-	Flag   bool    `json:"f,omitempty"`
-	Label  string  `json:"l,omitempty"`
-	Int    int64   `json:"i,omitempty"`
-}
 
 // encoder writes messages; safe for concurrent use.
 type encoder struct {
@@ -134,78 +125,28 @@ func (d *decoder) next() (Message, error) {
 	return m, nil
 }
 
-// remoteObserver is the worker side of trainer.Observer: every call
-// becomes an observe message.
+// remoteObserver is the worker side of trainer.Observer: every
+// measurement becomes an observe message. One that cannot be encoded (a
+// NaN) is dropped, as a message that cannot be sent is.
 type remoteObserver struct{ enc *encoder }
 
-func (o remoteObserver) obs(x Observation) { _ = o.enc.send(Message{Type: TypeObserve, Observe: &x}) }
+func (o remoteObserver) Observe(m trainer.Measurement) {
+	name, body, err := trainer.EncodeMeasurement(m)
+	if err != nil {
+		return
+	}
+	_ = o.enc.send(Message{Type: TypeObserve, Name: name, Body: body})
+}
 
-func (o remoteObserver) GraphEnabled(on bool) { o.obs(Observation{Method: "graph_enabled", Flag: on}) }
-func (o remoteObserver) Captured(s float64, pooled bool) {
-	o.obs(Observation{Method: "captured", Value: s, Flag: pooled})
-}
-func (o remoteObserver) Replayed(s float64)    { o.obs(Observation{Method: "replayed", Value: s}) }
-func (o remoteObserver) StageCopied(s float64) { o.obs(Observation{Method: "stage_copied", Value: s}) }
-func (o remoteObserver) Fallback(reason string) {
-	o.obs(Observation{Method: "fallback", Label: reason})
-}
-func (o remoteObserver) ExecUpdated()         { o.obs(Observation{Method: "exec_updated"}) }
-func (o remoteObserver) PoolReserved(b int64) { o.obs(Observation{Method: "pool_reserved", Int: b}) }
-func (o remoteObserver) PrefetchToDeviceDisabled(d bool) {
-	o.obs(Observation{Method: "prefetch_disabled", Flag: d})
-}
-func (o remoteObserver) Stepped(s float64, n int) {
-	o.obs(Observation{Method: "stepped", Value: s, Int: int64(n)})
-}
-func (o remoteObserver) TrainLoss(v float64) { o.obs(Observation{Method: "train_loss", Value: v}) }
-func (o remoteObserver) EvalAccuracy(v float64) {
-	o.obs(Observation{Method: "eval_accuracy", Value: v})
-}
-func (o remoteObserver) Epoch(n int) { o.obs(Observation{Method: "epoch", Int: int64(n)}) }
-func (o remoteObserver) DeviceMemory(kind string, b int64) {
-	o.obs(Observation{Method: "device_memory", Label: kind, Int: b})
-}
-func (o remoteObserver) Event(e trainer.Event) { _ = o.enc.send(Message{Type: TypeObserve, Event: &e}) }
-
-// replay calls the observer method an observation stands for.
+// replay passes the measurement an observe message carries to o.
 func replay(o trainer.Observer, m Message) error {
-	if m.Event != nil {
-		o.Event(*m.Event)
-		return nil
+	if m.Name == "" {
+		return errors.New("worker protocol: observe message without a measurement")
 	}
-	x := m.Observe
-	if x == nil {
-		return errors.New("worker protocol: observe message without an observation")
+	x, err := trainer.DecodeMeasurement(m.Name, m.Body)
+	if err != nil {
+		return fmt.Errorf("worker protocol: %w", err)
 	}
-	switch x.Method {
-	case "graph_enabled":
-		o.GraphEnabled(x.Flag)
-	case "captured":
-		o.Captured(x.Value, x.Flag)
-	case "replayed":
-		o.Replayed(x.Value)
-	case "stage_copied":
-		o.StageCopied(x.Value)
-	case "fallback":
-		o.Fallback(x.Label)
-	case "exec_updated":
-		o.ExecUpdated()
-	case "pool_reserved":
-		o.PoolReserved(x.Int)
-	case "prefetch_disabled":
-		o.PrefetchToDeviceDisabled(x.Flag)
-	case "stepped":
-		o.Stepped(x.Value, int(x.Int))
-	case "train_loss":
-		o.TrainLoss(x.Value)
-	case "eval_accuracy":
-		o.EvalAccuracy(x.Value)
-	case "epoch":
-		o.Epoch(int(x.Int))
-	case "device_memory":
-		o.DeviceMemory(x.Label, x.Int)
-	default:
-		return fmt.Errorf("worker protocol: unknown observation %q", x.Method)
-	}
+	o.Observe(x)
 	return nil
 }

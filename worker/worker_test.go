@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -43,52 +44,43 @@ func serveAsWorker() int {
 	return 0
 }
 
-// recorder writes every Observer call as a line.
+// recorder keeps every measurement.
 type recorder struct {
-	mu    sync.Mutex
-	calls []string
+	mu  sync.Mutex
+	got []trainer.Measurement
 }
 
-func (r *recorder) add(f string, a ...any) {
+func (r *recorder) Observe(m trainer.Measurement) {
 	r.mu.Lock()
-	r.calls = append(r.calls, fmt.Sprintf(f, a...))
+	r.got = append(r.got, m)
 	r.mu.Unlock()
 }
-func (r *recorder) GraphEnabled(on bool)            { r.add("graph_enabled %v", on) }
-func (r *recorder) Captured(s float64, p bool)      { r.add("captured %v %v", s, p) }
-func (r *recorder) Replayed(s float64)              { r.add("replayed %v", s) }
-func (r *recorder) StageCopied(s float64)           { r.add("stage %v", s) }
-func (r *recorder) Fallback(x string)               { r.add("fallback %s", x) }
-func (r *recorder) ExecUpdated()                    { r.add("updated") }
-func (r *recorder) PoolReserved(b int64)            { r.add("pool %d", b) }
-func (r *recorder) PrefetchToDeviceDisabled(d bool) { r.add("prefetch %v", d) }
-func (r *recorder) Stepped(s float64, n int)        { r.add("stepped %v %d", s, n) }
-func (r *recorder) TrainLoss(v float64)             { r.add("loss %v", v) }
-func (r *recorder) EvalAccuracy(v float64)          { r.add("acc %v", v) }
-func (r *recorder) Epoch(n int)                     { r.add("epoch %d", n) }
-func (r *recorder) DeviceMemory(k string, b int64)  { r.add("mem %s %d", k, b) }
-func (r *recorder) Event(e trainer.Event)           { r.add("event %s %v", e.Kind, e.Fields["n"]) }
 
-// TestObservationsRoundTrip: every Observer method survives the protocol.
+// TestObservationsRoundTrip: every kind of measurement survives the
+// protocol.
 func TestObservationsRoundTrip(t *testing.T) {
 	var wire bytes.Buffer
 	enc := newEncoder(&wire)
 	remote, direct := remoteObserver{enc}, &recorder{}
 	for _, o := range []trainer.Observer{remote, direct} {
-		o.GraphEnabled(true)
-		o.Captured(0.25, true)
-		o.Replayed(0.001)
-		o.StageCopied(0.0005)
-		o.Fallback("capture_failed")
-		o.ExecUpdated()
-		o.PoolReserved(1 << 20)
-		o.PrefetchToDeviceDisabled(true)
-		o.Stepped(0.01, 64)
-		o.TrainLoss(0.5)
-		o.EvalAccuracy(0.9)
-		o.Epoch(3)
-		o.DeviceMemory("in_use", 4096)
-		o.Event(trainer.Event{Kind: "capture", Fields: map[string]any{"n": 1.0}})
+		for _, m := range []trainer.Measurement{
+			trainer.GraphEnabled{On: true},
+			trainer.Captured{Seconds: 0.25, Pooled: true},
+			trainer.Replayed{Seconds: 0.001},
+			trainer.StageCopied{Seconds: 0.0005},
+			trainer.Fallback{Reason: "capture_failed"},
+			trainer.ExecUpdated{},
+			trainer.PoolReserved{Bytes: 1 << 20},
+			trainer.PrefetchDisabled{Disabled: true},
+			trainer.Stepped{Seconds: 0.01, Samples: 64},
+			trainer.TrainLoss{Loss: 0.5},
+			trainer.EvalAccuracy{Accuracy: 0.9},
+			trainer.Epoch{Epoch: 3},
+			trainer.DeviceMemory{What: "in_use", Bytes: 4096},
+			trainer.Event{Kind: "capture", Fields: map[string]any{"n": 1.0}},
+		} {
+			o.Observe(m)
+		}
 	}
 	replayed := &recorder{}
 	dec := newDecoder(&wire)
@@ -101,11 +93,11 @@ func TestObservationsRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if fmt.Sprint(replayed.calls) != fmt.Sprint(direct.calls) {
-		t.Fatalf("through the protocol:\n%v\ndirect:\n%v", replayed.calls, direct.calls)
+	if !reflect.DeepEqual(replayed.got, direct.got) {
+		t.Fatalf("through the protocol:\n%v\ndirect:\n%v", replayed.got, direct.got)
 	}
-	if len(direct.calls) != 14 {
-		t.Fatalf("%d calls", len(direct.calls))
+	if len(direct.got) != len(trainer.Measurements()) {
+		t.Fatalf("%d measurements for %d kinds", len(direct.got), len(trainer.Measurements()))
 	}
 }
 
@@ -129,7 +121,7 @@ func TestRunInProcess(t *testing.T) {
 	if !sum.GraphEnabled || sum.Steps == 0 || sum.ParamsSHA256 == "" || progress == 0 {
 		t.Fatalf("summary %+v, %d progress reports", sum, progress)
 	}
-	if len(rec.calls) == 0 {
+	if len(rec.got) == 0 {
 		t.Fatal("no observations reached the coordinator")
 	}
 }

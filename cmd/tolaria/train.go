@@ -111,7 +111,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	}
 	defer events.Close()
 	obs := metrics.Observer(events, spec.Device, strconv.Itoa(spec.Rank))
-	obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventStart, Fields: map[string]any{
+	obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventStart, Fields: map[string]any{
 		"device": spec.Device, "enable_graphs": spec.EnableGraphs, "config": cfgPath, "resume": spec.Resume}})
 	log.Info("training", "device", spec.Device, "graphs", spec.EnableGraphs, "run_dir", spec.RunDir, "epochs", spec.Epochs,
 		"batch_size", spec.BatchSize, "dataset", spec.Dataset)
@@ -120,7 +120,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 	sum, err := exec.Run(ctx, spec, worker.Sink{Observer: obs, Progress: bar.report})
 	bar.finish()
 	if err != nil {
-		obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
+		obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
 		ferr := reportFailure(ctx, stderr, err)
 		metrics.Linger(ctx, set.metricsLinger)
 		return ferr
@@ -134,7 +134,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 			return fmt.Errorf("summary-json: %w", err)
 		}
 	}
-	obs.Event(trainer.Event{Time: time.Now(), Kind: trainer.EventDone, Fields: map[string]any{"interrupted": sum.Interrupted}})
+	obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventDone, Fields: map[string]any{"interrupted": sum.Interrupted}})
 	printSummary(cmd.OutOrStdout(), spec, sum)
 	if sum.Interrupted {
 		reportInterruption(stderr, dir, sum)
