@@ -69,3 +69,25 @@ func TestConfigSetsTheSchedule(t *testing.T) {
 		t.Fatalf("model %+v does not fit the data", cfg.Spec)
 	}
 }
+
+// TestConfigCarriesTheShard: the trainer gets the spec's rank and world,
+// and the schedule counts the steps of that rank's stride.
+func TestConfigCarriesTheShard(t *testing.T) {
+	s := Default()
+	s.Dataset, s.SyntheticSize, s.Epochs, s.BatchSize, s.Rank, s.World = "synthetic", 1000, 3, 100, 1, 2
+	train, test, err := s.LoadData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := s.Config(train, test, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Rank != 1 || cfg.World != 2 {
+		t.Fatalf("trainer config has rank %d of world %d, the spec 1 of 2", cfg.Rank, cfg.World)
+	}
+	// 1000 training examples, 500 in rank 1's stride: 5 batches of 100.
+	if cfg.Optimizer.TotalSteps != 3*5 {
+		t.Fatalf("total steps %d for rank 1 of 2 over %d examples, want 3 epochs of 5", cfg.Optimizer.TotalSteps, train.Len())
+	}
+}

@@ -3,6 +3,7 @@ package trainer
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/tolaria-ml/tolaria/data"
@@ -25,6 +26,8 @@ type source struct {
 	world   int
 	epochs  int
 	steps   int // batches per epoch
+	// onBatch, when set, is told each batch's indices (BatchObserver).
+	onBatch func(seq int, indices []int)
 
 	mu    sync.Mutex
 	plans map[int][]data.Batch
@@ -78,6 +81,9 @@ func (s *source) Fill(seq int, dst []float32) (staging.Meta, error) {
 		return staging.Meta{}, err
 	}
 	b := p[step]
+	if s.onBatch != nil {
+		s.onBatch(seq, slices.Clone(b.Indices))
+	}
 	l := s.layout
 	x, y, mask := dst[l.X:l.X+l.XLen], dst[l.Y:l.Y+l.YLen], dst[l.Mask:l.Mask+l.MaskLen]
 	// Labels go to the start of y; for MSE they are then expanded into

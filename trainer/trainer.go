@@ -284,6 +284,9 @@ func (r *run) startStaging(ctx context.Context, startSeq int) error {
 	if err != nil {
 		return err
 	}
+	if bo, ok := r.obs.(BatchObserver); ok {
+		r.trainSrc.onBatch = bo.TrainBatch
+	}
 	r.evalSrc, err = newSource(c.Test, r.layout, c.Spec, nil, c.Seed, false, data.RaggedPad, 0, 1, c.Epochs)
 	if err != nil {
 		return err
