@@ -425,6 +425,37 @@ func testIsolation(t *testing.T, open Opener) {
 			e.must(inside.Synchronize())
 		})
 	}
+	// That host wait is also a capture-unsafe call during every global-mode
+	// capture in progress: a global-mode capture on another stream is
+	// invalidated too, whatever the mode of the capture holding the event.
+	hostWaits := []struct {
+		name string
+		call func(device.Event) error
+	}{
+		{"Query", func(ev device.Event) error { _, err := ev.Query(); return err }},
+		{"Synchronize", func(ev device.Event) error { return ev.Synchronize() }},
+	}
+	for _, mode := range captureModes {
+		for _, wait := range hostWaits {
+			t.Run("host waits on a captured event, another global capture/"+wait.name+"/"+mode.String(), func(t *testing.T) {
+				e := newEnv(t, open)
+				capt, bystander := e.stream(), e.stream()
+				inside := e.event()
+				x, y := e.zeros(4), e.zeros(4)
+				e.must(bystander.BeginCapture(device.CaptureGlobal))
+				e.must(bystander.Fill(y, 2))
+				e.must(capt.BeginCapture(mode))
+				e.must(capt.Fill(x, 1))
+				e.must(capt.Record(inside))
+				wantErr(t, wait.call(inside), device.ErrCaptureIsolation, "host "+wait.name+" of an event recorded in the capture")
+				_, err := capt.EndCapture()
+				wantErr(t, err, device.ErrCaptureInvalidated, "EndCapture of the capture holding the event")
+				_, err = bystander.EndCapture()
+				wantErr(t, err, device.ErrCaptureInvalidated,
+					"EndCapture of a global-mode capture on another stream, after the host's "+wait.name+" of an event recorded in a "+mode.String()+" capture")
+			})
+		}
+	}
 	// The contract has no fork/join capture: a stream outside the capture
 	// waiting on an event recorded inside it does not join the capture. The
 	// wait is refused with ErrCaptureIsolation and enqueues nothing; the
