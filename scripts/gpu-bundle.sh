@@ -24,30 +24,49 @@ done
 cat >"$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs the tolaria GPU checks on a machine with an NVIDIA GPU and driver.
+# Exits 0 only when every check passed; a machine without a GPU fails (the
+# test binaries say "no CUDA device"), it is never counted as a pass.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 res=${1:-$here/results}
 mkdir -p "$res"
-nvidia-smi >"$res/nvidia-smi.txt" 2>&1 || true
-status=0
+failed=()
+fail() { failed+=("$1"); }
+if ! nvidia-smi >"$res/nvidia-smi.txt" 2>&1; then
+	echo "run.sh: nvidia-smi failed (no NVIDIA driver or GPU?); see $res/nvidia-smi.txt"
+fi
 for t in "$here"/tests/*.test; do
 	name=$(basename "$t" .test)
 	echo "== $name"
-	(cd "$here/tests" && "$t" -test.v -test.count=1) >"$res/$name.log" 2>&1 || status=1
-	tail -n 3 "$res/$name.log"
+	if (cd "$here/tests" && "$t" -test.v -test.count=1) >"$res/$name.log" 2>&1; then
+		tail -n 3 "$res/$name.log"
+	else
+		fail "$name tests ($res/$name.log)"
+		grep -m1 'no CUDA device' "$res/$name.log" || tail -n 3 "$res/$name.log"
+		echo "FAIL $name"
+	fi
 	# The benchmarks, three counts each for benchstat.
-	(cd "$here/tests" && "$t" -test.run '^$' -test.bench . -test.count=3) >"$res/$name.bench.txt" 2>&1 || status=1
+	(cd "$here/tests" && "$t" -test.run '^$' -test.bench . -test.count=3) >"$res/$name.bench.txt" 2>&1 ||
+		fail "$name benchmarks ($res/$name.bench.txt)"
 	grep -E '^Benchmark' "$res/$name.bench.txt" || true
 done
 "$here/tolaria" train --device cuda --worker "$here/tolaria-worker" --enable-graphs --epochs 10 --data-dir "$here/data" \
-	--run-dir "$res/train-cuda" --summary-json "$res/train-cuda.json" >"$res/train-cuda.log" 2>&1 || status=1
+	--run-dir "$res/train-cuda" --summary-json "$res/train-cuda.json" >"$res/train-cuda.log" 2>&1 || fail "train-cuda ($res/train-cuda.log)"
 tail -n 5 "$res/train-cuda.log"
 # The accuracy bar of the CPU device holds on CUDA too.
-if ! python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); ok=s["graph_enabled"] and s["test_accuracy"]>=0.89; print("cuda accuracy", s["test_accuracy"], "graphs", s["graph_enabled"], "PASS" if ok else "FAIL"); sys.exit(0 if ok else 1)' "$res/train-cuda.json"; then
-	status=1
+if [ ! -f "$res/train-cuda.json" ]; then
+	fail "cuda accuracy (train-cuda wrote no summary)"
+elif ! python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); ok=s["graph_enabled"] and s["test_accuracy"]>=0.89; print("cuda accuracy", s["test_accuracy"], "graphs", s["graph_enabled"], "PASS" if ok else "FAIL"); sys.exit(0 if ok else 1)' "$res/train-cuda.json"; then
+	fail "cuda accuracy ($res/train-cuda.json)"
 fi
-"$here/run_graph_bench" --device cuda --worker "$here/tolaria-worker" --output "$res/bench-cuda.json" --plot "$res/bench-cuda.png" >"$res/bench-cuda.log" 2>&1 || status=1
-exit $status
+"$here/run_graph_bench" --device cuda --worker "$here/tolaria-worker" --output "$res/bench-cuda.json" --plot "$res/bench-cuda.png" >"$res/bench-cuda.log" 2>&1 ||
+	fail "bench-cuda ($res/bench-cuda.log)"
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "run.sh: FAILED: ${#failed[@]} check(s):"
+	printf '  %s\n' "${failed[@]}"
+	exit 1
+fi
+echo "run.sh: every GPU check passed"
 RUN
 chmod +x "$out/run.sh"
 echo "gpu-bundle: $out"

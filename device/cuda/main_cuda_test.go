@@ -14,15 +14,18 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 )
 
-// TestMain skips the GPU tests when the driver reports no device. On a
-// machine without a GPU or driver the process usually never gets here:
-// gorgonia.org/cu calls cuInit in its package init and exits with status 1
-// when it fails. Build this binary anywhere (go test -c -tags cuda) and run
-// it on a GPU machine.
+// TestMain fails, with "no CUDA device" and a non-zero status, when the
+// driver reports no device: these are the GPU tests, and a run of this
+// binary that tested nothing must not count as a pass (the GPU bundle's
+// run.sh reports its status; TestGPUTestsFailWithoutADevice checks this
+// against a driver with no device). On a machine without a GPU or driver
+// the process usually never gets here: gorgonia.org/cu calls cuInit in its
+// package init and exits with status 1 when it fails. Build this binary
+// anywhere (go test -c -tags cuda) and run it on a GPU machine.
 func TestMain(m *testing.M) {
 	if n, err := cu.NumDevices(); err != nil || n == 0 {
-		fmt.Printf("device/cuda: no CUDA device (count %d, err %v); skipping the GPU tests\n", n, err)
-		os.Exit(0)
+		fmt.Fprintf(os.Stderr, "device/cuda: no CUDA device (count %d, err %v): the GPU tests cannot run; run this binary on a machine with an NVIDIA GPU and driver\n", n, err)
+		os.Exit(1)
 	}
 	goleak.VerifyTestMain(m)
 }
