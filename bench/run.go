@@ -294,15 +294,15 @@ func summarise(batch int, epochs []epochResult, poolBytes int64, probe *Probe) S
 // steps no faster than eager ones put the launch cost within the noise of
 // the step times, and a negative cost means nothing.
 func stepLaunchCostUS(s Summary) float64 {
-	if !stepLaunchCostMeasured(s) {
+	if !s.StepLaunchCostMeasured() {
 		return 0
 	}
 	return max(0, (s.EagerStepMS-s.GraphStepMS)*1000/float64(s.KernelsPerStep))
 }
 
-// stepLaunchCostMeasured reports whether s has the figures the launch
-// cost is estimated from.
-func stepLaunchCostMeasured(s Summary) bool {
+// StepLaunchCostMeasured reports whether s has the figures the launch
+// cost is estimated from (StepLaunchCostUS is 0 without them).
+func (s Summary) StepLaunchCostMeasured() bool {
 	return s.KernelsPerStep > 0 && s.EagerStepMS > 0 && s.GraphStepMS > 0
 }
 

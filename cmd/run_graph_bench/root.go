@@ -215,11 +215,11 @@ func runBench(cmd *cobra.Command, o options, argv []string) error {
 		}
 	}
 	if o.plot != "" {
-		if err := atomicfile.Write(o.plot, 0o644, func(w io.Writer) error { return bench.WriteChart(w, rep) }); err != nil {
+		if err := atomicfile.Write(o.plot, 0o644, func(w io.Writer) error { return writeChart(w, rep) }); err != nil {
 			return fmt.Errorf("--plot: %w", err)
 		}
 	}
-	return bench.WriteText(stdout, rep)
+	return writeText(stdout, rep)
 }
 
 // commandLine renders argv as a shell command line, quoting what needs it.

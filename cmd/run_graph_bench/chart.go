@@ -1,4 +1,4 @@
-package bench
+package main
 
 import (
 	"cmp"
@@ -14,6 +14,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/tolaria-ml/tolaria/bench"
 )
 
 // Chart colours: eager in orange, graphs in blue, throughout.
@@ -24,11 +26,11 @@ var (
 	greyColour   = color.RGBA{R: 0x80, G: 0x80, B: 0x80, A: 0xff}
 )
 
-// WriteChart draws the report as a PNG of three panels: step time eager
+// writeChart draws the report as a PNG of three panels: step time eager
 // against graphs per batch size (in the pipelined loop, and issuing alone),
 // the speedup with the break-even line, and capture time cold against
 // pooled per batch size. Without a sweep each panel has one batch size.
-func WriteChart(w io.Writer, rep *Report) error {
+func writeChart(w io.Writer, rep *bench.Report) error {
 	pts := chartPoints(rep)
 	title := fmt.Sprintf("%s, %s %s", rep.Device, rep.Preset, rep.Model)
 	step, err := stepPlot(pts, title)
@@ -58,19 +60,19 @@ func WriteChart(w io.Writer, rep *Report) error {
 }
 
 // chartPoints are the batch sizes the chart draws, in increasing order:
-// the sweep's points and the main run's (the one Summary reports), which
+// the sweep's points and the main run's (the one the summary reports), which
 // the sweep may leave out, each batch size once.
-func chartPoints(rep *Report) []Point {
-	main := Point{BatchSize: rep.Summary.BatchSize, Summary: rep.Summary, Records: rep.Records}
+func chartPoints(rep *bench.Report) []bench.Point {
+	main := bench.Point{BatchSize: rep.Summary.BatchSize, Summary: rep.Summary, Records: rep.Records}
 	if main.BatchSize == 0 {
 		main.BatchSize = rep.BatchSize
 	}
 	pts := slices.Clone(rep.Sweep)
-	if !slices.ContainsFunc(pts, func(p Point) bool { return p.BatchSize == main.BatchSize }) {
+	if !slices.ContainsFunc(pts, func(p bench.Point) bool { return p.BatchSize == main.BatchSize }) {
 		pts = append(pts, main)
 	}
-	slices.SortStableFunc(pts, func(a, b Point) int { return cmp.Compare(a.BatchSize, b.BatchSize) })
-	return slices.CompactFunc(pts, func(a, b Point) bool { return a.BatchSize == b.BatchSize })
+	slices.SortStableFunc(pts, func(a, b bench.Point) int { return cmp.Compare(a.BatchSize, b.BatchSize) })
+	return slices.CompactFunc(pts, func(a, b bench.Point) bool { return a.BatchSize == b.BatchSize })
 }
 
 func newPlot(title, x, y string) *plot.Plot {
@@ -89,7 +91,7 @@ func newPlot(title, x, y string) *plot.Plot {
 }
 
 // batchAxis puts batch sizes on a log2 axis with a tick at each.
-func batchAxis(p *plot.Plot, pts []Point) {
+func batchAxis(p *plot.Plot, pts []bench.Point) {
 	p.X.Scale = plot.LogScale{}
 	var ticks []plot.Tick
 	for _, pt := range pts {
@@ -100,7 +102,7 @@ func batchAxis(p *plot.Plot, pts []Point) {
 	p.X.Min, p.X.Max = lo/1.25, hi*1.25
 }
 
-func series(pts []Point, y func(Summary) float64) plotter.XYs {
+func series(pts []bench.Point, y func(bench.Summary) float64) plotter.XYs {
 	xys := make(plotter.XYs, 0, len(pts))
 	for _, pt := range pts {
 		if v := y(pt.Summary); v > 0 && !math.IsInf(v, 0) {
@@ -168,20 +170,20 @@ func niceTicks(lo, hi float64) []plot.Tick {
 	return ticks
 }
 
-func stepPlot(pts []Point, title string) (*plot.Plot, error) {
+func stepPlot(pts []bench.Point, title string) (*plot.Plot, error) {
 	p := newPlot("Step time: "+title, "batch size", "ms per step (median, log scale)")
 	batchAxis(p, pts)
 	lines := []struct {
 		name   string
-		y      func(Summary) float64
+		y      func(bench.Summary) float64
 		c      color.Color
 		dashed bool
 		shape  draw.GlyphDrawer
 	}{
-		{"eager, pipelined loop", func(s Summary) float64 { return s.EagerStepMS }, eagerColour, false, draw.CircleGlyph{}},
-		{"graphs, pipelined loop", func(s Summary) float64 { return s.GraphStepMS }, graphColour, false, draw.CircleGlyph{}},
-		{"eager, issuing alone", func(s Summary) float64 { return dispatchOf(s).EagerMS }, eagerColour, true, draw.BoxGlyph{}},
-		{"replay, issuing alone", func(s Summary) float64 { return dispatchOf(s).ReplayMS }, graphColour, true, draw.BoxGlyph{}},
+		{"eager, pipelined loop", func(s bench.Summary) float64 { return s.EagerStepMS }, eagerColour, false, draw.CircleGlyph{}},
+		{"graphs, pipelined loop", func(s bench.Summary) float64 { return s.GraphStepMS }, graphColour, false, draw.CircleGlyph{}},
+		{"eager, issuing alone", func(s bench.Summary) float64 { return dispatchOf(s).EagerMS }, eagerColour, true, draw.BoxGlyph{}},
+		{"replay, issuing alone", func(s bench.Summary) float64 { return dispatchOf(s).ReplayMS }, graphColour, true, draw.BoxGlyph{}},
 	}
 	lo, hi := math.Inf(1), 0.0
 	for _, l := range lines {
@@ -203,28 +205,28 @@ func stepPlot(pts []Point, title string) (*plot.Plot, error) {
 	return p, nil
 }
 
-func dispatchOf(s Summary) Dispatch {
+func dispatchOf(s bench.Summary) bench.Dispatch {
 	if s.Dispatch == nil {
-		return Dispatch{}
+		return bench.Dispatch{}
 	}
 	return *s.Dispatch
 }
 
-func speedupPlot(pts []Point) (*plot.Plot, error) {
+func speedupPlot(pts []bench.Point) (*plot.Plot, error) {
 	p := newPlot("Speedup of graphs (eager / graphs; above 1 pays)", "batch size", "speedup (x)")
 	batchAxis(p, pts)
-	if err := addLine(p, "pipelined loop (wall)", series(pts, func(s Summary) float64 { return s.Speedup }),
+	if err := addLine(p, "pipelined loop (wall)", series(pts, func(s bench.Summary) float64 { return s.Speedup }),
 		graphColour, false, draw.CircleGlyph{}); err != nil {
 		return nil, err
 	}
-	if err := addLine(p, "issuing alone (no staging)", series(pts, func(s Summary) float64 { return dispatchOf(s).Speedup }),
+	if err := addLine(p, "issuing alone (no staging)", series(pts, func(s bench.Summary) float64 { return dispatchOf(s).Speedup }),
 		graphColour, true, draw.BoxGlyph{}); err != nil {
 		return nil, err
 	}
 	// At each batch size the higher speedup is labelled above its marker
 	// and the lower below, so that each label sits by its own marker.
-	piped := series(pts, func(s Summary) float64 { return s.Speedup })
-	alone := series(pts, func(s Summary) float64 { return dispatchOf(s).Speedup })
+	piped := series(pts, func(s bench.Summary) float64 { return s.Speedup })
+	alone := series(pts, func(s bench.Summary) float64 { return dispatchOf(s).Speedup })
 	pipedOff, aloneOff := speedupLabelOffsets(piped, alone)
 	for _, l := range []struct {
 		xys plotter.XYs
@@ -291,7 +293,7 @@ func speedupLabelOffsets(piped, alone plotter.XYs) (pipedOff, aloneOff []vg.Poin
 	return pipedOff, aloneOff
 }
 
-func capturePlot(pts []Point) (*plot.Plot, error) {
+func capturePlot(pts []bench.Point) (*plot.Plot, error) {
 	// Captures on the CPU device take microseconds; on a GPU, milliseconds.
 	unit, scale := "ms", 1.0
 	top := 0.0

@@ -1,4 +1,4 @@
-package bench
+package main
 
 import (
 	"slices"
@@ -6,26 +6,28 @@ import (
 
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/tolaria-ml/tolaria/bench"
 )
 
 func TestChartPoints(t *testing.T) {
-	pt := func(b int, speedup float64) Point {
-		return Point{BatchSize: b, Summary: Summary{BatchSize: b, Speedup: speedup}}
+	pt := func(b int, speedup float64) bench.Point {
+		return bench.Point{BatchSize: b, Summary: bench.Summary{BatchSize: b, Speedup: speedup}}
 	}
 	main := pt(8, 3)
 	tests := []struct {
 		name  string
-		sweep []Point
+		sweep []bench.Point
 		want  []int
 	}{
 		{"no sweep", nil, []int{8}},
-		{"sweep without the main batch size", []Point{pt(2, 1), pt(4, 2)}, []int{2, 4, 8}},
-		{"main batch size inside the sweep's range", []Point{pt(2, 1), pt(16, 2)}, []int{2, 8, 16}},
-		{"sweep with the main batch size", []Point{pt(2, 1), main, pt(16, 2)}, []int{2, 8, 16}},
+		{"sweep without the main batch size", []bench.Point{pt(2, 1), pt(4, 2)}, []int{2, 4, 8}},
+		{"main batch size inside the sweep's range", []bench.Point{pt(2, 1), pt(16, 2)}, []int{2, 8, 16}},
+		{"sweep with the main batch size", []bench.Point{pt(2, 1), main, pt(16, 2)}, []int{2, 8, 16}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep := &Report{BatchSize: 8, Summary: main.Summary, Sweep: tt.sweep}
+			rep := &bench.Report{BatchSize: 8, Summary: main.Summary, Sweep: tt.sweep}
 			var got []int
 			pts := chartPoints(rep)
 			for _, p := range pts {
