@@ -139,6 +139,8 @@ func (o *metricsObserver) record(m trainer.Measurement) bool {
 		o.trainEpoch.Set(float64(m.Epoch))
 	case trainer.DeviceMemory:
 		o.m.deviceMemory.WithLabelValues(o.device, o.worker, m.What).Set(float64(m.Bytes))
+	case trainer.TrainBatch:
+		// An audit of the data path for tests; no metric.
 	case trainer.Event:
 		// Events go to the EventLog (see EventLog.Observer and trainer.Tee).
 	default:

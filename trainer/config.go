@@ -46,6 +46,10 @@ type Config struct {
 	// point.
 	MaxSteps int
 
+	// ObserveBatches also observes a TrainBatch for every training batch
+	// filled: an audit seam for tests, off in every run tolaria starts.
+	ObserveBatches bool
+
 	Logger   *slog.Logger
 	Observer Observer
 	Progress func(Progress)

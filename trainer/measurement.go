@@ -87,6 +87,18 @@ type DeviceMemory struct {
 	Bytes int64  `json:"bytes"`
 }
 
+// TrainBatch reports the training-set indices of the batch with sequence
+// number Seq (epoch Seq/steps per epoch), as a loader fills it. It is an
+// audit of the data path (do the ranks of a sharded job see disjoint
+// strides?), observed only when Config.ObserveBatches asks for it, so an
+// ordinary run pays nothing for it and sends nothing per batch. Loaders
+// fill in parallel: batches come concurrently and out of order, and one
+// filled ahead of a stop is observed though it is never trained.
+type TrainBatch struct {
+	Seq     int   `json:"seq"`
+	Indices []int `json:"indices"`
+}
+
 // Event kinds written to the events log.
 const (
 	EventStart       = "start"
@@ -122,6 +134,7 @@ func (TrainLoss) Name() string        { return "train_loss" }
 func (EvalAccuracy) Name() string     { return "eval_accuracy" }
 func (Epoch) Name() string            { return "epoch" }
 func (DeviceMemory) Name() string     { return "device_memory" }
+func (TrainBatch) Name() string       { return "train_batch" }
 func (Event) Name() string            { return "event" }
 
 // kinds lists every kind of measurement: the wire codec knows these and
@@ -141,6 +154,7 @@ func kinds() []kind {
 		kindOf[EvalAccuracy](),
 		kindOf[Epoch](),
 		kindOf[DeviceMemory](),
+		kindOf[TrainBatch](),
 		kindOf[Event](),
 	}
 }

@@ -26,6 +26,7 @@ func samples() map[string]trainer.Measurement {
 		trainer.EvalAccuracy{Accuracy: 0.9},
 		trainer.Epoch{Epoch: 3},
 		trainer.DeviceMemory{What: "in_use", Bytes: 4096},
+		trainer.TrainBatch{Seq: 17, Indices: []int{4, 0, 9}},
 		trainer.Event{Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Kind: trainer.EventCapture,
 			Fields: map[string]any{"seconds": 0.5, "pooled": true, "stage": "train"}},
 	}

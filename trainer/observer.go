@@ -41,18 +41,3 @@ func (t tee) Observe(m Measurement) {
 		o.Observe(m)
 	}
 }
-
-// BatchObserver is an optional extension of Observer: an Observer passed
-// as Config.Observer that implements it is also told which training
-// examples each batch holds, as a loader fills the batch. It serves audits
-// of the data path, such as checking that the ranks of a sharded job see
-// disjoint strides of the training set; it is not a Measurement, so
-// nothing crosses the worker protocol per batch. Loaders fill in parallel,
-// so calls come concurrently and out of order; a batch filled ahead of a
-// stop is reported though it is never trained.
-type BatchObserver interface {
-	// TrainBatch reports the training-set indices of the batch with
-	// sequence number seq (epoch seq/steps per epoch). The slice is the
-	// observer's to keep.
-	TrainBatch(seq int, indices []int)
-}

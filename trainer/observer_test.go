@@ -31,6 +31,7 @@ type recorder struct {
 	memory         map[string]int64
 	graphEnabled   []bool
 	events         []string
+	batches        int
 }
 
 func (r *recorder) Observe(m trainer.Measurement) {
@@ -70,6 +71,8 @@ func (r *recorder) Observe(m trainer.Measurement) {
 		r.memory[m.What] = m.Bytes
 	case trainer.Event:
 		r.events = append(r.events, m.Kind)
+	case trainer.TrainBatch:
+		r.batches++
 	}
 }
 
@@ -141,6 +144,9 @@ func TestObserverSeesWhatTheRunDid(t *testing.T) {
 	}
 	if countOf(rec.events, trainer.EventEpoch) != cfg.Epochs {
 		t.Errorf("events %v, want one %s event per epoch", rec.events, trainer.EventEpoch)
+	}
+	if rec.batches != 0 {
+		t.Errorf("%d training batches observed without ObserveBatches", rec.batches)
 	}
 }
 

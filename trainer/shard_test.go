@@ -10,18 +10,21 @@ import (
 // batchRecorder keeps the training examples of every batch, by sequence
 // number.
 type batchRecorder struct {
-	trainer.NopObserver
 	mu      sync.Mutex
 	batches map[int][]int
 }
 
-func (b *batchRecorder) TrainBatch(seq int, indices []int) {
+func (b *batchRecorder) Observe(m trainer.Measurement) {
+	tb, ok := m.(trainer.TrainBatch)
+	if !ok {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, dup := b.batches[seq]; dup {
+	if _, dup := b.batches[tb.Seq]; dup {
 		panic("batch filled twice")
 	}
-	b.batches[seq] = indices
+	b.batches[tb.Seq] = tb.Indices
 }
 
 // TestRanksTrainOnDisjointStridesOfTheData trains both ranks of a world
@@ -29,7 +32,7 @@ func (b *batchRecorder) TrainBatch(seq int, indices []int) {
 // ranks' examples are disjoint and together they are the training set.
 func TestRanksTrainOnDisjointStridesOfTheData(t *testing.T) {
 	cfg := smallConfig(t)
-	cfg.World = 2
+	cfg.World, cfg.ObserveBatches = 2, true
 	steps, err := trainer.StepsPerEpoch(cfg)
 	if err != nil {
 		t.Fatal(err)

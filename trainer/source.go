@@ -26,7 +26,7 @@ type source struct {
 	world   int
 	epochs  int
 	steps   int // batches per epoch
-	// onBatch, when set, is told each batch's indices (BatchObserver).
+	// onBatch, when set, is told each batch's indices (TrainBatch).
 	onBatch func(seq int, indices []int)
 
 	mu    sync.Mutex

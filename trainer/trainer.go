@@ -284,8 +284,8 @@ func (r *run) startStaging(ctx context.Context, startSeq int) error {
 	if err != nil {
 		return err
 	}
-	if bo, ok := r.obs.(BatchObserver); ok {
-		r.trainSrc.onBatch = bo.TrainBatch
+	if c.ObserveBatches {
+		r.trainSrc.onBatch = func(seq int, indices []int) { r.obs.Observe(TrainBatch{Seq: seq, Indices: indices}) }
 	}
 	r.evalSrc, err = newSource(c.Test, r.layout, c.Spec, nil, c.Seed, false, data.RaggedPad, 0, 1, c.Epochs)
 	if err != nil {

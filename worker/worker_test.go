@@ -77,6 +77,7 @@ func TestObservationsRoundTrip(t *testing.T) {
 			trainer.EvalAccuracy{Accuracy: 0.9},
 			trainer.Epoch{Epoch: 3},
 			trainer.DeviceMemory{What: "in_use", Bytes: 4096},
+			trainer.TrainBatch{Seq: 3, Indices: []int{5, 1}},
 			trainer.Event{Kind: "capture", Fields: map[string]any{"n": 1.0}},
 		} {
 			o.Observe(m)
