@@ -46,6 +46,37 @@ func TestThresholdTable(t *testing.T) {
 	}
 }
 
+// TestDeviceTimeThresholdsSayWhatTheyAwait checks that every threshold on
+// a device time, which no GPU run has measured yet, says so in its
+// description and names the bench figure that will measure it.
+func TestDeviceTimeThresholdsSayWhatTheyAwait(t *testing.T) {
+	figures := map[string][]string{
+		MetricStageCopySeconds: {"stage_copy_ms"},
+		MetricReplaySeconds:    {"replay_ms"},
+		MetricCaptureSeconds:   {"capture_cold_ms"},
+	}
+	n := 0
+	for _, th := range Thresholds() {
+		want, ok := figures[th.Metric]
+		if !ok {
+			continue
+		}
+		n++
+		if !strings.Contains(th.Description, th.HumanValue()+" is assumed, not yet measured on a GPU") ||
+			!strings.Contains(th.Description, "run_graph_bench --device cuda") {
+			t.Errorf("%s: description %q does not say that %s is assumed and which run will measure it", th.Alert, th.Description, th.HumanValue())
+		}
+		for _, f := range want {
+			if !strings.Contains(th.Description, f) {
+				t.Errorf("%s: description %q does not name the figure %s it awaits", th.Alert, th.Description, f)
+			}
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d thresholds on device times, want 4 (stage copy, replay, capture slow and critical)", n)
+	}
+}
+
 func minutes(d time.Duration) string {
 	return strings.TrimSuffix(FormatDuration(d), "m") + " minutes"
 }
