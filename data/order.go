@@ -112,3 +112,27 @@ func Plan(order []int, batchSize int, policy Ragged) ([]Batch, error) {
 	}
 	return batches, nil
 }
+
+// Batches is the number of batches Plan cuts from rank's Shard of an n-example epoch
+// order, counted without building the order: a run's steps per epoch, known before any
+// epoch is planned.
+func Batches(n, rank, world, batchSize int, policy Ragged) (int, error) {
+	if world < 1 || rank < 0 || rank >= world {
+		_, err := Shard(nil, rank, world)
+		return 0, err
+	}
+	if batchSize < 1 {
+		return 0, fmt.Errorf("%w: Batches: batch size is %d; want at least 1", ErrInvalid, batchSize)
+	}
+	if _, err := ParseRagged(string(policy)); err != nil {
+		return 0, fmt.Errorf("Batches: %w", err)
+	}
+	shard := 0
+	if n > rank {
+		shard = (n - rank + world - 1) / world // positions rank, rank+world, ... below n
+	}
+	if policy == RaggedDrop {
+		return shard / batchSize, nil
+	}
+	return (shard + batchSize - 1) / batchSize, nil
+}

@@ -221,3 +221,41 @@ func TestPlanErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchesCountsWhatPlanCuts: Batches agrees with building the order, sharding it and
+// planning it, for every policy and small sizes, shards and batch sizes.
+func TestBatchesCountsWhatPlanCuts(t *testing.T) {
+	for _, policy := range []Ragged{RaggedPad, RaggedDrop, RaggedEager} {
+		for n := 0; n <= 40; n++ {
+			for world := 1; world <= 5; world++ {
+				for rank := range world {
+					for batch := 1; batch <= 12; batch++ {
+						shard, err := Shard(Order(n, 1, 0, true), rank, world)
+						if err != nil {
+							t.Fatal(err)
+						}
+						plan, err := Plan(shard, batch, policy)
+						if err != nil {
+							t.Fatal(err)
+						}
+						got, err := Batches(n, rank, world, batch, policy)
+						if err != nil || got != len(plan) {
+							t.Fatalf("Batches(%d, %d, %d, %d, %s) = %d, %v; Plan cuts %d", n, rank, world, batch, policy, got, err, len(plan))
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestBatchesRefusesWhatPlanRefuses(t *testing.T) {
+	for _, c := range []struct {
+		rank, world, batch int
+		policy             Ragged
+	}{{0, 0, 8, RaggedPad}, {2, 2, 8, RaggedPad}, {-1, 2, 8, RaggedPad}, {0, 1, 0, RaggedPad}, {0, 1, 8, "trim"}} {
+		if _, err := Batches(100, c.rank, c.world, c.batch, c.policy); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Batches(100, %d, %d, %d, %q): %v, want ErrInvalid", c.rank, c.world, c.batch, c.policy, err)
+		}
+	}
+}

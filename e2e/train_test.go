@@ -32,6 +32,21 @@ func TestCoordinatorLinksNoCUDA(t *testing.T) {
 			t.Errorf("%s (built without -tags cuda) depends on gorgonia.org/cu: the coordinator must never link CUDA", pkg)
 		}
 	}
+	// Neither does the coordinator's library, nor does it reach for the
+	// CUDA backend even with -tags cuda.
+	for _, args := range [][]string{{"list", "-deps", "./coordinator"}, {"list", "-tags", "cuda", "-deps", "./coordinator", "./cmd/tolaria"}} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = repoRoot()
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go %v: %v", args, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == "github.com/tolaria-ml/tolaria/device/cuda" || dep == "gorgonia.org/cu" {
+				t.Errorf("go %v lists %s: the coordinator must never import the CUDA backend", args, dep)
+			}
+		}
+	}
 	// The CUDA worker is the only binary that may.
 	cmd := exec.Command("go", "list", "-tags", "cuda", "-deps", "./cmd/tolaria")
 	cmd.Dir = repoRoot()
@@ -225,16 +240,16 @@ func TestOutOfRangeFlags(t *testing.T) {
 		{nil, []string{"TOLARIA_BATCH_SIZE=0"}, "batch-size"},
 		{nil, []string{"TOLARIA_STAGING_SLOTS=2.5"}, "staging-slots"},
 		{[]string{"--momentum", "nan"}, nil, "momentum"},
-		{[]string{"--clip-norm", "NaN"}, nil, "clip_norm"},
+		{[]string{"--clip-norm", "NaN"}, nil, "--clip-norm"},
 		{[]string{"--summary-json", "/tmp"}, nil, "summary-json"},
 		{[]string{"stray-argument"}, nil, "stray-argument"},
 		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
 		{[]string{"--metrics-addr", "bad::addr"}, nil, "metrics-addr"},
 		{[]string{"--worker-start-timeout", "0s"}, nil, "worker-start-timeout"},
-		{[]string{"--enable-graphs", "--warmup-batches", "40"}, nil, "warmup_batches"},
+		{[]string{"--enable-graphs", "--warmup-batches", "40"}, nil, "--warmup-batches"},
 		{[]string{"--ragged", "drop", "--batch-size", "4096"}, nil, "too few examples"},
 		{nil, []string{"TOLARIA_WORKER_START_TIMEOUT=soon"}, "worker-start-timeout"},
-		{[]string{"--weight-decay", "2"}, nil, "weight_decay"},
+		{[]string{"--weight-decay", "2"}, nil, "--weight-decay"},
 	} {
 		args := append(quick(filepath.Join(dir, "never")), c.args...)
 		r := tolaria(t, dir, c.env, args...)

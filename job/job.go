@@ -1,7 +1,8 @@
 // Package job turns a plain, serialisable job specification into a
-// training run: it validates the specification, loads the data, builds the
-// trainer's configuration and runs it on a device. The coordinator sends a
-// Spec to a worker; the worker calls Run.
+// training run: it validates the specification, loads the data, resolves
+// the trainer's plan and runs it on a device. The coordinator plans a Spec
+// before it writes anything, then runs that plan in process or sends the
+// Spec to a worker, which validates and plans it once more on its side.
 package job
 
 import (
@@ -13,6 +14,7 @@ import (
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -68,63 +70,63 @@ func Default() Spec {
 	}
 }
 
-// Validate checks every field, naming it in the error.
+// Validate checks every field, naming it by its configuration key in a
+// field.Error. A process validates a spec once: the coordinator when it
+// resolves the configuration, a worker when it receives the spec.
 func (s Spec) Validate() error {
 	switch {
 	case s.Device != "auto" && s.Device != "cpu" && s.Device != "cuda":
-		return fmt.Errorf("device: must be auto, cpu or cuda, got %q", s.Device)
+		return field.Errorf("device", "must be auto, cpu or cuda, got %q", s.Device)
 	case s.Epochs < 1 || s.Epochs > 10000:
-		return fmt.Errorf("epochs: must be in 1..10000, got %d", s.Epochs)
+		return field.Errorf("epochs", "must be in 1..10000, got %d", s.Epochs)
 	case s.BatchSize < 1 || s.BatchSize > 65536:
-		return fmt.Errorf("batch-size: must be in 1..65536, got %d", s.BatchSize)
+		return field.Errorf("batch_size", "must be in 1..65536, got %d", s.BatchSize)
 	case !(s.LR > 0 && s.LR <= 10):
-		return fmt.Errorf("lr: must be in (0, 10], got %g", s.LR)
+		return field.Errorf("lr", "must be in (0, 10], got %g", s.LR)
 	case s.Optimizer != string(nn.SGD) && s.Optimizer != string(nn.AdamW):
-		return fmt.Errorf("optimizer: must be sgd or adamw, got %q", s.Optimizer)
+		return field.Errorf("optimizer", "must be sgd or adamw, got %q", s.Optimizer)
 	case s.Dataset != "fashion-mnist" && s.Dataset != "synthetic":
-		return fmt.Errorf("dataset: must be fashion-mnist or synthetic, got %q", s.Dataset)
+		return field.Errorf("dataset", "must be fashion-mnist or synthetic, got %q", s.Dataset)
 	case s.Dataset == "synthetic" && (s.SyntheticSize < 20 || s.SyntheticSize > 1<<22):
-		return fmt.Errorf("synthetic-size: must be in 20..4194304, got %d", s.SyntheticSize)
+		return field.Errorf("synthetic_size", "must be in 20..4194304, got %d", s.SyntheticSize)
 	case len(s.Hidden) > 16:
-		return fmt.Errorf("hidden: at most 16 layers, got %d", len(s.Hidden))
+		return field.Errorf("model.hidden", "at most 16 layers, got %d", len(s.Hidden))
 	case s.WarmupBatches < 0 || s.WarmupBatches > 1000:
-		return fmt.Errorf("warmup-batches: must be in 0..1000, got %d", s.WarmupBatches)
+		return field.Errorf("warmup_batches", "must be in 0..1000, got %d", s.WarmupBatches)
 	case s.WarmupSteps < 0:
-		return fmt.Errorf("lr-warmup-steps: must be >= 0, got %d", s.WarmupSteps)
+		return field.Errorf("lr_warmup_steps", "must be >= 0, got %d", s.WarmupSteps)
 	case s.Slots < 2 || s.Slots > 64:
-		return fmt.Errorf("staging-slots: must be in 2..64, got %d", s.Slots)
+		return field.Errorf("staging_slots", "must be in 2..64, got %d", s.Slots)
 	case s.Loaders < 1 || s.Loaders > 64:
-		return fmt.Errorf("loaders: must be in 1..64, got %d", s.Loaders)
+		return field.Errorf("loaders", "must be in 1..64, got %d", s.Loaders)
 	case s.LogEvery < 1:
-		return fmt.Errorf("log-every: must be at least 1, got %d", s.LogEvery)
-	case s.World < 1 || s.Rank < 0 || s.Rank >= s.World:
-		return fmt.Errorf("rank/world: need 0 <= rank < world, got rank %d world %d", s.Rank, s.World)
+		return field.Errorf("log_every", "must be at least 1, got %d", s.LogEvery)
+	case s.World < 1:
+		return field.Errorf("world", "must be at least 1, got %d", s.World)
+	case s.Rank < 0 || s.Rank >= s.World:
+		return field.Errorf("rank", "must be in 0..%d, below %s (%d), got %d", s.World-1, field.Name("world"), s.World, s.Rank)
 	case s.Resume && s.RunDir == "":
-		return fmt.Errorf("resume: needs --run-dir pointing at the run to resume")
+		return field.Errorf("resume", "needs %s pointing at the run to resume", field.Name("run_dir"))
 	case s.MaxSteps < 0:
-		return fmt.Errorf("max-steps: must be >= 0, got %d", s.MaxSteps)
+		return field.Errorf("max_steps", "must be >= 0, got %d", s.MaxSteps)
 	case !(s.SlowStageCopyMS >= 0 && s.SlowStageCopyMS <= 10000):
-		return fmt.Errorf("slow-stage-copy-ms: must be in 0..10000, got %g", s.SlowStageCopyMS)
+		return field.Errorf("slow_stage_copy_ms", "must be in 0..10000, got %g", s.SlowStageCopyMS)
 	}
 	for i, h := range s.Hidden {
 		if h < 1 || h > 65536 {
-			return fmt.Errorf("hidden: layer %d must have 1..65536 units, got %d", i+1, h)
+			return field.Errorf("model.hidden", "layer %d must have 1..65536 units, got %d", i+1, h)
 		}
 	}
 	if _, err := nn.ParseActivation(s.Activation); err != nil {
-		return fmt.Errorf("activation: %w", err)
+		return field.Errorf("model.activation", "%w", err)
 	}
 	if s.Loss != string(nn.LossCrossEntropy) && s.Loss != string(nn.LossMSE) {
-		return fmt.Errorf("loss: must be cross_entropy or mse, got %q", s.Loss)
+		return field.Errorf("model.loss", "must be cross_entropy or mse, got %q", s.Loss)
 	}
 	if _, err := data.ParseRagged(s.Ragged); err != nil {
-		return fmt.Errorf("ragged: must be pad, drop or eager, got %q", s.Ragged)
+		return field.Errorf("ragged", "must be pad, drop or eager, got %q", s.Ragged)
 	}
-	o := s.optimizer()
-	if err := o.Validate(); err != nil {
-		return err
-	}
-	return nil
+	return s.optimizer().Validate()
 }
 
 func (s Spec) optimizer() nn.Optimizer {
@@ -158,18 +160,67 @@ func (s Spec) LoadData() (train, test *data.Dataset, err error) {
 	return train, test, nil
 }
 
-// Options are the parts of a run that are not configuration.
+// Options are the parts of a run that are not configuration: where it
+// reports.
 type Options struct {
 	Logger   *slog.Logger
 	Observer trainer.Observer
 	Progress func(trainer.Progress)
-	// Data, when set, supplies the spec's data instead of Spec.LoadData:
-	// a caller that has loaded and checked it already passes it on.
-	Data func(Spec) (train, test *data.Dataset, err error)
 }
 
-// Config builds the trainer configuration for already loaded data.
+// Plan is a job resolved once: its spec and the trainer's plan for it
+// (the configuration with the schedule set, the steps per epoch, and the
+// verified checkpoint of a resumed run). Run takes it as it is.
+type Plan struct {
+	Spec    Spec
+	Trainer *trainer.Plan
+}
+
+// Plan resolves a spec that Validate accepted, on the data it names
+// (loaded with LoadData, or handed over by a caller that loaded it): the
+// spec is not validated again.
+func (s Spec) Plan(train, test *data.Dataset) (*Plan, error) {
+	cfg, err := s.config(train, test)
+	if err != nil {
+		return nil, err
+	}
+	tp, err := trainer.NewPlan(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Plan{Spec: s, Trainer: tp}, nil
+}
+
+// InRunDir returns a fresh job's plan with its run directory renamed (see
+// trainer.Plan.InRunDir).
+func (p *Plan) InRunDir(dir string) (*Plan, error) {
+	tp, err := p.Trainer.InRunDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	q := *p
+	q.Spec.RunDir, q.Trainer = dir, tp
+	return &q, nil
+}
+
+// Run trains the plan on dev. pool is the process-wide graph pool.
+func (p *Plan) Run(ctx context.Context, dev device.Device, pool *graphs.Pool, opts Options) (trainer.Summary, error) {
+	return p.Trainer.WithOutputs(opts.Logger, opts.Observer, opts.Progress).Run(ctx, dev, pool)
+}
+
+// Config builds and validates the trainer configuration for already
+// loaded data.
 func (s Spec) Config(train, test *data.Dataset, opts Options) (trainer.Config, error) {
+	cfg, err := s.config(train, test)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Logger, cfg.Observer, cfg.Progress = opts.Logger, opts.Observer, opts.Progress
+	return cfg, cfg.Validate()
+}
+
+// config builds the trainer configuration, with the schedule's length.
+func (s Spec) config(train, test *data.Dataset) (trainer.Config, error) {
 	act, _ := nn.ParseActivation(s.Activation)
 	cfg := trainer.Config{
 		Spec:      nn.Spec{Inputs: train.Features, Hidden: s.Hidden, Outputs: train.Classes, Act: act, Loss: nn.Loss(s.Loss)},
@@ -177,7 +228,7 @@ func (s Spec) Config(train, test *data.Dataset, opts Options) (trainer.Config, e
 		EnableGraphs: s.EnableGraphs, WarmupBatches: s.WarmupBatches, GraphPoolReuse: s.GraphPoolReuse,
 		PrefetchToDevice: s.PrefetchToDevice, Slots: s.Slots, Loaders: s.Loaders, LogEvery: s.LogEvery,
 		RunDir: s.RunDir, Resume: s.Resume, Rank: s.Rank, World: s.World, Train: train, Test: test,
-		MaxSteps: s.MaxSteps, Logger: opts.Logger, Observer: opts.Observer, Progress: opts.Progress,
+		MaxSteps: s.MaxSteps,
 	}
 	steps, err := trainer.StepsPerEpoch(cfg)
 	if err != nil {
@@ -185,27 +236,7 @@ func (s Spec) Config(train, test *data.Dataset, opts Options) (trainer.Config, e
 	}
 	cfg.Optimizer.TotalSteps = steps * s.Epochs
 	cfg.Optimizer.WarmupSteps = min(cfg.Optimizer.WarmupSteps, cfg.Optimizer.TotalSteps/2)
-	return cfg, cfg.Validate()
-}
-
-// Run loads the data and trains on dev. pool is the process-wide graph pool.
-func Run(ctx context.Context, s Spec, dev device.Device, pool *graphs.Pool, opts Options) (trainer.Summary, error) {
-	if err := s.Validate(); err != nil {
-		return trainer.Summary{}, err
-	}
-	load := opts.Data
-	if load == nil {
-		load = Spec.LoadData
-	}
-	train, test, err := load(s)
-	if err != nil {
-		return trainer.Summary{}, err
-	}
-	cfg, err := s.Config(train, test, opts)
-	if err != nil {
-		return trainer.Summary{}, err
-	}
-	return trainer.Run(ctx, dev, pool, cfg)
+	return cfg, nil
 }
 
 // Model describes the spec's model for logs, e.g. "784-256-128-10".

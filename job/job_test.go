@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
 func TestDefaultIsValidAndIsTheDocumentedModel(t *testing.T) {
@@ -23,16 +25,16 @@ func TestValidateNamesTheField(t *testing.T) {
 	}{
 		{"device", func(s *Spec) { s.Device = "tpu" }},
 		{"epochs", func(s *Spec) { s.Epochs = 0 }},
-		{"batch-size", func(s *Spec) { s.BatchSize = 0 }},
+		{"batch_size", func(s *Spec) { s.BatchSize = 0 }},
 		{"lr", func(s *Spec) { s.LR = -1 }},
 		{"optimizer", func(s *Spec) { s.Optimizer = "lion" }},
 		{"dataset", func(s *Spec) { s.Dataset = "mnist" }},
-		{"hidden", func(s *Spec) { s.Hidden = []int{10, 0} }},
-		{"activation", func(s *Spec) { s.Activation = "tanh" }},
-		{"loss", func(s *Spec) { s.Loss = "hinge" }},
+		{"model.hidden", func(s *Spec) { s.Hidden = []int{10, 0} }},
+		{"model.activation", func(s *Spec) { s.Activation = "tanh" }},
+		{"model.loss", func(s *Spec) { s.Loss = "hinge" }},
 		{"ragged", func(s *Spec) { s.Ragged = "trim" }},
-		{"staging-slots", func(s *Spec) { s.Slots = 1 }},
-		{"rank/world", func(s *Spec) { s.Rank, s.World = 2, 2 }},
+		{"staging_slots", func(s *Spec) { s.Slots = 1 }},
+		{"rank", func(s *Spec) { s.Rank, s.World = 2, 2 }},
 		{"resume", func(s *Spec) { s.Resume, s.RunDir = true, "" }},
 		{"momentum", func(s *Spec) { s.Momentum = 1 }},
 		{"weight_decay", func(s *Spec) { s.WeightDecay = 2 }},
@@ -40,12 +42,12 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"weight_decay", func(s *Spec) { s.WeightDecay = math.NaN() }},
 		{"clip_norm", func(s *Spec) { s.ClipNorm = math.NaN() }},
 		{"lr", func(s *Spec) { s.LR = math.NaN() }},
-		{"slow-stage-copy-ms", func(s *Spec) { s.SlowStageCopyMS = math.NaN() }},
+		{"slow_stage_copy_ms", func(s *Spec) { s.SlowStageCopyMS = math.NaN() }},
 	} {
 		s := Default()
 		c.edit(&s)
 		err := s.Validate()
-		if err == nil || !strings.Contains(err.Error(), c.field) {
+		if err == nil || !strings.Contains(err.Error(), c.field) || !field.Is(err, field.Name(c.field)) {
 			t.Errorf("%s: got %v", c.field, err)
 		}
 	}

@@ -4,15 +4,14 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/graphs"
 )
 
-// TestRunTrainsOnTheDataItIsGiven: with Options.Data, Run trains on what
-// the caller loaded (here the spec names a directory that does not exist,
-// so loading it again would fail).
-func TestRunTrainsOnTheDataItIsGiven(t *testing.T) {
+// TestPlanTrainsOnTheDataItIsGiven: a plan trains on the data its caller
+// loaded and handed over (here the spec names a directory that does not
+// exist, so loading it again would fail).
+func TestPlanTrainsOnTheDataItIsGiven(t *testing.T) {
 	s := Default()
 	s.Dataset, s.DataDir, s.Epochs, s.Hidden, s.LogEvery = "fashion-mnist", "/nonexistent/fashion-mnist", 1, []int{8}, 1000
 	syn := Default()
@@ -21,8 +20,13 @@ func TestRunTrainsOnTheDataItIsGiven(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls := 0
-	opts := Options{Data: func(Spec) (*data.Dataset, *data.Dataset, error) { calls++; return train, test, nil }}
+	plan, err := s.Plan(train, test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Trainer.StepsPerEpoch() != 256/s.BatchSize || plan.Trainer.ResumeStep() != 0 {
+		t.Fatalf("planned %d steps per epoch from step %d; want %d from 0", plan.Trainer.StepsPerEpoch(), plan.Trainer.ResumeStep(), 256/s.BatchSize)
+	}
 	dev, err := cpu.Open(cpu.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -30,14 +34,14 @@ func TestRunTrainsOnTheDataItIsGiven(t *testing.T) {
 	defer dev.Close()
 	pool := graphs.NewPool()
 	defer pool.Close()
-	sum, err := Run(context.Background(), s, dev, pool, opts)
+	sum, err := plan.Run(context.Background(), dev, pool, Options{})
 	if err != nil {
 		t.Fatalf("Run with the data given: %v", err)
 	}
-	if calls != 1 || sum.Steps != 256/s.BatchSize {
-		t.Fatalf("data supplied %d times, %d steps; want once and %d steps", calls, sum.Steps, 256/s.BatchSize)
+	if sum.Steps != 256/s.BatchSize {
+		t.Fatalf("%d steps; want %d", sum.Steps, 256/s.BatchSize)
 	}
-	if _, err := Run(context.Background(), s, dev, pool, Options{}); err == nil {
-		t.Fatal("Run without the data given loaded a directory that does not exist")
+	if _, _, err := s.LoadData(); err == nil {
+		t.Fatal("LoadData loaded a directory that does not exist")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
 // Loss selects the training loss.
@@ -53,17 +54,17 @@ func (s Spec) Validate() error {
 	}
 	for i, h := range s.Hidden {
 		if h <= 0 || h > 1<<16 {
-			return fmt.Errorf("model.hidden[%d] must be in 1..65536, got %d", i, h)
+			return field.Errorf("model.hidden", "layer %d must have 1..65536 units, got %d", i+1, h)
 		}
 	}
 	if err := device.CheckAct(s.Act); err != nil {
-		return fmt.Errorf("model: %w", err)
+		return field.Errorf("model.activation", "%w", err)
 	}
 	if s.Loss != LossCrossEntropy && s.Loss != LossMSE {
-		return fmt.Errorf("model: unknown loss %q: use cross_entropy or mse", s.Loss)
+		return field.Errorf("model.loss", "unknown loss %q: use cross_entropy or mse", s.Loss)
 	}
 	if s.Loss == LossCrossEntropy && s.Outputs < 2 {
-		return fmt.Errorf("model: cross_entropy needs at least 2 outputs, got %d", s.Outputs)
+		return field.Errorf("model.loss", "cross_entropy needs at least 2 outputs, got %d", s.Outputs)
 	}
 	return nil
 }

@@ -247,17 +247,10 @@ func isDigits(b []byte) bool {
 	return true
 }
 
-// CheckResume verifies, without changing anything, that cfg can resume
-// from the checkpoint in cfg.RunDir, so a command can refuse a bad
-// checkpoint before it writes anything to the run directory.
-func CheckResume(cfg Config) error {
-	_, err := resumable(cfg)
-	return err
-}
-
-// resumable loads the checkpoint in cfg.RunDir and checks that cfg can
-// continue from it: same model, optimizer, data and shape, and not done.
-func resumable(cfg Config) (Checkpoint, error) {
+// resumable loads the checkpoint in cfg.RunDir and checks that cfg, of
+// steps steps per epoch, can continue from it: same model, optimizer, data
+// and shape, and not done.
+func resumable(cfg Config, steps int) (Checkpoint, error) {
 	path := filepath.Join(cfg.RunDir, CheckpointFile)
 	ck, err := LoadCheckpoint(path)
 	if err != nil {
@@ -265,10 +258,6 @@ func resumable(cfg Config) (Checkpoint, error) {
 	}
 	if err := ck.matches(cfg.checkpointHeader()); err != nil {
 		return Checkpoint{}, fmt.Errorf("%w: %s: %v", ErrCheckpoint, path, err)
-	}
-	steps, err := StepsPerEpoch(cfg)
-	if err != nil {
-		return Checkpoint{}, err
 	}
 	if total := steps * cfg.Epochs; ck.Step >= total {
 		return Checkpoint{}, fmt.Errorf("%w: %s: the run is complete (%d of %d steps); there is nothing to resume; start a new run in another --run-dir",

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/nn"
 )
 
@@ -70,58 +71,66 @@ type Progress struct {
 // ErrNonFinite is returned when the training loss becomes NaN or Inf.
 var ErrNonFinite = errors.New("training loss is not finite")
 
-// Validate reports the first invalid field by its configuration name.
+// Validate reports the first invalid setting, naming it by its
+// configuration key in a field.Error. NewPlan calls it once for a run.
 func (c Config) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
+// validate checks c and returns its steps per epoch.
+func (c Config) validate() (steps int, err error) {
 	if err := c.Spec.Validate(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := c.Optimizer.Validate(); err != nil {
-		return err
+		return 0, err
 	}
 	switch {
 	case c.Epochs < 1 || c.Epochs > 10000:
-		return fmt.Errorf("epochs must be in 1..10000, got %d", c.Epochs)
+		return 0, field.Errorf("epochs", "must be in 1..10000, got %d", c.Epochs)
 	case c.BatchSize < 1 || c.BatchSize > 65536:
-		return fmt.Errorf("batch_size must be in 1..65536, got %d", c.BatchSize)
+		return 0, field.Errorf("batch_size", "must be in 1..65536, got %d", c.BatchSize)
 	case c.WarmupBatches < 0 || c.WarmupBatches > 1000:
-		return fmt.Errorf("warmup_batches must be in 0..1000, got %d", c.WarmupBatches)
+		return 0, field.Errorf("warmup_batches", "must be in 0..1000, got %d", c.WarmupBatches)
 	case c.Slots < 2 || c.Slots > 64:
-		return fmt.Errorf("staging slots must be in 2..64, got %d", c.Slots)
+		return 0, field.Errorf("staging_slots", "must be in 2..64, got %d", c.Slots)
 	case c.Loaders < 1 || c.Loaders > 64:
-		return fmt.Errorf("loaders must be in 1..64, got %d", c.Loaders)
+		return 0, field.Errorf("loaders", "must be in 1..64, got %d", c.Loaders)
 	case c.LogEvery < 1:
-		return fmt.Errorf("log_every must be at least 1, got %d", c.LogEvery)
-	case c.World < 1 || c.Rank < 0 || c.Rank >= c.World:
-		return fmt.Errorf("shard rank %d of world %d is invalid: need 0 <= rank < world", c.Rank, c.World)
+		return 0, field.Errorf("log_every", "must be at least 1, got %d", c.LogEvery)
+	case c.World < 1:
+		return 0, field.Errorf("world", "must be at least 1, got %d", c.World)
+	case c.Rank < 0 || c.Rank >= c.World:
+		return 0, field.Errorf("rank", "must be in 0..%d, below %s (%d), got %d", c.World-1, field.Name("world"), c.World, c.Rank)
 	case c.Train == nil || c.Test == nil:
-		return fmt.Errorf("train and test datasets are required")
+		return 0, fmt.Errorf("train and test datasets are required")
 	case c.Resume && c.RunDir == "":
-		return fmt.Errorf("resume needs a run directory")
+		return 0, field.Errorf("resume", "needs a run directory (%s)", field.Name("run_dir"))
 	case c.MaxSteps < 0:
-		return fmt.Errorf("max_steps must be >= 0, got %d", c.MaxSteps)
+		return 0, field.Errorf("max_steps", "must be >= 0, got %d", c.MaxSteps)
 	}
 	if _, err := data.ParseRagged(string(c.Ragged)); err != nil {
-		return err
+		return 0, field.Errorf("ragged", "%w", err)
 	}
 	for _, d := range []*data.Dataset{c.Train, c.Test} {
 		if d.Features != c.Spec.Inputs {
-			return fmt.Errorf("dataset %s has %d features but the model takes %d inputs", d.Name, d.Features, c.Spec.Inputs)
+			return 0, fmt.Errorf("dataset %s has %d features but the model takes %d inputs", d.Name, d.Features, c.Spec.Inputs)
 		}
 		if d.Classes != c.Spec.Outputs {
-			return fmt.Errorf("dataset %s has %d classes but the model has %d outputs", d.Name, d.Classes, c.Spec.Outputs)
+			return 0, fmt.Errorf("dataset %s has %d classes but the model has %d outputs", d.Name, d.Classes, c.Spec.Outputs)
 		}
 	}
-	steps, err := StepsPerEpoch(c)
-	if err != nil {
-		return err
+	if steps, err = StepsPerEpoch(c); err != nil {
+		return 0, err
 	}
 	if total := c.Epochs * steps; c.EnableGraphs && c.WarmupBatches >= total {
 		// Graphs are never silently off: a run that would only warm up is
 		// refused rather than run eagerly.
-		return fmt.Errorf("warmup_batches %d covers the whole run (%d steps): no step would be captured; lower warmup_batches, train longer, or turn graphs off",
-			c.WarmupBatches, total)
+		return 0, field.Errorf("warmup_batches", "%d covers the whole run (%d steps): no step would be captured; lower %s, train longer, or turn graphs off",
+			c.WarmupBatches, total, field.Name("warmup_batches"))
 	}
-	return nil
+	return steps, nil
 }
 
 // Summary is the outcome of a run; the command writes it as summary.json.

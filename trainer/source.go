@@ -37,15 +37,16 @@ func newSource(ds *data.Dataset, layout nn.Layout, spec nn.Spec, opt *nn.Optimiz
 	shuffle bool, policy data.Ragged, rank, world, epochs int) (*source, error) {
 	s := &source{ds: ds, layout: layout, spec: spec, opt: opt, seed: seed, shuffle: shuffle, policy: policy,
 		rank: rank, world: world, epochs: epochs, plans: make(map[int][]data.Batch)}
-	p, err := s.plan(0)
+	// Counted, not planned: the loaders plan each epoch when they reach it.
+	steps, err := data.Batches(ds.Len(), rank, world, layout.Batch, policy)
 	if err != nil {
 		return nil, err
 	}
-	if len(p) == 0 {
+	if steps == 0 {
 		return nil, fmt.Errorf("dataset %s has too few examples (%d) for one batch of %d in shard %d of %d with ragged policy %s",
 			ds.Name, ds.Len(), layout.Batch, rank, world, policy)
 	}
-	s.steps = len(p)
+	s.steps = steps
 	return s, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/staging"
 )
@@ -68,14 +69,22 @@ type run struct {
 	sum               Summary
 }
 
-// Run trains according to cfg on dev. Graphs come from pool when
-// cfg.GraphPoolReuse is set (the process-wide pool), else from a private
-// pool closed at the end. Cancelling ctx stops the run after the step in
-// flight and writes a checkpoint; the summary then has Interrupted set.
+// Run trains according to cfg on dev: NewPlan, then Plan.Run.
 func Run(ctx context.Context, dev device.Device, pool *graphs.Pool, cfg Config) (Summary, error) {
-	if err := cfg.Validate(); err != nil {
+	p, err := NewPlan(cfg)
+	if err != nil {
 		return Summary{}, err
 	}
+	return p.Run(ctx, dev, pool)
+}
+
+// Run trains the plan on dev, taking it as it is: nothing is validated or
+// loaded again. Graphs come from pool when the configuration's
+// GraphPoolReuse is set (the process-wide pool), else from a private pool
+// closed at the end. Cancelling ctx stops the run after the step in flight
+// and writes a checkpoint; the summary then has Interrupted set.
+func (p *Plan) Run(ctx context.Context, dev device.Device, pool *graphs.Pool) (Summary, error) {
+	cfg := p.cfg
 	release, err := claimDevice(dev)
 	if err != nil {
 		return Summary{}, err
@@ -93,14 +102,10 @@ func Run(ctx context.Context, dev device.Device, pool *graphs.Pool, cfg Config) 
 		r.pool = graphs.NewPool()
 		defer r.pool.Close()
 	}
-	startSeq := 0
+	startSeq := p.ResumeStep()
 	var ck Checkpoint
-	if cfg.Resume {
-		var err error
-		if ck, err = resumable(cfg); err != nil {
-			return Summary{}, err
-		}
-		startSeq = ck.Step
+	if p.ck != nil {
+		ck = *p.ck
 	}
 	defer r.close()
 	if err := r.setup(ctx, startSeq, &ck); err != nil {
@@ -173,9 +178,6 @@ func (r *run) fits() error {
 
 func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	c := &r.cfg
-	if c.Optimizer.TotalSteps == 0 {
-		return fmt.Errorf("trainer: optimizer TotalSteps must be set (use StepsPerEpoch)")
-	}
 	if err := r.fits(); err != nil {
 		return err
 	}
@@ -316,17 +318,21 @@ func (r *run) startStaging(ctx context.Context, startSeq int) error {
 }
 
 // StepsPerEpoch is the number of training steps per epoch for cfg, for
-// setting the schedule's TotalSteps before Run.
+// setting the schedule's TotalSteps before Run. It counts the batches
+// without planning an epoch.
 func StepsPerEpoch(cfg Config) (int, error) {
 	if cfg.Train == nil {
 		return 0, fmt.Errorf("no training set")
 	}
-	s, err := newSource(cfg.Train, nn.NewLayout(cfg.Spec, cfg.BatchSize), cfg.Spec, nil, cfg.Seed, true,
-		cfg.Ragged, cfg.Rank, cfg.World, 1)
+	n, err := data.Batches(cfg.Train.Len(), cfg.Rank, cfg.World, cfg.BatchSize, cfg.Ragged)
 	if err != nil {
 		return 0, err
 	}
-	return s.steps, nil
+	if n == 0 {
+		return 0, field.Errorf("batch_size", "dataset %s has too few examples (%d) for one batch of %d in shard %d of %d with ragged policy %s",
+			cfg.Train.Name, cfg.Train.Len(), cfg.BatchSize, cfg.Rank, cfg.World, cfg.Ragged)
+	}
+	return n, nil
 }
 
 func (r *run) fallback(reason string, fields map[string]any) {

@@ -26,8 +26,11 @@ type ServeConfig struct {
 	Open   Opener
 	Pool   *graphs.Pool // the worker process's shared graph pool
 	Logger *slog.Logger
-	// Data, when set, supplies a job's data (see job.Options.Data).
-	Data func(job.Spec) (train, test *data.Dataset, err error)
+	// Plan, when set, is the job planned in this process for the spec that
+	// the start message carries (see RunInProcess): Serve runs it as it is
+	// rather than validating, loading and planning the spec again. A worker
+	// process has none: a spec from another process is checked here.
+	Plan *job.Plan
 }
 
 // Serve answers one request read from in: a probe or a job. It writes the
@@ -105,11 +108,28 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg ServeConfig) er
 }
 
 func runJob(ctx context.Context, spec job.Spec, dev device.Device, cfg ServeConfig, enc *encoder) (trainer.Summary, error) {
-	if err := spec.Validate(); err != nil {
-		return trainer.Summary{}, &Error{Kind: KindUsage, Message: err.Error()}
+	plan := cfg.Plan
+	if plan == nil {
+		var err error
+		if plan, err = planJob(spec); err != nil {
+			return trainer.Summary{}, err
+		}
 	}
 	progress := func(p trainer.Progress) { _ = enc.send(Message{Type: TypeProgress, Progress: &p}) }
-	return job.Run(ctx, spec, dev, cfg.Pool, job.Options{Logger: cfg.Logger, Observer: remoteObserver{enc}, Progress: progress, Data: cfg.Data})
+	return plan.Run(ctx, dev, cfg.Pool, job.Options{Logger: cfg.Logger, Observer: remoteObserver{enc}, Progress: progress})
+}
+
+// planJob validates a spec received from another process, loads its data
+// and plans it: once, in this process.
+func planJob(spec job.Spec) (*job.Plan, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, &Error{Kind: KindUsage, Message: err.Error()}
+	}
+	train, test, err := spec.LoadData()
+	if err != nil {
+		return nil, err
+	}
+	return spec.Plan(train, test)
 }
 
 // sendResult sends a result. One JSON cannot carry (a value that is not

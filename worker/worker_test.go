@@ -203,3 +203,31 @@ func TestBenchThroughTheProtocol(t *testing.T) {
 		t.Fatalf("summary did not survive the protocol: %+v", res.Report.Summary)
 	}
 }
+
+// TestServeRunsThePlanItIsGiven: an in-process run hands Serve the plan
+// made in this process, with its data; Serve runs it as it is, without
+// loading the spec's data again (here the spec sent names a directory
+// without data, so loading would fail).
+func TestServeRunsThePlanItIsGiven(t *testing.T) {
+	spec := smallSpec()
+	train, test, err := spec.LoadData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := spec.Plan(train, test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := spec
+	sent.Dataset, sent.DataDir = "fashion-mnist", t.TempDir()
+	_, sum, err := RunInProcess(context.Background(), "cpu", sent, ServeConfig{Build: "cpu", Open: OpenCPU, Plan: plan}, Sink{})
+	if err != nil {
+		t.Fatalf("running the plan: %v", err)
+	}
+	if want := spec.Epochs * plan.Trainer.StepsPerEpoch(); sum.Steps != want {
+		t.Fatalf("%d steps, want the plan's %d", sum.Steps, want)
+	}
+	if _, _, err := RunInProcess(context.Background(), "cpu", sent, ServeConfig{Build: "cpu", Open: OpenCPU}, Sink{}); err == nil {
+		t.Fatal("without a plan, Serve trained on a spec whose data does not exist")
+	}
+}

@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/bench"
+	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
@@ -134,28 +133,11 @@ func parseHidden(s string) ([]int, error) {
 	return out, nil
 }
 
-// cudaWorker finds a tolaria-worker that has a GPU, or says why not.
-func (o options) cudaWorker(ctx context.Context) (*worker.Process, error) {
-	path, err := worker.Find(o.worker)
-	if err != nil {
-		return nil, err
-	}
-	proc := &worker.Process{Path: path, Stderr: os.Stderr}
-	quiet := *proc
-	quiet.Stderr = nil
-	probeCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	if _, err := quiet.Probe(probeCtx, "cuda"); err != nil {
-		return nil, errors.New(worker.Unavailable(path, err))
-	}
-	return proc, nil
-}
-
 // measure runs the benchmark: on the CPU device in this process, or on a
 // GPU in a tolaria-worker process (this binary never links CUDA).
 func (o options) measure(ctx context.Context, cfg bench.Config, stderr io.Writer) (*bench.Report, error) {
 	if o.device != "cpu" {
-		proc, err := o.cudaWorker(ctx)
+		proc, _, err := coordinator.CUDAWorker(ctx, o.worker, 0, os.Stderr)
 		switch {
 		case err == nil:
 			progress := cfg.Progress

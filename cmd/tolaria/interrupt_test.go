@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -38,7 +39,7 @@ func TestReportInterruption(t *testing.T) {
 }
 
 func TestUnknownEnvironmentVariables(t *testing.T) {
-	known := map[string]bool{"model.hidden": true, "epochs": true, "batch_size": true}
+	known := []field.Name{"model.hidden", "epochs", "batch_size"}
 	got := unknownEnv([]string{"TOLARIA_HIDDEN=16", "TOLARIA_EPOCHS=2", "TOLARIA_EPOCS=3", "TOLARIA_WORKER=/x",
 		"TOLARIA_E2E_ACCURACY=1", "PATH=/bin", "TOLARIA_BATCH_SIZE=8"}, known)
 	want := []string{

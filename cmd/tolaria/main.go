@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/field"
@@ -26,37 +24,19 @@ const (
 	exitInterrupted = 130 // 128 + SIGINT; SIGTERM gives 143
 )
 
-// stopSignal is the cause of the context's cancellation on a signal.
-type stopSignal struct{ sig syscall.Signal }
-
-func (s stopSignal) Error() string { return "stopped by " + s.sig.String() }
-
 // interruptedCode is the exit code of a run stopped by ctx: 128 plus the
 // signal's number, as shells report it.
 func interruptedCode(ctx context.Context) int {
-	var s stopSignal
-	if errors.As(context.Cause(ctx), &s) {
-		return 128 + int(s.sig)
+	if sig, ok := coordinator.StoppedBy(ctx); ok {
+		return 128 + int(sig)
 	}
 	return exitInterrupted
 }
 
 func main() {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		// The first signal stops the run with a checkpoint; after it the
-		// default handling is back, so a second one ends tolaria at once.
-		sig := <-sigs
-		signal.Reset(os.Interrupt, syscall.SIGTERM)
-		if s, ok := sig.(syscall.Signal); ok {
-			cancel(stopSignal{s})
-		} else {
-			cancel(nil)
-		}
-	}()
+	ctx, stop := coordinator.StopOnSignal(context.Background())
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
 	os.Exit(code)
 }
 
@@ -77,9 +57,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, coordinator.ErrConfig):
 		fmt.Fprintln(stderr, "tolaria: invalid configuration:", field.Render(err, flagOf))
 		return exitUsage
-	case errors.Is(err, errSetup):
-		fmt.Fprintln(stderr, "tolaria:", strings.TrimPrefix(err.Error(), errSetup.Error()+": "))
-		return exitFailure
 	case errors.Is(err, coordinator.ErrSetup):
 		fmt.Fprintln(stderr, "tolaria:", field.Render(err, flagOf))
 		return exitFailure
@@ -87,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tolaria:", err)
 		return exitUsage
 	default:
-		fmt.Fprintln(stderr, "tolaria:", err)
+		fmt.Fprintln(stderr, "tolaria:", field.Render(err, flagOf))
 		return exitFailure
 	}
 }

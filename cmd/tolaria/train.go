@@ -7,16 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/nn"
-	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -51,93 +49,47 @@ events.jsonl, checkpoint.tlck and summary.json.`,
 	return cmd
 }
 
+// processPool is the graph pool of this process's in-process runs.
+var processPool = graphs.NewPool()
+
+// processStart is when tolaria started: a summary's wall time counts from
+// it.
+var processStart = time.Now()
+
 func train(ctx context.Context, cmd *cobra.Command) error {
 	stderr := cmd.ErrOrStderr()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", linksCUDA()))
-	spec, set, err := resolve(cmd.Flags())
+	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
+	req, set, err := resolve(cmd.Flags())
 	if err != nil {
 		return err
 	}
 	for _, w := range set.warnings {
 		log.Warn(w)
 	}
-	// Everything that can be refused is checked before the run directory
-	// is touched, so a refused command leaves an existing run as it was.
-	if err := checkOutputPath("summary-json", set.summaryJSON); err != nil {
-		return err
-	}
-	if set.metricsAddr != "" {
-		// A malformed address is a usage error; a busy port is found later.
-		if _, err := telemetry.ListenAddress(set.metricsAddr); err != nil {
-			return usagef("metrics-addr %s: %v", set.metricsAddr, err)
-		}
-	}
-	dir, err := coordinator.PlanRunDir(spec.RunDir, spec.Resume, time.Now())
+	// The worker's logs go to the process's standard error as they are.
+	req.Placement.Stderr, req.Version, req.Pool, req.Logger, req.Started = os.Stderr, version(), processPool, log, processStart
+	run, err := coordinator.Prepare(ctx, req)
 	if err != nil {
 		return err
 	}
-	spec.RunDir = dir.Path()
-	exec, err := chooseExecutor(ctx, spec, set, log)
-	if err != nil {
-		return err
-	}
-	spec.Device = exec.device
-	if err := exec.Check(spec); err != nil {
-		return err
-	}
-	metrics, err := coordinator.ServeMetrics(ctx, set.metricsAddr, version(), log)
-	if err != nil {
-		return err
-	}
-	defer metrics.Close()
-	if err := dir.Claim(); err != nil {
-		return err
-	}
-	defer dir.Release()
-	spec.RunDir = dir.Path()
-
-	raw, err := configFile(spec)
-	if err != nil {
-		return err
-	}
-	cfgPath, err := dir.WriteConfig(raw, time.Now())
-	if err != nil {
-		return fmt.Errorf("run directory: %w", err)
-	}
-	events, err := dir.OpenEvents()
-	if err != nil {
-		return fmt.Errorf("run directory: %w", err)
-	}
-	defer events.Close()
-	obs := metrics.Observer(events, spec.Device, strconv.Itoa(spec.Rank))
-	obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventStart, Fields: map[string]any{
-		"device": spec.Device, "enable_graphs": spec.EnableGraphs, "config": cfgPath, "resume": spec.Resume}})
-	log.Info("training", "device", spec.Device, "graphs", spec.EnableGraphs, "run_dir", spec.RunDir, "epochs", spec.Epochs,
-		"batch_size", spec.BatchSize, "dataset", spec.Dataset)
+	defer run.Close()
+	spec := run.Spec()
 
 	bar := newProgress(stderr, spec.Loss != string(nn.LossMSE))
-	sum, err := exec.Run(ctx, spec, worker.Sink{Observer: obs, Progress: bar.report})
+	sum, err := run.Train(ctx, bar.report)
 	bar.finish()
 	if err != nil {
-		obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
 		ferr := reportFailure(ctx, stderr, err)
-		metrics.Linger(ctx, set.metricsLinger)
+		run.Linger(ctx, set.metricsLinger)
 		return ferr
 	}
-	sum.WallSeconds = time.Since(start(ctx)).Seconds()
-	if err := dir.WriteSummary(sum); err != nil {
-		return fmt.Errorf("summary: %w", err)
+	if err := run.Record(&sum); err != nil {
+		return err
 	}
-	if set.summaryJSON != "" {
-		if err := coordinator.WriteSummary(set.summaryJSON, sum); err != nil {
-			return fmt.Errorf("summary-json: %w", err)
-		}
-	}
-	obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventDone, Fields: map[string]any{"interrupted": sum.Interrupted}})
 	printSummary(cmd.OutOrStdout(), spec, sum)
 	if sum.Interrupted {
-		reportInterruption(stderr, dir, sum)
+		reportInterruption(stderr, run.Dir(), sum)
 		switch {
 		case ctx.Err() != nil:
 			return exitError{interruptedCode(ctx)}
@@ -148,7 +100,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 			return exitError{exitFailure}
 		}
 	}
-	metrics.Linger(ctx, set.metricsLinger)
+	run.Linger(ctx, set.metricsLinger)
 	return nil
 }
 
@@ -167,28 +119,6 @@ func reportInterruption(w io.Writer, dir *coordinator.RunDir, sum trainer.Summar
 	}
 	fmt.Fprintf(w, "tolaria: interrupted before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", dir.Path())
 }
-
-// checkOutputPath refuses an output path that cannot be a file.
-func checkOutputPath(flag, path string) error {
-	if path == "" {
-		return nil
-	}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return usagef("%s: %s is a directory; give a file path", flag, path)
-	}
-	return nil
-}
-
-type startKey struct{}
-
-func start(ctx context.Context) time.Time {
-	if t, ok := ctx.Value(startKey{}).(time.Time); ok {
-		return t
-	}
-	return processStart
-}
-
-var processStart = time.Now()
 
 func reportFailure(ctx context.Context, w io.Writer, err error) error {
 	if ctx.Err() != nil {
@@ -221,24 +151,4 @@ func printSummary(w io.Writer, spec job.Spec, s trainer.Summary) {
 		fmt.Fprintf(w, "fallbacks: %v\n", s.Fallbacks)
 	}
 	fmt.Fprintf(w, "params sha256 %s\nrun directory %s\n", s.ParamsSHA256, spec.RunDir)
-}
-
-// cudaModule is the module whose package init initialises CUDA.
-const cudaModule = "gorgonia.org/cu"
-
-// linksCUDA reports whether this binary links the CUDA bindings, whose
-// init would have initialised CUDA before main: never for a correct build
-// of tolaria (e2e's dependency check enforces it), so the start-up line
-// reports what the binary is, not what it is meant to be.
-func linksCUDA() bool {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, dep := range info.Deps {
-		if dep.Path == cudaModule {
-			return true
-		}
-	}
-	return false
 }

@@ -1,0 +1,174 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// Placement says where a job may run.
+type Placement struct {
+	Device  string // auto, cpu or cuda
+	Isolate bool   // run a CPU job in a tolaria-worker process too
+	// Worker is the tolaria-worker binary; "" looks next to this program.
+	Worker string
+	// WorkerStart bounds a worker's start-up, until it has opened its
+	// device; 0 means worker.DefaultHelloTimeout.
+	WorkerStart time.Duration
+	// Stderr receives a worker's logs; nil discards them.
+	Stderr io.Writer
+}
+
+// Executor runs jobs on one device through the worker protocol: in this
+// process for the CPU device, or in a tolaria-worker process. Only a
+// worker process ever touches a GPU.
+type Executor struct {
+	Device  string          // "cpu" or "cuda"
+	Process *worker.Process // nil: in this process
+	pool    *graphs.Pool
+	log     *slog.Logger
+}
+
+// Choose resolves a placement to an executor. With device auto it takes
+// a GPU when a CUDA worker can open one and the CPU otherwise, saying why
+// in the log. pool is the process's graph pool, for in-process runs.
+func Choose(ctx context.Context, p Placement, pool *graphs.Pool, log *slog.Logger) (*Executor, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	inProcess := &Executor{Device: "cpu", pool: pool, log: log}
+	if p.Device == "cpu" && !p.Isolate {
+		return inProcess, nil
+	}
+	path, err := worker.Find(p.Worker)
+	if err != nil {
+		switch {
+		case p.Device == "auto" && !p.Isolate:
+			log.Info("device auto: using cpu", "reason", "no CUDA worker found")
+			return inProcess, nil
+		case p.Device != "cuda":
+			// Isolating a CPU job needs any tolaria-worker, not a CUDA one.
+			return nil, setupErr(field.Errorf("isolate", "runs the job in a tolaria-worker process, and none was found next to tolaria, at %s or at $TOLARIA_WORKER: build one with `make build` (bin/tolaria-worker), or drop %s",
+				field.Name("worker"), field.Name("isolate")))
+		}
+		return nil, setupErr(err)
+	}
+	proc := &worker.Process{Path: path, Stderr: p.Stderr, HelloTimeout: p.WorkerStart}
+	if p.Device == "cpu" {
+		return &Executor{Device: "cpu", Process: proc, pool: pool, log: log}, nil
+	}
+	hello, err := probeCUDA(ctx, proc)
+	if err != nil {
+		if p.Device == "auto" && ctx.Err() == nil {
+			log.Info("device auto: using cpu", "reason", err.Error())
+			if p.Isolate {
+				return &Executor{Device: "cpu", Process: proc, pool: pool, log: log}, nil
+			}
+			return inProcess, nil
+		}
+		return nil, err
+	}
+	log.Info("device: using the CUDA worker", "worker", path, "gpu", hello.Device, "model", hello.Description, "pid", hello.PID)
+	return &Executor{Device: "cuda", Process: proc, pool: pool, log: log}, nil
+}
+
+// CUDAWorker finds the tolaria-worker (at path, or next to this program
+// when path is "") and asks it to open a GPU within start (0: the
+// default). It returns the worker, ready to run jobs and benchmarks, or an
+// ErrSetup saying why there is none and what to do.
+func CUDAWorker(ctx context.Context, path string, start time.Duration, stderr io.Writer) (*worker.Process, worker.Hello, error) {
+	found, err := worker.Find(path)
+	if err != nil {
+		return nil, worker.Hello{}, setupErr(err)
+	}
+	proc := &worker.Process{Path: found, Stderr: stderr, HelloTimeout: start}
+	hello, err := probeCUDA(ctx, proc)
+	if err != nil {
+		return nil, worker.Hello{}, err
+	}
+	return proc, hello, nil
+}
+
+// probeCUDA starts the worker once to open a GPU; its hello timeout bounds
+// the wait, and a worker that does not answer is killed with its process
+// group.
+func probeCUDA(ctx context.Context, proc *worker.Process) (worker.Hello, error) {
+	quiet := *proc
+	quiet.Stderr = nil
+	hello, err := quiet.Probe(ctx, "cuda")
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return hello, fmt.Errorf("interrupted while the worker %s was starting", proc.Path)
+	case err != nil:
+		return hello, setupErr(unavailableError{proc.Path, err})
+	}
+	return hello, nil
+}
+
+// unavailableError is a worker that cannot give a GPU; its message says
+// why in one sentence and what to do.
+type unavailableError struct {
+	path string
+	err  error
+}
+
+func (e unavailableError) Error() string { return worker.Unavailable(e.path, e.err) }
+func (e unavailableError) Unwrap() error { return e.err }
+
+// Plan loads the job's data and plans it (see job.Spec.Plan) before
+// anything is written, so a batch larger than the training set, graphs
+// that would never be captured or a checkpoint that does not fit are
+// refused first. spec must have passed Validate. The plan keeps the data
+// for an in-process run; a worker process loads and plans again on its
+// side of the process boundary.
+func (e *Executor) Plan(spec job.Spec) (*job.Plan, error) {
+	train, test, err := spec.LoadData()
+	if err != nil {
+		return nil, configErr(err)
+	}
+	plan, err := spec.Plan(train, test)
+	if err != nil {
+		return nil, configErr(err)
+	}
+	return plan, nil
+}
+
+// Run trains the plan and returns the summary.
+func (e *Executor) Run(ctx context.Context, plan *job.Plan, sink worker.Sink) (trainer.Summary, error) {
+	if e.Process == nil {
+		cfg := worker.ServeConfig{Build: "cpu", Open: worker.OpenCPU, Pool: e.pool, Logger: e.log, Plan: plan}
+		_, sum, err := worker.RunInProcess(ctx, "cpu", plan.Spec, cfg, sink)
+		return sum, err
+	}
+	_, sum, err := e.Process.Run(ctx, e.Device, plan.Spec, sink)
+	return sum, err
+}
+
+// cudaModule is the module whose package init initialises CUDA.
+const cudaModule = "gorgonia.org/cu"
+
+// LinksCUDA reports whether this binary links the CUDA bindings, whose
+// init would have initialised CUDA before main: never for a correct build
+// of tolaria (e2e's dependency check enforces it), so a start-up line can
+// report what the binary is, not what it is meant to be.
+func LinksCUDA() bool {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, dep := range info.Deps {
+		if dep.Path == cudaModule {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,194 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/telemetry"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// Request is a training run as a command asks for it.
+type Request struct {
+	Spec      job.Spec
+	Placement Placement // Placement.Device is taken from Spec.Device
+	// MetricsAddr serves /metrics there during the run (see
+	// telemetry.ListenAddress); "" serves none.
+	MetricsAddr string
+	// SummaryJSON also receives summary.json; "" writes none.
+	SummaryJSON string
+	Version     string       // reported by the metrics
+	Pool        *graphs.Pool // the process's graph pool, for in-process runs
+	Logger      *slog.Logger
+	// Started is when the command started: a summary's wall time counts
+	// from it.
+	Started time.Time
+}
+
+// Validate checks the request, naming a setting that is wrong in a
+// field.Error wrapped in ErrConfig: the spec (once in this process), and
+// the paths and address the run will write to and bind.
+func (r Request) Validate() error {
+	if err := r.Spec.Validate(); err != nil {
+		return configErr(err)
+	}
+	if r.SummaryJSON != "" {
+		if st, err := os.Stat(r.SummaryJSON); err == nil && st.IsDir() {
+			return configErr(field.Errorf("summary_json", "%s is a directory; give a file path", r.SummaryJSON))
+		}
+	}
+	if r.MetricsAddr != "" {
+		// A malformed address is refused here; a busy port when it is bound.
+		if _, err := telemetry.ListenAddress(r.MetricsAddr); err != nil {
+			return configErr(field.Errorf("metrics_addr", "%s: %w", r.MetricsAddr, err))
+		}
+	}
+	return nil
+}
+
+// Run is a training run in progress: planned, its directory claimed, its
+// configuration recorded and its metrics served. Prepare starts one;
+// Train runs it, Record keeps its outcome, Linger and Close end it.
+type Run struct {
+	req     Request
+	spec    job.Spec // as it runs: the device chosen, the run directory named
+	dir     *RunDir
+	exec    *Executor
+	plan    *job.Plan
+	metrics *Metrics
+	events  *os.File
+	obs     trainer.Observer
+	log     *slog.Logger
+}
+
+// Prepare checks everything that can be refused before the run directory
+// is touched, so a refused request leaves an existing run as it was: the
+// request, the run directory, the device, the data and the whole run's
+// configuration (a resumed run's checkpoint included), and the metrics
+// port. Then it claims the directory, records the configuration, opens the
+// events log and logs the run's start. Close releases what it holds.
+func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
+	if req.Logger == nil {
+		req.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Run{req: req, spec: req.Spec, log: req.Logger}
+	defer func() {
+		if err != nil {
+			_ = r.Close()
+		}
+	}()
+	if r.dir, err = PlanRunDir(r.spec.RunDir, r.spec.Resume, time.Now()); err != nil {
+		return nil, err
+	}
+	r.spec.RunDir = r.dir.Path()
+	place := req.Placement
+	place.Device = r.spec.Device
+	if r.exec, err = Choose(ctx, place, req.Pool, r.log); err != nil {
+		return nil, err
+	}
+	r.spec.Device = r.exec.Device
+	if r.plan, err = r.exec.Plan(r.spec); err != nil {
+		return nil, err
+	}
+	if r.metrics, err = ServeMetrics(ctx, req.MetricsAddr, req.Version, r.log); err != nil {
+		return nil, err
+	}
+	if err := r.dir.Claim(); err != nil {
+		return nil, err
+	}
+	if r.dir.Path() != r.spec.RunDir {
+		// A generated name taken by a run started in the same second.
+		if r.plan, err = r.plan.InRunDir(r.dir.Path()); err != nil {
+			return nil, err
+		}
+		r.spec.RunDir = r.dir.Path()
+	}
+	return r, r.record()
+}
+
+// record writes the configuration, opens the events log and logs the
+// start.
+func (r *Run) record() error {
+	raw, err := r.spec.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cfgPath, err := r.dir.WriteConfig(raw, time.Now())
+	if err != nil {
+		return fmt.Errorf("run directory: %w", err)
+	}
+	if r.events, err = r.dir.OpenEvents(); err != nil {
+		return fmt.Errorf("run directory: %w", err)
+	}
+	s := r.spec
+	r.obs = r.metrics.Observer(r.events, s.Device, strconv.Itoa(s.Rank))
+	r.obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventStart, Fields: map[string]any{
+		"device": s.Device, "enable_graphs": s.EnableGraphs, "config": cfgPath, "resume": s.Resume}})
+	return nil
+}
+
+// Spec is the job as it runs: the device chosen, the run directory named.
+func (r *Run) Spec() job.Spec { return r.spec }
+
+// Dir is the run's directory.
+func (r *Run) Dir() *RunDir { return r.dir }
+
+// Train runs the job, reporting progress; a failure is logged in the
+// events before it is returned.
+func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (trainer.Summary, error) {
+	s := r.spec
+	r.log.Info("training", "device", s.Device, "graphs", s.EnableGraphs, "run_dir", s.RunDir, "epochs", s.Epochs,
+		"batch_size", s.BatchSize, "dataset", s.Dataset)
+	sum, err := r.exec.Run(ctx, r.plan, worker.Sink{Observer: r.obs, Progress: progress})
+	if err != nil {
+		r.obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
+	}
+	return sum, err
+}
+
+// Record keeps a finished (or stopped) run's summary: summary.json, the
+// SummaryJSON copy, and the done event. It sets the wall time.
+func (r *Run) Record(sum *trainer.Summary) error {
+	sum.WallSeconds = time.Since(r.req.Started).Seconds()
+	if err := r.dir.WriteSummary(*sum); err != nil {
+		return fmt.Errorf("summary: %w", err)
+	}
+	if r.req.SummaryJSON != "" {
+		if err := WriteSummary(r.req.SummaryJSON, *sum); err != nil {
+			return field.Errorf("summary_json", "%w", err)
+		}
+	}
+	r.obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventDone, Fields: map[string]any{"interrupted": sum.Interrupted}})
+	return nil
+}
+
+// Linger keeps /metrics up for d (see Metrics.Linger).
+func (r *Run) Linger(ctx context.Context, d time.Duration) { r.metrics.Linger(ctx, d) }
+
+// Close closes the events log, releases the run directory and stops the
+// metrics server.
+func (r *Run) Close() error {
+	var errs []error
+	if r.events != nil {
+		errs = append(errs, r.events.Close())
+	}
+	if r.dir != nil {
+		errs = append(errs, r.dir.Release())
+	}
+	if r.metrics != nil {
+		errs = append(errs, r.metrics.Close())
+	}
+	return errors.Join(errs...)
+}
