@@ -11,6 +11,7 @@ import (
 	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -143,13 +144,12 @@ func (e *Executor) Plan(spec job.Spec) (*job.Plan, error) {
 }
 
 // Run trains the plan and returns the summary.
-func (e *Executor) Run(ctx context.Context, plan *job.Plan, sink worker.Sink) (trainer.Summary, error) {
+func (e *Executor) Run(ctx context.Context, plan *job.Plan, sink jobserver.Sink) (trainer.Summary, error) {
+	var t worker.Transport = e.Process
 	if e.Process == nil {
-		cfg := worker.ServeConfig{Build: "cpu", Open: worker.OpenCPU, Pool: e.pool, Logger: e.log, Plan: plan}
-		_, sum, err := worker.RunInProcess(ctx, "cpu", plan.Spec, cfg, sink)
-		return sum, err
+		t = jobserver.InProcess(jobserver.Config{Build: "cpu", Open: jobserver.OpenCPU, Pool: e.pool, Logger: e.log, Plan: plan})
 	}
-	_, sum, err := e.Process.Run(ctx, e.Device, plan.Spec, sink)
+	_, sum, err := jobserver.Run(ctx, t, e.Device, plan.Spec, sink)
 	return sum, err
 }
 

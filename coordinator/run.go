@@ -12,9 +12,9 @@ import (
 	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
-	"github.com/tolaria-ml/tolaria/worker"
 )
 
 // Request is a training run as a command asks for it.
@@ -151,7 +151,7 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 	s := r.spec
 	r.log.Info("training", "device", s.Device, "graphs", s.EnableGraphs, "run_dir", s.RunDir, "epochs", s.Epochs,
 		"batch_size", s.BatchSize, "dataset", s.Dataset)
-	sum, err := r.exec.Run(ctx, r.plan, worker.Sink{Observer: r.obs, Progress: progress})
+	sum, err := r.exec.Run(ctx, r.plan, jobserver.Sink{Observer: r.obs, Progress: progress})
 	if err != nil {
 		r.obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
 	}

@@ -10,6 +10,7 @@ import (
 // package must not depend on, directly or through another package, in
 // both builds.
 func TestLayering(t *testing.T) {
+	const m = "github.com/tolaria-ml/tolaria/"
 	rules := []struct {
 		pkg       string
 		forbidden []string // import paths; a path also forbids what lies under it
@@ -17,6 +18,10 @@ func TestLayering(t *testing.T) {
 	}{
 		{"./cmd/tolaria", []string{"gonum.org/v1/plot"}, "charts are run_graph_bench's, not the coordinator's"},
 		{"./cmd/tolaria-worker", []string{"gonum.org/v1/plot"}, "charts are run_graph_bench's, not the worker's"},
+		{"./cmd/tolaria-worker", []string{m + "coordinator"}, "a worker serves jobs (jobserver); it does not start or watch workers"},
+		{"./worker", []string{m + "bench", m + "job", m + "jobserver", m + "trainer", m + "data", m + "graphs", m + "staging",
+			m + "nn", m + "device", m + "telemetry", m + "coordinator"},
+			"worker is the protocol and its transports only: payloads cross it as JSON their owners decode"},
 	}
 	for _, tags := range []string{"", "cuda"} {
 		for _, r := range rules {

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,27 +13,32 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/tolaria-ml/tolaria/bench"
-	"github.com/tolaria-ml/tolaria/job"
-	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// Sink receives what a worker reports.
+// Sink receives what a worker reports while it serves a request. Payloads
+// come as the JSON the worker sent; the side that owns their type decodes
+// them, and an error it returns ends the request.
 type Sink struct {
-	Observer trainer.Observer
-	Progress func(trainer.Progress)
 	Hello    func(Hello)
+	Observe  func(name string, body json.RawMessage) error
+	Progress func(body json.RawMessage) error
 	Log      func(line string) // benchmark progress lines
+}
+
+// Transport carries one request to a worker and brings back its answers:
+// the hello, and the result's JSON (none for a probe), or the worker's
+// *Error, or why the worker could not answer.
+type Transport interface {
+	Call(ctx context.Context, req Request, sink Sink) (Hello, json.RawMessage, error)
 }
 
 // converse sends the request and reads the answer until a result, an
 // error or the end of the worker's output. Cancelling ctx sends cancel
 // once; the worker then checkpoints and answers with a result.
-func converse(ctx context.Context, w io.Writer, r io.Reader, req Message, sink Sink) (Hello, Message, error) {
+func converse(ctx context.Context, w io.Writer, r io.Reader, req Request, sink Sink) (Hello, json.RawMessage, error) {
 	enc, dec := newEncoder(w), newDecoder(r)
-	if err := enc.send(req); err != nil {
-		return Hello{}, Message{}, fmt.Errorf("worker: sending the request: %w", err)
+	if err := enc.send(Message{Type: req.Type, Device: req.Device, Body: req.Body}); err != nil {
+		return Hello{}, nil, fmt.Errorf("worker: sending the request: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = enc.send(Message{Type: TypeCancel}) })
 	defer stop()
@@ -40,7 +46,7 @@ func converse(ctx context.Context, w io.Writer, r io.Reader, req Message, sink S
 	for {
 		m, err := dec.next()
 		if err != nil {
-			return hello, Message{}, fmt.Errorf("worker: %w", err)
+			return hello, nil, fmt.Errorf("worker: %w", err)
 		}
 		switch m.Type {
 		case TypeHello:
@@ -51,64 +57,68 @@ func converse(ctx context.Context, w io.Writer, r io.Reader, req Message, sink S
 				}
 			}
 			if req.Type == TypeProbe {
-				return hello, m, nil
+				return hello, nil, nil
 			}
 		case TypeObserve:
-			if sink.Observer != nil {
-				if err := replay(sink.Observer, m); err != nil {
-					return hello, Message{}, err
+			if sink.Observe != nil {
+				if m.Name == "" {
+					return hello, nil, errors.New("worker protocol: observe message without a measurement")
+				}
+				if err := sink.Observe(m.Name, m.Body); err != nil {
+					return hello, nil, fmt.Errorf("worker protocol: %w", err)
 				}
 			}
 		case TypeProgress:
-			if sink.Progress != nil && m.Progress != nil {
-				sink.Progress(*m.Progress)
+			if sink.Progress != nil && len(m.Body) > 0 {
+				if err := sink.Progress(m.Body); err != nil {
+					return hello, nil, fmt.Errorf("worker protocol: progress: %w", err)
+				}
 			}
 		case TypeLog:
 			if sink.Log != nil {
 				sink.Log(m.Text)
 			}
 		case TypeResult:
-			if m.Summary == nil && m.Report == nil {
-				return hello, Message{}, errors.New("worker: result without a summary or report")
+			if len(m.Body) == 0 {
+				return hello, nil, errors.New("worker: result without a body")
 			}
-			return hello, m, nil
+			return hello, m.Body, nil
 		case TypeError:
 			if m.Error == nil {
-				return hello, Message{}, errors.New("worker: error without a description")
+				return hello, nil, errors.New("worker: error without a description")
 			}
-			return hello, Message{}, m.Error
+			return hello, nil, m.Error
 		default:
-			return hello, Message{}, fmt.Errorf("worker protocol: unexpected message %q", m.Type)
+			return hello, nil, fmt.Errorf("worker protocol: unexpected message %q", m.Type)
 		}
 	}
 }
 
-func summaryOf(m Message) trainer.Summary {
-	if m.Summary == nil {
-		return trainer.Summary{}
-	}
-	return *m.Summary
-}
+// InProcess is a transport to a worker served in this process, over
+// pipes: the CPU device's path, the same protocol as a subprocess. The
+// function serves one request read from in, answering on out, as a
+// tolaria-worker does on its standard input and protocol descriptor.
+type InProcess func(ctx context.Context, in io.Reader, out io.Writer) error
 
-// RunInProcess runs a job through the protocol against Serve in this
-// process: the CPU device's path, the same protocol as a subprocess.
-func RunInProcess(ctx context.Context, deviceName string, spec job.Spec, cfg ServeConfig, sink Sink) (Hello, trainer.Summary, error) {
+// Call serves req with f and returns its answer. Cancelling ctx sends
+// cancel, as to a subprocess; the server itself runs until it answers.
+func (f InProcess) Call(ctx context.Context, req Request, sink Sink) (Hello, json.RawMessage, error) {
 	toWorker, fromCoord := io.Pipe()
 	toCoord, fromWorker := io.Pipe()
 	served := make(chan error, 1)
 	go func() {
-		err := Serve(context.WithoutCancel(ctx), toWorker, fromWorker, cfg)
+		err := f(context.WithoutCancel(ctx), toWorker, fromWorker)
 		fromWorker.CloseWithError(io.EOF)
 		toWorker.Close()
 		served <- err
 	}()
-	hello, res, err := converse(ctx, fromCoord, toCoord, Message{Type: TypeStart, Device: deviceName, Job: &spec}, sink)
+	hello, res, err := converse(ctx, fromCoord, toCoord, req, sink)
 	fromCoord.Close()
 	toCoord.Close()
 	if serr := <-served; err == nil && serr != nil {
 		err = serr
 	}
-	return hello, summaryOf(res), err
+	return hello, res, err
 }
 
 // Process is a tolaria-worker binary.
@@ -171,26 +181,8 @@ func (t *tail) String() string {
 
 // Probe starts the worker, asks it to open deviceName and returns its hello.
 func (p *Process) Probe(ctx context.Context, deviceName string) (Hello, error) {
-	h, _, err := p.run(ctx, Message{Type: TypeProbe, Device: deviceName}, Sink{})
+	h, _, err := p.Call(ctx, Request{Type: TypeProbe, Device: deviceName}, Sink{})
 	return h, err
-}
-
-// Run runs a job in the worker process.
-func (p *Process) Run(ctx context.Context, deviceName string, spec job.Spec, sink Sink) (Hello, trainer.Summary, error) {
-	h, res, err := p.run(ctx, Message{Type: TypeStart, Device: deviceName, Job: &spec}, sink)
-	return h, summaryOf(res), err
-}
-
-// Bench runs the benchmark in the worker process on its device.
-func (p *Process) Bench(ctx context.Context, deviceName string, cfg bench.Config, sink Sink) (Hello, *bench.Report, error) {
-	h, res, err := p.run(ctx, Message{Type: TypeBench, Device: deviceName, Bench: &cfg}, sink)
-	if err != nil {
-		return h, nil, err
-	}
-	if res.Report == nil {
-		return h, nil, errors.New("worker: benchmark result without a report")
-	}
-	return h, res.Report, nil
 }
 
 // ErrWorkerExited reports a worker that ended without an answer.
@@ -221,12 +213,12 @@ func (e *NoAnswerError) Unwrap() error { return ErrNoAnswer }
 // the protocol.
 const ProtocolFDEnv = "TOLARIA_PROTOCOL_FD"
 
-// run starts the worker in a process group of its own, sends req and reads
+// Call starts the worker in a process group of its own, sends req and reads
 // the answer. Every wait is bounded: for the hello (HelloTimeout), for a
 // cancelled worker (Grace), for the exit once the request is over
 // (exitTimeout) and for pipes that descendants hold (pipeDelay). Whatever
 // happens, the worker's whole process group is killed before run returns.
-func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, Message, error) {
+func (p *Process) Call(ctx context.Context, req Request, sink Sink) (Hello, json.RawMessage, error) {
 	helloTimeout, grace := p.HelloTimeout, p.Grace
 	if helloTimeout <= 0 {
 		helloTimeout = DefaultHelloTimeout
@@ -253,7 +245,7 @@ func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, Messa
 				pp[0].Close()
 				pp[1].Close()
 			}
-			return Hello{}, Message{}, err
+			return Hello{}, nil, err
 		}
 		pipes[i] = [2]*os.File{r, w}
 	}
@@ -271,7 +263,7 @@ func (p *Process) run(ctx context.Context, req Message, sink Sink) (Hello, Messa
 		stdinW.Close()
 		protoR.Close()
 		logR.Close()
-		return Hello{}, Message{}, fmt.Errorf("worker %s: %w", p.Path, err)
+		return Hello{}, nil, fmt.Errorf("worker %s: %w", p.Path, err)
 	}
 	copied := make(chan struct{})
 	go func() {

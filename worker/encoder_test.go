@@ -2,26 +2,30 @@ package worker
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"strings"
 	"testing"
-
-	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// A message JSON cannot carry (a NaN) is refused on its own; the stream
-// stays usable, so the error that follows it still reaches the
-// coordinator.
-func TestEncoderRefusesNaNAndCarriesOn(t *testing.T) {
+// A result JSON cannot carry (a NaN) is refused on its own with a
+// nonfinite error; the stream stays usable, so the error that follows it
+// still reaches the coordinator.
+func TestResultRefusesNaNAndCarriesOn(t *testing.T) {
 	var out bytes.Buffer
-	enc := newEncoder(&out)
-	if err := enc.send(Message{Type: TypeResult, Summary: &trainer.Summary{TrainLoss: math.NaN()}}); err == nil {
-		t.Fatal("a summary with a NaN loss was encoded")
+	conn, err := Accept(strings.NewReader(`{"type":"start","device":"cpu"}`+"\n"), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = conn.Result(struct{ Loss float64 }{math.NaN()})
+	var we *Error
+	if !errors.As(err, &we) || we.Kind != KindNonFinite || !strings.Contains(we.Message, "NaN") {
+		t.Fatalf("a result with a NaN loss: %v; want a nonfinite error naming NaN", err)
 	}
 	if out.Len() != 0 {
-		t.Fatalf("a refused message left %q on the stream", out.String())
+		t.Fatalf("a refused result left %q on the stream", out.String())
 	}
-	if err := enc.send(Message{Type: TypeError, Error: &Error{Kind: KindNonFinite, Message: "loss is NaN"}}); err != nil {
+	if err := conn.Fail(we); err != nil {
 		t.Fatalf("the next message: %v", err)
 	}
 	m, err := newDecoder(strings.NewReader(out.String())).next()

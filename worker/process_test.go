@@ -4,6 +4,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -131,7 +132,9 @@ func TestHangingExecWorker(t *testing.T) {
 	path, pidFile := script(t, "exec-worker", "echo $$ > %[1]s\nexec sleep "+longSleep+"\n")
 	p := &Process{Path: path, HelloTimeout: time.Second}
 	var err error
-	timed(t, "Run", func() { _, _, err = p.Run(context.Background(), "cuda", smallSpec(), Sink{}) })
+	timed(t, "Call", func() {
+		_, _, err = p.Call(context.Background(), Request{Type: TypeStart, Device: "cuda", Body: json.RawMessage(`{}`)}, Sink{})
+	})
 	requireNoAnswer(t, err, path)
 	requireGone(t, readPID(t, pidFile))
 }
@@ -214,9 +217,9 @@ func TestWorkerThatDoesNotExitAfterItsAnswer(t *testing.T) {
 	requireGone(t, readPID(t, pidFile))
 }
 
-// TestSubprocessWorker: a real worker (this test binary) behind a wrapper
-// script answers a probe and runs a job through the process group and
-// pipes set up here, and exits by itself.
+// TestSubprocessWorker: a real worker process (this test binary, serving
+// echo) behind a wrapper script answers a probe and a request through the
+// process group and pipes set up here, and exits by itself.
 func TestSubprocessWorker(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -235,10 +238,11 @@ func TestSubprocessWorker(t *testing.T) {
 	if !errors.As(err, &we) || we.Kind != KindNoDevice {
 		t.Fatalf("probe for cuda: %v", err)
 	}
-	spec := smallSpec()
-	spec.RunDir = t.TempDir()
-	_, s, err := p.Run(context.Background(), "cpu", spec, Sink{})
-	if err != nil || s.Steps == 0 || s.ParamsSHA256 == "" {
-		t.Fatalf("run: %+v, %v", s, err)
+	var g got
+	body := json.RawMessage(`{"epochs":2}`)
+	_, res, err := p.Call(context.Background(), Request{Type: TypeStart, Device: "cpu", Body: body}, g.sink())
+	if err != nil || string(res) != string(body) || len(g.answers) != 4 {
+		t.Fatalf("request: result %s, answers %q, %v", res, g.answers, err)
 	}
+	requireGone(t, readPID(t, pidFile))
 }

@@ -1,36 +1,37 @@
 // Package worker is the protocol between the coordinator and the process
 // that owns a device, and its two transports: pipes to a tolaria-worker
-// subprocess, and an in-process pipe for the CPU device. The coordinator
-// sends one start message with the job; the worker answers hello (which
-// device it opened), then observations, events and progress as they
-// happen, then one result or one error. Messages are JSON lines.
+// subprocess (Process), and an in-process pipe for the CPU device
+// (InProcess). The coordinator sends one request (a job, a benchmark or a
+// probe); the worker answers hello (which device it opened), then
+// measurements, progress and log lines as they happen, then one result or
+// one error. Messages are JSON lines.
+//
+// The protocol knows no job: a request's and an answer's payloads travel
+// as JSON that the package owning their type encodes and decodes (package
+// jobserver serves jobs and benchmarks over it). So a change to what a job
+// is, or a new measurement, never touches this package.
 package worker
 
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
-
-	"github.com/tolaria-ml/tolaria/bench"
-	"github.com/tolaria-ml/tolaria/job"
-	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // Message types.
 const (
-	TypeStart    = "start"    // coordinator → worker: run Job
-	TypeBench    = "bench"    // coordinator → worker: run the benchmark Bench, answer with Report
+	TypeStart    = "start"    // coordinator → worker: run the job in Body
+	TypeBench    = "bench"    // coordinator → worker: run the benchmark configured in Body
 	TypeProbe    = "probe"    // coordinator → worker: open the device, say hello, exit
 	TypeCancel   = "cancel"   // coordinator → worker: stop after the step in flight, checkpoint
 	TypeHello    = "hello"    // worker → coordinator: the device it owns
-	TypeObserve  = "observe"  // worker → coordinator: one trainer.Measurement
-	TypeProgress = "progress" // worker → coordinator: a progress report
-	TypeLog      = "log"      // worker → coordinator: a progress line of a benchmark
-	TypeResult   = "result"   // worker → coordinator: the run's summary (or benchmark report)
-	TypeError    = "error"    // worker → coordinator: the run failed
+	TypeObserve  = "observe"  // worker → coordinator: one measurement, Name and Body
+	TypeProgress = "progress" // worker → coordinator: a progress report in Body
+	TypeLog      = "log"      // worker → coordinator: a progress line of a benchmark, in Text
+	TypeResult   = "result"   // worker → coordinator: the outcome in Body (a run's summary, a benchmark's report)
+	TypeError    = "error"    // worker → coordinator: the request failed
 )
 
 // Error kinds, so the coordinator can choose its exit status.
@@ -42,20 +43,25 @@ const (
 	KindFailure    = "failure"    // anything else
 )
 
-// Message is one line of the protocol.
+// Message is one line of the protocol. Body carries a typed payload as
+// JSON, encoded and decoded by the package that owns its type; the
+// protocol passes it on as it is.
 type Message struct {
-	Type     string            `json:"type"`
-	Device   string            `json:"device,omitempty"` // start/probe: cpu or cuda
-	Job      *job.Spec         `json:"job,omitempty"`
-	Hello    *Hello            `json:"hello,omitempty"`
-	Name     string            `json:"name,omitempty"` // observe: the measurement's kind
-	Body     json.RawMessage   `json:"body,omitempty"` // observe: the measurement
-	Progress *trainer.Progress `json:"progress,omitempty"`
-	Summary  *trainer.Summary  `json:"summary,omitempty"`
-	Error    *Error            `json:"error,omitempty"`
-	Bench    *bench.Config     `json:"bench,omitempty"`
-	Report   *bench.Report     `json:"report,omitempty"`
-	Text     string            `json:"text,omitempty"`
+	Type   string          `json:"type"`
+	Device string          `json:"device,omitempty"` // start, bench, probe: cpu or cuda
+	Name   string          `json:"name,omitempty"`   // observe: the measurement's kind
+	Body   json.RawMessage `json:"body,omitempty"`   // start, bench, observe, progress, result
+	Hello  *Hello          `json:"hello,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+	Text   string          `json:"text,omitempty"` // log
+}
+
+// Request is what the coordinator asks of a worker: a message of type
+// start, bench or probe.
+type Request struct {
+	Type   string
+	Device string          // cpu or cuda
+	Body   json.RawMessage // the job or the benchmark's configuration; none for a probe
 }
 
 // Hello is the worker's first answer.
@@ -66,7 +72,8 @@ type Hello struct {
 	PID         int    `json:"pid"`
 }
 
-// Error is a failure reported by the worker.
+// Error is a failure reported by the worker; Kind is one of the Kind
+// constants.
 type Error struct {
 	Kind    string `json:"kind"`
 	Message string `json:"message"`
@@ -83,9 +90,9 @@ type encoder struct {
 
 func newEncoder(w io.Writer) *encoder { return &encoder{w: w} }
 
-// send writes one message. A message that cannot be encoded (a NaN
-// in it: JSON has none) is refused and the stream stays usable; a failed
-// write is final.
+// send writes one message. A message that cannot be encoded (a body that
+// is not JSON) is refused and the stream stays usable; a failed write is
+// final.
 func (e *encoder) send(m Message) error {
 	line, err := json.Marshal(m)
 	if err != nil {
@@ -123,30 +130,4 @@ func (d *decoder) next() (Message, error) {
 		return Message{}, fmt.Errorf("worker protocol: bad message %.80q: %w", d.sc.Text(), err)
 	}
 	return m, nil
-}
-
-// remoteObserver is the worker side of trainer.Observer: every
-// measurement becomes an observe message. One that cannot be encoded (a
-// NaN) is dropped, as a message that cannot be sent is.
-type remoteObserver struct{ enc *encoder }
-
-func (o remoteObserver) Observe(m trainer.Measurement) {
-	name, body, err := trainer.EncodeMeasurement(m)
-	if err != nil {
-		return
-	}
-	_ = o.enc.send(Message{Type: TypeObserve, Name: name, Body: body})
-}
-
-// replay passes the measurement an observe message carries to o.
-func replay(o trainer.Observer, m Message) error {
-	if m.Name == "" {
-		return errors.New("worker protocol: observe message without a measurement")
-	}
-	x, err := trainer.DecodeMeasurement(m.Name, m.Body)
-	if err != nil {
-		return fmt.Errorf("worker protocol: %w", err)
-	}
-	o.Observe(x)
-	return nil
 }

@@ -1,233 +1,154 @@
 package worker
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"reflect"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-
-	"github.com/tolaria-ml/tolaria/bench"
-	"github.com/tolaria-ml/tolaria/job"
-	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 func TestMain(m *testing.M) {
-	// The test binary doubles as a CPU worker for the subprocess tests.
+	// The test binary doubles as a worker for the subprocess tests.
 	if os.Getenv(serveAsWorkerEnv) == "1" {
 		os.Exit(serveAsWorker())
 	}
 	goleak.VerifyTestMain(m)
 }
 
-// serveAsWorkerEnv makes the test binary a CPU worker (see TestMain).
+// serveAsWorkerEnv makes the test binary a worker (see TestMain).
 const serveAsWorkerEnv = "TOLARIA_WORKER_TEST_SERVE"
 
-// serveAsWorker is tolaria-worker serve for the CPU device, run by the
-// test binary in a subprocess.
+// serveAsWorker is a worker process serving echo: the protocol without a
+// device or a job.
 func serveAsWorker() int {
 	out := os.Stdout
 	if os.Getenv(ProtocolFDEnv) == "3" {
 		out = os.NewFile(3, "protocol")
 	}
-	if err := Serve(context.Background(), os.Stdin, out, ServeConfig{Build: "cpu", Open: OpenCPU}); err != nil {
+	if err := echo(context.Background(), os.Stdin, out); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
 }
 
-// recorder keeps every measurement.
-type recorder struct {
-	mu  sync.Mutex
-	got []trainer.Measurement
+// echo serves one request as a worker does, with no device: it says hello
+// for the device asked, refuses "cuda" as a worker without a GPU does,
+// answers a probe with the hello alone, and otherwise sends a measurement,
+// a progress report and a log line, then the request's body back as the
+// result. A body {"wait": true} makes it wait for cancel (or the end of
+// input) first and answer {"cancelled": true}.
+func echo(ctx context.Context, in io.Reader, out io.Writer) error {
+	conn, err := Accept(in, out)
+	if err != nil {
+		return err
+	}
+	req := conn.Request()
+	if req.Device == "cuda" {
+		return conn.Fail(&Error{Kind: KindNoDevice, Message: "no GPU here"})
+	}
+	if err := conn.Hello(Hello{Device: req.Device, Description: "echo", Build: "cpu", PID: os.Getpid()}); err != nil || req.Type == TypeProbe {
+		return err
+	}
+	var ask struct{ Wait bool }
+	_ = json.Unmarshal(req.Body, &ask)
+	runCtx, wait := conn.WatchCancel(ctx)
+	defer wait()
+	if ask.Wait {
+		<-runCtx.Done()
+		return conn.Result(map[string]bool{"cancelled": true})
+	}
+	err = errors.Join(
+		conn.Observe("epoch", json.RawMessage(`{"epoch":1}`)),
+		conn.Progress(json.RawMessage(`{"step":1}`)),
+		conn.Log("halfway"),
+		conn.Result(req.Body))
+	return err
 }
 
-func (r *recorder) Observe(m trainer.Measurement) {
-	r.mu.Lock()
-	r.got = append(r.got, m)
-	r.mu.Unlock()
-}
+// got records what a sink receives, in order.
+type got struct{ answers []string }
 
-// TestObservationsRoundTrip: every kind of measurement survives the
-// protocol.
-func TestObservationsRoundTrip(t *testing.T) {
-	var wire bytes.Buffer
-	enc := newEncoder(&wire)
-	remote, direct := remoteObserver{enc}, &recorder{}
-	for _, o := range []trainer.Observer{remote, direct} {
-		for _, m := range []trainer.Measurement{
-			trainer.GraphEnabled{On: true},
-			trainer.Captured{Seconds: 0.25, Pooled: true},
-			trainer.Replayed{Seconds: 0.001},
-			trainer.StageCopied{Seconds: 0.0005},
-			trainer.Fallback{Reason: "capture_failed"},
-			trainer.ExecUpdated{},
-			trainer.PoolReserved{Bytes: 1 << 20},
-			trainer.PrefetchDisabled{Disabled: true},
-			trainer.Stepped{Seconds: 0.01, Samples: 64},
-			trainer.TrainLoss{Loss: 0.5},
-			trainer.EvalAccuracy{Accuracy: 0.9},
-			trainer.Epoch{Epoch: 3},
-			trainer.DeviceMemory{What: "in_use", Bytes: 4096},
-			trainer.TrainBatch{Seq: 3, Indices: []int{5, 1}},
-			trainer.Event{Kind: "capture", Fields: map[string]any{"n": 1.0}},
-		} {
-			o.Observe(m)
-		}
-	}
-	replayed := &recorder{}
-	dec := newDecoder(&wire)
-	for {
-		m, err := dec.next()
-		if err != nil {
-			break
-		}
-		if err := replay(replayed, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !reflect.DeepEqual(replayed.got, direct.got) {
-		t.Fatalf("through the protocol:\n%v\ndirect:\n%v", replayed.got, direct.got)
-	}
-	if len(direct.got) != len(trainer.Measurements()) {
-		t.Fatalf("%d measurements for %d kinds", len(direct.got), len(trainer.Measurements()))
+func (g *got) sink() Sink {
+	return Sink{
+		Hello: func(h Hello) { g.answers = append(g.answers, "hello "+h.Device) },
+		Observe: func(name string, body json.RawMessage) error {
+			g.answers = append(g.answers, name+" "+string(body))
+			return nil
+		},
+		Progress: func(body json.RawMessage) error { g.answers = append(g.answers, "progress "+string(body)); return nil },
+		Log:      func(line string) { g.answers = append(g.answers, "log "+line) },
 	}
 }
 
-func smallSpec() job.Spec {
-	s := job.Default()
-	s.Device, s.Dataset, s.SyntheticSize, s.Epochs, s.Hidden, s.EnableGraphs = "cpu", "synthetic", 512, 2, []int{16}, true
-	return s
-}
-
-func TestRunInProcess(t *testing.T) {
-	rec := &recorder{}
-	var progress int
-	hello, sum, err := RunInProcess(context.Background(), "cpu", smallSpec(), ServeConfig{Build: "cpu", Open: OpenCPU},
-		Sink{Observer: rec, Progress: func(trainer.Progress) { progress++ }})
+// TestInProcessCarriesEveryAnswer: every kind of answer reaches the sink
+// in order, payloads as they were sent, and the result comes back.
+func TestInProcessCarriesEveryAnswer(t *testing.T) {
+	var g got
+	body := json.RawMessage(`{"epochs":2,"hidden":[16]}`)
+	hello, res, err := InProcess(echo).Call(context.Background(), Request{Type: TypeStart, Device: "cpu", Body: body}, g.sink())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hello.Device != "cpu" || hello.Build != "cpu" {
-		t.Fatalf("hello %+v", hello)
-	}
-	if !sum.GraphEnabled || sum.Steps == 0 || sum.ParamsSHA256 == "" || progress == 0 {
-		t.Fatalf("summary %+v, %d progress reports", sum, progress)
-	}
-	if len(rec.got) == 0 {
-		t.Fatal("no observations reached the coordinator")
+	want := []string{"hello cpu", `epoch {"epoch":1}`, `progress {"step":1}`, "log halfway"}
+	if !reflect.DeepEqual(g.answers, want) || hello.Device != "cpu" || string(res) != string(body) {
+		t.Fatalf("answers %q, hello %+v, result %s; want %q and the body back", g.answers, hello, res, want)
 	}
 }
 
-func TestCancelInterruptsWithACheckpoint(t *testing.T) {
-	spec := smallSpec()
-	spec.Epochs, spec.RunDir = 1000, t.TempDir()
+// TestSinkErrorEndsTheRequest: a payload its owner cannot decode ends
+// the request with the owner's error.
+func TestSinkErrorEndsTheRequest(t *testing.T) {
+	sink := Sink{Observe: func(name string, _ json.RawMessage) error { return fmt.Errorf("unknown measurement %q", name) }}
+	_, _, err := InProcess(echo).Call(context.Background(), Request{Type: TypeStart, Device: "cpu", Body: json.RawMessage(`{}`)}, sink)
+	if err == nil || !strings.Contains(err.Error(), `unknown measurement "epoch"`) {
+		t.Fatalf("err %v, want the sink's", err)
+	}
+}
+
+// TestCancelReachesTheWorker: cancelling the caller's context sends
+// cancel; the worker answers, and its answer is returned.
+func TestCancelReachesTheWorker(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	sink := Sink{Progress: func(p trainer.Progress) {
-		if p.EpochDone && p.Epoch == 2 {
-			cancel()
-		}
-	}}
 	done := make(chan struct{})
-	var sum trainer.Summary
+	var res json.RawMessage
 	var err error
 	go func() {
 		defer close(done)
-		_, sum, err = RunInProcess(ctx, "cpu", spec, ServeConfig{Build: "cpu", Open: OpenCPU}, sink)
+		_, res, err = InProcess(echo).Call(ctx, Request{Type: TypeStart, Device: "cpu", Body: json.RawMessage(`{"wait":true}`)},
+			Sink{Hello: func(Hello) { cancel() }})
 	}()
 	select {
 	case <-done:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("a cancelled run did not stop")
+	case <-time.After(time.Minute):
+		t.Fatal("a cancelled request did not end")
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !sum.Interrupted || sum.Steps >= 1000*8 {
-		t.Fatalf("summary after cancel: interrupted=%v steps=%d", sum.Interrupted, sum.Steps)
+	if err != nil || string(res) != `{"cancelled":true}` {
+		t.Fatalf("result %s, %v; want the worker's answer to the cancel", res, err)
 	}
 }
 
 func TestErrorsCarryTheirKind(t *testing.T) {
-	bad := smallSpec()
-	bad.Epochs = 0
-	_, _, err := RunInProcess(context.Background(), "cpu", bad, ServeConfig{Build: "cpu", Open: OpenCPU}, Sink{})
+	_, _, err := InProcess(echo).Call(context.Background(), Request{Type: TypeStart, Device: "cuda"}, Sink{})
 	var we *Error
-	if !errors.As(err, &we) || we.Kind != KindUsage {
-		t.Fatalf("bad spec: %v", err)
-	}
-	_, _, err = RunInProcess(context.Background(), "cuda", smallSpec(), ServeConfig{Build: "cpu", Open: OpenCPU}, Sink{})
-	if !errors.As(err, &we) || we.Kind != KindNoDevice {
-		t.Fatalf("cuda in process: %v", err)
-	}
-	missing := smallSpec()
-	missing.Dataset, missing.DataDir = "fashion-mnist", t.TempDir()
-	_, _, err = RunInProcess(context.Background(), "cpu", missing, ServeConfig{Build: "cpu", Open: OpenCPU}, Sink{})
-	if !errors.As(err, &we) || we.Kind != KindUsage {
-		t.Fatalf("missing data: %v", err)
+	if !errors.As(err, &we) || we.Kind != KindNoDevice || we.Message != "no GPU here" {
+		t.Fatalf("err %v, want the worker's no_device error", err)
 	}
 }
 
-func TestBenchThroughTheProtocol(t *testing.T) {
-	toWorker, fromCoord := io.Pipe()
-	toCoord, fromWorker := io.Pipe()
-	served := make(chan error, 1)
-	go func() {
-		served <- Serve(context.Background(), toWorker, fromWorker, ServeConfig{Build: "cpu", Open: OpenCPU})
-		fromWorker.Close()
-	}()
-	var lines int
-	cfg := bench.Config{Preset: bench.PresetTiny, Epochs: 2, Steps: 16, ProbeKernels: -1}
-	hello, res, err := converse(context.Background(), fromCoord, toCoord,
-		Message{Type: TypeBench, Device: "cpu", Bench: &cfg}, Sink{Log: func(string) { lines++ }})
-	fromCoord.Close()
-	if err := <-served; err != nil {
-		t.Fatal(err)
-	}
-	toCoord.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if hello.Device != "cpu" || res.Report == nil || len(res.Report.Records) != 4 || lines == 0 {
-		t.Fatalf("hello %+v, report %+v, %d progress lines", hello, res.Report, lines)
-	}
-	if res.Report.Summary.Speedup <= 0 {
-		t.Fatalf("summary did not survive the protocol: %+v", res.Report.Summary)
-	}
-}
-
-// TestServeRunsThePlanItIsGiven: an in-process run hands Serve the plan
-// made in this process, with its data; Serve runs it as it is, without
-// loading the spec's data again (here the spec sent names a directory
-// without data, so loading would fail).
-func TestServeRunsThePlanItIsGiven(t *testing.T) {
-	spec := smallSpec()
-	train, test, err := spec.LoadData()
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := spec.Plan(train, test)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sent := spec
-	sent.Dataset, sent.DataDir = "fashion-mnist", t.TempDir()
-	_, sum, err := RunInProcess(context.Background(), "cpu", sent, ServeConfig{Build: "cpu", Open: OpenCPU, Plan: plan}, Sink{})
-	if err != nil {
-		t.Fatalf("running the plan: %v", err)
-	}
-	if want := spec.Epochs * plan.Trainer.StepsPerEpoch(); sum.Steps != want {
-		t.Fatalf("%d steps, want the plan's %d", sum.Steps, want)
-	}
-	if _, _, err := RunInProcess(context.Background(), "cpu", sent, ServeConfig{Build: "cpu", Open: OpenCPU}, Sink{}); err == nil {
-		t.Fatal("without a plan, Serve trained on a spec whose data does not exist")
+// TestProbeEndsAtHello: a probe's answer is the hello alone.
+func TestProbeEndsAtHello(t *testing.T) {
+	var g got
+	hello, res, err := InProcess(echo).Call(context.Background(), Request{Type: TypeProbe, Device: "cpu"}, g.sink())
+	if err != nil || hello.Device != "cpu" || res != nil || len(g.answers) != 1 {
+		t.Fatalf("hello %+v, result %s, answers %q, %v", hello, res, g.answers, err)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
-	"github.com/tolaria-ml/tolaria/worker"
+	"github.com/tolaria-ml/tolaria/jobserver"
 )
 
 // options are the command's flags.
@@ -140,13 +140,7 @@ func (o options) measure(ctx context.Context, cfg bench.Config, stderr io.Writer
 		proc, _, err := coordinator.CUDAWorker(ctx, o.worker, 0, os.Stderr)
 		switch {
 		case err == nil:
-			progress := cfg.Progress
-			cfg.Progress = nil
-			_, rep, err := proc.Bench(ctx, "cuda", cfg, worker.Sink{Log: func(line string) {
-				if progress != nil {
-					progress(line)
-				}
-			}})
+			_, rep, err := jobserver.Bench(ctx, proc, "cuda", cfg)
 			return rep, err
 		case o.device == "cuda":
 			return nil, fmt.Errorf("--device cuda: %w", err)

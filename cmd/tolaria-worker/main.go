@@ -19,6 +19,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/worker"
 )
 
@@ -37,7 +38,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("worker_pid", os.Getpid())
-	err := worker.Serve(ctx, os.Stdin, protocolOut(), worker.ServeConfig{Build: build, Open: open, Logger: log})
+	err := jobserver.Serve(ctx, os.Stdin, protocolOut(), jobserver.Config{Build: build, Open: open, Logger: log})
 	if err != nil {
 		log.Error("worker failed", "err", err)
 		os.Exit(1)
@@ -60,5 +61,5 @@ func open(name string, spec job.Spec) (device.Device, error) {
 	if name == "cuda" {
 		return openCUDA(spec)
 	}
-	return worker.OpenCPU(name, spec)
+	return jobserver.OpenCPU(name, spec)
 }

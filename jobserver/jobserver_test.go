@@ -1,0 +1,271 @@
+package jobserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tolaria-ml/tolaria/bench"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+func TestMain(m *testing.M) {
+	// The test binary doubles as a CPU tolaria-worker for the subprocess
+	// test.
+	if os.Getenv(serveAsWorkerEnv) == "1" {
+		os.Exit(serveAsWorker())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// serveAsWorkerEnv makes the test binary a CPU worker (see TestMain).
+const serveAsWorkerEnv = "TOLARIA_JOBSERVER_TEST_SERVE"
+
+// serveAsWorker is tolaria-worker serve for the CPU device.
+func serveAsWorker() int {
+	out := os.Stdout
+	if os.Getenv(worker.ProtocolFDEnv) == "3" {
+		out = os.NewFile(3, "protocol")
+	}
+	if err := Serve(context.Background(), os.Stdin, out, Config{Build: "cpu", Open: OpenCPU}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// recorder keeps every measurement.
+type recorder struct {
+	mu  sync.Mutex
+	got []trainer.Measurement
+}
+
+func (r *recorder) Observe(m trainer.Measurement) {
+	r.mu.Lock()
+	r.got = append(r.got, m)
+	r.mu.Unlock()
+}
+
+// TestObservationsRoundTrip: every kind of measurement survives the
+// protocol, from the worker's observer to the coordinator's.
+func TestObservationsRoundTrip(t *testing.T) {
+	sent := []trainer.Measurement{
+		trainer.GraphEnabled{On: true},
+		trainer.Captured{Seconds: 0.25, Pooled: true},
+		trainer.Replayed{Seconds: 0.001},
+		trainer.StageCopied{Seconds: 0.0005},
+		trainer.Fallback{Reason: "capture_failed"},
+		trainer.ExecUpdated{},
+		trainer.PoolReserved{Bytes: 1 << 20},
+		trainer.PrefetchDisabled{Disabled: true},
+		trainer.Stepped{Seconds: 0.01, Samples: 64},
+		trainer.TrainLoss{Loss: 0.5},
+		trainer.EvalAccuracy{Accuracy: 0.9},
+		trainer.Epoch{Epoch: 3},
+		trainer.DeviceMemory{What: "in_use", Bytes: 4096},
+		trainer.TrainBatch{Seq: 3, Indices: []int{5, 1}},
+		trainer.Event{Kind: "capture", Fields: map[string]any{"n": 1.0}},
+	}
+	serve := func(_ context.Context, in io.Reader, out io.Writer) error {
+		conn, err := worker.Accept(in, out)
+		if err != nil {
+			return err
+		}
+		if err := conn.Hello(worker.Hello{Device: "cpu"}); err != nil {
+			return err
+		}
+		for _, m := range sent {
+			remoteObserver{conn}.Observe(m)
+		}
+		return conn.Result(trainer.Summary{Steps: 1})
+	}
+	rec := &recorder{}
+	_, sum, err := Run(context.Background(), worker.InProcess(serve), "cpu", job.Default(), Sink{Observer: rec})
+	if err != nil || sum.Steps != 1 {
+		t.Fatalf("summary %+v, %v", sum, err)
+	}
+	if !reflect.DeepEqual(rec.got, sent) {
+		t.Fatalf("through the protocol:\n%v\nsent:\n%v", rec.got, sent)
+	}
+	if len(sent) != len(trainer.Measurements()) {
+		t.Fatalf("%d measurements sent for %d kinds", len(sent), len(trainer.Measurements()))
+	}
+}
+
+func smallSpec() job.Spec {
+	s := job.Default()
+	s.Device, s.Dataset, s.SyntheticSize, s.Epochs, s.Hidden, s.EnableGraphs = "cpu", "synthetic", 512, 2, []int{16}, true
+	return s
+}
+
+func local() worker.InProcess { return InProcess(Config{Build: "cpu", Open: OpenCPU}) }
+
+func TestRunInProcess(t *testing.T) {
+	rec := &recorder{}
+	var progress int
+	hello, sum, err := Run(context.Background(), local(), "cpu", smallSpec(),
+		Sink{Observer: rec, Progress: func(trainer.Progress) { progress++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hello.Device != "cpu" || hello.Build != "cpu" {
+		t.Fatalf("hello %+v", hello)
+	}
+	if !sum.GraphEnabled || sum.Steps == 0 || sum.ParamsSHA256 == "" || progress == 0 {
+		t.Fatalf("summary %+v, %d progress reports", sum, progress)
+	}
+	if len(rec.got) == 0 {
+		t.Fatal("no observations reached the coordinator")
+	}
+}
+
+func TestCancelInterruptsWithACheckpoint(t *testing.T) {
+	spec := smallSpec()
+	spec.Epochs, spec.RunDir = 1000, t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	sink := Sink{Progress: func(p trainer.Progress) {
+		if p.EpochDone && p.Epoch == 2 {
+			cancel()
+		}
+	}}
+	done := make(chan struct{})
+	var sum trainer.Summary
+	var err error
+	go func() {
+		defer close(done)
+		_, sum, err = Run(ctx, local(), "cpu", spec, sink)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("a cancelled run did not stop")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.Interrupted || sum.Steps >= 1000*8 {
+		t.Fatalf("summary after cancel: interrupted=%v steps=%d", sum.Interrupted, sum.Steps)
+	}
+}
+
+func TestErrorsCarryTheirKind(t *testing.T) {
+	bad := smallSpec()
+	bad.Epochs = 0
+	_, _, err := Run(context.Background(), local(), "cpu", bad, Sink{})
+	var we *worker.Error
+	if !errors.As(err, &we) || we.Kind != worker.KindUsage {
+		t.Fatalf("bad spec: %v", err)
+	}
+	_, _, err = Run(context.Background(), local(), "cuda", smallSpec(), Sink{})
+	if !errors.As(err, &we) || we.Kind != worker.KindNoDevice {
+		t.Fatalf("cuda in process: %v", err)
+	}
+	missing := smallSpec()
+	missing.Dataset, missing.DataDir = "fashion-mnist", t.TempDir()
+	_, _, err = Run(context.Background(), local(), "cpu", missing, Sink{})
+	if !errors.As(err, &we) || we.Kind != worker.KindUsage {
+		t.Fatalf("missing data: %v", err)
+	}
+	_, _, err = local().Call(context.Background(), worker.Request{Type: "train", Device: "cpu"}, worker.Sink{})
+	if !errors.As(err, &we) || we.Kind != worker.KindUsage {
+		t.Fatalf("an unknown request: %v", err)
+	}
+}
+
+func TestBenchThroughTheProtocol(t *testing.T) {
+	var lines int
+	cfg := bench.Config{Preset: bench.PresetTiny, Epochs: 2, Steps: 16, ProbeKernels: -1, Progress: func(string) { lines++ }}
+	hello, rep, err := Bench(context.Background(), local(), "cpu", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hello.Device != "cpu" || rep == nil || len(rep.Records) != 4 || lines == 0 {
+		t.Fatalf("hello %+v, report %+v, %d progress lines", hello, rep, lines)
+	}
+	if rep.Summary.Speedup <= 0 {
+		t.Fatalf("summary did not survive the protocol: %+v", rep.Summary)
+	}
+}
+
+// TestServeRunsThePlanItIsGiven: an in-process run hands Serve the plan
+// made in this process, with its data; Serve runs it as it is, without
+// loading the spec's data again (here the spec sent names a directory
+// without data, so loading would fail).
+func TestServeRunsThePlanItIsGiven(t *testing.T) {
+	spec := smallSpec()
+	train, test, err := spec.LoadData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := spec.Plan(train, test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := spec
+	sent.Dataset, sent.DataDir = "fashion-mnist", t.TempDir()
+	_, sum, err := Run(context.Background(), InProcess(Config{Build: "cpu", Open: OpenCPU, Plan: plan}), "cpu", sent, Sink{})
+	if err != nil {
+		t.Fatalf("running the plan: %v", err)
+	}
+	if want := spec.Epochs * plan.Trainer.StepsPerEpoch(); sum.Steps != want {
+		t.Fatalf("%d steps, want the plan's %d", sum.Steps, want)
+	}
+	if _, _, err := Run(context.Background(), local(), "cpu", sent, Sink{}); err == nil {
+		t.Fatal("without a plan, Serve trained on a spec whose data does not exist")
+	}
+}
+
+// TestSubprocessWorker: a CPU tolaria-worker process (this test binary)
+// answers a probe, refuses cuda with its kind, and runs a job whose
+// measurements and progress reach the coordinator.
+func TestSubprocessWorker(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(serveAsWorkerEnv, "1")
+	p := &worker.Process{Path: exe, HelloTimeout: time.Minute}
+	h, err := p.Probe(context.Background(), "cpu")
+	if err != nil || h.Device != "cpu" || h.Build != "cpu" || h.PID == os.Getpid() {
+		t.Fatalf("probe: hello %+v, %v", h, err)
+	}
+	_, err = p.Probe(context.Background(), "cuda")
+	var we *worker.Error
+	if !errors.As(err, &we) || we.Kind != worker.KindNoDevice {
+		t.Fatalf("probe for cuda: %v", err)
+	}
+	spec := smallSpec()
+	spec.RunDir = t.TempDir()
+	rec := &recorder{}
+	var progress int
+	_, s, err := Run(context.Background(), p, "cpu", spec, Sink{Observer: rec, Progress: func(trainer.Progress) { progress++ }})
+	if err != nil || s.Steps == 0 || s.ParamsSHA256 == "" || len(rec.got) == 0 || progress == 0 {
+		t.Fatalf("run: %+v, %d measurements, %d progress reports, %v", s, len(rec.got), progress, err)
+	}
+}
+
+// TestSummaryCrossesWhole: the summary a worker sends arrives as it was.
+func TestSummaryCrossesWhole(t *testing.T) {
+	want := trainer.Summary{Device: "cpu", Steps: 7, Fallbacks: map[string]int{"capture_failed": 2}, EpochSeconds: []float64{0.5}}
+	serve := func(_ context.Context, in io.Reader, out io.Writer) error {
+		conn, err := worker.Accept(in, out)
+		if err != nil {
+			return err
+		}
+		return errors.Join(conn.Hello(worker.Hello{Device: "cpu"}), conn.Result(want))
+	}
+	_, got, err := Run(context.Background(), worker.InProcess(serve), "cpu", job.Default(), Sink{})
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("summary %+v, %v; want %+v", got, err, want)
+	}
+}

@@ -1,0 +1,212 @@
+// Package jobserver serves tolaria's jobs over the worker protocol. Serve
+// is the worker's side: it opens the device a request names and runs the
+// job (job.Plan.Run) or the benchmark (bench.Run) on it, forwarding the
+// trainer's measurements and progress and classifying a failure into the
+// protocol's error kinds. Run and Bench are the coordinator's side of the
+// same two requests, so both ends of each payload (the job, the summary,
+// the benchmark's configuration and report) are encoded and decoded here.
+//
+// It is a package of its own, and named for serving jobs, because it sits
+// between two that must stay apart: worker, the protocol and its
+// transports, which carries payloads it never decodes and so imports no
+// job, trainer or bench; and coordinator, which starts and watches worker
+// processes and which the worker binary must not link. tolaria-worker and
+// the coordinator's in-process CPU path both serve through it.
+package jobserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/bench"
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// Opener opens the named device ("cpu" or "cuda") for a job.
+type Opener func(name string, spec job.Spec) (device.Device, error)
+
+// OpenCPU opens the CPU device for a job; any other name is refused.
+func OpenCPU(name string, spec job.Spec) (device.Device, error) {
+	if name != "cpu" {
+		return nil, fmt.Errorf("%w: %q is not served in process; only cpu is", device.ErrNoDevice, name)
+	}
+	return cpu.Open(cpu.Config{SlowCopy: time.Duration(spec.SlowStageCopyMS * float64(time.Millisecond))})
+}
+
+// Config configures the worker side.
+type Config struct {
+	Build  string // "cuda" or "cpu": how this worker was built
+	Open   Opener
+	Pool   *graphs.Pool // the worker process's shared graph pool
+	Logger *slog.Logger
+	// Plan, when set, is the job planned in this process for the spec that
+	// the start message carries (see InProcess): Serve runs it as it is
+	// rather than validating, loading and planning the spec again. A worker
+	// process has none: a spec from another process is checked here.
+	Plan *job.Plan
+}
+
+// Serve answers one request read from in: a probe, a job or a benchmark.
+// It writes the protocol to out and returns when the request is done and
+// in is closed or cancelled.
+func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Pool == nil {
+		cfg.Pool = graphs.NewPool()
+		defer cfg.Pool.Close()
+	}
+	conn, err := worker.Accept(in, out)
+	if err != nil {
+		return err
+	}
+	req := conn.Request()
+	if req.Type != worker.TypeStart && req.Type != worker.TypeProbe && req.Type != worker.TypeBench {
+		return conn.Fail(usage("first message must be start, bench or probe, got " + req.Type))
+	}
+	spec := job.Default()
+	if req.Type == worker.TypeStart && len(req.Body) > 0 {
+		var sent job.Spec
+		if err := json.Unmarshal(req.Body, &sent); err != nil {
+			return conn.Fail(usage(fmt.Sprintf("the job cannot be read: %v", err)))
+		}
+		spec = sent
+	}
+	dev, err := cfg.Open(req.Device, spec)
+	if err != nil {
+		return conn.Fail(&worker.Error{Kind: worker.KindNoDevice, Message: err.Error()})
+	}
+	defer func() {
+		// The pool may outlive this request (in process); it keeps
+		// nothing of a closed device.
+		_ = cfg.Pool.Drop(dev)
+		_ = dev.Close()
+	}()
+	hello := worker.Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid()}
+	if err := conn.Hello(hello); err != nil || req.Type == worker.TypeProbe {
+		return err
+	}
+	if req.Type == worker.TypeBench {
+		// The benchmark opens its own devices; give this one back first.
+		_ = dev.Close()
+		return serveBench(ctx, conn, spec, cfg)
+	}
+
+	runCtx, wait := conn.WatchCancel(ctx)
+	sum, err := runJob(runCtx, conn, spec, dev, cfg)
+	if err == nil {
+		err = conn.Result(sum)
+	}
+	if err != nil {
+		if serr := conn.Fail(classify(err)); serr != nil {
+			// Nothing reaches the coordinator: end the request, so the
+			// coordinator sees the worker go instead of waiting.
+			return fmt.Errorf("worker: reporting %v: %w", err, serr)
+		}
+	}
+	wait()
+	return nil
+}
+
+func usage(msg string) *worker.Error { return &worker.Error{Kind: worker.KindUsage, Message: msg} }
+
+func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.Device, cfg Config) (trainer.Summary, error) {
+	plan := cfg.Plan
+	if plan == nil {
+		var err error
+		if plan, err = planJob(spec); err != nil {
+			return trainer.Summary{}, err
+		}
+	}
+	progress := func(p trainer.Progress) {
+		if body, err := json.Marshal(p); err == nil {
+			_ = conn.Progress(body)
+		}
+	}
+	return plan.Run(ctx, dev, cfg.Pool, job.Options{Logger: cfg.Logger, Observer: remoteObserver{conn}, Progress: progress})
+}
+
+// planJob validates a spec received from another process, loads its data
+// and plans it: once, in this process.
+func planJob(spec job.Spec) (*job.Plan, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, usage(err.Error())
+	}
+	train, test, err := spec.LoadData()
+	if err != nil {
+		return nil, err
+	}
+	return spec.Plan(train, test)
+}
+
+// remoteObserver is the worker side of trainer.Observer: every
+// measurement becomes an observe message. One that cannot be encoded (a
+// NaN) is dropped, as a message that cannot be sent is.
+type remoteObserver struct{ conn *worker.Conn }
+
+func (o remoteObserver) Observe(m trainer.Measurement) {
+	name, body, err := trainer.EncodeMeasurement(m)
+	if err != nil {
+		return
+	}
+	_ = o.conn.Observe(name, body)
+}
+
+// classify maps an error to the kind the coordinator acts on.
+func classify(err error) *worker.Error {
+	var we *worker.Error
+	kind := worker.KindFailure
+	switch {
+	case errors.As(err, &we):
+		return we
+	case errors.Is(err, trainer.ErrCheckpoint):
+		kind = worker.KindCheckpoint
+	case errors.Is(err, trainer.ErrNonFinite):
+		kind = worker.KindNonFinite
+	case errors.Is(err, data.ErrMissing), errors.Is(err, data.ErrCorrupt), errors.Is(err, data.ErrInvalid):
+		kind = worker.KindUsage
+	case errors.Is(err, device.ErrNoDevice):
+		kind = worker.KindNoDevice
+	}
+	return &worker.Error{Kind: kind, Message: err.Error()}
+}
+
+// serveBench runs the benchmark on the requested device and answers with
+// its report. Progress lines travel as log messages.
+func serveBench(ctx context.Context, conn *worker.Conn, spec job.Spec, cfg Config) error {
+	req := conn.Request()
+	if len(req.Body) == 0 {
+		return conn.Fail(usage("bench request without a configuration"))
+	}
+	var bc bench.Config
+	if err := json.Unmarshal(req.Body, &bc); err != nil {
+		return conn.Fail(usage(fmt.Sprintf("the benchmark's configuration cannot be read: %v", err)))
+	}
+	bc = bc.WithDefaults()
+	if err := bc.Validate(); err != nil {
+		return conn.Fail(usage(err.Error()))
+	}
+	bc.Progress = func(msg string) { _ = conn.Log(msg) }
+	open := func() (device.Device, error) { return cfg.Open(req.Device, spec) }
+	rep, err := bench.Run(ctx, open, bc)
+	if err == nil {
+		err = conn.Result(rep)
+	}
+	if err != nil {
+		return conn.Fail(classify(err))
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Conn is a worker's end of one request: the request it read, and the
+// answers it sends back. Its methods are safe for concurrent use (a run
+// reports from several goroutines). A failed write is final: every later
+// answer fails with the same error.
+type Conn struct {
+	req Request
+	dec *decoder
+	enc *encoder
+}
+
+// Accept reads the request from in; answers go to out.
+func Accept(in io.Reader, out io.Writer) (*Conn, error) {
+	dec := newDecoder(in)
+	first, err := dec.next()
+	if err != nil {
+		return nil, fmt.Errorf("worker: reading the request: %w", err)
+	}
+	req := Request{Type: first.Type, Device: first.Device, Body: first.Body}
+	return &Conn{req: req, dec: dec, enc: newEncoder(out)}, nil
+}
+
+// Request is the request read.
+func (c *Conn) Request() Request { return c.req }
+
+// Hello says which device the worker opened.
+func (c *Conn) Hello(h Hello) error { return c.enc.send(Message{Type: TypeHello, Hello: &h}) }
+
+// Observe sends one measurement: its kind's name and its JSON.
+func (c *Conn) Observe(name string, body json.RawMessage) error {
+	return c.enc.send(Message{Type: TypeObserve, Name: name, Body: body})
+}
+
+// Progress sends a progress report.
+func (c *Conn) Progress(body json.RawMessage) error {
+	return c.enc.send(Message{Type: TypeProgress, Body: body})
+}
+
+// Log sends a progress line.
+func (c *Conn) Log(line string) error { return c.enc.send(Message{Type: TypeLog, Text: line}) }
+
+// Result sends v, encoded as JSON, as the request's outcome. A value JSON
+// cannot carry (a float that is not finite) is not sent: Result returns a
+// *Error of kind KindNonFinite for the caller to send with Fail instead,
+// so the coordinator always hears how the request ended. A failed write
+// is returned as it is.
+func (c *Conn) Result(v any) error {
+	body, err := json.Marshal(v)
+	var uv *json.UnsupportedValueError
+	if errors.As(err, &uv) {
+		return &Error{Kind: KindNonFinite, Message: fmt.Sprintf("the %s cannot be sent: it holds %s, which is not finite", TypeResult, uv.Str)}
+	}
+	if err != nil {
+		return fmt.Errorf("worker: encoding the result: %w", err)
+	}
+	return c.enc.send(Message{Type: TypeResult, Body: body})
+}
+
+// Fail sends the request's failure.
+func (c *Conn) Fail(e *Error) error { return c.enc.send(Message{Type: TypeError, Error: e}) }
+
+// WatchCancel returns a context that is cancelled when the coordinator
+// sends cancel or closes its end (it has gone, or has the answer and is
+// done), and a function that waits for that end. A worker serves its
+// request under the context, answers, then waits, so that it returns only
+// once the coordinator has let go.
+func (c *Conn) WatchCancel(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := c.dec.next()
+			if err != nil || m.Type == TypeCancel {
+				cancel()
+				if err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() {
+		<-done
+		cancel()
+	}
+}
