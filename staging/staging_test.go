@@ -366,3 +366,77 @@ func (j *jitterSource) Fill(seq int, dst []float32) (staging.Meta, error) {
 	time.Sleep(time.Duration((seq*7919)%5) * 100 * time.Microsecond)
 	return j.constSource.Fill(seq, dst)
 }
+
+// TestBatchesUseEveryInputBufferInTurn: batch n is staged into input
+// buffer n mod Buffers, so with two buffers or more the copy of the next
+// batch overlaps the step that reads the current one.
+func TestBatchesUseEveryInputBufferInTurn(t *testing.T) {
+	for _, buffers := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("buffers=%d", buffers), func(t *testing.T) {
+			d := open(t, cpu.Config{})
+			compute, err := d.NewStream()
+			must(t, err)
+			defer compute.Destroy()
+			const batches = 12
+			st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 4, Buffers: buffers, Loaders: 2}, &constSource{n: batches})
+			must(t, err)
+			if got := st.Buffers(); got != buffers {
+				t.Fatalf("Buffers() = %d, want %d", got, buffers)
+			}
+			st.Start(context.Background())
+			for i := range batches {
+				b, err := st.Next(context.Background())
+				must(t, err)
+				if b.Seq != i || b.K != i%buffers {
+					t.Fatalf("batch %d: staged as batch %d in input buffer %d, want input buffer %d", i, b.Seq, b.K, i%buffers)
+				}
+				must(t, compute.Wait(b.CopyDone))
+				must(t, compute.Record(st.StepDone(b.K)))
+				st.Release(b)
+			}
+			if _, err := st.Next(context.Background()); !errors.Is(err, io.EOF) {
+				t.Fatalf("Next after the last batch: %v, want io.EOF", err)
+			}
+			must(t, compute.Synchronize())
+			must(t, st.Stop())
+		})
+	}
+}
+
+// TestStopReleasesARunningStager: Stop on a stager in full flow (loaders
+// and stager blocked on slots the consumer never frees, under a context
+// that is never cancelled) returns, ends every goroutine it started, the
+// staging stream's included, and frees its pinned slots and input buffers.
+func TestStopReleasesARunningStager(t *testing.T) {
+	d := open(t, cpu.Config{})
+	compute, err := d.NewStream()
+	must(t, err)
+	defer compute.Destroy()
+	before := d.MemoryStats()
+	running := goleak.IgnoreCurrent()
+	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 3, Buffers: 2, Loaders: 2}, &constSource{n: 1000})
+	must(t, err)
+	st.Start(context.Background())
+	b, err := st.Next(context.Background())
+	must(t, err)
+	must(t, compute.Wait(b.CopyDone))
+	must(t, compute.Record(st.StepDone(b.K)))
+	st.Release(b)
+	if _, err := st.Next(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- st.Stop() }()
+	select {
+	case err := <-stopped:
+		must(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop of a running stager did not return within 5s")
+	}
+	after := d.MemoryStats()
+	if after.DeviceInUse != before.DeviceInUse || after.HostPinned != before.HostPinned {
+		t.Fatalf("after Stop: %d bytes of device memory and %d pinned in use, want %d and %d as before New",
+			after.DeviceInUse, after.HostPinned, before.DeviceInUse, before.HostPinned)
+	}
+	goleak.VerifyNone(t, running)
+}
