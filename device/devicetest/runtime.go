@@ -96,7 +96,9 @@ func testMemory(t *testing.T, open Opener) {
 		t.Fatal("Upload then Download changed the data")
 	}
 	st := e.dev.MemoryStats()
-	if st.DeviceInUse-before.DeviceInUse < 4000 || st.Allocs <= before.Allocs {
+	// Allocs must grow by exactly one: a counter that went down instead
+	// wraps around, which a mere "grew" check would take for growth.
+	if st.DeviceInUse-before.DeviceInUse < 4000 || st.Allocs != before.Allocs+1 {
 		t.Fatalf("MemoryStats did not count a 4000-byte allocation: before %+v after %+v", before, st)
 	}
 	view := b.Slice(10, 5)
@@ -122,8 +124,17 @@ func testMemory(t *testing.T, open Opener) {
 	if !slices.Equal(out.Data(), fillSeq(64, 0.5)) {
 		t.Fatalf("pinned round trip = %v", out.Data())
 	}
+	if st := e.dev.MemoryStats(); st.HostPinned != before.HostPinned+2*64*4 || st.HostAllocs != before.HostAllocs+2 {
+		t.Fatalf("MemoryStats did not count two 256-byte pinned allocations: before %+v after %+v", before, st)
+	}
 	e.must(e.dev.FreeHost(h))
 	e.must(e.dev.FreeHost(out))
+	if st := e.dev.MemoryStats(); st.HostPinned != before.HostPinned || st.HostAllocs != before.HostAllocs+2 {
+		t.Fatalf("FreeHost did not return pinned memory: before %+v after %+v", before, st)
+	}
+	wantErr(t, e.dev.FreeHost(h), device.ErrClosed, "FreeHost of a freed host buffer")
+	_, err = e.dev.AllocHost(0)
+	wantErr(t, err, device.ErrMisuse, "AllocHost(0)")
 }
 
 // slowWork enqueues enough arithmetic to take a noticeable time, so that a
@@ -581,4 +592,29 @@ func testMisuse(t *testing.T, open Opener) {
 	if err := e.dev.Free(x.Slice(1, 2)); !errors.Is(err, device.ErrMisuse) {
 		t.Fatalf("Free of a slice: %v", err)
 	}
+	if err := e.dev.Free(x.Slice(0, 4)); !errors.Is(err, device.ErrMisuse) {
+		t.Fatalf("Free of a slice at offset 0: %v", err)
+	}
+
+	// Events, graphs and executables of another device are refused too.
+	ostr, err := other.NewStream()
+	e.must(err)
+	defer ostr.Destroy()
+	oev, err := other.NewEvent()
+	e.must(err)
+	defer oev.Destroy()
+	wantErr(t, s.Record(oev), device.ErrMisuse, "Record of an event of another device")
+	oy, err := other.Alloc(8)
+	e.must(err)
+	e.must(ostr.BeginCapture(device.CaptureGlobal))
+	e.must(ostr.Fill(oy, 1))
+	og, err := ostr.EndCapture()
+	e.must(err)
+	defer og.Destroy()
+	_, err = e.dev.Instantiate(og)
+	wantErr(t, err, device.ErrMisuse, "Instantiate of a graph of another device")
+	ox, err := other.Instantiate(og)
+	e.must(err)
+	defer ox.Destroy()
+	wantErr(t, s.Launch(ox), device.ErrMisuse, "Launch of an executable of another device")
 }
