@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -221,6 +222,56 @@ func TestClipGlobalNorm(t *testing.T) {
 		sameBits(t, c.name+" norm", norm, []float32{5, -1})
 		near(t, c.name+" x", x, []float64{float64(c.want[0]), float64(c.want[1])}, 1e-6)
 	}
+}
+
+// TestClipGlobalNormEpsilon: the scale is maxNorm/(norm+1e-6), and at a
+// small norm the 1e-6 is a large part of the denominator: 1/6 here where
+// maxNorm/norm alone would give 1/5, and maxNorm/(norm-1e-6) 1/4.
+func TestClipGlobalNormEpsilon(t *testing.T) {
+	x, norm := []float32{3e-6, 4e-6}, []float32{0}
+	clipGlobalNorm(x, 1e-6, norm)
+	for i, w := range []float64{3e-6 / 6, 4e-6 / 6} {
+		if math.Abs(float64(x[i])-w) > 1e-5*w {
+			t.Fatalf("x[%d] = %g after clipping to 1e-6, want %g (scaled by maxNorm/(norm+1e-6))", i, x[i], w)
+		}
+	}
+}
+
+// TestClipGlobalNormRefusesANonPositiveMaxNorm: a maxNorm of zero or less
+// would clip every gradient to nothing (or flip it); the CPU device refuses
+// it with ErrMisuse and leaves x as it was.
+func TestClipGlobalNormRefusesANonPositiveMaxNorm(t *testing.T) {
+	d, err := Open(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	x, err := d.Alloc(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	norm, err := d.Alloc(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Upload(x, []float32{3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	for _, maxNorm := range []float32{0, -1, float32(math.NaN())} {
+		if err := s.ClipGlobalNorm(x, maxNorm, norm); !errors.Is(err, device.ErrMisuse) {
+			t.Fatalf("ClipGlobalNorm with maxNorm %g: %v, want ErrMisuse", maxNorm, err)
+		}
+	}
+	got := make([]float32, 2)
+	if err := d.Download(got, x); err != nil {
+		t.Fatal(err)
+	}
+	sameBits(t, "x after refused calls", got, []float32{3, 4})
 }
 
 func TestOptimizersAgainstRef(t *testing.T) {
