@@ -166,6 +166,22 @@ func TestSoftmaxXentBadLabel(t *testing.T) {
 	}
 }
 
+// TestSoftmaxXentGradGoesOnAfterABadLabel: a row with an invalid label
+// gets NaNs, and the rows after it still get their gradient.
+func TestSoftmaxXentGradGoesOnAfterABadLabel(t *testing.T) {
+	labels, mask := []float32{-1, 2}, []float32{1, 1}
+	probs, stats := make([]float32, 6), make([]float32, device.StatsLen)
+	softmaxXent(2, 3, []float32{1, 2, 3, 3, 1, 2}, labels, mask, probs, stats)
+	d := []float32{7, 7, 7, 7, 7, 7}
+	softmaxXentGrad(2, 3, probs, labels, mask, d)
+	for j, v := range d[:3] {
+		if !math.IsNaN(float64(v)) {
+			t.Errorf("dlogits[0][%d] = %g, want NaN for the invalid label", j, v)
+		}
+	}
+	near(t, "dlogits of the row after the invalid label", d[3:], devicetest.RefSoftmaxXentGrad(2, 3, probs, labels, mask)[3:], 1e-6)
+}
+
 // TestSoftmaxXentInPlace checks that probs may alias logits, and that large
 // logits neither overflow nor lose the loss.
 func TestSoftmaxXentInPlace(t *testing.T) {
@@ -220,6 +236,11 @@ func TestClipGlobalNorm(t *testing.T) {
 		x, norm := []float32{3, 4}, []float32{0, -1}
 		clipGlobalNorm(x, c.maxNorm, norm)
 		sameBits(t, c.name+" norm", norm, []float32{5, -1})
+		if c.maxNorm >= 5 {
+			// Not clipped: not even rescaled by a factor near 1.
+			sameBits(t, c.name+" x", x, c.want)
+			continue
+		}
 		near(t, c.name+" x", x, []float64{float64(c.want[0]), float64(c.want[1])}, 1e-6)
 	}
 }

@@ -203,6 +203,14 @@ func testEvents(t *testing.T, open Opener) {
 	if _, err := e.dev.Elapsed(never, never); !errors.Is(err, device.ErrNotReady) {
 		t.Fatalf("Elapsed of unrecorded events: got %v, want ErrNotReady", err)
 	}
+	// A Record that fails leaves the event as it was: never recorded.
+	gone, err := e.dev.NewStream()
+	e.must(err)
+	e.must(gone.Destroy())
+	wantErr(t, gone.Record(never), device.ErrClosed, "Record on a destroyed stream")
+	if ok, err := never.Query(); err != nil || !ok {
+		t.Fatalf("Query of an event whose only Record failed = %v, %v; want true, nil", ok, err)
+	}
 	start, end := e.event(), e.event()
 	e.must(s.Record(start))
 	e.slowWork(s)
@@ -215,6 +223,13 @@ func testEvents(t *testing.T, open Opener) {
 	e.must(err)
 	if d <= 0 {
 		t.Fatalf("Elapsed over 8 GEMMs = %v, want > 0", d)
+	}
+	// One complete event is not enough.
+	if _, err := e.dev.Elapsed(start, never); !errors.Is(err, device.ErrNotReady) {
+		t.Fatalf("Elapsed to a never-recorded event: got %v, want ErrNotReady", err)
+	}
+	if _, err := e.dev.Elapsed(never, end); !errors.Is(err, device.ErrNotReady) {
+		t.Fatalf("Elapsed from a never-recorded event: got %v, want ErrNotReady", err)
 	}
 	// A wait on a re-recorded event concerns the record current at the time of the wait.
 	x := e.zeros(8)
