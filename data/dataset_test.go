@@ -2,6 +2,8 @@ package data
 
 import (
 	"errors"
+	"io"
+	"io/fs"
 	"math"
 	"slices"
 	"testing"
@@ -104,6 +106,7 @@ func TestValidate(t *testing.T) {
 		{"valid", func(*Dataset) {}, true},
 		{"no features", func(d *Dataset) { d.Features = 0 }, false},
 		{"no classes", func(d *Dataset) { d.Classes = 0 }, false},
+		{"one class", func(d *Dataset) { d.Classes, d.Y = 1, []int32{0, 0, 0, 0} }, true},
 		{"short X", func(d *Dataset) { d.X = d.X[:11] }, false},
 		{"label too big", func(d *Dataset) { d.Y[2] = 3 }, false},
 		{"negative label", func(d *Dataset) { d.Y[0] = -1 }, false},
@@ -128,6 +131,11 @@ func TestNormalize(t *testing.T) {
 		{
 			name: "train statistics applied to test", train: []float32{1, 3, 1, 3}, test: []float32{2, 5},
 			wantMean: 2, wantStd: 1, wantTrain: []float32{-1, 1, -1, 1}, wantTest: []float32{0, 3},
+		},
+		{
+			// std 2: the statistics are computed, not defaulted to 1.
+			name: "train statistics with std 2", train: []float32{0, 4, 0, 4}, test: []float32{6},
+			wantMean: 2, wantStd: 2, wantTrain: []float32{-1, 1, -1, 1}, wantTest: []float32{2},
 		},
 		{
 			name: "constant train keeps std 1", train: []float32{4, 4}, test: []float32{5},
@@ -185,5 +193,52 @@ func BenchmarkFill(b *testing.B) {
 			b.Fatal(err)
 		}
 		i++
+	}
+}
+
+// TestSplit: the head holds the first n examples, the tail the rest, both
+// share d's memory, and appending to the head cannot overwrite the tail.
+func TestSplit(t *testing.T) {
+	d := tiny()
+	head, tail, err := d.Split(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.Len() != 1 || tail.Len() != 3 || head.Features != 3 || tail.Classes != 3 {
+		t.Fatalf("Split(1): head %d examples, tail %d; want 1 and 3 with d's shape", head.Len(), tail.Len())
+	}
+	if !slices.Equal(head.X, []float32{0, 1, 2}) || !slices.Equal(head.Y, []int32{0}) {
+		t.Errorf("head = %v %v; want example 0", head.X, head.Y)
+	}
+	if !slices.Equal(tail.X, d.X[3:]) || !slices.Equal(tail.Y, []int32{1, 2, 1}) {
+		t.Errorf("tail = %v %v; want examples 1-3", tail.X, tail.Y)
+	}
+	for _, ds := range []*Dataset{head, tail} {
+		if err := ds.Validate(); err != nil {
+			t.Errorf("a split part does not validate: %v", err)
+		}
+	}
+	head.X = append(head.X, 99, 99, 99)
+	head.Y = append(head.Y, 2)
+	if tail.X[0] != 10 || tail.Y[0] != 1 {
+		t.Errorf("appending to the head overwrote the tail: %v %v", tail.X[:3], tail.Y[:1])
+	}
+	for _, n := range []int{0, -1, 4, 5} {
+		if _, _, err := tiny().Split(n); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Split(%d) of 4 examples: %v; want ErrInvalid", n, err)
+		}
+	}
+}
+
+// TestFileErrorUnwrapsKindAndCause: errors.Is finds both the kind
+// (ErrCorrupt, ...) and the underlying cause.
+func TestFileErrorUnwrapsKindAndCause(t *testing.T) {
+	err := error(&FileError{Path: "p", Kind: ErrCorrupt, Detail: "damaged gzip stream", Err: io.ErrUnexpectedEOF})
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("errors.Is(%v): kind %v, cause %v; want both true", err, errors.Is(err, ErrCorrupt), errors.Is(err, io.ErrUnexpectedEOF))
+	}
+	noKind := error(&FileError{Path: "p", Detail: "read failed", Err: fs.ErrPermission})
+	if !errors.Is(noKind, fs.ErrPermission) || errors.Is(noKind, ErrCorrupt) {
+		t.Errorf("errors.Is(%v, fs.ErrPermission) = false or ErrCorrupt = true", noKind)
 	}
 }

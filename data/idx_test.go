@@ -112,6 +112,9 @@ func TestLoadFashionMNISTErrors(t *testing.T) {
 	badLabels := newFixture(5, 2, 2)
 	badLabels.labels[3] = 10
 	fewer := newFixture(4, 2, 2)
+	// A labels file of 10 labels is long enough (18 bytes) to be read as an
+	// images header (16 bytes), so the swap shows as a bad magic number.
+	big := newFixture(10, 2, 2)
 	imagesGz := gzipBytes(t, f.imagesRaw())
 
 	tests := []struct {
@@ -146,8 +149,9 @@ func TestLoadFashionMNISTErrors(t *testing.T) {
 			kind:   ErrCorrupt, badFile: "images", contains: []string{"bad magic 0x12345678, want 0x00000803"},
 		},
 		{
-			name: "files swapped", images: gzipBytes(t, f.labelsRaw()), labels: imagesGz,
-			kind: ErrCorrupt, badFile: "images", contains: []string{"swapped"},
+			name: "files swapped", images: gzipBytes(t, big.labelsRaw()), labels: gzipBytes(t, big.imagesRaw()),
+			kind: ErrCorrupt, badFile: "images",
+			contains: []string{"bad magic 0x00000801, want 0x00000803", "1 dimensions where 3 were expected; were the images and labels files swapped?"},
 		},
 		{
 			name: "images truncated pixels", images: gzipBytes(t, f.imagesRaw()[:16+7]),
@@ -224,8 +228,11 @@ func TestLoadFashionMNISTErrors(t *testing.T) {
 			if !strings.HasPrefix(msg, "data: "+want+": ") {
 				t.Errorf("error %q does not start by naming %s", msg, want)
 			}
+			// The path holds the test's name ("files_swapped"), so look
+			// for the expected words after it.
+			rest := strings.TrimPrefix(msg, "data: "+want+": ")
 			for _, s := range tt.contains {
-				if !strings.Contains(msg, s) {
+				if !strings.Contains(rest, s) {
 					t.Errorf("error %q does not contain %q", msg, s)
 				}
 			}
@@ -363,6 +370,29 @@ func TestReadPayloadGrows(t *testing.T) {
 			}
 			if err == nil && !bytes.Equal(got, src[:tt.total]) {
 				t.Errorf("payload differs from source")
+			}
+		})
+	}
+}
+
+// TestIDXPayloadLimitIsInclusive: a header may ask for exactly
+// maxIDXPayload bytes (the file is then read, and here found truncated);
+// one more is refused before anything is read.
+func TestIDXPayloadLimitIsInclusive(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		dims []uint32
+		want string
+	}{
+		{"at the limit", []uint32{1 << 16, 1 << 16, 1}, "truncated: header says 65536 images of 65536x1"},
+		{"past the limit", []uint32{1<<16 + 1, 1 << 16, 1}, "ask for more than 4294967296 bytes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "images.gz")
+			writeFile(t, path, gzipBytes(t, idxBytes(IDXImagesMagic, tt.dims, []byte{1, 2, 3})))
+			_, err := ReadIDXImages(path)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("header %v: %v; want ErrCorrupt saying %q", tt.dims, err, tt.want)
 			}
 		})
 	}
