@@ -9,7 +9,7 @@ GOFLAGS_TEST ?= -race -timeout 20m
 
 .PHONY: all build deps-train deps-test train test vet staticcheck fmt-check unit cuda-build \
         ptx check-ptx infra generate check-generated e2e accuracy worker-cuda \
-        gpu-bundle bench run_graph_bench clean
+        gpu-bundle bench run_graph_bench mutate clean
 
 all: build
 
@@ -89,6 +89,21 @@ run_graph_bench:
 
 bench: build
 	$(BIN)/run_graph_bench $(ARGS)
+
+# Mutation testing, not part of `make test` (it is slow on purpose): gremlins
+# (pinned and installed by scripts/mutate.sh) changes one operator at a time in
+# a package's code and runs that package's tests, one test run at a time, so
+# the machine stays usable. A package takes minutes; docs/testing.md records
+# how long each took, the survivors and why each is acceptable.
+#   make mutate                  every package in MUTATE_PKGS
+#   make mutate PKGS=./trainer   one package (or a few, space-separated)
+#   make mutate DIFF=main        only the lines changed since the merge base with main
+# Results: .mutate/<package>.json (gremlins' report) and .mutate/<package>.log.
+MUTATE_PKGS ?= ./device/cpu ./graphs ./staging ./trainer ./bench ./data ./coordinator
+PKGS ?= $(MUTATE_PKGS)
+DIFF ?=
+mutate:
+	scripts/mutate.sh $(if $(DIFF),-diff $(DIFF)) $(PKGS)
 
 clean:
 	rm -rf $(BIN) dist
