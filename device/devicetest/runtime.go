@@ -124,6 +124,14 @@ func testMemory(t *testing.T, open Opener) {
 	if !slices.Equal(out.Data(), fillSeq(64, 0.5)) {
 		t.Fatalf("pinned round trip = %v", out.Data())
 	}
+	// A copy to pageable memory is synchronous: the data is there when it
+	// returns, even behind queued work, with no Synchronize.
+	e.slowWork(s)
+	pd := make([]float32, 64)
+	e.must(s.CopyDtoH(device.Pageable(pd), d))
+	if !slices.Equal(pd, fillSeq(64, 0.5)) {
+		t.Fatal("CopyDtoH to pageable memory returned before the data arrived")
+	}
 	if st := e.dev.MemoryStats(); st.HostPinned != before.HostPinned+2*64*4 || st.HostAllocs != before.HostAllocs+2 {
 		t.Fatalf("MemoryStats did not count two 256-byte pinned allocations: before %+v after %+v", before, st)
 	}
