@@ -289,3 +289,59 @@ func TestDropFreesADevicesEntries(t *testing.T) {
 	}
 	must(t, lease2.Release())
 }
+
+// TestPoolStats: the counters behind the pool's metrics follow its events
+// exactly (two signatures prewarmed, cold and pooled captures on two slots,
+// a release, Close), so a counter that stopped adding up would show here.
+func TestPoolStats(t *testing.T) {
+	d := open(t)
+	s, err := d.NewStream()
+	must(t, err)
+	defer s.Destroy()
+	pool := graphs.NewPool()
+	ws := []int{4, 6} // 40 bytes an entry
+	must(t, pool.Prewarm(d, "a", ws, 2))
+	must(t, pool.Prewarm(d, "b", []int{2}, 1))
+	check := func(when string, got, want graphs.Stats) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: Stats() = %+v\nwant %+v", when, got, want)
+		}
+	}
+	want := graphs.Stats{WorkspaceAllocs: 5, ReservedBytes: 2*40 + 8, FreeEntries: 3}
+	check("after prewarm", pool.Stats(), want)
+
+	lease, err := pool.Acquire(d, "a", ws)
+	must(t, err)
+	want.FreeEntries, want.LeasedEntries = 2, 1
+	check("with a lease", pool.Stats(), want)
+
+	b := lease.Workspace()[0]
+	fill := func(v float32) graphs.StepFunc { return func(s device.Stream) error { return s.Fill(b, v) } }
+	var results []graphs.CaptureResult
+	for _, c := range []struct {
+		slot int
+		v    float32
+	}{{0, 1}, {1, 2}, {0, 3}, {1, 4}} {
+		res, err := lease.Capture(s, c.slot, fill(c.v))
+		must(t, err)
+		results = append(results, res)
+	}
+	for i, res := range results {
+		if res.Pooled != (i >= 2) || res.Nodes != 1 || res.Seconds <= 0 {
+			t.Fatalf("capture %d: %+v; want pooled %v, 1 node, a positive time", i, res, i >= 2)
+		}
+	}
+	want.Captures, want.Instantiations, want.Updates = 4, 2, 2
+	want.ColdCaptures, want.PooledCaptures, want.LastCaptureNodes = 2, 2, 1
+	want.ColdSeconds = results[0].Seconds + results[1].Seconds
+	want.PooledSeconds = results[2].Seconds + results[3].Seconds
+	check("after two cold and two pooled captures", pool.Stats(), want)
+
+	must(t, lease.Release())
+	want.FreeEntries, want.LeasedEntries = 3, 0
+	check("after the release", pool.Stats(), want)
+	must(t, pool.Close())
+	want.ReservedBytes, want.FreeEntries = 0, 0
+	check("after Close", pool.Stats(), want)
+}
