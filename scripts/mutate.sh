@@ -8,9 +8,10 @@
 # `-`, `&&` to `||`, ...; .gremlins.yaml lists which) and runs the package's
 # tests again: a mutant the tests notice is KILLED, one they do not is LIVED.
 # It works on copies under $TMPDIR; the source tree is never edited.
-# Results: .mutate/<pkg>.json (gremlins' machine-readable report) and
-# .mutate/<pkg>.log (every mutant and its status); docs/testing.md says how to
-# read them and records the survivors.
+# Results: .mutate/<pkg>.json (gremlins' machine-readable report),
+# .mutate/<pkg>.log (every mutant and its status) and .mutate/<pkg>.notviable
+# (the KILLED mutants that in fact do not compile; see mutate-viable.sh);
+# docs/testing.md says how to read them and records the survivors.
 #
 # With -diff REF only the lines changed since the merge base with REF (the
 # working tree included, as `git diff --merge-base REF`) are mutated, and
@@ -108,5 +109,8 @@ for d in "${dirs[@]}"; do
 	echo "mutate: $d: done in ${secs}s"
 	grep -E '^[[:space:]]*(LIVED|TIMED OUT)' "$out/$name.log" | sed "s|^|    $d: |" || true
 	grep -E '^(Killed|Timed out|Mutator coverage|Test efficacy)' "$out/$name.log" | sed "s|^|    |" || true
+	# gremlins counts a mutant that does not compile as KILLED.
+	"$root/scripts/mutate-viable.sh" "$d" "$out/$name.log" >"$out/$name.notviable"
+	echo "    of the KILLED, $(grep -c . "$out/$name.notviable") do not compile (listed in .mutate/$name.notviable)"
 done
 exit $status
