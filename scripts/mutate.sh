@@ -79,6 +79,7 @@ done
 
 mkdir -p "$out"
 echo "mutate: gremlins $GREMLINS_VERSION over ${dirs[*]}${diff:+ (lines changed since the merge base with $diff)}"
+echo "mutate: at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ', with uncommitted changes')"
 echo "mutate: one \`go test\` per mutant, one at a time; a whole package takes minutes (docs/testing.md lists the last times)"
 status=0
 for d in "${dirs[@]}"; do
