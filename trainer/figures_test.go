@@ -1,0 +1,58 @@
+package trainer_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// TestReportedFiguresAreInRangeAndAddUp: every figure a run reports is in
+// its range and agrees with the counts it comes from, so an accumulator
+// divided the wrong way or read from the wrong slot cannot pass: accuracies
+// in [0, 1]; losses of the 4-class cross-entropy model in (0, 10) (chance
+// is ln 4, about 1.39); epochs and steps within the run; and an epoch's
+// samples per second times its seconds gives back its 250 training
+// samples.
+func TestReportedFiguresAreInRangeAndAddUp(t *testing.T) {
+	cfg := smallConfig(t)
+	var ps []trainer.Progress
+	cfg.Progress = func(p trainer.Progress) { ps = append(ps, p) }
+	sum := run(t, cfg)
+
+	inRange := func(what string, v, lo, hi float64) {
+		t.Helper()
+		if !(v >= lo && v <= hi) {
+			t.Errorf("%s = %v, want within [%v, %v]", what, v, lo, hi)
+		}
+	}
+	inRange("summary train_accuracy", sum.TrainAccuracy, 0, 1)
+	inRange("summary test_accuracy", sum.TestAccuracy, 0, 1)
+	inRange("summary train_loss", sum.TrainLoss, 1e-6, 10)
+	inRange("summary test_loss", sum.TestLoss, 1e-6, 10)
+
+	epochsDone := 0
+	for i, p := range ps {
+		inRange("progress epoch", float64(p.Epoch), 1, float64(cfg.Epochs))
+		inRange("progress step", float64(p.Step), 1, float64(p.StepsPerEpoch))
+		inRange("progress loss", p.Loss, 1e-6, 10)
+		inRange("progress accuracy", p.Accuracy, 0, 1)
+		if p.Epochs != cfg.Epochs || p.StepsPerEpoch != 16 {
+			t.Errorf("progress %d: %d epochs of %d steps, want %d of 16", i, p.Epochs, p.StepsPerEpoch, cfg.Epochs)
+		}
+		if i > 0 && (p.Epoch < ps[i-1].Epoch || p.Epoch == ps[i-1].Epoch && p.Step < ps[i-1].Step) {
+			t.Errorf("progress %d (epoch %d step %d) went back from epoch %d step %d", i, p.Epoch, p.Step, ps[i-1].Epoch, ps[i-1].Step)
+		}
+		if !p.EpochDone {
+			continue
+		}
+		epochsDone++
+		inRange("progress test accuracy", p.TestAccuracy, 0, 1)
+		if samples := p.SamplesPerSecond * p.EpochSeconds; math.Abs(samples-250) > 1e-6 {
+			t.Errorf("epoch %d: %v samples/s over %v s is %v samples, want the epoch's 250", p.Epoch, p.SamplesPerSecond, p.EpochSeconds, samples)
+		}
+	}
+	if epochsDone != cfg.Epochs {
+		t.Errorf("%d epoch-done reports, want %d", epochsDone, cfg.Epochs)
+	}
+}
