@@ -9,7 +9,7 @@ GOFLAGS_TEST ?= -race -timeout 20m
 
 .PHONY: all build deps-train deps-test train test vet staticcheck fmt-check unit cuda-build \
         ptx check-ptx infra generate check-generated e2e accuracy worker-cuda \
-        gpu-bundle bench run_graph_bench mutate clean
+        gpu-bundle bench run_graph_bench mutate clean cuda-emulator cuda-emulated
 
 all: build
 
@@ -27,7 +27,7 @@ train: deps-train build
 	$(BIN)/tolaria train --device cpu --enable-graphs $(ARGS)
 
 # The whole test suite (what .ci/run runs).
-test: deps-test fmt-check vet staticcheck unit cuda-build check-ptx infra check-generated accuracy
+test: deps-test fmt-check vet staticcheck unit cuda-build cuda-emulated check-ptx infra check-generated accuracy
 	@echo "make test: all checks passed"
 
 fmt-check:
@@ -53,6 +53,15 @@ unit:
 cuda-build:
 	$(GO) build -tags cuda ./...
 	$(GO) test -tags cuda -c -o /dev/null ./device/cuda
+
+# The emulated CUDA driver (device/cuda/emulator), as
+# build/cuda-emulator/libcuda.so.1; select it with LD_LIBRARY_PATH.
+cuda-emulator:
+	scripts/build-cuda-emulator.sh
+
+# device/cuda's GPU tests on the emulated driver; fails if any fails or skips.
+cuda-emulated:
+	GO=$(GO) scripts/cuda-emulated.sh
 
 ptx:
 	scripts/build-ptx.sh
@@ -106,4 +115,4 @@ mutate:
 	scripts/mutate.sh $(if $(DIFF),-diff $(DIFF)) $(PKGS)
 
 clean:
-	rm -rf $(BIN) dist
+	rm -rf $(BIN) dist build

@@ -50,7 +50,7 @@ func record(spec nn.Spec, opt nn.Optimizer, lay nn.Layout, i int) []float32 {
 		rec[lay.Y+r] = float32((r + i) % spec.Outputs)
 		rec[lay.Mask+r] = 1
 	}
-	opt.Hyper(i, rec[lay.Hyper:lay.Hyper+device.HyperLen])
+	opt.Hyper(i+1, rec[lay.Hyper:lay.Hyper+device.HyperLen]) // Hyper counts steps from 1
 	return rec
 }
 

@@ -1,0 +1,1521 @@
+// tolaria's emulated CUDA driver: a libcuda.so.1 that runs the driver calls
+// tolaria makes on the host, so that device/cuda executes on machines without
+// a GPU. docs/cuda.md lists its rules and the documented driver behaviour
+// each one follows. Memory lives in host RAM (device pointers are host
+// addresses of mapped blocks), every stream is a host thread running its
+// work in order, kernels are the C++ builds of kernels.cpp, and stream
+// capture records work into graphs instead of running it.
+#include <cuda.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels.h"
+
+#define EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::fprintf(stderr, "cuda emulator: ");
+    std::vfprintf(stderr, fmt, ap);
+    std::fprintf(stderr, "\n");
+    va_end(ap);
+}
+
+// ---- fault injection -------------------------------------------------------
+
+// Faults reads TOLARIA_CUDA_EMU_FAULTS, a comma-separated list of
+// SYMBOL:N:CODE: the Nth call (counting from 1) of SYMBOL returns CODE
+// without doing anything. N may be "*" for every call.
+struct Faults {
+    struct Rule {
+        long nth;  // 0: every call
+        int code;
+    };
+    std::mutex mu;
+    std::unordered_map<std::string, std::vector<Rule>> rules;
+    std::unordered_map<std::string, long> calls;
+    bool any = false;
+
+    Faults() {
+        const char *env = std::getenv("TOLARIA_CUDA_EMU_FAULTS");
+        if (!env || !*env) return;
+        std::string s(env);
+        size_t pos = 0;
+        while (pos <= s.size()) {
+            size_t end = s.find(',', pos);
+            if (end == std::string::npos) end = s.size();
+            std::string item = s.substr(pos, end - pos);
+            pos = end + 1;
+            if (item.empty()) continue;
+            size_t a = item.find(':'), b = item.rfind(':');
+            if (a == std::string::npos || a == b) {
+                note("TOLARIA_CUDA_EMU_FAULTS: %s is not SYMBOL:N:CODE; ignoring the variable", item.c_str());
+                rules.clear();
+                return;
+            }
+            std::string nth = item.substr(a + 1, b - a - 1);
+            rules[item.substr(0, a)].push_back(Rule{nth == "*" ? 0 : std::atol(nth.c_str()), std::atoi(item.c_str() + b + 1)});
+            any = true;
+        }
+    }
+
+    CUresult check(const char *sym) {
+        if (!any) return CUDA_SUCCESS;
+        std::lock_guard<std::mutex> l(mu);
+        auto it = rules.find(sym);
+        if (it == rules.end()) return CUDA_SUCCESS;
+        long n = ++calls[sym];
+        for (auto &r : it->second)
+            if (r.nth == 0 || r.nth == n) return CUresult(r.code);
+        return CUDA_SUCCESS;
+    }
+};
+
+Faults &faults() {
+    static Faults f;
+    return f;
+}
+
+#define FAULT(sym)                                              \
+    do {                                                        \
+        if (CUresult fault_ = faults().check(sym)) return fault_; \
+    } while (0)
+
+// ---- memory ---------------------------------------------------------------
+
+struct Block {
+    size_t bytes;
+    uintptr_t mapBase;  // the mapping: the block ends just below a guard page
+    size_t mapBytes;
+    bool pinned;  // cuMemAllocHost
+    bool freed;
+};
+
+// Memory is every block handed out, device and pinned, by address. A freed
+// block is poisoned (every byte 0xFF: a float NaN) and kept mapped in a
+// quarantine, so that late use reads NaN instead of another block's data.
+struct Memory {
+    std::mutex mu;
+    std::map<uintptr_t, Block> blocks;
+    std::deque<uintptr_t> quarantine;
+    size_t quarantined = 0;
+    size_t deviceInUse = 0;
+    static constexpr size_t kQuarantineBytes = 256u << 20;
+
+    // alloc maps a block whose end (rounded up to 256 bytes, the driver's
+    // alignment) touches an inaccessible guard page, so that a kernel
+    // writing past a buffer faults at once instead of corrupting memory.
+    void *alloc(size_t bytes, bool pinned) {
+        const size_t page = 4096, rounded = (bytes + 255) & ~size_t(255);
+        const size_t data = (rounded + page - 1) & ~(page - 1), total = data + page;
+        void *m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return nullptr;
+        mprotect(static_cast<char *>(m) + data, page, PROT_NONE);
+        uintptr_t p = uintptr_t(m) + (data - rounded);
+        std::lock_guard<std::mutex> l(mu);
+        blocks[p] = Block{bytes, uintptr_t(m), total, pinned, false};
+        if (!pinned) deviceInUse += bytes;
+        return reinterpret_cast<void *>(p);
+    }
+
+    // release poisons and quarantines the block starting exactly at p.
+    CUresult release(uintptr_t p, bool pinned) {
+        std::lock_guard<std::mutex> l(mu);
+        auto it = blocks.find(p);
+        if (it == blocks.end() || it->second.freed || it->second.pinned != pinned) return CUDA_ERROR_INVALID_VALUE;
+        std::memset(reinterpret_cast<void *>(p), 0xFF, it->second.bytes);
+        it->second.freed = true;
+        if (!pinned) deviceInUse -= it->second.bytes;
+        quarantine.push_back(p);
+        quarantined += it->second.bytes;
+        while (quarantined > kQuarantineBytes && quarantine.size() > 1) {
+            auto old = blocks.find(quarantine.front());
+            quarantine.pop_front();
+            quarantined -= old->second.bytes;
+            munmap(reinterpret_cast<void *>(old->second.mapBase), old->second.mapBytes);
+            blocks.erase(old);
+        }
+        return CUDA_SUCCESS;
+    }
+
+    // find returns the block holding p, or nullptr.
+    const Block *find(uintptr_t p, uintptr_t *base) {
+        auto it = blocks.upper_bound(p);
+        if (it == blocks.begin()) return nullptr;
+        --it;
+        if (p >= it->first + it->second.bytes) return nullptr;
+        *base = it->first;
+        return &it->second;
+    }
+
+    // device checks that [p, p+n) lies in one live device block.
+    bool device(uintptr_t p, size_t n) {
+        std::lock_guard<std::mutex> l(mu);
+        uintptr_t base;
+        const Block *b = find(p, &base);
+        return b && !b->pinned && !b->freed && p + n <= base + b->bytes;
+    }
+
+    // host classifies a host range: 1 pinned and in bounds, 0 pageable,
+    // -1 overrunning or freed pinned memory, or device memory.
+    int host(uintptr_t p, size_t n) {
+        std::lock_guard<std::mutex> l(mu);
+        uintptr_t base;
+        const Block *b = find(p, &base);
+        if (!b) return 0;
+        if (!b->pinned || b->freed || p + n > base + b->bytes) return -1;
+        return 1;
+    }
+};
+
+// ---- streams, events, captures, graphs ------------------------------------
+
+struct Stream;
+struct Capture;
+struct Function;
+
+enum NodeKind { kKernel, kMemcpy, kMemset, kEmpty };
+
+// Node is one captured operation. Its run function holds everything it
+// needs (the kernel parameters are copied at launch, as the driver does).
+struct Node {
+    explicit Node(NodeKind k) : kind(k) {}
+    NodeKind kind;
+    std::vector<size_t> deps;  // indices of earlier nodes
+    const Function *fn = nullptr;
+    unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+    std::vector<uint64_t> params;  // one 8-byte slot per parameter
+    uintptr_t dst = 0, src = 0;
+    size_t bytes = 0;
+    int copyKind = 0;  // 0 DtoD, 1 HtoD, 2 DtoH
+    uint32_t value = 0;
+};
+
+struct Graph {
+    std::vector<Node> nodes;
+};
+
+struct Capture {
+    CUstreamCaptureMode mode;
+    std::thread::id thread;
+    Stream *origin;
+    bool invalidated = false;
+    CUresult why = CUDA_SUCCESS;
+    std::unique_ptr<Graph> graph{new Graph};
+    std::set<Stream *> streams;  // the origin and every stream that joined
+    unsigned long long id;
+};
+
+struct Stream {
+    bool legacy = false;
+    unsigned flags = 0;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> queue;
+    uint64_t enqueued = 0, done = 0;
+    bool stopping = false;
+    std::thread worker;
+    // Capture state, guarded by the driver lock.
+    Capture *capture = nullptr;
+    std::vector<size_t> tail;  // the nodes the next captured operation depends on
+
+    void start() {
+        worker = std::thread([this] { loop(); });
+    }
+
+    void loop() {
+        std::unique_lock<std::mutex> l(mu);
+        for (;;) {
+            cv.wait(l, [this] { return !queue.empty() || stopping; });
+            if (queue.empty()) return;
+            auto f = std::move(queue.front());
+            l.unlock();
+            f();
+            l.lock();
+            queue.pop_front();
+            ++done;
+            cv.notify_all();
+        }
+    }
+
+    uint64_t push(std::function<void()> f) {
+        std::lock_guard<std::mutex> l(mu);
+        queue.push_back(std::move(f));
+        cv.notify_all();
+        return ++enqueued;
+    }
+
+    uint64_t ticket() {
+        std::lock_guard<std::mutex> l(mu);
+        return enqueued;
+    }
+
+    bool reached(uint64_t t) {
+        std::lock_guard<std::mutex> l(mu);
+        return done >= t;
+    }
+
+    void waitFor(uint64_t t) {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait(l, [&] { return done >= t; });
+    }
+
+    void stop() {
+        {
+            std::lock_guard<std::mutex> l(mu);
+            stopping = true;
+            cv.notify_all();
+        }
+        if (worker.joinable()) worker.join();
+    }
+};
+
+// Stamp is the host time at which a recorded event completed.
+struct Stamp {
+    std::atomic<bool> set{false};
+    Clock::time_point at;
+};
+
+struct Event {
+    unsigned flags;
+    bool recorded = false;
+    Stream *stream = nullptr;
+    uint64_t ticket = 0;
+    std::shared_ptr<Stamp> stamp;
+    // The capture its latest record is in, and the nodes it stands for.
+    Capture *capture = nullptr;
+    unsigned long long captureId = 0;
+    std::vector<size_t> nodes;
+};
+
+struct Function {
+    const emu::KernelBuild *build;
+    std::string name;
+    std::vector<size_t> sizes;  // from the PTX .param list
+    unsigned maxThreads = 1024;  // .maxntid, or the device limit
+};
+
+struct Module {
+    std::vector<std::unique_ptr<Function>> functions;
+};
+
+// Exec is an instantiated graph. Launches take a snapshot of its nodes, so an
+// update never changes a launch already enqueued.
+struct Exec {
+    std::shared_ptr<const std::vector<Node>> nodes;
+    Stream *lastStream = nullptr;
+    uint64_t lastTicket = 0;
+};
+
+struct Context {
+    int refs = 0;
+};
+
+// Driver is the whole emulated driver's state. mu guards the handle tables
+// and the capture state; streams have their own locks for their queues.
+struct Driver {
+    std::mutex mu;
+    bool initialised = false;
+    int devices = 1;
+    size_t totalMem = size_t(16) << 30;
+    Context primary;
+    Memory memory;
+    std::mutex kernelLock;  // one kernel runs at a time (its __shared__ are statics)
+    Stream legacy;
+    std::set<Stream *> streams;  // live created streams
+    std::set<Event *> events;
+    std::set<Module *> modules;
+    std::set<Function *> functions;
+    std::set<Graph *> graphs;
+    std::set<Exec *> execs;
+    std::vector<Capture *> captures;
+    unsigned long long nextCapture = 1;
+
+    Driver() {
+        if (const char *d = std::getenv("TOLARIA_CUDA_EMU_DEVICES")) devices = std::atoi(d);
+        if (const char *m = std::getenv("TOLARIA_CUDA_EMU_MEMORY")) totalMem = size_t(std::atoll(m));
+        legacy.legacy = true;
+        legacy.start();
+    }
+};
+
+Driver &drv() {
+    static Driver *d = new Driver;  // never destroyed: stream threads may outlive static destructors
+    return *d;
+}
+
+thread_local Context *currentCtx = nullptr;
+
+CUresult needContext() {
+    Driver &d = drv();
+    if (!d.initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!currentCtx || currentCtx->refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    return CUDA_SUCCESS;
+}
+
+#define NEED_CONTEXT()                          \
+    do {                                        \
+        if (CUresult r_ = needContext()) return r_; \
+    } while (0)
+
+// resolveStream maps a handle to a stream: NULL and CU_STREAM_LEGACY are the
+// legacy stream; the per-thread default stream is not emulated.
+Stream *resolveStream(CUstream h, CUresult *r) {
+    Driver &d = drv();
+    *r = CUDA_SUCCESS;
+    if (h == nullptr || h == CU_STREAM_LEGACY) return &d.legacy;
+    auto *s = reinterpret_cast<Stream *>(h);
+    if (h == CU_STREAM_PER_THREAD || !d.streams.count(s)) {
+        *r = CUDA_ERROR_INVALID_HANDLE;
+        return nullptr;
+    }
+    return s;
+}
+
+void invalidate(Capture *c, CUresult why) {
+    if (!c->invalidated) {
+        c->invalidated = true;
+        c->why = why;
+    }
+}
+
+// prohibited applies the capture modes to a potentially unsafe call made by
+// the calling thread (cuStreamBeginCapture's documentation): it is
+// prohibited while this thread has a capture not begun in relaxed mode, or
+// any thread has one in global mode. Each capture that prohibits the call is
+// invalidated. Call with the driver lock held.
+bool prohibited() {
+    Driver &d = drv();
+    auto self = std::this_thread::get_id();
+    bool hit = false;
+    for (Capture *c : d.captures) {
+        bool mine = c->thread == self && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+        if (mine || c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+            invalidate(c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+            hit = true;
+        }
+    }
+    return hit;
+}
+
+#define UNSAFE_CALL()                                                 \
+    do {                                                              \
+        std::lock_guard<std::mutex> l_(drv().mu);                     \
+        if (prohibited()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; \
+    } while (0)
+
+// legacyDeps is the ordering the legacy stream imposes: work on it waits for
+// every blocking stream, and work on a blocking stream waits for it.
+// Returns the waits to run first on s. Call with the driver lock held.
+std::vector<std::pair<Stream *, uint64_t>> legacyDeps(Stream *s) {
+    Driver &d = drv();
+    std::vector<std::pair<Stream *, uint64_t>> w;
+    if (s->legacy) {
+        for (Stream *o : d.streams)
+            if (!(o->flags & CU_STREAM_NON_BLOCKING)) w.push_back({o, o->ticket()});
+    } else if (!(s->flags & CU_STREAM_NON_BLOCKING)) {
+        w.push_back({&d.legacy, d.legacy.ticket()});
+    }
+    return w;
+}
+
+// implicitConflict: work on the legacy stream while a blocking stream
+// captures would make the capture depend on uncaptured work
+// (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); the capture is invalidated.
+bool implicitConflict(Stream *s) {
+    Driver &d = drv();
+    bool hit = false;
+    for (Capture *c : d.captures)
+        for (Stream *o : c->streams)
+            if ((s->legacy && !(o->flags & CU_STREAM_NON_BLOCKING)) ||
+                (!s->legacy && !(s->flags & CU_STREAM_NON_BLOCKING) && o->legacy)) {
+                invalidate(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+                hit = true;
+            }
+    return hit;
+}
+
+// submit enqueues run on s, or captures node when s is capturing. Call with
+// the driver lock held. Returns the stream ticket of the enqueued work (0
+// when captured).
+CUresult submit(Stream *s, Node node, std::function<void()> run, uint64_t *ticket = nullptr) {
+    if (Capture *c = s->capture) {
+        if (c->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        node.deps = s->tail;
+        c->graph->nodes.push_back(std::move(node));
+        s->tail = {c->graph->nodes.size() - 1};
+        if (ticket) *ticket = 0;
+        return CUDA_SUCCESS;
+    }
+    if (implicitConflict(s)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    for (auto &w : legacyDeps(s)) {
+        Stream *o = w.first;
+        uint64_t t = w.second;
+        if (o != s) s->push([o, t] { o->waitFor(t); });
+    }
+    uint64_t t = s->push(std::move(run));
+    if (ticket) *ticket = t;
+    return CUDA_SUCCESS;
+}
+
+// syncAll waits until every stream has finished the work enqueued so far.
+void syncAll() {
+    Driver &d = drv();
+    std::vector<std::pair<Stream *, uint64_t>> w;
+    {
+        std::lock_guard<std::mutex> l(d.mu);
+        w.push_back({&d.legacy, d.legacy.ticket()});
+        for (Stream *s : d.streams) w.push_back({s, s->ticket()});
+    }
+    for (auto &p : w) p.first->waitFor(p.second);
+}
+
+// ---- node execution ---------------------------------------------------------
+
+void runKernel(const Function *fn, const unsigned grid[3], const unsigned block[3], const std::vector<uint64_t> &params) {
+    std::vector<void *> args(params.size());
+    for (size_t i = 0; i < params.size(); ++i) args[i] = const_cast<uint64_t *>(&params[i]);
+    std::lock_guard<std::mutex> l(drv().kernelLock);
+    emu::runGrid(*fn->build, dim3{grid[0], grid[1], grid[2]}, dim3{block[0], block[1], block[2]}, args.data());
+}
+
+void runNode(const Node &n) {
+    switch (n.kind) {
+    case kKernel:
+        runKernel(n.fn, n.grid, n.block, n.params);
+        break;
+    case kMemcpy:
+        std::memmove(reinterpret_cast<void *>(n.dst), reinterpret_cast<const void *>(n.src), n.bytes);
+        break;
+    case kMemset: {
+        auto *p = reinterpret_cast<uint32_t *>(n.dst);
+        for (size_t i = 0; i < n.bytes / 4; ++i) p[i] = n.value;
+        break;
+    }
+    case kEmpty:
+        break;
+    }
+}
+
+std::function<void()> nodeRunner(const Node &n) {
+    return [n] { runNode(n); };
+}
+
+// ---- PTX ------------------------------------------------------------------------
+
+// parsePTX reads every ".entry NAME(" with its ".param .TYPE" list and
+// ".maxntid", and binds each entry to its C++ build. A module with an entry
+// the emulator has no build for, or whose parameters differ from the
+// build's, is refused with CUDA_ERROR_INVALID_PTX and a note on stderr.
+CUresult parsePTX(const std::string &ptx, Module *m) {
+    if (ptx.find(".version") == std::string::npos || ptx.find(".target") == std::string::npos) return CUDA_ERROR_INVALID_IMAGE;
+    size_t pos = 0;
+    for (;;) {
+        size_t e = ptx.find(".entry ", pos);
+        if (e == std::string::npos) break;
+        size_t nameStart = e + 7, paren = ptx.find('(', nameStart);
+        if (paren == std::string::npos) return CUDA_ERROR_INVALID_PTX;
+        std::string name = ptx.substr(nameStart, paren - nameStart);
+        while (!name.empty() && name.back() == ' ') name.pop_back();
+        size_t close = ptx.find(')', paren);
+        if (close == std::string::npos) return CUDA_ERROR_INVALID_PTX;
+        auto fn = std::make_unique<Function>();
+        fn->name = name;
+        std::string params = ptx.substr(paren + 1, close - paren - 1);
+        for (size_t p = params.find(".param"); p != std::string::npos; p = params.find(".param", p + 6)) {
+            size_t t = params.find('.', p + 6);
+            std::string type = params.substr(t + 1, params.find(' ', t) - t - 1);
+            size_t bits = std::atoi(type.c_str() + 1);
+            if (bits != 8 && bits != 16 && bits != 32 && bits != 64) {
+                note("PTX entry %s: parameter type .%s is not emulated", name.c_str(), type.c_str());
+                return CUDA_ERROR_INVALID_PTX;
+            }
+            fn->sizes.push_back(bits / 8);
+        }
+        size_t next = ptx.find(".entry ", close);
+        size_t mx = ptx.find(".maxntid", close);
+        if (mx != std::string::npos && (next == std::string::npos || mx < next)) {
+            unsigned a = 1, b = 1, c = 1;
+            if (std::sscanf(ptx.c_str() + mx, ".maxntid %u, %u, %u", &a, &b, &c) >= 1) fn->maxThreads = a * b * c;
+        }
+        for (auto &k : emu::kernelBuilds())
+            if (name == k.name) fn->build = &k;
+        if (!fn->build) {
+            note("PTX entry %s has no C++ build in the emulator (device/cuda/emulator/kernels.cpp)", name.c_str());
+            return CUDA_ERROR_INVALID_PTX;
+        }
+        if (fn->build->paramSizes != fn->sizes) {
+            note("PTX entry %s: its .param list differs from the C++ build's parameters", name.c_str());
+            return CUDA_ERROR_INVALID_PTX;
+        }
+        m->functions.push_back(std::move(fn));
+        pos = close;
+    }
+    return CUDA_SUCCESS;
+}
+
+// ---- copies ------------------------------------------------------------------
+
+// checkCopy validates a copy's ranges and returns its direction
+// (0 DtoD, 1 HtoD, 2 DtoH) and whether the host side is pinned.
+CUresult checkCopy(uintptr_t dst, uintptr_t src, size_t bytes, int kind, bool *pinned) {
+    Memory &m = drv().memory;
+    *pinned = true;
+    switch (kind) {
+    case 0:
+        if (!m.device(dst, bytes) || !m.device(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+        break;
+    case 1: {
+        int h = m.host(src, bytes);
+        if (!m.device(dst, bytes) || h < 0) return CUDA_ERROR_INVALID_VALUE;
+        *pinned = h == 1;
+        break;
+    }
+    case 2: {
+        int h = m.host(dst, bytes);
+        if (!m.device(src, bytes) || h < 0) return CUDA_ERROR_INVALID_VALUE;
+        *pinned = h == 1;
+        break;
+    }
+    }
+    return CUDA_SUCCESS;
+}
+
+// asyncCopy is cuMemcpy*Async. With pinned host memory (or device to
+// device) the copy runs on the stream. With pageable memory it follows the
+// documented synchronisation: host to device returns once the source is
+// staged (after the stream's earlier work), device to host once the copy
+// is done. A pageable copy cannot be captured.
+CUresult asyncCopy(uintptr_t dst, uintptr_t src, size_t bytes, int kind, CUstream h) {
+    NEED_CONTEXT();
+    if (bytes == 0) return CUDA_SUCCESS;
+    bool pinned;
+    if (CUresult r = checkCopy(dst, src, bytes, kind, &pinned)) return r;
+    Driver &d = drv();
+    std::unique_lock<std::mutex> l(d.mu);
+    CUresult r;
+    Stream *s = resolveStream(h, &r);
+    if (!s) return r;
+    Node n{kMemcpy};
+    n.dst = dst;
+    n.src = src;
+    n.bytes = bytes;
+    n.copyKind = kind;
+    if (pinned) return submit(s, n, nodeRunner(n));
+    if (s->capture) {
+        invalidate(s->capture, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (kind == 1) {
+        uint64_t before = s->ticket();
+        l.unlock();
+        s->waitFor(before);
+        auto staged = std::make_shared<std::vector<char>>(reinterpret_cast<const char *>(src), reinterpret_cast<const char *>(src) + bytes);
+        l.lock();
+        return submit(s, n, [staged, dst, bytes] { std::memcpy(reinterpret_cast<void *>(dst), staged->data(), bytes); });
+    }
+    uint64_t t;
+    if (CUresult r2 = submit(s, n, nodeRunner(n), &t)) return r2;
+    l.unlock();
+    s->waitFor(t);
+    return CUDA_SUCCESS;
+}
+
+// syncCopy is cuMemcpyHtoD/DtoH/DtoD: on the legacy stream, capture-unsafe.
+// Host to device from pageable memory returns once the source is staged,
+// as the documentation allows; the other directions return when done.
+CUresult syncCopy(uintptr_t dst, uintptr_t src, size_t bytes, int kind) {
+    NEED_CONTEXT();
+    UNSAFE_CALL();
+    if (bytes == 0) return CUDA_SUCCESS;
+    bool pinned;
+    if (CUresult r = checkCopy(dst, src, bytes, kind, &pinned)) return r;
+    Driver &d = drv();
+    Stream *s = &d.legacy;
+    std::unique_lock<std::mutex> l(d.mu);
+    Node n{kMemcpy};
+    n.dst = dst;
+    n.src = src;
+    n.bytes = bytes;
+    n.copyKind = kind;
+    if (kind == 1 && !pinned) {
+        auto staged = std::make_shared<std::vector<char>>(reinterpret_cast<const char *>(src), reinterpret_cast<const char *>(src) + bytes);
+        return submit(s, n, [staged, dst, bytes] { std::memcpy(reinterpret_cast<void *>(dst), staged->data(), bytes); });
+    }
+    uint64_t t;
+    if (CUresult r = submit(s, n, nodeRunner(n), &t)) return r;
+    l.unlock();
+    s->waitFor(t);
+    return CUDA_SUCCESS;
+}
+
+bool eventComplete(Event *e) { return !e->recorded || e->stream->reached(e->ticket); }
+
+}  // namespace
+
+// ==== exported entry points =====================================================
+
+EXPORT CUresult cuInit(unsigned int flags) {
+    FAULT("cuInit");
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    d.initialised = true;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *v) {
+    FAULT("cuDriverGetVersion");
+    if (!v) return CUDA_ERROR_INVALID_VALUE;
+    *v = CUDA_VERSION;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *count) {
+    FAULT("cuDeviceGetCount");
+    if (!drv().initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    *count = drv().devices;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice *dev, int ordinal) {
+    FAULT("cuDeviceGet");
+    if (!drv().initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!dev) return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= drv().devices) return CUDA_ERROR_INVALID_DEVICE;
+    *dev = ordinal;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdevice dev) {
+    FAULT("cuDeviceGetAttribute");
+    if (!drv().initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= drv().devices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!v) return CUDA_ERROR_INVALID_VALUE;
+    switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 8; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 48 << 10; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *v = 0; break;
+    default: *v = 0; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+    FAULT("cuDeviceGetName");
+    if (!drv().initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= drv().devices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    std::snprintf(name, size_t(len), "%s", "tolaria emulated CUDA device");
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    FAULT("cuDeviceTotalMem_v2");
+    if (!drv().initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= drv().devices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+    *bytes = drv().totalMem;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+    FAULT("cuDevicePrimaryCtxRetain");
+    Driver &d = drv();
+    if (!d.initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= d.devices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> l(d.mu);
+    d.primary.refs++;
+    *ctx = reinterpret_cast<CUcontext>(&d.primary);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    FAULT("cuDevicePrimaryCtxRelease_v2");
+    Driver &d = drv();
+    if (!d.initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= d.devices) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard<std::mutex> l(d.mu);
+    if (d.primary.refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (--d.primary.refs == 0 && (!d.streams.empty() || !d.events.empty() || !d.execs.empty() || !d.graphs.empty()))
+        note("the primary context was released with %zu streams, %zu events, %zu graphs and %zu executables left; they stay allocated",
+             d.streams.size(), d.events.size(), d.graphs.size(), d.execs.size());
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+    FAULT("cuCtxSetCurrent");
+    Driver &d = drv();
+    if (!d.initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (ctx && ctx != reinterpret_cast<CUcontext>(&d.primary)) return CUDA_ERROR_INVALID_CONTEXT;
+    currentCtx = reinterpret_cast<Context *>(ctx);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx) {
+    FAULT("cuCtxGetCurrent");
+    if (!drv().initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    *ctx = reinterpret_cast<CUcontext>(currentCtx);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetDevice(CUdevice *dev) {
+    FAULT("cuCtxGetDevice");
+    NEED_CONTEXT();
+    if (!dev) return CUDA_ERROR_INVALID_VALUE;
+    *dev = 0;
+    return CUDA_SUCCESS;
+}
+
+// cuCtxSynchronize is refused while any capture is in progress, in every
+// mode, and invalidates every capture in progress.
+EXPORT CUresult cuCtxSynchronize() {
+    FAULT("cuCtxSynchronize");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    {
+        std::lock_guard<std::mutex> l(d.mu);
+        if (!d.captures.empty()) {
+            for (Capture *c : d.captures) invalidate(c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+            return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    syncAll();
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
+    FAULT("cuMemGetInfo_v2");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.memory.mu);
+    if (free) *free = d.totalMem > d.memory.deviceInUse ? d.totalMem - d.memory.deviceInUse : 0;
+    if (total) *total = d.totalMem;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
+    FAULT("cuMemAlloc_v2");
+    NEED_CONTEXT();
+    UNSAFE_CALL();
+    if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    Driver &d = drv();
+    {
+        std::lock_guard<std::mutex> l(d.memory.mu);
+        if (d.memory.deviceInUse + bytes > d.totalMem) return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    void *m = d.memory.alloc(bytes, false);
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = CUdeviceptr(m);
+    return CUDA_SUCCESS;
+}
+
+// cuMemFree waits for the device's work so far, then poisons the block.
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+    FAULT("cuMemFree_v2");
+    NEED_CONTEXT();
+    UNSAFE_CALL();
+    if (p == 0) return CUDA_SUCCESS;
+    syncAll();
+    return drv().memory.release(uintptr_t(p), false);
+}
+
+EXPORT CUresult cuMemAllocHost_v2(void **p, size_t bytes) {
+    FAULT("cuMemAllocHost_v2");
+    NEED_CONTEXT();
+    UNSAFE_CALL();
+    if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    void *m = drv().memory.alloc(bytes, true);
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = m;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemFreeHost(void *p) {
+    FAULT("cuMemFreeHost");
+    NEED_CONTEXT();
+    UNSAFE_CALL();
+    syncAll();
+    return drv().memory.release(uintptr_t(p), true);
+}
+
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+    FAULT("cuMemcpyHtoD_v2");
+    return syncCopy(uintptr_t(dst), uintptr_t(src), n, 1);
+}
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
+    FAULT("cuMemcpyDtoH_v2");
+    return syncCopy(uintptr_t(dst), uintptr_t(src), n, 2);
+}
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    FAULT("cuMemcpyDtoD_v2");
+    return syncCopy(uintptr_t(dst), uintptr_t(src), n, 0);
+}
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+    FAULT("cuMemcpyHtoDAsync_v2");
+    return asyncCopy(uintptr_t(dst), uintptr_t(src), n, 1, s);
+}
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+    FAULT("cuMemcpyDtoHAsync_v2");
+    return asyncCopy(uintptr_t(dst), uintptr_t(src), n, 2, s);
+}
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+    FAULT("cuMemcpyDtoDAsync_v2");
+    return asyncCopy(uintptr_t(dst), uintptr_t(src), n, 0, s);
+}
+
+EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream h) {
+    FAULT("cuMemsetD32Async");
+    NEED_CONTEXT();
+    if (!drv().memory.device(uintptr_t(dst), n * 4)) return CUDA_ERROR_INVALID_VALUE;
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    CUresult r;
+    Stream *s = resolveStream(h, &r);
+    if (!s) return r;
+    Node node{kMemset};
+    node.dst = uintptr_t(dst);
+    node.bytes = n * 4;
+    node.value = v;
+    return submit(s, node, nodeRunner(node));
+}
+
+EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int v, size_t n) {
+    FAULT("cuMemsetD32_v2");
+    NEED_CONTEXT();
+    UNSAFE_CALL();
+    if (CUresult r = cuMemsetD32Async(dst, v, n, nullptr)) return r;
+    Stream &s = drv().legacy;
+    s.waitFor(s.ticket());
+    return CUDA_SUCCESS;
+}
+
+// ---- streams ------------------------------------------------------------------
+
+EXPORT CUresult cuStreamCreate(CUstream *out, unsigned int flags) {
+    FAULT("cuStreamCreate");
+    NEED_CONTEXT();
+    if (!out || (flags & ~unsigned(CU_STREAM_NON_BLOCKING))) return CUDA_ERROR_INVALID_VALUE;
+    auto *s = new Stream;
+    s->flags = flags;
+    s->start();
+    std::lock_guard<std::mutex> l(drv().mu);
+    drv().streams.insert(s);
+    *out = reinterpret_cast<CUstream>(s);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamCreateWithPriority(CUstream *out, unsigned int flags, int priority) {
+    FAULT("cuStreamCreateWithPriority");
+    (void)priority;  // one priority: the emulator schedules no work ahead of other work
+    return cuStreamCreate(out, flags);
+}
+
+// cuStreamDestroy returns at once; the stream's remaining work still runs,
+// and its thread ends after it. A capturing stream cannot be destroyed.
+EXPORT CUresult cuStreamDestroy_v2(CUstream h) {
+    FAULT("cuStreamDestroy_v2");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    Stream *s;
+    {
+        std::lock_guard<std::mutex> l(d.mu);
+        CUresult r;
+        s = resolveStream(h, &r);
+        if (!s) return r;
+        if (s->legacy) return CUDA_ERROR_INVALID_HANDLE;
+        if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
+        d.streams.erase(s);
+    }
+    // The Stream stays allocated: events recorded on it and other streams'
+    // waits keep pointing at it. Only its thread ends, once its work is done.
+    std::thread([s] { s->stop(); }).detach();
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamGetFlags(CUstream h, unsigned int *flags) {
+    FAULT("cuStreamGetFlags");
+    NEED_CONTEXT();
+    std::lock_guard<std::mutex> l(drv().mu);
+    CUresult r;
+    Stream *s = resolveStream(h, &r);
+    if (!s) return r;
+    if (!flags) return CUDA_ERROR_INVALID_VALUE;
+    *flags = s->flags;
+    return CUDA_SUCCESS;
+}
+
+// waitOrRefuse is the shared start of cuStreamSynchronize and
+// cuStreamQuery: on a capturing stream both are refused and invalidate the
+// capture; on the legacy stream while a blocking stream captures, likewise.
+CUresult streamForSync(CUstream h, Stream **out, uint64_t *ticket) {
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    CUresult r;
+    Stream *s = resolveStream(h, &r);
+    if (!s) return r;
+    if (s->capture) {
+        invalidate(s->capture, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (implicitConflict(s)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    *out = s;
+    *ticket = s->ticket();
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamSynchronize(CUstream h) {
+    FAULT("cuStreamSynchronize");
+    NEED_CONTEXT();
+    Stream *s;
+    uint64_t t;
+    if (CUresult r = streamForSync(h, &s, &t)) return r;
+    if (s->legacy) {
+        syncAll();  // the legacy stream waits for every blocking stream
+        return CUDA_SUCCESS;
+    }
+    s->waitFor(t);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamQuery(CUstream h) {
+    FAULT("cuStreamQuery");
+    NEED_CONTEXT();
+    Stream *s;
+    uint64_t t;
+    if (CUresult r = streamForSync(h, &s, &t)) return r;
+    return s->reached(t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+// cuStreamWaitEvent: a capturing stream waiting on an event of its own
+// capture adds the event's nodes to its dependencies; waiting on an event
+// of another capture would merge them (MERGE); on an event recorded outside
+// any capture it would cross the capture's boundary (ISOLATION). A stream
+// that is not capturing and waits on a captured event joins that capture.
+EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags) {
+    FAULT("cuStreamWaitEvent");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    CUresult r;
+    Stream *s = resolveStream(h, &r);
+    if (!s) return r;
+    auto *e = reinterpret_cast<Event *>(ev);
+    if (!d.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    Capture *ec = e->capture;
+    bool live = ec && std::find(d.captures.begin(), d.captures.end(), ec) != d.captures.end() && ec->id == e->captureId;
+    if (Capture *c = s->capture) {
+        if (c->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        if (live && ec == c) {
+            for (size_t n : e->nodes)
+                if (std::find(s->tail.begin(), s->tail.end(), n) == s->tail.end()) s->tail.push_back(n);
+            return CUDA_SUCCESS;
+        }
+        invalidate(c, live ? CUDA_ERROR_STREAM_CAPTURE_MERGE : CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+        return live ? CUDA_ERROR_STREAM_CAPTURE_MERGE : CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    }
+    if (live) {
+        if (ec->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        if (s->legacy) {
+            invalidate(ec, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+            return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        }
+        s->capture = ec;
+        s->tail = e->nodes;
+        ec->streams.insert(s);
+        return CUDA_SUCCESS;
+    }
+    if (!e->recorded) return CUDA_SUCCESS;
+    Stream *o = e->stream;
+    uint64_t t = e->ticket;
+    Node n{kEmpty};
+    return submit(s, n, [o, t] { o->waitFor(t); });
+}
+
+// ---- events -------------------------------------------------------------------
+
+EXPORT CUresult cuEventCreate(CUevent *out, unsigned int flags) {
+    FAULT("cuEventCreate");
+    NEED_CONTEXT();
+    if (!out || (flags & ~unsigned(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS))) return CUDA_ERROR_INVALID_VALUE;
+    if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
+    auto *e = new Event;
+    e->flags = flags;
+    std::lock_guard<std::mutex> l(drv().mu);
+    drv().events.insert(e);
+    *out = reinterpret_cast<CUevent>(e);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventDestroy_v2(CUevent ev) {
+    FAULT("cuEventDestroy_v2");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *e = reinterpret_cast<Event *>(ev);
+    if (!d.events.erase(e)) return CUDA_ERROR_INVALID_HANDLE;
+    // Streams waiting on it hold their own copy of what they wait for.
+    delete e;
+    return CUDA_SUCCESS;
+}
+
+// cuEventRecord captures the stream's current work; inside a capture it
+// stands for the capture's current nodes and adds none.
+EXPORT CUresult cuEventRecord(CUevent ev, CUstream h) {
+    FAULT("cuEventRecord");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *e = reinterpret_cast<Event *>(ev);
+    if (!d.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r;
+    Stream *s = resolveStream(h, &r);
+    if (!s) return r;
+    if (Capture *c = s->capture) {
+        if (c->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        e->capture = c;
+        e->captureId = c->id;
+        e->nodes = s->tail;
+        return CUDA_SUCCESS;
+    }
+    auto stamp = std::make_shared<Stamp>();
+    uint64_t t;
+    Node n{kEmpty};
+    if (CUresult r2 = submit(s, n, [stamp] { stamp->at = Clock::now(); stamp->set = true; }, &t)) return r2;
+    e->capture = nullptr;
+    e->nodes.clear();
+    e->recorded = true;
+    e->stream = s;
+    e->ticket = t;
+    e->stamp = stamp;
+    return CUDA_SUCCESS;
+}
+
+// capturedEvent: an event whose latest record is in a capture still in
+// progress cannot be queried or waited for (CUDA_ERROR_CAPTURED_EVENT).
+bool capturedEvent(Event *e) {
+    Driver &d = drv();
+    return e->capture && std::find(d.captures.begin(), d.captures.end(), e->capture) != d.captures.end() &&
+           e->capture->id == e->captureId;
+}
+
+EXPORT CUresult cuEventQuery(CUevent ev) {
+    FAULT("cuEventQuery");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *e = reinterpret_cast<Event *>(ev);
+    if (!d.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+    if (capturedEvent(e)) return CUDA_ERROR_CAPTURED_EVENT;
+    return eventComplete(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+EXPORT CUresult cuEventSynchronize(CUevent ev) {
+    FAULT("cuEventSynchronize");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    Stream *s;
+    uint64_t t;
+    {
+        std::lock_guard<std::mutex> l(d.mu);
+        auto *e = reinterpret_cast<Event *>(ev);
+        if (!d.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+        if (capturedEvent(e)) return CUDA_ERROR_CAPTURED_EVENT;
+        if (!e->recorded) return CUDA_SUCCESS;
+        s = e->stream;
+        t = e->ticket;
+    }
+    s->waitFor(t);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
+    FAULT("cuEventElapsedTime");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *a = reinterpret_cast<Event *>(start), *b = reinterpret_cast<Event *>(end);
+    if (!ms) return CUDA_ERROR_INVALID_VALUE;
+    if (!d.events.count(a) || !d.events.count(b)) return CUDA_ERROR_INVALID_HANDLE;
+    if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+    if (capturedEvent(a) || capturedEvent(b)) return CUDA_ERROR_CAPTURED_EVENT;
+    if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
+    if (!eventComplete(a) || !eventComplete(b)) return CUDA_ERROR_NOT_READY;
+    *ms = std::chrono::duration<float, std::milli>(b->stamp->at - a->stamp->at).count();
+    return CUDA_SUCCESS;
+}
+
+// ---- modules and launches ---------------------------------------------------
+
+EXPORT CUresult cuModuleLoadData(CUmodule *out, const void *image) {
+    FAULT("cuModuleLoadData");
+    NEED_CONTEXT();
+    UNSAFE_CALL();
+    if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
+    auto m = std::make_unique<Module>();
+    if (CUresult r = parsePTX(static_cast<const char *>(image), m.get())) return r;
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    for (auto &f : m->functions) d.functions.insert(f.get());
+    *out = reinterpret_cast<CUmodule>(m.get());
+    d.modules.insert(m.release());
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int n, CUjit_option *opts, void **vals) {
+    FAULT("cuModuleLoadDataEx");
+    (void)n;
+    (void)opts;
+    (void)vals;  // JIT options change nothing in the emulator
+    return cuModuleLoadData(out, image);
+}
+
+EXPORT CUresult cuModuleUnload(CUmodule h) {
+    FAULT("cuModuleUnload");
+    NEED_CONTEXT();
+    UNSAFE_CALL();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *m = reinterpret_cast<Module *>(h);
+    if (!d.modules.erase(m)) return CUDA_ERROR_INVALID_HANDLE;
+    // The functions stay allocated: executables may still hold them.
+    for (auto &f : m->functions) d.functions.erase(f.get());
+    for (auto &f : m->functions) f.release();
+    delete m;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *name) {
+    FAULT("cuModuleGetFunction");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *m = reinterpret_cast<Module *>(h);
+    if (!d.modules.count(m)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!out || !name) return CUDA_ERROR_INVALID_VALUE;
+    for (auto &f : m->functions)
+        if (f->name == name) {
+            *out = reinterpret_cast<CUfunction>(f.get());
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shared, CUstream h, void **params, void **extra) {
+    FAULT("cuLaunchKernel");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *fn = reinterpret_cast<Function *>(f);
+    if (!d.functions.count(fn)) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r;
+    Stream *s = resolveStream(h, &r);
+    if (!s) return r;
+    if (extra || shared != 0) return CUDA_ERROR_INVALID_VALUE;  // tolaria's kernels use static shared memory only
+    if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || gy > 65535 || gz > 65535 || bz > 64)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (uint64_t(bx) * by * bz > fn->maxThreads || uint64_t(bx) * by * bz > 1024) return CUDA_ERROR_INVALID_VALUE;
+    if (!params && !fn->sizes.empty()) return CUDA_ERROR_INVALID_VALUE;
+    Node n{kKernel};
+    n.fn = fn;
+    n.grid[0] = gx, n.grid[1] = gy, n.grid[2] = gz;
+    n.block[0] = bx, n.block[1] = by, n.block[2] = bz;
+    n.params.resize(fn->sizes.size());
+    for (size_t i = 0; i < fn->sizes.size(); ++i) std::memcpy(&n.params[i], params[i], fn->sizes[i]);
+    return submit(s, n, nodeRunner(n));
+}
+
+// ---- capture --------------------------------------------------------------------
+
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
+    FAULT("cuStreamBeginCapture_v2");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    CUresult r;
+    Stream *s = resolveStream(h, &r);
+    if (!s) return r;
+    if (s->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL && mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    auto *c = new Capture;
+    c->mode = mode;
+    c->thread = std::this_thread::get_id();
+    c->origin = s;
+    c->id = d.nextCapture++;
+    c->streams.insert(s);
+    s->capture = c;
+    s->tail.clear();
+    d.captures.push_back(c);
+    return CUDA_SUCCESS;
+}
+
+// unjoined reports whether some captured node is not an ancestor of (or
+// one of) the origin stream's current nodes: a fork never joined back.
+bool unjoined(const Capture *c) {
+    const auto &nodes = c->graph->nodes;
+    std::vector<char> seen(nodes.size(), 0);
+    std::vector<size_t> stack(c->origin->tail);
+    while (!stack.empty()) {
+        size_t n = stack.back();
+        stack.pop_back();
+        if (seen[n]) continue;
+        seen[n] = 1;
+        for (size_t p : nodes[n].deps) stack.push_back(p);
+    }
+    return std::find(seen.begin(), seen.end(), 0) != seen.end();
+}
+
+EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph *out) {
+    FAULT("cuStreamEndCapture");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    CUresult r;
+    Stream *s = resolveStream(h, &r);
+    if (!s) return r;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    Capture *c = s->capture;
+    if (!c) return CUDA_ERROR_ILLEGAL_STATE;
+    if (c->origin != s) {
+        invalidate(c, CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+        return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+    }
+    if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && c->thread != std::this_thread::get_id())
+        return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    *out = nullptr;
+    CUresult result = CUDA_SUCCESS;
+    if (c->invalidated)
+        result = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    else if (unjoined(c))
+        result = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    for (Stream *o : c->streams) {
+        o->capture = nullptr;
+        o->tail.clear();
+    }
+    d.captures.erase(std::find(d.captures.begin(), d.captures.end(), c));
+    if (result == CUDA_SUCCESS) {
+        Graph *g = c->graph.release();
+        d.graphs.insert(g);
+        *out = reinterpret_cast<CUgraph>(g);
+    }
+    delete c;
+    return result;
+}
+
+EXPORT CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status) {
+    FAULT("cuStreamIsCapturing");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    CUresult r;
+    Stream *s = resolveStream(h, &r);
+    if (!s) return r;
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    if (s->legacy && implicitConflict(s)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    if (!s->capture)
+        *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    else
+        *status = s->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    return CUDA_SUCCESS;
+}
+
+// ---- graphs -----------------------------------------------------------------------
+
+EXPORT CUresult cuGraphGetNodes(CUgraph h, CUgraphNode *nodes, size_t *n) {
+    FAULT("cuGraphGetNodes");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *g = reinterpret_cast<Graph *>(h);
+    if (!d.graphs.count(g)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!n) return CUDA_ERROR_INVALID_VALUE;
+    if (nodes) return CUDA_ERROR_NOT_SUPPORTED;  // node handles are not emulated; counting is
+    *n = g->nodes.size();
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphDestroy(CUgraph h) {
+    FAULT("cuGraphDestroy");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *g = reinterpret_cast<Graph *>(h);
+    if (!d.graphs.erase(g)) return CUDA_ERROR_INVALID_HANDLE;
+    delete g;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph h, unsigned long long flags) {
+    FAULT("cuGraphInstantiateWithFlags");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *g = reinterpret_cast<Graph *>(h);
+    if (!d.graphs.count(g)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    auto *x = new Exec;
+    x->nodes = std::make_shared<const std::vector<Node>>(g->nodes);
+    d.execs.insert(x);
+    *out = reinterpret_cast<CUgraphExec>(x);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec h) {
+    FAULT("cuGraphExecDestroy");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *x = reinterpret_cast<Exec *>(h);
+    if (!d.execs.erase(x)) return CUDA_ERROR_INVALID_HANDLE;
+    delete x;  // launches in flight hold their own snapshot of the nodes
+    return CUDA_SUCCESS;
+}
+
+// cuGraphLaunch runs the executable's nodes in order (captured nodes come
+// after their dependencies) as one operation on the stream, after the
+// previous launch of the same executable.
+EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream hs) {
+    FAULT("cuGraphLaunch");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *x = reinterpret_cast<Exec *>(h);
+    if (!d.execs.count(x)) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r;
+    Stream *s = resolveStream(hs, &r);
+    if (!s) return r;
+    if (s->capture) return CUDA_ERROR_NOT_SUPPORTED;  // launching a graph into a capture is not emulated
+    auto nodes = x->nodes;
+    Stream *prev = x->lastStream;
+    uint64_t prevTicket = x->lastTicket;
+    uint64_t t;
+    Node n{kEmpty};
+    if (CUresult r2 = submit(s, n, [nodes, prev, prevTicket, s] {
+            if (prev && prev != s) prev->waitFor(prevTicket);
+            for (const Node &node : *nodes) runNode(node);
+        }, &t))
+        return r2;
+    x->lastStream = s;
+    x->lastTicket = t;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphUpload(CUgraphExec h, CUstream hs) {
+    FAULT("cuGraphUpload");
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *x = reinterpret_cast<Exec *>(h);
+    if (!d.execs.count(x)) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r;
+    Stream *s = resolveStream(hs, &r);
+    if (!s) return r;
+    if (s->capture) return CUDA_ERROR_NOT_SUPPORTED;
+    Node n{kEmpty};
+    return submit(s, n, [] {});  // nothing to upload: memory is host memory
+}
+
+namespace {
+
+// execUpdate compares the graph with the executable node by node: the same
+// number of nodes with the same dependencies (TOPOLOGY_CHANGED), the same
+// kinds (NODE_TYPE_CHANGED), kernels of the same function
+// (FUNCTION_CHANGED), copies in the same direction (PARAMETERS_CHANGED).
+// On success, later launches run the graph's parameters.
+CUresult execUpdate(CUgraphExec hx, CUgraph hg, CUgraphExecUpdateResult *result, size_t *errIndex) {
+    NEED_CONTEXT();
+    Driver &d = drv();
+    std::lock_guard<std::mutex> l(d.mu);
+    auto *x = reinterpret_cast<Exec *>(hx);
+    auto *g = reinterpret_cast<Graph *>(hg);
+    if (!d.execs.count(x) || !d.graphs.count(g)) return CUDA_ERROR_INVALID_HANDLE;
+    const auto &old = *x->nodes;
+    *errIndex = SIZE_MAX;
+    auto fail = [&](CUgraphExecUpdateResult why, size_t i) {
+        *result = why;
+        *errIndex = i;
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    };
+    if (old.size() != g->nodes.size()) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, SIZE_MAX);
+    for (size_t i = 0; i < old.size(); ++i) {
+        const Node &a = old[i], &b = g->nodes[i];
+        if (a.deps != b.deps) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, i);
+        if (a.kind != b.kind) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, i);
+        if (a.kind == kKernel && a.fn != b.fn) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED, i);
+        if (a.kind == kMemcpy && a.copyKind != b.copyKind) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED, i);
+    }
+    x->nodes = std::make_shared<const std::vector<Node>>(g->nodes);
+    *result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// The CUDA 11.x entry point: error node and result out-parameters. Node
+// handles are not emulated, so the error node is always NULL.
+EXPORT CUresult cuGraphExecUpdate(CUgraphExec hx, CUgraph hg, CUgraphNode *errNode, CUgraphExecUpdateResult *result) {
+    FAULT("cuGraphExecUpdate");
+    if (!errNode || !result) return CUDA_ERROR_INVALID_VALUE;
+    size_t idx;
+    *errNode = nullptr;
+    return execUpdate(hx, hg, result, &idx);
+}
+
+// The CUDA 12 entry point (cuda.h 12.x maps cuGraphExecUpdate to it); its
+// result structure is declared here because the 11.8 headers lack it.
+struct tl_CUgraphExecUpdateResultInfo {
+    CUgraphExecUpdateResult result;
+    CUgraphNode errorNode;
+    CUgraphNode errorFromNode;
+};
+
+EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph hg, tl_CUgraphExecUpdateResultInfo *info) {
+    FAULT("cuGraphExecUpdate_v2");
+    if (!info) return CUDA_ERROR_INVALID_VALUE;
+    size_t idx;
+    info->errorNode = nullptr;
+    info->errorFromNode = nullptr;
+    return execUpdate(hx, hg, &info->result, &idx);
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs device/cuda's GPU tests (go test -tags cuda -c ./device/cuda) on the
+# emulated CUDA driver: builds the driver and the test binary, checks that
+# the driver exports every cu* symbol the CUDA builds of tolaria import,
+# runs the tests with LD_LIBRARY_PATH selecting the driver, lists the tests
+# that ran, and fails if any failed or skipped. Run by `make cuda-emulated`.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$root/build/cuda-emulator
+GO=${GO:-go}
+"$root/scripts/build-cuda-emulator.sh" "$out"
+
+cd "$root"
+"$GO" test -tags cuda -c -o "$out/device_cuda.test" ./device/cuda
+"$GO" build -tags cuda -o "$out/tolaria-worker" ./cmd/tolaria-worker
+
+# Every driver symbol a CUDA build imports must be exported by the emulator
+# (it answers CUDA_ERROR_NOT_SUPPORTED for those it does not emulate), and
+# listed in symbols.txt, from which the unsupported entry points are made.
+nm -D --defined-only "$out/libcuda.so.1" | awk '{print $3}' | sort -u >"$out/exported.txt"
+missing=0
+for bin in "$out/device_cuda.test" "$out/tolaria-worker"; do
+	nm -D --undefined-only "$bin" | awk '$2 ~ /^cu/ {print $2}' | sort -u >"$out/imported.txt"
+	if ! comm -23 "$out/imported.txt" "$out/exported.txt" >"$out/missing.txt" || [ -s "$out/missing.txt" ]; then
+		echo "cuda-emulated: $(basename "$bin") imports driver symbols the emulator lacks; add them to device/cuda/emulator/symbols.txt (and implement them if they are reached):" >&2
+		cat "$out/missing.txt" >&2
+		missing=1
+	fi
+done
+[ "$missing" = 0 ] || exit 1
+
+log=$out/device_cuda.log
+cd "$root/device/cuda"
+status=0
+LD_LIBRARY_PATH="$out${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" TOLARIA_REQUIRE_EMULATION=1 \
+	"$out/device_cuda.test" -test.v -test.count=1 -test.timeout=10m >"$log" 2>&1 || status=$?
+ran=$(grep -cE '^--- (PASS|FAIL|SKIP)' "$log" || true)
+echo "cuda-emulated: the GPU tests on the emulated driver ($ran top-level tests; full log $log):"
+grep -E '^--- (PASS|FAIL|SKIP)' "$log" | sed 's/^/  /'
+if grep -qE -- '--- SKIP' "$log"; then
+	echo "cuda-emulated: tests skipped on the emulated driver; every test must run:" >&2
+	grep -E -- '--- SKIP' -A2 "$log" >&2
+	exit 1
+fi
+if [ "$status" != 0 ] || [ "$ran" = 0 ]; then
+	tail -n 60 "$log" >&2
+	echo "cuda-emulated: the GPU tests failed on the emulated driver (status $status)" >&2
+	exit 1
+fi
+
+# Fault injection: with every cuMemAlloc failing with
+# CUDA_ERROR_OUT_OF_MEMORY, the pool's test must fail and say so.
+fault=$out/fault.log
+if LD_LIBRARY_PATH="$out" TOLARIA_CUDA_EMU_FAULTS='cuMemAlloc_v2:*:2' \
+	"$out/device_cuda.test" -test.run '^TestMemoryLimitAndPoolReuse$' -test.count=1 >"$fault" 2>&1 ||
+	! grep -q 'out of memory' "$fault"; then
+	cat "$fault" >&2
+	echo "cuda-emulated: an injected CUDA_ERROR_OUT_OF_MEMORY did not fail TestMemoryLimitAndPoolReuse with an out-of-memory error" >&2
+	exit 1
+fi
+echo "cuda-emulated: all $ran tests passed on the emulated driver; an injected cuMemAlloc failure reached the caller as out of memory"
