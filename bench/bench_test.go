@@ -9,6 +9,7 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/staging"
 )
 
 // These benchmarks run on the CPU device, so that regressions in the
@@ -141,7 +142,7 @@ func benchSetup(b *testing.B, p Preset) *setup {
 	b.Cleanup(func() { _ = pool.Close() })
 	w, err := p.Workload()
 	must(b, err)
-	s, err := newSetup(context.Background(), dev, pool, w, 1)
+	s, err := newSetup(context.Background(), dev, pool, new(staging.Guard), w, 1)
 	must(b, err)
 	b.Cleanup(func() { _ = s.close() })
 	must(b, s.warmUp(context.Background(), 2))
@@ -154,7 +155,7 @@ func benchSetup(b *testing.B, p Preset) *setup {
 // step, issued back to back on the compute stream from one staged input
 // buffer (no staging in the loop): what graphs save on issuing alone.
 func BenchmarkStep(b *testing.B) {
-	for _, p := range Presets {
+	for _, p := range Presets() {
 		s := benchSetup(b, p)
 		in := s.layout.Views(s.stager.Input(0))
 		modes := []struct {
@@ -176,7 +177,7 @@ func BenchmarkStep(b *testing.B) {
 // pipelined loop: each step waits for its staged copy and hands its input
 // buffer back to the stager, as run_graph_bench measures it.
 func BenchmarkPipelinedStep(b *testing.B) {
-	for _, p := range Presets {
+	for _, p := range Presets() {
 		s := benchSetup(b, p)
 		for _, mode := range []string{"eager", "replay"} {
 			b.Run(string(p)+"/"+mode, func(b *testing.B) {
@@ -194,7 +195,7 @@ func BenchmarkPipelinedStep(b *testing.B) {
 // pinned slots, the stager copies each into an input buffer on its stream,
 // and the compute stream only waits for the copy and records step-done.
 func BenchmarkStaging(b *testing.B) {
-	for _, p := range Presets {
+	for _, p := range Presets() {
 		b.Run(string(p), func(b *testing.B) {
 			s := benchSetup(b, p)
 			ctx := context.Background()

@@ -21,7 +21,7 @@ const (
 )
 
 // Presets lists the presets in the order the command documents them.
-var Presets = []Preset{PresetMLP, PresetTiny}
+func Presets() []Preset { return []Preset{PresetMLP, PresetTiny} }
 
 // Workload is a preset's model and default batch size.
 type Workload struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/staging"
 )
 
 // Opener opens the device a run measures. Run opens one device per batch
@@ -22,10 +23,15 @@ type Opener func() (device.Device, error)
 
 // Run measures cfg's workload on devices from open: at the configured
 // batch size, and at every batch size of the sweep when there is one.
-func Run(ctx context.Context, open Opener, cfg Config) (*Report, error) {
+// guard is the process's capture guard (see staging.Guard), which the
+// run's stagers honour and its captures hold.
+func Run(ctx context.Context, guard *staging.Guard, open Opener, cfg Config) (*Report, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if guard == nil {
+		return nil, errors.New("bench: Run needs the process's capture guard")
 	}
 	w, _ := cfg.workload(0)
 	rep := &Report{
@@ -45,7 +51,7 @@ func Run(ctx context.Context, open Opener, cfg Config) (*Report, error) {
 		slices.Sort(sizes)
 	}
 	for i, b := range sizes {
-		pt, err := runPoint(ctx, open, cfg, b, i == 0, rep)
+		pt, err := runPoint(ctx, guard, open, cfg, b, i == 0, rep)
 		if err != nil {
 			return nil, fmt.Errorf("bench: batch size %d: %w", b, err)
 		}
@@ -81,7 +87,7 @@ type epochResult struct {
 
 // runPoint measures one batch size on a freshly opened device. The first
 // point also runs the launch probe and fills in the report's device.
-func runPoint(ctx context.Context, open Opener, cfg Config, batch int, first bool, rep *Report) (pt Point, err error) {
+func runPoint(ctx context.Context, guard *staging.Guard, open Opener, cfg Config, batch int, first bool, rep *Report) (pt Point, err error) {
 	dev, err := open()
 	if err != nil {
 		return pt, err
@@ -123,7 +129,7 @@ func runPoint(ctx context.Context, open Opener, cfg Config, batch int, first boo
 				}
 				s = nil
 			}
-			if s, err = newSetup(ctx, dev, pool, w, cfg.Seed+uint64(epoch)); err != nil {
+			if s, err = newSetup(ctx, dev, pool, guard, w, cfg.Seed+uint64(epoch)); err != nil {
 				return pt, err
 			}
 			if err := s.warmUp(ctx, cfg.WarmupBatches); err != nil {

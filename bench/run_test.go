@@ -12,6 +12,7 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/staging"
 )
 
 // quick is a configuration that runs in a fraction of a second, also
@@ -25,7 +26,7 @@ func openCPU() (device.Device, error) { return cpu.Open(cpu.Config{}) }
 
 func runQuick(t *testing.T, cfg Config, open Opener) *Report {
 	t.Helper()
-	rep, err := Run(context.Background(), open, cfg)
+	rep, err := Run(context.Background(), new(staging.Guard), open, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestRunCaptureFailureFallsBack(t *testing.T) {
 func TestRunCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Run(ctx, openCPU, quick(PresetTiny))
+	_, err := Run(ctx, new(staging.Guard), openCPU, quick(PresetTiny))
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Run with a cancelled context = %v, want context.Canceled", err)
 	}

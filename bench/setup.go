@@ -63,7 +63,7 @@ func (c *copyLog) take() []float64 {
 	return out
 }
 
-func newSetup(ctx context.Context, dev device.Device, pool *graphs.Pool, w Workload, seed uint64) (s *setup, err error) {
+func newSetup(ctx context.Context, dev device.Device, pool *graphs.Pool, guard *staging.Guard, w Workload, seed uint64) (s *setup, err error) {
 	s = &setup{dev: dev, w: w, layout: nn.NewLayout(w.Spec, w.BatchSize), copies: new(copyLog)}
 	defer func() {
 		if err != nil {
@@ -86,7 +86,7 @@ func newSetup(ctx context.Context, dev device.Device, pool *graphs.Pool, w Workl
 		return nil, err
 	}
 	cfg := staging.Config{BatchLen: s.layout.Len, Slots: stagingSlots, Buffers: stagingBuffers,
-		Loaders: stagingLoaders, OnCopy: s.copies.add}
+		Loaders: stagingLoaders, Guard: guard, OnCopy: s.copies.add}
 	s.src = newSource(w.Spec, w.Optimizer, s.layout, seed)
 	if s.stager, err = staging.New(dev, cfg, s.src); err != nil {
 		return nil, err

@@ -8,7 +8,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
@@ -35,18 +34,18 @@ type Placement struct {
 type Executor struct {
 	Device  string          // "cpu" or "cuda"
 	Process *worker.Process // nil: in this process
-	pool    *graphs.Pool
+	shared  *trainer.Shared
 	log     *slog.Logger
 }
 
 // Choose resolves a placement to an executor. With device auto it takes
 // a GPU when a CUDA worker can open one and the CPU otherwise, saying why
-// in the log. pool is the process's graph pool, for in-process runs.
-func Choose(ctx context.Context, p Placement, pool *graphs.Pool, log *slog.Logger) (*Executor, error) {
+// in the log. shared is the process's state, for in-process runs.
+func Choose(ctx context.Context, p Placement, shared *trainer.Shared, log *slog.Logger) (*Executor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	inProcess := &Executor{Device: "cpu", pool: pool, log: log}
+	inProcess := &Executor{Device: "cpu", shared: shared, log: log}
 	if p.Device == "cpu" && !p.Isolate {
 		return inProcess, nil
 	}
@@ -65,21 +64,21 @@ func Choose(ctx context.Context, p Placement, pool *graphs.Pool, log *slog.Logge
 	}
 	proc := &worker.Process{Path: path, Stderr: p.Stderr, HelloTimeout: p.WorkerStart}
 	if p.Device == "cpu" {
-		return &Executor{Device: "cpu", Process: proc, pool: pool, log: log}, nil
+		return &Executor{Device: "cpu", Process: proc, shared: shared, log: log}, nil
 	}
 	hello, err := probeCUDA(ctx, proc)
 	if err != nil {
 		if p.Device == "auto" && ctx.Err() == nil {
 			log.Info("device auto: using cpu", "reason", err.Error())
 			if p.Isolate {
-				return &Executor{Device: "cpu", Process: proc, pool: pool, log: log}, nil
+				return &Executor{Device: "cpu", Process: proc, shared: shared, log: log}, nil
 			}
 			return inProcess, nil
 		}
 		return nil, err
 	}
 	log.Info("device: using the CUDA worker", "worker", path, "gpu", hello.Device, "model", hello.Description, "pid", hello.PID)
-	return &Executor{Device: "cuda", Process: proc, pool: pool, log: log}, nil
+	return &Executor{Device: "cuda", Process: proc, shared: shared, log: log}, nil
 }
 
 // CUDAWorker finds the tolaria-worker (at path, or next to this program
@@ -147,7 +146,7 @@ func (e *Executor) Plan(spec job.Spec) (*job.Plan, error) {
 func (e *Executor) Run(ctx context.Context, plan *job.Plan, sink jobserver.Sink) (trainer.Summary, error) {
 	var t worker.Transport = e.Process
 	if e.Process == nil {
-		t = jobserver.InProcess(jobserver.Config{Build: "cpu", Open: jobserver.OpenCPU, Pool: e.pool, Logger: e.log, Plan: plan})
+		t = jobserver.InProcess(jobserver.Config{Build: "cpu", Open: jobserver.OpenCPU, Shared: e.shared, Logger: e.log, Plan: plan})
 	}
 	_, sum, err := jobserver.Run(ctx, t, e.Device, plan.Spec, sink)
 	return sum, err

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
@@ -26,8 +25,8 @@ type Request struct {
 	MetricsAddr string
 	// SummaryJSON also receives summary.json; "" writes none.
 	SummaryJSON string
-	Version     string       // reported by the metrics
-	Pool        *graphs.Pool // the process's graph pool, for in-process runs
+	Version     string          // reported by the metrics
+	Shared      *trainer.Shared // the process's state, for in-process runs
 	Logger      *slog.Logger
 	// Started is when the command started: a summary's wall time counts
 	// from it.
@@ -95,7 +94,7 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 	r.spec.RunDir = r.dir.Path()
 	place := req.Placement
 	place.Device = r.spec.Device
-	if r.exec, err = Choose(ctx, place, req.Pool, r.log); err != nil {
+	if r.exec, err = Choose(ctx, place, req.Shared, r.log); err != nil {
 		return nil, err
 	}
 	r.spec.Device = r.exec.Device

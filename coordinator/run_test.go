@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -23,9 +22,9 @@ func smallSpec(dir string) job.Spec {
 }
 
 func request(t *testing.T, spec job.Spec) Request {
-	pool := graphs.NewPool()
-	t.Cleanup(func() { pool.Close() })
-	return Request{Spec: spec, Pool: pool, Version: "test", Started: time.Now()}
+	shared := trainer.NewShared()
+	t.Cleanup(func() { shared.Close() })
+	return Request{Spec: spec, Shared: shared, Version: "test", Started: time.Now()}
 }
 
 // train prepares, trains and records a run, as tolaria train does.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/device"
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -203,9 +202,10 @@ func (p *Plan) InRunDir(dir string) (*Plan, error) {
 	return &q, nil
 }
 
-// Run trains the plan on dev. pool is the process-wide graph pool.
-func (p *Plan) Run(ctx context.Context, dev device.Device, pool *graphs.Pool, opts Options) (trainer.Summary, error) {
-	return p.Trainer.WithOutputs(opts.Logger, opts.Observer, opts.Progress).Run(ctx, dev, pool)
+// Run trains the plan on dev. shared is the process's state (see
+// trainer.Shared).
+func (p *Plan) Run(ctx context.Context, dev device.Device, shared *trainer.Shared, opts Options) (trainer.Summary, error) {
+	return p.Trainer.WithOutputs(opts.Logger, opts.Observer, opts.Progress).Run(ctx, dev, shared)
 }
 
 // Config builds and validates the trainer configuration for already

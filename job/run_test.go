@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/device/cpu"
-	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // TestPlanTrainsOnTheDataItIsGiven: a plan trains on the data its caller
@@ -32,9 +32,9 @@ func TestPlanTrainsOnTheDataItIsGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	pool := graphs.NewPool()
-	defer pool.Close()
-	sum, err := plan.Run(context.Background(), dev, pool, Options{})
+	shared := trainer.NewShared()
+	defer shared.Close()
+	sum, err := plan.Run(context.Background(), dev, shared, Options{})
 	if err != nil {
 		t.Fatalf("Run with the data given: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,7 +38,9 @@ func serveAsWorker() int {
 	if os.Getenv(worker.ProtocolFDEnv) == "3" {
 		out = os.NewFile(3, "protocol")
 	}
-	if err := Serve(context.Background(), os.Stdin, out, Config{Build: "cpu", Open: OpenCPU}); err != nil {
+	shared := trainer.NewShared()
+	defer shared.Close()
+	if err := Serve(context.Background(), os.Stdin, out, Config{Build: "cpu", Open: OpenCPU, Shared: shared}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -108,12 +111,23 @@ func smallSpec() job.Spec {
 	return s
 }
 
-func local() worker.InProcess { return InProcess(Config{Build: "cpu", Open: OpenCPU}) }
+// local serves in this process, with state shared by the test binary's
+// requests as a process's are.
+func local(t *testing.T) worker.InProcess {
+	return InProcess(Config{Build: "cpu", Open: OpenCPU, Shared: newShared(t)})
+}
+
+// newShared is a process's state for one test, closed when it ends.
+func newShared(t *testing.T) *trainer.Shared {
+	s := trainer.NewShared()
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
 
 func TestRunInProcess(t *testing.T) {
 	rec := &recorder{}
 	var progress int
-	hello, sum, err := Run(context.Background(), local(), "cpu", smallSpec(),
+	hello, sum, err := Run(context.Background(), local(t), "cpu", smallSpec(),
 		Sink{Observer: rec, Progress: func(trainer.Progress) { progress++ }})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +157,7 @@ func TestCancelInterruptsWithACheckpoint(t *testing.T) {
 	var err error
 	go func() {
 		defer close(done)
-		_, sum, err = Run(ctx, local(), "cpu", spec, sink)
+		_, sum, err = Run(ctx, local(t), "cpu", spec, sink)
 	}()
 	select {
 	case <-done:
@@ -161,22 +175,22 @@ func TestCancelInterruptsWithACheckpoint(t *testing.T) {
 func TestErrorsCarryTheirKind(t *testing.T) {
 	bad := smallSpec()
 	bad.Epochs = 0
-	_, _, err := Run(context.Background(), local(), "cpu", bad, Sink{})
+	_, _, err := Run(context.Background(), local(t), "cpu", bad, Sink{})
 	var we *worker.Error
 	if !errors.As(err, &we) || we.Kind != worker.KindUsage {
 		t.Fatalf("bad spec: %v", err)
 	}
-	_, _, err = Run(context.Background(), local(), "cuda", smallSpec(), Sink{})
+	_, _, err = Run(context.Background(), local(t), "cuda", smallSpec(), Sink{})
 	if !errors.As(err, &we) || we.Kind != worker.KindNoDevice {
 		t.Fatalf("cuda in process: %v", err)
 	}
 	missing := smallSpec()
 	missing.Dataset, missing.DataDir = "fashion-mnist", t.TempDir()
-	_, _, err = Run(context.Background(), local(), "cpu", missing, Sink{})
+	_, _, err = Run(context.Background(), local(t), "cpu", missing, Sink{})
 	if !errors.As(err, &we) || we.Kind != worker.KindUsage {
 		t.Fatalf("missing data: %v", err)
 	}
-	_, _, err = local().Call(context.Background(), worker.Request{Type: "train", Device: "cpu"}, worker.Sink{})
+	_, _, err = local(t).Call(context.Background(), worker.Request{Type: "train", Device: "cpu"}, worker.Sink{})
 	if !errors.As(err, &we) || we.Kind != worker.KindUsage {
 		t.Fatalf("an unknown request: %v", err)
 	}
@@ -185,7 +199,7 @@ func TestErrorsCarryTheirKind(t *testing.T) {
 func TestBenchThroughTheProtocol(t *testing.T) {
 	var lines int
 	cfg := bench.Config{Preset: bench.PresetTiny, Epochs: 2, Steps: 16, ProbeKernels: -1, Progress: func(string) { lines++ }}
-	hello, rep, err := Bench(context.Background(), local(), "cpu", cfg)
+	hello, rep, err := Bench(context.Background(), local(t), "cpu", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,14 +227,14 @@ func TestServeRunsThePlanItIsGiven(t *testing.T) {
 	}
 	sent := spec
 	sent.Dataset, sent.DataDir = "fashion-mnist", t.TempDir()
-	_, sum, err := Run(context.Background(), InProcess(Config{Build: "cpu", Open: OpenCPU, Plan: plan}), "cpu", sent, Sink{})
+	_, sum, err := Run(context.Background(), InProcess(Config{Build: "cpu", Open: OpenCPU, Shared: newShared(t), Plan: plan}), "cpu", sent, Sink{})
 	if err != nil {
 		t.Fatalf("running the plan: %v", err)
 	}
 	if want := spec.Epochs * plan.Trainer.StepsPerEpoch(); sum.Steps != want {
 		t.Fatalf("%d steps, want the plan's %d", sum.Steps, want)
 	}
-	if _, _, err := Run(context.Background(), local(), "cpu", sent, Sink{}); err == nil {
+	if _, _, err := Run(context.Background(), local(t), "cpu", sent, Sink{}); err == nil {
 		t.Fatal("without a plan, Serve trained on a spec whose data does not exist")
 	}
 }
@@ -267,5 +281,14 @@ func TestSummaryCrossesWhole(t *testing.T) {
 	_, got, err := Run(context.Background(), worker.InProcess(serve), "cpu", job.Default(), Sink{})
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("summary %+v, %v; want %+v", got, err, want)
+	}
+}
+
+// TestServeNeedsTheSharedState: a server without the process's state
+// refuses to serve rather than run without a guard or a pool.
+func TestServeNeedsTheSharedState(t *testing.T) {
+	_, _, err := Run(context.Background(), InProcess(Config{Build: "cpu", Open: OpenCPU}), "cpu", smallSpec(), Sink{})
+	if err == nil || !strings.Contains(err.Error(), "Shared") {
+		t.Fatalf("serving without the process's state: %v", err)
 	}
 }

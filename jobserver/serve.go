@@ -28,7 +28,6 @@ import (
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -47,9 +46,11 @@ func OpenCPU(name string, spec job.Spec) (device.Device, error) {
 
 // Config configures the worker side.
 type Config struct {
-	Build  string // "cuda" or "cpu": how this worker was built
-	Open   Opener
-	Pool   *graphs.Pool // the worker process's shared graph pool
+	Build string // "cuda" or "cpu": how this worker was built
+	Open  Opener
+	// Shared is the process's state (graph pool, capture guard, devices in
+	// use), made once in main: required.
+	Shared *trainer.Shared
 	Logger *slog.Logger
 	// Plan, when set, is the job planned in this process for the spec that
 	// the start message carries (see InProcess): Serve runs it as it is
@@ -62,12 +63,11 @@ type Config struct {
 // It writes the protocol to out and returns when the request is done and
 // in is closed or cancelled.
 func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
+	if cfg.Shared == nil {
+		return errors.New("jobserver: Config.Shared is nil: make one trainer.Shared in main and pass it")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Pool == nil {
-		cfg.Pool = graphs.NewPool()
-		defer cfg.Pool.Close()
 	}
 	conn, err := worker.Accept(in, out)
 	if err != nil {
@@ -92,7 +92,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	defer func() {
 		// The pool may outlive this request (in process); it keeps
 		// nothing of a closed device.
-		_ = cfg.Pool.Drop(dev)
+		_ = cfg.Shared.Pool().Drop(dev)
 		_ = dev.Close()
 	}()
 	hello := worker.Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid()}
@@ -136,7 +136,7 @@ func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.De
 			_ = conn.Progress(body)
 		}
 	}
-	return plan.Run(ctx, dev, cfg.Pool, job.Options{Logger: cfg.Logger, Observer: remoteObserver{conn}, Progress: progress})
+	return plan.Run(ctx, dev, cfg.Shared, job.Options{Logger: cfg.Logger, Observer: remoteObserver{conn}, Progress: progress})
 }
 
 // planJob validates a spec received from another process, loads its data
@@ -201,7 +201,7 @@ func serveBench(ctx context.Context, conn *worker.Conn, spec job.Spec, cfg Confi
 	}
 	bc.Progress = func(msg string) { _ = conn.Log(msg) }
 	open := func() (device.Device, error) { return cfg.Open(req.Device, spec) }
-	rep, err := bench.Run(ctx, open, bc)
+	rep, err := bench.Run(ctx, cfg.Shared.Guard(), open, bc)
 	if err == nil {
 		err = conn.Result(rep)
 	}

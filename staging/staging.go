@@ -49,8 +49,8 @@ type Config struct {
 	PrefetchToDevice bool
 	// StartSeq is the first sequence number, for resuming mid-run.
 	StartSeq int
-	// Guard is the capture guard the stager's device calls honour; nil
-	// means ProcessGuard, shared by every stager in the process.
+	// Guard is the capture guard the stager's device calls honour: the
+	// one guard of the process, shared by every stager in it (see Guard).
 	Guard  *Guard
 	Logger *slog.Logger
 	// OnCopy, when set, receives each batch copy's device time in seconds,
@@ -60,8 +60,12 @@ type Config struct {
 
 // Guard keeps staging device calls out of captures. A global-mode capture
 // is broken by an unsafe call from any thread of the process, so every
-// stager whose calls could reach a capture must share its guard: by
-// default they all share ProcessGuard.
+// stager whose calls could reach a capture must share its guard: a
+// process has one, made in main and passed down (trainer.Shared holds
+// it), as CUDA's global capture mode spans the process. Two trainers on
+// one device in one process then keep each other's staging out of their
+// captures; captures are rare and short, so unrelated devices sharing it
+// lose nothing measurable.
 type Guard struct {
 	rw       sync.RWMutex
 	captures atomic.Uint64
@@ -75,13 +79,6 @@ func (g *Guard) Capture(capture func() error) error {
 	g.captures.Add(1)
 	return capture()
 }
-
-// ProcessGuard is the guard of every stager configured without one. It is
-// process-wide as CUDA's global capture mode is: two trainers on one
-// device in one process keep each other's staging out of their captures.
-// Captures are rare and short, so unrelated devices sharing it lose
-// nothing measurable.
-var ProcessGuard = new(Guard)
 
 // Captures is the number of guarded captures so far.
 func (g *Guard) Captures() uint64 { return g.captures.Load() }
@@ -99,6 +96,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("staging: Loaders must be at least 1, got %d", c.Loaders)
 	case c.StartSeq < 0:
 		return fmt.Errorf("staging: StartSeq must be >= 0, got %d", c.StartSeq)
+	case c.Guard == nil:
+		return fmt.Errorf("staging: Guard is required: pass the process's capture guard, shared by every stager in it")
 	}
 	return nil
 }
@@ -156,9 +155,6 @@ func New(dev device.Device, cfg Config, src Source) (*Stager, error) {
 		return nil, err
 	}
 	st := &Stager{dev: dev, cfg: cfg, src: src, log: cfg.Logger, out: make(chan Staged, cfg.Buffers), guard: cfg.Guard}
-	if st.guard == nil {
-		st.guard = ProcessGuard
-	}
 	if st.log == nil {
 		st.log = slog.New(slog.DiscardHandler)
 	}

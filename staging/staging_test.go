@@ -96,7 +96,7 @@ func TestReplayNeverReadsAHalfCopiedBatch(t *testing.T) {
 	defer compute.Destroy()
 	const batches = 40
 	src := &constSource{n: batches}
-	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 4, Buffers: 2, Loaders: 2}, src)
+	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 4, Buffers: 2, Loaders: 2, Guard: new(staging.Guard)}, src)
 	must(t, err)
 	sum, err := d.Alloc(batchLen)
 	must(t, err)
@@ -188,7 +188,7 @@ func TestPrefetchToDeviceBreaksUnguardedCapture(t *testing.T) {
 	must(t, err)
 	defer compute.Destroy()
 	src := &constSource{n: 1000}
-	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 3, Buffers: 2, Loaders: 1, PrefetchToDevice: true}, src)
+	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 3, Buffers: 2, Loaders: 1, PrefetchToDevice: true, Guard: new(staging.Guard)}, src)
 	must(t, err)
 	x, err := d.Alloc(8)
 	must(t, err)
@@ -230,7 +230,7 @@ func TestGuardedStagingKeepsCaptureValid(t *testing.T) {
 	// Batches from 6 on wait at a gate that opens inside the capture, so
 	// the fills counted during the capture cannot have happened before it.
 	src := &constSource{n: 200, delay: 100 * time.Microsecond, gate: make(chan struct{}), gateFrom: 6}
-	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 6, Buffers: 2, Loaders: 2, PrefetchToDevice: true}, src)
+	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 6, Buffers: 2, Loaders: 2, PrefetchToDevice: true, Guard: new(staging.Guard)}, src)
 	must(t, err)
 	st.Start(context.Background())
 	sum, err := d.Alloc(batchLen)
@@ -309,15 +309,19 @@ func TestGuardedStagingKeepsCaptureValid(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	for _, c := range []staging.Config{
-		{BatchLen: 0, Slots: 2, Buffers: 2, Loaders: 1},
-		{BatchLen: 4, Slots: 1, Buffers: 2, Loaders: 1},
-		{BatchLen: 4, Slots: 2, Buffers: 0, Loaders: 1},
-		{BatchLen: 4, Slots: 2, Buffers: 2, Loaders: 0},
-		{BatchLen: 4, Slots: 2, Buffers: 2, Loaders: 1, StartSeq: -1},
+		{BatchLen: 0, Slots: 2, Buffers: 2, Loaders: 1, Guard: new(staging.Guard)},
+		{BatchLen: 4, Slots: 1, Buffers: 2, Loaders: 1, Guard: new(staging.Guard)},
+		{BatchLen: 4, Slots: 2, Buffers: 0, Loaders: 1, Guard: new(staging.Guard)},
+		{BatchLen: 4, Slots: 2, Buffers: 2, Loaders: 0, Guard: new(staging.Guard)},
+		{BatchLen: 4, Slots: 2, Buffers: 2, Loaders: 1, StartSeq: -1, Guard: new(staging.Guard)},
+		{BatchLen: 4, Slots: 2, Buffers: 2, Loaders: 1},
 	} {
 		if c.Validate() == nil {
 			t.Errorf("%+v: no error", c)
 		}
+	}
+	if err := (staging.Config{BatchLen: 4, Slots: 2, Buffers: 2, Loaders: 1, Guard: new(staging.Guard)}).Validate(); err != nil {
+		t.Errorf("a valid configuration: %v", err)
 	}
 }
 
@@ -332,7 +336,7 @@ func TestBatchesArriveInOrder(t *testing.T) {
 			defer compute.Destroy()
 			const batches = 60
 			src := &jitterSource{constSource: constSource{n: batches}}
-			st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: c.slots, Buffers: 2, Loaders: c.loaders}, src)
+			st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: c.slots, Buffers: 2, Loaders: c.loaders, Guard: new(staging.Guard)}, src)
 			must(t, err)
 			history, err := d.Alloc(batches * batchLen)
 			must(t, err)
@@ -378,7 +382,7 @@ func TestBatchesUseEveryInputBufferInTurn(t *testing.T) {
 			must(t, err)
 			defer compute.Destroy()
 			const batches = 12
-			st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 4, Buffers: buffers, Loaders: 2}, &constSource{n: batches})
+			st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 4, Buffers: buffers, Loaders: 2, Guard: new(staging.Guard)}, &constSource{n: batches})
 			must(t, err)
 			if got := st.Buffers(); got != buffers {
 				t.Fatalf("Buffers() = %d, want %d", got, buffers)
@@ -414,7 +418,7 @@ func TestStopReleasesARunningStager(t *testing.T) {
 	defer compute.Destroy()
 	before := d.MemoryStats()
 	running := goleak.IgnoreCurrent()
-	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 3, Buffers: 2, Loaders: 2}, &constSource{n: 1000})
+	st, err := staging.New(d, staging.Config{BatchLen: batchLen, Slots: 3, Buffers: 2, Loaders: 2, Guard: new(staging.Guard)}, &constSource{n: 1000})
 	must(t, err)
 	st.Start(context.Background())
 	b, err := st.Next(context.Background())

@@ -120,7 +120,7 @@ func TestEvalReplayErrorFallsBack(t *testing.T) {
 			mu.Unlock()
 		}
 	}}
-	sum, err := trainer.Run(context.Background(), dev, graphs.NewPool(), cfg)
+	sum, err := trainer.Run(context.Background(), dev, newShared(t), cfg)
 	if err != nil {
 		t.Fatalf("a failed evaluation replay ended the run: %v", err)
 	}
@@ -199,7 +199,7 @@ func TestReplayErrorOnAnEpochsLastStep(t *testing.T) {
 	evalSteps := evalStepsPerEpoch(t, cfg)
 	// Epoch 1 launches only training steps until its evaluation.
 	dev := &launchFailing{Device: openCPU(t), failAt: steps - cfg.WarmupBatches}
-	sum, err := trainer.Run(context.Background(), dev, graphs.NewPool(), cfg)
+	sum, err := trainer.Run(context.Background(), dev, newShared(t), cfg)
 	if err != nil {
 		t.Fatalf("a failed replay ended the run: %v", err)
 	}

@@ -59,7 +59,7 @@ func TestCaptureFailureFallsBackAndRetries(t *testing.T) {
 			failed = append(failed, e)
 		}
 	}}
-	sum, err := trainer.Run(context.Background(), dev, graphs.NewPool(), cfg)
+	sum, err := trainer.Run(context.Background(), dev, newShared(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -38,7 +37,7 @@ func poisonedResume(t *testing.T, cfg trainer.Config, poison float32) (trainer.C
 func TestNonFiniteLossStopsAndKeepsTheLastCheckpoint(t *testing.T) {
 	// The next epoch's data is poisoned: the loss becomes NaN.
 	cfg, path, good := poisonedResume(t, smallConfig(t), float32(math.NaN()))
-	_, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	_, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
 	if !errors.Is(err, trainer.ErrNonFinite) {
 		t.Fatalf("run on poisoned data: %v, want ErrNonFinite", err)
 	}
@@ -59,7 +58,7 @@ func TestInterruptedDivergedRunKeepsTheLastCheckpoint(t *testing.T) {
 		cfg, path, good := poisonedResume(t, base, float32(math.Inf(1)))
 		// No metric read before the stop: only the stop can notice.
 		cfg.LogEvery, cfg.MaxSteps = 1000, 3 // steps of this run
-		_, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+		_, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
 		if !errors.Is(err, trainer.ErrNonFinite) {
 			t.Fatalf("graphs %v: a diverged run stopped mid-epoch: %v, want ErrNonFinite", graphsOn, err)
 		}

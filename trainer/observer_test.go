@@ -7,7 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -83,7 +82,7 @@ func TestObserverSeesWhatTheRunDid(t *testing.T) {
 	cfg := smallConfig(t)
 	rec := &recorder{fallbacks: map[string]int{}, memory: map[string]int64{}}
 	cfg.Observer = rec
-	sum, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	sum, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +172,7 @@ func TestPrefetchToDeviceIsOffAroundCapture(t *testing.T) {
 	cfg.PrefetchToDevice = true
 	rec := &recorder{fallbacks: map[string]int{}, memory: map[string]int64{}}
 	cfg.Observer = rec
-	sum, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	sum, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/device"
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -86,7 +85,7 @@ func TestStagedHyperFollowsTheSchedule(t *testing.T) {
 	}
 	dev.host = h
 	t.Cleanup(func() { _ = dev.FreeHost(h) })
-	sum, err := trainer.Run(context.Background(), dev, graphs.NewPool(), cfg)
+	sum, err := trainer.Run(context.Background(), dev, newShared(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -61,7 +60,7 @@ func TestResumedPlanReadsTheCheckpointOnce(t *testing.T) {
 	if err := os.Rename(filepath.Join(cfg.RunDir, trainer.CheckpointFile), filepath.Join(cfg.RunDir, "moved-away")); err != nil {
 		t.Fatal(err)
 	}
-	sum, err := p.Run(context.Background(), openCPU(t), graphs.NewPool())
+	sum, err := p.Run(context.Background(), openCPU(t), newShared(t))
 	if err != nil {
 		t.Fatalf("running the plan read the checkpoint again: %v", err)
 	}
@@ -85,7 +84,7 @@ func TestFreshPlanInAnotherRunDir(t *testing.T) {
 	if q.Config().RunDir != other || p.Config().RunDir != cfg.RunDir {
 		t.Fatalf("InRunDir: %q (the original now %q)", q.Config().RunDir, p.Config().RunDir)
 	}
-	if _, err := q.Run(context.Background(), openCPU(t), graphs.NewPool()); err != nil {
+	if _, err := q.Run(context.Background(), openCPU(t), newShared(t)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(other, trainer.CheckpointFile)); err != nil {

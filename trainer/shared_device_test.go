@@ -8,7 +8,6 @@ import (
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -18,8 +17,7 @@ import (
 // same device runs, and the shared pool serves all its captures.
 func TestOneTrainerPerDevice(t *testing.T) {
 	dev := openCPU(t)
-	pool := graphs.NewPool()
-	defer pool.Close()
+	shared := newShared(t)
 	first, second := smallConfig(t), smallConfig(t)
 	first.GraphPoolReuse, second.GraphPoolReuse = true, true
 	var busyErr error
@@ -27,10 +25,10 @@ func TestOneTrainerPerDevice(t *testing.T) {
 	first.Progress = func(trainer.Progress) {
 		if !tried {
 			tried = true
-			_, busyErr = trainer.Run(context.Background(), dev, pool, second)
+			_, busyErr = trainer.Run(context.Background(), dev, shared, second)
 		}
 	}
-	a, err := trainer.Run(context.Background(), dev, pool, first)
+	a, err := trainer.Run(context.Background(), dev, shared, first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +41,7 @@ func TestOneTrainerPerDevice(t *testing.T) {
 	if a.Captures == 0 || a.CapturePooled == a.Captures {
 		t.Fatalf("first run: %d captures, %d pooled; want its first capture cold", a.Captures, a.CapturePooled)
 	}
-	b, err := trainer.Run(context.Background(), dev, pool, second)
+	b, err := trainer.Run(context.Background(), dev, shared, second)
 	if err != nil {
 		t.Fatalf("a trainer after the first one finished: %v", err)
 	}
@@ -65,11 +63,38 @@ func TestModelTooLargeForTheDevice(t *testing.T) {
 	defer dev.Close()
 	cfg := smallConfig(t)
 	cfg.Spec.Hidden = []int{1024, 1024} // about 1M parameters, 4 MiB each copy
-	_, err = trainer.Run(context.Background(), dev, graphs.NewPool(), cfg)
+	_, err = trainer.Run(context.Background(), dev, newShared(t), cfg)
 	if !errors.Is(err, device.ErrOutOfMemory) || !strings.Contains(err.Error(), "--hidden") {
 		t.Fatalf("a model larger than the device: %v, want ErrOutOfMemory naming --hidden", err)
 	}
 	if n := dev.MemoryStats().Allocs; n != 0 {
 		t.Fatalf("%d device allocations before the refusal, want none", n)
+	}
+}
+
+// TestTrainersShareTheProcessGuard: every trainer of a process captures
+// under the one guard its Shared holds, whatever its device, so no
+// stager of the process can issue a copy during any of their captures.
+func TestTrainersShareTheProcessGuard(t *testing.T) {
+	shared, other := newShared(t), newShared(t)
+	cfg := smallConfig(t)
+	for i, dev := range []device.Device{openCPU(t), openCPU(t)} {
+		sum, err := trainer.Run(context.Background(), dev, shared, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sum.GraphEnabled || shared.Guard().Captures() != uint64(i+1) {
+			t.Fatalf("after run %d: graphs %v, %d captures under the process's guard; want one per run",
+				i+1, sum.GraphEnabled, shared.Guard().Captures())
+		}
+	}
+	if n := other.Guard().Captures(); n != 0 {
+		t.Fatalf("another process's guard was held %d times", n)
+	}
+}
+
+func TestRunNeedsTheSharedState(t *testing.T) {
+	if _, err := trainer.Run(context.Background(), openCPU(t), nil, smallConfig(t)); !errors.Is(err, trainer.ErrNoShared) {
+		t.Fatalf("a run without the process's state: %v, want ErrNoShared", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -59,7 +58,7 @@ func TestSamplesPerSecond(t *testing.T) {
 	cfg.Observer, cfg.Progress = clock, clock.progress
 	dev := openCPU(t)
 	start := time.Now()
-	sum, err := trainer.Run(context.Background(), dev, graphs.NewPool(), cfg)
+	sum, err := trainer.Run(context.Background(), dev, newShared(t), cfg)
 	whole := time.Since(start)
 	if err != nil {
 		t.Fatal(err)

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"reflect"
 	"runtime"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/data"
@@ -70,22 +68,30 @@ type run struct {
 }
 
 // Run trains according to cfg on dev: NewPlan, then Plan.Run.
-func Run(ctx context.Context, dev device.Device, pool *graphs.Pool, cfg Config) (Summary, error) {
+func Run(ctx context.Context, dev device.Device, shared *Shared, cfg Config) (Summary, error) {
 	p, err := NewPlan(cfg)
 	if err != nil {
 		return Summary{}, err
 	}
-	return p.Run(ctx, dev, pool)
+	return p.Run(ctx, dev, shared)
 }
 
+// ErrNoShared refuses a run without the process's shared state.
+var ErrNoShared = errors.New("trainer: Run needs the process's Shared state (NewShared, made once in main)")
+
 // Run trains the plan on dev, taking it as it is: nothing is validated or
-// loaded again. Graphs come from pool when the configuration's
-// GraphPoolReuse is set (the process-wide pool), else from a private pool
-// closed at the end. Cancelling ctx stops the run after the step in flight
-// and writes a checkpoint; the summary then has Interrupted set.
-func (p *Plan) Run(ctx context.Context, dev device.Device, pool *graphs.Pool) (Summary, error) {
+// loaded again. shared is the process's state: its guard keeps staging
+// out of every capture, a device trains one run at a time, and graphs
+// come from its pool when the configuration's GraphPoolReuse is set, else
+// from a private pool closed at the end. Cancelling ctx stops the run
+// after the step in flight and writes a checkpoint; the summary then has
+// Interrupted set.
+func (p *Plan) Run(ctx context.Context, dev device.Device, shared *Shared) (Summary, error) {
+	if shared == nil {
+		return Summary{}, ErrNoShared
+	}
 	cfg := p.cfg
-	release, err := claimDevice(dev)
+	release, err := shared.claim(dev)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -97,8 +103,8 @@ func (p *Plan) Run(ctx context.Context, dev device.Device, pool *graphs.Pool) (S
 	if r.obs == nil {
 		r.obs = NopObserver{}
 	}
-	r.pool = pool
-	if !cfg.GraphPoolReuse || pool == nil {
+	r.pool, r.guard = shared.Pool(), shared.Guard()
+	if !cfg.GraphPoolReuse {
 		r.pool = graphs.NewPool()
 		defer r.pool.Close()
 	}
@@ -116,46 +122,6 @@ func (p *Plan) Run(ctx context.Context, dev device.Device, pool *graphs.Pool) (S
 		err = ferr
 	}
 	return r.sum, err
-}
-
-// ErrDeviceBusy is returned by Run for a device that another Run in this
-// process is training on.
-var ErrDeviceBusy = errors.New("trainer: the device is already training in this process")
-
-// busy holds the devices a Run is training on. A global-mode capture is
-// broken by an unsafe call (an event or stream synchronisation, a pinned
-// allocation) from any thread, and a trainer makes such calls outside its
-// own captures, so two trainers at once on one device would break each
-// other's captures. One job per device per process is tolaria's design:
-// further jobs run in worker processes of their own. Runs one after the
-// other share a device, and through the graph pool its captures. (Global
-// capture mode spans the process, so trainers on two GPUs of one process
-// could still break each other's captures; tolaria gives each GPU a worker
-// process of its own, and this check does not look across devices.)
-var busy struct {
-	sync.Mutex
-	devs map[device.Device]bool
-}
-
-func claimDevice(dev device.Device) (release func(), err error) {
-	if !reflect.TypeOf(dev).Comparable() {
-		return func() {}, nil // cannot be a map key; not tracked
-	}
-	busy.Lock()
-	defer busy.Unlock()
-	if busy.devs[dev] {
-		return nil, fmt.Errorf("%w: device %s (%s) runs one job at a time per process; run the other job in a worker process of its own (tolaria train --isolate)",
-			ErrDeviceBusy, dev.Name(), dev.Description())
-	}
-	if busy.devs == nil {
-		busy.devs = map[device.Device]bool{}
-	}
-	busy.devs[dev] = true
-	return func() {
-		busy.Lock()
-		defer busy.Unlock()
-		delete(busy.devs, dev)
-	}, nil
 }
 
 // fits refuses, before anything is allocated, a run whose model, optimizer
@@ -293,10 +259,9 @@ func (r *run) startStaging(ctx context.Context, startSeq int) error {
 	if err != nil {
 		return err
 	}
-	// Both stagers honour the process's guard, as every other trainer's
-	// in this process do: a global-mode capture is broken by an unsafe
-	// call from any of them.
-	r.guard = staging.ProcessGuard
+	// Both stagers honour the process's guard (r.guard), as every other
+	// trainer's in this process do: a global-mode capture is broken by an
+	// unsafe call from any of them.
 	base := staging.Config{BatchLen: r.layout.Len, Slots: c.Slots, Buffers: 2, Loaders: c.Loaders,
 		PrefetchToDevice: c.PrefetchToDevice, Guard: r.guard, Logger: r.log, OnCopy: func(s float64) { r.obs.Observe(StageCopied{Seconds: s}) }}
 	tc := base

@@ -29,6 +29,14 @@ func openCPU(t *testing.T) device.Device {
 	return d
 }
 
+// newShared is a process's shared state for one test, closed when it ends.
+func newShared(t *testing.T) *trainer.Shared {
+	t.Helper()
+	s := trainer.NewShared()
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // synthetic draws one set and splits it, so train and test share classes.
 func synthetic(t *testing.T, train, test int) (*data.Dataset, *data.Dataset) {
 	t.Helper()
@@ -64,7 +72,7 @@ func smallConfig(t *testing.T) trainer.Config {
 
 func run(t *testing.T, cfg trainer.Config) trainer.Summary {
 	t.Helper()
-	sum, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	sum, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +168,7 @@ func TestCheckpointRefusals(t *testing.T) {
 	cfg.MaxSteps, cfg.Resume = 0, true
 	other := cfg
 	other.Spec.Hidden = []int{8}
-	_, err = trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), other)
+	_, err = trainer.Run(context.Background(), openCPU(t), newShared(t), other)
 	if !errors.Is(err, trainer.ErrCheckpoint) {
 		t.Fatalf("resume with another model: %v", err)
 	}
@@ -169,7 +177,7 @@ func TestCheckpointRefusals(t *testing.T) {
 	if err := os.WriteFile(path, damaged, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	_, err = trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
 	if !errors.Is(err, trainer.ErrCheckpoint) {
 		t.Fatalf("resume from a damaged checkpoint: %v", err)
 	}
@@ -217,21 +225,20 @@ func TestSecondTrainerUsesThePool(t *testing.T) {
 	cfg := smallConfig(t)
 	cfg.GraphPoolReuse = true
 	dev := openCPU(t)
-	pool := graphs.NewPool()
-	defer pool.Close()
-	first, err := trainer.Run(context.Background(), dev, pool, cfg)
+	shared := newShared(t)
+	first, err := trainer.Run(context.Background(), dev, shared, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Seed = 8
-	second, err := trainer.Run(context.Background(), dev, pool, cfg)
+	second, err := trainer.Run(context.Background(), dev, shared, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first.CapturePooled != 0 || second.CapturePooled != second.Captures || second.Captures == 0 {
 		t.Fatalf("first pooled %d/%d, second pooled %d/%d", first.CapturePooled, first.Captures, second.CapturePooled, second.Captures)
 	}
-	if st := pool.Stats(); st.Instantiations != uint64(first.Captures) {
+	if st := shared.Pool().Stats(); st.Instantiations != uint64(first.Captures) {
 		t.Fatalf("pool instantiated %d executables for two trainers, want %d", st.Instantiations, first.Captures)
 	}
 }
@@ -243,7 +250,7 @@ func TestResumeOfAFinishedRunIsRefused(t *testing.T) {
 	path := filepath.Join(cfg.RunDir, trainer.CheckpointFile)
 	before, _ := os.ReadFile(path)
 	cfg.Resume = true
-	_, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	_, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
 	if !errors.Is(err, trainer.ErrCheckpoint) {
 		t.Fatalf("resume of a finished run: %v", err)
 	}
@@ -259,7 +266,7 @@ func TestResumeWithOtherOptimizerSettingsIsRefused(t *testing.T) {
 	run(t, cfg)
 	cfg.Resume, cfg.MaxSteps = true, 0
 	cfg.Optimizer.LR *= 10
-	_, err := trainer.Run(context.Background(), openCPU(t), graphs.NewPool(), cfg)
+	_, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
 	if !errors.Is(err, trainer.ErrCheckpoint) {
 		t.Fatalf("resume with another learning rate: %v", err)
 	}

@@ -115,8 +115,13 @@ func (f InProcess) Call(ctx context.Context, req Request, sink Sink) (Hello, jso
 	hello, res, err := converse(ctx, fromCoord, toCoord, req, sink)
 	fromCoord.Close()
 	toCoord.Close()
-	if serr := <-served; err == nil && serr != nil {
-		err = serr
+	if serr := <-served; serr != nil {
+		if err == nil {
+			err = serr
+		} else {
+			// The server's own failure is why the conversation broke.
+			err = fmt.Errorf("%w (the in-process worker: %w)", err, serr)
+		}
 	}
 	return hello, res, err
 }

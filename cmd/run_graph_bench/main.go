@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // Exit codes.
@@ -28,14 +30,18 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	// The process's state: its capture guard, which the benchmark's
+	// stagers honour and its captures hold.
+	shared := trainer.NewShared()
+	code := run(ctx, shared, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	_ = shared.Close()
 	os.Exit(code)
 }
 
 // run executes the command line and returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRoot(stdout, stderr, args)
+func run(ctx context.Context, shared *trainer.Shared, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(shared, stdout, stderr, args)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	var usage usageError

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -18,7 +20,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func runArgs(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(context.Background(), args, &out, &errb)
+	shared := trainer.NewShared()
+	defer shared.Close()
+	code = run(context.Background(), shared, args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -147,7 +151,9 @@ func TestInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var out, errb bytes.Buffer
-	if code := run(ctx, append([]string{"--device", "cpu"}, quickArgs...), &out, &errb); code != exitInterrupted {
+	shared := trainer.NewShared()
+	defer shared.Close()
+	if code := run(ctx, shared, append([]string{"--device", "cpu"}, quickArgs...), &out, &errb); code != exitInterrupted {
 		t.Errorf("exit %d, want %d; stderr: %s", code, exitInterrupted, errb.String())
 	}
 }

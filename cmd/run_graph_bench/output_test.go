@@ -10,6 +10,7 @@ import (
 	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/staging"
 )
 
 // quick is a bench configuration that runs in a fraction of a second,
@@ -21,7 +22,7 @@ func quick() bench.Config {
 
 func runQuick(t *testing.T, cfg bench.Config) *bench.Report {
 	t.Helper()
-	rep, err := bench.Run(context.Background(), func() (device.Device, error) { return cpu.Open(cpu.Config{}) }, cfg)
+	rep, err := bench.Run(context.Background(), new(staging.Guard), func() (device.Device, error) { return cpu.Open(cpu.Config{}) }, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // options are the command's flags.
@@ -28,7 +29,7 @@ type options struct {
 	seed                                         uint64
 }
 
-func newRoot(stdout, stderr io.Writer, args []string) *cobra.Command {
+func newRoot(shared *trainer.Shared, stdout, stderr io.Writer, args []string) *cobra.Command {
 	var o options
 	cmd := &cobra.Command{
 		Use:   "run_graph_bench",
@@ -56,7 +57,7 @@ docs/bench.md explains every number.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBench(cmd, o, append([]string{"run_graph_bench"}, args...))
+			return runBench(cmd, shared, o, append([]string{"run_graph_bench"}, args...))
 		},
 	}
 	cmd.SetOut(stdout)
@@ -135,7 +136,7 @@ func parseHidden(s string) ([]int, error) {
 
 // measure runs the benchmark: on the CPU device in this process, or on a
 // GPU in a tolaria-worker process (this binary never links CUDA).
-func (o options) measure(ctx context.Context, cfg bench.Config, stderr io.Writer) (*bench.Report, error) {
+func (o options) measure(ctx context.Context, shared *trainer.Shared, cfg bench.Config, stderr io.Writer) (*bench.Report, error) {
 	if o.device != "cpu" {
 		proc, _, err := coordinator.CUDAWorker(ctx, o.worker, 0, os.Stderr)
 		switch {
@@ -148,7 +149,7 @@ func (o options) measure(ctx context.Context, cfg bench.Config, stderr io.Writer
 			fmt.Fprintf(stderr, "run_graph_bench: --device auto: using the CPU device (%v)\n", err)
 		}
 	}
-	return bench.Run(ctx, func() (device.Device, error) { return cpu.Open(cpu.Config{}) }, cfg)
+	return bench.Run(ctx, shared.Guard(), func() (device.Device, error) { return cpu.Open(cpu.Config{}) }, cfg)
 }
 
 // checkWritable fails early, before a long run, when an output file's
@@ -165,7 +166,7 @@ func checkWritable(flag, path string) error {
 	return nil
 }
 
-func runBench(cmd *cobra.Command, o options, argv []string) error {
+func runBench(cmd *cobra.Command, shared *trainer.Shared, o options, argv []string) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	cfg, err := o.config()
 	if err != nil {
@@ -180,7 +181,7 @@ func runBench(cmd *cobra.Command, o options, argv []string) error {
 	if !o.quiet {
 		cfg.Progress = func(msg string) { fmt.Fprintln(stderr, "run_graph_bench:", msg) }
 	}
-	rep, err := o.measure(cmd.Context(), cfg, stderr)
+	rep, err := o.measure(cmd.Context(), shared, cfg, stderr)
 	if err != nil {
 		return err
 	}

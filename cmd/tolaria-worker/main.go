@@ -20,6 +20,7 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
 
@@ -38,7 +39,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("worker_pid", os.Getpid())
-	err := jobserver.Serve(ctx, os.Stdin, protocolOut(), jobserver.Config{Build: build, Open: open, Logger: log})
+	// The process's state: one worker process serves one request, but the
+	// pool, the capture guard and the busy devices are still the
+	// process's, made here and passed down.
+	shared := trainer.NewShared()
+	defer shared.Close()
+	err := jobserver.Serve(ctx, os.Stdin, protocolOut(), jobserver.Config{Build: build, Open: open, Shared: shared, Logger: log})
 	if err != nil {
 		log.Error("worker failed", "err", err)
 		os.Exit(1)

@@ -11,9 +11,11 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // Exit codes.
@@ -33,16 +35,25 @@ func interruptedCode(ctx context.Context) int {
 	return exitInterrupted
 }
 
+// process is what main makes once and passes down: the state the
+// in-process runs share, and when tolaria started.
+type process struct {
+	shared  *trainer.Shared
+	started time.Time // a summary's wall time counts from it
+}
+
 func main() {
+	proc := process{shared: trainer.NewShared(), started: time.Now()}
 	ctx, stop := coordinator.StopOnSignal(context.Background())
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, proc, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	_ = proc.shared.Close()
 	os.Exit(code)
 }
 
 // run executes the command line and returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRoot(ctx, stdout, stderr)
+func run(ctx context.Context, proc process, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(ctx, proc, stdout, stderr)
 	root.SetArgs(args)
 	err := root.Execute()
 	var ex exitError

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
+func newRoot(ctx context.Context, proc process, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "tolaria",
 		Short:         "tolaria trains models with CUDA-graph capture and replay",
@@ -21,7 +21,7 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	root.SetContext(ctx)
 	// Flag errors (unknown flag, a value that does not parse) are usage.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
-	root.AddCommand(newTrainCmd(), &cobra.Command{
+	root.AddCommand(newTrainCmd(proc), &cobra.Command{
 		Use:   "version",
 		Short: "print the version",
 		Run: func(cmd *cobra.Command, _ []string) {

@@ -7,19 +7,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
 
-func newTrainCmd() *cobra.Command {
+func newTrainCmd(proc process) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "train a model (Fashion-MNIST MLP by default)",
@@ -42,21 +40,14 @@ events.jsonl, checkpoint.tlck and summary.json.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return train(cmd.Context(), cmd)
+			return train(cmd.Context(), cmd, proc)
 		},
 	}
 	addFlags(cmd.Flags())
 	return cmd
 }
 
-// processPool is the graph pool of this process's in-process runs.
-var processPool = graphs.NewPool()
-
-// processStart is when tolaria started: a summary's wall time counts from
-// it.
-var processStart = time.Now()
-
-func train(ctx context.Context, cmd *cobra.Command) error {
+func train(ctx context.Context, cmd *cobra.Command, proc process) error {
 	stderr := cmd.ErrOrStderr()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
@@ -68,7 +59,7 @@ func train(ctx context.Context, cmd *cobra.Command) error {
 		log.Warn(w)
 	}
 	// The worker's logs go to the process's standard error as they are.
-	req.Placement.Stderr, req.Version, req.Pool, req.Logger, req.Started = os.Stderr, version(), processPool, log, processStart
+	req.Placement.Stderr, req.Version, req.Shared, req.Logger, req.Started = os.Stderr, version(), proc.shared, log, proc.started
 	run, err := coordinator.Prepare(ctx, req)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ package cpu
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -41,6 +42,8 @@ func (c Config) Validate() error {
 type Device struct {
 	cfg    Config
 	legacy *stream
+	// streamIDs numbers the device's streams, for messages.
+	streamIDs atomic.Int64
 
 	mu       sync.Mutex
 	closed   bool

@@ -3,12 +3,9 @@ package cpu
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/tolaria-ml/tolaria/device"
 )
-
-var streamIDs atomic.Int64
 
 // node is one unit of device work: a kernel, a copy, a wait or an event
 // completion. kind names it for graph topology comparison.
@@ -37,7 +34,7 @@ type stream struct {
 // the check and the registration are one step, so Close never misses a
 // stream it should stop.
 func (d *Device) startStream(legacy bool) (*stream, bool) {
-	s := &stream{dev: d, id: streamIDs.Add(1), legacy: legacy}
+	s := &stream{dev: d, id: d.streamIDs.Add(1), legacy: legacy}
 	s.cond = sync.NewCond(&s.mu)
 	s.idle = sync.NewCond(&s.mu)
 	d.mu.Lock()

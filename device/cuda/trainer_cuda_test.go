@@ -6,7 +6,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -26,7 +25,9 @@ func trainOnGPU(t *testing.T, graphsOn bool) trainer.Summary {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, err := trainer.Run(context.Background(), openTest(t), graphs.NewPool(), cfg)
+	shared := trainer.NewShared()
+	defer shared.Close()
+	sum, err := trainer.Run(context.Background(), openTest(t), shared, cfg)
 	if err != nil {
 		t.Fatalf("training on the GPU: %v", err)
 	}
