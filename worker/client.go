@@ -222,7 +222,7 @@ const ProtocolFDEnv = "TOLARIA_PROTOCOL_FD"
 // the answer. Every wait is bounded: for the hello (HelloTimeout), for a
 // cancelled worker (Grace), for the exit once the request is over
 // (exitTimeout) and for pipes that descendants hold (pipeDelay). Whatever
-// happens, the worker's whole process group is killed before run returns.
+// happens, the worker's whole process group is killed before Call returns.
 func (p *Process) Call(ctx context.Context, req Request, sink Sink) (Hello, json.RawMessage, error) {
 	helloTimeout, grace := p.HelloTimeout, p.Grace
 	if helloTimeout <= 0 {
