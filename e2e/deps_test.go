@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -48,4 +51,66 @@ func listDeps(t *testing.T, pkg, tags string) []string {
 		t.Fatalf("go list -tags %q -deps %s: %v", tags, pkg, err)
 	}
 	return strings.Fields(string(out))
+}
+
+// TestArchitectureMap checks the import table of docs/architecture.md
+// against the code, so the map a reader trusts is the one that is built.
+func TestArchitectureMap(t *testing.T) {
+	const m = "github.com/tolaria-ml/tolaria/"
+	doc, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The table runs from its header to the first line that is not a row.
+	_, table, _ := strings.Cut(string(doc), "| package | imports")
+	documented := map[string]string{}
+	for _, line := range strings.Split(table, "\n")[1:] {
+		cells := strings.Split(line, "|")
+		if len(cells) != 4 {
+			break
+		}
+		if !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue // the separator row
+		}
+		pkg := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		documented[pkg] = strings.TrimSpace(cells[2])
+	}
+	if len(documented) == 0 {
+		t.Fatal("docs/architecture.md has no import table")
+	}
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
+	cmd.Dir = repoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], m)
+		if pkg == "e2e" {
+			continue // tests only
+		}
+		var imports []string
+		for _, imp := range fields[1:] {
+			if strings.HasPrefix(imp, m) {
+				imports = append(imports, strings.TrimPrefix(imp, m))
+			}
+		}
+		sort.Strings(imports)
+		want := "none"
+		if len(imports) > 0 {
+			want = strings.Join(imports, ", ")
+		}
+		got, ok := documented[pkg]
+		switch {
+		case !ok:
+			t.Errorf("docs/architecture.md: the import table has no row for %s (imports: %s)", pkg, want)
+		case got != want:
+			t.Errorf("docs/architecture.md: the row for %s says %q; the code imports %q", pkg, got, want)
+		}
+		delete(documented, pkg)
+	}
+	for pkg := range documented {
+		t.Errorf("docs/architecture.md: the import table lists %s, which is not a package", pkg)
+	}
 }
