@@ -4,6 +4,11 @@
 // synced, renamed over the target, and then the directory is synced so
 // the rename itself survives a crash. Run directories, checkpoints and
 // benchmark reports are all written this way.
+//
+// github.com/google/renameio does the first three steps but, by its own
+// statement, only for atomicity: it never syncs the directory, so a rename
+// may not survive a power loss. A checkpoint that a resumed run trusts
+// needs durability too, hence this small package.
 package atomicfile
 
 import (
