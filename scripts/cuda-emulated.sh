@@ -11,6 +11,14 @@ out=$root/build/cuda-emulator
 GO=${GO:-go}
 "$root/scripts/build-cuda-emulator.sh" "$out"
 
+# The driver's own rules, through the driver API (device/cuda/emulator/driver_test.cpp).
+"${CXX:-g++}" -std=c++17 -O1 -pthread -Wall -Wextra -o "$out/driver_test" "$root/device/cuda/emulator/driver_test.cpp" \
+	-I /usr/local/cuda/include -L "$out" -l:libcuda.so.1
+LD_LIBRARY_PATH="$out" "$out/driver_test" "$root/device/cuda/kernels/tolaria.ptx" 2>"$out/driver_test.log" ||
+	{ cat "$out/driver_test.log" >&2; echo "cuda-emulated: the emulated driver breaks its rules (docs/cuda.md)" >&2; exit 1; }
+LD_LIBRARY_PATH="$out" TOLARIA_CUDA_EMU_FAULTS='cuStreamCreate:2:999' "$out/driver_test" "$root/device/cuda/kernels/tolaria.ptx" faults \
+	2>>"$out/driver_test.log" || { echo "cuda-emulated: fault injection does not fail the 2nd cuStreamCreate" >&2; exit 1; }
+
 cd "$root"
 "$GO" test -tags cuda -c -o "$out/device_cuda.test" ./device/cuda
 "$GO" build -tags cuda -o "$out/tolaria-worker" ./cmd/tolaria-worker

@@ -1,0 +1,438 @@
+// Checks the emulated driver's rules (docs/cuda.md) through the driver API
+// itself, below device/cuda's own checks. Built and run by
+// scripts/cuda-emulated.sh against build/cuda-emulator/libcuda.so.1:
+//   driver_test PTX            every rule
+//   driver_test PTX faults     run with TOLARIA_CUDA_EMU_FAULTS=cuStreamCreate:2:999
+// Prints one line per failed check and exits non-zero when any failed.
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern "C" CUresult cuArrayCreate_v2(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+
+struct UpdateInfo {  // CUgraphExecUpdateResultInfo of CUDA 12
+    CUgraphExecUpdateResult result;
+    CUgraphNode errorNode, errorFromNode;
+};
+extern "C" CUresult cuGraphExecUpdate_v2(CUgraphExec, CUgraph, UpdateInfo *);
+
+namespace {
+
+int failures = 0, checks = 0;
+
+void expect(const char *what, CUresult got, CUresult want, int line) {
+    ++checks;
+    if (got != want) {
+        ++failures;
+        std::printf("FAIL line %d: %s = %d, want %d\n", line, what, int(got), int(want));
+    }
+}
+#define EXPECT(call, want) expect(#call, (call), (want), __LINE__)
+#define OK(call) EXPECT(call, CUDA_SUCCESS)
+
+void truth(const char *what, bool ok, int line) {
+    ++checks;
+    if (!ok) {
+        ++failures;
+        std::printf("FAIL line %d: %s\n", line, what);
+    }
+}
+#define TRUE(cond) truth(#cond, (cond), __LINE__)
+
+CUcontext ctx;
+CUfunction fill, scale;
+const long long N = 1 << 20;
+
+void bind() { cuCtxSetCurrent(ctx); }
+
+// onThread runs f on a new thread with the context current, and waits.
+template <class F>
+void onThread(F f) {
+    std::thread([&] {
+        bind();
+        f();
+    }).join();
+}
+
+CUresult launchFill(CUstream s, CUdeviceptr x, long long n, float v) {
+    void *args[] = {&n, &x, &v};
+    return cuLaunchKernel(fill, 8, 1, 1, 256, 1, 1, 0, s, args, nullptr);
+}
+
+CUresult launchScale(CUstream s, CUdeviceptr x, long long n, float a) {
+    void *args[] = {&n, &x, &a};
+    return cuLaunchKernel(scale, 8, 1, 1, 256, 1, 1, 0, s, args, nullptr);
+}
+
+std::vector<float> download(CUdeviceptr p, size_t n) {
+    std::vector<float> v(n);
+    OK(cuMemcpyDtoH_v2(v.data(), p, n * 4));
+    return v;
+}
+
+bool all(const std::vector<float> &v, float x) {
+    for (float f : v)
+        if (f != x) return false;
+    return true;
+}
+
+void testMemory() {
+    CUdeviceptr a, b;
+    OK(cuMemAlloc_v2(&a, 1000));
+    OK(cuMemAlloc_v2(&b, 1000));
+    std::vector<float> h(250, 3.0f), back(250);
+    OK(cuMemcpyHtoD_v2(a, h.data(), 1000));
+    OK(cuMemcpyDtoD_v2(b, a, 1000));
+    OK(cuMemcpyDtoH_v2(back.data(), b, 1000));
+    TRUE(all(back, 3.0f));
+    EXPECT(cuMemcpyHtoD_v2(a, h.data(), 1004), CUDA_ERROR_INVALID_VALUE);      // past the block
+    EXPECT(cuMemcpyDtoH_v2(back.data(), a + 8, 1000), CUDA_ERROR_INVALID_VALUE);  // past the block
+    OK(cuMemFree_v2(a));
+    uint32_t poison;
+    std::memcpy(&poison, reinterpret_cast<void *>(a), 4);
+    TRUE(poison == 0xFFFFFFFFu);                                              // freed memory is poisoned
+    EXPECT(cuMemcpyDtoH_v2(back.data(), a, 4), CUDA_ERROR_INVALID_VALUE);       // freed
+    EXPECT(cuMemFree_v2(a), CUDA_ERROR_INVALID_VALUE);                          // twice
+    EXPECT(cuMemFree_v2(b + 4), CUDA_ERROR_INVALID_VALUE);                      // not a block's start
+    OK(cuMemFree_v2(b));
+    void *pinned;
+    OK(cuMemAllocHost_v2(&pinned, 64));
+    OK(cuMemFreeHost(pinned));
+    EXPECT(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);
+    CUarray arr;
+    EXPECT(cuArrayCreate_v2(&arr, nullptr), CUDA_ERROR_NOT_SUPPORTED);  // an unreached entry point
+}
+
+void testStreamsAndEvents() {
+    CUdeviceptr x, y;
+    OK(cuMemAlloc_v2(&x, N * 4));
+    OK(cuMemAlloc_v2(&y, N * 4));
+    CUstream a, b, blocking;
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&blocking, 0));
+    CUevent e, t0, t1, noTiming;
+    OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    OK(cuEventCreate(&t0, 0));
+    OK(cuEventCreate(&t1, 0));
+    OK(cuEventCreate(&noTiming, CU_EVENT_DISABLE_TIMING));
+    OK(cuEventQuery(e));  // never recorded: complete
+    float ms = -1;
+    EXPECT(cuEventElapsedTime(&ms, t0, t1), CUDA_ERROR_INVALID_HANDLE);  // not recorded
+
+    // Cross-stream order through an event: b copies x only after a filled it.
+    OK(cuEventRecord(t0, a));
+    OK(launchFill(a, x, N, 1.0f));
+    OK(launchScale(a, x, N, 2.0f));
+    OK(cuEventRecord(e, a));
+    OK(cuEventRecord(t1, a));
+    OK(cuStreamWaitEvent(b, e, 0));
+    OK(cuMemcpyDtoDAsync_v2(y, x, N * 4, b));
+    OK(cuStreamSynchronize(b));
+    TRUE(all(download(y, N), 2.0f));
+    OK(cuEventSynchronize(t1));
+    OK(cuEventElapsedTime(&ms, t0, t1));
+    TRUE(ms >= 0);
+    OK(cuEventRecord(noTiming, a));
+    OK(cuEventSynchronize(noTiming));
+    EXPECT(cuEventElapsedTime(&ms, t0, noTiming), CUDA_ERROR_INVALID_HANDLE);  // no timing
+
+    // The legacy stream waits for a blocking stream's work: the synchronous
+    // copy (legacy stream) sees the fill.
+    OK(launchFill(blocking, x, N, 5.0f));
+    TRUE(all(download(x, N), 5.0f));
+
+    OK(cuStreamDestroy_v2(a));
+    OK(cuStreamDestroy_v2(b));
+    OK(cuStreamDestroy_v2(blocking));
+    EXPECT(cuStreamSynchronize(a), CUDA_ERROR_INVALID_HANDLE);
+    for (CUevent ev : {e, t0, t1, noTiming}) OK(cuEventDestroy_v2(ev));
+    OK(cuMemFree_v2(x));
+    OK(cuMemFree_v2(y));
+}
+
+void testCaptureModes() {
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr x, tmp;
+    OK(cuMemAlloc_v2(&x, N * 4));
+    CUgraph g;
+    EXPECT(cuStreamBeginCapture_v2(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+
+    // Global: an unsafe call from this or any thread is refused and invalidates.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    EXPECT(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_STATE);
+    OK(launchFill(s, x, N, 1.0f));
+    CUstreamCaptureStatus st;
+    OK(cuStreamIsCapturing(s, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    onThread([&] { EXPECT(cuMemAlloc_v2(&tmp, 4), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); });
+    OK(cuStreamIsCapturing(s, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    EXPECT(launchFill(s, x, N, 1.0f), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    g = reinterpret_cast<CUgraph>(1);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    TRUE(g == nullptr);
+
+    // Thread-local: another thread may allocate, this one may not.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    onThread([&] {
+        OK(cuMemAlloc_v2(&tmp, 4));
+        OK(cuMemFree_v2(tmp));
+    });
+    EXPECT(cuMemAlloc_v2(&tmp, 4), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+    // Relaxed: allocation is allowed, cuCtxSynchronize and syncing the stream are not.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(cuMemAlloc_v2(&tmp, 4));
+    OK(cuMemFree_v2(tmp));
+    OK(launchFill(s, x, N, 1.0f));
+    EXPECT(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    EXPECT(cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+    // Ending a non-relaxed capture from another thread; relaxed may.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(launchFill(s, x, N, 1.0f));
+    onThread([&] { EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD); });
+    OK(cuStreamEndCapture(s, &g));
+    OK(cuGraphDestroy(g));
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(launchFill(s, x, N, 1.0f));
+    onThread([&] { OK(cuStreamEndCapture(s, &g)); });
+    OK(cuGraphDestroy(g));
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_ILLEGAL_STATE);  // not capturing
+    OK(cuMemFree_v2(x));
+    OK(cuStreamDestroy_v2(s));
+}
+
+void testCaptureEvents() {
+    CUstream s, o, other;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&o, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr x, y;
+    OK(cuMemAlloc_v2(&x, N * 4));
+    OK(cuMemAlloc_v2(&y, N * 4));
+    CUevent outside, fork, join, foreign;
+    for (CUevent *e : {&outside, &fork, &join, &foreign}) OK(cuEventCreate(e, CU_EVENT_DISABLE_TIMING));
+    OK(cuEventRecord(outside, o));
+    CUgraph g;
+    size_t n;
+
+    // A captured event cannot be queried or waited for by the host.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(launchFill(s, x, N, 1.0f));
+    OK(cuEventRecord(fork, s));
+    EXPECT(cuEventQuery(fork), CUDA_ERROR_CAPTURED_EVENT);
+    EXPECT(cuEventSynchronize(fork), CUDA_ERROR_CAPTURED_EVENT);
+    // Waiting on an event recorded outside the capture crosses its boundary.
+    EXPECT(cuStreamWaitEvent(s, outside, 0), CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+    // Fork and join: o joins through fork; without joining back, UNJOINED.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(launchFill(s, x, N, 1.0f));
+    OK(cuEventRecord(fork, s));
+    OK(cuStreamWaitEvent(o, fork, 0));
+    CUstreamCaptureStatus st;
+    OK(cuStreamIsCapturing(o, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    OK(launchFill(o, y, N, 2.0f));
+    EXPECT(cuStreamEndCapture(o, &g), CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(launchFill(s, x, N, 1.0f));
+    OK(cuEventRecord(fork, s));
+    OK(cuStreamWaitEvent(o, fork, 0));
+    OK(launchFill(o, y, N, 2.0f));
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+    OK(cuStreamIsCapturing(o, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE);  // the capture ended for every stream
+
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(launchFill(s, x, N, 1.0f));
+    OK(cuEventRecord(fork, s));
+    OK(cuStreamWaitEvent(o, fork, 0));
+    OK(launchFill(o, y, N, 2.0f));
+    OK(cuEventRecord(join, o));
+    OK(cuStreamWaitEvent(s, join, 0));
+    // Another capture's event would merge the two captures.
+    OK(cuStreamBeginCapture_v2(other, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(cuEventRecord(foreign, other));
+    EXPECT(cuStreamWaitEvent(s, foreign, 0), CUDA_ERROR_STREAM_CAPTURE_MERGE);
+    OK(cuStreamEndCapture(other, &g));
+    OK(cuGraphDestroy(g));
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(launchFill(s, x, N, 1.0f));
+    OK(cuEventRecord(fork, s));
+    OK(cuStreamWaitEvent(o, fork, 0));
+    OK(launchFill(o, y, N, 2.0f));
+    OK(cuEventRecord(join, o));
+    OK(cuStreamWaitEvent(s, join, 0));
+    OK(launchScale(s, x, N, 3.0f));
+    OK(cuStreamEndCapture(s, &g));
+    OK(cuGraphGetNodes(g, nullptr, &n));
+    TRUE(n == 3);
+    // Nothing ran during the capture.
+    OK(launchFill(s, x, N, 0.0f));
+    OK(launchFill(s, y, N, 0.0f));
+    CUgraphExec ex;
+    OK(cuGraphInstantiateWithFlags(&ex, g, 0));
+    OK(cuGraphUpload(ex, s));
+    OK(cuGraphLaunch(ex, s));
+    OK(cuStreamSynchronize(s));
+    TRUE(all(download(x, N), 3.0f));
+    TRUE(all(download(y, N), 2.0f));
+    OK(cuGraphExecDestroy(ex));
+    OK(cuGraphDestroy(g));
+    for (CUevent e : {outside, fork, join, foreign}) OK(cuEventDestroy_v2(e));
+    for (CUstream st2 : {s, o, other}) OK(cuStreamDestroy_v2(st2));
+    OK(cuMemFree_v2(x));
+    OK(cuMemFree_v2(y));
+}
+
+// capture records fill(x, v) then, when withScale, scale(x, a).
+CUgraph capture(CUstream s, CUdeviceptr x, float v, bool withScale, float a, bool scaleFirst = false) {
+    CUgraph g = nullptr;
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    if (scaleFirst) OK(launchScale(s, x, N, a));
+    OK(launchFill(s, x, N, v));
+    if (withScale && !scaleFirst) OK(launchScale(s, x, N, a));
+    OK(cuStreamEndCapture(s, &g));
+    return g;
+}
+
+void testGraphUpdate() {
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr x, y;
+    OK(cuMemAlloc_v2(&x, N * 4));
+    OK(cuMemAlloc_v2(&y, N * 4));
+    CUgraph g1 = capture(s, x, 1.0f, true, 2.0f);
+    CUgraphExec ex;
+    OK(cuGraphInstantiateWithFlags(&ex, g1, 0));
+    OK(cuGraphLaunch(ex, s));
+    OK(cuStreamSynchronize(s));
+    TRUE(all(download(x, N), 2.0f));
+
+    // Same topology, new parameters (another buffer, other values): the 11.x entry point.
+    CUgraph g2 = capture(s, y, 4.0f, true, 0.5f);
+    CUgraphNode errNode = reinterpret_cast<CUgraphNode>(1);
+    CUgraphExecUpdateResult res = CU_GRAPH_EXEC_UPDATE_ERROR;
+    OK(cuGraphExecUpdate(ex, g2, &errNode, &res));
+    TRUE(res == CU_GRAPH_EXEC_UPDATE_SUCCESS);
+    OK(cuGraphLaunch(ex, s));
+    OK(cuStreamSynchronize(s));
+    TRUE(all(download(y, N), 2.0f));
+
+    // Topology and function changes fail, through both entry points.
+    CUgraph g3 = capture(s, x, 1.0f, false, 0);
+    EXPECT(cuGraphExecUpdate(ex, g3, &errNode, &res), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    TRUE(res == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+    UpdateInfo info{};
+    EXPECT(cuGraphExecUpdate_v2(ex, g3, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    TRUE(info.result == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+    CUgraph g4 = capture(s, x, 1.0f, true, 2.0f, true);  // scale, then fill
+    EXPECT(cuGraphExecUpdate_v2(ex, g4, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    TRUE(info.result == CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED);
+    OK(cuGraphExecUpdate_v2(ex, g1, &info));
+    TRUE(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
+
+    // A launch already enqueued keeps its parameters when the executable is
+    // updated or destroyed before it runs.
+    OK(launchFill(s, y, N, 0.0f));
+    OK(cuGraphLaunch(ex, s));
+    OK(cuGraphExecUpdate_v2(ex, g2, &info));
+    OK(cuGraphExecDestroy(ex));
+    OK(cuStreamSynchronize(s));
+    TRUE(all(download(x, N), 2.0f));
+    TRUE(all(download(y, N), 0.0f));
+    for (CUgraph g : {g1, g2, g3, g4}) OK(cuGraphDestroy(g));
+    OK(cuMemFree_v2(x));
+    OK(cuMemFree_v2(y));
+    OK(cuStreamDestroy_v2(s));
+}
+
+void testModules(const std::string &ptx) {
+    CUmodule m;
+    EXPECT(cuModuleLoadData(&m, "not PTX"), CUDA_ERROR_INVALID_IMAGE);
+    std::string unknown = ptx + "\n.visible .entry tl_no_such_kernel(\n\t.param .u32 a\n)\n{\n}\n";
+    EXPECT(cuModuleLoadData(&m, unknown.c_str()), CUDA_ERROR_INVALID_PTX);
+    std::string changed = ptx;
+    size_t at = changed.find(".param .u64 tl_fill_param_0");
+    if (at != std::string::npos) changed.replace(at, 11, ".param .u32");
+    EXPECT(cuModuleLoadData(&m, changed.c_str()), CUDA_ERROR_INVALID_PTX);
+    OK(cuModuleLoadData(&m, ptx.c_str()));
+    CUfunction f;
+    EXPECT(cuModuleGetFunction(&f, m, "tl_missing"), CUDA_ERROR_NOT_FOUND);
+    OK(cuModuleUnload(m));
+    CUdeviceptr x;
+    OK(cuMemAlloc_v2(&x, 4096));
+    long long n = 1024;
+    float v = 1;
+    void *args[] = {&n, &x, &v};
+    EXPECT(cuLaunchKernel(fill, 1, 1, 1, 2048, 1, 1, 0, nullptr, args, nullptr), CUDA_ERROR_INVALID_VALUE);  // > 1024 threads
+    OK(cuMemFree_v2(x));
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: driver_test PTX [faults]\n");
+        return 2;
+    }
+    std::ifstream in(argv[1]);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string ptx = ss.str();
+    OK(cuInit(0));
+    int count = 0, major = 0;
+    OK(cuDeviceGetCount(&count));
+    TRUE(count == 1);
+    OK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+    TRUE(major == 8);
+    CUdeviceptr p;
+    EXPECT(cuMemAlloc_v2(&p, 4), CUDA_ERROR_INVALID_CONTEXT);  // no current context
+    OK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    OK(cuCtxSetCurrent(ctx));
+    if (argc > 2 && std::string(argv[2]) == "faults") {
+        CUstream a, b, c;
+        OK(cuStreamCreate(&a, 0));
+        EXPECT(cuStreamCreate(&b, 0), CUresult(999));
+        OK(cuStreamCreate(&c, 0));
+    } else {
+        CUmodule m;
+        OK(cuModuleLoadData(&m, ptx.c_str()));
+        OK(cuModuleGetFunction(&fill, m, "tl_fill"));
+        OK(cuModuleGetFunction(&scale, m, "tl_scale"));
+        testMemory();
+        testStreamsAndEvents();
+        testCaptureModes();
+        testCaptureEvents();
+        testGraphUpdate();
+        testModules(ptx);
+        OK(cuModuleUnload(m));
+    }
+    OK(cuDevicePrimaryCtxRelease_v2(0));
+    if (failures) {
+        std::printf("%d of %d checks failed\n", failures, checks);
+        return 1;
+    }
+    std::printf("all %d checks passed\n", checks);
+    return 0;
+}
