@@ -22,13 +22,23 @@ LD_LIBRARY_PATH="$out" TOLARIA_CUDA_EMU_FAULTS='cuStreamCreate:2:999' "$out/driv
 cd "$root"
 "$GO" test -tags cuda -c -o "$out/device_cuda.test" ./device/cuda
 "$GO" build -tags cuda -o "$out/tolaria-worker" ./cmd/tolaria-worker
+# The same tests built against CUDA 12's graph update prototype
+# (device/cuda/testdata/cuda12): the cgo must compile there too and call
+# cuGraphExecUpdate_v2.
+CGO_CFLAGS="-I$root/device/cuda/testdata/cuda12 ${CGO_CFLAGS:-}" \
+	"$GO" test -tags cuda -c -o "$out/device_cuda12.test" ./device/cuda
+imports12=$(nm -D --undefined-only "$out/device_cuda12.test")
+if ! grep -qw cuGraphExecUpdate_v2 <<<"$imports12"; then
+	echo "cuda-emulated: built against CUDA 12 prototypes, device/cuda does not call cuGraphExecUpdate_v2" >&2
+	exit 1
+fi
 
 # Every driver symbol a CUDA build imports must be exported by the emulator
 # (it answers CUDA_ERROR_NOT_SUPPORTED for those it does not emulate), and
 # listed in symbols.txt, from which the unsupported entry points are made.
 nm -D --defined-only "$out/libcuda.so.1" | awk '{print $3}' | sort -u >"$out/exported.txt"
 missing=0
-for bin in "$out/device_cuda.test" "$out/tolaria-worker"; do
+for bin in "$out/device_cuda.test" "$out/device_cuda12.test" "$out/tolaria-worker"; do
 	nm -D --undefined-only "$bin" | awk '$2 ~ /^cu/ {print $2}' | sort -u >"$out/imported.txt"
 	if ! comm -23 "$out/imported.txt" "$out/exported.txt" >"$out/missing.txt" || [ -s "$out/missing.txt" ]; then
 		echo "cuda-emulated: $(basename "$bin") imports driver symbols the emulator lacks; add them to device/cuda/emulator/symbols.txt (and implement them if they are reached):" >&2
@@ -57,6 +67,13 @@ if [ "$status" != 0 ] || [ "$ran" = 0 ]; then
 	exit 1
 fi
 
+# The CUDA 12 build's graph updates (the conformance suite updates executables).
+if ! LD_LIBRARY_PATH="$out" "$out/device_cuda12.test" -test.run '^(TestConformance|TestUpdateNamesTheDriversReason)$' -test.count=1 >"$out/device_cuda12.log" 2>&1; then
+	tail -n 40 "$out/device_cuda12.log" >&2
+	echo "cuda-emulated: the conformance suite built against CUDA 12 prototypes failed on the emulated driver" >&2
+	exit 1
+fi
+
 # Fault injection: with every cuMemAlloc failing with
 # CUDA_ERROR_OUT_OF_MEMORY, the pool's test must fail and say so.
 fault=$out/fault.log
@@ -67,4 +84,4 @@ if LD_LIBRARY_PATH="$out" TOLARIA_CUDA_EMU_FAULTS='cuMemAlloc_v2:*:2' \
 	echo "cuda-emulated: an injected CUDA_ERROR_OUT_OF_MEMORY did not fail TestMemoryLimitAndPoolReuse with an out-of-memory error" >&2
 	exit 1
 fi
-echo "cuda-emulated: all $ran tests passed on the emulated driver; an injected cuMemAlloc failure reached the caller as out of memory"
+echo "cuda-emulated: all $ran tests passed on the emulated driver; the conformance suite passed built against CUDA 12 prototypes; an injected cuMemAlloc failure reached the caller as out of memory"

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -180,5 +181,31 @@ func TestIsCapturingAsksTheDriver(t *testing.T) {
 	}
 	if c, err := d.DefaultStream().IsCapturing(); err != nil || c {
 		t.Fatalf("IsCapturing of the legacy stream = %v, %v; want false, nil", c, err)
+	}
+}
+
+// A refused Exec.Update names the driver's reason, which the 11.x entry point
+// (cuGraphExecUpdate) and the 12.x one (cuGraphExecUpdate_v2, when built
+// against CUDA 12 headers) report in different out-parameters.
+func TestUpdateNamesTheDriversReason(t *testing.T) {
+	d := openTest(t)
+	s := mustStream(t, d)
+	x := mustUpload(t, d, make([]float32, 64))
+	capture := func(kernels int) device.Graph {
+		t.Helper()
+		check(t, "BeginCapture", s.BeginCapture(device.CaptureGlobal))
+		for range kernels {
+			check(t, "Scale", s.Scale(x, 2))
+		}
+		g, err := s.EndCapture()
+		check(t, "EndCapture", err)
+		return g
+	}
+	one, two := capture(1), capture(2)
+	ex, err := d.Instantiate(one)
+	check(t, "Instantiate", err)
+	err = ex.Update(two)
+	if !errors.Is(err, device.ErrTopologyChanged) || !strings.Contains(err.Error(), "CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED") {
+		t.Fatalf("Update to a graph with another node count = %v, want ErrTopologyChanged naming CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED", err)
 	}
 }

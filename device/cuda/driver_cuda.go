@@ -6,13 +6,16 @@ package cuda
 // calling thread in one call, pinned allocation, stream capture and graphs.
 // Written against the CUDA 11.8 headers (cuStreamBeginCapture_v2 with a mode,
 // cuGraphExecUpdate with error-node and result out-parameters); newer drivers
-// keep these symbols for binaries built against 11.x.
+// keep these symbols for binaries built against 11.x. With CUDA 12 headers the
+// update goes through cuGraphExecUpdate_v2 (make cuda-emulated builds and runs
+// the tests against testdata/cuda12, the 11.8 header with the 12.x prototype).
 
 /*
 #cgo LDFLAGS: -lcuda
 #cgo linux LDFLAGS: -L/usr/local/cuda/lib64
 #cgo linux CFLAGS: -I/usr/local/cuda/include
 #include <cuda.h>
+#include <string.h>
 
 // tl_bind makes ctx current on the calling thread unless it already is.
 static CUresult tl_bind(CUcontext ctx) {
@@ -27,11 +30,21 @@ static CUresult tl_graph_node_count(CUgraph g, size_t *n) {
 	return cuGraphGetNodes(g, NULL, n);
 }
 
+// tl_graph_exec_update reports the CUgraphExecUpdateResult in *result. CUDA
+// 12 headers map cuGraphExecUpdate to cuGraphExecUpdate_v2, which takes a
+// result structure instead of the 11.x error-node and result out-parameters.
 static CUresult tl_graph_exec_update(CUgraphExec e, CUgraph g, int *result) {
+#if CUDA_VERSION >= 12000
+	CUgraphExecUpdateResultInfo info;
+	memset(&info, 0, sizeof info);
+	CUresult r = cuGraphExecUpdate(e, g, &info);
+	*result = (int)info.result;
+#else
 	CUgraphNode errNode = NULL;
 	CUgraphExecUpdateResult res = CU_GRAPH_EXEC_UPDATE_SUCCESS;
 	CUresult r = cuGraphExecUpdate(e, g, &errNode, &res);
 	*result = (int)res;
+#endif
 	return r;
 }
 */
