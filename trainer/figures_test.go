@@ -56,3 +56,42 @@ func TestReportedFiguresAreInRangeAndAddUp(t *testing.T) {
 		t.Errorf("%d epoch-done reports, want %d", epochsDone, cfg.Epochs)
 	}
 }
+
+// TestIntervalFiguresAverageToTheEpochs: the loss and accuracy reported for
+// each log interval are those of the interval's own steps, so weighted by
+// the interval's samples they average to the epoch's figures, and the
+// intervals cover the epoch. Intervals may merge when a read is still in
+// flight; each interval's steps are read from its Step.
+func TestIntervalFiguresAverageToTheEpochs(t *testing.T) {
+	cfg := smallConfig(t)
+	// Every 5 steps of 16: the epoch's last step ends an interval of its own.
+	cfg.LogEvery = 5
+	var ps []trainer.Progress
+	cfg.Progress = func(p trainer.Progress) { ps = append(ps, p) }
+	run(t, cfg)
+
+	// 250 examples in batches of 16: 15 full batches and one of 10.
+	samples := func(from, to int) float64 {
+		n := float64(16 * (to - from))
+		if to == 16 {
+			n -= 6
+		}
+		return n
+	}
+	var loss, acc, n float64
+	last := 0
+	for _, p := range ps {
+		if !p.EpochDone {
+			w := samples(last, p.Step)
+			loss, acc, n, last = loss+w*p.Loss, acc+w*p.Accuracy, n+w, p.Step
+			continue
+		}
+		if n != 250 {
+			t.Errorf("epoch %d: the intervals cover %v samples, want 250", p.Epoch, n)
+		}
+		if math.Abs(loss/n-p.Loss) > 1e-4*p.Loss || math.Abs(acc/n-p.Accuracy) > 1e-4 {
+			t.Errorf("epoch %d: intervals average to loss %v, accuracy %v; the epoch reports %v, %v", p.Epoch, loss/n, acc/n, p.Loss, p.Accuracy)
+		}
+		loss, acc, n, last = 0, 0, 0, 0
+	}
+}
