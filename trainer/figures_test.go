@@ -44,6 +44,9 @@ func TestReportedFiguresAreInRangeAndAddUp(t *testing.T) {
 			t.Errorf("progress %d (epoch %d step %d) went back from epoch %d step %d", i, p.Epoch, p.Step, ps[i-1].Epoch, ps[i-1].Step)
 		}
 		if !p.EpochDone {
+			if !(p.SamplesPerSecond > 0) || math.IsInf(p.SamplesPerSecond, 0) {
+				t.Errorf("progress %d: %v samples/s, want a positive rate", i, p.SamplesPerSecond)
+			}
 			continue
 		}
 		epochsDone++

@@ -243,6 +243,27 @@ func TestSecondTrainerUsesThePool(t *testing.T) {
 	}
 }
 
+// TestWithoutPoolReuseTheSharedPoolIsUntouched: without GraphPoolReuse a
+// trainer captures from a private pool, even when handed the shared one,
+// so a second trainer of the same model instantiates afresh.
+func TestWithoutPoolReuseTheSharedPoolIsUntouched(t *testing.T) {
+	cfg := smallConfig(t)
+	dev := openCPU(t)
+	shared := newShared(t)
+	for range 2 {
+		sum, err := trainer.Run(context.Background(), dev, shared, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Captures == 0 || sum.CapturePooled != 0 {
+			t.Fatalf("%d captures, %d pooled; want captures, none pooled", sum.Captures, sum.CapturePooled)
+		}
+	}
+	if st := shared.Pool().Stats(); st != (graphs.Stats{}) {
+		t.Fatalf("the shared pool was used: %+v", st)
+	}
+}
+
 func TestResumeOfAFinishedRunIsRefused(t *testing.T) {
 	cfg := smallConfig(t)
 	cfg.RunDir = t.TempDir()
