@@ -30,6 +30,10 @@ func TestReportedFiguresAreInRangeAndAddUp(t *testing.T) {
 	inRange("summary test_accuracy", sum.TestAccuracy, 0, 1)
 	inRange("summary train_loss", sum.TrainLoss, 1e-6, 10)
 	inRange("summary test_loss", sum.TestLoss, 1e-6, 10)
+	// A fresh pool: every capture is cold, so the cold seconds are all of them.
+	if sum.Captures == 0 || sum.CapturePooled != 0 || sum.CaptureColdSeconds != sum.CaptureSeconds {
+		t.Errorf("%d captures (%d pooled) took %v s, %v s of them cold; want all cold", sum.Captures, sum.CapturePooled, sum.CaptureSeconds, sum.CaptureColdSeconds)
+	}
 
 	epochsDone := 0
 	for i, p := range ps {
@@ -96,5 +100,36 @@ func TestIntervalFiguresAverageToTheEpochs(t *testing.T) {
 			t.Errorf("epoch %d: intervals average to loss %v, accuracy %v; the epoch reports %v, %v", p.Epoch, loss/n, acc/n, p.Loss, p.Accuracy)
 		}
 		loss, acc, n, last = 0, 0, 0, 0
+	}
+}
+
+// TestInterruptedRunReportsItsPartialEpoch: a run stopped mid-epoch reports
+// the training loss and accuracy of that epoch's steps so far. An
+// uninterrupted run of the same configuration reports, for its first log
+// interval of that epoch, the same steps' figures.
+func TestInterruptedRunReportsItsPartialEpoch(t *testing.T) {
+	cfg := smallConfig(t) // LogEvery 5
+	var ps []trainer.Progress
+	cfg.Progress = func(p trainer.Progress) { ps = append(ps, p) }
+	run(t, cfg)
+	var first *trainer.Progress
+	for i := range ps {
+		if ps[i].Epoch == 2 && !ps[i].EpochDone {
+			first = &ps[i]
+			break
+		}
+	}
+	if first == nil || first.Step >= 16 {
+		t.Fatalf("the second epoch's first report: %+v, want one before its last step", first)
+	}
+	cfg.Progress = nil
+	cfg.RunDir, cfg.MaxSteps = t.TempDir(), 16+first.Step
+	part := run(t, cfg)
+	if !part.Interrupted {
+		t.Fatal("the run was not interrupted")
+	}
+	if math.Abs(part.TrainLoss-first.Loss) > 1e-9*first.Loss || math.Abs(part.TrainAccuracy-first.Accuracy) > 1e-9 {
+		t.Fatalf("interrupted after %d steps of epoch 2: train loss %v, accuracy %v; those steps: %v, %v",
+			first.Step, part.TrainLoss, part.TrainAccuracy, first.Loss, first.Accuracy)
 	}
 }
