@@ -1,0 +1,42 @@
+package bench
+
+import (
+	"testing"
+)
+
+// TestRunMeasuresDispatch: a run's dispatch comparison holds measured
+// figures that obey what the measurement means: each mode's issuing is part
+// of its time to completion, the issuing thread cannot use more CPU than
+// the wall time it issues for, and the speedup is eager over replay. (The
+// arithmetic from timings to figures is pinned by TestDispatchFigures.)
+func TestRunMeasuresDispatch(t *testing.T) {
+	rep := runQuick(t, quick(PresetTiny), openCPU)
+	d := rep.Summary.Dispatch
+	if d == nil {
+		t.Fatal("no dispatch comparison")
+	}
+	if d.Steps < StepWindow || d.Repeats != dispatchRepeats {
+		t.Fatalf("dispatch of %d steps x %d repeats; want at least %d x %d", d.Steps, d.Repeats, StepWindow, dispatchRepeats)
+	}
+	for _, m := range []struct {
+		mode              string
+		total, issue, cpu float64
+	}{{"eager", d.EagerMS, d.EagerIssueMS, d.EagerHostCPUMS}, {"replay", d.ReplayMS, d.ReplayIssueMS, d.ReplayHostCPUMS}} {
+		if !(m.issue > 0 && m.issue <= m.total) {
+			t.Errorf("%s: issuing %g ms a step, to completion %g ms; want 0 < issue <= total", m.mode, m.issue, m.total)
+		}
+		// Thread CPU time is read just outside the issuing's wall-clock
+		// span, and those reads cost microseconds (more under -race): half
+		// as much again and 20 µs a step leave room for them, and a
+		// figure off by a factor of the step count still fails.
+		if !(m.cpu >= 0 && m.cpu <= 1.5*m.issue+0.02) {
+			t.Errorf("%s: %g ms of thread CPU a step while issuing for %g ms", m.mode, m.cpu, m.issue)
+		}
+	}
+	if d.EagerHostCPUMS <= 0 {
+		t.Errorf("eager issuing used %g ms of thread CPU a step, want some", d.EagerHostCPUMS)
+	}
+	if d.Speedup != d.EagerMS/d.ReplayMS {
+		t.Errorf("speedup %g, want eager %g / replay %g", d.Speedup, d.EagerMS, d.ReplayMS)
+	}
+}
