@@ -2,6 +2,7 @@ package bench
 
 import (
 	"testing"
+	"time"
 )
 
 // TestRunMeasuresDispatch: a run's dispatch comparison holds measured
@@ -38,5 +39,34 @@ func TestRunMeasuresDispatch(t *testing.T) {
 	}
 	if d.Speedup != d.EagerMS/d.ReplayMS {
 		t.Errorf("speedup %g, want eager %g / replay %g", d.Speedup, d.EagerMS, d.ReplayMS)
+	}
+}
+
+// TestRunMeasuresTheLaunchProbe: the run's launch probe holds measured
+// figures: positive times, issuing within issue-to-completion, the launch
+// cost eager minus replay, and all of it within the run's own wall time.
+// (probeFigures' arithmetic is pinned by TestProbeFigures.)
+func TestRunMeasuresTheLaunchProbe(t *testing.T) {
+	cfg := quick(PresetTiny)
+	start := time.Now()
+	rep := runQuick(t, cfg, openCPU)
+	wallUS := float64(time.Since(start)) / float64(time.Microsecond)
+	p := rep.LaunchProbe
+	if p == nil {
+		t.Fatal("no launch probe")
+	}
+	if p.Kernels != cfg.ProbeKernels || p.Repeats != cfg.ProbeRepeats {
+		t.Fatalf("probe of %d kernels x %d repeats, want %d x %d", p.Kernels, p.Repeats, cfg.ProbeKernels, cfg.ProbeRepeats)
+	}
+	if !(p.EagerUS > 0 && p.ReplayUS > 0 && p.IssueUS > 0 && p.IssueUS <= p.EagerUS) {
+		t.Errorf("probe: eager %g µs, issue %g µs, replay %g µs a kernel; want positive, issue <= eager", p.EagerUS, p.IssueUS, p.ReplayUS)
+	}
+	if p.LaunchCostUS != p.EagerUS-p.ReplayUS {
+		t.Errorf("launch cost %g µs, want eager %g - replay %g", p.LaunchCostUS, p.EagerUS, p.ReplayUS)
+	}
+	// Each figure is a median of per-repeat times, every one of them
+	// measured inside Run.
+	if spent := (p.EagerUS + p.ReplayUS) * float64(p.Kernels); spent > wallUS {
+		t.Errorf("one repeat took %g µs by the figures; the whole run took %g µs", spent, wallUS)
 	}
 }
