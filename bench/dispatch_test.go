@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"runtime"
 	"testing"
 	"time"
 )
@@ -68,5 +69,20 @@ func TestRunMeasuresTheLaunchProbe(t *testing.T) {
 	// measured inside Run.
 	if spent := (p.EagerUS + p.ReplayUS) * float64(p.Kernels); spent > wallUS {
 		t.Errorf("one repeat took %g µs by the figures; the whole run took %g µs", spent, wallUS)
+	}
+}
+
+// TestRunMeasuresProcessCPU: each record's process CPU per step is a
+// measurement: positive, and over the record's steps no more than every
+// core busy for the whole run.
+func TestRunMeasuresProcessCPU(t *testing.T) {
+	start := time.Now()
+	rep := runQuick(t, quick(PresetTiny), openCPU)
+	wallMS := float64(time.Since(start)) / float64(time.Millisecond)
+	for i, r := range rep.Records {
+		if spent := r.ProcessCPUMS * float64(r.Steps); !(r.ProcessCPUMS > 0) || spent > wallMS*float64(runtime.NumCPU()) {
+			t.Errorf("record %d: %g ms of process CPU a step over %d steps; the run took %g ms on %d cores",
+				i, r.ProcessCPUMS, r.Steps, wallMS, runtime.NumCPU())
+		}
 	}
 }
