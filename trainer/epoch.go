@@ -172,6 +172,9 @@ func (r *run) endEpoch(seq int, epochStart time.Time, samples int, intervalStart
 	r.sum.EpochSeconds = append(r.sum.EpochSeconds, secs)
 	r.obs.Observe(TrainLoss{Loss: r.sum.TrainLoss})
 	r.obs.Observe(EvalAccuracy{Accuracy: r.sum.TestAccuracy})
+	// The epoch's rate counts only the samples this invocation trained: a
+	// resumed epoch's accumulators also hold those from before the stop.
+	trained := train[device.StatCount] - r.carried
 	r.lastStats, r.carried = [device.StatsLen]float64{}, 0
 	if err := errors.Join(r.compute.Fill(r.step.W.TrainStats, 0), r.compute.Fill(r.step.W.EvalStats, 0)); err != nil {
 		return err
@@ -186,7 +189,7 @@ func (r *run) endEpoch(seq int, epochStart time.Time, samples int, intervalStart
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(Progress{Epoch: epoch, Epochs: r.cfg.Epochs, Step: r.trainSrc.steps, StepsPerEpoch: r.trainSrc.steps,
 			Loss: r.sum.TrainLoss, Accuracy: r.sum.TrainAccuracy, EpochDone: true, TestAccuracy: r.sum.TestAccuracy,
-			EpochSeconds: secs, SamplesPerSecond: (train[device.StatCount] - r.carried) / secs})
+			EpochSeconds: secs, SamplesPerSecond: trained / secs})
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package trainer_test
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -132,4 +133,34 @@ func TestInterruptedRunReportsItsPartialEpoch(t *testing.T) {
 		t.Fatalf("interrupted after %d steps of epoch 2: train loss %v, accuracy %v; those steps: %v, %v",
 			first.Step, part.TrainLoss, part.TrainAccuracy, first.Loss, first.Accuracy)
 	}
+}
+
+// TestResumedEpochFigures: a run resumed mid-epoch starts its metrics at
+// that epoch, and the epoch's samples per second counts only the samples
+// this invocation trained (the epoch's 250 less the 5 steps before the
+// stop), over the time it took.
+func TestResumedEpochFigures(t *testing.T) {
+	cfg := smallConfig(t)
+	cfg.RunDir, cfg.MaxSteps = t.TempDir(), 16+5
+	run(t, cfg)
+	cfg.MaxSteps, cfg.Resume = 0, true
+	rec := &recorder{fallbacks: map[string]int{}, memory: map[string]int64{}}
+	var ps []trainer.Progress
+	cfg.Observer, cfg.Progress = rec, func(p trainer.Progress) { ps = append(ps, p) }
+	run(t, cfg)
+	rec.mu.Lock()
+	epochs := slices.Clone(rec.epochs)
+	rec.mu.Unlock()
+	if !slices.Equal(epochs, []int{2, 3}) {
+		t.Errorf("epochs observed %v, want [2 3]: the resumed run starts in epoch 2", epochs)
+	}
+	for _, p := range ps {
+		if p.EpochDone && p.Epoch == 2 {
+			if samples := p.SamplesPerSecond * p.EpochSeconds; math.Abs(samples-(250-5*16)) > 1e-6 {
+				t.Errorf("resumed epoch 2: %v samples/s over %v s is %v samples, want the 170 trained after the resume", p.SamplesPerSecond, p.EpochSeconds, samples)
+			}
+			return
+		}
+	}
+	t.Fatal("no report of epoch 2's end")
 }
