@@ -21,6 +21,9 @@ func TestConfigValidate(t *testing.T) {
 			c.Epochs, c.Slots, c.Loaders, c.WarmupBatches, c.LogEvery, c.World, c.Rank = 10000, 64, 64, 0, 1, 2, 1
 		}, ""},
 		{"slots at the minimum", func(c *trainer.Config) { c.Slots = 2 }, ""},
+		{"one loader, batch of one", func(c *trainer.Config) { c.Loaders, c.BatchSize = 1, 1 }, ""},
+		{"largest batch", func(c *trainer.Config) { c.BatchSize = 65536 }, ""},
+		{"longest warm-up", func(c *trainer.Config) { c.Epochs, c.WarmupBatches = 100, 1000 }, ""},
 		{"invalid model", func(c *trainer.Config) { c.Spec.Inputs = 0 }, "inputs must be positive"},
 		{"invalid optimizer", func(c *trainer.Config) { c.Optimizer.LR = -1 }, "lr: must be in (0, 10]"},
 		{"no epochs", func(c *trainer.Config) { c.Epochs = 0 }, "epochs: must be in 1..10000"},
