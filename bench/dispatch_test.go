@@ -17,8 +17,9 @@ func TestRunMeasuresDispatch(t *testing.T) {
 	if d == nil {
 		t.Fatal("no dispatch comparison")
 	}
-	if d.Steps < StepWindow || d.Repeats != dispatchRepeats {
-		t.Fatalf("dispatch of %d steps x %d repeats; want at least %d x %d", d.Steps, d.Repeats, StepWindow, dispatchRepeats)
+	cfg := quick(PresetTiny)
+	if want := max(StepWindow, cfg.Steps/dispatchRepeats); d.Steps != want || d.Repeats != dispatchRepeats {
+		t.Fatalf("dispatch of %d steps x %d repeats; want %d x %d", d.Steps, d.Repeats, want, dispatchRepeats)
 	}
 	for _, m := range []struct {
 		mode              string
@@ -74,7 +75,8 @@ func TestRunMeasuresTheLaunchProbe(t *testing.T) {
 
 // TestRunMeasuresProcessCPU: each record's process CPU per step is a
 // measurement: positive, and over the record's steps no more than every
-// core busy for the whole run.
+// core busy for the whole run; and its steps, in milliseconds, took no
+// longer than the run.
 func TestRunMeasuresProcessCPU(t *testing.T) {
 	start := time.Now()
 	rep := runQuick(t, quick(PresetTiny), openCPU)
@@ -83,6 +85,27 @@ func TestRunMeasuresProcessCPU(t *testing.T) {
 		if spent := r.ProcessCPUMS * float64(r.Steps); !(r.ProcessCPUMS > 0) || spent > wallMS*float64(runtime.NumCPU()) {
 			t.Errorf("record %d: %g ms of process CPU a step over %d steps; the run took %g ms on %d cores",
 				i, r.ProcessCPUMS, r.Steps, wallMS, runtime.NumCPU())
+		}
+		if spent := r.StepMS * float64(r.Steps); !(r.StepMS > 0) || spent > wallMS {
+			t.Errorf("record %d: %d steps of %g ms; the whole run took %g ms", i, r.Steps, r.StepMS, wallMS)
+		}
+	}
+}
+
+// TestStepLaunchCostMeasured: the step launch cost counts as measured only
+// with kernels counted and both step times positive.
+func TestStepLaunchCostMeasured(t *testing.T) {
+	full := Summary{KernelsPerStep: 9, EagerStepMS: 2, GraphStepMS: 1}
+	if !full.StepLaunchCostMeasured() {
+		t.Error("a summary with every figure: not measured")
+	}
+	for name, s := range map[string]Summary{
+		"no kernels":    {EagerStepMS: 2, GraphStepMS: 1},
+		"no eager time": {KernelsPerStep: 9, GraphStepMS: 1},
+		"no graph time": {KernelsPerStep: 9, EagerStepMS: 2},
+	} {
+		if s.StepLaunchCostMeasured() {
+			t.Errorf("%s: measured", name)
 		}
 	}
 }
