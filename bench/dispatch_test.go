@@ -109,3 +109,13 @@ func TestStepLaunchCostMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelsCountedOverOneStep: the kernels per step are counted on one
+// settle step, however many settle steps there are.
+func TestKernelsCountedOverOneStep(t *testing.T) {
+	cfg := quick(PresetTiny)
+	cfg.SettleSteps = 3
+	if got := runQuick(t, cfg, openCPU).Summary.KernelsPerStep; got != 9 {
+		t.Fatalf("%d kernels per step with 3 settle steps, want 9", got)
+	}
+}
