@@ -26,3 +26,26 @@ func TestConfigSeedAndSweepBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigBoundsAccepted: every bound of Validate is inclusive.
+func TestConfigBoundsAccepted(t *testing.T) {
+	for name, change := range map[string]func(*Config){
+		"largest batch":          func(c *Config) { c.BatchSize = MaxBatchSize },
+		"most epochs":            func(c *Config) { c.Epochs = MaxEpochs },
+		"longest warm-up":        func(c *Config) { c.WarmupBatches = 1000 },
+		"fewest steps":           func(c *Config) { c.Steps = MinSteps },
+		"most steps":             func(c *Config) { c.Steps = MaxSteps },
+		"one settle step":        func(c *Config) { c.SettleSteps = 1 },
+		"most settle steps":      func(c *Config) { c.SettleSteps = 1000 },
+		"largest probe":          func(c *Config) { c.ProbeKernels = 1000000 },
+		"one probe repeat":       func(c *Config) { c.ProbeRepeats = 1 },
+		"most probe repeats":     func(c *Config) { c.ProbeRepeats = 1000 },
+		"probe skipped, repeats": func(c *Config) { c.ProbeKernels, c.ProbeRepeats = -1, 5000 },
+	} {
+		c := Config{}.WithDefaults()
+		change(&c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
