@@ -111,7 +111,11 @@ for d in "${dirs[@]}"; do
 	grep -E '^[[:space:]]*(LIVED|TIMED OUT)' "$out/$name.log" | sed "s|^|    $d: |" || true
 	grep -E '^(Killed|Timed out|Mutator coverage|Test efficacy)' "$out/$name.log" | sed "s|^|    |" || true
 	# gremlins counts a mutant that does not compile as KILLED.
-	"$root/scripts/mutate-viable.sh" "$d" "$out/$name.log" >"$out/$name.notviable"
-	echo "    of the KILLED, $(grep -c . "$out/$name.notviable") do not compile (listed in .mutate/$name.notviable)"
+	if "$root/scripts/mutate-viable.sh" "$d" "$out/$name.log" >"$out/$name.notviable"; then
+		echo "    of the KILLED, $(grep -c . "$out/$name.notviable" || true) do not compile (listed in .mutate/$name.notviable)"
+	else
+		echo "mutate: $d: checking which KILLED mutants compile failed; the KILLED count includes any that do not" >&2
+		status=1
+	fi
 done
 exit $status
