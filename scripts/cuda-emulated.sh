@@ -3,7 +3,8 @@
 # emulated CUDA driver: builds the driver and the test binary, checks that
 # the driver exports every cu* symbol the CUDA builds of tolaria import,
 # runs the tests with LD_LIBRARY_PATH selecting the driver, lists the tests
-# that ran, and fails if any failed or skipped. Run by `make cuda-emulated`.
+# that ran, and fails if any failed or skipped; then runs tolaria with the
+# CUDA worker on the driver (e2e). Run by `make cuda-emulated`.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,8 +17,8 @@ GO=${GO:-go}
 	-I /usr/local/cuda/include -L "$out" -l:libcuda.so.1
 LD_LIBRARY_PATH="$out" "$out/driver_test" "$root/device/cuda/kernels/tolaria.ptx" 2>"$out/driver_test.log" ||
 	{ cat "$out/driver_test.log" >&2; echo "cuda-emulated: the emulated driver breaks its rules (docs/cuda.md)" >&2; exit 1; }
-LD_LIBRARY_PATH="$out" TOLARIA_CUDA_EMU_FAULTS='cuStreamCreate:2:999' "$out/driver_test" "$root/device/cuda/kernels/tolaria.ptx" faults \
-	2>>"$out/driver_test.log" || { echo "cuda-emulated: fault injection does not fail the 2nd cuStreamCreate" >&2; exit 1; }
+LD_LIBRARY_PATH="$out" CUDAEMU_FAULTS='cuStreamCreate:2:999,cuLaunchKernel:1:700' "$out/driver_test" "$root/device/cuda/kernels/tolaria.ptx" faults \
+	2>>"$out/driver_test.log" || { echo "cuda-emulated: fault injection does not fail the 2nd cuStreamCreate, or an illegal address is not sticky" >&2; exit 1; }
 
 cd "$root"
 "$GO" test -tags cuda -c -o "$out/device_cuda.test" ./device/cuda
@@ -77,11 +78,22 @@ fi
 # Fault injection: with every cuMemAlloc failing with
 # CUDA_ERROR_OUT_OF_MEMORY, the pool's test must fail and say so.
 fault=$out/fault.log
-if LD_LIBRARY_PATH="$out" TOLARIA_CUDA_EMU_FAULTS='cuMemAlloc_v2:*:2' \
+if LD_LIBRARY_PATH="$out" CUDAEMU_FAULTS='cuMemAlloc_v2:*:2' \
 	"$out/device_cuda.test" -test.run '^TestMemoryLimitAndPoolReuse$' -test.count=1 >"$fault" 2>&1 ||
 	! grep -q 'out of memory' "$fault"; then
 	cat "$fault" >&2
 	echo "cuda-emulated: an injected CUDA_ERROR_OUT_OF_MEMORY did not fail TestMemoryLimitAndPoolReuse with an out-of-memory error" >&2
 	exit 1
 fi
-echo "cuda-emulated: all $ran tests passed on the emulated driver; the conformance suite passed built against CUDA 12 prototypes; an injected cuMemAlloc failure reached the caller as out of memory"
+
+# tolaria train --device cuda --enable-graphs through the CUDA worker on the
+# emulated driver, and injected driver errors as the user sees them.
+cd "$root"
+TOLARIA_REQUIRE_EMULATION=1 "$GO" test -count=1 -run '^TestCUDAWorkerOnTheEmulatedDriver$' -v ./e2e/ >"$out/e2e.log" 2>&1 ||
+	{ tail -n 60 "$out/e2e.log" >&2; echo "cuda-emulated: tolaria on the CUDA worker failed on the emulated driver" >&2; exit 1; }
+grep -E -- '--- (PASS|FAIL|SKIP)' "$out/e2e.log" | sed 's/^/  e2e: /'
+if grep -q -- '--- SKIP' "$out/e2e.log"; then
+	echo "cuda-emulated: the e2e run on the emulated driver skipped" >&2
+	exit 1
+fi
+echo "cuda-emulated: all $ran tests passed on the emulated driver; the conformance suite passed built against CUDA 12 prototypes; an injected cuMemAlloc failure reached the caller as out of memory; tolaria trained on the CUDA worker"

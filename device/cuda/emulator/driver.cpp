@@ -47,7 +47,7 @@ void note(const char *fmt, ...) {
 
 // ---- fault injection -------------------------------------------------------
 
-// Faults reads TOLARIA_CUDA_EMU_FAULTS, a comma-separated list of
+// Faults reads CUDAEMU_FAULTS, a comma-separated list of
 // SYMBOL:N:CODE: the Nth call (counting from 1) of SYMBOL returns CODE
 // without doing anything. N may be "*" for every call.
 struct Faults {
@@ -61,7 +61,7 @@ struct Faults {
     bool any = false;
 
     Faults() {
-        const char *env = std::getenv("TOLARIA_CUDA_EMU_FAULTS");
+        const char *env = std::getenv("CUDAEMU_FAULTS");
         if (!env || !*env) return;
         std::string s(env);
         size_t pos = 0;
@@ -73,7 +73,7 @@ struct Faults {
             if (item.empty()) continue;
             size_t a = item.find(':'), b = item.rfind(':');
             if (a == std::string::npos || a == b) {
-                note("TOLARIA_CUDA_EMU_FAULTS: %s is not SYMBOL:N:CODE; ignoring the variable", item.c_str());
+                note("CUDAEMU_FAULTS: %s is not SYMBOL:N:CODE; ignoring the variable", item.c_str());
                 rules.clear();
                 return;
             }
@@ -83,6 +83,27 @@ struct Faults {
         }
     }
 
+    // sticky is the error an injected fault left the context in: cuda.h
+    // says of these codes that "any further CUDA work will return the same
+    // error" and the process must be restarted.
+    std::atomic<int> sticky{0};
+
+    static bool isSticky(int code) {
+        switch (code) {
+        case CUDA_ERROR_ILLEGAL_ADDRESS:
+        case CUDA_ERROR_LAUNCH_FAILED:
+        case CUDA_ERROR_MISALIGNED_ADDRESS:
+        case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+        case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+        case CUDA_ERROR_INVALID_PC:
+        case CUDA_ERROR_HARDWARE_STACK_ERROR:
+        case CUDA_ERROR_LAUNCH_TIMEOUT:
+        case CUDA_ERROR_ECC_UNCORRECTABLE:
+            return true;
+        }
+        return false;
+    }
+
     CUresult check(const char *sym) {
         if (!any) return CUDA_SUCCESS;
         std::lock_guard<std::mutex> l(mu);
@@ -90,7 +111,10 @@ struct Faults {
         if (it == rules.end()) return CUDA_SUCCESS;
         long n = ++calls[sym];
         for (auto &r : it->second)
-            if (r.nth == 0 || r.nth == n) return CUresult(r.code);
+            if (r.nth == 0 || r.nth == n) {
+                if (isSticky(r.code)) sticky = r.code;
+                return CUresult(r.code);
+            }
         return CUDA_SUCCESS;
     }
 };
@@ -356,8 +380,8 @@ struct Driver {
     unsigned long long nextCapture = 1;
 
     Driver() {
-        if (const char *d = std::getenv("TOLARIA_CUDA_EMU_DEVICES")) devices = std::atoi(d);
-        if (const char *m = std::getenv("TOLARIA_CUDA_EMU_MEMORY")) totalMem = size_t(std::atoll(m));
+        if (const char *d = std::getenv("CUDAEMU_DEVICES")) devices = std::atoi(d);
+        if (const char *m = std::getenv("CUDAEMU_MEMORY")) totalMem = size_t(std::atoll(m));
         legacy.legacy = true;
         legacy.start();
     }
@@ -374,6 +398,7 @@ CUresult needContext() {
     Driver &d = drv();
     if (!d.initialised) return CUDA_ERROR_NOT_INITIALIZED;
     if (!currentCtx || currentCtx->refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (int code = faults().sticky.load()) return CUresult(code);
     return CUDA_SUCCESS;
 }
 
@@ -774,7 +799,7 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     if (dev < 0 || dev >= d.devices) return CUDA_ERROR_INVALID_DEVICE;
     std::lock_guard<std::mutex> l(d.mu);
     if (d.primary.refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
-    if (--d.primary.refs == 0 && (!d.streams.empty() || !d.events.empty() || !d.execs.empty() || !d.graphs.empty()))
+    if (--d.primary.refs == 0 && !faults().sticky.load() && (!d.streams.empty() || !d.events.empty() || !d.execs.empty() || !d.graphs.empty()))
         note("the primary context was released with %zu streams, %zu events, %zu graphs and %zu executables left; they stay allocated",
              d.streams.size(), d.events.size(), d.graphs.size(), d.execs.size());
     return CUDA_SUCCESS;

@@ -2,7 +2,7 @@
 // itself, below device/cuda's own checks. Built and run by
 // scripts/cuda-emulated.sh against build/cuda-emulator/libcuda.so.1:
 //   driver_test PTX            every rule
-//   driver_test PTX faults     run with TOLARIA_CUDA_EMU_FAULTS=cuStreamCreate:2:999
+//   driver_test PTX faults     run with CUDAEMU_FAULTS=cuStreamCreate:2:999,cuLaunchKernel:1:700
 // Prints one line per failed check and exits non-zero when any failed.
 #include <cuda.h>
 
@@ -415,6 +415,14 @@ int main(int argc, char **argv) {
         OK(cuStreamCreate(&a, 0));
         EXPECT(cuStreamCreate(&b, 0), CUresult(999));
         OK(cuStreamCreate(&c, 0));
+        // An illegal address is sticky: every later call fails the same way.
+        CUmodule m;
+        OK(cuModuleLoadData(&m, ptx.c_str()));
+        OK(cuModuleGetFunction(&fill, m, "tl_fill"));
+        OK(cuMemAlloc_v2(&p, 4096));
+        EXPECT(launchFill(a, p, 1024, 1.0f), CUDA_ERROR_ILLEGAL_ADDRESS);
+        EXPECT(cuStreamSynchronize(a), CUDA_ERROR_ILLEGAL_ADDRESS);
+        EXPECT(cuMemAlloc_v2(&p, 4), CUDA_ERROR_ILLEGAL_ADDRESS);
     } else {
         CUmodule m;
         OK(cuModuleLoadData(&m, ptx.c_str()));
