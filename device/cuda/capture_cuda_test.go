@@ -209,3 +209,30 @@ func TestUpdateNamesTheDriversReason(t *testing.T) {
 		t.Fatalf("Update to a graph with another node count = %v, want ErrTopologyChanged naming CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED", err)
 	}
 }
+
+// A Free or FreeHost that the driver refuses (its cuCtxSynchronize during a
+// relaxed-mode capture) leaves the buffer allocated, usable and freeable
+// once the capture has ended.
+func TestRefusedFreeKeepsTheBuffer(t *testing.T) {
+	d := openTest(t)
+	s := mustStream(t, d)
+	b := mustUpload(t, d, []float32{1, 2, 3})
+	h, err := d.AllocHost(4)
+	check(t, "AllocHost", err)
+	check(t, "BeginCapture", s.BeginCapture(device.CaptureRelaxed))
+	check(t, "Scale", s.Scale(b, 2))
+	if err := d.Free(b); err == nil {
+		t.Fatal("Free during a relaxed capture succeeded; the driver refuses its synchronisation")
+	}
+	if err := d.FreeHost(h); err == nil {
+		t.Fatal("FreeHost during a relaxed capture succeeded; the driver refuses its synchronisation")
+	}
+	if g, err := s.EndCapture(); err == nil {
+		g.Destroy()
+	}
+	if got := mustDownload(t, d, b); got[0] != 1 || got[2] != 3 {
+		t.Errorf("the buffer after a refused Free holds %v, want [1 2 3]", got)
+	}
+	check(t, "Free after the capture", d.Free(b))
+	check(t, "FreeHost after the capture", d.FreeHost(h))
+}

@@ -243,6 +243,8 @@ func (d *Device) Free(b device.Buffer) error {
 		return device.Errorf(d.name, op, device.ErrClosed, "the buffer was already freed")
 	}
 	if err := cu.Synchronize(); err != nil {
+		// Refused (during a capture, say): the buffer stays allocated.
+		a.freed.Store(false)
 		return d.wrap(op, err)
 	}
 	if err := d.pool.put(uintptr(a.ptr), int64(a.n)*4); err != nil {
@@ -301,6 +303,8 @@ func (d *Device) FreeHost(hb device.HostBuffer) error {
 	}
 	// Like cuMemFree, wait for work that may still copy to or from it.
 	if err := cu.Synchronize(); err != nil {
+		// Refused (during a capture, say): the memory stays allocated.
+		h.freed.Store(false)
 		return d.wrap(op, err)
 	}
 	d.mu.Lock()
