@@ -68,6 +68,15 @@ if [ "$status" != 0 ] || [ "$ran" = 0 ]; then
 	exit 1
 fi
 
+# Without a device the GPU tests must fail, saying so, rather than pass
+# having tested nothing.
+if CUDAEMU_DEVICES=0 LD_LIBRARY_PATH="$out" "$out/device_cuda.test" >"$out/nodevice.log" 2>&1 ||
+	! grep -q 'no CUDA device' "$out/nodevice.log"; then
+	cat "$out/nodevice.log" >&2
+	echo "cuda-emulated: the GPU tests did not fail with \"no CUDA device\" on a driver without a device" >&2
+	exit 1
+fi
+
 # The CUDA 12 build's graph updates (the conformance suite updates executables).
 if ! LD_LIBRARY_PATH="$out" "$out/device_cuda12.test" -test.run '^(TestConformance|TestUpdateNamesTheDriversReason)$' -test.count=1 >"$out/device_cuda12.log" 2>&1; then
 	tail -n 40 "$out/device_cuda12.log" >&2

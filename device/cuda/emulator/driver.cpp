@@ -1068,6 +1068,7 @@ EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags) {
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
     Capture *ec = e->capture;
     bool live = ec && std::find(d.captures.begin(), d.captures.end(), ec) != d.captures.end() && ec->id == e->captureId;
+    if (!live && !e->recorded) return CUDA_SUCCESS;  // nothing to wait for, in or out of a capture
     if (Capture *c = s->capture) {
         if (c->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         if (live && ec == c) {
@@ -1089,7 +1090,6 @@ EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags) {
         ec->streams.insert(s);
         return CUDA_SUCCESS;
     }
-    if (!e->recorded) return CUDA_SUCCESS;
     Stream *o = e->stream;
     uint64_t t = e->ticket;
     Node n{kEmpty};

@@ -230,6 +230,16 @@ void testCaptureEvents() {
     CUgraph g;
     size_t n;
 
+    // Waiting on an event never recorded waits for nothing, in a capture too.
+    CUevent never;
+    OK(cuEventCreate(&never, CU_EVENT_DISABLE_TIMING));
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(cuStreamWaitEvent(s, never, 0));
+    OK(launchFill(s, x, N, 1.0f));
+    OK(cuStreamEndCapture(s, &g));
+    OK(cuGraphDestroy(g));
+    OK(cuEventDestroy_v2(never));
+
     // A captured event cannot be queried or waited for by the host.
     OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
     OK(launchFill(s, x, N, 1.0f));
