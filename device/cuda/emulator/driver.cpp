@@ -1034,8 +1034,14 @@ EXPORT CUresult cuStreamSynchronize(CUstream h) {
     uint64_t t;
     if (CUresult r = streamForSync(h, &s, &t)) return r;
     if (s->legacy) {
-        syncAll();  // the legacy stream waits for every blocking stream
-        return CUDA_SUCCESS;
+        // The legacy stream's work waits for every blocking stream's, so
+        // waiting for it includes them; non-blocking streams are not waited for.
+        std::vector<std::pair<Stream *, uint64_t>> w;
+        {
+            std::lock_guard<std::mutex> l(drv().mu);
+            w = legacyDeps(s);
+        }
+        for (auto &p : w) p.first->waitFor(p.second);
     }
     s->waitFor(t);
     return CUDA_SUCCESS;

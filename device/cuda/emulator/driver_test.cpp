@@ -148,6 +148,9 @@ void testStreamsAndEvents() {
     // copy (legacy stream) sees the fill.
     OK(launchFill(blocking, x, N, 5.0f));
     TRUE(all(download(x, N), 5.0f));
+    OK(launchFill(blocking, x, N, 6.0f));
+    OK(cuStreamSynchronize(nullptr));  // waits for the blocking stream's work
+    OK(cuStreamQuery(blocking));
 
     OK(cuStreamDestroy_v2(a));
     OK(cuStreamDestroy_v2(b));
