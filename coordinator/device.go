@@ -26,6 +26,9 @@ type Placement struct {
 	WorkerStart time.Duration
 	// Stderr receives a worker's logs; nil discards them.
 	Stderr io.Writer
+	// Env is added to a worker's environment: CUDA_VISIBLE_DEVICES names
+	// the one GPU a sweep's trial may use.
+	Env []string
 }
 
 // Executor runs jobs on one device through the worker protocol: in this
@@ -62,7 +65,7 @@ func Choose(ctx context.Context, p Placement, shared *trainer.Shared, log *slog.
 		}
 		return nil, setupErr(err)
 	}
-	proc := &worker.Process{Path: path, Stderr: p.Stderr, HelloTimeout: p.WorkerStart}
+	proc := &worker.Process{Path: path, Stderr: p.Stderr, HelloTimeout: p.WorkerStart, Env: p.Env}
 	if p.Device == "cpu" {
 		return &Executor{Device: "cpu", Process: proc, shared: shared, log: log}, nil
 	}

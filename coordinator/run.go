@@ -114,6 +114,12 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 		}
 		r.spec.RunDir = r.dir.Path()
 	}
+	if r.exec.Process != nil {
+		// A worker process plans the job again on its side; this process
+		// needs only the spec, and several runs at once (a sweep) should
+		// not each hold a copy of their data here.
+		r.plan = &job.Plan{Spec: r.plan.Spec}
+	}
 	return r, r.record()
 }
 

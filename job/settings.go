@@ -211,6 +211,17 @@ func ReadConfigFile(path string, extra []field.Name, skip ...field.Name) (map[st
 	if err := yaml.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("config file %s is not valid YAML: %w", path, err)
 	}
+	if err := CheckConfig(m, extra, skip...); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// CheckConfig checks settings m in the layout of a configuration file
+// (model keys nested under model:, or written model.hidden): it refuses
+// keys that are neither a Spec's (Keys) nor among extra, naming them all,
+// and it drops the keys in skip.
+func CheckConfig(m map[string]any, extra []field.Name, skip ...field.Name) error {
 	known := append(Keys(), extra...)
 	var bad []string
 	var walk func(prefix string, m map[string]any)
@@ -232,8 +243,27 @@ func ReadConfigFile(path string, extra []field.Name, skip ...field.Name) (map[st
 	walk("", m)
 	if len(bad) > 0 {
 		slices.Sort(bad)
-		return nil, fmt.Errorf("config file %s: unknown keys %s (keys are written with underscores; model.hidden, model.activation and model.loss nest under model:)",
-			path, strings.Join(bad, ", "))
+		return fmt.Errorf("unknown keys %s (keys are written with underscores; model.hidden, model.activation and model.loss nest under model:)",
+			strings.Join(bad, ", "))
 	}
-	return m, nil
+	return nil
+}
+
+// Settings flattens settings that CheckConfig accepted into their keys:
+// model: {hidden: ...} becomes model.hidden.
+func Settings(m map[string]any) map[field.Name]any {
+	out := map[field.Name]any{}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, val := range m {
+			key := field.Name(prefix + k)
+			if sub, isMap := val.(map[string]any); isMap && Usage(key) == "" {
+				walk(string(key)+".", sub)
+				continue
+			}
+			out[key] = val
+		}
+	}
+	walk("", m)
+	return out
 }

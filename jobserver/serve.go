@@ -57,6 +57,10 @@ type Config struct {
 	// rather than validating, loading and planning the spec again. A worker
 	// process has none: a spec from another process is checked here.
 	Plan *job.Plan
+	// AfterStep, when set, is called after every training step with the
+	// job and the steps of this invocation so far. Only tolaria-worker's
+	// test-only fault switch (FaultEnv) sets it.
+	AfterStep func(spec job.Spec, steps int)
 }
 
 // Serve answers one request read from in: a probe, a job or a benchmark.
@@ -136,7 +140,11 @@ func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.De
 			_ = conn.Progress(body)
 		}
 	}
-	return plan.Run(ctx, dev, cfg.Shared, job.Options{Logger: cfg.Logger, Observer: remoteObserver{conn}, Progress: progress})
+	var obs trainer.Observer = remoteObserver{conn}
+	if cfg.AfterStep != nil {
+		obs = &stepCounter{Observer: obs, after: func(n int) { cfg.AfterStep(plan.Spec, n) }}
+	}
+	return plan.Run(ctx, dev, cfg.Shared, job.Options{Logger: cfg.Logger, Observer: obs, Progress: progress})
 }
 
 // planJob validates a spec received from another process, loads its data

@@ -139,6 +139,9 @@ type Process struct {
 	// Grace is how long a cancelled worker may take to checkpoint and exit;
 	// 0 means DefaultGrace.
 	Grace time.Duration
+	// Env is added to the worker's environment (this process's), e.g.
+	// CUDA_VISIBLE_DEVICES=1 to give it one GPU.
+	Env []string
 }
 
 const (
@@ -259,7 +262,7 @@ func (p *Process) Call(ctx context.Context, req Request, sink Sink) (Hello, json
 	logR, logW := pipes[2][0], pipes[2][1]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, logW, logW
 	cmd.ExtraFiles = []*os.File{protoW} // fd 3 in the worker
-	cmd.Env = append(os.Environ(), ProtocolFDEnv+"=3")
+	cmd.Env = append(append(os.Environ(), p.Env...), ProtocolFDEnv+"=3")
 	err := cmd.Start()
 	stdinR.Close()
 	protoW.Close()

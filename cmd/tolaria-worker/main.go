@@ -44,11 +44,34 @@ func main() {
 	// process's, made here and passed down.
 	shared := trainer.NewShared()
 	defer shared.Close()
-	err := jobserver.Serve(ctx, os.Stdin, protocolOut(), jobserver.Config{Build: build, Open: open, Shared: shared, Logger: log})
+	cfg := jobserver.Config{Build: build, Open: open, Shared: shared, Logger: log}
+	if v := os.Getenv(jobserver.FaultEnv); v != "" {
+		f, err := jobserver.ParseFault(v)
+		if err != nil {
+			log.Error("test-only fault switch", "err", err)
+			os.Exit(2)
+		}
+		cfg.AfterStep = func(spec job.Spec, steps int) { fault(f, spec, steps, log) }
+	}
+	err := jobserver.Serve(ctx, os.Stdin, protocolOut(), cfg)
 	if err != nil {
 		log.Error("worker failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+// fault carries out the test-only fault switch (jobserver.FaultEnv).
+func fault(f jobserver.Fault, spec job.Spec, steps int, log *slog.Logger) {
+	if !f.Hits(spec, steps) {
+		return
+	}
+	if f.Kill {
+		log.Error("test-only fault switch: killing myself", "step", steps)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	}
+	log.Error("test-only fault switch: exiting", "step", steps, "code", f.Exit)
+	os.Exit(f.Exit)
 }
 
 // protocolOut is where the protocol's answers go: the descriptor the

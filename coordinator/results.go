@@ -1,0 +1,197 @@
+package coordinator
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// TrialState is where a trial of a sweep stands.
+type TrialState string
+
+// The states of a trial.
+const (
+	TrialPending     TrialState = "pending"     // not started (yet, or ever: the sweep was interrupted)
+	TrialRunning     TrialState = "running"     // its worker is training it
+	TrialSucceeded   TrialState = "succeeded"   // trained to the end; summary.json written
+	TrialFailed      TrialState = "failed"      // its worker failed; Reason and LogTail say how
+	TrialInterrupted TrialState = "interrupted" // stopped by the sweep's signal, with a checkpoint
+)
+
+// Files of a sweep directory.
+const (
+	ResultsJSON    = "results.json"
+	ResultsCSV     = "results.csv"
+	SweepFileCopy  = "sweep.yaml"
+	TrialConfigDir = "trials" // trials/<name>.yaml: each trial's resolved configuration
+)
+
+// rankKey is a summary figure trials can be ranked by.
+type rankKey struct {
+	value     func(trainer.Summary) float64
+	ascending bool // lower is better: losses and times
+}
+
+var rankKeys = map[string]rankKey{
+	"test_accuracy":      {func(s trainer.Summary) float64 { return s.TestAccuracy }, false},
+	"train_accuracy":     {func(s trainer.Summary) float64 { return s.TrainAccuracy }, false},
+	"samples_per_second": {func(s trainer.Summary) float64 { return s.SamplesPerSecond }, false},
+	"test_loss":          {func(s trainer.Summary) float64 { return s.TestLoss }, true},
+	"train_loss":         {func(s trainer.Summary) float64 { return s.TrainLoss }, true},
+	"wall_seconds":       {func(s trainer.Summary) float64 { return s.WallSeconds }, true},
+}
+
+// RankKeys are the summary keys a sweep can rank by, sorted.
+func RankKeys() []string {
+	keys := make([]string, 0, len(rankKeys))
+	for k := range rankKeys {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// RankAscending reports whether lower is better for key (losses and
+// times).
+func RankAscending(key string) bool { return rankKeys[key].ascending }
+
+// TrialResult is one trial's row of results.json.
+type TrialResult struct {
+	// Rank is 1 for the best succeeded trial; 0 for one that did not
+	// succeed.
+	Rank   int        `json:"rank"`
+	Name   string     `json:"name"`
+	State  TrialState `json:"state"`
+	Device string     `json:"device,omitempty"` // e.g. cpu, cuda:1
+	// Value is the rank-by figure of a succeeded trial.
+	Value     *float64       `json:"value,omitempty"`
+	RunDir    string         `json:"run_dir"`
+	Config    string         `json:"config"` // the resolved configuration: tolaria train --config
+	Overrides map[string]any `json:"overrides"`
+	Attempts  int            `json:"attempts"`
+	// Reason says why a trial failed, or was interrupted or never started.
+	Reason string `json:"reason,omitempty"`
+	// LogTail is the end of a failed trial's worker log.
+	LogTail string           `json:"log_tail,omitempty"`
+	Summary *trainer.Summary `json:"summary,omitempty"`
+	Seconds float64          `json:"seconds,omitempty"` // the trial's time, all attempts
+}
+
+// Results is a sweep's results.json: the trials ranked.
+type Results struct {
+	SweepFile string         `json:"sweep_file"`
+	RankBy    string         `json:"rank_by"`
+	Order     string         `json:"order"` // ascending or descending
+	Updated   time.Time      `json:"updated"`
+	Counts    map[string]int `json:"counts"` // trials by state
+	Trials    []TrialResult  `json:"trials"`
+}
+
+// rank orders rows: succeeded trials by the rank-by figure (ties by
+// name), then the others in the sweep's order, and numbers the succeeded.
+func rank(rows []TrialResult, by string) []TrialResult {
+	key := rankKeys[by]
+	out := slices.Clone(rows)
+	for i := range out {
+		out[i].Rank, out[i].Value = 0, nil
+		if out[i].State == TrialSucceeded && out[i].Summary != nil {
+			v := key.value(*out[i].Summary)
+			out[i].Value = &v
+		}
+	}
+	slices.SortStableFunc(out, func(a, b TrialResult) int {
+		switch {
+		case a.Value == nil && b.Value == nil:
+			return 0
+		case a.Value == nil:
+			return 1
+		case b.Value == nil:
+			return -1
+		}
+		c := cmp.Compare(*a.Value, *b.Value)
+		if !key.ascending {
+			c = -c
+		}
+		return cmp.Or(c, strings.Compare(a.Name, b.Name))
+	})
+	for i := range out {
+		if out[i].Value != nil {
+			out[i].Rank = i + 1
+		}
+	}
+	return out
+}
+
+func newResults(sweepFile, by string, rows []TrialResult, now time.Time) Results {
+	r := Results{SweepFile: sweepFile, RankBy: by, Order: "descending", Updated: now.UTC(), Counts: map[string]int{}, Trials: rank(rows, by)}
+	if rankKeys[by].ascending {
+		r.Order = "ascending"
+	}
+	for _, t := range rows {
+		r.Counts[string(t.State)]++
+	}
+	return r
+}
+
+// write replaces results.json and results.csv in dir, each atomically.
+func (r Results) write(dir string) error {
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, ResultsJSON), append(raw, '\n'), 0o644); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, ResultsCSV), r.csv(), 0o644)
+}
+
+// csv is the results as a table, one trial a row, best first.
+func (r Results) csv() []byte {
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	_ = w.Write([]string{"rank", "name", "state", r.RankBy, "test_accuracy", "test_loss", "train_loss", "samples_per_second",
+		"steps", "params_sha256", "device", "attempts", "overrides", "run_dir", "reason", "log_tail"})
+	num := func(v float64) string { return strconv.FormatFloat(v, 'g', 8, 64) }
+	for _, t := range r.Trials {
+		row := make([]string, 16)
+		row[0], row[1], row[2] = strconv.Itoa(t.Rank), t.Name, string(t.State)
+		if t.Rank == 0 {
+			row[0] = ""
+		}
+		if t.Value != nil {
+			row[3] = num(*t.Value)
+		}
+		if s := t.Summary; s != nil {
+			row[4], row[5], row[6], row[7] = num(s.TestAccuracy), num(s.TestLoss), num(s.TrainLoss), num(s.SamplesPerSecond)
+			row[8], row[9] = strconv.Itoa(s.Steps), s.ParamsSHA256
+		}
+		row[10], row[11], row[12] = t.Device, strconv.Itoa(t.Attempts), overridesText(t.Overrides)
+		row[13], row[14], row[15] = t.RunDir, t.Reason, t.LogTail
+		_ = w.Write(row)
+	}
+	w.Flush()
+	return b.Bytes()
+}
+
+func overridesText(m map[string]any) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%v", k, m[k])
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,538 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// SweepConfig is a sweep as a command asks for it.
+type SweepConfig struct {
+	Sweep *Sweep
+	// Dir is the sweep directory; "" names sweeps/<time>. It must not
+	// exist or be empty.
+	Dir string
+	// Device is auto, cpu or cuda. auto takes GPU 0 when a CUDA worker can
+	// open one (GPUs, when given, name more), and the CPU otherwise.
+	Device string
+	// GPUs are the CUDA devices to use, by index (CUDA_VISIBLE_DEVICES).
+	GPUs []int
+	// PerDevice is how many trials share a device at once; 0 means one on
+	// a GPU and Parallel on the CPU.
+	PerDevice int
+	// Parallel bounds the trials running at once; 0 means one per device
+	// slot (devices times PerDevice).
+	Parallel int
+	// Retries is how many times a failed trial starts again, from its
+	// checkpoint when it has one.
+	Retries int
+	// RankBy is the summary key trials are ranked by (see RankKeys).
+	RankBy string
+	// Worker is the tolaria-worker binary; "" looks next to this program.
+	Worker string
+	// WorkerStart bounds a worker's start-up (see Placement).
+	WorkerStart time.Duration
+	Version     string
+	Logger      *slog.Logger
+	// Report receives every change of a trial (start, progress, end), one
+	// at a time, for a display; nil reports nothing.
+	Report func(TrialUpdate)
+}
+
+// TrialUpdate is a change of one trial.
+type TrialUpdate struct {
+	Trial   string
+	Index   int // the trial's place in the sweep
+	State   TrialState
+	Device  string
+	Attempt int
+	// Progress is set while the trial trains.
+	Progress *trainer.Progress
+	// Result is set when the trial ends.
+	Result *TrialResult
+}
+
+// Validate checks the settings, naming the one at fault in a field.Error
+// wrapped in ErrConfig.
+func (c SweepConfig) Validate() error {
+	switch {
+	case c.Sweep == nil || len(c.Sweep.Trials) == 0:
+		return configErr(errors.New("sweep: no trials"))
+	case c.Device != "auto" && c.Device != "cpu" && c.Device != "cuda":
+		return configErr(field.Errorf("device", "must be auto, cpu or cuda, got %q", c.Device))
+	case c.Device == "cpu" && len(c.GPUs) > 0:
+		return configErr(field.Errorf("devices", "names GPUs, which %s cpu does not use; give one or the other", field.Name("device")))
+	case c.PerDevice < 0:
+		return configErr(field.Errorf("per_device", "must be at least 1, got %d", c.PerDevice))
+	case c.Parallel < 0:
+		return configErr(field.Errorf("parallel", "must be at least 1, got %d", c.Parallel))
+	case c.Retries < 0 || c.Retries > 100:
+		return configErr(field.Errorf("retries", "must be in 0..100, got %d", c.Retries))
+	}
+	if _, ok := rankKeys[c.RankBy]; !ok {
+		return configErr(field.Errorf("rank_by", "must be one of %s, got %q", strings.Join(RankKeys(), ", "), c.RankBy))
+	}
+	seen := map[int]bool{}
+	for _, g := range c.GPUs {
+		if g < 0 || seen[g] {
+			return configErr(field.Errorf("devices", "must list distinct GPU indices such as 0,1, got %v", c.GPUs))
+		}
+		seen[g] = true
+	}
+	if devices, per := len(c.GPUs), c.PerDevice; devices > 0 && per > 0 && c.Parallel > devices*per {
+		return configErr(field.Errorf("parallel", "%d is more than the %d device slots (%d GPUs times %s %d); raise %s or lower %s",
+			c.Parallel, devices*per, devices, field.Name("per_device"), per, field.Name("per_device"), field.Name("parallel")))
+	}
+	return nil
+}
+
+// slot is a place on a device for one trial.
+type slot struct {
+	device string // cpu or cuda
+	gpu    int    // CUDA_VISIBLE_DEVICES, for cuda
+}
+
+func (s slot) String() string {
+	if s.device == "cuda" {
+		return "cuda:" + strconv.Itoa(s.gpu)
+	}
+	return s.device
+}
+
+// SweepRun is a sweep prepared: validated, its directory claimed and its
+// trials' configurations written. Run runs it.
+type SweepRun struct {
+	cfg   SweepConfig
+	dir   string
+	lock  *flock.Flock
+	slots []slot
+	log   *slog.Logger
+
+	mu   sync.Mutex // guards rows and the results files
+	rows []TrialResult
+
+	reportMu sync.Mutex // Report sees one update at a time
+}
+
+// PrepareSweep checks everything before anything is written (the
+// settings, every trial's job on its data, the device) and then claims
+// the sweep directory and writes the sweep file, each trial's resolved
+// configuration (trials/<name>.yaml) and results.json with every trial
+// pending. Close releases the directory.
+func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &SweepRun{cfg: cfg, log: cfg.Logger}
+	if s.dir, err = planSweepDir(cfg.Dir, time.Now()); err != nil {
+		return nil, err
+	}
+	if err := checkTrials(cfg.Sweep); err != nil {
+		return nil, err
+	}
+	if s.slots, err = chooseSlots(ctx, cfg, s.log); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = s.Close()
+		}
+	}()
+	if err := s.claim(); err != nil {
+		return nil, configErr(field.Errorf("sweep_dir", "%w", err))
+	}
+	return s, s.writeConfigs()
+}
+
+// planSweepDir refuses a directory that holds anything; "" names
+// sweeps/<now>.
+func planSweepDir(dir string, now time.Time) (string, error) {
+	if dir == "" {
+		base := filepath.Join("sweeps", now.UTC().Format("20060102-150405"))
+		dir = base
+		for i := 2; ; i++ {
+			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+				return dir, nil
+			}
+			dir = fmt.Sprintf("%s-%d", base, i)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return dir, nil
+	case err != nil:
+		return "", configErr(field.Errorf("sweep_dir", "%w", err))
+	case len(entries) > 0:
+		return "", configErr(field.Errorf("sweep_dir", "%s is not empty; give a new or empty directory, so no earlier sweep's results are overwritten", dir))
+	}
+	return dir, nil
+}
+
+// checkTrials plans every trial on its data, so a batch larger than the
+// training set or missing data files are refused before anything starts.
+// Trials that name the same data share one load.
+func checkTrials(sw *Sweep) error {
+	type sets struct{ train, test *data.Dataset }
+	loaded := map[string]sets{}
+	for _, t := range sw.Trials {
+		spec := t.Spec
+		key := fmt.Sprint(spec.Dataset, "\x00", spec.DataDir)
+		if spec.Dataset == "synthetic" {
+			key = fmt.Sprint(spec.Dataset, "\x00", spec.SyntheticSize, "\x00", spec.Seed)
+		}
+		d, ok := loaded[key]
+		if !ok {
+			train, test, err := spec.LoadData()
+			if err != nil {
+				return configErr(fmt.Errorf("sweep file %s: trial %q: %w", sw.Path, t.Name, err))
+			}
+			d = sets{train, test}
+			loaded[key] = d
+		}
+		if _, err := spec.Plan(d.train, d.test); err != nil {
+			return configErr(fmt.Errorf("sweep file %s: trial %q: %w", sw.Path, t.Name, err))
+		}
+	}
+	return nil
+}
+
+// chooseSlots resolves the device and lays out the slots: PerDevice per
+// device, interleaved so trials spread over the devices, Parallel in all.
+func chooseSlots(ctx context.Context, cfg SweepConfig, log *slog.Logger) ([]slot, error) {
+	device, gpus := cfg.Device, cfg.GPUs
+	if device == "auto" {
+		_, hello, err := CUDAWorker(ctx, cfg.Worker, cfg.WorkerStart, nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			log.Info("device auto: using cpu", "reason", err.Error())
+			device = "cpu"
+		} else {
+			device = "cuda"
+			if len(gpus) == 0 {
+				gpus = []int{0}
+				log.Info("device auto: using GPU 0; list more with --devices 0,1,...", "gpu", hello.Description)
+			}
+		}
+	}
+	if device == "cuda" && len(gpus) == 0 {
+		gpus = []int{0}
+	}
+	if device == "cpu" {
+		gpus = []int{0}
+	}
+	per := cfg.PerDevice
+	if per == 0 {
+		per = 1
+		if device == "cpu" {
+			per = max(cfg.Parallel, 1)
+		}
+	}
+	parallel := cfg.Parallel
+	if parallel == 0 {
+		parallel = len(gpus) * per
+	}
+	if parallel > len(gpus)*per {
+		return nil, configErr(field.Errorf("parallel", "%d is more than the %d device slots (%d devices times %s %d); raise %s or lower %s",
+			parallel, len(gpus)*per, len(gpus), field.Name("per_device"), per, field.Name("per_device"), field.Name("parallel")))
+	}
+	var slots []slot
+	for k := 0; k < per && len(slots) < parallel; k++ {
+		for _, g := range gpus {
+			if len(slots) < parallel {
+				slots = append(slots, slot{device: device, gpu: g})
+			}
+		}
+	}
+	return slots, nil
+}
+
+// sweepLock marks a sweep directory in use.
+const sweepLock = ".tolaria-sweep.lock"
+
+func (s *SweepRun) claim() error {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return err
+	}
+	l := flock.New(filepath.Join(s.dir, sweepLock), flock.SetPermissions(0o644))
+	ok, err := l.TryLock()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s is in use by another tolaria sweep", s.dir)
+	}
+	s.lock = l
+	return nil
+}
+
+// writeConfigs keeps the sweep file, each trial's resolved configuration
+// and results.json with every trial pending.
+func (s *SweepRun) writeConfigs() error {
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, SweepFileCopy), s.cfg.Sweep.Raw, 0o644); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, TrialConfigDir), 0o755); err != nil {
+		return err
+	}
+	for _, t := range s.cfg.Sweep.Trials {
+		spec := t.Spec
+		spec.Device, spec.RunDir = s.slots[0].device, filepath.Join(s.dir, t.Name)
+		raw, err := spec.ConfigFile()
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(s.dir, TrialConfigDir, t.Name+".yaml")
+		if err := atomicfile.WriteFile(path, raw, 0o644); err != nil {
+			return err
+		}
+		over := map[string]any{}
+		for k, v := range t.Overrides {
+			over[string(k)] = v
+		}
+		s.rows = append(s.rows, TrialResult{Name: t.Name, State: TrialPending, RunDir: spec.RunDir, Config: path, Overrides: over})
+	}
+	return s.writeResults()
+}
+
+// Dir is the sweep directory.
+func (s *SweepRun) Dir() string { return s.dir }
+
+// Devices says where trials run, e.g. "cpu" or "cuda:0, cuda:1".
+func (s *SweepRun) Devices() string {
+	seen := map[string]bool{}
+	var out []string
+	for _, sl := range s.slots {
+		if !seen[sl.String()] {
+			seen[sl.String()] = true
+			out = append(out, sl.String())
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// Parallel is the number of trials that run at once.
+func (s *SweepRun) Parallel() int { return len(s.slots) }
+
+// Close releases the sweep directory.
+func (s *SweepRun) Close() error {
+	if s.lock == nil {
+		return nil
+	}
+	err := s.lock.Close()
+	s.lock = nil
+	return err
+}
+
+func (s *SweepRun) writeResults() error {
+	return newResults(s.cfg.Sweep.Path, s.cfg.RankBy, s.rows, time.Now()).write(s.dir)
+}
+
+func (s *SweepRun) report(u TrialUpdate) {
+	if s.cfg.Report == nil {
+		return
+	}
+	s.reportMu.Lock()
+	defer s.reportMu.Unlock()
+	s.cfg.Report(u)
+}
+
+// Run runs every trial, each in a tolaria-worker process of its own on
+// a slot, and rewrites results.json and results.csv as each ends. A
+// trial's failure is recorded with its reason and the tail of its
+// worker's log, and the others go on. Cancelling ctx asks every running
+// worker to checkpoint and stop; those trials are recorded interrupted
+// and the trials not started stay pending. Run returns once every worker
+// has been reaped; the error is one writing the results.
+func (s *SweepRun) Run(ctx context.Context) (Results, error) {
+	free := make(chan slot, len(s.slots))
+	for _, sl := range s.slots {
+		free <- sl
+	}
+	var wg sync.WaitGroup
+	var writeErr error
+	for i, t := range s.cfg.Sweep.Trials {
+		var sl slot
+		select {
+		case sl = <-free:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		s.setRow(i, func(r *TrialResult) { r.State, r.Device = TrialRunning, sl.String() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := s.runTrial(ctx, i, t, sl)
+			s.mu.Lock()
+			s.rows[i] = res
+			if err := s.writeResults(); err != nil && writeErr == nil {
+				writeErr = err
+			}
+			s.mu.Unlock()
+			s.report(TrialUpdate{Trial: t.Name, Index: i, State: res.State, Device: res.Device, Attempt: res.Attempts, Result: &res})
+			free <- sl
+		}()
+	}
+	wg.Wait()
+	// Every worker is reaped: what follows runs alone.
+	var unstarted []TrialUpdate
+	for i := range s.rows {
+		if s.rows[i].State == TrialPending {
+			s.rows[i].Reason = "not started: the sweep was interrupted"
+			r := s.rows[i]
+			unstarted = append(unstarted, TrialUpdate{Trial: r.Name, Index: i, State: TrialPending, Result: &r})
+		}
+	}
+	if err := s.writeResults(); err != nil && writeErr == nil {
+		writeErr = err
+	}
+	for _, u := range unstarted {
+		s.report(u)
+	}
+	return newResults(s.cfg.Sweep.Path, s.cfg.RankBy, s.rows, time.Now()), writeErr
+}
+
+func (s *SweepRun) setRow(i int, f func(*TrialResult)) {
+	s.mu.Lock()
+	f(&s.rows[i])
+	s.mu.Unlock()
+}
+
+// runTrial runs one trial until it succeeds, is interrupted or has failed
+// 1+Retries times.
+func (s *SweepRun) runTrial(ctx context.Context, i int, t Trial, sl slot) TrialResult {
+	s.mu.Lock()
+	res := s.rows[i]
+	s.mu.Unlock()
+	started := time.Now()
+	for attempt := 1; ; attempt++ {
+		res.Attempts = attempt
+		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: attempt})
+		a := s.attempt(ctx, i, t, sl, attempt)
+		res.State, res.Reason, res.LogTail, res.Summary, res.Device = a.state, a.reason, a.logTail, a.summary, sl.String()
+		if res.State != TrialFailed || attempt > s.cfg.Retries || ctx.Err() != nil {
+			break
+		}
+		s.log.Warn("trial failed; starting it again", "trial", t.Name, "attempt", attempt, "reason", a.reason)
+	}
+	res.Seconds = time.Since(started).Seconds()
+	return res
+}
+
+// outcome is how one attempt at a trial ended.
+type outcome struct {
+	state   TrialState
+	reason  string
+	logTail string
+	summary *trainer.Summary
+}
+
+// attempt runs a trial once in a worker process of its own: a fresh run,
+// or a resumed one when an earlier attempt left a checkpoint. Any error
+// of the run (the worker's own, its exit, the protocol) is the trial's
+// failure with that reason.
+func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) outcome {
+	spec := t.Spec
+	spec.Device, spec.RunDir = sl.device, filepath.Join(s.dir, t.Name)
+	if _, err := os.Stat(filepath.Join(spec.RunDir, trainer.CheckpointFile)); err == nil && n > 1 {
+		spec.Resume = true
+	}
+	logTail := &tail{max: 4096}
+	var logs io.Writer = logTail
+	if err := os.MkdirAll(spec.RunDir, 0o755); err == nil {
+		// The worker's own log, kept whole next to its run.
+		if f, err := os.OpenFile(filepath.Join(spec.RunDir, "worker.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			defer f.Close()
+			logs = io.MultiWriter(f, logTail)
+		}
+	}
+	place := Placement{Device: sl.device, Isolate: true, Worker: s.cfg.Worker, WorkerStart: s.cfg.WorkerStart, Stderr: logs}
+	if sl.device == "cuda" {
+		place.Env = []string{"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(sl.gpu)}
+	}
+	failed := func(err error) outcome {
+		return outcome{state: TrialFailed, reason: err.Error(), logTail: logTail.String()}
+	}
+	run, err := Prepare(ctx, Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: s.log.With("trial", t.Name), Started: time.Now()})
+	if err != nil {
+		if ctx.Err() != nil {
+			return outcome{state: TrialInterrupted, reason: "interrupted while starting: " + err.Error()}
+		}
+		return failed(err)
+	}
+	defer run.Close()
+	progress := func(p trainer.Progress) {
+		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Progress: &p})
+	}
+	sum, err := run.Train(ctx, progress)
+	if err != nil {
+		if ctx.Err() != nil {
+			o := failed(fmt.Errorf("interrupted, and the worker failed while stopping: %w", err))
+			o.state = TrialInterrupted
+			return o
+		}
+		return failed(err)
+	}
+	if err := run.Record(&sum); err != nil {
+		return failed(err)
+	}
+	switch {
+	case sum.Interrupted && ctx.Err() != nil:
+		return outcome{state: TrialInterrupted, reason: fmt.Sprintf("interrupted after %d steps; checkpoint saved in %s", sum.Steps, spec.RunDir), summary: &sum}
+	case sum.Interrupted:
+		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", logTail: logTail.String(), summary: &sum}
+	}
+	return outcome{state: TrialSucceeded, summary: &sum}
+}
+
+// tail keeps the last max bytes written to it, from a line's start.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if n := len(t.buf); n > 2*t.max {
+		t.buf = append([]byte(nil), t.buf[n-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf
+	if len(b) > t.max {
+		b = b[len(b)-t.max:]
+		if i := strings.IndexByte(string(b), '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return strings.TrimSpace(strings.ToValidUTF8(string(b), ""))
+}

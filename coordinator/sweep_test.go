@@ -1,0 +1,297 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// testSweep is four small trials on synthetic data, a second or so each.
+const testSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 256
+  epochs: 2
+  batch_size: 32
+  log_every: 2
+  enable_graphs: true
+  model: {hidden: [8]}
+trials:
+  - {name: a, lr: 0.0001}
+  - {name: b, lr: 0.003}
+  - {name: c, lr: 0.01, model: {hidden: [16]}}
+  - {name: d, lr: 0.03}
+`
+
+// sweepConfig runs the sweep file text with this test binary as the
+// worker.
+func sweepConfig(t *testing.T, text string) SweepConfig {
+	t.Helper()
+	sw, err := ReadSweep(writeSweep(t, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(serveAsWorkerEnv, "1")
+	return SweepConfig{Sweep: sw, Dir: filepath.Join(t.TempDir(), "sweep"), Device: "cpu", RankBy: "test_accuracy", Worker: exe, Version: "test"}
+}
+
+func runSweep(t *testing.T, ctx context.Context, cfg SweepConfig) (Results, *SweepRun) {
+	t.Helper()
+	s, err := PrepareSweep(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, s
+}
+
+func readResults(t *testing.T, dir string) Results {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, ResultsJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Results
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestSweepRanksTrialsRunInWorkers(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	cfg.Parallel = 2
+	var mu sync.Mutex
+	running, most := 0, 0
+	cfg.Report = func(u TrialUpdate) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case u.State == TrialRunning && u.Progress == nil:
+			running++
+			most = max(most, running)
+		case u.Result != nil:
+			running--
+		}
+	}
+	res, s := runSweep(t, context.Background(), cfg)
+	if s.Parallel() != 2 || most != 2 {
+		t.Errorf("%d slots, %d trials at once; want 2", s.Parallel(), most)
+	}
+	onDisk := readResults(t, cfg.Dir)
+	if len(onDisk.Trials) != 4 || onDisk.Counts["succeeded"] != 4 || onDisk.RankBy != "test_accuracy" || onDisk.Order != "descending" {
+		t.Fatalf("results.json: %+v", onDisk)
+	}
+	for i, r := range onDisk.Trials {
+		if r.State != TrialSucceeded || r.Rank != i+1 || r.Summary == nil || r.Value == nil || *r.Value != r.Summary.TestAccuracy {
+			t.Fatalf("row %d: %+v", i, r)
+		}
+		if i > 0 && *onDisk.Trials[i-1].Value < *r.Value {
+			t.Errorf("row %d (%g) ranks below row %d (%g)", i, *r.Value, i-1, *onDisk.Trials[i-1].Value)
+		}
+		if _, err := os.Stat(filepath.Join(r.RunDir, SummaryFile)); err != nil || filepath.Dir(r.RunDir) != cfg.Dir {
+			t.Errorf("trial %s: run directory %s: %v", r.Name, r.RunDir, err)
+		}
+		if log, err := os.ReadFile(filepath.Join(r.RunDir, "worker.log")); err != nil || !strings.Contains(string(log), "test worker pid") {
+			t.Errorf("trial %s: worker.log %q, %v", r.Name, log, err)
+		}
+	}
+	if len(res.Trials) != 4 || res.Trials[0].Name != onDisk.Trials[0].Name {
+		t.Errorf("returned results differ from results.json")
+	}
+	csv, err := os.ReadFile(filepath.Join(cfg.Dir, ResultsCSV))
+	if err != nil || strings.Count(string(csv), "\n") != 5 || !strings.HasPrefix(string(csv), "rank,name,state,test_accuracy,") {
+		t.Errorf("results.csv: %q, %v", csv, err)
+	}
+	// A trial's parameters are those of the same job trained in process,
+	// as tolaria train trains it.
+	for _, r := range onDisk.Trials {
+		var trial Trial
+		for _, tr := range cfg.Sweep.Trials {
+			if tr.Name == r.Name {
+				trial = tr
+			}
+		}
+		spec := trial.Spec
+		spec.Device, spec.RunDir = "cpu", filepath.Join(t.TempDir(), r.Name)
+		_, sum := train(t, request(t, spec))
+		if sum.ParamsSHA256 != r.Summary.ParamsSHA256 {
+			t.Errorf("trial %s: params %s in the sweep, %s trained alone", r.Name, r.Summary.ParamsSHA256, sum.ParamsSHA256)
+		}
+	}
+	for _, name := range []string{SweepFileCopy, filepath.Join(TrialConfigDir, "c.yaml")} {
+		if _, err := os.Stat(filepath.Join(cfg.Dir, name)); err != nil {
+			t.Errorf("the sweep directory lacks %s", name)
+		}
+	}
+}
+
+func TestSweepRecordsAFailedTrial(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	cfg.Parallel = 2
+	t.Setenv(jobserver.FaultEnv, "step=3,exit=7,run=b")
+	res, _ := runSweep(t, context.Background(), cfg)
+	if res.Counts["succeeded"] != 3 || res.Counts["failed"] != 1 {
+		t.Fatalf("counts %v", res.Counts)
+	}
+	last := res.Trials[3]
+	if last.Name != "b" || last.State != TrialFailed || last.Rank != 0 || last.Attempts != 1 {
+		t.Fatalf("the failed trial's row: %+v", last)
+	}
+	if !strings.Contains(last.Reason, "exit status 7") || !strings.Contains(last.LogTail, "fault switch: exiting with 7 after step 3") {
+		t.Errorf("reason %q, log tail %q", last.Reason, last.LogTail)
+	}
+	if csv, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsCSV)); !strings.Contains(string(csv), "exit status 7") {
+		t.Errorf("results.csv lacks the reason: %s", csv)
+	}
+}
+
+func TestSweepRetriesAFailedTrial(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	cfg.Parallel, cfg.Retries = 2, 1
+	// Trial b fails at its 10th step, after the first epoch's checkpoint
+	// (8 steps an epoch); the retry resumes from it and has 8 steps left,
+	// so the fault, counted per invocation, does not fire again.
+	t.Setenv(jobserver.FaultEnv, "step=10,exit=7,run=b")
+	res, _ := runSweep(t, context.Background(), cfg)
+	var b TrialResult
+	for _, r := range res.Trials {
+		if r.Name == "b" {
+			b = r
+		}
+	}
+	if b.State != TrialSucceeded || b.Attempts != 2 || res.Counts["succeeded"] != 4 || b.Summary.ResumedFromStep != 8 {
+		t.Fatalf("trial b after a retry: %+v, summary %+v", b, b.Summary)
+	}
+	if log, _ := os.ReadFile(filepath.Join(b.RunDir, "worker.log")); strings.Count(string(log), "test worker pid") != 2 {
+		t.Errorf("worker.log of two attempts: %s", log)
+	}
+	// It ends with the parameters of a run that never failed.
+	spec := cfg.Sweep.Trials[1].Spec
+	spec.Device, spec.RunDir = "cpu", filepath.Join(t.TempDir(), "b")
+	_, sum := train(t, request(t, spec))
+	if sum.ParamsSHA256 != b.Summary.ParamsSHA256 {
+		t.Errorf("params %s after a retry, %s uninterrupted", b.Summary.ParamsSHA256, sum.ParamsSHA256)
+	}
+}
+
+func TestSweepInterrupted(t *testing.T) {
+	text := strings.Replace(testSweep, "epochs: 2", "epochs: 2000", 1)
+	cfg := sweepConfig(t, text)
+	cfg.Parallel = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	cfg.Report = func(u TrialUpdate) {
+		if u.Progress != nil && u.Progress.Epoch >= 2 {
+			once.Do(cancel)
+		}
+	}
+	res, _ := runSweep(t, ctx, cfg)
+	if res.Counts["interrupted"] != 2 || res.Counts["pending"] != 2 {
+		t.Fatalf("counts %v", res.Counts)
+	}
+	for _, r := range res.Trials {
+		switch r.State {
+		case TrialInterrupted:
+			if r.Summary == nil || !r.Summary.Interrupted || !strings.Contains(r.Reason, "checkpoint saved") {
+				t.Errorf("interrupted row %+v", r)
+			}
+			if _, err := os.Stat(filepath.Join(r.RunDir, trainer.CheckpointFile)); err != nil {
+				t.Errorf("trial %s: no checkpoint: %v", r.Name, err)
+			}
+		case TrialPending:
+			if !strings.Contains(r.Reason, "not started") {
+				t.Errorf("pending row %+v", r)
+			}
+		}
+	}
+}
+
+func TestPrepareSweepRefuses(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	full := t.TempDir()
+	if err := os.WriteFile(filepath.Join(full, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bigBatch := strings.Replace(testSweep, "{name: d, lr: 0.03}", "{name: d, batch_size: 4096}", 1)
+	for _, c := range []struct {
+		name string
+		edit func(*SweepConfig)
+		want string
+	}{
+		{"rank key", func(c *SweepConfig) { c.RankBy = "accuracy" }, "rank_by: must be one of samples_per_second, test_accuracy, test_loss"},
+		{"sweep dir in use", func(c *SweepConfig) { c.Dir = full }, "is not empty"},
+		{"parallel over slots", func(c *SweepConfig) { c.Device, c.GPUs, c.PerDevice, c.Parallel = "cuda", []int{0, 1}, 1, 3 }, "parallel: 3 is more than the 2 device slots"},
+		{"gpus twice", func(c *SweepConfig) { c.Device, c.GPUs = "cuda", []int{1, 1} }, "devices: must list distinct"},
+		{"a trial's batch", func(c *SweepConfig) {
+			sw, err := ReadSweep(writeSweep(t, bigBatch))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Sweep = sw
+		}, `trial "d": warmup_batches: 2 covers the whole run`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := cfg
+			bad.Dir = filepath.Join(t.TempDir(), "sweep")
+			c.edit(&bad)
+			_, err := PrepareSweep(context.Background(), bad)
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want ErrConfig with %q", err, c.want)
+			}
+			if bad.Dir != full {
+				if _, err := os.Stat(bad.Dir); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("a refused sweep created %s", bad.Dir)
+				}
+			}
+		})
+	}
+}
+
+func TestRankOrdersByKey(t *testing.T) {
+	sum := func(acc, loss float64) *trainer.Summary { return &trainer.Summary{TestAccuracy: acc, TestLoss: loss} }
+	rows := []TrialResult{
+		{Name: "fail", State: TrialFailed},
+		{Name: "x", State: TrialSucceeded, Summary: sum(0.5, 0.9)},
+		{Name: "y", State: TrialSucceeded, Summary: sum(0.8, 0.2)},
+		{Name: "w", State: TrialSucceeded, Summary: sum(0.5, 0.1)},
+		{Name: "stop", State: TrialInterrupted, Summary: sum(0.99, 0.01)},
+	}
+	names := func(rs []TrialResult) string {
+		var s []string
+		for _, r := range rs {
+			s = append(s, r.Name)
+		}
+		return strings.Join(s, " ")
+	}
+	if got := names(rank(rows, "test_accuracy")); got != "y w x fail stop" {
+		t.Errorf("by accuracy: %s", got)
+	}
+	if got := names(rank(rows, "test_loss")); got != "w y x fail stop" {
+		t.Errorf("by loss: %s", got)
+	}
+	r := rank(rows, "test_loss")
+	if r[0].Rank != 1 || r[2].Rank != 3 || r[3].Rank != 0 || r[4].Value != nil {
+		t.Errorf("ranks: %+v", r)
+	}
+	if !RankAscending("train_loss") || RankAscending("samples_per_second") {
+		t.Error("loss-like keys rank ascending")
+	}
+}

@@ -1,0 +1,272 @@
+package coordinator
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/job"
+)
+
+// Sweep is a sweep file read and resolved: every trial's job, validated.
+type Sweep struct {
+	Path   string
+	Raw    []byte // the file as it was read, kept in the sweep directory
+	Trials []Trial
+}
+
+// Trial is one job of a sweep.
+type Trial struct {
+	// Name is the trial's directory under the sweep directory.
+	Name string
+	// Overrides are the settings the trial changes from base, by key.
+	Overrides map[field.Name]any
+	// Spec is base with the overrides applied; the sweep sets its device
+	// and run directory when the trial runs.
+	Spec job.Spec
+}
+
+// sweepKeys are the settings a sweep file may not give: the sweep sets
+// them for every trial.
+var sweepKeys = map[field.Name]string{
+	"run_dir": "each trial runs in <sweep-dir>/<trial name>",
+	"resume":  "a sweep starts its trials fresh",
+	"device":  "the sweep's --device or --devices choose it",
+}
+
+// trialName is what a trial's name may be: it names a directory.
+var trialName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._=,+-]{0,99}$`)
+
+// sweepYAML is a sweep file's layout.
+type sweepYAML struct {
+	Base   map[string]any   `yaml:"base"`
+	Trials []map[string]any `yaml:"trials"`
+	Grid   yaml.Node        `yaml:"grid"`
+}
+
+// ReadSweep reads and validates a sweep file: a base job (the keys of a
+// tolaria train configuration file), and trials (a list of overrides, each
+// optionally named) and/or a grid (key -> list of values, crossed in the
+// order the file gives the keys, the last varying fastest). With both,
+// every trial is crossed with every grid point. Every refusal wraps
+// ErrConfig and names the file, and the trial and key at fault.
+func ReadSweep(path string) (*Sweep, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, configErr(fmt.Errorf("sweep file %s: %w", path, err))
+	}
+	trials, err := parseSweep(raw)
+	if err != nil {
+		return nil, configErr(fmt.Errorf("sweep file %s: %w", path, err))
+	}
+	return &Sweep{Path: path, Raw: raw, Trials: trials}, nil
+}
+
+func parseSweep(raw []byte) ([]Trial, error) {
+	var f sweepYAML
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("is empty; give base: and trials:, grid: or both")
+		}
+		return nil, fmt.Errorf("%w (a sweep file has base:, trials: and grid:)", err)
+	}
+	base, err := settingsOf(f.Base)
+	if err != nil {
+		return nil, fmt.Errorf("base: %w", err)
+	}
+	spec := job.Default()
+	if err := apply(&spec, base); err != nil {
+		return nil, fmt.Errorf("base: %w", err)
+	}
+	named, err := listTrials(f.Trials)
+	if err != nil {
+		return nil, err
+	}
+	points, err := gridPoints(&f.Grid)
+	if err != nil {
+		return nil, err
+	}
+	if len(named) == 0 && len(points) == 0 {
+		return nil, errors.New("has no trials; give trials: (a list of overrides), grid: (key: [values]) or both")
+	}
+	return cross(spec, named, points, f.Trials != nil)
+}
+
+// settingsOf checks settings in the layout of a configuration file and
+// flattens them to their keys.
+func settingsOf(m map[string]any) (map[field.Name]any, error) {
+	if err := job.CheckConfig(m, nil); err != nil {
+		return nil, err
+	}
+	s := job.Settings(m)
+	for _, k := range sortedKeys(s) {
+		if why, ok := sweepKeys[k]; ok {
+			return nil, field.Errorf(k, "is set by the sweep (%s); remove it", why)
+		}
+	}
+	return s, nil
+}
+
+// apply sets settings into spec in the order of their keys.
+func apply(spec *job.Spec, s map[field.Name]any) error {
+	for _, k := range sortedKeys(s) {
+		if err := spec.Set(k, s[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// point is a set of overrides with its name.
+type point struct {
+	name     string
+	settings map[field.Name]any
+}
+
+func listTrials(list []map[string]any) ([]point, error) {
+	var out []point
+	for i, m := range list {
+		p := point{name: fmt.Sprintf("trial-%d", i+1)}
+		if v, ok := m["name"]; ok {
+			name, isString := v.(string)
+			if !isString || !trialName.MatchString(name) {
+				return nil, fmt.Errorf("trials[%d]: name %q: must be 1-100 letters, digits and ._=,+- (it names the trial's directory), starting with a letter or digit", i+1, fmt.Sprint(v))
+			}
+			p.name = name
+			delete(m, "name")
+		}
+		s, err := settingsOf(m)
+		if err != nil {
+			return nil, fmt.Errorf("trial %q: %w", p.name, err)
+		}
+		p.settings = s
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// gridPoints crosses a grid's values, the first key varying slowest.
+func gridPoints(n *yaml.Node) ([]point, error) {
+	if n.Kind == 0 {
+		return nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, errors.New("grid: must map keys to lists of values, e.g. lr: [0.01, 0.1]")
+	}
+	points := []point{{settings: map[field.Name]any{}}}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key := field.Name(n.Content[i].Value)
+		if job.Usage(key) == "" {
+			return nil, fmt.Errorf("grid: unknown key %s (grid keys are written flat, with underscores: lr, batch_size, model.hidden)", key)
+		}
+		if why, ok := sweepKeys[key]; ok {
+			return nil, fmt.Errorf("grid: %w", field.Errorf(key, "is set by the sweep (%s); remove it", why))
+		}
+		var values []any
+		if err := n.Content[i+1].Decode(&values); err != nil {
+			return nil, fmt.Errorf("grid: %s: must be a list of values, e.g. [0.01, 0.1]", key)
+		}
+		if len(values) == 0 {
+			return nil, fmt.Errorf("grid: %s: has no values", key)
+		}
+		var next []point
+		for _, p := range points {
+			for _, v := range values {
+				s := map[field.Name]any{key: v}
+				for k, old := range p.settings {
+					s[k] = old
+				}
+				part := strings.TrimPrefix(string(key), "model.") + "=" + valueName(v)
+				next = append(next, point{name: joinName(p.name, part), settings: s})
+			}
+		}
+		points = next
+	}
+	return points, nil
+}
+
+// cross makes the trials: every named trial with every grid point.
+func cross(base job.Spec, named, points []point, listed bool) ([]Trial, error) {
+	if !listed {
+		named = []point{{settings: map[field.Name]any{}}}
+	}
+	if len(points) == 0 {
+		points = []point{{settings: map[field.Name]any{}}}
+	}
+	var trials []Trial
+	seen := map[string]bool{}
+	for _, n := range named {
+		for _, g := range points {
+			t := Trial{Name: joinName(n.name, g.name), Overrides: map[field.Name]any{}, Spec: base}
+			for k, v := range n.settings {
+				if _, both := g.settings[k]; both {
+					return nil, fmt.Errorf("trial %q: %s is set by both the trial and the grid; set it in one", n.name, k)
+				}
+				t.Overrides[k] = v
+			}
+			for k, v := range g.settings {
+				t.Overrides[k] = v
+			}
+			if seen[t.Name] {
+				return nil, fmt.Errorf("trial %q: the name is used twice; trial names must be unique (they name directories)", t.Name)
+			}
+			seen[t.Name] = true
+			if err := apply(&t.Spec, t.Overrides); err != nil {
+				return nil, fmt.Errorf("trial %q: %w", t.Name, err)
+			}
+			if err := t.Spec.Validate(); err != nil {
+				return nil, fmt.Errorf("trial %q: %w", t.Name, err)
+			}
+			trials = append(trials, t)
+		}
+	}
+	return trials, nil
+}
+
+func joinName(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "," + b
+}
+
+// valueName spells a grid value in a trial's name: lists joined by -,
+// anything a directory name should not hold replaced.
+func valueName(v any) string {
+	s := fmt.Sprint(v)
+	if l, ok := v.([]any); ok {
+		parts := make([]string, len(l))
+		for i, x := range l {
+			parts[i] = fmt.Sprint(x)
+		}
+		s = strings.Join(parts, "-")
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 128 && (r == '.' || r == '-' || r == '+' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+func sortedKeys[V any](m map[field.Name]V) []field.Name {
+	keys := make([]field.Name, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,128 @@
+package coordinator
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeSweep(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sweep.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestReadSweep(t *testing.T) {
+	for _, c := range []struct {
+		name, text string
+		trials     []string // names, in order
+		check      func(t *testing.T, s *Sweep)
+	}{
+		{"trials", `
+base: {dataset: synthetic, epochs: 2, model: {hidden: [16]}}
+trials:
+  - {name: small, lr: 0.01}
+  - {model: {hidden: [32, 16]}}
+`, []string{"small", "trial-2"}, func(t *testing.T, s *Sweep) {
+			if s.Trials[0].Spec.LR != 0.01 || s.Trials[0].Spec.Epochs != 2 || s.Trials[0].Spec.Dataset != "synthetic" {
+				t.Errorf("trial small: %+v", s.Trials[0].Spec)
+			}
+			if h := s.Trials[1].Spec.Hidden; len(h) != 2 || h[0] != 32 || s.Trials[1].Overrides["model.hidden"] == nil {
+				t.Errorf("trial-2: hidden %v, overrides %v", h, s.Trials[1].Overrides)
+			}
+		}},
+		{"grid crossed in file order", `
+base: {dataset: synthetic}
+grid:
+  lr: [0.1, 0.01]
+  batch_size: [16, 32]
+  model.hidden: [[8], [16, 8]]
+`, []string{
+			"lr=0.1,batch_size=16,hidden=8", "lr=0.1,batch_size=16,hidden=16-8",
+			"lr=0.1,batch_size=32,hidden=8", "lr=0.1,batch_size=32,hidden=16-8",
+			"lr=0.01,batch_size=16,hidden=8", "lr=0.01,batch_size=16,hidden=16-8",
+			"lr=0.01,batch_size=32,hidden=8", "lr=0.01,batch_size=32,hidden=16-8",
+		}, func(t *testing.T, s *Sweep) {
+			if sp := s.Trials[7].Spec; sp.LR != 0.01 || sp.BatchSize != 32 || len(sp.Hidden) != 2 {
+				t.Errorf("last point: %+v", sp)
+			}
+		}},
+		{"trials crossed with the grid", `
+trials: [{name: sgd, optimizer: sgd}, {name: adamw}]
+grid: {seed: [1, 2]}
+`, []string{"sgd,seed=1", "sgd,seed=2", "adamw,seed=1", "adamw,seed=2"}, func(t *testing.T, s *Sweep) {
+			if s.Trials[1].Spec.Seed != 2 || s.Trials[1].Spec.Optimizer != "sgd" || s.Trials[3].Spec.Optimizer != "adamw" {
+				t.Errorf("crossed: %+v / %+v", s.Trials[1].Spec, s.Trials[3].Spec)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := ReadSweep(writeSweep(t, c.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tr := range s.Trials {
+				names = append(names, tr.Name)
+			}
+			if strings.Join(names, " ") != strings.Join(c.trials, " ") {
+				t.Fatalf("trials %q, want %q", names, c.trials)
+			}
+			c.check(t, s)
+		})
+	}
+}
+
+func TestReadSweepRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name, text string
+		want       []string // in the message, besides the file's path
+	}{
+		{"empty file", ``, []string{"is empty"}},
+		{"no trials", "base: {epochs: 2}\n", []string{"has no trials"}},
+		{"empty trial list", "trials: []\n", []string{"has no trials"}},
+		{"unknown top-level key", "base: {}\ntrial: [{lr: 0.1}]\n", []string{"field trial not found", "base:, trials: and grid:"}},
+		{"unknown base key", "base: {epochz: 2}\ntrials: [{}]\n", []string{"base:", "unknown keys epochz"}},
+		{"bad base value", "base: {epochs: 2.5}\ntrials: [{}]\n", []string{"base:", "epochs:", "not a whole number"}},
+		{"unknown trial key", "trials: [{name: a, lr: 0.1}, {name: b, learning_rate: 0.1}]\n", []string{`trial "b"`, "unknown keys learning_rate"}},
+		{"dashed trial key", "trials: [{batch-size: 8}]\n", []string{`trial "trial-1"`, "batch-size (write batch_size)"}},
+		{"bad trial value", "trials: [{name: fast, lr: 50}]\n", []string{`trial "fast"`, "lr:", "(0, 10]"}},
+		{"bad trial type", "trials: [{name: x, epochs: many}]\n", []string{`trial "x"`, "epochs:", "many"}},
+		{"duplicate names", "trials: [{name: a}, {name: b}, {name: a, lr: 0.1}]\n", []string{`trial "a"`, "used twice"}},
+		{"bad name", "trials: [{name: ../up}]\n", []string{"trials[1]: name \"../up\""}},
+		{"run_dir set", "trials: [{name: a, run_dir: /tmp/x}]\n", []string{`trial "a"`, "run_dir: is set by the sweep"}},
+		{"device in base", "base: {device: cuda}\ntrials: [{}]\n", []string{"base:", "device: is set by the sweep", "--devices"}},
+		{"grid not a map", "grid: [1, 2]\n", []string{"grid: must map keys"}},
+		{"grid unknown key", "grid: {lrate: [1]}\n", []string{"grid: unknown key lrate"}},
+		{"grid no values", "grid: {lr: []}\n", []string{"grid: lr: has no values"}},
+		{"grid not a list", "grid: {lr: 0.1}\n", []string{"grid: lr: must be a list"}},
+		{"grid bad value", "grid: {lr: [0.1, -1]}\n", []string{`trial "lr=-1"`, "lr:", "(0, 10]"}},
+		{"trial and grid set one key", "trials: [{name: a, lr: 0.1}]\ngrid: {lr: [0.2]}\n", []string{`trial "a"`, "lr is set by both"}},
+		{"not YAML", "trials: [\n", []string{"yaml"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeSweep(t, c.text)
+			_, err := ReadSweep(path)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("not ErrConfig: %v", err)
+			}
+			msg := err.Error()
+			for _, w := range append(c.want, "sweep file "+path) {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q lacks %q", msg, w)
+				}
+			}
+		})
+	}
+	if _, err := ReadSweep(filepath.Join(t.TempDir(), "none.yaml")); err == nil || !strings.Contains(err.Error(), "none.yaml") {
+		t.Errorf("a missing file: %v", err)
+	}
+}

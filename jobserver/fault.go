@@ -1,0 +1,79 @@
+package jobserver
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// FaultEnv names tolaria-worker's test-only fault switch: an environment
+// variable that makes the worker fail on purpose, so the tests of the
+// coordinator can see a worker die mid-run. It is never set in use.
+//
+//	TOLARIA_E2E_WORKER_FAULT="step=K,exit=C[,run=NAME]"  exit with code C after step K
+//	TOLARIA_E2E_WORKER_FAULT="step=K,kill[,run=NAME]"    SIGKILL itself after step K
+//
+// run limits the fault to the job whose run directory is named NAME (a
+// sweep's trial), so one worker of many fails.
+const FaultEnv = "TOLARIA_E2E_WORKER_FAULT"
+
+// Fault is a parsed FaultEnv.
+type Fault struct {
+	Step int    // after this many steps of this invocation
+	Exit int    // exit code, when Kill is false
+	Kill bool   // SIGKILL rather than exit
+	Run  string // only the job whose run directory's base name is this; "" any
+}
+
+// ParseFault reads a FaultEnv value.
+func ParseFault(s string) (Fault, error) {
+	var f Fault
+	for _, part := range strings.Split(s, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+		var err error
+		switch k {
+		case "step":
+			f.Step, err = strconv.Atoi(v)
+		case "exit":
+			f.Exit, err = strconv.Atoi(v)
+		case "kill":
+			f.Kill = true
+		case "run":
+			f.Run = v
+		default:
+			err = fmt.Errorf("unknown part %q", part)
+		}
+		if err != nil {
+			return Fault{}, fmt.Errorf("%s=%q: %w (want step=K,exit=C or step=K,kill, optionally run=NAME)", FaultEnv, s, err)
+		}
+	}
+	if f.Step < 1 {
+		return Fault{}, fmt.Errorf("%s=%q: step must be at least 1", FaultEnv, s)
+	}
+	return f, nil
+}
+
+// Hits reports whether the fault fires for spec after step steps.
+func (f Fault) Hits(spec job.Spec, step int) bool {
+	return step == f.Step && (f.Run == "" || filepath.Base(spec.RunDir) == f.Run)
+}
+
+// stepCounter calls after with the number of steps trained so far after
+// each one.
+type stepCounter struct {
+	trainer.Observer
+	n     int
+	after func(int)
+}
+
+func (c *stepCounter) Observe(m trainer.Measurement) {
+	c.Observer.Observe(m)
+	if _, ok := m.(trainer.Stepped); ok {
+		c.n++
+		c.after(c.n)
+	}
+}
