@@ -155,28 +155,37 @@ func (r Results) write(dir string) error {
 	return atomicfile.WriteFile(filepath.Join(dir, ResultsCSV), r.csv(), 0o644)
 }
 
-// csv is the results as a table, one trial a row, best first.
+// csv is the results as a table, one trial a row, best first: the
+// rank-by figure first, then the others of a summary worth comparing.
 func (r Results) csv() []byte {
+	figures := []string{r.RankBy}
+	for _, k := range []string{"test_accuracy", "test_loss", "train_loss", "samples_per_second"} {
+		if k != r.RankBy {
+			figures = append(figures, k)
+		}
+	}
 	var b bytes.Buffer
 	w := csv.NewWriter(&b)
-	_ = w.Write([]string{"rank", "name", "state", r.RankBy, "test_accuracy", "test_loss", "train_loss", "samples_per_second",
-		"steps", "params_sha256", "device", "attempts", "overrides", "run_dir", "reason", "log_tail"})
+	head := append([]string{"rank", "name", "state"}, figures...)
+	_ = w.Write(append(head, "steps", "params_sha256", "device", "attempts", "overrides", "run_dir", "reason", "log_tail"))
 	num := func(v float64) string { return strconv.FormatFloat(v, 'g', 8, 64) }
 	for _, t := range r.Trials {
-		row := make([]string, 16)
-		row[0], row[1], row[2] = strconv.Itoa(t.Rank), t.Name, string(t.State)
-		if t.Rank == 0 {
-			row[0] = ""
+		row := []string{"", t.Name, string(t.State)}
+		if t.Rank > 0 {
+			row[0] = strconv.Itoa(t.Rank)
 		}
-		if t.Value != nil {
-			row[3] = num(*t.Value)
+		steps, params := "", ""
+		for _, k := range figures {
+			v := ""
+			if t.Summary != nil {
+				v = num(rankKeys[k].value(*t.Summary))
+			}
+			row = append(row, v)
 		}
-		if s := t.Summary; s != nil {
-			row[4], row[5], row[6], row[7] = num(s.TestAccuracy), num(s.TestLoss), num(s.TrainLoss), num(s.SamplesPerSecond)
-			row[8], row[9] = strconv.Itoa(s.Steps), s.ParamsSHA256
+		if t.Summary != nil {
+			steps, params = strconv.Itoa(t.Summary.Steps), t.Summary.ParamsSHA256
 		}
-		row[10], row[11], row[12] = t.Device, strconv.Itoa(t.Attempts), overridesText(t.Overrides)
-		row[13], row[14], row[15] = t.RunDir, t.Reason, t.LogTail
+		row = append(row, steps, params, t.Device, strconv.Itoa(t.Attempts), overridesText(t.Overrides), t.RunDir, t.Reason, t.LogTail)
 		_ = w.Write(row)
 	}
 	w.Flush()

@@ -475,7 +475,10 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	failed := func(err error) outcome {
 		return outcome{state: TrialFailed, reason: err.Error(), logTail: logTail.String()}
 	}
-	run, err := Prepare(ctx, Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: s.log.With("trial", t.Name), Started: time.Now()})
+	// The sweep reports a trial's start and end itself; of a run's own
+	// log only warnings are news.
+	runLog := slog.New(minLevel{s.log.Handler(), slog.LevelWarn}).With("trial", t.Name)
+	run, err := Prepare(ctx, Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: runLog, Started: time.Now()})
 	if err != nil {
 		if ctx.Err() != nil {
 			return outcome{state: TrialInterrupted, reason: "interrupted while starting: " + err.Error()}
@@ -535,4 +538,22 @@ func (t *tail) String() string {
 		}
 	}
 	return strings.TrimSpace(strings.ToValidUTF8(string(b), ""))
+}
+
+// minLevel passes on the records of at least its level.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
 }

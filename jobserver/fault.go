@@ -18,7 +18,8 @@ import (
 //	TOLARIA_E2E_WORKER_FAULT="step=K,kill[,run=NAME]"    SIGKILL itself after step K
 //
 // run limits the fault to the job whose run directory is named NAME (a
-// sweep's trial), so one worker of many fails.
+// sweep's trial), so one worker of many fails; it comes last, and NAME
+// may hold commas.
 const FaultEnv = "TOLARIA_E2E_WORKER_FAULT"
 
 // Fault is a parsed FaultEnv.
@@ -32,7 +33,11 @@ type Fault struct {
 // ParseFault reads a FaultEnv value.
 func ParseFault(s string) (Fault, error) {
 	var f Fault
-	for _, part := range strings.Split(s, ",") {
+	rest := s
+	if i := strings.Index(rest, "run="); i >= 0 {
+		f.Run, rest = rest[i+len("run="):], strings.TrimSuffix(rest[:i], ",")
+	}
+	for _, part := range strings.Split(rest, ",") {
 		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
 		var err error
 		switch k {
@@ -42,8 +47,6 @@ func ParseFault(s string) (Fault, error) {
 			f.Exit, err = strconv.Atoi(v)
 		case "kill":
 			f.Kill = true
-		case "run":
-			f.Run = v
 		default:
 			err = fmt.Errorf("unknown part %q", part)
 		}

@@ -292,3 +292,32 @@ func TestServeNeedsTheSharedState(t *testing.T) {
 		t.Fatalf("serving without the process's state: %v", err)
 	}
 }
+
+func TestParseFault(t *testing.T) {
+	for in, want := range map[string]Fault{
+		"step=5,exit=7":              {Step: 5, Exit: 7},
+		"step=2,kill":                {Step: 2, Kill: true},
+		"step=3,exit=1,run=b,lr=0.1": {Step: 3, Exit: 1, Run: "b,lr=0.1"},
+		" step=1 , exit=0 ,run=x":    {Step: 1, Run: "x"},
+	} {
+		got, err := ParseFault(in)
+		if err != nil || got != want {
+			t.Errorf("ParseFault(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "exit=1", "step=0,exit=1", "step=x", "step=1,crash"} {
+		if _, err := ParseFault(in); err == nil || !strings.Contains(err.Error(), FaultEnv) {
+			t.Errorf("ParseFault(%q): %v", in, err)
+		}
+	}
+	f := Fault{Step: 3, Run: "b"}
+	spec := job.Default()
+	spec.RunDir = "/s/b"
+	if !f.Hits(spec, 3) || f.Hits(spec, 2) {
+		t.Error("the fault fires at its step in its run")
+	}
+	spec.RunDir = "/s/bb"
+	if f.Hits(spec, 3) {
+		t.Error("the fault fired in another run")
+	}
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// Exit codes of a sweep besides exitOK, exitFailure (no trial succeeded),
+// exitUsage and the interrupted codes.
+const exitSomeFailed = 3
+
+func newSweepCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sweep FILE",
+		Short: "run many training jobs (trials) from a sweep file, each in its own worker process",
+		Long: `sweep runs the trials of a YAML sweep file, each in its own tolaria-worker
+process with its own run directory under the sweep directory, several at once,
+and ranks them.
+
+The file has base: (the keys of tolaria train's --config file), and trials:
+(a list of overrides, each optionally with a name:) and/or grid: (key: [values],
+crossed in the file's order, the last key varying fastest; with trials: too,
+every trial is crossed with every grid point). run_dir, resume and device are
+the sweep's to set. Everything is validated before anything starts.
+
+The sweep directory (--sweep-dir, default sweeps/<time>) receives sweep.yaml,
+trials/<name>.yaml (each trial's resolved configuration, usable with tolaria
+train --config), one run directory per trial (config.yaml, events.jsonl,
+checkpoint.tlck, summary.json, worker.log) and results.json and results.csv,
+rewritten as each trial ends.
+
+Exit status: 0 every trial succeeded, 3 some failed, 1 none succeeded,
+2 bad input (nothing started), 130 interrupted (Ctrl-C: every running trial
+checkpoints and stops).`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("tolaria sweep takes one sweep file, got %d arguments (see --help)", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return sweep(cmd.Context(), cmd, args[0])
+		},
+	}
+	fs := cmd.Flags()
+	fs.String("device", "auto", "auto, cpu or cuda: auto takes GPU 0 when a CUDA worker can open one (list more with --devices), and the CPU otherwise")
+	fs.String("devices", "", "GPUs to run trials on, e.g. 0,1,2,3 (implies --device cuda); each trial's worker sees only its GPU (CUDA_VISIBLE_DEVICES)")
+	fs.Int("per-device", 0, "trials sharing one device at once (default 1 on a GPU, --parallel on the CPU)")
+	fs.Int("parallel", 0, "trials running at once (default one per device slot: devices times --per-device)")
+	fs.Int("retries", 0, "start a failed trial again up to N times, from its last checkpoint when it has one")
+	fs.String("rank-by", "test_accuracy", "summary key to rank trials by: "+strings.Join(coordinator.RankKeys(), ", ")+
+		" (keys ending in loss or seconds rank ascending, the others descending)")
+	fs.String("sweep-dir", "", "sweep directory, new or empty (default sweeps/<time>)")
+	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
+	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
+	return cmd
+}
+
+// sweepFlag spells a sweep setting as its flag. Keys of the sweep file
+// (a trial's lr) stay as they are: they are not flags here.
+func sweepFlag(key field.Name) string {
+	switch key {
+	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker":
+		return "--" + strings.ReplaceAll(string(key), "_", "-")
+	}
+	return ""
+}
+
+func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error) {
+	var cfg coordinator.SweepConfig
+	var err error
+	get := func(name string) string { v, _ := fs.GetString(name); return v }
+	getInt := func(name string) int { v, _ := fs.GetInt(name); return v }
+	cfg.Device, cfg.RankBy, cfg.Dir = get("device"), get("rank-by"), get("sweep-dir")
+	cfg.PerDevice, cfg.Parallel, cfg.Retries = getInt("per-device"), getInt("parallel"), getInt("retries")
+	if cfg.Worker = get("worker"); cfg.Worker == "" {
+		cfg.Worker = os.Getenv("TOLARIA_WORKER")
+	}
+	cfg.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
+	if cfg.WorkerStart <= 0 {
+		return cfg, usagef("--worker-start-timeout must be positive, got %s", cfg.WorkerStart)
+	}
+	for _, f := range []string{"per-device", "parallel"} {
+		if fs.Changed(f) && getInt(f) < 1 {
+			return cfg, usagef("--%s must be at least 1, got %d", f, getInt(f))
+		}
+	}
+	if devices := get("devices"); devices != "" {
+		if fs.Changed("device") && cfg.Device != "cuda" {
+			return cfg, usagef("--devices names GPUs; it cannot go with --device %s", cfg.Device)
+		}
+		cfg.Device = "cuda"
+		for _, d := range strings.Split(devices, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(d))
+			if err != nil || n < 0 {
+				return cfg, usagef("--devices: %q is not a GPU index; give indices such as 0,1", d)
+			}
+			cfg.GPUs = append(cfg.GPUs, n)
+		}
+	}
+	cfg.Sweep, err = coordinator.ReadSweep(path)
+	return cfg, err
+}
+
+func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	cfg, err := sweepConfig(cmd.Flags(), path)
+	if err != nil {
+		return sweepRefused(stderr, err)
+	}
+	view := newSweepView(stderr, cfg.Sweep.Trials)
+	log := slog.New(slog.NewTextHandler(view.logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
+	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.update
+	s, err := coordinator.PrepareSweep(ctx, cfg)
+	if err != nil {
+		view.close()
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "tolaria: interrupted: %v\n", err)
+			return exitError{interruptedCode(ctx)}
+		}
+		return sweepRefused(stderr, err)
+	}
+	defer s.Close()
+	log.Info("sweep", "file", path, "trials", len(cfg.Sweep.Trials), "devices", s.Devices(), "parallel", s.Parallel(), "sweep_dir", s.Dir())
+	view.start()
+	res, err := s.Run(ctx)
+	view.close()
+	printResults(stdout, res, s.Dir())
+	if err != nil {
+		fmt.Fprintf(stderr, "tolaria: writing the results: %v\n", err)
+		return exitError{exitFailure}
+	}
+	ok, total := res.Counts[string(coordinator.TrialSucceeded)], len(res.Trials)
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "tolaria: sweep interrupted: %d of %d trials succeeded; the running ones checkpointed; results in %s\n", ok, total, s.Dir())
+		return exitError{interruptedCode(ctx)}
+	case ok == total:
+		return nil
+	case ok == 0:
+		fmt.Fprintf(stderr, "tolaria: no trial succeeded; see the reasons in %s/%s\n", s.Dir(), coordinator.ResultsJSON)
+		return exitError{exitFailure}
+	}
+	fmt.Fprintf(stderr, "tolaria: %d of %d trials failed; see the reasons in %s/%s\n", total-ok, total, s.Dir(), coordinator.ResultsJSON)
+	return exitError{exitSomeFailed}
+}
+
+// sweepRefused reports a sweep refused before it started.
+func sweepRefused(w io.Writer, err error) error {
+	code := exitFailure
+	switch {
+	case errors.Is(err, errUsage), errors.Is(err, coordinator.ErrConfig):
+		code = exitUsage
+	}
+	fmt.Fprintln(w, "tolaria:", field.Render(err, sweepFlag))
+	return exitError{code}
+}
+
+// printResults prints the ranked trials.
+func printResults(w io.Writer, r coordinator.Results, dir string) {
+	fmt.Fprintf(w, "%-4s  %-24s  %-11s  %s\n", "rank", "trial", "state", r.RankBy)
+	for _, t := range r.Trials {
+		rank, value := "-", ""
+		if t.Rank > 0 {
+			rank = strconv.Itoa(t.Rank)
+		}
+		if t.Value != nil {
+			value = strconv.FormatFloat(*t.Value, 'f', 4, 64)
+		} else if t.Reason != "" {
+			value = firstLine(t.Reason, 100)
+		}
+		fmt.Fprintf(w, "%-4s  %-24s  %-11s  %s\n", rank, t.Name, t.State, value)
+	}
+	fmt.Fprintf(w, "results %s/%s\n", dir, coordinator.ResultsJSON)
+}
+
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return s
+}
