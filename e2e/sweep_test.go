@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// e2eSweep is four small trials on synthetic data, a second or so each.
+const e2eSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 512
+  epochs: 2
+  batch_size: 32
+  log_every: 4
+  enable_graphs: true
+  model: {hidden: [16]}
+trials:
+  - {name: a, lr: 0.0001}
+  - {name: b, lr: 0.003}
+  - {name: c, lr: 0.01, model: {hidden: [32, 16]}}
+  - {name: d, lr: 0.03, optimizer: sgd}
+`
+
+func writeSweepFile(t *testing.T, dir, text string) string {
+	t.Helper()
+	path := filepath.Join(dir, "sweep.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func readSweepResults(t *testing.T, dir string) coordinator.Results {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, coordinator.ResultsJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r coordinator.Results
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestSweepRanksTrialsAsTrainTrainsThem: four trials, two at a time, in
+// worker processes; results.json ranks them by test accuracy, and each
+// trial ends with the parameters that tolaria train gives its resolved
+// configuration.
+func TestSweepRanksTrialsAsTrainTrainsThem(t *testing.T) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, e2eSweep)
+	sweepDir := filepath.Join(dir, "sweep")
+	r := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--parallel", "2", "--sweep-dir", sweepDir)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	res := readSweepResults(t, sweepDir)
+	if len(res.Trials) != 4 || res.Counts["succeeded"] != 4 || res.RankBy != "test_accuracy" {
+		t.Fatalf("results: %+v", res)
+	}
+	for i, row := range res.Trials {
+		if row.Rank != i+1 || row.Value == nil || row.Summary == nil || row.Device != "cpu" {
+			t.Fatalf("row %d: %+v", i, row)
+		}
+		if i > 0 && *res.Trials[i-1].Value < *row.Value {
+			t.Errorf("%s (%g) ranks above %s (%g)", res.Trials[i-1].Name, *res.Trials[i-1].Value, row.Name, *row.Value)
+		}
+		if !strings.Contains(r.stderr, "trial "+row.Name+": started on cpu") || !strings.Contains(r.stderr, "trial "+row.Name+": succeeded") {
+			t.Errorf("no start and end lines for trial %s:\n%s", row.Name, r.stderr)
+		}
+		alone := filepath.Join(dir, "alone-"+row.Name)
+		tr := tolaria(t, dir, nil, "train", "--config", filepath.Join(sweepDir, coordinator.TrialConfigDir, row.Name+".yaml"), "--run-dir", alone)
+		if tr.code != 0 {
+			t.Fatalf("tolaria train with trial %s's configuration: exit %d\n%s", row.Name, tr.code, tr.stderr)
+		}
+		if sum := readSummary(t, filepath.Join(alone, "summary.json")); sum.ParamsSHA256 != row.Summary.ParamsSHA256 {
+			t.Errorf("trial %s: params %s in the sweep, %s from tolaria train", row.Name, row.Summary.ParamsSHA256, sum.ParamsSHA256)
+		}
+	}
+	if !strings.Contains(r.stdout, "1     "+res.Trials[0].Name) {
+		t.Errorf("the printed ranking does not start with %s:\n%s", res.Trials[0].Name, r.stdout)
+	}
+	csv, err := os.ReadFile(filepath.Join(sweepDir, coordinator.ResultsCSV))
+	if err != nil || strings.Count(string(csv), "\n") != 5 {
+		t.Errorf("results.csv: %q, %v", csv, err)
+	}
+}
+
+// TestSweepSurvivesAFailedTrial: the worker of trial b exits with code 7
+// at its third step (the test-only fault switch); the other three finish,
+// b's row carries the reason and its log's tail, and tolaria exits 3.
+func TestSweepSurvivesAFailedTrial(t *testing.T) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, e2eSweep)
+	sweepDir := filepath.Join(dir, "sweep")
+	r := tolaria(t, dir, []string{"TOLARIA_E2E_WORKER_FAULT=step=3,exit=7,run=b"}, "sweep", file, "--device", "cpu", "--parallel", "2", "--sweep-dir", sweepDir)
+	if r.code != 3 {
+		t.Fatalf("exit %d, want 3\n%s", r.code, r.stderr)
+	}
+	res := readSweepResults(t, sweepDir)
+	if res.Counts["succeeded"] != 3 || res.Counts["failed"] != 1 {
+		t.Fatalf("counts %v", res.Counts)
+	}
+	b := res.Trials[3]
+	if b.Name != "b" || b.State != coordinator.TrialFailed || b.Rank != 0 {
+		t.Fatalf("last row %+v", b)
+	}
+	if !strings.Contains(b.Reason, "exit status 7") || !strings.Contains(b.LogTail, "test-only fault switch: exiting") {
+		t.Errorf("reason %q, log tail %q", b.Reason, b.LogTail)
+	}
+	if !strings.Contains(r.stderr, "1 of 4 trials failed") {
+		t.Errorf("stderr:\n%s", r.stderr)
+	}
+}
+
+// TestSweepRefusesBadInput: a bad sweep file is refused with exit 2,
+// naming the file, the trial and the key, and nothing is written.
+func TestSweepRefusesBadInput(t *testing.T) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, strings.Replace(e2eSweep, "{name: c, lr: 0.01,", "{name: c, lr: 0.01, momentun: 0.9,", 1))
+	sweepDir := filepath.Join(dir, "sweep")
+	r := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--sweep-dir", sweepDir)
+	if r.code != 2 || !strings.Contains(r.stderr, "sweep file "+file+`: trial "c": unknown keys momentun`) {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(sweepDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused sweep wrote %s", sweepDir)
+	}
+}
+
+// TestSweepInterruptLeavesNothingRunning: SIGINT mid-sweep stops the two
+// running trials with a checkpoint, records them interrupted and the
+// others pending, exits 130, and no worker process is left.
+func TestSweepInterruptLeavesNothingRunning(t *testing.T) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, strings.Replace(e2eSweep, "epochs: 2", "epochs: 10000", 1))
+	sweepDir := filepath.Join(dir, "sweep")
+	cmd, stderr := startRun(t, dir, "sweep", file, "--device", "cpu", "--parallel", "2", "--sweep-dir", sweepDir)
+	waitFor(t, "two trials past an epoch", func() bool {
+		return strings.Count(stderr.String(), ": epoch 1/10000") >= 2
+	})
+	pids := workerPIDs(t, sweepDir)
+	if len(pids) != 2 {
+		t.Fatalf("worker pids %v in the worker logs", pids)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	status, err := waitWithin(cmd, time.Minute)
+	if err != nil || status.ExitStatus() != 130 {
+		t.Fatalf("after SIGINT: %v, %v\n%s", status, err, stderr)
+	}
+	for _, pid := range pids {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			t.Errorf("worker %d outlived the sweep", pid)
+		}
+	}
+	res := readSweepResults(t, sweepDir)
+	if res.Counts["interrupted"] != 2 || res.Counts["pending"] != 2 {
+		t.Fatalf("counts %v", res.Counts)
+	}
+	for _, row := range res.Trials {
+		if row.State != coordinator.TrialInterrupted {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(row.RunDir, trainer.CheckpointFile)); err != nil {
+			t.Errorf("interrupted trial %s has no checkpoint: %v", row.Name, err)
+		}
+	}
+}
+
+// workerPIDs reads the pids that the workers logged in the sweep's run
+// directories.
+func workerPIDs(t *testing.T, sweepDir string) []int {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(sweepDir, "*", "worker.log"))
+	re := regexp.MustCompile(`worker_pid=(\d+)`)
+	seen := map[int]bool{}
+	var pids []int
+	for _, l := range logs {
+		raw, _ := os.ReadFile(l)
+		for _, m := range re.FindAllStringSubmatch(string(raw), -1) {
+			if pid, _ := strconv.Atoi(m[1]); !seen[pid] {
+				seen[pid] = true
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
