@@ -172,7 +172,11 @@ func sweepRefused(w io.Writer, err error) error {
 
 // printResults prints the ranked trials.
 func printResults(w io.Writer, r coordinator.Results, dir string) {
-	fmt.Fprintf(w, "%-4s  %-24s  %-11s  %s\n", "rank", "trial", "state", r.RankBy)
+	width := len("trial")
+	for _, t := range r.Trials {
+		width = max(width, len(t.Name))
+	}
+	fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", "rank", width, "trial", "state", r.RankBy)
 	for _, t := range r.Trials {
 		rank, value := "-", ""
 		if t.Rank > 0 {
@@ -183,7 +187,7 @@ func printResults(w io.Writer, r coordinator.Results, dir string) {
 		} else if t.Reason != "" {
 			value = firstLine(t.Reason, 100)
 		}
-		fmt.Fprintf(w, "%-4s  %-24s  %-11s  %s\n", rank, t.Name, t.State, value)
+		fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", rank, width, t.Name, t.State, value)
 	}
 	fmt.Fprintf(w, "results %s/%s\n", dir, coordinator.ResultsJSON)
 }
