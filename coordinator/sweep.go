@@ -19,6 +19,7 @@ import (
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
 )
 
 // SweepConfig is a sweep as a command asks for it.
@@ -114,6 +115,15 @@ func (s slot) String() string {
 	return s.device
 }
 
+// env is the environment a trial's worker gets on the slot: a GPU slot's
+// worker sees its GPU alone, as device 0.
+func (s slot) env() []string {
+	if s.device != "cuda" {
+		return nil
+	}
+	return []string{"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(s.gpu)}
+}
+
 // SweepRun is a sweep prepared: validated, its directory claimed and its
 // trials' configurations written. Run runs it.
 type SweepRun struct {
@@ -147,6 +157,10 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	}
 	if err := checkTrials(cfg.Sweep); err != nil {
 		return nil, err
+	}
+	if _, err := worker.Find(cfg.Worker); err != nil {
+		// Every trial runs in a worker process, CPU trials too.
+		return nil, setupErr(fmt.Errorf("a sweep runs each trial in a tolaria-worker process: %w", err))
 	}
 	if s.slots, err = chooseSlots(ctx, cfg, s.log); err != nil {
 		return nil, err
@@ -469,9 +483,7 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 		}
 	}
 	place := Placement{Device: sl.device, Isolate: true, Worker: s.cfg.Worker, WorkerStart: s.cfg.WorkerStart, Stderr: logs}
-	if sl.device == "cuda" {
-		place.Env = []string{"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(sl.gpu)}
-	}
+	place.Env = sl.env()
 	failed := func(err error) outcome {
 		return outcome{state: TrialFailed, reason: err.Error(), logTail: logTail.String()}
 	}

@@ -295,3 +295,51 @@ func TestRankOrdersByKey(t *testing.T) {
 		t.Error("loss-like keys rank ascending")
 	}
 }
+
+func TestSlotsSpreadOverDevices(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		cfg   SweepConfig
+		slots string
+	}{
+		{"cpu default", SweepConfig{Device: "cpu"}, "cpu"},
+		{"cpu parallel", SweepConfig{Device: "cpu", Parallel: 3}, "cpu cpu cpu"},
+		{"one per gpu", SweepConfig{Device: "cuda", GPUs: []int{0, 2, 3}}, "cuda:0 cuda:2 cuda:3"},
+		{"two per gpu, interleaved", SweepConfig{Device: "cuda", GPUs: []int{0, 1}, PerDevice: 2}, "cuda:0 cuda:1 cuda:0 cuda:1"},
+		{"parallel below the slots", SweepConfig{Device: "cuda", GPUs: []int{0, 1}, PerDevice: 2, Parallel: 3}, "cuda:0 cuda:1 cuda:0"},
+	} {
+		slots, err := chooseSlots(context.Background(), c.cfg, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var got []string
+		for _, s := range slots {
+			got = append(got, s.String())
+		}
+		if strings.Join(got, " ") != c.slots {
+			t.Errorf("%s: slots %q, want %q", c.name, got, c.slots)
+		}
+	}
+	if env := (slot{device: "cuda", gpu: 3}).env(); len(env) != 1 || env[0] != "CUDA_VISIBLE_DEVICES=3" {
+		t.Errorf("a GPU slot's environment: %q", env)
+	}
+	if env := (slot{device: "cpu"}).env(); env != nil {
+		t.Errorf("a CPU slot's environment: %q", env)
+	}
+	_, err := chooseSlots(context.Background(), SweepConfig{Device: "cpu", PerDevice: 1, Parallel: 2}, nil)
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "parallel: 2 is more than the 1 device slots") {
+		t.Errorf("parallel above the slots: %v", err)
+	}
+}
+
+func TestPrepareSweepNeedsAWorker(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	cfg.Worker = filepath.Join(t.TempDir(), "no-worker")
+	_, err := PrepareSweep(context.Background(), cfg)
+	if !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), "tolaria-worker") {
+		t.Fatalf("no worker: %v", err)
+	}
+	if _, err := os.Stat(cfg.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a sweep without a worker created %s", cfg.Dir)
+	}
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// TestSweepLines: piped, a sweep prints one line per event (a start, an
+// epoch's end, a trial's end) and nothing for the progress in between.
+func TestSweepLines(t *testing.T) {
+	var b bytes.Buffer
+	v := newSweepView(&b, []coordinator.Trial{{Name: "a"}, {Name: "b"}})
+	v.start()
+	ok := coordinator.TrialResult{Name: "a", State: coordinator.TrialSucceeded, Seconds: 1.5,
+		Summary: &trainer.Summary{TestAccuracy: 0.9, TestLoss: 0.3, ParamsSHA256: "abc"}}
+	failed := coordinator.TrialResult{Name: "b", State: coordinator.TrialFailed, Reason: "worker exited\nwith 7"}
+	for _, u := range []coordinator.TrialUpdate{
+		{Trial: "a", Index: 0, State: coordinator.TrialRunning, Device: "cpu", Attempt: 1},
+		{Trial: "a", Index: 0, State: coordinator.TrialRunning, Device: "cpu", Attempt: 1, Progress: &trainer.Progress{Epoch: 1, Epochs: 2, Step: 3, StepsPerEpoch: 8}},
+		{Trial: "a", Index: 0, State: coordinator.TrialRunning, Device: "cpu", Attempt: 1, Progress: &trainer.Progress{Epoch: 1, Epochs: 2, Loss: 0.5, TestAccuracy: 0.8, SamplesPerSecond: 100, EpochDone: true}},
+		{Trial: "a", Index: 0, State: coordinator.TrialSucceeded, Device: "cpu", Result: &ok},
+		{Trial: "b", Index: 1, State: coordinator.TrialFailed, Device: "cpu", Result: &failed},
+	} {
+		v.update(u)
+	}
+	v.close()
+	want := []string{
+		"trial a: started on cpu (attempt 1)",
+		"trial a: epoch 1/2: loss 0.5000, test accuracy 0.8000, 100 samples/s",
+		"trial a: succeeded in 1.5s: test accuracy 0.9000, test loss 0.3000, params sha256 abc",
+		"trial b: failed: worker exited with 7",
+	}
+	if got := strings.Split(strings.TrimSpace(b.String()), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestETA(t *testing.T) {
+	p := trainer.Progress{Epoch: 2, Epochs: 4, Step: 4, StepsPerEpoch: 8}
+	if f := done(p); f != 12.0/32 {
+		t.Errorf("done %g, want 12/32", f)
+	}
+	p.EpochDone, p.Step = true, 0
+	if f := done(p); f != 0.5 {
+		t.Errorf("after epoch 2 of 4: done %g", f)
+	}
+	if etaText(startedAgo(30), 0) != "" {
+		t.Error("an ETA before any step")
+	}
+	if got := etaText(startedAgo(30), 0.25); got != "1m30s" {
+		t.Errorf("a quarter done in 30s: ETA %s, want 1m30s", got)
+	}
+}
+
+func startedAgo(seconds int) time.Time { return time.Now().Add(-time.Duration(seconds) * time.Second) }
