@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"syscall"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -44,10 +45,16 @@ func serveAsWorker() int {
 			return 2
 		}
 		cfg.AfterStep = func(spec job.Spec, steps int) {
-			if f.Hits(spec, steps) {
-				fmt.Fprintf(os.Stderr, "fault switch: exiting with %d after step %d\n", f.Exit, steps)
-				os.Exit(f.Exit)
+			if !f.Hits(spec, steps) {
+				return
 			}
+			if f.Kill {
+				fmt.Fprintf(os.Stderr, "fault switch: killing myself after step %d\n", steps)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+			fmt.Fprintf(os.Stderr, "fault switch: exiting with %d after step %d\n", f.Exit, steps)
+			os.Exit(f.Exit)
 		}
 	}
 	if err := jobserver.Serve(context.Background(), os.Stdin, out, cfg); err != nil {

@@ -162,6 +162,20 @@ func TestSweepRecordsAFailedTrial(t *testing.T) {
 	}
 }
 
+func TestSweepRecordsAKilledWorker(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	cfg.Parallel = 2
+	t.Setenv(jobserver.FaultEnv, "step=2,kill,run=c")
+	res, _ := runSweep(t, context.Background(), cfg)
+	c := res.Trials[3]
+	if c.Name != "c" || c.State != TrialFailed || res.Counts["succeeded"] != 3 {
+		t.Fatalf("counts %v, last row %+v", res.Counts, c)
+	}
+	if !strings.Contains(c.Reason, "signal: killed") || !strings.Contains(c.LogTail, "killing myself after step 2") {
+		t.Errorf("reason %q, log tail %q", c.Reason, c.LogTail)
+	}
+}
+
 func TestSweepRetriesAFailedTrial(t *testing.T) {
 	cfg := sweepConfig(t, testSweep)
 	cfg.Parallel, cfg.Retries = 2, 1
