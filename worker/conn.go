@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"time"
 )
 
 // Conn is a worker's end of one request: the request it read, and the
@@ -25,7 +27,7 @@ func Accept(in io.Reader, out io.Writer) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: reading the request: %w", err)
 	}
-	req := Request{Type: first.Type, Device: first.Device, Body: first.Body}
+	req := Request{Type: first.Type, Device: first.Device, Body: first.Body, Heartbeat: time.Duration(first.HeartbeatMS) * time.Millisecond}
 	return &Conn{req: req, dec: dec, enc: newEncoder(out)}, nil
 }
 
@@ -91,5 +93,38 @@ func (c *Conn) WatchCancel(ctx context.Context) (context.Context, func()) {
 	return ctx, func() {
 		<-done
 		cancel()
+	}
+}
+
+// StartHeartbeat sends a heartbeat every Request().Heartbeat until stop is
+// called (stop returns once the sender has ended), from a goroutine of its
+// own: a worker busy in a long step, or writing a checkpoint, still shows
+// it is alive, and only a stopped or wedged process falls silent. A
+// request without a heartbeat interval starts nothing.
+func (c *Conn) StartHeartbeat() (stop func()) {
+	every := c.req.Heartbeat
+	if every <= 0 {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if c.enc.send(Message{Type: TypeBeat}) != nil {
+					return // the coordinator has gone; nothing more can reach it
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -245,4 +246,167 @@ func TestSubprocessWorker(t *testing.T) {
 		t.Fatalf("request: result %s, answers %q, %v", res, g.answers, err)
 	}
 	requireGone(t, readPID(t, pidFile))
+}
+
+// echoWorker is a wrapper script exec'ing this test binary as an echo
+// worker (see serveAsWorker): the worker's pid is the script's.
+func echoWorker(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, _ := script(t, "worker", serveAsWorkerEnv+"=1 exec '"+exe+"' \"$@\"\n")
+	return path
+}
+
+// callEcho sends body to an echo worker; onHello gets the worker's pid.
+func callEcho(ctx context.Context, p *Process, body string, onHello func(pid int)) (json.RawMessage, error) {
+	sink := Sink{Hello: func(h Hello) {
+		if onHello != nil {
+			onHello(h.PID)
+		}
+	}}
+	_, res, err := p.Call(ctx, Request{Type: TypeStart, Device: "cpu", Body: json.RawMessage(body)}, sink)
+	return res, err
+}
+
+func requireReason(t *testing.T, err error, reason string, sentinel error) *ProcessError {
+	t.Helper()
+	var pe *ProcessError
+	if !errors.As(err, &pe) || pe.Reason != reason || !errors.Is(err, sentinel) {
+		t.Fatalf("want a ProcessError %q (%v), got %v", reason, sentinel, err)
+	}
+	return pe
+}
+
+// TestStoppedWorkerIsHung: a worker stopped with SIGSTOP sends no
+// heartbeat; it is killed, with its group, within the heartbeat timeout
+// (plus the watchdog's tick), not waited on.
+func TestStoppedWorkerIsHung(t *testing.T) {
+	p := &Process{Path: echoWorker(t), HeartbeatTimeout: time.Second}
+	var pid int
+	start := time.Now()
+	_, err := callEcho(context.Background(), p, `{"wait":true}`, func(worker int) {
+		pid = worker
+		_ = syscall.Kill(worker, syscall.SIGSTOP)
+	})
+	took := time.Since(start)
+	pe := requireReason(t, err, ReasonHung, ErrHung)
+	if errors.Is(err, ErrWorkerExited) {
+		t.Errorf("a hung worker is also ErrWorkerExited: %v", err)
+	}
+	if pe.Silent < time.Second || !strings.Contains(err.Error(), "no heartbeat") {
+		t.Errorf("silent %s: %v", pe.Silent, err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("a stopped worker was found after %s; the heartbeat timeout is 1s", took)
+	}
+	requireGone(t, pid)
+}
+
+// TestHeartbeatsFlowWhileBusy: a worker busy longer than the heartbeat
+// timeout, sending nothing else, is alive and answers.
+func TestHeartbeatsFlowWhileBusy(t *testing.T) {
+	p := &Process{Path: echoWorker(t), HeartbeatTimeout: time.Second}
+	res, err := callEcho(context.Background(), p, `{"busy_ms":2500}`, nil)
+	if err != nil || !strings.Contains(string(res), "busy_ms") {
+		t.Fatalf("busy worker: %s, %v", res, err)
+	}
+}
+
+// TestCancelledStoppedWorkerIsKilledPromptly: Ctrl-C on a stopped worker
+// does not wait for the grace period (ten minutes here) nor the heartbeat
+// timeout (a minute): three heartbeats of silence after the cancel do.
+func TestCancelledStoppedWorkerIsKilledPromptly(t *testing.T) {
+	p := &Process{Path: echoWorker(t), HeartbeatTimeout: time.Minute, Grace: 10 * time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var pid int
+	start := time.Now()
+	_, err := callEcho(ctx, p, `{"wait":true}`, func(worker int) {
+		pid = worker
+		_ = syscall.Kill(worker, syscall.SIGSTOP)
+		cancel()
+	})
+	took := time.Since(start)
+	requireReason(t, err, ReasonHung, ErrHung)
+	if limit := cancelSilence(HeartbeatInterval(time.Minute)) + 5*time.Second; took > limit {
+		t.Errorf("a cancelled, stopped worker was killed after %s, want within %s", took, limit)
+	}
+	requireGone(t, pid)
+}
+
+// TestStopperKillsEveryWorker: KillAll ends a running worker at once, and
+// Wait returns once it is reaped; a Call after KillAll starts nothing.
+func TestStopperKillsEveryWorker(t *testing.T) {
+	p := &Process{Path: echoWorker(t), Grace: 10 * time.Minute}
+	st := NewStopper()
+	ctx := WithStopper(context.Background(), st)
+	var pid int
+	var err error
+	timed(t, "Call", func() {
+		_, err = callEcho(ctx, p, `{"wait":true}`, func(worker int) { pid = worker; st.KillAll() })
+	})
+	requireReason(t, err, ReasonKilled, ErrWorkerExited)
+	if !st.Wait(time.Second) {
+		t.Fatal("Wait: a worker is still counted after its Call returned")
+	}
+	requireGone(t, pid)
+	_, err = callEcho(ctx, p, `{}`, nil)
+	requireReason(t, err, ReasonKilled, ErrWorkerExited)
+}
+
+// TestProcessFailuresHaveReasons: a crash, an exit with a code and a
+// message outside the protocol are each named.
+func TestProcessFailuresHaveReasons(t *testing.T) {
+	for _, c := range []struct{ body, reason, detail string }{
+		{`{"crash":true}`, ReasonCrashed, "signal: killed"},
+		{`{"exit":3}`, ReasonExit, "exit status 3"},
+		{`{"garbage":"not json"}`, ReasonProtocol, "bad message"},
+	} {
+		p := &Process{Path: echoWorker(t)}
+		var err error
+		timed(t, c.body, func() { _, err = callEcho(context.Background(), p, c.body, nil) })
+		pe := requireReason(t, err, c.reason, ErrWorkerExited)
+		if !strings.Contains(pe.Detail, c.detail) {
+			t.Errorf("%s: detail %q does not say %q", c.body, pe.Detail, c.detail)
+		}
+	}
+}
+
+// TestHeaderPerStart: every start writes a header line naming its pid
+// and command to Stderr, before the worker's own lines.
+func TestHeaderPerStart(t *testing.T) {
+	var log syncBuffer
+	p := &Process{Path: echoWorker(t), Stderr: &log}
+	for range 2 {
+		var pid int
+		if _, err := callEcho(context.Background(), p, `{}`, func(w int) { pid = w }); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("tolaria-worker pid %d started: %s serve", pid, p.Path); !strings.Contains(log.String(), want) {
+			t.Fatalf("no header %q in:\n%s", want, log.String())
+		}
+	}
+	if n := strings.Count(log.String(), "=== "); n != 2 {
+		t.Fatalf("%d headers for 2 starts:\n%s", n, log.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

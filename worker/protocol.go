@@ -18,20 +18,22 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 )
 
 // Message types.
 const (
-	TypeStart    = "start"    // coordinator → worker: run the job in Body
-	TypeBench    = "bench"    // coordinator → worker: run the benchmark configured in Body
-	TypeProbe    = "probe"    // coordinator → worker: open the device, say hello, exit
-	TypeCancel   = "cancel"   // coordinator → worker: stop after the step in flight, checkpoint
-	TypeHello    = "hello"    // worker → coordinator: the device it owns
-	TypeObserve  = "observe"  // worker → coordinator: one measurement, Name and Body
-	TypeProgress = "progress" // worker → coordinator: a progress report in Body
-	TypeLog      = "log"      // worker → coordinator: a progress line of a benchmark, in Text
-	TypeResult   = "result"   // worker → coordinator: the outcome in Body (a run's summary, a benchmark's report)
-	TypeError    = "error"    // worker → coordinator: the request failed
+	TypeStart    = "start"     // coordinator → worker: run the job in Body
+	TypeBench    = "bench"     // coordinator → worker: run the benchmark configured in Body
+	TypeProbe    = "probe"     // coordinator → worker: open the device, say hello, exit
+	TypeCancel   = "cancel"    // coordinator → worker: stop after the step in flight, checkpoint
+	TypeBeat     = "heartbeat" // worker → coordinator: still alive, sent every Request.Heartbeat
+	TypeHello    = "hello"     // worker → coordinator: the device it owns
+	TypeObserve  = "observe"   // worker → coordinator: one measurement, Name and Body
+	TypeProgress = "progress"  // worker → coordinator: a progress report in Body
+	TypeLog      = "log"       // worker → coordinator: a progress line of a benchmark, in Text
+	TypeResult   = "result"    // worker → coordinator: the outcome in Body (a run's summary, a benchmark's report)
+	TypeError    = "error"     // worker → coordinator: the request failed
 )
 
 // Error kinds, so the coordinator can choose its exit status.
@@ -54,6 +56,9 @@ type Message struct {
 	Hello  *Hello          `json:"hello,omitempty"`
 	Error  *Error          `json:"error,omitempty"`
 	Text   string          `json:"text,omitempty"` // log
+	// HeartbeatMS is, in a start, bench or probe message, how often the
+	// worker must send a heartbeat, in milliseconds; 0: never.
+	HeartbeatMS int64 `json:"heartbeat_ms,omitempty"`
 }
 
 // Request is what the coordinator asks of a worker: a message of type
@@ -62,6 +67,10 @@ type Request struct {
 	Type   string
 	Device string          // cpu or cuda
 	Body   json.RawMessage // the job or the benchmark's configuration; none for a probe
+	// Heartbeat is how often the worker sends a heartbeat while it serves
+	// the request, from a goroutine of its own so that a long step does not
+	// delay it; 0 sends none. Process sets it from its heartbeat timeout.
+	Heartbeat time.Duration
 }
 
 // Hello is the worker's first answer.

@@ -58,10 +58,30 @@ func echo(ctx context.Context, in io.Reader, out io.Writer) error {
 	if err := conn.Hello(Hello{Device: req.Device, Description: "echo", Build: "cpu", PID: os.Getpid()}); err != nil || req.Type == TypeProbe {
 		return err
 	}
-	var ask struct{ Wait bool }
+	var ask struct {
+		Wait    bool
+		BusyMS  int    `json:"busy_ms"`
+		Exit    int    `json:"exit"`
+		Crash   bool   `json:"crash"`
+		Garbage string `json:"garbage"`
+	}
 	_ = json.Unmarshal(req.Body, &ask)
+	defer conn.StartHeartbeat()()
 	runCtx, wait := conn.WatchCancel(ctx)
 	defer wait()
+	switch {
+	case ask.Exit != 0:
+		os.Exit(ask.Exit)
+	case ask.Crash:
+		self, _ := os.FindProcess(os.Getpid())
+		_ = self.Kill() // SIGKILL: a crash the worker cannot report
+		select {}
+	case ask.Garbage != "":
+		_, _ = fmt.Fprintln(out, ask.Garbage)
+	case ask.BusyMS > 0:
+		// A long step: nothing is sent but the heartbeats.
+		time.Sleep(time.Duration(ask.BusyMS) * time.Millisecond)
+	}
 	if ask.Wait {
 		<-runCtx.Done()
 		return conn.Result(map[string]bool{"cancelled": true})
