@@ -16,6 +16,8 @@ import (
 //
 //	TOLARIA_E2E_WORKER_FAULT="step=K,exit=C[,run=NAME]"  exit with code C after step K
 //	TOLARIA_E2E_WORKER_FAULT="step=K,kill[,run=NAME]"    SIGKILL itself after step K
+//	TOLARIA_E2E_WORKER_FAULT="step=K,hang[,run=NAME]"    SIGSTOP itself after step K: no
+//	                                                     heartbeat, no answer, as a wedged worker
 //
 // run limits the fault to the job whose run directory is named NAME (a
 // sweep's trial), so one worker of many fails; it comes last, and NAME
@@ -27,6 +29,7 @@ type Fault struct {
 	Step int    // after this many steps of this invocation
 	Exit int    // exit code, when Kill is false
 	Kill bool   // SIGKILL rather than exit
+	Hang bool   // SIGSTOP (a hang, heartbeats included) rather than exit
 	Run  string // only the job whose run directory's base name is this; "" any
 }
 
@@ -47,12 +50,17 @@ func ParseFault(s string) (Fault, error) {
 			f.Exit, err = strconv.Atoi(v)
 		case "kill":
 			f.Kill = true
+		case "hang":
+			f.Hang = true
 		default:
 			err = fmt.Errorf("unknown part %q", part)
 		}
 		if err != nil {
-			return Fault{}, fmt.Errorf("%s=%q: %w (want step=K,exit=C or step=K,kill, optionally run=NAME)", FaultEnv, s, err)
+			return Fault{}, fmt.Errorf("%s=%q: %w (want step=K,exit=C, step=K,kill or step=K,hang, optionally run=NAME)", FaultEnv, s, err)
 		}
+	}
+	if f.Kill && f.Hang || (f.Kill || f.Hang) && strings.Contains(rest, "exit=") {
+		return Fault{}, fmt.Errorf("%s=%q: give one of exit=C, kill and hang", FaultEnv, s)
 	}
 	if f.Step < 1 {
 		return Fault{}, fmt.Errorf("%s=%q: step must be at least 1", FaultEnv, s)

@@ -77,6 +77,9 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// Heartbeats flow from here to the end of the request, device
+	// start-up and a long step included.
+	defer conn.StartHeartbeat()()
 	req := conn.Request()
 	if req.Type != worker.TypeStart && req.Type != worker.TypeProbe && req.Type != worker.TypeBench {
 		return conn.Fail(usage("first message must be start, bench or probe, got " + req.Type))

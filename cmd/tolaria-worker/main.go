@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/job"
@@ -69,6 +70,15 @@ func fault(f jobserver.Fault, spec job.Spec, steps int, log *slog.Logger) {
 		log.Error("test-only fault switch: killing myself", "step", steps)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
+	}
+	if f.Hang {
+		// The whole process stops, the heartbeat's goroutine with it, as a
+		// process frozen by a debugger or wedged in a driver would.
+		log.Error("test-only fault switch: stopping myself", "step", steps)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		for { // the signal is on its way; once continued, the run stays wedged
+			time.Sleep(time.Hour)
+		}
 	}
 	log.Error("test-only fault switch: exiting", "step", steps, "code", f.Exit)
 	os.Exit(f.Exit)
