@@ -24,11 +24,28 @@ type Placement struct {
 	// WorkerStart bounds a worker's start-up, until it has opened its
 	// device; 0 means worker.DefaultHelloTimeout.
 	WorkerStart time.Duration
-	// Stderr receives a worker's logs; nil discards them.
+	// HeartbeatTimeout is how long a working worker may be silent before
+	// it is taken for hung and killed; 0 means
+	// worker.DefaultHeartbeatTimeout.
+	HeartbeatTimeout time.Duration
+	// Stderr receives a worker's logs until a run directory gives them a
+	// file of their own (see Run); nil discards them.
 	Stderr io.Writer
 	// Env is added to a worker's environment: CUDA_VISIBLE_DEVICES names
 	// the one GPU a sweep's trial may use.
 	Env []string
+}
+
+// Validate checks the placement's bounds, naming the setting at fault.
+func (p Placement) Validate() error {
+	if p.WorkerStart < 0 {
+		return configErr(field.Errorf("worker_start_timeout", "cannot be negative (%s); give a duration such as 30s", p.WorkerStart))
+	}
+	if p.HeartbeatTimeout != 0 && p.HeartbeatTimeout < worker.MinHeartbeatTimeout {
+		return configErr(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more, such as %s",
+			p.HeartbeatTimeout, worker.MinHeartbeatTimeout, worker.DefaultHeartbeatTimeout))
+	}
+	return nil
 }
 
 // Executor runs jobs on one device through the worker protocol: in this
@@ -48,6 +65,9 @@ func Choose(ctx context.Context, p Placement, shared *trainer.Shared, log *slog.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	inProcess := &Executor{Device: "cpu", shared: shared, log: log}
 	if p.Device == "cpu" && !p.Isolate {
 		return inProcess, nil
@@ -65,7 +85,7 @@ func Choose(ctx context.Context, p Placement, shared *trainer.Shared, log *slog.
 		}
 		return nil, setupErr(err)
 	}
-	proc := &worker.Process{Path: path, Stderr: p.Stderr, HelloTimeout: p.WorkerStart, Env: p.Env}
+	proc := &worker.Process{Path: path, Stderr: p.Stderr, HelloTimeout: p.WorkerStart, HeartbeatTimeout: p.HeartbeatTimeout, Env: p.Env}
 	if p.Device == "cpu" {
 		return &Executor{Device: "cpu", Process: proc, shared: shared, log: log}, nil
 	}
@@ -143,6 +163,16 @@ func (e *Executor) Plan(spec job.Spec) (*job.Plan, error) {
 		return nil, configErr(err)
 	}
 	return plan, nil
+}
+
+// LogTo sends the worker processes' logs to w from now on (a run's
+// worker.log); an in-process executor has none.
+func (e *Executor) LogTo(w io.Writer) {
+	if e.Process != nil {
+		p := *e.Process
+		p.Stderr = w
+		e.Process = &p
+	}
 }
 
 // Run trains the plan and returns the summary.

@@ -14,6 +14,7 @@ import (
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
 )
 
 // Request is a training run as a command asks for it.
@@ -40,6 +41,9 @@ func (r Request) Validate() error {
 	if err := r.Spec.Validate(); err != nil {
 		return configErr(err)
 	}
+	if err := r.Placement.Validate(); err != nil {
+		return err
+	}
 	if r.SummaryJSON != "" {
 		if st, err := os.Stat(r.SummaryJSON); err == nil && st.IsDir() {
 			return configErr(field.Errorf("summary_json", "%s is a directory; give a file path", r.SummaryJSON))
@@ -65,6 +69,7 @@ type Run struct {
 	plan    *job.Plan
 	metrics *Metrics
 	events  *os.File
+	wlog    *os.File // the worker's log, when the job runs in a worker process
 	obs     trainer.Observer
 	log     *slog.Logger
 }
@@ -137,6 +142,13 @@ func (r *Run) record() error {
 	if r.events, err = r.dir.OpenEvents(); err != nil {
 		return fmt.Errorf("run directory: %w", err)
 	}
+	if r.exec.Process != nil {
+		if r.wlog, err = r.dir.OpenWorkerLog(); err != nil {
+			return fmt.Errorf("run directory: %w", err)
+		}
+		r.exec.LogTo(r.wlog)
+		r.log.Info("the worker's log", "path", r.wlog.Name())
+	}
 	s := r.spec
 	r.obs = r.metrics.Observer(r.events, s.Device, strconv.Itoa(s.Rank))
 	r.obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventStart, Fields: map[string]any{
@@ -157,6 +169,9 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 	r.log.Info("training", "device", s.Device, "graphs", s.EnableGraphs, "run_dir", s.RunDir, "epochs", s.Epochs,
 		"batch_size", s.BatchSize, "dataset", s.Dataset)
 	sum, err := r.exec.Run(ctx, r.plan, jobserver.Sink{Observer: r.obs, Progress: progress})
+	if err != nil && r.wlog != nil && !isReported(err) {
+		err = &WorkerFailure{Err: err, Log: r.wlog.Name()}
+	}
 	if err != nil {
 		r.obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
 	}
@@ -186,6 +201,9 @@ func (r *Run) Linger(ctx context.Context, d time.Duration) { r.metrics.Linger(ct
 // metrics server.
 func (r *Run) Close() error {
 	var errs []error
+	if r.wlog != nil {
+		errs = append(errs, r.wlog.Close())
+	}
 	if r.events != nil {
 		errs = append(errs, r.events.Close())
 	}
@@ -196,4 +214,23 @@ func (r *Run) Close() error {
 		errs = append(errs, r.metrics.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// WorkerFailure is a run whose worker process failed (hung, crashed,
+// exited, broke the protocol): Err says how (a *worker.ProcessError or
+// *worker.NoAnswerError) with the tail of the worker's log, and Log is
+// where the whole log is.
+type WorkerFailure struct {
+	Err error
+	Log string
+}
+
+func (e *WorkerFailure) Error() string { return fmt.Sprintf("%v\n(the worker's whole log: %s)", e.Err, e.Log) }
+func (e *WorkerFailure) Unwrap() error { return e.Err }
+
+// isReported says whether err is a failure the worker reported itself,
+// which its message already explains.
+func isReported(err error) bool {
+	var we *worker.Error
+	return errors.As(err, &we)
 }

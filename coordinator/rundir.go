@@ -22,6 +22,9 @@ const (
 	ConfigFile  = "config.yaml"
 	EventsFile  = "events.jsonl"
 	SummaryFile = "summary.json"
+	// WorkerLogFile receives the worker process's standard error and
+	// structured log, appended by every start with a header line.
+	WorkerLogFile = "worker.log"
 	// lockFile marks a run directory in use; the lock goes with the
 	// process, however it ends.
 	lockFile = ".tolaria.lock"
@@ -182,6 +185,11 @@ func (d *RunDir) OpenEvents() (*os.File, error) {
 	return os.OpenFile(filepath.Join(d.path, EventsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 }
 
+// OpenWorkerLog opens the worker's log for appending.
+func (d *RunDir) OpenWorkerLog() (*os.File, error) {
+	return os.OpenFile(filepath.Join(d.path, WorkerLogFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+}
+
 // WriteSummary records the run's outcome as summary.json.
 func (d *RunDir) WriteSummary(s trainer.Summary) error {
 	return WriteSummary(filepath.Join(d.path, SummaryFile), s)
@@ -189,6 +197,17 @@ func (d *RunDir) WriteSummary(s trainer.Summary) error {
 
 // CheckpointPath is where the trainer keeps the run's checkpoint.
 func (d *RunDir) CheckpointPath() string { return filepath.Join(d.path, trainer.CheckpointFile) }
+
+// ResumableStep is the step of the run's checkpoint when it is one a run
+// can be resumed from (it loads and verifies), and false when there is
+// none or it is damaged.
+func (d *RunDir) ResumableStep() (int, bool) {
+	ck, err := trainer.LoadCheckpoint(d.CheckpointPath())
+	if err != nil {
+		return 0, false
+	}
+	return ck.Step, true
+}
 
 // Checkpoints lists the checkpoint files in the directory, sorted.
 func (d *RunDir) Checkpoints() ([]string, error) {

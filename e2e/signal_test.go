@@ -17,7 +17,8 @@ import (
 
 // TestSecondSignalEndsTolariaAtOnce: the first SIGINT stops a run with a
 // checkpoint, however long the worker takes to write it; a second SIGINT
-// ends tolaria at once, as a signal death. The worker is frozen (SIGSTOP)
+// ends tolaria at once, as a signal death, once it has killed the worker's
+// process group and reaped it. The worker is frozen (SIGSTOP)
 // so that the stop the first signal asks for cannot finish by itself.
 func TestSecondSignalEndsTolariaAtOnce(t *testing.T) {
 	for _, second := range []bool{false, true} {
@@ -79,6 +80,11 @@ func TestSecondSignalEndsTolariaAtOnce(t *testing.T) {
 			}
 			if after := checkpointsLogged(events); after != before {
 				t.Fatalf("%d checkpoints logged after the second signal, %d before: the run was not ended at once", after, before)
+			}
+			// The worker went before tolaria, and with it the run
+			// directory's lock: nothing writes there any more.
+			if !gone(worker) {
+				t.Fatalf("the worker %d outlived tolaria after the second signal", worker)
 			}
 		})
 	}

@@ -71,11 +71,12 @@ func addFlags(fs *pflag.FlagSet) {
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Bool("isolate", false, "run a CPU job in a tolaria-worker process too (GPU jobs always are)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
+	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a tolaria-worker may send no heartbeat before it is taken for hung and killed (at least 1s)")
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the run so the final values are scraped (0: exit at once)")
 }
 
 // extraKeys are the settings of train that are not the job's.
-var extraKeys = []field.Name{"summary_json", "metrics_addr", "worker", "isolate", "worker_start_timeout", "metrics_linger"}
+var extraKeys = []field.Name{"summary_json", "metrics_addr", "worker", "isolate", "worker_start_timeout", "heartbeat_timeout", "metrics_linger"}
 
 // envKey turns a configuration key into its TOLARIA_* variable's suffix.
 var envKey = strings.NewReplacer(".", "_", "-", "_")
@@ -148,6 +149,10 @@ func resolve(fs *pflag.FlagSet) (coordinator.Request, settings, error) {
 	}
 	if p.WorkerStart, err = cast.ToDurationE(v.Get("worker_start_timeout")); err != nil || p.WorkerStart <= 0 {
 		return coordinator.Request{}, settings{}, usagef("worker-start-timeout: cannot use %q: give a positive duration such as 30s", fmt.Sprint(v.Get("worker_start_timeout")))
+	}
+	if p.HeartbeatTimeout, err = cast.ToDurationE(v.Get("heartbeat_timeout")); err != nil || p.HeartbeatTimeout < worker.MinHeartbeatTimeout {
+		return coordinator.Request{}, settings{}, usagef("heartbeat-timeout: cannot use %q: give a duration of at least %s, such as %s",
+			fmt.Sprint(v.Get("heartbeat_timeout")), worker.MinHeartbeatTimeout, worker.DefaultHeartbeatTimeout)
 	}
 	if set.metricsLinger, err = cast.ToDurationE(v.Get("metrics_linger")); err != nil || set.metricsLinger < 0 {
 		return coordinator.Request{}, settings{}, usagef("metrics-linger: cannot use %q: give a duration such as 15s, or 0", fmt.Sprint(v.Get("metrics_linger")))

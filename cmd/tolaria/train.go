@@ -71,7 +71,7 @@ func train(ctx context.Context, cmd *cobra.Command, proc process) error {
 	sum, err := run.Train(ctx, bar.report)
 	bar.finish()
 	if err != nil {
-		ferr := reportFailure(ctx, stderr, err)
+		ferr := reportFailure(ctx, stderr, err, run.Dir())
 		run.Linger(ctx, set.metricsLinger)
 		return ferr
 	}
@@ -111,9 +111,10 @@ func reportInterruption(w io.Writer, dir *coordinator.RunDir, sum trainer.Summar
 	fmt.Fprintf(w, "tolaria: interrupted before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", dir.Path())
 }
 
-func reportFailure(ctx context.Context, w io.Writer, err error) error {
+func reportFailure(ctx context.Context, w io.Writer, err error, dir *coordinator.RunDir) error {
 	if ctx.Err() != nil {
 		fmt.Fprintf(w, "tolaria: interrupted: %v\n", err)
+		resumeHint(w, dir)
 		return exitError{interruptedCode(ctx)}
 	}
 	var we *worker.Error
@@ -122,10 +123,20 @@ func reportFailure(ctx context.Context, w io.Writer, err error) error {
 		if we.Kind == worker.KindUsage || we.Kind == worker.KindCheckpoint {
 			return exitError{exitUsage}
 		}
+		resumeHint(w, dir)
 		return exitError{exitFailure}
 	}
 	fmt.Fprintf(w, "tolaria: training failed: %v\n", err)
+	resumeHint(w, dir)
 	return exitError{exitFailure}
+}
+
+// resumeHint gives the command that continues a failed or stopped run
+// when its checkpoint can be resumed from.
+func resumeHint(w io.Writer, dir *coordinator.RunDir) {
+	if step, ok := dir.ResumableStep(); ok {
+		fmt.Fprintf(w, "tolaria: the checkpoint of step %d is kept; continue with: tolaria train --resume --run-dir %s\n", step, dir.Path())
+	}
 }
 
 func printSummary(w io.Writer, spec job.Spec, s trainer.Summary) {
