@@ -225,7 +225,9 @@ type WorkerFailure struct {
 	Log string
 }
 
-func (e *WorkerFailure) Error() string { return fmt.Sprintf("%v\n(the worker's whole log: %s)", e.Err, e.Log) }
+func (e *WorkerFailure) Error() string {
+	return fmt.Sprintf("%v\n(the worker's whole log: %s)", e.Err, e.Log)
+}
 func (e *WorkerFailure) Unwrap() error { return e.Err }
 
 // isReported says whether err is a failure the worker reported itself,
