@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -47,6 +48,11 @@ func (r Request) Validate() error {
 	if r.SummaryJSON != "" {
 		if st, err := os.Stat(r.SummaryJSON); err == nil && st.IsDir() {
 			return configErr(field.Errorf("summary_json", "%s is a directory; give a file path", r.SummaryJSON))
+		}
+		// Found now, not after the whole run: the file is written by a
+		// rename in its directory, which must be (or become) writable.
+		if err := canCreateIn(filepath.Dir(r.SummaryJSON)); err != nil {
+			return configErr(field.Errorf("summary_json", "%s cannot be written: %w; give a path in a writable directory", r.SummaryJSON, err))
 		}
 	}
 	if r.MetricsAddr != "" {
@@ -111,6 +117,9 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 	}
 	if err := r.dir.Claim(); err != nil {
 		return nil, err
+	}
+	if stale := r.dir.Stale(); len(stale) > 0 {
+		r.log.Info("removed the temporary files of interrupted writes", "run_dir", r.dir.Path(), "files", stale)
 	}
 	if r.dir.Path() != r.spec.RunDir {
 		// A generated name taken by a run started in the same second.
@@ -235,4 +244,31 @@ func (e *WorkerFailure) Unwrap() error { return e.Err }
 func isReported(err error) bool {
 	var we *worker.Error
 	return errors.As(err, &we)
+}
+
+// canCreateIn checks, without leaving anything behind, that a file can be
+// created in dir: in dir itself, or, when dir does not exist yet, in the
+// nearest directory above it that does (the rest is made on writing).
+func canCreateIn(dir string) error {
+	for {
+		st, err := os.Stat(dir)
+		switch {
+		case err == nil && !st.IsDir():
+			return fmt.Errorf("%s is not a directory", dir)
+		case err == nil:
+			f, err := os.CreateTemp(dir, ".tolaria-write-check-*")
+			if err != nil {
+				return err
+			}
+			f.Close()
+			return os.Remove(f.Name())
+		case !errors.Is(err, os.ErrNotExist):
+			return err
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return err
+		}
+		dir = parent
+	}
 }

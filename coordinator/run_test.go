@@ -89,6 +89,20 @@ func TestRefusedRequestsWriteNothing(t *testing.T) {
 		{"graphs never captured", request(t, graphsForever), "warmup_batches"},
 		{"a malformed metrics address", func() Request { r := request(t, smallSpec(dir)); r.MetricsAddr = "bad::addr"; return r }(), "metrics_addr"},
 		{"a summary path that is a directory", func() Request { r := request(t, smallSpec(dir)); r.SummaryJSON = t.TempDir(); return r }(), "summary_json"},
+		{"a summary path under a file", func() Request {
+			r := request(t, smallSpec(dir))
+			file := filepath.Join(t.TempDir(), "notes.txt")
+			if err := os.WriteFile(file, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r.SummaryJSON = filepath.Join(file, "out", "summary.json")
+			return r
+		}(), "summary_json"},
+		{"a summary path in an unwritable directory", func() Request {
+			r := request(t, smallSpec(dir))
+			r.SummaryJSON = "/proc/tolaria-summary.json" // not even root creates files there
+			return r
+		}(), "summary_json"},
 	} {
 		_, err := Prepare(context.Background(), c.req)
 		if !errors.Is(err, ErrConfig) || !field.Is(err, c.key) {

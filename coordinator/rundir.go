@@ -38,6 +38,7 @@ var (
 	ErrRunDirBusy   = errors.New("in use by another tolaria")
 	ErrRunExists    = errors.New("already holds a run")
 	ErrNoCheckpoint = errors.New("has no checkpoint")
+	ErrNotARun      = errors.New("holds files that are not a tolaria run's")
 )
 
 // RunDir is one run's directory: config.yaml, events.jsonl, the
@@ -48,6 +49,7 @@ type RunDir struct {
 	resume    bool
 	generated bool // named runs/<time> by PlanRunDir; Claim may add a suffix
 	lock      *flock.Flock
+	stale     []string // temporary files of interrupted writes, removed by Claim
 }
 
 // PlanRunDir checks a run directory before anything is written: a fresh
@@ -96,8 +98,9 @@ func (d *RunDir) busyErr(owner string) error {
 		d.path, ErrRunDirBusy, owner, field.Name("run_dir")))
 }
 
-// check refuses a fresh run in a directory that holds one, and a resumed
-// run in one without a checkpoint.
+// check refuses a fresh run in a directory that holds one, or that holds
+// files of someone else's (a tolaria run directory has its lock file from
+// the start), and a resumed run in one without a checkpoint.
 func (d *RunDir) check() error {
 	_, err := os.Stat(d.CheckpointPath())
 	switch {
@@ -107,8 +110,32 @@ func (d *RunDir) check() error {
 	case !d.resume && err == nil:
 		return configErr(field.Errorf("run_dir", "%s %w (%s); use %s to continue it, or choose another %s",
 			d.path, ErrRunExists, trainer.CheckpointFile, field.Name("resume"), field.Name("run_dir")))
+	case !d.resume:
+		return d.checkOwn()
 	}
 	return nil
+}
+
+// checkOwn refuses an existing directory with files in it and no lock
+// file: not a tolaria run, so not tolaria's to write into.
+func (d *RunDir) checkOwn() error {
+	entries, err := os.ReadDir(d.path)
+	if err != nil || len(entries) == 0 {
+		return nil // none yet, or empty: a fresh run makes it its own
+	}
+	var names []string
+	for _, e := range entries {
+		// A checkpoint makes it a run (check says which refusal applies).
+		if e.Name() == lockFile || e.Name() == trainer.CheckpointFile {
+			return nil
+		}
+		names = append(names, e.Name())
+	}
+	if len(names) > 5 {
+		names = append(names[:5], "...")
+	}
+	return configErr(field.Errorf("run_dir", "%s %w (%s) and was not made by tolaria, which would overwrite them; give an empty or new %s",
+		d.path, ErrNotARun, strings.Join(names, ", "), field.Name("run_dir")))
 }
 
 // Claim creates the directory (a generated name gets a suffix rather than
@@ -118,6 +145,12 @@ func (d *RunDir) check() error {
 func (d *RunDir) Claim() error {
 	if err := d.create(); err != nil {
 		return configErr(field.Errorf("run_dir", "%w", err))
+	}
+	if !d.resume {
+		// Before the lock file exists, which marks the directory tolaria's.
+		if err := d.checkOwn(); err != nil {
+			return err
+		}
 	}
 	l := flock.New(filepath.Join(d.path, lockFile), flock.SetPermissions(0o644))
 	ok, err := l.TryLock()
@@ -138,8 +171,26 @@ func (d *RunDir) Claim() error {
 		return err
 	}
 	d.lock = l
+	d.removeStale()
 	return nil
 }
+
+// removeStale removes the temporary files that writes cut short (a kill
+// during a checkpoint's write leaves a full-size one) left behind. Only
+// the lock's holder writes in the directory, so none is in use.
+func (d *RunDir) removeStale() {
+	entries, _ := os.ReadDir(d.path)
+	for _, e := range entries {
+		if name := e.Name(); e.Type().IsRegular() && atomicfile.IsTemp(name) {
+			if os.Remove(filepath.Join(d.path, name)) == nil {
+				d.stale = append(d.stale, name)
+			}
+		}
+	}
+}
+
+// Stale lists the temporary files Claim removed.
+func (d *RunDir) Stale() []string { return d.stale }
 
 func (d *RunDir) create() error {
 	if !d.generated {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,5 +205,81 @@ func TestWriteSummaryCreatesItsDirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFreshRunRefusesADirectoryOfSomeoneElses: files that no tolaria made
+// (no lock file) are not overwritten; an empty directory, and one a
+// tolaria run stopped before its first checkpoint, are taken.
+func TestFreshRunRefusesADirectoryOfSomeoneElses(t *testing.T) {
+	users := t.TempDir()
+	for _, name := range []string{ConfigFile, SummaryFile} {
+		if err := os.WriteFile(filepath.Join(users, name), []byte("mine\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := PlanRunDir(users, false, now)
+	refused(t, err, ErrNotARun, "run_dir")
+	if !strings.Contains(err.Error(), ConfigFile) || !strings.Contains(err.Error(), "empty or new") {
+		t.Errorf("the refusal does not name the files or what to do: %v", err)
+	}
+	d := &RunDir{path: users}
+	refused(t, d.Claim(), ErrNotARun, "run_dir")
+	if raw, _ := os.ReadFile(filepath.Join(users, ConfigFile)); string(raw) != "mine\n" {
+		t.Errorf("the user's %s was changed: %q", ConfigFile, raw)
+	}
+
+	if _, err := PlanRunDir(t.TempDir(), false, now); err != nil {
+		t.Errorf("an empty directory: %v", err)
+	}
+	early := t.TempDir()
+	first := &RunDir{path: early}
+	if err := first.Claim(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.WriteConfig([]byte("epochs: 1\n"), now); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PlanRunDir(early, false, now); err != nil {
+		t.Errorf("a run stopped before its first checkpoint: %v", err)
+	}
+}
+
+// TestClaimRemovesStaleTemporaryFiles: the temporary file of a write cut
+// short (a checkpoint's, full-size) goes when the directory is claimed;
+// the run's own files stay.
+func TestClaimRemovesStaleTemporaryFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeCheckpoint(t, dir)
+	if err := os.WriteFile(filepath.Join(dir, lockFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stale := []string{".checkpoint.tlck.123456.tmp", ".summary.json.99.tmp"}
+	for _, name := range stale {
+		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, 1<<16), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := PlanRunDir(dir, true, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Claim(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Release()
+	for _, name := range stale {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			t.Errorf("%s was left", name)
+		}
+	}
+	if !slices.Equal(d.Stale(), stale) {
+		t.Errorf("Stale() = %v, want %v", d.Stale(), stale)
+	}
+	if _, err := os.Stat(d.CheckpointPath()); err != nil {
+		t.Errorf("the checkpoint went too: %v", err)
 	}
 }

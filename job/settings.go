@@ -96,7 +96,7 @@ func (s *Spec) Set(key field.Name, v any) error {
 		f.SetInt(int64(n))
 	case reflect.Uint64:
 		var n uint64
-		n, err = cast.ToUint64E(v)
+		n, err = strictUint(v)
 		f.SetUint(n)
 	case reflect.Float64:
 		var x float64
@@ -140,9 +140,33 @@ func strictInt(v any) (int, error) {
 		if x != math.Trunc(x) || math.IsInf(x, 0) {
 			return 0, fmt.Errorf("%v is not a whole number", x)
 		}
+		if x < math.MinInt64 || x >= math.MaxInt64 {
+			return 0, fmt.Errorf("%v is out of range", x)
+		}
 		return int(x), nil
 	}
 	return cast.ToIntE(v)
+}
+
+// strictUint reads a non-negative whole number (the seed) as strictInt
+// reads an int: a fraction is refused, never truncated, from a flag, an
+// environment variable or a file alike.
+func strictUint(v any) (uint64, error) {
+	switch x := v.(type) {
+	case string:
+		return strconv.ParseUint(strings.TrimSpace(x), 10, 64)
+	case float64:
+		if x != math.Trunc(x) || math.IsInf(x, 0) || math.IsNaN(x) {
+			return 0, fmt.Errorf("%v is not a whole number", x)
+		}
+		if x < 0 || x >= math.MaxUint64 {
+			return 0, fmt.Errorf("%v is out of range: give a whole number from 0", x)
+		}
+		return uint64(x), nil
+	case float32:
+		return strictUint(float64(x))
+	}
+	return cast.ToUint64E(v)
 }
 
 // layerSizes reads hidden layer sizes from text ("256,128", "[256,128]")

@@ -40,7 +40,7 @@ func TestSetReadsFlagEnvironmentAndFileValues(t *testing.T) {
 		want any
 	}{
 		{"batch_size", "32", 32}, {"batch_size", 16.0, 16}, {"batch_size", 8, 8},
-		{"lr", "0.5", 0.5}, {"enable_graphs", "true", true}, {"seed", "7", uint64(7)},
+		{"lr", "0.5", 0.5}, {"enable_graphs", "true", true}, {"seed", "7", uint64(7)}, {"seed", 9.0, uint64(9)}, {"seed", 3, uint64(3)},
 		{"dataset", "synthetic", "synthetic"}, {"model.hidden", "256,128", []int{256, 128}},
 		{"model.hidden", "[24]", []int{24}}, {"model.hidden", []any{20, 10}, []int{20, 10}},
 		{"model.hidden", "", []int{}}, {"model.loss", "mse", "mse"},
@@ -56,7 +56,8 @@ func TestSetReadsFlagEnvironmentAndFileValues(t *testing.T) {
 	for _, c := range []struct {
 		key field.Name
 		v   any
-	}{{"batch_size", 3.7}, {"batch_size", "many"}, {"lr", "abc"}, {"enable_graphs", "maybe"}, {"model.hidden", "256,x"}, {"nonsense", 1}} {
+	}{{"batch_size", 3.7}, {"batch_size", "many"}, {"batch_size", "2.7"}, {"batch_size", 1e30},
+		{"seed", 2.7}, {"seed", "2.7"}, {"seed", -1}, {"seed", "-1"}, {"seed", -1.0}, {"epochs", 2.5}, {"log_every", "1.5"}, {"lr", "abc"}, {"enable_graphs", "maybe"}, {"model.hidden", "256,x"}, {"nonsense", 1}} {
 		if err := s.Set(c.key, c.v); !field.Is(err, c.key) {
 			t.Errorf("Set(%s, %#v): %v, want an error naming %s", c.key, c.v, err, c.key)
 		}

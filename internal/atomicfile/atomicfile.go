@@ -17,7 +17,18 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
+
+// tempSuffix ends a temporary file's name; it starts with a dot too.
+const tempSuffix = ".tmp"
+
+// IsTemp reports whether name (a base name) is one of Write's temporary
+// files: one that a kill during a write can leave behind, and that the
+// owner of the directory may remove once no write is in progress.
+func IsTemp(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.HasSuffix(name, tempSuffix) && len(name) > len("."+tempSuffix)
+}
 
 // WriteFile replaces path with data, with permissions perm.
 func WriteFile(path string, data []byte, perm fs.FileMode) error {
@@ -37,7 +48,7 @@ func Write(path string, perm fs.FileMode, write func(io.Writer) error) error {
 	}
 	// Same directory: a rename within one file system is atomic, and a
 	// leading dot keeps the temporary file out of casual listings.
-	tmp, err := os.CreateTemp(dir, "."+base+".*.tmp")
+	tmp, err := os.CreateTemp(dir, "."+base+".*"+tempSuffix)
 	if err != nil {
 		return err
 	}
