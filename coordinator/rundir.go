@@ -112,8 +112,25 @@ func (d *RunDir) check() error {
 			d.path, ErrRunExists, trainer.CheckpointFile, field.Name("resume"), field.Name("run_dir")))
 	case !d.resume:
 		return d.checkOwn()
+	case d.finished():
+		return configErr(field.Errorf("resume", "%s: %w: the run is complete (its %s says so); there is nothing to resume; start a new run in another %s",
+			d.path, trainer.ErrCheckpoint, SummaryFile, field.Name("run_dir")))
 	}
 	return nil
+}
+
+// finished reports whether the run ended and kept its summary: one that
+// was not interrupted. A run killed after its last checkpoint has none,
+// and resuming it finishes it.
+func (d *RunDir) finished() bool {
+	raw, err := os.ReadFile(filepath.Join(d.path, SummaryFile))
+	if err != nil {
+		return false
+	}
+	var s struct {
+		Interrupted bool `json:"interrupted"`
+	}
+	return json.Unmarshal(raw, &s) == nil && !s.Interrupted
 }
 
 // checkOwn refuses an existing directory with files in it and no lock

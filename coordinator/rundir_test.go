@@ -160,7 +160,7 @@ func TestRunDirFiles(t *testing.T) {
 	if err != nil || path != filepath.Join(dir, ConfigFile) {
 		t.Fatalf("WriteConfig: %s, %v", path, err)
 	}
-	if err := d.WriteSummary(trainer.Summary{Steps: 7, ParamsSHA256: "abc"}); err != nil {
+	if err := d.WriteSummary(trainer.Summary{Steps: 7, ParamsSHA256: "abc", Interrupted: true}); err != nil { // a stopped run's
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(filepath.Join(dir, SummaryFile))
@@ -281,5 +281,31 @@ func TestClaimRemovesStaleTemporaryFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(d.CheckpointPath()); err != nil {
 		t.Errorf("the checkpoint went too: %v", err)
+	}
+}
+
+// TestResumeOfAFinishedRunIsRefused: a run whose summary says it ended is
+// not resumed; one with no summary (killed after its last checkpoint) or
+// a stopped run's summary is.
+func TestResumeOfAFinishedRunIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	writeCheckpoint(t, dir)
+	if _, err := PlanRunDir(dir, true, now); err != nil {
+		t.Fatalf("a run without a summary: %v", err)
+	}
+	d := &RunDir{path: dir}
+	if err := d.WriteSummary(trainer.Summary{Steps: 7, Interrupted: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PlanRunDir(dir, true, now); err != nil {
+		t.Fatalf("a stopped run: %v", err)
+	}
+	if err := d.WriteSummary(trainer.Summary{Steps: 9}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := PlanRunDir(dir, true, now)
+	refused(t, err, trainer.ErrCheckpoint, "resume")
+	if !strings.Contains(err.Error(), "complete") {
+		t.Errorf("the refusal does not say the run is complete: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // startedWorkers are the pids that worker.log's header lines name, one per
@@ -206,6 +207,143 @@ func TestHeartbeatTimeoutIsChecked(t *testing.T) {
 		}
 		if _, err := os.Stat(run); err == nil {
 			t.Fatalf("--heartbeat-timeout %s: the refused run created its directory", bad)
+		}
+	}
+}
+
+// TestRunKilledBeforeItsSummaryIsFinishedByResume: a run killed after its
+// final checkpoint and before summary.json (here: the summary removed, the
+// state such a kill leaves) is finished by --resume, with the results of
+// the run and no more training; a second --resume is refused as complete.
+func TestRunKilledBeforeItsSummaryIsFinishedByResume(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, quick(run)...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	whole := readSummary(t, filepath.Join(run, "summary.json"))
+	ck, err := os.ReadFile(filepath.Join(run, trainer.CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(run, "summary.json")); err != nil {
+		t.Fatal(err)
+	}
+	r := tolaria(t, dir, nil, "train", "--resume", "--run-dir", run)
+	if r.code != 0 {
+		t.Fatalf("resume of a run killed before its summary: exit %d:\n%s", r.code, r.stderr)
+	}
+	got := readSummary(t, filepath.Join(run, "summary.json"))
+	if got.ParamsSHA256 != whole.ParamsSHA256 || got.Steps != whole.Steps || got.TestAccuracy != whole.TestAccuracy ||
+		got.TrainLoss != whole.TrainLoss || got.Interrupted || got.ResumedFromStep != whole.Steps {
+		t.Errorf("finished by resume:\n%+v\nthe run:\n%+v", got, whole)
+	}
+	if after, _ := os.ReadFile(filepath.Join(run, trainer.CheckpointFile)); string(after) != string(ck) {
+		t.Error("finishing the run changed its checkpoint")
+	}
+	if !strings.Contains(r.stdout, whole.ParamsSHA256) {
+		t.Errorf("the summary printed does not give the run's parameters:\n%s", r.stdout)
+	}
+	before := snapshot(t, run)
+	if r := tolaria(t, dir, nil, "train", "--resume", "--run-dir", run); r.code != 2 || !strings.Contains(r.stderr, "complete") {
+		t.Errorf("resume of the finished run: exit %d:\n%s", r.code, r.stderr)
+	}
+	sameFiles(t, before, snapshot(t, run))
+}
+
+// TestUnwritableSummaryJSONIsRefusedFirst: a --summary-json that cannot be
+// written is refused before the run, with nothing written.
+func TestUnwritableSummaryJSONIsRefusedFirst(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{filepath.Join(file, "out", "summary.json"), "/proc/tolaria-summary.json"} {
+		run := filepath.Join(dir, "run")
+		r := tolaria(t, dir, nil, quick(run, "--summary-json", bad)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "--summary-json") || !strings.Contains(r.stderr, bad) {
+			t.Errorf("--summary-json %s: exit %d:\n%s", bad, r.code, r.stderr)
+		}
+		if _, err := os.Stat(run); err == nil {
+			t.Fatalf("--summary-json %s: the refused run created its directory", bad)
+		}
+	}
+}
+
+// TestRunDirOfTheUsersIsRefused: a --run-dir holding the user's own files
+// (named as a run's are) is not written into.
+func TestRunDirOfTheUsersIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	mine := filepath.Join(dir, "mine")
+	if err := os.MkdirAll(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"config.yaml", "summary.json"} {
+		if err := os.WriteFile(filepath.Join(mine, name), []byte("the user's\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := snapshot(t, mine)
+	r := tolaria(t, dir, nil, quick(mine)...)
+	if r.code != 2 || !strings.Contains(r.stderr, "not a tolaria run") || !strings.Contains(r.stderr, "--run-dir") || !strings.Contains(r.stderr, "config.yaml") {
+		t.Errorf("a directory of the user's: exit %d:\n%s", r.code, r.stderr)
+	}
+	sameFiles(t, before, snapshot(t, mine))
+}
+
+// TestStaleTemporaryFilesGoOnResume: the full-size temporary file a kill
+// during a checkpoint's write leaves is removed when the run is resumed,
+// and the resumed run ends as an uninterrupted one.
+func TestStaleTemporaryFilesGoOnResume(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, quick(run, "--max-steps", "20")...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	ck, err := os.ReadFile(filepath.Join(run, trainer.CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(run, ".checkpoint.tlck.4242.tmp")
+	if err := os.WriteFile(stale, ck, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := tolaria(t, dir, nil, "train", "--resume", "--run-dir", run)
+	if r.code != 0 {
+		t.Fatalf("resume: exit %d:\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Errorf("%s is still there after a successful resume", stale)
+	}
+	if !strings.Contains(r.stderr, ".checkpoint.tlck.4242.tmp") {
+		t.Errorf("the removal is not logged:\n%s", r.stderr)
+	}
+}
+
+// TestFractionalSeedIsRefused: seed 2.7 from a file or TOLARIA_SEED is
+// refused like any integer setting's fraction, never truncated to 2.
+func TestFractionalSeedIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "seed.yaml")
+	if err := os.WriteFile(cfg, []byte("seed: 2.7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+	}{
+		{nil, []string{"--config", cfg}},
+		{[]string{"TOLARIA_SEED=2.7"}, nil},
+		{[]string{"TOLARIA_BATCH_SIZE=1.5"}, nil},
+	} {
+		run := filepath.Join(dir, "run")
+		r := tolaria(t, dir, c.env, quick(run, c.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "2.7") && !strings.Contains(r.stderr, "1.5") {
+			t.Errorf("%v %v: exit %d:\n%s", c.env, c.args, r.code, r.stderr)
+		}
+		if _, err := os.Stat(run); err == nil {
+			t.Fatalf("%v %v: the refused run created its directory", c.env, c.args)
 		}
 	}
 }

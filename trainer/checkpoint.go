@@ -82,6 +82,17 @@ type Totals struct {
 	EvalEagerBatches   int            `json:"eval_eager_batches"`
 	EpochSeconds       []float64      `json:"epoch_seconds"`
 	StageCopies        uint64         `json:"stage_copies"`
+	// LastEpoch are the figures of the last finished epoch, which a run
+	// resumed from its last step reports as its own.
+	LastEpoch *EpochFigures `json:"last_epoch,omitempty"`
+}
+
+// EpochFigures are an epoch's training and evaluation results.
+type EpochFigures struct {
+	TrainLoss     float64 `json:"train_loss"`
+	TrainAccuracy float64 `json:"train_accuracy"`
+	TestAccuracy  float64 `json:"test_accuracy"`
+	TestLoss      float64 `json:"test_loss"`
 }
 
 func (c *Config) checkpointHeader() Checkpoint {
@@ -259,9 +270,13 @@ func resumable(cfg Config, steps int) (Checkpoint, error) {
 	if err := ck.matches(cfg.checkpointHeader()); err != nil {
 		return Checkpoint{}, fmt.Errorf("%w: %s: %v", ErrCheckpoint, path, err)
 	}
-	if total := steps * cfg.Epochs; ck.Step >= total {
-		return Checkpoint{}, fmt.Errorf("%w: %s: the run is complete (%d of %d steps); there is nothing to resume; start a new run in another --run-dir",
+	if total := steps * cfg.Epochs; ck.Step > total {
+		return Checkpoint{}, fmt.Errorf("%w: %s: the checkpoint is of step %d, past the run's %d steps",
 			ErrCheckpoint, path, ck.Step, total)
 	}
+	// A checkpoint of the last step resumes too: the run then trains no
+	// more and ends as it would have (its summary from the checkpoint's
+	// totals and last epoch's figures), which is how a run killed between
+	// its final checkpoint and its summary is finished.
 	return ck, nil
 }

@@ -212,6 +212,9 @@ func (r *run) carryOn(ck *Checkpoint, startSeq int) error {
 		r.sum.EpochSeconds = slices.Clone(t.EpochSeconds)
 		r.sum.Fallbacks = maps.Clone(t.Fallbacks)
 		r.stageCopiesBefore = t.StageCopies
+		if e := t.LastEpoch; e != nil {
+			r.sum.TrainLoss, r.sum.TrainAccuracy, r.sum.TestAccuracy, r.sum.TestLoss = e.TrainLoss, e.TrainAccuracy, e.TestAccuracy, e.TestLoss
+		}
 	}
 	if len(ck.TrainStats) != device.StatsLen || startSeq%r.trainSrc.steps == 0 {
 		return nil
@@ -236,7 +239,16 @@ func (r *run) totals() *Totals {
 		CaptureSeconds: r.sum.CaptureSeconds, CaptureColdSeconds: r.sum.CaptureColdSeconds,
 		EvalReplays: r.sum.EvalReplays, EvalEagerBatches: r.sum.EvalEagerBatches,
 		EpochSeconds: slices.Clone(r.sum.EpochSeconds), StageCopies: r.stageCopies(),
+		LastEpoch: r.lastEpoch(),
 	}
+}
+
+// lastEpoch are the last finished epoch's figures; nil before one has.
+func (r *run) lastEpoch() *EpochFigures {
+	if len(r.sum.EpochSeconds) == 0 {
+		return nil
+	}
+	return &EpochFigures{TrainLoss: r.sum.TrainLoss, TrainAccuracy: r.sum.TrainAccuracy, TestAccuracy: r.sum.TestAccuracy, TestLoss: r.sum.TestLoss}
 }
 
 // stageCopies is the number of batch copies of the whole run.

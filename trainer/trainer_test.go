@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -264,20 +265,29 @@ func TestWithoutPoolReuseTheSharedPoolIsUntouched(t *testing.T) {
 	}
 }
 
-func TestResumeOfAFinishedRunIsRefused(t *testing.T) {
+// TestResumeFromTheLastStepFinishesTheRun: a run whose checkpoint is of
+// its last step (killed before its summary was kept) resumes without
+// training and reports what the run did: the same parameters, counters
+// and last epoch's figures; the checkpoint stays as it was.
+func TestResumeFromTheLastStepFinishesTheRun(t *testing.T) {
 	cfg := smallConfig(t)
 	cfg.RunDir = t.TempDir()
-	run(t, cfg)
+	whole := run(t, cfg)
 	path := filepath.Join(cfg.RunDir, trainer.CheckpointFile)
 	before, _ := os.ReadFile(path)
 	cfg.Resume = true
-	_, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
-	if !errors.Is(err, trainer.ErrCheckpoint) {
-		t.Fatalf("resume of a finished run: %v", err)
+	sum, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
+	if err != nil {
+		t.Fatalf("resume from the last step: %v", err)
+	}
+	if sum.ParamsSHA256 != whole.ParamsSHA256 || sum.Steps != whole.Steps || sum.ResumedFromStep != whole.Steps || sum.Interrupted ||
+		sum.TrainLoss != whole.TrainLoss || sum.TrainAccuracy != whole.TrainAccuracy || sum.TestAccuracy != whole.TestAccuracy ||
+		sum.TestLoss != whole.TestLoss || !slices.Equal(sum.EpochSeconds, whole.EpochSeconds) || sum.GraphReplays != whole.GraphReplays {
+		t.Fatalf("finished from the checkpoint:\n%+v\nthe run:\n%+v", sum, whole)
 	}
 	after, _ := os.ReadFile(path)
 	if string(before) != string(after) {
-		t.Fatal("a refused resume changed the checkpoint")
+		t.Fatal("finishing from the last step changed the checkpoint")
 	}
 }
 
