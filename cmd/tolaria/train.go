@@ -32,7 +32,9 @@ underscores; model.hidden, model.activation and model.loss nest under model:)
 > defaults.
 
 The run directory (--run-dir, default runs/<time>) receives config.yaml,
-events.jsonl, checkpoint.tlck and summary.json.`,
+events.jsonl, checkpoint.tlck and summary.json, and worker.log (the worker's
+logs) when the job runs in a tolaria-worker (--device cuda, --isolate). A worker
+silent for --heartbeat-timeout is taken for hung and killed.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("unexpected argument %q: tolaria train takes flags only (see --help)", args[0])
