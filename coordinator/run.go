@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/internal/field"
@@ -112,6 +114,9 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 	if r.plan, err = r.exec.Plan(r.spec); err != nil {
 		return nil, err
 	}
+	if err := r.dir.CheckUnfinished(); err != nil {
+		return nil, err
+	}
 	if r.metrics, err = ServeMetrics(ctx, req.MetricsAddr, req.Version, r.log); err != nil {
 		return nil, err
 	}
@@ -178,8 +183,14 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 	r.log.Info("training", "device", s.Device, "graphs", s.EnableGraphs, "run_dir", s.RunDir, "epochs", s.Epochs,
 		"batch_size", s.BatchSize, "dataset", s.Dataset)
 	sum, err := r.exec.Run(ctx, r.plan, jobserver.Sink{Observer: r.obs, Progress: progress})
-	if err != nil && r.wlog != nil && !isReported(err) {
-		err = &WorkerFailure{Err: err, Log: r.wlog.Name()}
+	if err != nil && r.wlog != nil {
+		wf := &WorkerFailure{Err: err, Log: r.wlog.Name()}
+		if isReported(err) {
+			// The worker's message says what failed; its log says what
+			// led there.
+			wf.Tail = logTail(r.wlog.Name())
+		}
+		err = wf
 	}
 	if err != nil {
 		r.obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventError, Fields: map[string]any{"error": err.Error()}})
@@ -225,19 +236,60 @@ func (r *Run) Close() error {
 	return errors.Join(errs...)
 }
 
-// WorkerFailure is a run whose worker process failed (hung, crashed,
-// exited, broke the protocol): Err says how (a *worker.ProcessError or
-// *worker.NoAnswerError) with the tail of the worker's log, and Log is
-// where the whole log is.
+// WorkerFailure is a run in a worker process that failed: Err says how (a
+// *worker.ProcessError or *worker.NoAnswerError, which carry the tail of
+// the worker's log, or the *worker.Error the worker reported), Log is
+// where the whole log is, and Tail, for a reported error, is the last
+// lines of the log since the worker's start.
 type WorkerFailure struct {
-	Err error
-	Log string
+	Err  error
+	Log  string
+	Tail string
 }
 
-func (e *WorkerFailure) Error() string {
-	return fmt.Sprintf("%v\n(the worker's whole log: %s)", e.Err, e.Log)
+func (e *WorkerFailure) Error() string { return fmt.Sprintf("%v\n%s", e.Err, e.Note()) }
+
+// Note says where the worker's log is, after its last lines when they are
+// not in Err already.
+func (e *WorkerFailure) Note() string {
+	if e.Tail == "" {
+		return fmt.Sprintf("(the worker's whole log: %s)", e.Log)
+	}
+	return fmt.Sprintf("the last lines of the worker's log (%s):\n%s", e.Log, e.Tail)
 }
+
 func (e *WorkerFailure) Unwrap() error { return e.Err }
+
+// logTail is the last lines of the worker's log since its last start
+// (header line).
+func logTail(path string) string {
+	const maxBytes, maxLines = 8 << 10, 15
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-maxBytes, 0)
+	buf := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	text := string(buf)
+	if i := strings.LastIndex(text, "\n=== "); i >= 0 {
+		if j := strings.IndexByte(text[i+1:], '\n'); j >= 0 {
+			text = text[i+1+j+1:]
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	return strings.Join(lines, "\n")
+}
 
 // isReported says whether err is a failure the worker reported itself,
 // which its message already explains.

@@ -112,16 +112,23 @@ func (d *RunDir) check() error {
 			d.path, ErrRunExists, trainer.CheckpointFile, field.Name("resume"), field.Name("run_dir")))
 	case !d.resume:
 		return d.checkOwn()
-	case d.finished():
+	}
+	return nil
+}
+
+// CheckUnfinished refuses to resume a run that ended and kept its summary
+// (one that was not interrupted). A run killed after its last checkpoint
+// has none, and resuming it finishes it. A run calls it once its
+// checkpoint has been checked against the configuration, so a checkpoint
+// of another model is refused as such first.
+func (d *RunDir) CheckUnfinished() error {
+	if d.resume && d.finished() {
 		return configErr(field.Errorf("resume", "%s: %w: the run is complete (its %s says so); there is nothing to resume; start a new run in another %s",
 			d.path, trainer.ErrCheckpoint, SummaryFile, field.Name("run_dir")))
 	}
 	return nil
 }
 
-// finished reports whether the run ended and kept its summary: one that
-// was not interrupted. A run killed after its last checkpoint has none,
-// and resuming it finishes it.
 func (d *RunDir) finished() bool {
 	raw, err := os.ReadFile(filepath.Join(d.path, SummaryFile))
 	if err != nil {

@@ -290,20 +290,23 @@ func TestClaimRemovesStaleTemporaryFiles(t *testing.T) {
 func TestResumeOfAFinishedRunIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	writeCheckpoint(t, dir)
-	if _, err := PlanRunDir(dir, true, now); err != nil {
+	d, err := PlanRunDir(dir, true, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CheckUnfinished(); err != nil {
 		t.Fatalf("a run without a summary: %v", err)
 	}
-	d := &RunDir{path: dir}
 	if err := d.WriteSummary(trainer.Summary{Steps: 7, Interrupted: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := PlanRunDir(dir, true, now); err != nil {
+	if err := d.CheckUnfinished(); err != nil {
 		t.Fatalf("a stopped run: %v", err)
 	}
 	if err := d.WriteSummary(trainer.Summary{Steps: 9}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := PlanRunDir(dir, true, now)
+	err = d.CheckUnfinished()
 	refused(t, err, trainer.ErrCheckpoint, "resume")
 	if !strings.Contains(err.Error(), "complete") {
 		t.Errorf("the refusal does not say the run is complete: %v", err)

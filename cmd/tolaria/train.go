@@ -125,6 +125,10 @@ func reportFailure(ctx context.Context, w io.Writer, err error, dir *coordinator
 		if we.Kind == worker.KindUsage || we.Kind == worker.KindCheckpoint {
 			return exitError{exitUsage}
 		}
+		var wf *coordinator.WorkerFailure
+		if errors.As(err, &wf) {
+			fmt.Fprintln(w, wf.Note())
+		}
 		resumeHint(w, dir)
 		return exitError{exitFailure}
 	}
