@@ -28,8 +28,9 @@ type Placement struct {
 	// it is taken for hung and killed; 0 means
 	// worker.DefaultHeartbeatTimeout.
 	HeartbeatTimeout time.Duration
-	// Stderr receives a worker's logs until a run directory gives them a
-	// file of their own (see Run); nil discards them.
+	// Stderr receives a worker's logs; nil gives them the run directory's
+	// worker.log when a Run starts the worker (see Prepare), and discards
+	// them otherwise.
 	Stderr io.Writer
 	// Env is added to a worker's environment: CUDA_VISIBLE_DEVICES names
 	// the one GPU a sweep's trial may use.

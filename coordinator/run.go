@@ -156,7 +156,7 @@ func (r *Run) record() error {
 	if r.events, err = r.dir.OpenEvents(); err != nil {
 		return fmt.Errorf("run directory: %w", err)
 	}
-	if r.exec.Process != nil {
+	if r.exec.Process != nil && r.exec.Process.Stderr == nil {
 		if r.wlog, err = r.dir.OpenWorkerLog(); err != nil {
 			return fmt.Errorf("run directory: %w", err)
 		}

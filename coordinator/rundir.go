@@ -144,8 +144,8 @@ func (d *RunDir) finished() bool {
 // file: not a tolaria run, so not tolaria's to write into.
 func (d *RunDir) checkOwn() error {
 	entries, err := os.ReadDir(d.path)
-	if err != nil || len(entries) == 0 {
-		return nil // none yet, or empty: a fresh run makes it its own
+	if err != nil {
+		return nil // none yet: a fresh run makes it its own
 	}
 	var names []string
 	for _, e := range entries {
@@ -153,7 +153,13 @@ func (d *RunDir) checkOwn() error {
 		if e.Name() == lockFile || e.Name() == trainer.CheckpointFile {
 			return nil
 		}
+		if e.Name() == WorkerLogFile {
+			continue // appended to, never overwritten: the caller's, or a run's started early
+		}
 		names = append(names, e.Name())
+	}
+	if len(names) == 0 {
+		return nil
 	}
 	if len(names) > 5 {
 		names = append(names[:5], "...")

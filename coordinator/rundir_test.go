@@ -312,3 +312,21 @@ func TestResumeOfAFinishedRunIsRefused(t *testing.T) {
 		t.Errorf("the refusal does not say the run is complete: %v", err)
 	}
 }
+
+// TestWorkerLogAloneIsNoRefusal: a directory holding only worker.log (a
+// caller that opened the worker's log before the run) is taken; the log is
+// appended to, never overwritten.
+func TestWorkerLogAloneIsNoRefusal(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, WorkerLogFile), []byte("=== earlier\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := PlanRunDir(dir, false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Claim(); err != nil {
+		t.Fatal(err)
+	}
+	d.Release()
+}

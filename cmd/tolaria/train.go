@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -60,8 +59,9 @@ func train(ctx context.Context, cmd *cobra.Command, proc process) error {
 	for _, w := range set.warnings {
 		log.Warn(w)
 	}
-	// The worker's logs go to the process's standard error as they are.
-	req.Placement.Stderr, req.Version, req.Shared, req.Logger, req.Started = os.Stderr, version(), proc.shared, log, proc.started
+	// A worker's logs go to the run directory's worker.log (Placement.Stderr
+	// left nil), and the log says where.
+	req.Version, req.Shared, req.Logger, req.Started = version(), proc.shared, log, proc.started
 	run, err := coordinator.Prepare(ctx, req)
 	if err != nil {
 		return err
