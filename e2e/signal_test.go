@@ -44,9 +44,9 @@ func TestSecondSignalEndsTolariaAtOnce(t *testing.T) {
 			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 				t.Fatal(err)
 			}
-			// tolaria restores the default handling before it cancels the
-			// worker, so the cancel message waiting in the frozen worker's
-			// input shows that the first signal has been handled.
+			// tolaria cancels the worker once it has taken the first
+			// signal, so the cancel message waiting in the frozen worker's
+			// input shows that the next signal counts as the second.
 			waitFor(t, "tolaria to cancel the worker", func() bool { return pendingInput(t, worker) > 0 })
 
 			if !second {
