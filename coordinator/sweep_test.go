@@ -211,9 +211,23 @@ func TestSweepInterrupted(t *testing.T) {
 	cfg.Parallel = 2
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var once sync.Once
+	// Cancel once both running trials train in epoch 2, so each has an
+	// epoch's checkpoint to keep: cancelling when the first got there
+	// could catch the second before its worker said hello.
+	var (
+		once sync.Once
+		mu   sync.Mutex
+		far  = map[string]bool{}
+	)
 	cfg.Report = func(u TrialUpdate) {
-		if u.Progress != nil && u.Progress.Epoch >= 2 {
+		if u.Progress == nil || u.Progress.Epoch < 2 {
+			return
+		}
+		mu.Lock()
+		far[u.Trial] = true
+		both := len(far) == cfg.Parallel
+		mu.Unlock()
+		if both {
 			once.Do(cancel)
 		}
 	}
