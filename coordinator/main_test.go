@@ -53,6 +53,12 @@ func serveAsWorker() int {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {}
 			}
+			if f.Hang {
+				// Stopped whole, heartbeats included, as cmd/tolaria-worker does.
+				fmt.Fprintf(os.Stderr, "fault switch: stopping myself after step %d\n", steps)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				select {}
+			}
 			fmt.Fprintf(os.Stderr, "fault switch: exiting with %d after step %d\n", f.Exit, steps)
 			os.Exit(f.Exit)
 		}

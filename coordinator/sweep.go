@@ -48,8 +48,12 @@ type SweepConfig struct {
 	Worker string
 	// WorkerStart bounds a worker's start-up (see Placement).
 	WorkerStart time.Duration
-	Version     string
-	Logger      *slog.Logger
+	// HeartbeatTimeout is how long a trial's worker may be silent before
+	// it is taken for hung, killed and its trial failed (see Placement);
+	// 0 is worker.DefaultHeartbeatTimeout.
+	HeartbeatTimeout time.Duration
+	Version          string
+	Logger           *slog.Logger
 	// Report receives every change of a trial (start, progress, end), one
 	// at a time, for a display; nil reports nothing.
 	Report func(TrialUpdate)
@@ -482,7 +486,8 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 			logs = io.MultiWriter(f, logTail)
 		}
 	}
-	place := Placement{Device: sl.device, Isolate: true, Worker: s.cfg.Worker, WorkerStart: s.cfg.WorkerStart, Stderr: logs}
+	place := Placement{Device: sl.device, Isolate: true, Worker: s.cfg.Worker, WorkerStart: s.cfg.WorkerStart,
+		HeartbeatTimeout: s.cfg.HeartbeatTimeout, Stderr: logs}
 	place.Env = sl.env()
 	failed := func(err error) outcome {
 		return outcome{state: TrialFailed, reason: err.Error(), logTail: logTail.String()}

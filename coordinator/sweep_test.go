@@ -9,9 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
 )
 
 // testSweep is four small trials on synthetic data, a second or so each.
@@ -173,6 +175,31 @@ func TestSweepRecordsAKilledWorker(t *testing.T) {
 	}
 	if !strings.Contains(c.Reason, "signal: killed") || !strings.Contains(c.LogTail, "killing myself after step 2") {
 		t.Errorf("reason %q, log tail %q", c.Reason, c.LogTail)
+	}
+}
+
+func TestSweepRecordsAHungTrial(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	cfg.Parallel = 2
+	cfg.HeartbeatTimeout = 2 * time.Second
+	t.Setenv(jobserver.FaultEnv, "step=2,hang,run=a")
+	start := time.Now()
+	res, _ := runSweep(t, context.Background(), cfg)
+	var a TrialResult
+	for _, r := range res.Trials {
+		if r.Name == "a" {
+			a = r
+		}
+	}
+	if a.State != TrialFailed || res.Counts["succeeded"] != 3 {
+		t.Fatalf("counts %v, a's row %+v", res.Counts, a)
+	}
+	if !strings.Contains(a.Reason, worker.ReasonHung) || !strings.Contains(a.LogTail, "stopping myself after step 2") {
+		t.Errorf("reason %q, log tail %q", a.Reason, a.LogTail)
+	}
+	// Found by the heartbeat timeout, not by the end of some longer wait.
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the sweep took %s with a 2s heartbeat timeout", took)
 	}
 }
 

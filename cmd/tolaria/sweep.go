@@ -66,6 +66,7 @@ checkpoints and stops).`,
 	fs.String("sweep-dir", "", "sweep directory, new or empty (default sweeps/<time>)")
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
+	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a trial's tolaria-worker may send no heartbeat before it is taken for hung, killed and its trial failed (at least 1s)")
 	return cmd
 }
 
@@ -92,6 +93,10 @@ func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error
 	cfg.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
 	if cfg.WorkerStart <= 0 {
 		return cfg, usagef("--worker-start-timeout must be positive, got %s", cfg.WorkerStart)
+	}
+	cfg.HeartbeatTimeout, _ = fs.GetDuration("heartbeat-timeout")
+	if cfg.HeartbeatTimeout < worker.MinHeartbeatTimeout {
+		return cfg, usagef("--heartbeat-timeout must be at least %s, got %s", worker.MinHeartbeatTimeout, cfg.HeartbeatTimeout)
 	}
 	for _, f := range []string{"per-device", "parallel"} {
 		if fs.Changed(f) && getInt(f) < 1 {
