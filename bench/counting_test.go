@@ -3,7 +3,9 @@ package bench
 import (
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/graphs"
 )
 
 func TestCountingStream(t *testing.T) {
@@ -49,5 +51,47 @@ func TestCountingStream(t *testing.T) {
 	}
 	if got[0] != 4 { // (1*2)+(1*2): the wrapped stream ran the work
 		t.Errorf("x[0] = %g, want 4", got[0])
+	}
+}
+
+// TestCountingStreamCountsDeviceCopiesAndLaunches: a device-to-device copy
+// is a copy and a graph launch a launch.
+func TestCountingStreamCountsDeviceCopiesAndLaunches(t *testing.T) {
+	dev, err := cpu.Open(cpu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	x, err := dev.Alloc(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := dev.Alloc(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := graphs.Capture(s, func(st device.Stream) error { return st.Fill(x, 1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := dev.Instantiate(g)
+	_ = g.Destroy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Destroy()
+	c := NewCountingStream(s)
+	for _, err := range []error{c.Launch(exec), c.CopyDtoD(y, x), c.Launch(exec), c.Synchronize()} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Copies != 1 || c.Launches != 2 || c.Kernels != 0 {
+		t.Errorf("counted %d copies, %d launches, %d kernels; want 1, 2, 0", c.Copies, c.Launches, c.Kernels)
 	}
 }
