@@ -4,6 +4,10 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/graphs"
 )
 
 // TestRunMeasuresDispatch: a run's dispatch comparison holds measured
@@ -117,5 +121,19 @@ func TestKernelsCountedOverOneStep(t *testing.T) {
 	cfg.SettleSteps = 3
 	if got := runQuick(t, cfg, openCPU).Summary.KernelsPerStep; got != 9 {
 		t.Fatalf("%d kernels per step with 3 settle steps, want 9", got)
+	}
+}
+
+// TestRunFallbacksSumOverEpochs: the summary's fallback steps add up the
+// graph phases of every epoch.
+func TestRunFallbacksSumOverEpochs(t *testing.T) {
+	cfg := quick(PresetTiny)
+	cfg.Epochs, cfg.ProbeKernels = 2, -1
+	rep := runQuick(t, cfg, func() (device.Device, error) {
+		d, err := cpu.Open(cpu.Config{})
+		return failingInstantiate{d}, err
+	})
+	if got := rep.Summary.Fallbacks[graphs.ReasonCaptureFailed]; got != 2*16 {
+		t.Errorf("summary fallbacks %v; want 32 capture_failed (16 a graph phase, 2 epochs)", rep.Summary.Fallbacks)
 	}
 }
