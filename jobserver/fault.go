@@ -22,6 +22,11 @@ import (
 // run limits the fault to the job whose run directory is named NAME (a
 // sweep's trial), so one worker of many fails; it comes last, and NAME
 // may hold commas.
+//
+// shard=S makes it a fault of evaluation shard S instead (tolaria eval),
+// fired after its K-th batch; attempt=A limits it to the A-th attempt at
+// that shard (1: the first, so the retry succeeds). A fault without
+// shard= fires in training only, one with it in evaluation only.
 const FaultEnv = "TOLARIA_E2E_WORKER_FAULT"
 
 // Fault is a parsed FaultEnv.
@@ -31,6 +36,10 @@ type Fault struct {
 	Kill bool   // SIGKILL rather than exit
 	Hang bool   // SIGSTOP (a hang, heartbeats included) rather than exit
 	Run  string // only the job whose run directory's base name is this; "" any
+	// OnShard makes it a fault of evaluation shard Shard, after Step batches.
+	OnShard bool
+	Shard   int
+	Attempt int // only this attempt at the shard; 0 any
 }
 
 // ParseFault reads a FaultEnv value.
@@ -52,11 +61,16 @@ func ParseFault(s string) (Fault, error) {
 			f.Kill = true
 		case "hang":
 			f.Hang = true
+		case "shard":
+			f.OnShard = true
+			f.Shard, err = strconv.Atoi(v)
+		case "attempt":
+			f.Attempt, err = strconv.Atoi(v)
 		default:
 			err = fmt.Errorf("unknown part %q", part)
 		}
 		if err != nil {
-			return Fault{}, fmt.Errorf("%s=%q: %w (want step=K,exit=C, step=K,kill or step=K,hang, optionally run=NAME)", FaultEnv, s, err)
+			return Fault{}, fmt.Errorf("%s=%q: %w (want step=K,exit=C, step=K,kill or step=K,hang, optionally shard=S, attempt=A, run=NAME)", FaultEnv, s, err)
 		}
 	}
 	if f.Kill && f.Hang || (f.Kill || f.Hang) && strings.Contains(rest, "exit=") {
@@ -70,7 +84,15 @@ func ParseFault(s string) (Fault, error) {
 
 // Hits reports whether the fault fires for spec after step steps.
 func (f Fault) Hits(spec job.Spec, step int) bool {
-	return step == f.Step && (f.Run == "" || filepath.Base(spec.RunDir) == f.Run)
+	return !f.OnShard && step == f.Step && f.inRun(spec)
+}
+
+func (f Fault) inRun(spec job.Spec) bool { return f.Run == "" || filepath.Base(spec.RunDir) == f.Run }
+
+// HitsEval reports whether the fault fires for an evaluation shard after
+// batches batches.
+func (f Fault) HitsEval(ej EvalJob, batches int) bool {
+	return f.OnShard && batches == f.Step && ej.Shard == f.Shard && (f.Attempt == 0 || ej.Attempt == f.Attempt) && f.inRun(ej.Spec)
 }
 
 // stepCounter calls after with the number of steps trained so far after

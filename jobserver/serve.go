@@ -61,9 +61,14 @@ type Config struct {
 	// job and the steps of this invocation so far. Only tolaria-worker's
 	// test-only fault switch (FaultEnv) sets it.
 	AfterStep func(spec job.Spec, steps int)
+	// AfterEvalBatch, when set, is called after every batch of an
+	// evaluation shard with the request and the batches scored so far.
+	// Only tolaria-worker's test-only fault switch sets it.
+	AfterEvalBatch func(ej EvalJob, batches int)
 }
 
-// Serve answers one request read from in: a probe, a job or a benchmark.
+// Serve answers one request read from in: a probe, a job, an evaluation
+// shard (TypeEval) or a benchmark.
 // It writes the protocol to out and returns when the request is done and
 // in is closed or cancelled.
 func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
@@ -81,8 +86,8 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	// start-up and a long step included.
 	defer conn.StartHeartbeat()()
 	req := conn.Request()
-	if req.Type != worker.TypeStart && req.Type != worker.TypeProbe && req.Type != worker.TypeBench {
-		return conn.Fail(usage("first message must be start, bench or probe, got " + req.Type))
+	if req.Type != worker.TypeStart && req.Type != worker.TypeProbe && req.Type != worker.TypeBench && req.Type != TypeEval {
+		return conn.Fail(usage("first message must be start, bench, eval or probe, got " + req.Type))
 	}
 	spec := job.Default()
 	if req.Type == worker.TypeStart && len(req.Body) > 0 {
@@ -91,6 +96,13 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 			return conn.Fail(usage(fmt.Sprintf("the job cannot be read: %v", err)))
 		}
 		spec = sent
+	}
+	var ej EvalJob
+	if req.Type == TypeEval {
+		if err := json.Unmarshal(req.Body, &ej); err != nil {
+			return conn.Fail(usage(fmt.Sprintf("the evaluation cannot be read: %v", err)))
+		}
+		spec = ej.Spec
 	}
 	dev, err := cfg.Open(req.Device, spec)
 	if err != nil {
@@ -113,9 +125,16 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	}
 
 	runCtx, wait := conn.WatchCancel(ctx)
-	sum, err := runJob(runCtx, conn, spec, dev, cfg)
-	if err == nil {
-		err = conn.Result(sum)
+	if req.Type == TypeEval {
+		var res EvalResult
+		if res, err = serveEval(runCtx, ej, dev, cfg); err == nil {
+			err = conn.Result(res)
+		}
+	} else {
+		var sum trainer.Summary
+		if sum, err = runJob(runCtx, conn, spec, dev, cfg); err == nil {
+			err = conn.Result(sum)
+		}
 	}
 	if err != nil {
 		if serr := conn.Fail(classify(err)); serr != nil {

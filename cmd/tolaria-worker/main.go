@@ -52,7 +52,16 @@ func main() {
 			log.Error("test-only fault switch", "err", err)
 			os.Exit(2)
 		}
-		cfg.AfterStep = func(spec job.Spec, steps int) { fault(f, spec, steps, log) }
+		cfg.AfterStep = func(spec job.Spec, steps int) {
+			if f.Hits(spec, steps) {
+				fault(f, steps, log)
+			}
+		}
+		cfg.AfterEvalBatch = func(ej jobserver.EvalJob, batches int) {
+			if f.HitsEval(ej, batches) {
+				fault(f, batches, log)
+			}
+		}
 	}
 	err := jobserver.Serve(ctx, os.Stdin, protocolOut(), cfg)
 	if err != nil {
@@ -61,11 +70,9 @@ func main() {
 	}
 }
 
-// fault carries out the test-only fault switch (jobserver.FaultEnv).
-func fault(f jobserver.Fault, spec job.Spec, steps int, log *slog.Logger) {
-	if !f.Hits(spec, steps) {
-		return
-	}
+// fault carries out the test-only fault switch (jobserver.FaultEnv) once
+// it fires.
+func fault(f jobserver.Fault, steps int, log *slog.Logger) {
 	if f.Kill {
 		log.Error("test-only fault switch: killing myself", "step", steps)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+func newEvalCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "eval --run-dir RUN",
+		Short: "evaluate a run's checkpoint on the test (or training) set, split across worker processes",
+		Long: `eval scores a run's checkpoint on its test set (or --split train), the
+examples split by stride across --workers tolaria-worker processes: worker k
+scores examples k, k+N, k+2N, ... The run's config.yaml gives the model and
+the data; the checkpoint (--checkpoint, default RUN/checkpoint.tlck) is
+verified as a resumed run verifies it.
+
+Each worker writes a shard file (RUN/eval/shard-K.tles, its log next to it);
+a failed shard is tried once more. The merge checks that every example was
+scored exactly once and writes RUN/eval.json: loss, accuracy, per-class
+accuracy and the confusion matrix, the checkpoint's step and SHA-256, the
+split and the number of workers. The figures do not depend on --workers.
+
+Exit status: 0 done, 3 a shard failed twice (no eval.json; the missing
+shards are named), 2 bad input (nothing written), 1 another failure,
+130 interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return evaluate(cmd.Context(), cmd) },
+	}
+	fs := cmd.Flags()
+	fs.String("run-dir", "", "the run directory to evaluate (required)")
+	fs.String("checkpoint", "", "checkpoint file to evaluate (default: the run's checkpoint.tlck)")
+	fs.Int("workers", 1, "worker processes, each scoring one stride shard of the examples")
+	fs.String("split", "test", "test or train")
+	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
+	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
+	return cmd
+}
+
+// evalFlag spells an evaluation setting as its flag.
+func evalFlag(key field.Name) string {
+	switch key {
+	case "run_dir", "checkpoint", "workers", "split", "worker", "worker_start_timeout":
+		return "--" + strings.ReplaceAll(string(key), "_", "-")
+	}
+	return flagOf(key)
+}
+
+func evaluate(ctx context.Context, cmd *cobra.Command) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	fs := cmd.Flags()
+	var req coordinator.EvalRequest
+	req.RunDir, _ = fs.GetString("run-dir")
+	req.Checkpoint, _ = fs.GetString("checkpoint")
+	req.Workers, _ = fs.GetInt("workers")
+	req.Split, _ = fs.GetString("split")
+	if req.Worker, _ = fs.GetString("worker"); req.Worker == "" {
+		req.Worker = os.Getenv("TOLARIA_WORKER")
+	}
+	req.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
+	req.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	req.Progress = func(p coordinator.EvalProgress) { printEvalProgress(stderr, p) }
+	e, err := coordinator.PlanEval(req)
+	if err != nil {
+		code := exitFailure
+		if errors.Is(err, coordinator.ErrConfig) {
+			code = exitUsage
+		}
+		fmt.Fprintln(stderr, "tolaria:", field.Render(err, evalFlag))
+		return exitError{code}
+	}
+	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d examples of the %s split with %d workers\n",
+		e.Checkpoint(), e.Step(), e.Samples(), orTest(req.Split), req.Workers)
+	rep, err := e.Run(ctx)
+	var failed *coordinator.ShardsFailedError
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "tolaria: evaluation interrupted; no %s was written\n", coordinator.EvalJSON)
+		return exitError{interruptedCode(ctx)}
+	case errors.As(err, &failed):
+		fmt.Fprintln(stderr, "tolaria:", err)
+		return exitError{exitSomeFailed}
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(stdout, "accuracy %.4f  loss %.6f  (%d examples, %s split, checkpoint step %d, %d workers)\n",
+		rep.Accuracy, rep.Loss, rep.Samples, rep.Split, rep.Step, rep.Workers)
+	fmt.Fprintf(stdout, "results %s/%s\n", req.RunDir, coordinator.EvalJSON)
+	return nil
+}
+
+func orTest(split string) string {
+	if split == "" {
+		return "test"
+	}
+	return split
+}
+
+// printEvalProgress prints one line per shard attempt that ended.
+func printEvalProgress(w io.Writer, p coordinator.EvalProgress) {
+	if p.Err == nil {
+		fmt.Fprintf(w, "shard %d (of %d): %d examples scored in %.1fs\n", p.Shard, p.Shards, p.Samples, p.Seconds)
+		return
+	}
+	next := "trying it once more"
+	if p.Attempt >= 2 {
+		next = "giving up"
+	}
+	fmt.Fprintf(w, "shard %d (of %d): attempt %d failed after %.1fs, %s: %s\n", p.Shard, p.Shards, p.Attempt, p.Seconds, next, firstLine(p.Err.Error(), 300))
+}

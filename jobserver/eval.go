@@ -1,0 +1,137 @@
+package jobserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// TypeEval is the request of one evaluation shard; its body is an
+// EvalJob and its result an EvalResult. The protocol carries it as it
+// carries any request.
+const TypeEval = "eval"
+
+// Splits an evaluation can score.
+const (
+	SplitTest  = "test"
+	SplitTrain = "train"
+)
+
+// EvalJob asks a worker to score one stride shard of a split with a
+// checkpoint and write the shard file Out.
+type EvalJob struct {
+	Spec       job.Spec `json:"spec"` // the run's configuration: the model and the data
+	Checkpoint string   `json:"checkpoint"`
+	// CheckpointSHA256 is the checkpoint file's digest as the coordinator
+	// verified it: a worker that reads another file refuses it.
+	CheckpointSHA256 string `json:"checkpoint_sha256"`
+	Split            string `json:"split"`
+	Shard            int    `json:"shard"`
+	Shards           int    `json:"shards"`
+	Attempt          int    `json:"attempt"` // 1 for the first, 2 for a retry
+	Out              string `json:"out"`
+}
+
+// EvalResult is what a worker answers for an EvalJob.
+type EvalResult struct {
+	File    string `json:"file"`
+	Samples int    `json:"samples"` // records written
+}
+
+// FileSHA256 is the hex SHA-256 of a file's bytes.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// EvalData loads the split an evaluation scores, with the trainer's
+// configuration for the spec (normalised as training normalised it).
+func EvalData(spec job.Spec, split string) (*data.Dataset, trainer.Config, error) {
+	if split != SplitTest && split != SplitTrain {
+		return nil, trainer.Config{}, usage(fmt.Sprintf("split %q: use test or train", split))
+	}
+	train, test, err := spec.LoadData()
+	if err != nil {
+		return nil, trainer.Config{}, err
+	}
+	cfg, err := spec.Config(train, test, job.Options{})
+	if err != nil {
+		return nil, trainer.Config{}, err
+	}
+	if split == SplitTrain {
+		return train, cfg, nil
+	}
+	return test, cfg, nil
+}
+
+// Evaluate runs one evaluation shard through t and returns its result.
+func Evaluate(ctx context.Context, t worker.Transport, deviceName string, ej EvalJob) (worker.Hello, EvalResult, error) {
+	body, err := json.Marshal(ej)
+	if err != nil {
+		return worker.Hello{}, EvalResult{}, fmt.Errorf("worker: encoding the evaluation: %w", err)
+	}
+	h, res, err := t.Call(ctx, worker.Request{Type: TypeEval, Device: deviceName, Body: body}, worker.Sink{})
+	if err != nil {
+		return h, EvalResult{}, err
+	}
+	var er EvalResult
+	if err := json.Unmarshal(res, &er); err != nil {
+		return h, EvalResult{}, fmt.Errorf("worker: reading the evaluation's result: %w", err)
+	}
+	return h, er, nil
+}
+
+// serveEval scores the shard an EvalJob names on dev and writes its file.
+func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config) (EvalResult, error) {
+	if err := ej.Spec.Validate(); err != nil {
+		return EvalResult{}, usage(err.Error())
+	}
+	ds, tc, err := EvalData(ej.Spec, ej.Split)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	ck, err := trainer.CheckpointFor(tc, ej.Checkpoint)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	sha, err := FileSHA256(ej.Checkpoint)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	if sha != ej.CheckpointSHA256 {
+		return EvalResult{}, fmt.Errorf("%w: %s changed since the evaluation began (SHA-256 %s, want %s)", trainer.ErrCheckpoint, ej.Checkpoint, sha, ej.CheckpointSHA256)
+	}
+	ec := trainer.EvalConfig{Spec: tc.Spec, BatchSize: tc.BatchSize, Data: ds, Params: ck.Parameters(),
+		Shard: ej.Shard, Shards: ej.Shards, Loaders: ej.Spec.Loaders, Logger: cfg.Logger}
+	if cfg.AfterEvalBatch != nil {
+		ec.AfterBatch = func(n int) { cfg.AfterEvalBatch(ej, n) }
+	}
+	scores, err := trainer.Evaluate(ctx, dev, cfg.Shared, ec)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	h := ShardHeader{Split: ej.Split, Shard: ej.Shard, Shards: ej.Shards, Samples: ds.Len(), Classes: ds.Classes,
+		CheckpointSHA256: sha, Step: ck.Step}
+	if err := WriteShard(ej.Out, Shard{Header: h, Scores: scores}); err != nil {
+		return EvalResult{}, fmt.Errorf("writing the shard file: %w", err)
+	}
+	return EvalResult{File: ej.Out, Samples: len(scores)}, nil
+}

@@ -1,0 +1,145 @@
+package jobserver
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// A shard file (format v1) holds one evaluation shard's per-example
+// figures:
+//
+//	magic        "TOLARIA-EVAL\x00v1\n" (16 bytes; the format version is in it)
+//	header size  uint32, little-endian
+//	header       JSON (ShardHeader)
+//	records      Count of: index uint32, label uint32, predicted uint32, loss float64 (little-endian)
+//	digest       SHA-256 of every byte before it (32 bytes)
+//
+// The loss is kept in float64, as computed, so the merge sums exactly what
+// the worker computed.
+const (
+	shardMagic      = "TOLARIA-EVAL\x00v1\n"
+	shardRecordSize = 4 + 4 + 4 + 8
+)
+
+// ErrShardFile is wrapped by every refusal of a shard file.
+var ErrShardFile = errors.New("evaluation shard file refused")
+
+// ShardHeader describes a shard file: which evaluation it belongs to and
+// which part of it it holds.
+type ShardHeader struct {
+	Split            string `json:"split"`   // test or train
+	Shard            int    `json:"shard"`   // this shard's rank
+	Shards           int    `json:"shards"`  // how many shards the examples were split into
+	Samples          int    `json:"samples"` // examples in the whole split
+	Classes          int    `json:"classes"`
+	CheckpointSHA256 string `json:"checkpoint_sha256"`
+	Step             int    `json:"step"`  // the checkpoint's step
+	Count            int    `json:"count"` // records in the file
+}
+
+// Shard is a shard file's contents.
+type Shard struct {
+	Header ShardHeader
+	Scores []trainer.Scored
+}
+
+// EncodeShard lays out a shard file.
+func EncodeShard(s Shard) ([]byte, error) {
+	s.Header.Count = len(s.Scores)
+	header, err := json.Marshal(s.Header)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.Grow(len(shardMagic) + 4 + len(header) + shardRecordSize*len(s.Scores) + sha256.Size)
+	b.WriteString(shardMagic)
+	b.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(header))))
+	b.Write(header)
+	rec := make([]byte, shardRecordSize)
+	for _, r := range s.Scores {
+		if r.Index < 0 || r.Index > math.MaxUint32 || r.Label < 0 || r.Predicted < 0 {
+			return nil, fmt.Errorf("evaluation shard: record %+v cannot be stored", r)
+		}
+		binary.LittleEndian.PutUint32(rec[0:], uint32(r.Index))
+		binary.LittleEndian.PutUint32(rec[4:], uint32(r.Label))
+		binary.LittleEndian.PutUint32(rec[8:], uint32(r.Predicted))
+		binary.LittleEndian.PutUint64(rec[12:], math.Float64bits(r.Loss))
+		b.Write(rec)
+	}
+	sum := sha256.Sum256(b.Bytes())
+	b.Write(sum[:])
+	return b.Bytes(), nil
+}
+
+// WriteShard writes a shard file atomically: a worker killed while it
+// writes leaves no file, or the previous attempt's, never part of one.
+func WriteShard(path string, s Shard) error {
+	raw, err := EncodeShard(s)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, raw, 0o644)
+}
+
+// ReadShard reads and verifies a shard file.
+func ReadShard(path string) (Shard, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Shard{}, fmt.Errorf("%w: %w", ErrShardFile, err)
+	}
+	s, err := DecodeShard(raw)
+	if err != nil {
+		return Shard{}, fmt.Errorf("%w: %s: %s", ErrShardFile, path, err)
+	}
+	return s, nil
+}
+
+// DecodeShard reads a shard file's bytes, verifying its digest.
+func DecodeShard(raw []byte) (Shard, error) {
+	if !bytes.HasPrefix(raw, []byte(shardMagic[:len(shardMagic)-3])) {
+		return Shard{}, errors.New("not a tolaria evaluation shard (bad magic)")
+	}
+	if !bytes.HasPrefix(raw, []byte(shardMagic)) {
+		return Shard{}, fmt.Errorf("format %q is not read by this tolaria (it reads v1)", bytes.TrimSpace(raw[len(shardMagic)-3:min(len(raw), len(shardMagic)+2)]))
+	}
+	if len(raw) < len(shardMagic)+4+sha256.Size {
+		return Shard{}, fmt.Errorf("truncated (%d bytes)", len(raw))
+	}
+	body, digest := raw[:len(raw)-sha256.Size], raw[len(raw)-sha256.Size:]
+	if sum := sha256.Sum256(body); !bytes.Equal(sum[:], digest) {
+		return Shard{}, errors.New("checksum mismatch: the file is damaged")
+	}
+	body = body[len(shardMagic):]
+	n := int(binary.LittleEndian.Uint32(body))
+	if n > len(body)-4 {
+		return Shard{}, fmt.Errorf("header size %d exceeds the file", n)
+	}
+	var s Shard
+	if err := json.Unmarshal(body[4:4+n], &s.Header); err != nil {
+		return Shard{}, fmt.Errorf("unreadable header: %v", err)
+	}
+	recs := body[4+n:]
+	if s.Header.Count < 0 || len(recs) != shardRecordSize*s.Header.Count {
+		return Shard{}, fmt.Errorf("%d bytes of records, header promises %d records", len(recs), s.Header.Count)
+	}
+	s.Scores = make([]trainer.Scored, s.Header.Count)
+	for i := range s.Scores {
+		r := recs[i*shardRecordSize:]
+		s.Scores[i] = trainer.Scored{
+			Index:     int(binary.LittleEndian.Uint32(r[0:])),
+			Label:     int(binary.LittleEndian.Uint32(r[4:])),
+			Predicted: int(binary.LittleEndian.Uint32(r[8:])),
+			Loss:      math.Float64frombits(binary.LittleEndian.Uint64(r[12:])),
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,208 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/nn"
+	"github.com/tolaria-ml/tolaria/staging"
+)
+
+// EvalConfig is the evaluation of one stride shard of a dataset with a
+// checkpoint's parameters: examples Shard, Shard+Shards, Shard+2*Shards,
+// ... of Data, in that order.
+type EvalConfig struct {
+	Spec      nn.Spec
+	BatchSize int
+	Data      *data.Dataset
+	Params    []float32 // the model's parameters (Checkpoint.Parameters)
+	Shard     int
+	Shards    int
+	Loaders   int // loader goroutines; 0 means 1
+	Logger    *slog.Logger
+	// AfterBatch, when set, is called after each batch with the number of
+	// batches scored so far (the worker's test-only fault switch).
+	AfterBatch func(batches int)
+}
+
+// Validate checks the configuration.
+func (c EvalConfig) Validate() error {
+	switch {
+	case c.Data == nil:
+		return errors.New("trainer: evaluation: no data")
+	case c.BatchSize < 1:
+		return fmt.Errorf("trainer: evaluation: batch size %d; want at least 1", c.BatchSize)
+	case c.Shards < 1 || c.Shard < 0 || c.Shard >= c.Shards:
+		return fmt.Errorf("trainer: evaluation: shard %d of %d; want 0 <= shard < shards", c.Shard, c.Shards)
+	case c.Shards > c.Data.Len():
+		return fmt.Errorf("trainer: evaluation: %d shards for %d examples; want at most one shard per example", c.Shards, c.Data.Len())
+	case len(c.Params) != c.Spec.ParamCount():
+		return fmt.Errorf("%w: %d parameters for the model %s, which has %d", ErrCheckpoint, len(c.Params), c.Spec, c.Spec.ParamCount())
+	case c.Spec.Inputs != c.Data.Features || c.Spec.Outputs != c.Data.Classes:
+		return fmt.Errorf("trainer: evaluation: the model %s does not fit dataset %s (%d features, %d classes)", c.Spec, c.Data.Name, c.Data.Features, c.Data.Classes)
+	}
+	return c.Spec.Validate()
+}
+
+// Scored is one example's evaluation.
+type Scored struct {
+	Index     int // the example's index in the dataset
+	Label     int
+	Predicted int
+	Loss      float64
+}
+
+// Parameters are the model parameters the checkpoint holds.
+func (h Checkpoint) Parameters() []float32 { return h.params }
+
+// Evaluate scores every example of cfg's shard on dev: the forward pass
+// runs on the device (batches staged as training stages them), the logits
+// come back to the host, and each row's prediction and loss are computed
+// there in float64 (nn.Spec.Score), so that a merge can sum the losses in
+// example order whatever the number of shards. The result is in the
+// shard's order. shared is the process's state.
+func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalConfig) (_ []Scored, err error) {
+	if shared == nil {
+		return nil, ErrNoShared
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	release, err := shared.claim(dev)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	layout := nn.NewLayout(cfg.Spec, cfg.BatchSize)
+	src, err := newSource(cfg.Data, layout, cfg.Spec, nil, 0, false, data.RaggedPad, cfg.Shard, cfg.Shards, 1)
+	if err != nil {
+		return nil, err
+	}
+	batches, err := src.plan(0)
+	if err != nil {
+		return nil, err
+	}
+	var cleanup []func() error
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			err = errors.Join(err, cleanup[i]())
+		}
+	}()
+	step, err := evalStep(dev, cfg, &cleanup)
+	if err != nil {
+		return nil, err
+	}
+	compute, err := dev.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, compute.Destroy)
+	sc := staging.Config{BatchLen: layout.Len, Slots: 4, Buffers: 2, Loaders: max(cfg.Loaders, 1),
+		Guard: shared.Guard(), Logger: cfg.Logger.With("stager", "eval")}
+	stager, err := staging.New(dev, sc, src)
+	if err != nil {
+		return nil, err
+	}
+	stager.Start(ctx)
+	cleanup = append(cleanup, stager.Stop)
+	logits := make([]float32, cfg.BatchSize*cfg.Spec.Outputs)
+	last := step.W.Z[len(step.W.Z)-1]
+	out := make([]Scored, 0, (cfg.Data.Len()-cfg.Shard+cfg.Shards-1)/cfg.Shards)
+	for n := 1; ; n++ {
+		b, err := stager.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := compute.Wait(b.CopyDone); err != nil {
+			return nil, err
+		}
+		if err := step.Eval(compute, layout.Views(stager.Input(b.K))); err != nil {
+			return nil, err
+		}
+		if err := compute.Synchronize(); err != nil {
+			return nil, err
+		}
+		if err := dev.Download(logits, last); err != nil {
+			return nil, err
+		}
+		if err := compute.Record(stager.StepDone(b.K)); err != nil {
+			return nil, err
+		}
+		stager.Release(b)
+		for r, i := range batches[b.Step].Indices {
+			label := int(cfg.Data.Y[i])
+			pred, loss := cfg.Spec.Score(logits[r*cfg.Spec.Outputs:(r+1)*cfg.Spec.Outputs], label)
+			out = append(out, Scored{Index: i, Label: label, Predicted: pred, Loss: loss})
+		}
+		if cfg.AfterBatch != nil {
+			cfg.AfterBatch(n)
+		}
+	}
+	return out, nil
+}
+
+// evalStep puts the parameters and a workspace for one batch on the
+// device; cleanup receives what frees them.
+func evalStep(dev device.Device, cfg EvalConfig, cleanup *[]func() error) (*nn.Step, error) {
+	// The optimizer is never used; SGD without momentum holds the least state.
+	opt := nn.DefaultOptimizer()
+	opt.Kind, opt.Momentum = nn.SGD, 0
+	m, err := nn.NewModel(dev, cfg.Spec, opt, 0)
+	if err != nil {
+		return nil, err
+	}
+	*cleanup = append(*cleanup, m.Free)
+	if err := dev.Upload(m.Params, cfg.Params); err != nil {
+		return nil, err
+	}
+	var bufs []device.Buffer
+	for _, n := range nn.WorkspaceSizes(cfg.Spec, cfg.BatchSize) {
+		b, err := dev.Alloc(n)
+		if err != nil {
+			return nil, err
+		}
+		*cleanup = append(*cleanup, func() error { return dev.Free(b) })
+		bufs = append(bufs, b)
+	}
+	ws, err := nn.NewWorkspace(cfg.Spec, bufs)
+	if err != nil {
+		return nil, err
+	}
+	// The statistics accumulate in place; start them from zero.
+	if err := dev.Upload(ws.EvalStats, make([]float32, device.StatsLen)); err != nil {
+		return nil, err
+	}
+	return &nn.Step{M: m, W: ws, Batch: cfg.BatchSize}, nil
+}
+
+// CheckpointFor loads the checkpoint at path and verifies it as a resumed
+// run does: its digest, and that it was written for cfg's model,
+// optimizer, data and shape, within the run's steps.
+func CheckpointFor(cfg Config, path string) (Checkpoint, error) {
+	steps, err := cfg.validate()
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	ck, err := LoadCheckpoint(path)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if err := ck.matches(cfg.checkpointHeader()); err != nil {
+		return Checkpoint{}, fmt.Errorf("%w: %s: %v", ErrCheckpoint, path, err)
+	}
+	if total := steps * cfg.Epochs; ck.Step > total {
+		return Checkpoint{}, fmt.Errorf("%w: %s: the checkpoint is of step %d, past the run's %d steps", ErrCheckpoint, path, ck.Step, total)
+	}
+	return ck, nil
+}
