@@ -166,6 +166,10 @@ func PlanEval(req EvalRequest) (*Evaluation, error) {
 	if e.ckPath == "" {
 		e.ckPath = filepath.Join(req.RunDir, trainer.CheckpointFile)
 	}
+	if _, err := os.Stat(e.ckPath); err != nil {
+		return nil, configErr(field.Errorf("checkpoint", "%s: %w; a run has one once it has trained an epoch (or been stopped); give another with %s",
+			e.ckPath, err, field.Name("checkpoint")))
+	}
 	ck, err := trainer.CheckpointFor(tc, e.ckPath)
 	if err != nil {
 		return nil, configErr(field.Errorf("checkpoint", "%w", err))
@@ -217,6 +221,11 @@ func (e *Evaluation) Checkpoint() string { return e.ckPath }
 func (e *Evaluation) Run(ctx context.Context) (*EvalReport, error) {
 	start := time.Now()
 	dir := filepath.Join(e.req.RunDir, EvalDir)
+	// An earlier evaluation's result must not pass for this one's if it
+	// fails.
+	if err := os.Remove(filepath.Join(e.req.RunDir, EvalJSON)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}

@@ -69,7 +69,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command) error {
 		req.Worker = os.Getenv("TOLARIA_WORKER")
 	}
 	req.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
-	req.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	req.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	req.Progress = func(p coordinator.EvalProgress) { printEvalProgress(stderr, p) }
 	e, err := coordinator.PlanEval(req)
 	if err != nil {

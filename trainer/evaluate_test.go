@@ -1,0 +1,95 @@
+package trainer_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/nn"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// TestEvaluateAgreesWithTraining: every example of the test set is scored
+// once across the shards, in each shard's stride order; the correct count
+// is the training summary's exactly, the mean loss its to float32's
+// precision (the trainer accumulates batch sums in a float32 on the
+// device), and a shard's figures do not depend on the number of shards.
+func TestEvaluateAgreesWithTraining(t *testing.T) {
+	cfg := smallConfig(t)
+	cfg.RunDir = t.TempDir()
+	sum := run(t, cfg)
+	ck, err := trainer.CheckpointFor(cfg, filepath.Join(cfg.RunDir, trainer.CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := cfg.Test.Len()
+	byIndex := map[int]trainer.Scored{}
+	for _, shards := range []int{1, 3} {
+		seen := make([]int, n)
+		var loss float64
+		correct := 0
+		for s := range shards {
+			got, err := trainer.Evaluate(context.Background(), openCPU(t), newShared(t), trainer.EvalConfig{
+				Spec: cfg.Spec, BatchSize: cfg.BatchSize, Data: cfg.Test, Params: ck.Parameters(), Shard: s, Shards: shards})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j, r := range got {
+				if r.Index != s+j*shards {
+					t.Fatalf("%d shards: shard %d's record %d is example %d", shards, s, j, r.Index)
+				}
+				seen[r.Index]++
+				if r.Label != int(cfg.Test.Y[r.Index]) {
+					t.Fatalf("example %d: label %d, want %d", r.Index, r.Label, cfg.Test.Y[r.Index])
+				}
+				if r.Label == r.Predicted {
+					correct++
+				}
+				if shards == 1 {
+					byIndex[r.Index] = r
+				} else if byIndex[r.Index] != r {
+					t.Errorf("example %d: %+v in shard %d of %d, %+v alone", r.Index, r, s, shards, byIndex[r.Index])
+				}
+			}
+		}
+		for i, c := range seen {
+			if c != 1 {
+				t.Fatalf("%d shards: example %d scored %d times", shards, i, c)
+			}
+		}
+		for i := range n {
+			loss += byIndex[i].Loss
+		}
+		if acc := float64(correct) / float64(n); acc != sum.TestAccuracy {
+			t.Errorf("%d shards: accuracy %v, training summary %v", shards, acc, sum.TestAccuracy)
+		}
+		if mean := loss / float64(n); math.Abs(mean-sum.TestLoss) > 1e-6*mean {
+			t.Errorf("%d shards: loss %v, training summary %v", shards, mean, sum.TestLoss)
+		}
+	}
+}
+
+func TestEvaluateRefuses(t *testing.T) {
+	cfg := smallConfig(t)
+	good := trainer.EvalConfig{Spec: cfg.Spec, BatchSize: 8, Data: cfg.Test, Params: make([]float32, cfg.Spec.ParamCount()), Shards: 1}
+	for name, edit := range map[string]func(*trainer.EvalConfig){
+		"no data":           func(c *trainer.EvalConfig) { c.Data = nil },
+		"shard past shards": func(c *trainer.EvalConfig) { c.Shard, c.Shards = 2, 2 },
+		"more shards than examples": func(c *trainer.EvalConfig) {
+			c.Shards = cfg.Test.Len() + 1
+		},
+		"parameters of another model": func(c *trainer.EvalConfig) { c.Params = c.Params[1:] },
+		"model not of the data":       func(c *trainer.EvalConfig) { c.Spec = nn.Spec{Inputs: 3, Outputs: 4, Loss: nn.LossCrossEntropy} },
+	} {
+		c := good
+		edit(&c)
+		if _, err := trainer.Evaluate(context.Background(), openCPU(t), newShared(t), c); err == nil {
+			t.Errorf("%s: evaluated", name)
+		}
+	}
+	if _, err := trainer.Evaluate(context.Background(), openCPU(t), nil, good); !errors.Is(err, trainer.ErrNoShared) {
+		t.Errorf("without the shared state: %v", err)
+	}
+}
