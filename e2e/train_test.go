@@ -98,17 +98,36 @@ func TestGraphsAndEagerEndWithTheSameParams(t *testing.T) {
 }
 
 // startRun starts tolaria in the background.
-func startRun(t *testing.T, dir string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+func startRun(t *testing.T, dir string, args ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "tolaria"), args...)
 	cmd.Dir = dir
 	cmd.Env = cleanEnv()
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
+	errb := new(lockedBuffer)
+	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return cmd, &errb
+	return cmd, errb
+}
+
+// lockedBuffer is a buffer that a test may read while exec's copying
+// goroutine writes the process's output into it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // waitFor polls until cond holds or the run ends.
