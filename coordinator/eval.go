@@ -70,6 +70,9 @@ func (r EvalRequest) Validate() error {
 		return configErr(field.Errorf("split", "must be test or train, got %q", r.Split))
 	case r.WorkerStart < 0:
 		return configErr(field.Errorf("worker_start_timeout", "cannot be negative (%s)", r.WorkerStart))
+	case r.HeartbeatTimeout != 0 && r.HeartbeatTimeout < worker.MinHeartbeatTimeout:
+		return configErr(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more",
+			r.HeartbeatTimeout, worker.MinHeartbeatTimeout))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -160,7 +161,7 @@ func TestShardsFailedNamesThem(t *testing.T) {
 }
 
 func TestEvalRequestValidate(t *testing.T) {
-	for _, r := range []EvalRequest{{Workers: 1}, {RunDir: "r"}, {RunDir: "r", Workers: -2}, {RunDir: "r", Workers: 1, Split: "val"}} {
+	for _, r := range []EvalRequest{{Workers: 1}, {RunDir: "r"}, {RunDir: "r", Workers: -2}, {RunDir: "r", Workers: 1, Split: "val"}, {RunDir: "r", Workers: 1, HeartbeatTimeout: time.Millisecond}} {
 		if err := r.Validate(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v: %v", r, err)
 		}

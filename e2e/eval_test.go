@@ -5,8 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 )
@@ -154,4 +158,88 @@ func TestShardedEvalRefusesBadInput(t *testing.T) {
 			t.Errorf("eval %v wrote into %s", tc.args, dir)
 		}
 	}
+}
+
+// TestShardedEvalHungShard: a shard whose worker stops (SIGSTOP) is found
+// hung within the heartbeat timeout, killed and tried again; one that
+// hangs in both attempts is reported missing with exit 3, and no worker
+// outlives tolaria.
+func TestShardedEvalHungShard(t *testing.T) {
+	dir := t.TempDir()
+	run := trainedRun(t, dir)
+	start := time.Now()
+	r := tolaria(t, dir, []string{"TOLARIA_E2E_WORKER_FAULT=step=1,hang,shard=0,attempt=1"}, "eval", "--run-dir", run, "--workers", "2", "--heartbeat-timeout", "2s")
+	if r.code != 0 || !strings.Contains(r.stderr, "shard 0 (of 2): attempt 1 failed") || !strings.Contains(r.stderr, "hung") {
+		t.Fatalf("a shard hung once: exit %d\n%s", r.code, r.stderr)
+	}
+	r = tolaria(t, dir, []string{"TOLARIA_E2E_WORKER_FAULT=step=1,hang,shard=1"}, "eval", "--run-dir", run, "--workers", "2", "--heartbeat-timeout", "2s")
+	if r.code != 3 || !strings.Contains(r.stderr, "shard 1: attempt 2") || !strings.Contains(r.stderr, "hung") {
+		t.Fatalf("a shard hung twice: exit %d\n%s", r.code, r.stderr)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("three hangs of a 2s heartbeat timeout took %s to detect", d)
+	}
+	pids := evalWorkerPIDs(t, run)
+	if len(pids) != 6 { // two evaluations of two shards, one retry each
+		t.Errorf("worker pids %v in the shards' logs; want 6", pids)
+	}
+	for _, pid := range pids {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			t.Errorf("worker %d outlived tolaria eval", pid)
+		}
+	}
+}
+
+// TestShardedEvalInterrupt: SIGINT stops every shard's worker; tolaria
+// exits 130 without an eval.json.
+func TestShardedEvalInterrupt(t *testing.T) {
+	dir := t.TempDir()
+	run := trainedRun(t, dir)
+	// Slow the shards down: every batch copy of the workers pauses 1s.
+	cfg := filepath.Join(run, coordinator.ConfigFile)
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, append(raw, "slow_stage_copy_ms: 1000\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, stderr := startRun(t, dir, "eval", "--run-dir", run, "--workers", "2")
+	waitFor(t, "both workers started", func() bool { return len(evalWorkerPIDs(t, run)) == 2 })
+	pids := evalWorkerPIDs(t, run)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	status, err := waitWithin(cmd, time.Minute)
+	if err != nil || status.ExitStatus() != 130 || !strings.Contains(stderr.String(), "interrupted") || strings.Contains(stderr.String(), "examples scored") {
+		t.Fatalf("after SIGINT: %v, %v\n%s", status, err, stderr)
+	}
+	for _, pid := range pids {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			t.Errorf("worker %d outlived tolaria eval", pid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(run, coordinator.EvalJSON)); !os.IsNotExist(err) {
+		t.Errorf("an interrupted evaluation left eval.json: %v", err)
+	}
+}
+
+// evalWorkerPIDs reads the pids of the shards' workers from the header
+// line of each start in their logs.
+func evalWorkerPIDs(t *testing.T, run string) []int {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(run, coordinator.EvalDir, "shard-*.log"))
+	re := regexp.MustCompile(`tolaria-worker pid (\d+) started`)
+	seen := map[int]bool{}
+	var pids []int
+	for _, l := range logs {
+		raw, _ := os.ReadFile(l)
+		for _, m := range re.FindAllStringSubmatch(string(raw), -1) {
+			if pid, _ := strconv.Atoi(m[1]); !seen[pid] {
+				seen[pid] = true
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }

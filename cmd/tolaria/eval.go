@@ -45,13 +45,14 @@ shards are named), 2 bad input (nothing written), 1 another failure,
 	fs.String("split", "test", "test or train")
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
+	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a shard's tolaria-worker may send no heartbeat before it is taken for hung, killed and its attempt failed (at least 1s)")
 	return cmd
 }
 
 // evalFlag spells an evaluation setting as its flag.
 func evalFlag(key field.Name) string {
 	switch key {
-	case "run_dir", "checkpoint", "workers", "split", "worker", "worker_start_timeout":
+	case "run_dir", "checkpoint", "workers", "split", "worker", "worker_start_timeout", "heartbeat_timeout":
 		return "--" + strings.ReplaceAll(string(key), "_", "-")
 	}
 	return flagOf(key)
@@ -69,6 +70,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command) error {
 		req.Worker = os.Getenv("TOLARIA_WORKER")
 	}
 	req.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
+	req.HeartbeatTimeout, _ = fs.GetDuration("heartbeat-timeout")
 	req.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	req.Progress = func(p coordinator.EvalProgress) { printEvalProgress(stderr, p) }
 	e, err := coordinator.PlanEval(req)
