@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -78,40 +77,8 @@ func addFlags(fs *pflag.FlagSet) {
 // extraKeys are the settings of train that are not the job's.
 var extraKeys = []field.Name{"summary_json", "metrics_addr", "worker", "isolate", "worker_start_timeout", "heartbeat_timeout", "metrics_linger"}
 
-// envKey turns a configuration key into its TOLARIA_* variable's suffix.
-var envKey = strings.NewReplacer(".", "_", "-", "_")
-
 // otherEnv are TOLARIA_* variables that are not configuration keys.
-var otherEnv = map[string]bool{"TOLARIA_CONFIG": true, "TOLARIA_WORKER": true, "TOLARIA_PROTOCOL_FD": true}
-
-// unknownEnv lists the TOLARIA_* variables in env that set no key, each
-// with the variable meant when one is close. Test switches
-// (TOLARIA_E2E_*, TOLARIA_REQUIRE_*) are not configuration and are let be.
-func unknownEnv(env []string, keys []field.Name) []string {
-	byVar := map[string]bool{}
-	for _, k := range keys {
-		byVar["TOLARIA_"+strings.ToUpper(envKey.Replace(string(k)))] = true
-	}
-	var out []string
-	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "TOLARIA_") || otherEnv[name] || byVar[name] ||
-			strings.HasPrefix(name, "TOLARIA_E2E_") || strings.HasPrefix(name, "TOLARIA_REQUIRE_") {
-			continue
-		}
-		msg := name + " is not a tolaria setting and is ignored"
-		suffix := strings.TrimPrefix(name, "TOLARIA_")
-		for v := range byVar {
-			if strings.HasSuffix(v, "_"+suffix) {
-				msg += "; did you mean " + v + "?"
-				break
-			}
-		}
-		out = append(out, msg)
-	}
-	sort.Strings(out)
-	return out
-}
+var otherEnv = []string{"TOLARIA_CONFIG", "TOLARIA_WORKER", "TOLARIA_PROTOCOL_FD"}
 
 // resolve reads flags, TOLARIA_* variables and the YAML file into the
 // run's request, with precedence flag > environment > file > default. The
@@ -119,7 +86,7 @@ func unknownEnv(env []string, keys []field.Name) []string {
 func resolve(fs *pflag.FlagSet) (coordinator.Request, settings, error) {
 	v := viper.New()
 	v.SetEnvPrefix("TOLARIA")
-	v.SetEnvKeyReplacer(envKey)
+	v.SetEnvKeyReplacer(job.EnvReplacer())
 	v.AutomaticEnv()
 	d := job.Default()
 	keys := append(job.Keys(), extraKeys...)
@@ -131,7 +98,7 @@ func resolve(fs *pflag.FlagSet) (coordinator.Request, settings, error) {
 			return coordinator.Request{}, settings{}, err
 		}
 	}
-	set := settings{warnings: unknownEnv(os.Environ(), keys)}
+	set := settings{warnings: job.UnknownEnv(os.Environ(), keys, otherEnv...)}
 	if err := mergeConfigFiles(fs, v); err != nil {
 		return coordinator.Request{}, settings{}, err
 	}
@@ -194,7 +161,7 @@ func source(fs *pflag.FlagSet, key field.Name) string {
 	if f := fs.Lookup(flagName(key)); f != nil && f.Changed {
 		return "flag --" + flagName(key)
 	}
-	env := "TOLARIA_" + strings.ToUpper(envKey.Replace(string(key)))
+	env := job.EnvVar(key)
 	if _, ok := os.LookupEnv(env); ok {
 		return "environment variable " + env
 	}

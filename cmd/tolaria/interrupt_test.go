@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
-	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -35,18 +34,5 @@ func TestReportInterruption(t *testing.T) {
 	}
 	if got := say(trainer.Summary{Steps: 52, ResumedFromStep: 40}); !strings.Contains(got, "after 52 steps; checkpoint saved") {
 		t.Errorf("stopped after steps: %q", got)
-	}
-}
-
-func TestUnknownEnvironmentVariables(t *testing.T) {
-	known := []field.Name{"model.hidden", "epochs", "batch_size"}
-	got := unknownEnv([]string{"TOLARIA_HIDDEN=16", "TOLARIA_EPOCHS=2", "TOLARIA_EPOCS=3", "TOLARIA_WORKER=/x",
-		"TOLARIA_E2E_ACCURACY=1", "PATH=/bin", "TOLARIA_BATCH_SIZE=8"}, known)
-	want := []string{
-		"TOLARIA_EPOCS is not a tolaria setting and is ignored",
-		"TOLARIA_HIDDEN is not a tolaria setting and is ignored; did you mean TOLARIA_MODEL_HIDDEN?",
-	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("unknownEnv:\n got %q\nwant %q", got, want)
 	}
 }
