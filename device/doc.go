@@ -13,5 +13,7 @@
 // (allocation, freeing, synchronisation, synchronous copies, event queries,
 // work on the legacy default stream) fail with ErrCaptureViolation from any
 // goroutine and invalidate the capture, which EndCapture then reports with
-// ErrCaptureInvalidated.
+// ErrCaptureInvalidated. Both errors name the call, the capturing stream and
+// the offending goroutine's trimmed stack (Culprit), so the goroutine that
+// broke the capture is found from the error alone.
 package device

@@ -7,6 +7,7 @@ package cpu
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,10 +110,16 @@ func (d *Device) checkSafe(op string) error {
 	if len(caps) == 0 {
 		return nil
 	}
-	for _, c := range caps {
-		c.invalidate(fmt.Sprintf("%s was called during a global-mode capture on stream %d", op, c.stream.id))
+	// The culprit is named in both errors: this one goes to the goroutine
+	// that made the call, which may not be the one that ends the capture.
+	who := device.Culprit(0)
+	ids := make([]string, len(caps))
+	for i, c := range caps {
+		ids[i] = fmt.Sprint(c.stream.id)
+		c.invalidate(fmt.Sprintf("%s was called during the global-mode capture on stream %d, by %s", op, c.stream.id, who))
 	}
-	return d.err(op, device.ErrCaptureViolation, "a stream is capturing in global mode; %d capture(s) invalidated", len(caps))
+	return d.err(op, device.ErrCaptureViolation, "%s was called while stream %s captured in global mode, which invalidates the capture; called by %s",
+		op, strings.Join(ids, ", "), who)
 }
 
 type allocation struct {

@@ -79,7 +79,7 @@ func (e *event) hostCheck(op string) (*record, error) {
 		return nil, e.dev.err(op, device.ErrClosed, "event destroyed")
 	}
 	if c != nil {
-		c.invalidate(fmt.Sprintf("%s was called on an event recorded inside the capture on stream %d", op, c.stream.id))
+		c.invalidate(fmt.Sprintf("%s was called on an event recorded inside the capture on stream %d, by %s", op, c.stream.id, device.Culprit(0)))
 		_ = e.dev.checkSafe(op)
 		return nil, e.dev.err(op, device.ErrCaptureIsolation,
 			"the event was recorded inside a capture in progress; the host cannot wait on captured work, and the capture is invalidated")
@@ -196,7 +196,7 @@ func (s *stream) Wait(x device.Event) error {
 	case c != nil && ec == c:
 		return nil // in-stream order already holds inside the capture
 	case c != nil && r != nil:
-		c.invalidate("the capturing stream waited on an event recorded outside the capture")
+		c.invalidate(fmt.Sprintf("capturing stream %d waited on an event recorded outside the capture, by %s", s.id, device.Culprit(0)))
 		return s.err("Wait", device.ErrCaptureIsolation, "the event was recorded outside this capture")
 	case c != nil:
 		return nil // never recorded: a no-op, as in CUDA

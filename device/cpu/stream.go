@@ -224,8 +224,9 @@ func (s *stream) Synchronize() error {
 		return err
 	}
 	if c := s.captureOf(); c != nil {
-		c.invalidate(fmt.Sprintf("Stream.Synchronize was called on the capturing stream %d", s.id))
-		return s.err("Synchronize", device.ErrCaptureViolation, "the stream is capturing; the capture is invalidated")
+		who := device.Culprit(0)
+		c.invalidate(fmt.Sprintf("Stream.Synchronize was called on the capturing stream %d, by %s", s.id, who))
+		return s.err("Synchronize", device.ErrCaptureViolation, "stream %d is capturing; the capture is invalidated; called by %s", s.id, who)
 	}
 	s.waitIdle()
 	return nil

@@ -3,7 +3,9 @@
 package cuda
 
 import (
+	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -75,18 +77,26 @@ func (d *Device) checkUnsafe(op string) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	hit := false
+	var streams []string
+	who := ""
 	for _, c := range d.captures {
 		if c.mode == device.CaptureGlobal {
-			hit = true
-			d.invalidateLocked(c, op+" was called during a global-mode capture")
+			if who == "" {
+				// Only on a violation: the stack walk is not free.
+				who = device.Culprit(0)
+			}
+			streams = append(streams, c.origin.label())
+			d.invalidateLocked(c, fmt.Sprintf("%s was called during the global-mode capture on %s, by %s", op, c.origin.label(), who))
 		}
 	}
-	if !hit {
+	if len(streams) == 0 {
 		return nil
 	}
+	// The culprit is named in both errors: this one goes to the goroutine
+	// that made the call, which may not be the one that ends the capture.
 	return device.Errorf(d.name, op, device.ErrCaptureViolation,
-		"capture-unsafe call while a stream captures in global mode; the capture is invalidated")
+		"%s was called while %s captured in global mode, which invalidates the capture; called by %s",
+		op, strings.Join(streams, ", "), who)
 }
 
 // invalidateLocked marks c invalidated, keeping the first reason.

@@ -47,6 +47,9 @@ type Device struct {
 	// calls pay one atomic load when none is in progress.
 	globalCaptures atomic.Int32
 
+	// nextStream numbers streams so that errors can name them.
+	nextStream atomic.Int64
+
 	mu         sync.Mutex // guards the fields below
 	captures   []*capture
 	streams    map[*Stream]struct{}
@@ -382,7 +385,7 @@ func (d *Device) NewStream() (device.Stream, error) {
 	if err != nil {
 		return nil, d.wrap(op, err)
 	}
-	s := &Stream{dev: d, cu: st}
+	s := &Stream{dev: d, cu: st, id: d.nextStream.Add(1)}
 	d.mu.Lock()
 	d.streams[s] = struct{}{}
 	d.mu.Unlock()

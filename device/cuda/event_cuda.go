@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"gorgonia.org/cu"
@@ -71,7 +72,7 @@ func (e *Event) hostWaitable(op string) error {
 		return fail(d.released(op, "event"))
 	}
 	if c := e.inCapture.Load(); c != nil {
-		d.invalidate(c, op+" was called on an event recorded inside the capture")
+		d.invalidate(c, fmt.Sprintf("%s was called on an event recorded inside the capture on %s, by %s", op, c.origin.label(), device.Culprit(0)))
 		_ = d.checkUnsafe(op)
 		return fail(device.Errorf(d.name, op, device.ErrCaptureIsolation,
 			"the event was last recorded inside a capture in progress; the host cannot wait on it, and the capture is invalidated"))

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 
@@ -16,6 +17,7 @@ type Stream struct {
 	dev       *Device
 	cu        cu.Stream // zero for the legacy stream
 	legacy    bool
+	id        int64 // numbers the device's streams in errors; 0 for the legacy stream
 	destroyed atomic.Bool
 	capture   atomic.Pointer[capture] // the capture in progress on it, if any
 }
@@ -54,6 +56,14 @@ func (s *Stream) enqueue(op string, f func() error) error {
 		return d.wrap(op, cu.Synchronize())
 	}
 	return nil
+}
+
+// label names the stream in errors.
+func (s *Stream) label() string {
+	if s.legacy {
+		return "the legacy default stream"
+	}
+	return fmt.Sprintf("stream %d", s.id)
 }
 
 func (d *Device) reason(c *capture) string {
@@ -206,7 +216,7 @@ func (s *Stream) Wait(e device.Event) error {
 		case c != nil && ec == c:
 			return nil // in-stream order already holds inside the capture
 		case c != nil && recorded:
-			d.invalidate(c, "the capturing stream waited on an event recorded outside the capture")
+			d.invalidate(c, fmt.Sprintf("capturing %s waited on an event recorded outside the capture, by %s", s.label(), device.Culprit(0)))
 			return device.Errorf(d.name, op, device.ErrCaptureIsolation, "the event was recorded outside this capture")
 		case c != nil:
 			return nil // never recorded: a no-op, as in CUDA
@@ -237,8 +247,9 @@ func (s *Stream) Synchronize() error {
 		return err
 	}
 	if c := s.capture.Load(); c != nil {
-		d.invalidate(c, op+" was called on the capturing stream")
-		return device.Errorf(d.name, op, device.ErrCaptureViolation, "the stream is capturing; the capture is invalidated")
+		who := device.Culprit(0)
+		d.invalidate(c, fmt.Sprintf("%s was called on the capturing %s, by %s", op, s.label(), who))
+		return device.Errorf(d.name, op, device.ErrCaptureViolation, "%s is capturing; the capture is invalidated; called by %s", s.label(), who)
 	}
 	if s.legacy {
 		return d.wrap(op, cu.Synchronize())

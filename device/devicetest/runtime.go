@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -373,6 +374,30 @@ func testViolations(t *testing.T, open Opener) {
 		})
 	}
 
+	// A person reading the error must not need a stack dump to find which
+	// goroutine broke the capture: both the caller's error and EndCapture's
+	// name the call, the capturing stream and the caller's own function.
+	t.Run("the error names the culprit", func(t *testing.T) {
+		e := newEnv(t, open)
+		capt := e.stream()
+		x, staged := e.zeros(8), e.zeros(8)
+		e.must(capt.BeginCapture(device.CaptureGlobal))
+		e.must(capt.Fill(x, 1))
+		errc := make(chan error, 1)
+		go stageBatchFromLoader(e.dev, staged, errc)
+		err := <-errc
+		wantErr(t, err, device.ErrCaptureViolation, "Upload from a loader goroutine during a global capture")
+		_, endErr := capt.EndCapture()
+		wantErr(t, endErr, device.ErrCaptureInvalidated, "EndCapture after the loader's Upload")
+		for _, got := range []error{err, endErr} {
+			for _, want := range []string{"Upload", "stream", "goroutine", "devicetest.stageBatchFromLoader", "runtime.go:"} {
+				if !strings.Contains(got.Error(), want) {
+					t.Errorf("error does not name the culprit (missing %q): %v", want, got)
+				}
+			}
+		}
+	})
+
 	t.Run("async work on an unrelated stream is legal", func(t *testing.T) {
 		e := newEnv(t, open)
 		capt, other := e.stream(), e.stream()
@@ -640,4 +665,11 @@ func testMisuse(t *testing.T, open Opener) {
 	e.must(err)
 	defer ox.Destroy()
 	wantErr(t, s.Launch(ox), device.ErrMisuse, "Launch of an executable of another device")
+}
+
+// stageBatchFromLoader plays a data loader's staging goroutine that copies a
+// batch to the device with a synchronous Upload, unaware that the training
+// goroutine is capturing.
+func stageBatchFromLoader(dev device.Device, dst device.Buffer, errc chan<- error) {
+	errc <- dev.Upload(dst, make([]float32, 8))
 }
