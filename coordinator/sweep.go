@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,8 +27,13 @@ import (
 type SweepConfig struct {
 	Sweep *Sweep
 	// Dir is the sweep directory; "" names sweeps/<time>. It must not
-	// exist or be empty.
+	// exist or be empty, unless Resume.
 	Dir string
+	// Resume continues the sweep in Dir (Sweep is the one LoadSweepDir
+	// read from it): succeeded trials are kept as they are, interrupted
+	// and failed ones resume from their checkpoints (or start again
+	// without one) and pending ones start.
+	Resume bool
 	// Device is auto, cpu or cuda. auto takes GPU 0 when a CUDA worker can
 	// open one (GPUs, when given, name more), and the CPU otherwise.
 	Device string
@@ -133,6 +139,7 @@ func (s slot) env() []string {
 type SweepRun struct {
 	cfg   SweepConfig
 	dir   string
+	file  string // the sweep file results.json names
 	lock  *flock.Flock
 	slots []slot
 	log   *slog.Logger
@@ -155,8 +162,13 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &SweepRun{cfg: cfg, log: cfg.Logger}
-	if s.dir, err = planSweepDir(cfg.Dir, time.Now()); err != nil {
+	s := &SweepRun{cfg: cfg, log: cfg.Logger, file: cfg.Sweep.Path}
+	if cfg.Resume {
+		if _, _, err := LoadSweepDir(cfg.Dir); err != nil {
+			return nil, err
+		}
+		s.dir = cfg.Dir
+	} else if s.dir, err = planSweepDir(cfg.Dir, time.Now()); err != nil {
 		return nil, err
 	}
 	if err := checkTrials(cfg.Sweep); err != nil {
@@ -177,7 +189,77 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	if err := s.claim(); err != nil {
 		return nil, configErr(field.Errorf("sweep_dir", "%w", err))
 	}
+	if cfg.Resume {
+		return s, s.loadRows()
+	}
 	return s, s.writeConfigs()
+}
+
+// ErrNothingToResume is LoadSweepDir's and PrepareSweep's answer for a
+// sweep whose every trial succeeded.
+var ErrNothingToResume = errors.New("nothing to resume: every trial succeeded")
+
+// LoadSweepDir reads the sweep a sweep directory holds (its sweep.yaml)
+// and its results.json, refusing a directory that is not a sweep's.
+func LoadSweepDir(dir string) (*Sweep, Results, error) {
+	var res Results
+	if dir == "" {
+		return nil, res, configErr(field.Errorf("sweep_dir", "resuming needs the sweep directory to resume"))
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return nil, res, configErr(field.Errorf("sweep_dir", "%w; give the directory of the sweep to resume", err))
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, ResultsJSON))
+	if err == nil {
+		err = json.Unmarshal(raw, &res)
+	}
+	if err != nil {
+		return nil, res, configErr(field.Errorf("sweep_dir", "%s is not a sweep directory (%v); give the directory a tolaria sweep wrote", dir, err))
+	}
+	sw, err := ReadSweep(filepath.Join(dir, SweepFileCopy))
+	if err != nil {
+		return nil, res, configErr(field.Errorf("sweep_dir", "%s is not a sweep directory: %w", dir, err))
+	}
+	if _, err := matchRows(sw, res); err != nil {
+		return nil, res, configErr(field.Errorf("sweep_dir", "%s: %w", dir, err))
+	}
+	return sw, res, nil
+}
+
+// matchRows orders the rows of results.json as the sweep's trials.
+func matchRows(sw *Sweep, res Results) ([]TrialResult, error) {
+	byName := map[string]TrialResult{}
+	for _, r := range res.Trials {
+		byName[r.Name] = r
+	}
+	rows := make([]TrialResult, len(sw.Trials))
+	for i, t := range sw.Trials {
+		r, ok := byName[t.Name]
+		if !ok || len(res.Trials) != len(sw.Trials) {
+			return nil, fmt.Errorf("%s and %s do not name the same trials; it was not written by this sweep", ResultsJSON, SweepFileCopy)
+		}
+		rows[i] = r
+	}
+	return rows, nil
+}
+
+// loadRows takes the rows of a resumed sweep from its results.json, read
+// again now that the directory is held.
+func (s *SweepRun) loadRows() error {
+	_, res, err := LoadSweepDir(s.dir)
+	if err != nil {
+		return err
+	}
+	if s.rows, err = matchRows(s.cfg.Sweep, res); err != nil {
+		return configErr(field.Errorf("sweep_dir", "%s: %w", s.dir, err))
+	}
+	s.file = res.SweepFile
+	for _, r := range s.rows {
+		if r.State != TrialSucceeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %w", s.dir, ErrNothingToResume)
 }
 
 // planSweepDir refuses a directory that holds anything; "" names
@@ -363,7 +445,7 @@ func (s *SweepRun) Close() error {
 }
 
 func (s *SweepRun) writeResults() error {
-	return newResults(s.cfg.Sweep.Path, s.cfg.RankBy, s.rows, time.Now()).write(s.dir)
+	return newResults(s.file, s.cfg.RankBy, s.rows, time.Now()).write(s.dir)
 }
 
 func (s *SweepRun) report(u TrialUpdate) {
@@ -380,16 +462,27 @@ func (s *SweepRun) report(u TrialUpdate) {
 // trial's failure is recorded with its reason and the tail of its
 // worker's log, and the others go on. Cancelling ctx asks every running
 // worker to checkpoint and stop; those trials are recorded interrupted
-// and the trials not started stay pending. Run returns once every worker
-// has been reaped; the error is one writing the results.
+// and the trials not started stay pending. A resumed sweep's succeeded
+// trials are not run again. Run returns once every worker has been
+// reaped; the error is one writing the results.
 func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 	free := make(chan slot, len(s.slots))
 	for _, sl := range s.slots {
 		free <- sl
 	}
+	// A resumed sweep's succeeded trials stand as they are; a display
+	// hears of them once.
+	for i := range s.rows {
+		if r := s.rows[i]; r.State == TrialSucceeded {
+			s.report(TrialUpdate{Trial: r.Name, Index: i, State: r.State, Device: r.Device, Attempt: r.Attempts, Result: &r})
+		}
+	}
 	var wg sync.WaitGroup
 	var writeErr error
 	for i, t := range s.cfg.Sweep.Trials {
+		if s.rows[i].State == TrialSucceeded {
+			continue
+		}
 		var sl slot
 		select {
 		case sl = <-free:
@@ -429,7 +522,7 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 	for _, u := range unstarted {
 		s.report(u)
 	}
-	return newResults(s.cfg.Sweep.Path, s.cfg.RankBy, s.rows, time.Now()), writeErr
+	return newResults(s.file, s.cfg.RankBy, s.rows, time.Now()), writeErr
 }
 
 func (s *SweepRun) setRow(i int, f func(*TrialResult)) {
@@ -444,18 +537,20 @@ func (s *SweepRun) runTrial(ctx context.Context, i int, t Trial, sl slot) TrialR
 	s.mu.Lock()
 	res := s.rows[i]
 	s.mu.Unlock()
+	// A resumed sweep counts on from the trial's earlier attempts.
+	before, beforeSeconds := res.Attempts, res.Seconds
 	started := time.Now()
 	for attempt := 1; ; attempt++ {
-		res.Attempts = attempt
-		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: attempt})
-		a := s.attempt(ctx, i, t, sl, attempt)
+		res.Attempts = before + attempt
+		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: res.Attempts})
+		a := s.attempt(ctx, i, t, sl, res.Attempts)
 		res.State, res.Reason, res.LogTail, res.Summary, res.Device = a.state, a.reason, a.logTail, a.summary, sl.String()
 		if res.State != TrialFailed || attempt > s.cfg.Retries || ctx.Err() != nil {
 			break
 		}
 		s.log.Warn("trial failed; starting it again", "trial", t.Name, "attempt", attempt, "reason", a.reason)
 	}
-	res.Seconds = time.Since(started).Seconds()
+	res.Seconds = beforeSeconds + time.Since(started).Seconds()
 	return res
 }
 
@@ -468,13 +563,14 @@ type outcome struct {
 }
 
 // attempt runs a trial once in a worker process of its own: a fresh run,
-// or a resumed one when an earlier attempt left a checkpoint. Any error
+// or a resumed one when an earlier attempt (of this sweep, or of the one
+// a resumed sweep continues) left a checkpoint. Any error
 // of the run (the worker's own, its exit, the protocol) is the trial's
 // failure with that reason.
 func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) outcome {
 	spec := t.Spec
 	spec.Device, spec.RunDir = sl.device, filepath.Join(s.dir, t.Name)
-	if _, err := os.Stat(filepath.Join(spec.RunDir, trainer.CheckpointFile)); err == nil && n > 1 {
+	if _, err := os.Stat(filepath.Join(spec.RunDir, trainer.CheckpointFile)); err == nil && (n > 1 || s.cfg.Resume) {
 		spec.Resume = true
 	}
 	logTail := &tail{max: 4096}

@@ -235,6 +235,31 @@ func TestSweepRetriesAFailedTrial(t *testing.T) {
 func TestSweepInterrupted(t *testing.T) {
 	text := strings.Replace(testSweep, "epochs: 2", "epochs: 2000", 1)
 	cfg := sweepConfig(t, text)
+	res := interruptSweep(t, cfg)
+	if res.Counts["interrupted"] != 2 || res.Counts["pending"] != 2 {
+		t.Fatalf("counts %v", res.Counts)
+	}
+	for _, r := range res.Trials {
+		switch r.State {
+		case TrialInterrupted:
+			if r.Summary == nil || !r.Summary.Interrupted || !strings.Contains(r.Reason, "checkpoint saved") {
+				t.Errorf("interrupted row %+v", r)
+			}
+			if _, err := os.Stat(filepath.Join(r.RunDir, trainer.CheckpointFile)); err != nil {
+				t.Errorf("trial %s: no checkpoint: %v", r.Name, err)
+			}
+		case TrialPending:
+			if !strings.Contains(r.Reason, "not started") {
+				t.Errorf("pending row %+v", r)
+			}
+		}
+	}
+}
+
+// interruptSweep runs cfg two trials at a time and cancels it once both
+// train in their second epoch.
+func interruptSweep(t *testing.T, cfg SweepConfig) Results {
+	t.Helper()
 	cfg.Parallel = 2
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -259,23 +284,143 @@ func TestSweepInterrupted(t *testing.T) {
 		}
 	}
 	res, _ := runSweep(t, ctx, cfg)
-	if res.Counts["interrupted"] != 2 || res.Counts["pending"] != 2 {
-		t.Fatalf("counts %v", res.Counts)
+	return res
+}
+
+// resumeConfig is cfg resuming its sweep directory, as tolaria sweep
+// --resume reads it.
+func resumeConfig(t *testing.T, cfg SweepConfig) SweepConfig {
+	t.Helper()
+	sw, _, err := LoadSweepDir(cfg.Dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, r := range res.Trials {
-		switch r.State {
-		case TrialInterrupted:
-			if r.Summary == nil || !r.Summary.Interrupted || !strings.Contains(r.Reason, "checkpoint saved") {
-				t.Errorf("interrupted row %+v", r)
-			}
-			if _, err := os.Stat(filepath.Join(r.RunDir, trainer.CheckpointFile)); err != nil {
-				t.Errorf("trial %s: no checkpoint: %v", r.Name, err)
-			}
-		case TrialPending:
-			if !strings.Contains(r.Reason, "not started") {
-				t.Errorf("pending row %+v", r)
+	cfg.Sweep, cfg.Resume, cfg.Report = sw, true, nil
+	return cfg
+}
+
+func TestSweepResumesAnInterruptedSweep(t *testing.T) {
+	// Long enough that no trial ends before the cancel reaches it.
+	text := strings.Replace(testSweep, "epochs: 2", "epochs: 150", 1)
+	cfg := sweepConfig(t, text)
+	first := interruptSweep(t, cfg)
+	if first.Counts["interrupted"] != 2 || first.Counts["pending"] != 2 {
+		t.Fatalf("counts after the interrupt %v", first.Counts)
+	}
+	was := map[string]TrialResult{}
+	for _, r := range first.Trials {
+		was[r.Name] = r
+	}
+	res, _ := runSweep(t, context.Background(), resumeConfig(t, cfg))
+	if res.Counts["succeeded"] != 4 || res.SweepFile != cfg.Sweep.Path {
+		t.Fatalf("resumed sweep: counts %v, sweep file %s", res.Counts, res.SweepFile)
+	}
+	if disk := readResults(t, cfg.Dir); disk.Counts["succeeded"] != 4 || disk.Trials[0].Rank != 1 || disk.Trials[3].Rank != 4 {
+		t.Errorf("results.json after resuming: %+v", disk)
+	}
+	for i, tr := range cfg.Sweep.Trials {
+		var r TrialResult
+		for _, row := range res.Trials {
+			if row.Name == tr.Name {
+				r = row
 			}
 		}
+		switch was[tr.Name].State {
+		case TrialInterrupted:
+			if r.Attempts != 2 || r.Summary.ResumedFromStep < 8 {
+				t.Errorf("trial %s resumed: attempts %d, resumed from step %d", r.Name, r.Attempts, r.Summary.ResumedFromStep)
+			}
+			// It ends with the parameters of a run never interrupted.
+			spec := cfg.Sweep.Trials[i].Spec
+			spec.Device, spec.RunDir = "cpu", filepath.Join(t.TempDir(), tr.Name)
+			_, sum := train(t, request(t, spec))
+			if sum.ParamsSHA256 != r.Summary.ParamsSHA256 {
+				t.Errorf("trial %s: params %s after resuming, %s uninterrupted", r.Name, r.Summary.ParamsSHA256, sum.ParamsSHA256)
+			}
+		case TrialPending:
+			if r.Attempts != 1 || r.Summary.ResumedFromStep != 0 {
+				t.Errorf("trial %s started: attempts %d, resumed from step %d", r.Name, r.Attempts, r.Summary.ResumedFromStep)
+			}
+		}
+	}
+	// Every trial succeeded: there is nothing left, and nothing changes.
+	before, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsJSON))
+	if _, err := PrepareSweep(context.Background(), resumeConfig(t, cfg)); !errors.Is(err, ErrNothingToResume) {
+		t.Errorf("resuming a finished sweep: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsJSON)); string(after) != string(before) {
+		t.Error("resuming a finished sweep rewrote results.json")
+	}
+}
+
+func TestSweepResumeKeepsSucceededTrials(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	cfg.Parallel = 2
+	// Trial b fails at its 10th step, after its first epoch's checkpoint.
+	t.Setenv(jobserver.FaultEnv, "step=10,exit=7,run=b")
+	first, _ := runSweep(t, context.Background(), cfg)
+	if first.Counts["failed"] != 1 || first.Counts["succeeded"] != 3 {
+		t.Fatalf("counts %v", first.Counts)
+	}
+	kept := map[string]string{}
+	for _, r := range first.Trials {
+		raw, _ := json.Marshal(r)
+		kept[r.Name] = string(raw)
+	}
+	res, _ := runSweep(t, context.Background(), resumeConfig(t, cfg))
+	if res.Counts["succeeded"] != 4 {
+		t.Fatalf("counts after resuming %v", res.Counts)
+	}
+	for _, r := range readResults(t, cfg.Dir).Trials {
+		if r.Name == "b" {
+			if r.Attempts != 2 || r.Summary.ResumedFromStep != 8 {
+				t.Errorf("trial b re-run: attempts %d, resumed from step %d", r.Attempts, r.Summary.ResumedFromStep)
+			}
+			continue
+		}
+		// Rank aside (b now ranks among them), a succeeded row is as it was.
+		r.Rank = 0
+		var was TrialResult
+		if err := json.Unmarshal([]byte(kept[r.Name]), &was); err != nil {
+			t.Fatal(err)
+		}
+		was.Rank = 0
+		a, _ := json.Marshal(r)
+		w, _ := json.Marshal(was)
+		if string(a) != string(w) {
+			t.Errorf("trial %s changed on resume:\n%s\nwas\n%s", r.Name, a, w)
+		}
+	}
+}
+
+func TestResumeSweepRefuses(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	notSweep := t.TempDir()
+	if err := os.WriteFile(filepath.Join(notSweep, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ dir, want string }{
+		{"", "sweep_dir: resuming needs the sweep directory"},
+		{filepath.Join(t.TempDir(), "none"), "no such file or directory"},
+		{notSweep, "is not a sweep directory"},
+	} {
+		if _, _, err := LoadSweepDir(c.dir); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("LoadSweepDir(%q): got %v, want ErrConfig with %q", c.dir, err, c.want)
+		}
+	}
+	// A sweep held by another: refused before anything is written.
+	held, err := PrepareSweep(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	before, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsJSON))
+	_, err = PrepareSweep(context.Background(), resumeConfig(t, cfg))
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "in use by another tolaria sweep") {
+		t.Errorf("resuming a held sweep: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsJSON)); string(after) != string(before) {
+		t.Error("a refused resume rewrote results.json")
 	}
 }
 

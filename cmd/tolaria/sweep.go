@@ -24,7 +24,7 @@ const exitSomeFailed = 3
 
 func newSweepCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "sweep FILE",
+		Use:   "sweep FILE | sweep --resume --sweep-dir DIR",
 		Short: "run many training jobs (trials) from a sweep file, each in its own worker process",
 		Long: `sweep runs the trials of a YAML sweep file, each in its own tolaria-worker
 process with its own run directory under the sweep directory, several at once,
@@ -42,17 +42,33 @@ train --config), one run directory per trial (config.yaml, events.jsonl,
 checkpoint.tlck, summary.json, worker.log) and results.json and results.csv,
 rewritten as each trial ends.
 
+--resume --sweep-dir DIR continues an interrupted or partly failed sweep from
+the sweep.yaml it saved (no FILE then): succeeded trials are kept as they are,
+interrupted and failed ones resume from their checkpoints (or start again
+without one) and pending ones start; the ranking covers every trial. A sweep
+whose every trial succeeded has nothing to resume (exit 0).
+
 Exit status: 0 every trial succeeded, 3 some failed, 1 none succeeded,
 2 bad input (nothing started), 130 interrupted (Ctrl-C: every running trial
 checkpoints and stops).`,
-		Args: func(_ *cobra.Command, args []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
+			if resume, _ := cmd.Flags().GetBool("resume"); resume {
+				if len(args) > 0 {
+					return usagef("tolaria sweep --resume takes no sweep file: it resumes the sweep saved in --sweep-dir, got %q", args[0])
+				}
+				return nil
+			}
 			if len(args) != 1 {
 				return usagef("tolaria sweep takes one sweep file, got %d arguments (see --help)", len(args))
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return sweep(cmd.Context(), cmd, args[0])
+			path := ""
+			if len(args) > 0 {
+				path = args[0]
+			}
+			return sweep(cmd.Context(), cmd, path)
 		},
 	}
 	fs := cmd.Flags()
@@ -63,7 +79,8 @@ checkpoints and stops).`,
 	fs.Int("retries", 0, "start a failed trial again up to N times, from its last checkpoint when it has one")
 	fs.String("rank-by", "test_accuracy", "summary key to rank trials by: "+strings.Join(coordinator.RankKeys(), ", ")+
 		" (keys ending in loss or seconds rank ascending, the others descending)")
-	fs.String("sweep-dir", "", "sweep directory, new or empty (default sweeps/<time>)")
+	fs.String("sweep-dir", "", "sweep directory, new or empty (default sweeps/<time>); with --resume, the sweep to resume")
+	fs.Bool("resume", false, "resume the sweep in --sweep-dir: run only its trials that did not succeed")
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
 	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a trial's tolaria-worker may send no heartbeat before it is taken for hung, killed and its trial failed (at least 1s)")
@@ -116,6 +133,14 @@ func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error
 			cfg.GPUs = append(cfg.GPUs, n)
 		}
 	}
+	if cfg.Resume, _ = fs.GetBool("resume"); cfg.Resume {
+		var saved coordinator.Results
+		cfg.Sweep, saved, err = coordinator.LoadSweepDir(cfg.Dir)
+		if err == nil && !fs.Changed("rank-by") {
+			cfg.RankBy = saved.RankBy // ranked as it was unless asked otherwise
+		}
+		return cfg, err
+	}
 	cfg.Sweep, err = coordinator.ReadSweep(path)
 	return cfg, err
 }
@@ -131,6 +156,11 @@ func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.update
 	s, err := coordinator.PrepareSweep(ctx, cfg)
+	if errors.Is(err, coordinator.ErrNothingToResume) {
+		view.close()
+		fmt.Fprintf(stderr, "tolaria: %v; results in %s/%s\n", err, cfg.Dir, coordinator.ResultsJSON)
+		return nil
+	}
 	if err != nil {
 		view.close()
 		if ctx.Err() != nil {
@@ -140,7 +170,7 @@ func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
 		return sweepRefused(stderr, err)
 	}
 	defer s.Close()
-	log.Info("sweep", "file", path, "trials", len(cfg.Sweep.Trials), "devices", s.Devices(), "parallel", s.Parallel(), "sweep_dir", s.Dir())
+	log.Info("sweep", "file", cfg.Sweep.Path, "resume", cfg.Resume, "trials", len(cfg.Sweep.Trials), "devices", s.Devices(), "parallel", s.Parallel(), "sweep_dir", s.Dir())
 	view.start()
 	res, err := s.Run(ctx)
 	view.close()
