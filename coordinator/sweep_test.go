@@ -353,6 +353,32 @@ func TestSweepResumesAnInterruptedSweep(t *testing.T) {
 	}
 }
 
+func TestSweepResumesAKilledSweep(t *testing.T) {
+	text := strings.Replace(testSweep, "epochs: 2", "epochs: 150", 1)
+	cfg := sweepConfig(t, text)
+	interruptSweep(t, cfg)
+	// A sweep killed outright leaves its running trials so, on their
+	// first attempt, with their checkpoints.
+	res := readResults(t, cfg.Dir)
+	for i, r := range res.Trials {
+		if r.State == TrialInterrupted {
+			res.Trials[i].State, res.Trials[i].Attempts, res.Trials[i].Summary, res.Trials[i].Reason = TrialRunning, 0, nil, ""
+		}
+	}
+	if err := res.write(cfg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := runSweep(t, context.Background(), resumeConfig(t, cfg))
+	if got.Counts["succeeded"] != 4 {
+		t.Fatalf("counts after resuming a killed sweep %v: %+v", got.Counts, got.Trials)
+	}
+	for _, r := range got.Trials {
+		if r.Attempts != 1 {
+			t.Errorf("trial %s: attempts %d", r.Name, r.Attempts)
+		}
+	}
+}
+
 func TestSweepResumeKeepsSucceededTrials(t *testing.T) {
 	cfg := sweepConfig(t, testSweep)
 	cfg.Parallel = 2
