@@ -204,7 +204,7 @@ var ErrNothingToResume = errors.New("nothing to resume: every trial succeeded")
 func LoadSweepDir(dir string) (*Sweep, Results, error) {
 	var res Results
 	if dir == "" {
-		return nil, res, configErr(field.Errorf("sweep_dir", "resuming needs the sweep directory to resume"))
+		return nil, res, configErr(field.Errorf("sweep_dir", "is required to resume a sweep: give the directory the sweep wrote"))
 	}
 	if _, err := os.Stat(dir); err != nil {
 		return nil, res, configErr(field.Errorf("sweep_dir", "%w; give the directory of the sweep to resume", err))

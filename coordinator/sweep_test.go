@@ -426,7 +426,7 @@ func TestResumeSweepRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ dir, want string }{
-		{"", "sweep_dir: resuming needs the sweep directory"},
+		{"", "sweep_dir: is required to resume a sweep"},
 		{filepath.Join(t.TempDir(), "none"), "no such file or directory"},
 		{notSweep, "is not a sweep directory"},
 	} {

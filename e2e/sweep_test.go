@@ -144,13 +144,18 @@ func TestSweepRefusesBadInput(t *testing.T) {
 // TestSweepInterruptLeavesNothingRunning: SIGINT mid-sweep stops the two
 // running trials with a checkpoint, records them interrupted and the
 // others pending, exits 130, and no worker process is left.
+// TestSweepInterruptLeavesNothingRunning: SIGINT stops every worker, the
+// running trials checkpoint, and tolaria sweep --resume finishes the
+// sweep, resuming them and starting the others.
 func TestSweepInterruptLeavesNothingRunning(t *testing.T) {
 	dir := t.TempDir()
-	file := writeSweepFile(t, dir, strings.Replace(e2eSweep, "epochs: 2", "epochs: 10000", 1))
+	// Some seconds a trial: long enough to interrupt, short enough to
+	// finish on resume.
+	file := writeSweepFile(t, dir, strings.Replace(e2eSweep, "epochs: 2", "epochs: 1000", 1))
 	sweepDir := filepath.Join(dir, "sweep")
 	cmd, stderr := startRun(t, dir, "sweep", file, "--device", "cpu", "--parallel", "2", "--sweep-dir", sweepDir)
 	waitFor(t, "two trials past an epoch", func() bool {
-		return strings.Count(stderr.String(), ": epoch 1/10000") >= 2
+		return strings.Count(stderr.String(), ": epoch 1/1000") >= 2
 	})
 	pids := workerPIDs(t, sweepDir)
 	if len(pids) != 2 {
@@ -179,6 +184,33 @@ func TestSweepInterruptLeavesNothingRunning(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(row.RunDir, trainer.CheckpointFile)); err != nil {
 			t.Errorf("interrupted trial %s has no checkpoint: %v", row.Name, err)
 		}
+	}
+
+	if r := tolaria(t, dir, nil, "sweep", "--resume", "--sweep-dir", sweepDir, file); r.code != 2 || !strings.Contains(r.stderr, "takes no sweep file") {
+		t.Errorf("--resume with a sweep file: exit %d\n%s", r.code, r.stderr)
+	}
+	r := tolaria(t, dir, nil, "sweep", "--resume", "--sweep-dir", sweepDir, "--device", "cpu", "--parallel", "2")
+	if r.code != 0 {
+		t.Fatalf("--resume: exit %d\n%s", r.code, r.stderr)
+	}
+	resumed := readSweepResults(t, sweepDir)
+	if resumed.Counts["succeeded"] != 4 {
+		t.Fatalf("after --resume: counts %v", resumed.Counts)
+	}
+	for _, row := range resumed.Trials {
+		interrupted := false
+		for _, was := range res.Trials {
+			interrupted = interrupted || (was.Name == row.Name && was.State == coordinator.TrialInterrupted)
+		}
+		if resumedFrom := row.Summary.ResumedFromStep; interrupted != (resumedFrom > 0) {
+			t.Errorf("trial %s (interrupted: %v) resumed from step %d", row.Name, interrupted, resumedFrom)
+		}
+	}
+	if r := tolaria(t, dir, nil, "sweep", "--resume", "--sweep-dir", sweepDir, "--device", "cpu"); r.code != 0 || !strings.Contains(r.stderr, "nothing to resume") {
+		t.Errorf("--resume of a finished sweep: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := tolaria(t, dir, nil, "sweep", "--resume", "--sweep-dir", dir); r.code != 2 || !strings.Contains(r.stderr, "is not a sweep directory") {
+		t.Errorf("--resume of a directory that is not a sweep's: exit %d\n%s", r.code, r.stderr)
 	}
 }
 
