@@ -35,7 +35,13 @@ type Device interface {
 	// Alloc returns n float32 elements of device memory, not initialised.
 	// Capture-unsafe.
 	Alloc(n int) (Buffer, error)
-	// Free releases memory returned by Alloc. Capture-unsafe.
+	// Free releases memory returned by Alloc. Capture-unsafe. A graph or
+	// executable captured against the buffer keeps its memory: no later
+	// Alloc receives it until every such graph and executable is destroyed
+	// (or the executable is updated to a graph that does not name it), so a
+	// launch after the Free never writes into another buffer. A backend that
+	// reuses memory (CUDA's pool) counts it as in use (MemoryStats) until
+	// then; the CPU device never reuses memory and counts it freed at once.
 	Free(Buffer) error
 	// AllocHost returns n float32 elements of pinned host memory, zeroed.
 	// Capture-unsafe.

@@ -59,8 +59,9 @@ type capture struct {
 	mode        device.CaptureMode
 	origin      *Stream
 	invalidated atomic.Bool
-	reason      string   // why it was invalidated; guarded by Device.mu
-	events      []*Event // events recorded inside it; guarded by Device.mu
+	reason      string                    // why it was invalidated; guarded by Device.mu
+	events      []*Event                  // events recorded inside it; guarded by Device.mu
+	refs        map[*deviceAlloc]struct{} // allocations its work names; guarded by Device.mu
 }
 
 // checkUnsafe is called by every capture-unsafe operation (allocation,

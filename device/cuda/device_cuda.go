@@ -250,6 +250,15 @@ func (d *Device) Free(b device.Buffer) error {
 		a.freed.Store(false)
 		return d.wrap(op, err)
 	}
+	d.mu.Lock()
+	if a.holds > 0 {
+		// A live graph or executable still refers to the block: the pool
+		// takes it back when the last of them lets go.
+		a.parked = true
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
 	if err := d.pool.put(uintptr(a.ptr), int64(a.n)*4); err != nil {
 		return device.Errorf(d.name, op, device.ErrMisuse, "%v", err)
 	}
@@ -479,6 +488,8 @@ func (d *Device) Instantiate(g device.Graph) (device.Exec, error) {
 	}
 	x := &Exec{dev: d, e: e, nodes: gr.nodes}
 	d.mu.Lock()
+	x.refs = append([]*deviceAlloc(nil), gr.refs...)
+	holdAllLocked(x.refs)
 	d.execs[x] = struct{}{}
 	d.mu.Unlock()
 	return x, nil
@@ -580,6 +591,11 @@ type deviceAlloc struct {
 	ptr   cu.DevicePtr
 	n     int
 	freed atomic.Bool
+
+	// Guarded by Device.mu: how many graphs and executables refer to the
+	// block, and whether it was freed while they did (holds_cuda.go).
+	holds  int
+	parked bool
 }
 
 func (a *deviceAlloc) Len() int { return a.n }

@@ -107,6 +107,7 @@ type Graph struct {
 	g         graphHandle
 	nodes     int
 	destroyed atomic.Bool
+	refs      []*deviceAlloc // held; guarded by Device.mu
 }
 
 // Nodes is the number of nodes in the graph.
@@ -126,6 +127,8 @@ func (g *Graph) Destroy() error {
 	}
 	d.mu.Lock()
 	delete(d.graphs, g)
+	d.releaseLocked(g.refs)
+	g.refs = nil
 	d.mu.Unlock()
 	if r := graphDestroy(g.g); r != cuSuccess {
 		return d.driver(op, r)
@@ -139,6 +142,7 @@ type Exec struct {
 	e         execHandle
 	nodes     int
 	destroyed atomic.Bool
+	refs      []*deviceAlloc // held; guarded by Device.mu
 }
 
 // Nodes is the number of nodes launched per Launch.
@@ -169,6 +173,13 @@ func (x *Exec) Update(g device.Graph) error {
 	if r != cuSuccess {
 		return d.driver(op, r)
 	}
+	// The executable now refers to g's buffers, no longer to its old ones.
+	d.mu.Lock()
+	old := x.refs
+	x.refs = append([]*deviceAlloc(nil), gr.refs...)
+	holdAllLocked(x.refs)
+	d.releaseLocked(old)
+	d.mu.Unlock()
 	return nil
 }
 
@@ -204,6 +215,8 @@ func (x *Exec) Destroy() error {
 	}
 	d.mu.Lock()
 	delete(d.execs, x)
+	d.releaseLocked(x.refs)
+	x.refs = nil
 	d.mu.Unlock()
 	if r := graphExecDestroy(x.e); r != cuSuccess {
 		return d.driver(op, r)

@@ -15,6 +15,7 @@ import (
 // float parameters sit in the low half, where a little-endian launch reads them.
 type kargs struct {
 	d     *Device
+	s     *Stream
 	op    string
 	n     int
 	slots [maxKernelParam]uint64
@@ -43,6 +44,9 @@ func (a *kargs) buf(name string, b device.Buffer) *kargs {
 	if err != nil && a.err == nil {
 		a.err = err
 	}
+	if err == nil {
+		a.s.note(b.Allocation().(*deviceAlloc))
+	}
 	return a.push(uint64(p))
 }
 
@@ -60,7 +64,7 @@ func (s *Stream) launch(op string, k kernel, g dims, a *kargs) error {
 	})
 }
 
-func (s *Stream) args(op string) *kargs { return &kargs{d: s.dev, op: op} }
+func (s *Stream) args(op string) *kargs { return &kargs{d: s.dev, s: s, op: op} }
 
 // Gemm computes C = alpha*op(A)*op(B) + beta*C (tl_gemm).
 func (s *Stream) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b device.Buffer, beta float32, c device.Buffer) error {

@@ -129,6 +129,7 @@ func (s *Stream) CopyHtoD(dst device.Buffer, src device.HostBuffer) error {
 	if src.IsPageable() {
 		return s.pageableCopy(op, src.Data(), copyFn)
 	}
+	s.note(dst.Allocation().(*deviceAlloc))
 	return s.enqueue(op, copyFn)
 }
 
@@ -152,6 +153,7 @@ func (s *Stream) CopyDtoH(dst device.HostBuffer, src device.Buffer) error {
 	if dst.IsPageable() {
 		return s.pageableCopy(op, dst.Data(), copyFn)
 	}
+	s.note(src.Allocation().(*deviceAlloc))
 	return s.enqueue(op, copyFn)
 }
 
@@ -170,6 +172,8 @@ func (s *Stream) CopyDtoD(dst, src device.Buffer) error {
 	if src.Len() != dst.Len() {
 		return d.misuse(op, "src has %d elements, dst %d", src.Len(), dst.Len())
 	}
+	s.note(dst.Allocation().(*deviceAlloc))
+	s.note(src.Allocation().(*deviceAlloc))
 	return s.enqueue(op, func() error { return cu.MemcpyDtoDAsync(dp, sp, dst.Bytes(), s.cu) })
 }
 
@@ -336,6 +340,7 @@ func (s *Stream) EndCapture() (device.Graph, error) {
 	}
 	gr := &Graph{dev: d, g: g, nodes: n}
 	d.mu.Lock()
+	gr.refs = holdLocked(c.refs)
 	d.graphs[gr] = struct{}{}
 	d.mu.Unlock()
 	return gr, nil

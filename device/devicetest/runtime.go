@@ -573,6 +573,34 @@ func testIsolation(t *testing.T, open Opener) {
 	})
 }
 
+// testFreedMemoryHeldByExec: an executable holds the addresses it was
+// captured against. Freeing one of its buffers must not let the next Alloc
+// of the same size receive that memory while the executable lives, or its
+// next launch writes into the new owner's data.
+func testFreedMemoryHeldByExec(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	s := e.stream()
+	before := e.dev.MemoryStats().DeviceInUse
+	old := e.zeros(64)
+	g := e.captureFill(s, old, 7, false)
+	x, err := e.dev.Instantiate(g)
+	e.must(err)
+	e.must(g.Destroy())
+	e.must(e.dev.Free(old))
+	// Same size: a pooling backend would hand the freed block back.
+	fresh := e.zeros(64)
+	e.must(s.Launch(x))
+	e.must(s.Synchronize())
+	if got := e.read(fresh); got[0] != 0 || got[63] != 0 {
+		t.Fatalf("a launch of an executable captured against a freed buffer wrote %v into the buffer allocated after the free", got[0])
+	}
+	e.must(x.Destroy())
+	// With its last holder gone, the freed memory is no longer counted.
+	if got, want := e.dev.MemoryStats().DeviceInUse, before+fresh.Bytes(); got != want {
+		t.Errorf("after the executable was destroyed %d bytes are in use, want %d (the freed buffer's memory was not given back)", got, want)
+	}
+}
+
 func (e *env) captureFill(s device.Stream, dst device.Buffer, v float32, scale bool) device.Graph {
 	e.t.Helper()
 	e.must(s.BeginCapture(device.CaptureGlobal))
