@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -228,18 +227,5 @@ func TestShardedEvalInterrupt(t *testing.T) {
 // line of each start in their logs.
 func evalWorkerPIDs(t *testing.T, run string) []int {
 	t.Helper()
-	logs, _ := filepath.Glob(filepath.Join(run, coordinator.EvalDir, "shard-*.log"))
-	re := regexp.MustCompile(`tolaria-worker pid (\d+) started`)
-	seen := map[int]bool{}
-	var pids []int
-	for _, l := range logs {
-		raw, _ := os.ReadFile(l)
-		for _, m := range re.FindAllStringSubmatch(string(raw), -1) {
-			if pid, _ := strconv.Atoi(m[1]); !seen[pid] {
-				seen[pid] = true
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
+	return pidsInLogs(filepath.Join(run, coordinator.EvalDir, "shard-*.log"), `tolaria-worker pid (\d+) started`)
 }

@@ -218,8 +218,14 @@ func TestSweepInterruptLeavesNothingRunning(t *testing.T) {
 // directories.
 func workerPIDs(t *testing.T, sweepDir string) []int {
 	t.Helper()
-	logs, _ := filepath.Glob(filepath.Join(sweepDir, "*", "worker.log"))
-	re := regexp.MustCompile(`worker_pid=(\d+)`)
+	return pidsInLogs(filepath.Join(sweepDir, "*", "worker.log"), `worker_pid=(\d+)`)
+}
+
+// pidsInLogs collects, once each and in order, the pids that pattern's
+// first group finds in the files glob names.
+func pidsInLogs(glob, pattern string) []int {
+	logs, _ := filepath.Glob(glob)
+	re := regexp.MustCompile(pattern)
 	seen := map[int]bool{}
 	var pids []int
 	for _, l := range logs {
