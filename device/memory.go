@@ -107,3 +107,49 @@ type MemoryStats struct {
 	Allocs      uint64 // device allocations made since the device opened
 	HostAllocs  uint64 // pinned host allocations made since the device opened
 }
+
+// Granular is implemented by a backend that hands out device memory in
+// blocks of a fixed granule (the CUDA pool rounds every Alloc up to one),
+// so that a bill written before allocating counts what the device will
+// hold, not only what was asked for. A backend without it holds exactly
+// the bytes asked for.
+type Granular interface {
+	// AllocGranule is the block size in bytes every Alloc is rounded up to.
+	AllocGranule() int64
+}
+
+// AllocBytes is the device memory an Alloc of n float32 elements holds on
+// dev: 4n bytes, rounded up to the backend's granule (see Granular).
+func AllocBytes(dev Device, n int) int64 {
+	bytes := int64(n) * 4
+	if g, ok := dev.(Granular); ok {
+		if q := g.AllocGranule(); q > 1 {
+			bytes = (bytes + q - 1) / q * q
+		}
+	}
+	return bytes
+}
+
+// DriverMemory is implemented by a backend whose driver reports the free
+// and total memory of the whole device (cuMemGetInfo): what every process
+// and the driver itself hold, not only this Device's allocations. A
+// budget is kept against these figures on a real GPU.
+type DriverMemory interface {
+	// DriverMemory returns the device's free and total memory in bytes.
+	DriverMemory() (free, total int64, err error)
+}
+
+// UsedMemory is how much of dev's memory is in use, and where the figure
+// comes from: the driver's ("driver", total minus free, see DriverMemory)
+// when the backend reports one, else the device's count of its own live
+// allocations ("allocations", MemoryStats.DeviceInUse).
+func UsedMemory(dev Device) (bytes int64, source string, err error) {
+	if dm, ok := dev.(DriverMemory); ok {
+		free, total, err := dm.DriverMemory()
+		if err != nil {
+			return 0, "driver", err
+		}
+		return total - free, "driver", nil
+	}
+	return dev.MemoryStats().DeviceInUse, "allocations", nil
+}

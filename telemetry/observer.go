@@ -141,6 +141,9 @@ func (o *metricsObserver) record(m trainer.Measurement) bool {
 		o.m.deviceMemory.WithLabelValues(o.device, o.worker, m.What).Set(float64(m.Bytes))
 	case trainer.TrainBatch:
 		// An audit of the data path for tests; no metric.
+	case trainer.MemoryBill:
+		// Once per run, in the events log as its memory_bill event;
+		// device memory in use is the device_memory gauge.
 	case trainer.Event:
 		// Events go to the EventLog (see EventLog.Observer and trainer.Tee).
 	default:

@@ -111,6 +111,7 @@ const (
 	EventPrefetchOff = "prefetch_to_device_disabled"
 	EventDone        = "done"
 	EventError       = "error"
+	EventMemoryBill  = "memory_bill"
 )
 
 // Event is one line of the events log: a notable event rather than a
@@ -135,6 +136,7 @@ func (EvalAccuracy) Name() string     { return "eval_accuracy" }
 func (Epoch) Name() string            { return "epoch" }
 func (DeviceMemory) Name() string     { return "device_memory" }
 func (TrainBatch) Name() string       { return "train_batch" }
+func (MemoryBill) Name() string       { return "memory_bill" }
 func (Event) Name() string            { return "event" }
 
 // kinds lists every kind of measurement: the wire codec knows these and
@@ -155,6 +157,7 @@ func kinds() []kind {
 		kindOf[Epoch](),
 		kindOf[DeviceMemory](),
 		kindOf[TrainBatch](),
+		kindOf[MemoryBill](),
 		kindOf[Event](),
 	}
 }

@@ -27,6 +27,8 @@ func samples() map[string]trainer.Measurement {
 		trainer.Epoch{Epoch: 3},
 		trainer.DeviceMemory{What: "in_use", Bytes: 4096},
 		trainer.TrainBatch{Seq: 17, Indices: []int{4, 0, 9}},
+		trainer.MemoryBill{Estimate: trainer.Bill{Parameters: 1, Gradients: 2, OptimizerState: 3, Activations: 4, Workspace: 5,
+			StagingInputs: 6, PinnedHost: 7}, ActualDevice: 8, ActualPinned: 9, Source: "driver"},
 		trainer.Event{Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Kind: trainer.EventCapture,
 			Fields: map[string]any{"seconds": 0.5, "pooled": true, "stage": "train"}},
 	}

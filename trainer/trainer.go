@@ -114,7 +114,7 @@ func (p *Plan) Run(ctx context.Context, dev device.Device, shared *Shared) (Summ
 		ck = *p.ck
 	}
 	defer r.close()
-	if err := r.setup(ctx, startSeq, &ck); err != nil {
+	if err := r.billed(ctx, startSeq, &ck); err != nil {
 		return Summary{}, err
 	}
 	err = r.loop(ctx, startSeq)
@@ -124,21 +124,38 @@ func (p *Plan) Run(ctx context.Context, dev device.Device, shared *Shared) (Summ
 	return r.sum, err
 }
 
-// fits refuses, before anything is allocated, a run whose model, optimizer
-// state, workspace and input buffers cannot fit in the device's memory.
+// fits refuses, before anything is allocated, a run whose bill (model,
+// optimizer state, workspace and input buffers) cannot fit in the
+// device's memory.
 func (r *run) fits() error {
 	c := &r.cfg
-	elems := int64(c.Spec.ParamCount()) * int64(1+c.Optimizer.StateBuffers()) // parameters and optimizer state
-	for _, n := range nn.WorkspaceSizes(c.Spec, c.BatchSize) {                // gradients, activations
-		elems += int64(n)
-	}
-	elems += 4 * int64(nn.NewLayout(c.Spec, c.BatchSize).Len) // two input buffers each for training and evaluation
-	need := 4 * elems
+	bill := BillFor(*c, r.dev)
+	need := bill.DeviceBytes()
 	m := r.dev.MemoryStats()
 	if m.DeviceLimit > 0 && m.DeviceInUse+need > m.DeviceLimit {
-		return fmt.Errorf("%w: the model %s at batch %d needs about %.1f GiB of device memory (parameters, gradients, optimizer state, activations), and device %s has %.1f GiB free; use a smaller model (--hidden) or batch (--batch-size)",
-			device.ErrOutOfMemory, c.Spec, c.BatchSize, float64(need)/(1<<30), r.dev.Name(), float64(m.DeviceLimit-m.DeviceInUse)/(1<<30))
+		return fmt.Errorf("%w: the model %s at batch %d needs about %.1f GiB of device memory (%s), and device %s has %.1f GiB free; use a smaller model (--hidden) or batch (--batch-size)",
+			device.ErrOutOfMemory, c.Spec, c.BatchSize, float64(need)/(1<<30), bill, r.dev.Name(), float64(m.DeviceLimit-m.DeviceInUse)/(1<<30))
 	}
+	return nil
+}
+
+// billed runs set-up and reports the run's bill next to the device memory
+// and pinned host memory set-up actually took.
+func (r *run) billed(ctx context.Context, startSeq int, ck *Checkpoint) error {
+	before, source, berr := device.UsedMemory(r.dev)
+	pinned := r.dev.MemoryStats().HostPinned
+	if err := r.setup(ctx, startSeq, ck); err != nil {
+		return err
+	}
+	after, _, aerr := device.UsedMemory(r.dev)
+	if err := errors.Join(berr, aerr); err != nil {
+		r.log.Warn("the device's memory could not be read; the bill is not checked", "err", err)
+		return nil
+	}
+	m := MemoryBill{Estimate: BillFor(r.cfg, r.dev), ActualDevice: after - before,
+		ActualPinned: r.dev.MemoryStats().HostPinned - pinned, Source: source}
+	r.obs.Observe(m)
+	r.obs.Observe(Event{Time: time.Now(), Kind: EventMemoryBill, Fields: m.Event()})
 	return nil
 }
 

@@ -193,6 +193,8 @@ func (d *Device) exit() {
 func (d *Device) PrefersLockedThread() bool { return true }
 
 var _ device.ThreadAffine = (*Device)(nil)
+var _ device.Granular = (*Device)(nil)
+var _ device.DriverMemory = (*Device)(nil)
 
 // Name is "cuda:<ordinal>".
 func (d *Device) Name() string { return d.name }
@@ -493,6 +495,24 @@ func (d *Device) Instantiate(g device.Graph) (device.Exec, error) {
 	d.execs[x] = struct{}{}
 	d.mu.Unlock()
 	return x, nil
+}
+
+// AllocGranule is the pool's block size: every Alloc holds a multiple of it.
+func (d *Device) AllocGranule() int64 { return poolGranule }
+
+// DriverMemory asks the driver for the GPU's free and total memory
+// (cuMemGetInfo), which counts every process on the GPU and the driver's
+// own allocations as well as this device's pool.
+func (d *Device) DriverMemory() (free, total int64, err error) {
+	const op = "DriverMemory"
+	if err := d.enter(op); err != nil {
+		return 0, 0, err
+	}
+	defer d.exit()
+	if free, total, err = cu.MemInfo(); err != nil {
+		return 0, 0, d.wrap(op, err)
+	}
+	return free, total, nil
 }
 
 // MemoryStats reports the pool's and the pinned allocations' accounting.

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/job"
@@ -50,4 +51,52 @@ func TestTrainerCapturesWhileStagingRuns(t *testing.T) {
 		t.Fatalf("graph replay and eager differ on the GPU: %s vs %s", g.ParamsSHA256, e.ParamsSHA256)
 	}
 	t.Logf("test accuracy %.4f, capture %.3f ms cold", g.TestAccuracy, g.CaptureColdSeconds*1e3)
+}
+
+// TestBillAgainstTheDriver: the bill a worker sends before allocating,
+// next to what cuMemGetInfo says set-up took, for the built-in models
+// (the default MLP and the bench's tiny preset). On the emulated driver,
+// which counts exactly what cuMemAlloc hands out, the bill is within 10%
+// above it; a real driver maps memory in pages of megabytes (and other
+// processes share the GPU), so on a GPU the figures are only logged.
+func TestBillAgainstTheDriver(t *testing.T) {
+	emulated := strings.Contains(openTest(t).Description(), "emulated")
+	for _, m := range []struct {
+		name   string
+		hidden []int
+		batch  int
+	}{{"default hidden layers", []int{256, 128}, 64}, {"tiny", nil, 8}} {
+		t.Run(m.name, func(t *testing.T) {
+			s := job.Default()
+			s.Device, s.Dataset, s.SyntheticSize, s.Epochs, s.Hidden, s.BatchSize, s.EnableGraphs, s.MaxSteps =
+				"cuda", "synthetic", 512, 1, m.hidden, m.batch, true, 3
+			train, test, err := s.LoadData()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var bill *trainer.MemoryBill
+			obs := trainer.ObserverFunc(func(x trainer.Measurement) {
+				if b, ok := x.(trainer.MemoryBill); ok {
+					bill = &b
+				}
+			})
+			cfg, err := s.Config(train, test, job.Options{Observer: obs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			shared := trainer.NewShared()
+			defer shared.Close()
+			if _, err := trainer.Run(context.Background(), openTest(t), shared, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if bill == nil || bill.Source != "driver" {
+				t.Fatalf("memory bill %+v, want one measured by the driver", bill)
+			}
+			est := bill.Estimate.DeviceBytes()
+			t.Logf("bill %v; cuMemGetInfo: set-up took %d bytes; pinned %d (estimate %d)", bill.Estimate, bill.ActualDevice, bill.ActualPinned, bill.Estimate.PinnedHost)
+			if emulated && (est < bill.ActualDevice || float64(est) > 1.1*float64(bill.ActualDevice)) {
+				t.Errorf("estimate %d bytes, the driver counted %d: want the estimate within 10%% above", est, bill.ActualDevice)
+			}
+		})
+	}
 }

@@ -1,0 +1,140 @@
+package trainer
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/nn"
+)
+
+// Bill is the memory a run will hold once it is set up, in bytes, by
+// kind: what a worker asks the coordinator's budget broker for before it
+// allocates anything. The device kinds add up to DeviceBytes; PinnedHost
+// is page-locked host memory, which the device's budget does not cover.
+type Bill struct {
+	Parameters     int64 `json:"parameters"`      // the model's weights and biases
+	Gradients      int64 `json:"gradients"`       // one per parameter, in the graph pool's workspace
+	OptimizerState int64 `json:"optimizer_state"` // momentum, Adam's moments: each as large as the parameters
+	// Activations are the captured steps' per-layer pre-activations,
+	// activations and their gradients, in the graph pool's workspace.
+	Activations int64 `json:"activations"`
+	// Workspace is the captured steps' scratch: the gradient norm, the
+	// training and evaluation accumulators (graph pool) and the
+	// accumulators' snapshot for the log-interval reads.
+	Workspace int64 `json:"workspace"`
+	// StagingInputs are the static device input buffers the staging
+	// stream copies batches into (two for training, two for evaluation).
+	StagingInputs int64 `json:"staging_inputs"`
+	// PinnedHost is the staging rings' pinned slots and the pinned
+	// buffer the accumulators are read through.
+	PinnedHost int64 `json:"pinned_host"`
+}
+
+// DeviceBytes is the device memory the bill covers: every kind but
+// PinnedHost.
+func (b Bill) DeviceBytes() int64 {
+	return b.Parameters + b.Gradients + b.OptimizerState + b.Activations + b.Workspace + b.StagingInputs
+}
+
+// GraphPoolBytes is the part of the bill the graph pool holds as the
+// captured steps' workspace: gradients, activations and the pooled
+// scratch (everything in Workspace but the snapshot buffer).
+func (b Bill) GraphPoolBytes() int64 { return b.Gradients + b.Activations + b.Workspace }
+
+// Kinds lists the bill's device kinds in a fixed order with their bytes,
+// for messages and events.
+func (b Bill) Kinds() []BillKind {
+	return []BillKind{
+		{"parameters", b.Parameters}, {"gradients", b.Gradients}, {"optimizer_state", b.OptimizerState},
+		{"activations", b.Activations}, {"workspace", b.Workspace}, {"staging_inputs", b.StagingInputs},
+	}
+}
+
+// BillKind is one line of a bill.
+type BillKind struct {
+	Kind  string
+	Bytes int64
+}
+
+// String names every kind with its size, then the total and the pinned
+// host memory, e.g. "parameters 0.9 MiB, gradients 0.9 MiB, ... = 4.1 MiB
+// of device memory (+ 1.6 MiB pinned host)".
+func (b Bill) String() string {
+	var parts []string
+	for _, k := range b.Kinds() {
+		parts = append(parts, k.Kind+" "+FormatBytes(k.Bytes))
+	}
+	return fmt.Sprintf("%s = %s of device memory (+ %s pinned host)", strings.Join(parts, ", "), FormatBytes(b.DeviceBytes()), FormatBytes(b.PinnedHost))
+}
+
+// FormatBytes writes a size in the largest binary unit that keeps it at
+// least 1, with one decimal (bytes are exact).
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), -1
+	for (v >= unit || v <= -unit) && i < 4 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+}
+
+// Bill is what the planned run will hold on dev once set up (see
+// BillFor); dev decides only how allocations are rounded, nothing is
+// allocated.
+func (p *Plan) Bill(dev device.Device) Bill { return BillFor(p.cfg, dev) }
+
+// BillFor computes cfg's bill from the shapes the run allocates, each
+// allocation rounded as dev rounds it (device.AllocBytes): the model
+// (nn.NewModel), the pooled workspace (nn.WorkspaceSizes), the stagers'
+// input buffers and pinned slots, and the trainer's own buffers. A change
+// to what set-up allocates must change this too; the test that compares it
+// with the device's count after set-up fails otherwise.
+func BillFor(cfg Config, dev device.Device) Bill {
+	bytes := func(n int) int64 { return device.AllocBytes(dev, n) }
+	params := cfg.Spec.ParamCount()
+	var b Bill
+	b.Parameters = bytes(params)
+	b.OptimizerState = int64(cfg.Optimizer.StateBuffers()) * bytes(params)
+	sizes := nn.WorkspaceSizes(cfg.Spec, cfg.BatchSize)
+	// The order of nn.WorkspaceSizes: gradients, norm, the two
+	// accumulators, then the per-layer buffers.
+	b.Gradients = bytes(sizes[0])
+	for _, n := range sizes[1:4] {
+		b.Workspace += bytes(n)
+	}
+	for _, n := range sizes[4:] {
+		b.Activations += bytes(n)
+	}
+	b.Workspace += bytes(2 * device.StatsLen) // the accumulators' snapshot
+	batch := nn.NewLayout(cfg.Spec, cfg.BatchSize).Len
+	const stagers, inputs = 2, 2 // training and evaluation, two input buffers each
+	b.StagingInputs = stagers * inputs * bytes(batch)
+	b.PinnedHost = int64(stagers*cfg.Slots*batch)*4 + 2*device.StatsLen*4
+	return b
+}
+
+// MemoryBill reports a run's bill (Estimate) next to what the device
+// reported after set-up: the device memory set-up took (ActualDevice, the
+// difference of device.UsedMemory before and after, from Source:
+// "allocations" or "driver") and the pinned host memory it took
+// (ActualPinned).
+type MemoryBill struct {
+	Estimate     Bill   `json:"estimate"`
+	ActualDevice int64  `json:"actual_device"`
+	ActualPinned int64  `json:"actual_pinned"`
+	Source       string `json:"source"`
+}
+
+// Event is the bill as a line of the events log.
+func (m MemoryBill) Event() map[string]any {
+	est := map[string]any{"device": m.Estimate.DeviceBytes(), "pinned_host": m.Estimate.PinnedHost}
+	for _, k := range m.Estimate.Kinds() {
+		est[k.Kind] = k.Bytes
+	}
+	return map[string]any{"estimate": est, "actual_device": m.ActualDevice, "actual_pinned": m.ActualPinned, "source": m.Source}
+}
