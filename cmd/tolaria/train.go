@@ -25,6 +25,11 @@ gradients, forward, loss, backward, clipping, optimizer update) is captured once
 into a graph and replayed with one launch per step; batches reach the device
 through a pinned staging ring on its own stream.
 
+Inputs are standardised with one mean and one standard deviation, computed over
+every pixel of the whole training set (Fashion-MNIST's pixels scaled to [0, 1]
+first) and applied to the training and test sets alike: one scalar pair, not one
+per pixel. The synthetic dataset is standardised the same way.
+
 Configuration: flags > TOLARIA_* environment variables (TOLARIA_BATCH_SIZE,
 TOLARIA_MODEL_HIDDEN, ...) > a YAML --config file (keys as the flags with
 underscores; model.hidden, model.activation and model.loss nest under model:)
