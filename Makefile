@@ -9,7 +9,7 @@ GOFLAGS_TEST ?= -race -timeout 20m
 
 .PHONY: all build deps-train deps-test train test vet staticcheck fmt-check unit cuda-build \
         ptx check-ptx infra generate check-generated e2e accuracy worker-cuda \
-        gpu-bundle bench run_graph_bench mutate clean cuda-emulator cuda-emulated
+        gpu-bundle bench run_graph_bench mutate clean cuda-emulator cuda-emulated deps-peer bench-peer
 
 all: build
 
@@ -98,6 +98,17 @@ run_graph_bench:
 
 bench: build
 	$(BIN)/run_graph_bench $(ARGS)
+
+deps-peer:
+	scripts/install-deps.sh peer
+
+# Side by side with PyTorch on the CPU (bench/peer/torch_mlp.py), not part of
+# make test: installs python3-torch and OpenBLAS's OpenMP build, then runs
+# tolaria's step (graphs on) and the peer's alternately. The default is quick
+# (width 256 at batch 64 and 256); docs/cpu-results.md has the full grid:
+#   make bench-peer ARGS='--peer-batch-sizes 8,64,256,1024 --peer-widths 128,256,512,1024,2048'
+bench-peer: deps-peer run_graph_bench
+	$(BIN)/run_graph_bench --peer torch $(ARGS)
 
 # Mutation testing, not part of `make test` (it is slow on purpose): gremlins
 # (pinned and installed by scripts/mutate.sh) changes one operator at a time in

@@ -9,13 +9,19 @@ import (
 
 // WriteJSON writes the report as indented JSON, with every number rounded
 // to 6 significant digits: more would be noise.
-func WriteJSON(w io.Writer, rep *Report) error {
+func WriteJSON(w io.Writer, rep *Report) error { return writeRounded(w, rep) }
+
+// WritePeerJSON writes a side-by-side report the way WriteJSON writes a
+// report.
+func WritePeerJSON(w io.Writer, rep *PeerReport) error { return writeRounded(w, rep) }
+
+func writeRounded[T any](w io.Writer, rep *T) error {
 	// Round a copy, so the caller's report keeps full precision.
 	b, err := json.Marshal(rep)
 	if err != nil {
 		return err
 	}
-	var c Report
+	var c T
 	if err := json.Unmarshal(b, &c); err != nil {
 		return err
 	}

@@ -4,6 +4,9 @@
 #   install-deps.sh test    the dataset, Prometheus/promtool, gcc/g++ (cgo, the kernel
 #                           emulation test), and the CUDA toolkit (nvcc, cuda.h; for
 #                           the -tags cuda build and the PTX check)
+#   install-deps.sh peer    the dataset, PyTorch for Debian's python3 (python3-torch)
+#                           and OpenBLAS's OpenMP build (libopenblas0-openmp), for
+#                           make bench-peer; never part of make test
 # Go itself must already be installed (Go 1.26 or newer).
 set -euo pipefail
 
@@ -58,8 +61,19 @@ test)
 		go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 	fi
 	;;
+peer)
+	apt_install dataset-fashion-mnist python3-torch libopenblas0-openmp
+	if ! /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then
+		echo "install-deps: /usr/bin/python3 cannot import torch though python3-torch is installed; the peer needs Debian's python3 with python3-torch" >&2
+		exit 1
+	fi
+	if [ ! -e /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0 ]; then
+		echo "install-deps: /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0 is missing; the peer runs on OpenBLAS's OpenMP build (libopenblas0-openmp, amd64)" >&2
+		exit 1
+	fi
+	;;
 *)
-	echo "usage: install-deps.sh train|test" >&2
+	echo "usage: install-deps.sh train|test|peer" >&2
 	exit 2
 	;;
 esac

@@ -27,6 +27,7 @@ type options struct {
 	sweep                                        []int
 	reuse, quiet                                 bool
 	seed                                         uint64
+	peerOpts                                     peerOptions
 }
 
 func newRoot(shared *trainer.Shared, stdout, stderr io.Writer, args []string) *cobra.Command {
@@ -45,9 +46,17 @@ Each epoch builds a new trainer-like setup (new parameters, new stager) that
 leases from one shared graph pool, so epoch 1 captures cold and later epochs
 update pooled executables; --reuse-trainer keeps one setup instead.
 
+With --peer torch it instead runs the default MLP's training step side by side
+with PyTorch on the CPU (bench/peer/torch_mlp.py: same model, optimizer,
+hyper-parameters, batch, Fashion-MNIST data, input standardisation and thread
+count), tolaria with graphs on, the two alternating, at every --peer-batch-sizes
+and --peer-widths, and reports the ratio of median step times and of epoch
+times and the samples/s of both. make bench-peer installs what the peer needs.
+
 docs/bench.md explains every number.`,
 		Example: `  run_graph_bench --preset tiny --output tiny.json --plot tiny.png
-  run_graph_bench --preset mlp --sweep-batch-sizes 8,16,32,64,128 --output mlp.json --plot mlp.png`,
+  run_graph_bench --preset mlp --sweep-batch-sizes 8,16,32,64,128 --output mlp.json --plot mlp.png
+  run_graph_bench --peer torch --peer-batch-sizes 8,64,256,1024 --peer-widths 128,256,512,1024,2048 --output peer.json --plot peer.png`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("unexpected argument %q: run_graph_bench takes flags only (see --help)", args[0])
@@ -57,7 +66,16 @@ docs/bench.md explains every number.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBench(cmd, shared, o, append([]string{"run_graph_bench"}, args...))
+			argv := append([]string{"run_graph_bench"}, args...)
+			if cmd.Flags().Changed("peer") {
+				return runPeerBench(cmd, shared, o, argv)
+			}
+			for _, name := range peerOnly {
+				if cmd.Flags().Changed(name) {
+					return usagef("--%s: only used with --peer", name)
+				}
+			}
+			return runBench(cmd, shared, o, argv)
 		},
 	}
 	cmd.SetOut(stdout)
@@ -80,6 +98,7 @@ docs/bench.md explains every number.`,
 	f.IntSliceVar(&o.sweep, "sweep-batch-sizes", nil, "also measure at each of these batch sizes, e.g. 8,32,64")
 	f.Uint64Var(&o.seed, "seed", 1, "seed for parameters and synthetic batches")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress lines on stderr")
+	addPeerFlags(cmd, &o.peerOpts)
 	return cmd
 }
 
