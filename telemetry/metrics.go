@@ -11,7 +11,8 @@ import (
 )
 
 // Metric family names. Every family except MetricBuildInfo carries the
-// labels LabelDevice and LabelWorker.
+// labels LabelDevice and LabelWorker, and on a sweep's metrics
+// (NewTrialMetrics) LabelTrial too.
 const (
 	MetricBuildInfo         = "tolaria_build_info"
 	MetricGraphEnabled      = "tolaria_graph_enabled"
@@ -40,6 +41,8 @@ const (
 	LabelReason = "reason"
 	LabelPooled = "pooled"
 	LabelKind   = "kind"
+	LabelTrial  = "trial"
+	LabelState  = "state"
 )
 
 // FallbackOther is the reason label of a fallback whose reason is not one
@@ -95,6 +98,8 @@ func bucketsFor(metric string, base []float64) []float64 {
 // the worker label.
 type Metrics struct {
 	reg *prometheus.Registry
+	// perTrial adds LabelTrial to every family a job reports into.
+	perTrial bool
 
 	graphEnabled     *prometheus.GaugeVec
 	captureSeconds   *prometheus.HistogramVec
@@ -117,8 +122,19 @@ type Metrics struct {
 
 // NewMetrics creates the metrics on a new registry. version is the build
 // version reported by tolaria_build_info.
-func NewMetrics(version string) *Metrics {
+func NewMetrics(version string) *Metrics { return newMetrics(version, false) }
+
+// NewTrialMetrics creates the metrics of a sweep: every family a job
+// reports into carries LabelTrial besides the device and worker, so the
+// trials of one coordinator keep series of their own (see
+// Metrics.SeriesObserver). Sweep adds the sweep's own families.
+func NewTrialMetrics(version string) *Metrics { return newMetrics(version, true) }
+
+func newMetrics(version string, perTrial bool) *Metrics {
 	dw := []string{LabelDevice, LabelWorker}
+	if perTrial {
+		dw = append(dw, LabelTrial)
+	}
 	with := func(extra ...string) []string { return append(slices.Clone(dw), extra...) }
 	gauge := func(name, help string, labels []string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
@@ -134,6 +150,7 @@ func NewMetrics(version string) *Metrics {
 
 	m := &Metrics{
 		reg:              prometheus.NewRegistry(),
+		perTrial:         perTrial,
 		graphEnabled:     gauge(MetricGraphEnabled, "1 while training steps are replayed from CUDA graphs, 0 while they run eagerly.", dw),
 		captureSeconds:   histogram(MetricCaptureSeconds, "Time to capture and instantiate (or update) a step graph.", captureBase),
 		replaySeconds:    histogram(MetricReplaySeconds, "Device time of one graph replay, measured with device events.", replayBase),

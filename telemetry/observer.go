@@ -9,8 +9,39 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
+// Series names the labelled series one job reports into: its device, its
+// worker (the job's rank; "0" for a single run) and, on a sweep's metrics
+// (NewTrialMetrics), its trial. Trial is ignored by metrics made with
+// NewMetrics.
+type Series struct {
+	Device, Worker, Trial string
+}
+
+// values are the label values of s, in the families' label order.
+func (m *Metrics) values(s Series, extra ...string) []string {
+	v := []string{s.Device, s.Worker}
+	if m.perTrial {
+		v = append(v, s.Trial)
+	}
+	return append(v, extra...)
+}
+
 // Observer returns a trainer.Observer that records into m under the given
-// device and worker labels (worker "0" for a single in-process run). It
+// device and worker labels (see SeriesObserver).
+func (m *Metrics) Observer(device, worker string) trainer.Observer {
+	return m.SeriesObserver(Series{Device: device, Worker: worker})
+}
+
+// EndSeries removes the last-step timestamp of a job that has ended, so
+// that the stall alert judges only jobs that are still meant to step: a
+// sweep's finished trial must not read as stalled while the sweep goes on.
+// The job's other series keep their final values.
+func (m *Metrics) EndSeries(s Series) {
+	m.lastStep.DeleteLabelValues(m.values(s)...)
+}
+
+// SeriesObserver returns a trainer.Observer that records into m under the
+// labels of s. It
 // creates the labelled series at once: counters, histograms and the graph
 // and prefetch gauges start at zero, every fallback reason included, and the
 // last-step timestamp starts at the time of this call, so that a job is
@@ -20,29 +51,29 @@ import (
 // Observers for the same labels share their series. The returned Observer
 // is safe for concurrent use and never blocks. Durations that are negative
 // or NaN are dropped rather than recorded.
-func (m *Metrics) Observer(device, worker string) trainer.Observer {
+func (m *Metrics) SeriesObserver(s Series) trainer.Observer {
+	lv := m.values(s)
 	o := &metricsObserver{
 		m:                m,
-		device:           device,
-		worker:           worker,
-		graphEnabled:     m.graphEnabled.WithLabelValues(device, worker),
-		captureSeconds:   m.captureSeconds.WithLabelValues(device, worker),
-		replaySeconds:    m.replaySeconds.WithLabelValues(device, worker),
-		stageCopySeconds: m.stageCopySeconds.WithLabelValues(device, worker),
-		replaysTotal:     m.replaysTotal.WithLabelValues(device, worker),
-		capturedPooled:   m.capturesTotal.WithLabelValues(device, worker, "true"),
-		capturedFresh:    m.capturesTotal.WithLabelValues(device, worker, "false"),
-		poolReserved:     m.poolReserved.WithLabelValues(device, worker),
-		execUpdates:      m.execUpdates.WithLabelValues(device, worker),
-		prefetchDisabled: m.prefetchDisabled.WithLabelValues(device, worker),
-		stepSeconds:      m.stepSeconds.WithLabelValues(device, worker),
-		samplesTotal:     m.samplesTotal.WithLabelValues(device, worker),
-		trainEpoch:       m.trainEpoch.WithLabelValues(device, worker),
-		lastStep:         m.lastStep.WithLabelValues(device, worker),
+		series:           s,
+		graphEnabled:     m.graphEnabled.WithLabelValues(lv...),
+		captureSeconds:   m.captureSeconds.WithLabelValues(lv...),
+		replaySeconds:    m.replaySeconds.WithLabelValues(lv...),
+		stageCopySeconds: m.stageCopySeconds.WithLabelValues(lv...),
+		replaysTotal:     m.replaysTotal.WithLabelValues(lv...),
+		capturedPooled:   m.capturesTotal.WithLabelValues(m.values(s, "true")...),
+		capturedFresh:    m.capturesTotal.WithLabelValues(m.values(s, "false")...),
+		poolReserved:     m.poolReserved.WithLabelValues(lv...),
+		execUpdates:      m.execUpdates.WithLabelValues(lv...),
+		prefetchDisabled: m.prefetchDisabled.WithLabelValues(lv...),
+		stepSeconds:      m.stepSeconds.WithLabelValues(lv...),
+		samplesTotal:     m.samplesTotal.WithLabelValues(lv...),
+		trainEpoch:       m.trainEpoch.WithLabelValues(lv...),
+		lastStep:         m.lastStep.WithLabelValues(lv...),
 		fallback:         make(map[string]prometheus.Counter),
 	}
 	for _, reason := range FallbackReasons() {
-		o.fallback[reason] = m.fallbackTotal.WithLabelValues(device, worker, reason)
+		o.fallback[reason] = m.fallbackTotal.WithLabelValues(m.values(s, reason)...)
 	}
 	o.graphEnabled.Set(0)
 	o.poolReserved.Set(0)
@@ -55,8 +86,8 @@ func (m *Metrics) Observer(device, worker string) trainer.Observer {
 // metricsObserver holds the series of one device and worker, resolved once
 // so that the hot path does no label lookups.
 type metricsObserver struct {
-	m              *Metrics
-	device, worker string
+	m      *Metrics
+	series Series
 
 	graphEnabled     prometheus.Gauge
 	captureSeconds   prometheus.Observer
@@ -132,13 +163,13 @@ func (o *metricsObserver) record(m trainer.Measurement) bool {
 		}
 		o.lastStep.SetToCurrentTime()
 	case trainer.TrainLoss:
-		o.m.trainLoss.WithLabelValues(o.device, o.worker).Set(m.Loss)
+		o.m.trainLoss.WithLabelValues(o.m.values(o.series)...).Set(m.Loss)
 	case trainer.EvalAccuracy:
-		o.m.evalAccuracy.WithLabelValues(o.device, o.worker).Set(m.Accuracy)
+		o.m.evalAccuracy.WithLabelValues(o.m.values(o.series)...).Set(m.Accuracy)
 	case trainer.Epoch:
 		o.trainEpoch.Set(float64(m.Epoch))
 	case trainer.DeviceMemory:
-		o.m.deviceMemory.WithLabelValues(o.device, o.worker, m.What).Set(float64(m.Bytes))
+		o.m.deviceMemory.WithLabelValues(o.m.values(o.series, m.What)...).Set(float64(m.Bytes))
 	case trainer.TrainBatch:
 		// An audit of the data path for tests; no metric.
 	case trainer.MemoryBill:
@@ -154,5 +185,9 @@ func (o *metricsObserver) record(m trainer.Measurement) bool {
 
 // String names the observer's labels, for logs and test failures.
 func (o *metricsObserver) String() string {
-	return "telemetry.Observer(device=" + strconv.Quote(o.device) + ", worker=" + strconv.Quote(o.worker) + ")"
+	s := "telemetry.Observer(device=" + strconv.Quote(o.series.Device) + ", worker=" + strconv.Quote(o.series.Worker)
+	if o.m.perTrial {
+		s += ", trial=" + strconv.Quote(o.series.Trial)
+	}
+	return s + ")"
 }

@@ -147,6 +147,17 @@ func Thresholds() []Threshold {
 			Anchor:      "tolariagraphfallback",
 		},
 		{
+			Alert:       "TolariaSweepTrialFailed",
+			Metric:      MetricSweepFailuresTotal,
+			Condition:   IncreaseAbove,
+			Window:      5 * time.Minute,
+			Value:       0,
+			Severity:    SeverityWarning,
+			Summary:     "Sweep trial failed ({{ $labels.reason }}) on {{ $labels.instance }}",
+			Description: "At least one trial attempt of the sweep failed in the last 5 minutes; the reason label says how (hung: its worker stopped sending heartbeats and was killed). The other trials go on; results.json names the trial, the reason and the tail of its worker's log.",
+			Anchor:      "tolariasweeptrialfailed",
+		},
+		{
 			Alert:       "TolariaTrainingStalled",
 			Metric:      MetricLastStepTimestamp,
 			Condition:   AgeAbove,

@@ -10,7 +10,7 @@ import (
 func TestThresholdTable(t *testing.T) {
 	seen := map[string]bool{}
 	metrics := map[string]bool{"up": true}
-	for _, name := range MetricNames() {
+	for _, name := range append(MetricNames(), SweepMetricNames()...) {
 		metrics[name] = true
 	}
 	for _, th := range Thresholds() {
@@ -93,6 +93,8 @@ func TestThresholdsFromTheIssue(t *testing.T) {
 		"TolariaGraphFallback":        {0, SeverityWarning},
 		"TolariaTrainingStalled":      {300, SeverityCritical},
 		"TolariaTargetDown":           {0, SeverityCritical},
+		// Issue "Many workers": failed or hung trials of a sweep.
+		"TolariaSweepTrialFailed": {0, SeverityWarning},
 	}
 	got := Thresholds()
 	if len(got) != len(want) {

@@ -59,46 +59,97 @@ func window(alert string) string {
 	panic("infragen: no threshold named " + alert)
 }
 
-// quantiles draws p50 and p99 of a histogram over w, per worker.
+// quantiles draws p50 and p99 of a histogram over w, per worker and trial.
 func quantiles(metric, w string) []Query {
 	var qs []Query
 	for _, q := range []struct{ quantile, name string }{{"0.5", "p50"}, {"0.99", "p99"}} {
 		qs = append(qs, Query{
-			Expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le, worker) (rate(%s_bucket{%s}[%s])))", q.quantile, metric, worker, w),
-			Legend: q.name + " {{worker}}",
+			Expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le, worker, trial) (rate(%s_bucket{%s}[%s])))", q.quantile, metric, worker, w),
+			Legend: q.name + " {{worker}} {{trial}}",
 		})
 	}
 	return qs
 }
 
 // quantilesSinceStart draws p50 and p99 of every observation a histogram
-// holds, per worker: for events as rare as captures, which mostly happen
-// before the first scrape and so never show in a rate.
+// holds, per worker and trial: for events as rare as captures, which
+// mostly happen before the first scrape and so never show in a rate.
 func quantilesSinceStart(metric string) []Query {
 	var qs []Query
 	for _, q := range []struct{ quantile, name string }{{"0.5", "p50"}, {"0.99", "p99"}} {
 		qs = append(qs, Query{
-			Expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le, worker) (%s_bucket{%s}))", q.quantile, metric, worker),
-			Legend: q.name + " {{worker}}",
+			Expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le, worker, trial) (%s_bucket{%s}))", q.quantile, metric, worker),
+			Legend: q.name + " {{worker}} {{trial}}",
 		})
 	}
 	return qs
 }
 
-// Panels returns the dashboard's panels in order. Replay and stage-copy
-// latency panels use the window of the alert whose threshold they draw, so
-// the line and the alert judge the same numbers. Captures and fallbacks
-// happen mostly at a job's start, before Prometheus's first scrape, where
-// rate() and increase() cannot see them: their panels show totals.
+// SweepRowTitle is the title of the row of a sweep's own metrics.
+const SweepRowTitle = "Sweep"
+
+// RowSpec is a row of the dashboard: a title over the panels that follow
+// it. The first row has no title (no row panel): its panels open the
+// board.
+type RowSpec struct {
+	ID     uint // the row panel's; 0 for the untitled first row
+	Title  string
+	Panels []PanelSpec
+}
+
+// Rows returns the dashboard's rows in order: the jobs' panels, then the
+// sweep's.
+func Rows() []RowSpec {
+	return []RowSpec{
+		{Panels: jobPanels()},
+		{ID: 16, Title: SweepRowTitle, Panels: sweepPanels()},
+	}
+}
+
+// Panels returns every panel of the dashboard in order, rows aside.
 func Panels() []PanelSpec {
+	var ps []PanelSpec
+	for _, r := range Rows() {
+		ps = append(ps, r.Panels...)
+	}
+	return ps
+}
+
+// sweepPanels draw a sweep coordinator's own metrics. Failures and retries
+// are mostly rare events: their panels show totals since the start.
+func sweepPanels() []PanelSpec {
+	return []PanelSpec{
+		{ID: 17, Title: "Trials by state", Unit: "short", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (%s) (%s)", telemetry.LabelState, telemetry.MetricSweepTrials), Legend: "{{" + telemetry.LabelState + "}}"},
+		}},
+		{ID: 18, Title: "Trial failures by reason (since start)", Unit: "short", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (%s) (%s)", telemetry.LabelReason, telemetry.MetricSweepFailuresTotal), Legend: "{{" + telemetry.LabelReason + "}}"},
+		}},
+		{ID: 19, Title: "Trial retries (since start)", Unit: "short", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (instance) (%s)", telemetry.MetricSweepRetriesTotal), Legend: "{{instance}}"},
+		}},
+		{ID: 20, Title: "Time since each worker's last message (heartbeat age)", Unit: "s", Queries: []Query{
+			{Expr: telemetry.MetricWorkerHeartbeatAge, Legend: "{{" + telemetry.LabelTrial + "}}"},
+		}},
+	}
+}
+
+// jobPanels draw what jobs (a run's workers, a sweep's trials) report.
+// Replay and stage-copy latency panels use the window of the alert whose
+// threshold they draw, so the line and the alert judge the same numbers.
+// Captures and fallbacks happen mostly at a job's start, before
+// Prometheus's first scrape, where rate() and increase() cannot see them:
+// their panels show totals. Series are kept apart by worker and, in a
+// sweep, by trial (a label that a single run's series lack).
+func jobPanels() []PanelSpec {
 	stageW := window("TolariaStageCopySlow")
 	replayW := window("TolariaGraphReplaySlow")
 	const rateW = "1m"
 	sel := func(metric string) string { return metric + "{" + worker + "}" }
 	return []PanelSpec{
 		{ID: 1, Title: "Graphs enabled and prefetch-to-device disabled", Unit: "bool", Queries: []Query{
-			{Expr: sel(telemetry.MetricGraphEnabled), Legend: "graphs enabled {{worker}} ({{device}})"},
-			{Expr: sel(telemetry.MetricPrefetchDisabled), Legend: "prefetch off {{worker}}"},
+			{Expr: sel(telemetry.MetricGraphEnabled), Legend: "graphs enabled {{worker}} {{trial}} ({{device}})"},
+			{Expr: sel(telemetry.MetricPrefetchDisabled), Legend: "prefetch off {{worker}} {{trial}}"},
 		}},
 		{ID: 2, Title: "Eager fallbacks by reason (since start)", Unit: "short", Queries: []Query{
 			{Expr: fmt.Sprintf("sum by (%s) (%s)", telemetry.LabelReason, sel(telemetry.MetricFallbackTotal)), Legend: "{{" + telemetry.LabelReason + "}}"},
@@ -111,35 +162,35 @@ func Panels() []PanelSpec {
 			Queries: append(quantiles(telemetry.MetricStageCopySeconds, stageW), Query{
 				Expr: fmt.Sprintf("rate(%s_sum{%s}[%s]) / rate(%s_count{%s}[%s])",
 					telemetry.MetricStageCopySeconds, worker, stageW, telemetry.MetricStageCopySeconds, worker, stageW),
-				Legend: "mean {{worker}}",
+				Legend: "mean {{worker}} {{trial}}",
 			})},
 		{ID: 6, Title: "Graph replays per second", Unit: "ops", Queries: []Query{
-			{Expr: fmt.Sprintf("sum by (worker) (rate(%s[%s]))", sel(telemetry.MetricReplaysTotal), rateW), Legend: "{{worker}}"},
+			{Expr: fmt.Sprintf("sum by (worker, trial) (rate(%s[%s]))", sel(telemetry.MetricReplaysTotal), rateW), Legend: "{{worker}} {{trial}}"},
 		}},
 		{ID: 7, Title: "Captures and executable updates (since start)", Unit: "short", Queries: []Query{
-			{Expr: fmt.Sprintf("sum by (worker, %s) (%s)", telemetry.LabelPooled, sel(telemetry.MetricCapturesTotal)), Legend: "captures {{worker}} pooled={{" + telemetry.LabelPooled + "}}"},
-			{Expr: fmt.Sprintf("sum by (worker) (%s)", sel(telemetry.MetricExecUpdatesTotal)), Legend: "exec updates {{worker}}"},
+			{Expr: fmt.Sprintf("sum by (worker, trial, %s) (%s)", telemetry.LabelPooled, sel(telemetry.MetricCapturesTotal)), Legend: "captures {{worker}} {{trial}} pooled={{" + telemetry.LabelPooled + "}}"},
+			{Expr: fmt.Sprintf("sum by (worker, trial) (%s)", sel(telemetry.MetricExecUpdatesTotal)), Legend: "exec updates {{worker}} {{trial}}"},
 		}},
 		{ID: 8, Title: "Training samples per second", Unit: "short", Queries: []Query{
-			{Expr: fmt.Sprintf("sum by (worker) (rate(%s[%s]))", sel(telemetry.MetricSamplesTotal), rateW), Legend: "{{worker}}"},
+			{Expr: fmt.Sprintf("sum by (worker, trial) (rate(%s[%s]))", sel(telemetry.MetricSamplesTotal), rateW), Legend: "{{worker}} {{trial}}"},
 		}},
 		{ID: 9, Title: "Training step time (" + rateW + ")", Unit: "s",
 			Queries: quantiles(telemetry.MetricStepSeconds, rateW)},
 		{ID: 10, Title: "Training loss", Unit: "short", Queries: []Query{
-			{Expr: sel(telemetry.MetricTrainLoss), Legend: "{{worker}}"},
+			{Expr: sel(telemetry.MetricTrainLoss), Legend: "{{worker}} {{trial}}"},
 		}},
 		{ID: 11, Title: "Eval accuracy", Unit: "percentunit", Queries: []Query{
-			{Expr: sel(telemetry.MetricEvalAccuracy), Legend: "{{worker}}"},
+			{Expr: sel(telemetry.MetricEvalAccuracy), Legend: "{{worker}} {{trial}}"},
 		}},
 		{ID: 12, Title: "Epoch", Unit: "short", Queries: []Query{
-			{Expr: sel(telemetry.MetricTrainEpoch), Legend: "{{worker}}"},
+			{Expr: sel(telemetry.MetricTrainEpoch), Legend: "{{worker}} {{trial}}"},
 		}},
 		{ID: 13, Key: telemetry.PanelLastStepAge, Title: "Time since the last training step", Unit: "s", Queries: []Query{
-			{Expr: "time() - " + sel(telemetry.MetricLastStepTimestamp), Legend: "{{worker}}"},
+			{Expr: "time() - " + sel(telemetry.MetricLastStepTimestamp), Legend: "{{worker}} {{trial}}"},
 		}},
 		{ID: 14, Title: "Device memory and graph pool", Unit: "bytes", Queries: []Query{
-			{Expr: sel(telemetry.MetricDeviceMemoryBytes), Legend: "{{" + telemetry.LabelKind + "}} {{worker}}"},
-			{Expr: sel(telemetry.MetricPoolReservedBytes), Legend: "graph pool {{worker}}"},
+			{Expr: sel(telemetry.MetricDeviceMemoryBytes), Legend: "{{" + telemetry.LabelKind + "}} {{worker}} {{trial}}"},
+			{Expr: sel(telemetry.MetricPoolReservedBytes), Legend: "graph pool {{worker}} {{trial}}"},
 		}},
 		{ID: 15, Title: "Metrics targets up", Unit: "bool", Queries: []Query{
 			{Expr: fmt.Sprintf("up{job=%q}", telemetry.ScrapeJob), Legend: "{{instance}}"},
@@ -163,14 +214,29 @@ func datasourceRef() map[string]string {
 	return map[string]string{"type": "prometheus", "uid": "${" + VarDatasource + "}"}
 }
 
-func panel(spec PanelSpec, index int) (*sdk.Panel, error) {
-	const width, height = 12, 8
+// Panel sizes on Grafana's 24-column grid: two panels a line.
+const panelWidth, panelHeight, rowHeight = 12, 8, 1
+
+// rowPanel is the row panel titled spec.Title at line y.
+func rowPanel(spec RowSpec, y int) *sdk.Panel {
+	w, h, x := 2*panelWidth, rowHeight, 0
+	p := &sdk.Panel{
+		CommonPanel: sdk.CommonPanel{OfType: sdk.RowType, Type: "row", Title: spec.Title, ID: spec.ID},
+		RowPanel:    &sdk.RowPanel{Panels: []sdk.Panel{}},
+	}
+	p.GridPos.W, p.GridPos.H, p.GridPos.X, p.GridPos.Y = &w, &h, &x, &y
+	return p
+}
+
+// panel is the panel of spec, the index-th of a row whose panels start at
+// line top.
+func panel(spec PanelSpec, index, top int) (*sdk.Panel, error) {
 	p := sdk.NewTimeseries(spec.Title)
 	p.ID = spec.ID
 	p.IsNew = false
 	p.Span = 0
 	p.Datasource = datasourceRef()
-	w, h, x, y := width, height, (index%2)*width, (index/2)*height
+	w, h, x, y := panelWidth, panelHeight, (index%2)*panelWidth, top+(index/2)*panelHeight
 	p.GridPos.W, p.GridPos.H, p.GridPos.X, p.GridPos.Y = &w, &h, &x, &y
 
 	ts := p.TimeseriesPanel
@@ -261,13 +327,20 @@ func Dashboard() ([]byte, error) {
 	b.GraphTooltip = 1 // shared crosshair
 	b.Templating.List = templating()
 
-	specs := Panels()
-	for i, spec := range specs {
-		p, err := panel(spec, i)
-		if err != nil {
-			return nil, err
+	y := 0
+	for _, row := range Rows() {
+		if row.Title != "" {
+			b.Panels = append(b.Panels, rowPanel(row, y))
+			y += rowHeight
 		}
-		b.Panels = append(b.Panels, p)
+		for i, spec := range row.Panels {
+			p, err := panel(spec, i, y)
+			if err != nil {
+				return nil, err
+			}
+			b.Panels = append(b.Panels, p)
+		}
+		y += (len(row.Panels) + 1) / 2 * panelHeight
 	}
 
 	var buf bytes.Buffer

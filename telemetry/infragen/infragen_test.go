@@ -70,13 +70,56 @@ func TestDashboardPanels(t *testing.T) {
 	if d.UID != DashboardUID || d.SchemaVersion != DashboardSchemaVersion || d.ID != nil {
 		t.Errorf("uid %q schemaVersion %d id %v; want %q, %d and no id", d.UID, d.SchemaVersion, d.ID, DashboardUID, DashboardSchemaVersion)
 	}
-	specs := Panels()
-	if len(d.Panels) != len(specs) {
-		t.Fatalf("%d panels, want %d", len(d.Panels), len(specs))
+	// A titled row is a row panel followed by its panels.
+	type want struct {
+		id  uint
+		typ string
 	}
+	var wants []want
+	for _, row := range Rows() {
+		if row.Title != "" {
+			wants = append(wants, want{row.ID, "row"})
+		}
+		for _, p := range row.Panels {
+			wants = append(wants, want{p.ID, "timeseries"})
+		}
+	}
+	if len(d.Panels) != len(wants) {
+		t.Fatalf("%d panels, want %d", len(d.Panels), len(wants))
+	}
+	ids := map[uint]bool{}
 	for i, p := range d.Panels {
-		if p.ID != specs[i].ID || p.Type != "timeseries" {
-			t.Errorf("panel %d: id %d type %q, want id %d timeseries", i, p.ID, p.Type, specs[i].ID)
+		if p.ID != wants[i].id || p.Type != wants[i].typ {
+			t.Errorf("panel %d: id %d type %q, want id %d %s", i, p.ID, p.Type, wants[i].id, wants[i].typ)
+		}
+		if ids[p.ID] {
+			t.Errorf("panel id %d is used twice", p.ID)
+		}
+		ids[p.ID] = true
+	}
+}
+
+// TestSweepRowDrawsTheSweepMetrics: the Sweep row has a panel for each of
+// the sweep's metric families.
+func TestSweepRowDrawsTheSweepMetrics(t *testing.T) {
+	var sweep *RowSpec
+	for _, r := range Rows() {
+		if r.Title == SweepRowTitle {
+			sweep = &r
+		}
+	}
+	if sweep == nil {
+		t.Fatalf("no row titled %q", SweepRowTitle)
+	}
+	for _, name := range telemetry.SweepMetricNames() {
+		found := false
+		for _, p := range sweep.Panels {
+			for _, q := range p.Queries {
+				found = found || strings.Contains(q.Expr, name)
+			}
+		}
+		if !found {
+			t.Errorf("the %s row draws no %s", SweepRowTitle, name)
 		}
 	}
 }

@@ -64,6 +64,23 @@ func workerLabels() map[string]string {
 	return l
 }
 
+// seriesLabels are the labels a scraped series of t's metric has: the
+// target's, the worker's where the family carries them, and a reason for
+// the families split by one.
+func seriesLabels(t telemetry.Threshold) map[string]string {
+	switch t.Metric {
+	case telemetry.MetricFallbackTotal:
+		l := workerLabels()
+		l[telemetry.LabelReason] = graphs.ReasonCaptureFailed
+		return l
+	case telemetry.MetricSweepFailuresTotal:
+		l := targetLabels()
+		l[telemetry.LabelReason] = "hung" // a worker that stopped sending heartbeats
+		return l
+	}
+	return workerLabels()
+}
+
 // nextJob describes two processes serving the same target one after the
 // other: the first for first, a gap of two minutes with no target, then
 // the second. Each makes the same observations before its first scrape, so
@@ -290,10 +307,7 @@ func quantileScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 // the next job on the same target, grown as the last one was (bad) or at
 // zero (healthy).
 func increaseScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
-	l := workerLabels()
-	if t.Metric == telemetry.MetricFallbackTotal {
-		l[telemetry.LabelReason] = graphs.ReasonCaptureFailed
-	}
+	l := seriesLabels(t)
 	jump := 2 * time.Minute
 	eval := jump + t.For + time.Minute
 	span := eval + t.Window
