@@ -17,11 +17,14 @@ type Sink struct {
 	Observer trainer.Observer
 	Progress func(trainer.Progress)
 	Hello    func(worker.Hello)
+	// Alive is called on every message from the worker (see
+	// worker.Sink.Alive).
+	Alive func()
 }
 
 // raw decodes what the worker sends into the sink's types.
 func (s Sink) raw() worker.Sink {
-	ws := worker.Sink{Hello: s.Hello}
+	ws := worker.Sink{Hello: s.Hello, Alive: s.Alive}
 	if s.Observer != nil {
 		ws.Observe = func(name string, body json.RawMessage) error {
 			m, err := trainer.DecodeMeasurement(name, body)

@@ -16,6 +16,10 @@ type Sink struct {
 	Observe  func(name string, body json.RawMessage) error
 	Progress func(body json.RawMessage) error
 	Log      func(line string) // benchmark progress lines
+	// Alive is called on every message from the worker, heartbeats
+	// included: a sign of life, for a display of how long each worker
+	// has been silent.
+	Alive func()
 }
 
 // Transport carries one request to a worker and brings back its answers:
@@ -47,6 +51,9 @@ func converse(ctx context.Context, w io.Writer, r io.Reader, req Request, sink S
 		}
 		if alive != nil {
 			alive()
+		}
+		if sink.Alive != nil {
+			sink.Alive()
 		}
 		switch m.Type {
 		case TypeBeat:

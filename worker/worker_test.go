@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,5 +171,24 @@ func TestProbeEndsAtHello(t *testing.T) {
 	hello, res, err := InProcess(echo).Call(context.Background(), Request{Type: TypeProbe, Device: "cpu"}, g.sink())
 	if err != nil || hello.Device != "cpu" || res != nil || len(g.answers) != 1 {
 		t.Fatalf("hello %+v, result %s, answers %q, %v", hello, res, g.answers, err)
+	}
+}
+
+// TestAliveSeesEveryMessage: Sink.Alive hears every message, the
+// heartbeats of a long silent step included, not only those the other
+// callbacks receive.
+func TestAliveSeesEveryMessage(t *testing.T) {
+	var g got
+	sink := g.sink()
+	var alive atomic.Int64
+	sink.Alive = func() { alive.Add(1) }
+	req := Request{Type: TypeStart, Device: "cpu", Body: json.RawMessage(`{"busy_ms":300}`), Heartbeat: 20 * time.Millisecond}
+	if _, _, err := InProcess(echo).Call(context.Background(), req, sink); err != nil {
+		t.Fatal(err)
+	}
+	// hello, the measurement, progress, log and result are 5; a 300ms step
+	// with a heartbeat every 20ms adds about 15.
+	if n, others := alive.Load(), int64(len(g.answers)+1); n < others+5 {
+		t.Errorf("Alive called %d times for %d answers, a result and a 300ms step's heartbeats", n, others-1)
 	}
 }
