@@ -11,13 +11,14 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// Metrics is the metrics side of a run: a registry and its /metrics
-// server while the run needs them. Without an address it serves nothing
-// and its observer writes the events log alone.
+// Metrics is the metrics side of a run or a sweep: a registry and its
+// /metrics server while they need them. Without an address it serves
+// nothing and its observer writes the events log alone.
 type Metrics struct {
-	m   *telemetry.Metrics
-	srv *telemetry.Server
-	log *slog.Logger
+	m     *telemetry.Metrics
+	srv   *telemetry.Server
+	log   *slog.Logger
+	sweep *telemetry.SweepMetrics // a sweep's own; nil for a run
 }
 
 // ServeMetrics binds addr (see telemetry.ListenAddress) and serves the
@@ -25,19 +26,38 @@ type Metrics struct {
 // nothing. Binding comes before anything is written, so a busy port is
 // refused without side effects.
 func ServeMetrics(ctx context.Context, addr, version string, log *slog.Logger) (*Metrics, error) {
+	return serveMetrics(ctx, addr, version, log, false)
+}
+
+// serveSweepMetrics is ServeMetrics for a sweep: its trials' series carry
+// a trial label, and the sweep's own families (trials by state, failures
+// by reason, retries, heartbeat ages) are served with them.
+func serveSweepMetrics(ctx context.Context, addr, version string, log *slog.Logger) (*Metrics, error) {
+	return serveMetrics(ctx, addr, version, log, true)
+}
+
+func serveMetrics(ctx context.Context, addr, version string, log *slog.Logger, sweep bool) (*Metrics, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if addr == "" {
 		return &Metrics{log: log}, nil
 	}
-	m := telemetry.NewMetrics(version)
-	srv, err := telemetry.Serve(ctx, addr, m.Registry())
+	r := &Metrics{m: telemetry.NewMetrics(version), log: log}
+	if sweep {
+		r.m = telemetry.NewTrialMetrics(version)
+		var err error
+		if r.sweep, err = r.m.Sweep(trialStates(), failureReasons()); err != nil {
+			return nil, err
+		}
+	}
+	srv, err := telemetry.Serve(ctx, addr, r.m.Registry())
 	if err != nil {
 		return nil, setupErr(field.Errorf("metrics_addr", "%s: %w", addr, err))
 	}
+	r.srv = srv
 	log.Info("serving metrics", "url", srv.URL())
-	return &Metrics{m: m, srv: srv, log: log}, nil
+	return r, nil
 }
 
 // URL is the metrics endpoint, or "" when none is served.
@@ -49,14 +69,60 @@ func (r *Metrics) URL() string {
 }
 
 // Observer is the run's observer: the events log, and the metrics when
-// they are served. worker is the job's rank: the workers of a sharded job
-// are told apart by it.
-func (r *Metrics) Observer(events io.Writer, device, worker string) trainer.Observer {
+// they are served. The series' worker is the job's rank (the workers of a
+// sharded job are told apart by it), and in a sweep its trial is the
+// trial's name.
+func (r *Metrics) Observer(events io.Writer, s telemetry.Series) trainer.Observer {
 	evlog := telemetry.NewEventLog(events)
 	if r.m == nil {
 		return evlog.Observer()
 	}
-	return trainer.Tee(evlog.Observer(), r.m.Observer(device, worker))
+	return trainer.Tee(evlog.Observer(), r.m.SeriesObserver(s))
+}
+
+// watchWorker starts, in a sweep's metrics, the heartbeat age of the
+// worker about to run the job of s: seen notes a message from it (nil
+// outside a sweep), and ended, once the worker has ended, removes its
+// heartbeat age and the job's last-step time (see telemetry.EndSeries).
+func (r *Metrics) watchWorker(s telemetry.Series) (seen, ended func()) {
+	if r.sweep == nil {
+		return nil, func() {}
+	}
+	beat := r.sweep.Worker(s.Trial)
+	return beat.Seen, func() {
+		beat.End()
+		r.m.EndSeries(s)
+	}
+}
+
+// setTrials sets a sweep's trials-by-state gauge from its rows.
+func (r *Metrics) setTrials(rows []TrialResult) {
+	if r.sweep == nil {
+		return
+	}
+	counts := map[string]int{}
+	for _, st := range trialStates() {
+		counts[st] = 0
+	}
+	for _, row := range rows {
+		counts[string(row.State)]++
+	}
+	r.sweep.SetTrials(counts)
+}
+
+// trialFailed counts a sweep's failed attempt at a trial, by reason (see
+// failureReason).
+func (r *Metrics) trialFailed(reason string) {
+	if r.sweep != nil {
+		r.sweep.Failed(reason)
+	}
+}
+
+// trialRetried counts a failed trial a sweep starts again.
+func (r *Metrics) trialRetried() {
+	if r.sweep != nil {
+		r.sweep.Retried()
+	}
 }
 
 // Linger keeps /metrics up for d after the run, so that Prometheus scrapes

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -26,7 +27,7 @@ func TestNoMetricsAddressServesNothing(t *testing.T) {
 		t.Fatal("Linger without a server waited")
 	}
 	var events bytes.Buffer
-	m.Observer(&events, "cpu", "0").Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventStart})
+	m.Observer(&events, telemetry.Series{Device: "cpu", Worker: "0"}).Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventStart})
 	if !strings.Contains(events.String(), `"kind":"start"`) {
 		t.Fatalf("events log: %q", events.String())
 	}
@@ -53,7 +54,7 @@ func TestMetricsServeUntilClosedAndLingerStopsOnCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	var events bytes.Buffer
-	m.Observer(&events, "cpu", "0").Observe(trainer.Epoch{Epoch: 3})
+	m.Observer(&events, telemetry.Series{Device: "cpu", Worker: "0"}).Observe(trainer.Epoch{Epoch: 3})
 	body := get(t, m.URL())
 	if !strings.Contains(body, "tolaria_") {
 		t.Fatalf("/metrics serves no tolaria metrics:\n%.500s", body)

@@ -28,6 +28,11 @@ const (
 	TrialInterrupted TrialState = "interrupted" // stopped by the sweep's signal, with a checkpoint
 )
 
+// trialStates are the values of the trials-by-state metric's label.
+func trialStates() []string {
+	return []string{string(TrialPending), string(TrialRunning), string(TrialSucceeded), string(TrialFailed), string(TrialInterrupted)}
+}
+
 // Files of a sweep directory.
 const (
 	ResultsJSON    = "results.json"

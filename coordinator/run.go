@@ -27,6 +27,13 @@ type Request struct {
 	// MetricsAddr serves /metrics there during the run (see
 	// telemetry.ListenAddress); "" serves none.
 	MetricsAddr string
+	// Metrics, when set, receives the run's metrics in place of a server
+	// of its own (MetricsAddr is then unused): a sweep's, which its
+	// trials share. The run does not close it.
+	Metrics *Metrics
+	// Trial names the run in a sweep: its series carry it as their trial
+	// label.
+	Trial string
 	// SummaryJSON also receives summary.json; "" writes none.
 	SummaryJSON string
 	Version     string          // reported by the metrics
@@ -76,6 +83,8 @@ type Run struct {
 	exec    *Executor
 	plan    *job.Plan
 	metrics *Metrics
+	shared  bool // metrics are the caller's (Request.Metrics)
+	series  telemetry.Series
 	events  *os.File
 	wlog    *os.File // the worker's log, when the job runs in a worker process
 	obs     trainer.Observer
@@ -117,7 +126,9 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 	if err := r.dir.CheckUnfinished(); err != nil {
 		return nil, err
 	}
-	if r.metrics, err = ServeMetrics(ctx, req.MetricsAddr, req.Version, r.log); err != nil {
+	if req.Metrics != nil {
+		r.metrics, r.shared = req.Metrics, true
+	} else if r.metrics, err = ServeMetrics(ctx, req.MetricsAddr, req.Version, r.log); err != nil {
 		return nil, err
 	}
 	if err := r.dir.Claim(); err != nil {
@@ -164,7 +175,8 @@ func (r *Run) record() error {
 		r.log.Info("the worker's log", "path", r.wlog.Name())
 	}
 	s := r.spec
-	r.obs = r.metrics.Observer(r.events, s.Device, strconv.Itoa(s.Rank))
+	r.series = telemetry.Series{Device: s.Device, Worker: strconv.Itoa(s.Rank), Trial: r.req.Trial}
+	r.obs = r.metrics.Observer(r.events, r.series)
 	r.obs.Observe(trainer.Event{Time: time.Now(), Kind: trainer.EventStart, Fields: map[string]any{
 		"device": s.Device, "enable_graphs": s.EnableGraphs, "config": cfgPath, "resume": s.Resume}})
 	return nil
@@ -182,7 +194,9 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 	s := r.spec
 	r.log.Info("training", "device", s.Device, "graphs", s.EnableGraphs, "run_dir", s.RunDir, "epochs", s.Epochs,
 		"batch_size", s.BatchSize, "dataset", s.Dataset)
-	sum, err := r.exec.Run(ctx, r.plan, jobserver.Sink{Observer: r.obs, Progress: progress})
+	seen, ended := r.metrics.watchWorker(r.series)
+	sum, err := r.exec.Run(ctx, r.plan, jobserver.Sink{Observer: r.obs, Progress: progress, Alive: seen})
+	ended()
 	if err != nil && r.wlog != nil {
 		wf := &WorkerFailure{Err: err, Log: r.wlog.Name()}
 		if isReported(err) {
@@ -214,8 +228,13 @@ func (r *Run) Record(sum *trainer.Summary) error {
 	return nil
 }
 
-// Linger keeps /metrics up for d (see Metrics.Linger).
-func (r *Run) Linger(ctx context.Context, d time.Duration) { r.metrics.Linger(ctx, d) }
+// Linger keeps /metrics up for d (see Metrics.Linger); the caller's
+// metrics (Request.Metrics) are the caller's to keep.
+func (r *Run) Linger(ctx context.Context, d time.Duration) {
+	if !r.shared {
+		r.metrics.Linger(ctx, d)
+	}
+}
 
 // Close closes the events log, releases the run directory and stops the
 // metrics server.
@@ -230,7 +249,7 @@ func (r *Run) Close() error {
 	if r.dir != nil {
 		errs = append(errs, r.dir.Release())
 	}
-	if r.metrics != nil {
+	if r.metrics != nil && !r.shared {
 		errs = append(errs, r.metrics.Close())
 	}
 	return errors.Join(errs...)

@@ -19,6 +19,7 @@ import (
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -58,8 +59,13 @@ type SweepConfig struct {
 	// it is taken for hung, killed and its trial failed (see Placement);
 	// 0 is worker.DefaultHeartbeatTimeout.
 	HeartbeatTimeout time.Duration
-	Version          string
-	Logger           *slog.Logger
+	// MetricsAddr serves the sweep's /metrics there (see
+	// telemetry.ListenAddress): its trials by state, failures by reason,
+	// retries and workers' heartbeat ages, and every trial's training
+	// metrics with a trial label; "" serves none.
+	MetricsAddr string
+	Version     string
+	Logger      *slog.Logger
 	// Report receives every change of a trial (start, progress, end), one
 	// at a time, for a display; nil reports nothing.
 	Report func(TrialUpdate)
@@ -97,6 +103,12 @@ func (c SweepConfig) Validate() error {
 	}
 	if _, ok := rankKeys[c.RankBy]; !ok {
 		return configErr(field.Errorf("rank_by", "must be one of %s, got %q", strings.Join(RankKeys(), ", "), c.RankBy))
+	}
+	if c.MetricsAddr != "" {
+		// A malformed address is refused here; a busy port when it is bound.
+		if _, err := telemetry.ListenAddress(c.MetricsAddr); err != nil {
+			return configErr(field.Errorf("metrics_addr", "%s: %w", c.MetricsAddr, err))
+		}
 	}
 	seen := map[int]bool{}
 	for _, g := range c.GPUs {
@@ -143,8 +155,11 @@ type SweepRun struct {
 	lock  *flock.Flock
 	slots []slot
 	log   *slog.Logger
+	// metrics are the sweep's, shared by its trials' runs; they serve
+	// nothing without SweepConfig.MetricsAddr.
+	metrics *Metrics
 
-	mu   sync.Mutex // guards rows and the results files
+	mu   sync.Mutex // guards rows, their metrics and the results files
 	rows []TrialResult
 
 	reportMu sync.Mutex // Report sees one update at a time
@@ -179,6 +194,10 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 		return nil, setupErr(fmt.Errorf("a sweep runs each trial in a tolaria-worker process: %w", err))
 	}
 	if s.slots, err = chooseSlots(ctx, cfg, s.log); err != nil {
+		return nil, err
+	}
+	// Bound before anything is written, so a busy port leaves no trace.
+	if s.metrics, err = serveSweepMetrics(ctx, cfg.MetricsAddr, cfg.Version, s.log); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -434,14 +453,24 @@ func (s *SweepRun) Devices() string {
 // Parallel is the number of trials that run at once.
 func (s *SweepRun) Parallel() int { return len(s.slots) }
 
-// Close releases the sweep directory.
+// MetricsURL is the sweep's metrics endpoint, or "" when none is served.
+func (s *SweepRun) MetricsURL() string { return s.metrics.URL() }
+
+// Linger keeps /metrics up for d after the sweep (see Metrics.Linger).
+func (s *SweepRun) Linger(ctx context.Context, d time.Duration) { s.metrics.Linger(ctx, d) }
+
+// Close stops the metrics server and releases the sweep directory.
 func (s *SweepRun) Close() error {
-	if s.lock == nil {
-		return nil
+	var errs []error
+	if s.metrics != nil {
+		errs = append(errs, s.metrics.Close())
+		s.metrics = nil
 	}
-	err := s.lock.Close()
-	s.lock = nil
-	return err
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close())
+		s.lock = nil
+	}
+	return errors.Join(errs...)
 }
 
 func (s *SweepRun) writeResults() error {
@@ -477,6 +506,9 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 			s.report(TrialUpdate{Trial: r.Name, Index: i, State: r.State, Device: r.Device, Attempt: r.Attempts, Result: &r})
 		}
 	}
+	s.mu.Lock()
+	s.metrics.setTrials(s.rows)
+	s.mu.Unlock()
 	var wg sync.WaitGroup
 	var writeErr error
 	for i, t := range s.cfg.Sweep.Trials {
@@ -498,6 +530,7 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 			res := s.runTrial(ctx, i, t, sl)
 			s.mu.Lock()
 			s.rows[i] = res
+			s.metrics.setTrials(s.rows)
 			if err := s.writeResults(); err != nil && writeErr == nil {
 				writeErr = err
 			}
@@ -528,6 +561,7 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 func (s *SweepRun) setRow(i int, f func(*TrialResult)) {
 	s.mu.Lock()
 	f(&s.rows[i])
+	s.metrics.setTrials(s.rows)
 	s.mu.Unlock()
 }
 
@@ -545,10 +579,14 @@ func (s *SweepRun) runTrial(ctx context.Context, i int, t Trial, sl slot) TrialR
 		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: res.Attempts})
 		a := s.attempt(ctx, i, t, sl, res.Attempts)
 		res.State, res.Reason, res.LogTail, res.Summary, res.Device = a.state, a.reason, a.logTail, a.summary, sl.String()
+		if res.State == TrialFailed {
+			s.metrics.trialFailed(a.why)
+		}
 		if res.State != TrialFailed || attempt > s.cfg.Retries || ctx.Err() != nil {
 			break
 		}
 		s.log.Warn("trial failed; starting it again", "trial", t.Name, "attempt", attempt, "reason", a.reason)
+		s.metrics.trialRetried()
 	}
 	res.Seconds = beforeSeconds + time.Since(started).Seconds()
 	return res
@@ -558,8 +596,47 @@ func (s *SweepRun) runTrial(ctx context.Context, i int, t Trial, sl slot) TrialR
 type outcome struct {
 	state   TrialState
 	reason  string
+	why     string // a failure's reason in a word, for the metrics (see failureReason)
 	logTail string
 	summary *trainer.Summary
+}
+
+// Reasons a sweep counts a failed attempt by besides the worker's own
+// (worker.Reason*, how its process failed, and worker.Kind*, the kind of
+// error it reported).
+const (
+	// failureNoAnswer is a worker that did not say hello in time.
+	failureNoAnswer = "no_answer"
+	// failureStopped is a run the worker stopped before its end
+	// without being asked (a signal sent to the worker alone).
+	failureStopped = "stopped"
+)
+
+// failureReasons are the values of the failures metric's reason label
+// (telemetry adds its "other").
+func failureReasons() []string {
+	return []string{
+		worker.ReasonHung, worker.ReasonCrashed, worker.ReasonExit, worker.ReasonProtocol, worker.ReasonKilled,
+		worker.KindUsage, worker.KindCheckpoint, worker.KindNonFinite, worker.KindNoDevice, worker.KindFailure,
+		failureNoAnswer, failureStopped,
+	}
+}
+
+// failureReason says in a word why an attempt failed: how the worker's
+// process failed, the kind of error it reported, or
+// telemetry.SweepFailureOther for a failure before it ran.
+func failureReason(err error) string {
+	var pe *worker.ProcessError
+	var we *worker.Error
+	switch {
+	case errors.As(err, &pe):
+		return pe.Reason
+	case errors.As(err, &we):
+		return we.Kind
+	case errors.Is(err, worker.ErrNoAnswer):
+		return failureNoAnswer
+	}
+	return telemetry.SweepFailureOther
 }
 
 // attempt runs a trial once in a worker process of its own: a fresh run,
@@ -586,12 +663,13 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 		HeartbeatTimeout: s.cfg.HeartbeatTimeout, Stderr: logs}
 	place.Env = sl.env()
 	failed := func(err error) outcome {
-		return outcome{state: TrialFailed, reason: err.Error(), logTail: logTail.String()}
+		return outcome{state: TrialFailed, reason: err.Error(), why: failureReason(err), logTail: logTail.String()}
 	}
 	// The sweep reports a trial's start and end itself; of a run's own
 	// log only warnings are news.
 	runLog := slog.New(minLevel{s.log.Handler(), slog.LevelWarn}).With("trial", t.Name)
-	run, err := Prepare(ctx, Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: runLog, Started: time.Now()})
+	run, err := Prepare(ctx, Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: runLog, Started: time.Now(),
+		Metrics: s.metrics, Trial: t.Name})
 	if err != nil {
 		if ctx.Err() != nil {
 			return outcome{state: TrialInterrupted, reason: "interrupted while starting: " + err.Error()}
@@ -618,7 +696,7 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	case sum.Interrupted && ctx.Err() != nil:
 		return outcome{state: TrialInterrupted, reason: fmt.Sprintf("interrupted after %d steps; checkpoint saved in %s", sum.Steps, spec.RunDir), summary: &sum}
 	case sum.Interrupted:
-		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", logTail: logTail.String(), summary: &sum}
+		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", why: failureStopped, logTail: logTail.String(), summary: &sum}
 	}
 	return outcome{state: TrialSucceeded, summary: &sum}
 }
