@@ -87,6 +87,7 @@ func TestSweepMetricsFollowTheTrials(t *testing.T) {
 		s        *SweepRun
 		mu       sync.Mutex
 		checked  = map[string]bool{}
+		maxAge   = map[string]float64{}
 		problems []string
 	)
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
@@ -96,6 +97,9 @@ func TestSweepMetricsFollowTheTrials(t *testing.T) {
 		sc := scrapeSweep(t, s)
 		st := sc.states()
 		trial := telemetry.LabelTrial + "=" + u.Trial
+		if age, ok := sc[telemetry.MetricWorkerHeartbeatAge][trial]; u.Progress != nil && ok && age > maxAge[u.Trial] {
+			maxAge[u.Trial] = age
+		}
 		switch {
 		case u.Progress != nil && !checked[u.Trial+" running"]:
 			checked[u.Trial+" running"] = true
@@ -146,6 +150,12 @@ func TestSweepMetricsFollowTheTrials(t *testing.T) {
 		if !checked[tr+" running"] || !checked[tr+" ended"] {
 			t.Errorf("trial %s: checked while training %v, after its end %v", tr, checked[tr+" running"], checked[tr+" ended"])
 		}
+		// A progress report is a message: the worker was heard from just
+		// now, however long it has run.
+		if maxAge[tr] > 0.25 {
+			t.Errorf("trial %s: heartbeat age %.3fs at a progress report, want about 0", tr, maxAge[tr])
+		}
+		t.Logf("trial %s: largest heartbeat age at a progress report %.4fs", tr, maxAge[tr])
 	}
 	mu.Unlock()
 	// The same over HTTP, from the server the trials shared.
