@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/telemetry"
+	"github.com/tolaria-ml/tolaria/telemetry/infragen"
 )
 
 func freePort(t *testing.T) int {
@@ -276,6 +277,9 @@ func TestPrometheusScrapesEverything(t *testing.T) {
 	}
 
 	for _, pq := range dashboardQueries(t) {
+		if pq.row == infragen.SweepRowTitle {
+			continue // a sweep's own metrics: TestPrometheusScrapesASweep
+		}
 		expr := strings.NewReplacer(`$worker`, `.*`, `${worker}`, `.*`).Replace(pq.expr)
 		r := prom.query(expr)
 		if len(r) == 0 {
@@ -289,7 +293,9 @@ func TestPrometheusScrapesEverything(t *testing.T) {
 	stop()
 }
 
-type panelQuery struct{ title, expr string }
+// panelQuery is a query of a dashboard panel, and the title of the row the
+// panel is in ("" for the first, untitled one).
+type panelQuery struct{ row, title, expr string }
 
 func dashboardQueries(t *testing.T) []panelQuery {
 	t.Helper()
@@ -299,6 +305,7 @@ func dashboardQueries(t *testing.T) []panelQuery {
 	}
 	var d struct {
 		Panels []struct {
+			Type    string `json:"type"`
 			Title   string `json:"title"`
 			Targets []struct {
 				Expr string `json:"expr"`
@@ -309,10 +316,15 @@ func dashboardQueries(t *testing.T) []panelQuery {
 		t.Fatal(err)
 	}
 	var out []panelQuery
+	row := ""
 	for _, p := range d.Panels {
+		if p.Type == "row" {
+			row = p.Title
+			continue
+		}
 		for _, tg := range p.Targets {
 			if tg.Expr != "" {
-				out = append(out, panelQuery{p.Title, tg.Expr})
+				out = append(out, panelQuery{row, p.Title, tg.Expr})
 			}
 		}
 	}
@@ -347,4 +359,158 @@ func (p *prometheus) alertActive(name string) bool {
 		}
 	}
 	return false
+}
+
+// metricsSweep is a trial that crashes at its third step, and again on its
+// retry (the fault counts the steps of each worker, and no checkpoint is
+// written that early), and one that trains until the sweep is interrupted.
+const metricsSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 4096
+  epochs: 1000
+  batch_size: 32
+  log_every: 20
+  enable_graphs: true
+  model: {hidden: [64, 32]}
+trials:
+  - {name: crash}
+  - {name: long}
+`
+
+// TestPrometheusScrapesASweep: a real Prometheus scrapes a sweep's
+// coordinator and sees its trials by state, the crashed trial's two
+// failures (reason exit) and one retry, the live worker's heartbeat age,
+// every training family labelled with its trial; the failure alert fires;
+// and every dashboard query, the Sweep row's included, returns data.
+func TestPrometheusScrapesASweep(t *testing.T) {
+	target := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	prom := startPrometheus(t, target)
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(binDir, "tolaria"), "sweep", writeSweepFile(t, dir, metricsSweep),
+		"--device", "cpu", "--parallel", "2", "--retries", "1", "--sweep-dir", filepath.Join(dir, "sweep"),
+		"--metrics-addr", target, "--metrics-linger", "0")
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(), "TOLARIA_E2E_WORKER_FAULT=step=3,exit=7,run=crash")
+	stderr := new(lockedBuffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("tolaria sweep did not stop on SIGINT:\n%s", stderr)
+		}
+	})
+
+	one := func(expr string) (float64, bool) {
+		r := prom.query(expr)
+		if len(r) != 1 {
+			return 0, false
+		}
+		return r[0].float(), true
+	}
+	waitFor(t, "the crashed trial failed and the long one training, scraped", func() bool {
+		failed, ok := one(telemetry.MetricSweepTrials + `{state="failed"}`)
+		// Enough scrapes for rates over [1m], as for a single run, and an
+		// epoch for accuracy.
+		scrapes, _ := one(`max(count_over_time(` + telemetry.MetricSamplesTotal + `[1m]))`)
+		return ok && failed == 1 && scrapes >= 6 && len(prom.query(telemetry.MetricEvalAccuracy)) > 0
+	})
+	// Rules are evaluated every second; give it a few.
+	for deadline := time.Now().Add(30 * time.Second); !prom.alertActive("TolariaSweepTrialFailed") && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	for expr, want := range map[string]float64{
+		telemetry.MetricSweepTrials + `{state="running"}`:                  1,
+		telemetry.MetricSweepTrials + `{state="failed"}`:                   1,
+		telemetry.MetricSweepTrials + `{state="pending"}`:                  0,
+		telemetry.MetricSweepTrials + `{state="succeeded"}`:                0,
+		telemetry.MetricSweepFailuresTotal + `{reason="exit"}`:             2,
+		"sum(" + telemetry.MetricSweepFailuresTotal + ")":                  2,
+		telemetry.MetricSweepRetriesTotal:                                  1,
+		"count(" + telemetry.MetricWorkerHeartbeatAge + ")":                1,
+		"count(" + telemetry.MetricSweepFailuresTotal + `{reason="hung"})`: 1, // there at zero
+	} {
+		if got, ok := one(expr); !ok || got != want {
+			t.Errorf("%s = %v (one series: %v), want %v", expr, got, ok, want)
+		}
+	}
+	if age, ok := one(telemetry.MetricWorkerHeartbeatAge + `{trial="long"}`); !ok || age < 0 || age > 30 {
+		t.Errorf("the long trial's heartbeat age %v (one series: %v), want at most the 30s heartbeat timeout", age, ok)
+	}
+	for _, name := range telemetry.MetricNames() {
+		if name == telemetry.MetricBuildInfo {
+			continue
+		}
+		if r := prom.query(fmt.Sprintf(`{__name__=~"%s(_bucket|_sum|_count)?", trial="long"}`, name)); len(r) == 0 {
+			t.Errorf("metric %s has no series with trial=\"long\"", name)
+		}
+		for _, s := range prom.query(fmt.Sprintf(`{__name__=~"%s(_bucket|_sum|_count)?"}`, name)) {
+			if s.Metric[telemetry.LabelTrial] == "" {
+				t.Errorf("metric %s has a series without a trial label: %v", name, s.Metric)
+				break
+			}
+		}
+	}
+
+	var alerts struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	prom.get("/api/v1/alerts", &alerts)
+	fired := false
+	for _, a := range alerts.Data.Alerts {
+		if a.Labels["alertname"] == "TolariaSweepTrialFailed" {
+			fired = true
+			if a.Labels[telemetry.LabelReason] != "exit" || a.State != "firing" {
+				t.Errorf("TolariaSweepTrialFailed: labels %v, state %s; want reason exit, firing", a.Labels, a.State)
+			}
+		}
+	}
+	if !fired {
+		t.Error("TolariaSweepTrialFailed is not active")
+	}
+
+	sweepRow := 0
+	for _, pq := range dashboardQueries(t) {
+		sweepRow += boolInt(pq.row == infragen.SweepRowTitle)
+		expr := strings.NewReplacer(`$worker`, `.*`, `${worker}`, `.*`).Replace(pq.expr)
+		r := prom.query(expr)
+		if len(r) == 0 {
+			t.Errorf("panel %q: query returned no data during a sweep: %s", pq.title, expr)
+			continue
+		}
+		// The crashed trial's rates are NaN quantiles (nothing moves);
+		// the training one's must not be.
+		number := false
+		for _, s := range r {
+			number = number || !math.IsNaN(s.float())
+		}
+		if !number {
+			t.Errorf("panel %q: query returned only NaN during a sweep: %s", pq.title, expr)
+		}
+	}
+	if sweepRow == 0 {
+		t.Errorf("the dashboard has no %s row", infragen.SweepRowTitle)
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

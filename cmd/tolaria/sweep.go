@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -84,6 +85,8 @@ checkpoints and stops).`,
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
 	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a trial's tolaria-worker may send no heartbeat before it is taken for hung, killed and its trial failed (at least 1s)")
+	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")
+	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the sweep so the final values are scraped (0: exit at once)")
 	return cmd
 }
 
@@ -91,7 +94,7 @@ checkpoints and stops).`,
 // (a trial's lr) stay as they are: they are not flags here.
 func sweepFlag(key field.Name) string {
 	switch key {
-	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker":
+	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker", "metrics_addr":
 		return "--" + strings.ReplaceAll(string(key), "_", "-")
 	}
 	return ""
@@ -102,7 +105,7 @@ func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error
 	var err error
 	get := func(name string) string { v, _ := fs.GetString(name); return v }
 	getInt := func(name string) int { v, _ := fs.GetInt(name); return v }
-	cfg.Device, cfg.RankBy, cfg.Dir = get("device"), get("rank-by"), get("sweep-dir")
+	cfg.Device, cfg.RankBy, cfg.Dir, cfg.MetricsAddr = get("device"), get("rank-by"), get("sweep-dir"), get("metrics-addr")
 	cfg.PerDevice, cfg.Parallel, cfg.Retries = getInt("per-device"), getInt("parallel"), getInt("retries")
 	if cfg.Worker = get("worker"); cfg.Worker == "" {
 		cfg.Worker = os.Getenv("TOLARIA_WORKER")
@@ -114,6 +117,9 @@ func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error
 	cfg.HeartbeatTimeout, _ = fs.GetDuration("heartbeat-timeout")
 	if cfg.HeartbeatTimeout < worker.MinHeartbeatTimeout {
 		return cfg, usagef("--heartbeat-timeout must be at least %s, got %s", worker.MinHeartbeatTimeout, cfg.HeartbeatTimeout)
+	}
+	if linger, _ := fs.GetDuration("metrics-linger"); linger < 0 {
+		return cfg, usagef("--metrics-linger must be 0 or more, got %s", linger)
 	}
 	for _, f := range []string{"per-device", "parallel"} {
 		if fs.Changed(f) && getInt(f) < 1 {
@@ -175,6 +181,8 @@ func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
 	res, err := s.Run(ctx)
 	view.close()
 	printResults(stdout, res, s.Dir())
+	linger, _ := cmd.Flags().GetDuration("metrics-linger")
+	defer s.Linger(ctx, linger) // after the last lines, before the exit
 	if err != nil {
 		fmt.Fprintf(stderr, "tolaria: writing the results: %v\n", err)
 		return exitError{exitFailure}
