@@ -49,6 +49,10 @@ interrupted and failed ones resume from their checkpoints (or start again
 without one) and pending ones start; the ranking covers every trial. A sweep
 whose every trial succeeded has nothing to resume (exit 0).
 
+--metrics-addr serves Prometheus metrics for the whole sweep: trials by
+state, failed attempts by reason, retries, each live worker's heartbeat age,
+and every trial's training metrics with a trial label.
+
 Exit status: 0 every trial succeeded, 3 some failed, 1 none succeeded,
 2 bad input (nothing started), 130 interrupted (Ctrl-C: every running trial
 checkpoints and stops).`,
