@@ -453,11 +453,22 @@ func (s *SweepRun) Devices() string {
 // Parallel is the number of trials that run at once.
 func (s *SweepRun) Parallel() int { return len(s.slots) }
 
-// MetricsURL is the sweep's metrics endpoint, or "" when none is served.
-func (s *SweepRun) MetricsURL() string { return s.metrics.URL() }
+// MetricsURL is the sweep's metrics endpoint, or "" when none is served
+// (or the sweep is closed).
+func (s *SweepRun) MetricsURL() string {
+	if s.metrics == nil {
+		return ""
+	}
+	return s.metrics.URL()
+}
 
-// Linger keeps /metrics up for d after the sweep (see Metrics.Linger).
-func (s *SweepRun) Linger(ctx context.Context, d time.Duration) { s.metrics.Linger(ctx, d) }
+// Linger keeps /metrics up for d after the sweep (see Metrics.Linger); a
+// closed sweep serves nothing more.
+func (s *SweepRun) Linger(ctx context.Context, d time.Duration) {
+	if s.metrics != nil {
+		s.metrics.Linger(ctx, d)
+	}
+}
 
 // Close stops the metrics server and releases the sweep directory.
 func (s *SweepRun) Close() error {
