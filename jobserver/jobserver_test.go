@@ -77,6 +77,7 @@ func TestObservationsRoundTrip(t *testing.T) {
 		trainer.Epoch{Epoch: 3},
 		trainer.DeviceMemory{What: "in_use", Bytes: 4096},
 		trainer.TrainBatch{Seq: 3, Indices: []int{5, 1}},
+		trainer.MemoryBill{Estimate: trainer.Bill{Parameters: 1, Gradients: 2, OptimizerState: 3, Activations: 4, Workspace: 5, StagingInputs: 6, PinnedHost: 7}, ActualDevice: 21, ActualPinned: 7, Source: "allocations"},
 		trainer.Event{Kind: "capture", Fields: map[string]any{"n": 1.0}},
 	}
 	serve := func(_ context.Context, in io.Reader, out io.Writer) error {
