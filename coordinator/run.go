@@ -42,6 +42,9 @@ type Request struct {
 	// Started is when the command started: a summary's wall time counts
 	// from it.
 	Started time.Time
+	// Budget, when set, makes the worker ask a sweep's broker for a
+	// device-memory budget before it allocates; nil asks nobody.
+	Budget *TrialBudget
 }
 
 // Validate checks the request, naming a setting that is wrong in a
@@ -195,7 +198,13 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 	r.log.Info("training", "device", s.Device, "graphs", s.EnableGraphs, "run_dir", s.RunDir, "epochs", s.Epochs,
 		"batch_size", s.BatchSize, "dataset", s.Dataset)
 	seen, ended := r.metrics.watchWorker(r.series)
-	sum, err := r.exec.Run(ctx, r.plan, jobserver.Sink{Observer: r.obs, Progress: progress, Alive: seen})
+	sink := jobserver.Sink{Observer: r.obs, Progress: progress, Alive: seen}
+	if r.req.Budget != nil {
+		bs := &budgetSink{tb: r.req.Budget, obs: r.obs, log: r.log}
+		defer bs.release()
+		sink.Budget = bs.ask
+	}
+	sum, err := r.exec.Run(ctx, r.plan, sink)
 	ended()
 	if err != nil && r.wlog != nil {
 		wf := &WorkerFailure{Err: err, Log: r.wlog.Name()}

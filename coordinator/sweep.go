@@ -64,8 +64,12 @@ type SweepConfig struct {
 	// retries and workers' heartbeat ages, and every trial's training
 	// metrics with a trial label; "" serves none.
 	MetricsAddr string
-	Version     string
-	Logger      *slog.Logger
+	// DeviceMemory caps the device memory the trials' budgets may take on
+	// each device, in bytes; 0 takes what the device reports free. On the
+	// CPU it stands in for a GPU's memory (see BrokerConfig).
+	DeviceMemory int64
+	Version      string
+	Logger       *slog.Logger
 	// Report receives every change of a trial (start, progress, end), one
 	// at a time, for a display; nil reports nothing.
 	Report func(TrialUpdate)
@@ -82,6 +86,9 @@ type TrialUpdate struct {
 	Progress *trainer.Progress
 	// Result is set when the trial ends.
 	Result *TrialResult
+	// Budget is set when the trial's device-memory request starts to wait,
+	// or is granted after a wait.
+	Budget *BudgetUpdate
 }
 
 // Validate checks the settings, naming the one at fault in a field.Error
@@ -98,6 +105,8 @@ func (c SweepConfig) Validate() error {
 		return configErr(field.Errorf("per_device", "must be at least 1, got %d", c.PerDevice))
 	case c.Parallel < 0:
 		return configErr(field.Errorf("parallel", "must be at least 1, got %d", c.Parallel))
+	case c.DeviceMemory < 0:
+		return configErr(field.Errorf("device_memory", "cannot be negative (%d); give a size such as 8GiB, or 0 for what the device reports", c.DeviceMemory))
 	case c.Retries < 0 || c.Retries > 100:
 		return configErr(field.Errorf("retries", "must be in 0..100, got %d", c.Retries))
 	}
@@ -158,6 +167,8 @@ type SweepRun struct {
 	// metrics are the sweep's, shared by its trials' runs; they serve
 	// nothing without SweepConfig.MetricsAddr.
 	metrics *Metrics
+	// broker keeps the books of device memory between the trials' workers.
+	broker *Broker
 
 	mu   sync.Mutex // guards rows, their metrics and the results files
 	rows []TrialResult
@@ -178,6 +189,9 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 		return nil, err
 	}
 	s := &SweepRun{cfg: cfg, log: cfg.Logger, file: cfg.Sweep.Path}
+	if s.broker, err = NewBroker(BrokerConfig{DeviceMemory: cfg.DeviceMemory}); err != nil {
+		return nil, err
+	}
 	if cfg.Resume {
 		if _, _, err := LoadSweepDir(cfg.Dir); err != nil {
 			return nil, err
@@ -679,8 +693,11 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	// The sweep reports a trial's start and end itself; of a run's own
 	// log only warnings are news.
 	runLog := slog.New(minLevel{s.log.Handler(), slog.LevelWarn}).With("trial", t.Name)
+	budget := &TrialBudget{Broker: s.broker, Trial: t.Name, Device: sl.String(), Report: func(b BudgetUpdate) {
+		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Budget: &b})
+	}}
 	run, err := Prepare(ctx, Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: runLog, Started: time.Now(),
-		Metrics: s.metrics, Trial: t.Name})
+		Metrics: s.metrics, Trial: t.Name, Budget: budget})
 	if err != nil {
 		if ctx.Err() != nil {
 			return outcome{state: TrialInterrupted, reason: "interrupted while starting: " + err.Error()}

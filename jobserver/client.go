@@ -20,6 +20,10 @@ type Sink struct {
 	// Alive is called on every message from the worker (see
 	// worker.Sink.Alive).
 	Alive func()
+	// Budget, when set, makes the worker ask for a device-memory budget
+	// before it allocates and wait for the answer, which Budget gives
+	// through the reply, at once or later; it must not block.
+	Budget func(BudgetRequest, BudgetReply) error
 }
 
 // raw decodes what the worker sends into the sink's types.
@@ -33,6 +37,15 @@ func (s Sink) raw() worker.Sink {
 			}
 			s.Observer.Observe(m)
 			return nil
+		}
+	}
+	if s.Budget != nil {
+		ws.Budget = func(body json.RawMessage, reply worker.Reply) error {
+			var req BudgetRequest
+			if err := json.Unmarshal(body, &req); err != nil {
+				return err
+			}
+			return s.Budget(req, BudgetReply{reply})
 		}
 	}
 	if s.Progress != nil {
@@ -62,7 +75,7 @@ func Run(ctx context.Context, t worker.Transport, deviceName string, spec job.Sp
 	if err != nil {
 		return worker.Hello{}, trainer.Summary{}, fmt.Errorf("worker: encoding the job: %w", err)
 	}
-	h, res, err := t.Call(ctx, worker.Request{Type: worker.TypeStart, Device: deviceName, Body: body}, sink.raw())
+	h, res, err := t.Call(ctx, worker.Request{Type: worker.TypeStart, Device: deviceName, Body: body, AskBudget: sink.Budget != nil}, sink.raw())
 	if err != nil {
 		return h, trainer.Summary{}, err
 	}

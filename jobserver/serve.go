@@ -157,6 +157,12 @@ func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.De
 			return trainer.Summary{}, err
 		}
 	}
+	if conn.Request().AskBudget {
+		// Nothing is on the device yet: the budget is granted first.
+		if err := askBudget(ctx, conn, plan, dev); err != nil {
+			return trainer.Summary{}, err
+		}
+	}
 	progress := func(p trainer.Progress) {
 		if body, err := json.Marshal(p); err == nil {
 			_ = conn.Progress(body)

@@ -20,6 +20,27 @@ type Sink struct {
 	// included: a sign of life, for a display of how long each worker
 	// has been silent.
 	Alive func()
+	// Budget receives a worker's budget request (the bill in body, which
+	// the side that owns its type decodes). It must not block: the
+	// conversation, heartbeats included, goes on while the worker waits,
+	// and the answer goes back through reply, at once or later (from any
+	// goroutine, until the call returns). An error it returns ends the
+	// request. Nil refuses every request.
+	Budget func(body json.RawMessage, reply Reply) error
+}
+
+// Reply answers a worker's budget request.
+type Reply struct{ enc *encoder }
+
+// Grant lets the worker allocate; body says what was granted.
+func (r Reply) Grant(body json.RawMessage) error {
+	return r.enc.send(Message{Type: TypeGrant, Body: body})
+}
+
+// Refuse fails the worker's request for a budget; the worker fails its
+// request with e.
+func (r Reply) Refuse(e *Error) error {
+	return r.enc.send(Message{Type: TypeGrant, Error: e})
 }
 
 // Transport carries one request to a worker and brings back its answers:
@@ -34,7 +55,7 @@ type Transport interface {
 // once; the worker then checkpoints and answers with a result.
 func converse(ctx context.Context, w io.Writer, r io.Reader, req Request, sink Sink, alive func()) (Hello, json.RawMessage, error) {
 	enc, dec := newEncoder(w), newDecoder(r)
-	start := Message{Type: req.Type, Device: req.Device, Body: req.Body, HeartbeatMS: req.Heartbeat.Milliseconds()}
+	start := Message{Type: req.Type, Device: req.Device, Body: req.Body, HeartbeatMS: req.Heartbeat.Milliseconds(), AskBudget: req.AskBudget}
 	if req.Heartbeat > 0 && start.HeartbeatMS == 0 {
 		start.HeartbeatMS = 1 // never round an interval asked for down to none
 	}
@@ -81,6 +102,17 @@ func converse(ctx context.Context, w io.Writer, r io.Reader, req Request, sink S
 				if err := sink.Progress(m.Body); err != nil {
 					return hello, nil, fmt.Errorf("worker protocol: progress: %w", err)
 				}
+			}
+		case TypeBudget:
+			reply := Reply{enc}
+			if sink.Budget == nil {
+				if err := reply.Refuse(&Error{Kind: KindBudget, Message: "this coordinator keeps no device-memory budgets"}); err != nil {
+					return hello, nil, fmt.Errorf("worker: answering a budget request: %w", err)
+				}
+				continue
+			}
+			if err := sink.Budget(m.Body, reply); err != nil {
+				return hello, nil, fmt.Errorf("worker protocol: budget: %w", err)
 			}
 		case TypeLog:
 			if sink.Log != nil {

@@ -15,9 +15,10 @@ import (
 // reports from several goroutines). A failed write is final: every later
 // answer fails with the same error.
 type Conn struct {
-	req Request
-	dec *decoder
-	enc *encoder
+	req    Request
+	dec    *decoder
+	enc    *encoder
+	grants chan Message // the coordinator's answers to budget requests, read by WatchCancel
 }
 
 // Accept reads the request from in; answers go to out.
@@ -27,8 +28,9 @@ func Accept(in io.Reader, out io.Writer) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: reading the request: %w", err)
 	}
-	req := Request{Type: first.Type, Device: first.Device, Body: first.Body, Heartbeat: time.Duration(first.HeartbeatMS) * time.Millisecond}
-	return &Conn{req: req, dec: dec, enc: newEncoder(out)}, nil
+	req := Request{Type: first.Type, Device: first.Device, Body: first.Body, Heartbeat: time.Duration(first.HeartbeatMS) * time.Millisecond,
+		AskBudget: first.AskBudget}
+	return &Conn{req: req, dec: dec, enc: newEncoder(out), grants: make(chan Message, 1)}, nil
 }
 
 // Request is the request read.
@@ -82,6 +84,13 @@ func (c *Conn) WatchCancel(ctx context.Context) (context.Context, func()) {
 		defer close(done)
 		for {
 			m, err := c.dec.next()
+			if err == nil && m.Type == TypeGrant {
+				select {
+				case c.grants <- m:
+				default: // an answer nobody asked for
+				}
+				continue
+			}
 			if err != nil || m.Type == TypeCancel {
 				cancel()
 				if err != nil {
@@ -93,6 +102,25 @@ func (c *Conn) WatchCancel(ctx context.Context) (context.Context, func()) {
 	return ctx, func() {
 		<-done
 		cancel()
+	}
+}
+
+// AskBudget sends a budget request with the bill in body and waits for
+// the coordinator's answer: the grant's body, or the refusal as an *Error
+// of kind KindBudget. It needs WatchCancel running, which reads the
+// answer, and gives up when ctx (WatchCancel's) ends.
+func (c *Conn) AskBudget(ctx context.Context, body json.RawMessage) (json.RawMessage, error) {
+	if err := c.enc.send(Message{Type: TypeBudget, Body: body}); err != nil {
+		return nil, err
+	}
+	select {
+	case m := <-c.grants:
+		if m.Error != nil {
+			return nil, m.Error
+		}
+		return m.Body, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("worker: waiting for a device-memory budget: %w", context.Cause(ctx))
 	}
 }
 

@@ -34,6 +34,13 @@ const (
 	TypeLog      = "log"       // worker → coordinator: a progress line of a benchmark, in Text
 	TypeResult   = "result"    // worker → coordinator: the outcome in Body (a run's summary, a benchmark's report)
 	TypeError    = "error"     // worker → coordinator: the request failed
+	// TypeBudget asks, before the worker allocates anything on its
+	// device, for a budget that covers the bill in Body; the worker waits
+	// for the answer (only when the start message's ask_budget is set).
+	TypeBudget = "budget" // worker → coordinator
+	// TypeGrant answers a budget request: granted (Body says what), or
+	// refused (Error says why, of kind KindBudget).
+	TypeGrant = "grant" // coordinator → worker
 )
 
 // Error kinds, so the coordinator can choose its exit status.
@@ -42,6 +49,7 @@ const (
 	KindCheckpoint = "checkpoint" // the checkpoint was refused
 	KindNonFinite  = "nonfinite"  // the loss became NaN or Inf
 	KindNoDevice   = "no_device"  // the device could not be opened
+	KindBudget     = "budget"     // the coordinator refused the device-memory budget
 	KindFailure    = "failure"    // anything else
 )
 
@@ -59,6 +67,10 @@ type Message struct {
 	// HeartbeatMS is, in a start, bench or probe message, how often the
 	// worker must send a heartbeat, in milliseconds; 0: never.
 	HeartbeatMS int64 `json:"heartbeat_ms,omitempty"`
+	// AskBudget is, in a start message, whether the worker must ask for a
+	// device-memory budget (TypeBudget) and wait for the grant before it
+	// allocates.
+	AskBudget bool `json:"ask_budget,omitempty"`
 }
 
 // Request is what the coordinator asks of a worker: a message of type
@@ -71,6 +83,10 @@ type Request struct {
 	// the request, from a goroutine of its own so that a long step does not
 	// delay it; 0 sends none. Process sets it from its heartbeat timeout.
 	Heartbeat time.Duration
+	// AskBudget makes the worker ask for a device-memory budget before it
+	// allocates, and wait for the grant; the transport's Sink.Budget
+	// answers.
+	AskBudget bool
 }
 
 // Hello is the worker's first answer.

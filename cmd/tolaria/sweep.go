@@ -91,6 +91,7 @@ checkpoints and stops).`,
 	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a trial's tolaria-worker may send no heartbeat before it is taken for hung, killed and its trial failed (at least 1s)")
 	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the sweep so the final values are scraped (0: exit at once)")
+	fs.String("device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB or 512MiB (default: what the device reports free); on the CPU it stands in for a GPU's memory")
 	return cmd
 }
 
@@ -98,7 +99,7 @@ checkpoints and stops).`,
 // (a trial's lr) stay as they are: they are not flags here.
 func sweepFlag(key field.Name) string {
 	switch key {
-	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker", "metrics_addr":
+	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker", "metrics_addr", "device_memory":
 		return "--" + strings.ReplaceAll(string(key), "_", "-")
 	}
 	return ""
@@ -124,6 +125,11 @@ func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error
 	}
 	if linger, _ := fs.GetDuration("metrics-linger"); linger < 0 {
 		return cfg, usagef("--metrics-linger must be 0 or more, got %s", linger)
+	}
+	if v := get("device-memory"); v != "" {
+		if cfg.DeviceMemory, err = parseBytes(v); err != nil {
+			return cfg, usagef("--device-memory: %v", err)
+		}
 	}
 	for _, f := range []string{"per-device", "parallel"} {
 		if fs.Changed(f) && getInt(f) < 1 {
@@ -245,4 +251,25 @@ func firstLine(s string, n int) string {
 		s = s[:n] + "..."
 	}
 	return s
+}
+
+// parseBytes reads a size: a number of bytes, or a number with a unit
+// (KiB, MiB, GiB, TiB, or KB, MB, GB, TB in powers of ten).
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		scale  float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	num, scale := strings.TrimSpace(s), 1.0
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, scale = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.scale
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v <= 0 || v*scale > 1<<62 {
+		return 0, fmt.Errorf("%q is not a size; give bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 8GiB", s)
+	}
+	return int64(v * scale), nil
 }

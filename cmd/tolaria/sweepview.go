@@ -42,6 +42,7 @@ type trialRow struct {
 	started  time.Time
 	reason   string
 	accuracy float64 // the last epoch's test accuracy
+	waiting  bool    // for a device-memory budget
 }
 
 func newSweepView(w io.Writer, trials []coordinator.Trial) *sweepView {
@@ -99,7 +100,11 @@ func (v *sweepView) rowText(r *trialRow) string {
 			eta = etaText(r.started, done(p))
 		}
 	}
-	return fmt.Sprintf("%-*s  %-11s  %-7s  %9s  %8s  %10s  %8s ", v.width, name, r.state, epoch, loss, acc, rate, eta)
+	state := string(r.state)
+	if r.waiting && r.state == coordinator.TrialRunning {
+		state = "waiting"
+	}
+	return fmt.Sprintf("%-*s  %-11s  %-7s  %9s  %8s  %10s  %8s ", v.width, name, state, epoch, loss, acc, rate, eta)
 }
 
 // done is the fraction of a trial's steps done.
@@ -125,9 +130,17 @@ func etaText(started time.Time, frac float64) string {
 func (v *sweepView) update(u coordinator.TrialUpdate) {
 	v.mu.Lock()
 	r := v.rows[u.Index]
-	first := u.State == coordinator.TrialRunning && u.Progress == nil
+	first := u.State == coordinator.TrialRunning && u.Progress == nil && u.Budget == nil
 	if first {
 		r.started, r.progress, r.accuracy = time.Now(), trainer.Progress{}, 0
+	}
+	if u.Budget != nil {
+		r.waiting = u.Budget.Waiting
+		if !r.waiting {
+			r.started = time.Now() // the time left counts from the grant
+		}
+	} else if u.State != coordinator.TrialRunning {
+		r.waiting = false
 	}
 	r.state, r.attempt = u.State, u.Attempt
 	if u.Device != "" {
@@ -180,6 +193,10 @@ func (v *sweepView) line(u coordinator.TrialUpdate, r trialRow, first bool) {
 	switch {
 	case first:
 		fmt.Fprintf(v.w, "trial %s: started on %s (attempt %d)\n", r.name, r.device, r.attempt)
+	case u.Budget != nil && u.Budget.Waiting:
+		fmt.Fprintf(v.w, "trial %s: waiting for %s of device memory on %s\n", r.name, trainer.FormatBytes(u.Budget.Bytes), r.device)
+	case u.Budget != nil:
+		fmt.Fprintf(v.w, "trial %s: granted %s of device memory on %s after waiting %.1fs\n", r.name, trainer.FormatBytes(u.Budget.Bytes), r.device, u.Budget.Waited.Seconds())
 	case u.Progress != nil && u.Progress.EpochDone:
 		p := u.Progress
 		fmt.Fprintf(v.w, "trial %s: epoch %d/%d: loss %.4f, test accuracy %.4f, %.0f samples/s\n",

@@ -58,3 +58,32 @@ func TestETA(t *testing.T) {
 }
 
 func startedAgo(seconds int) time.Time { return time.Now().Add(-time.Duration(seconds) * time.Second) }
+
+// TestSweepShowsWaitingTrials: a trial waiting for a device-memory budget
+// says so, piped (a line when it starts waiting and when it is granted)
+// and in the live table's state column, until the grant.
+func TestSweepShowsWaitingTrials(t *testing.T) {
+	var b bytes.Buffer
+	v := newSweepView(&b, []coordinator.Trial{{Name: "big"}})
+	running := coordinator.TrialUpdate{Trial: "big", Index: 0, State: coordinator.TrialRunning, Device: "cpu", Attempt: 1}
+	wait, grant := running, running
+	wait.Budget = &coordinator.BudgetUpdate{Waiting: true, Bytes: 3 << 20}
+	grant.Budget = &coordinator.BudgetUpdate{Bytes: 3 << 20, Waited: 1500 * time.Millisecond}
+	v.update(running)
+	v.update(wait)
+	if row := v.rowText(v.rows[0]); !strings.Contains(row, "waiting") {
+		t.Errorf("a waiting trial's row %q does not say waiting", row)
+	}
+	v.update(grant)
+	if row := v.rowText(v.rows[0]); strings.Contains(row, "waiting") || !strings.Contains(row, "running") {
+		t.Errorf("a granted trial's row %q, want running", row)
+	}
+	want := []string{
+		"trial big: started on cpu (attempt 1)",
+		"trial big: waiting for 3.0 MiB of device memory on cpu",
+		"trial big: granted 3.0 MiB of device memory on cpu after waiting 1.5s",
+	}
+	if got := strings.Split(strings.TrimSpace(b.String()), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

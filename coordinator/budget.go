@@ -1,0 +1,334 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// Headroom is the factor a budget request must fit with: a request is
+// granted when the device's capacity less the budgets already granted
+// covers it times Headroom, so an estimate a little short of what the
+// driver will hand out does not end in an out-of-memory error mid-capture.
+const Headroom = 1.1
+
+// BrokerConfig configures a Broker.
+type BrokerConfig struct {
+	// DeviceMemory caps the bytes budgets may take on each device; 0 takes
+	// what the first worker on the device reports free. On the CPU device
+	// it stands in for a GPU's memory.
+	DeviceMemory int64
+	// Now is the clock, for tests; nil is time.Now.
+	Now func() time.Time
+}
+
+// Validate checks the configuration, naming the setting at fault.
+func (c BrokerConfig) Validate() error {
+	if c.DeviceMemory < 0 {
+		return configErr(field.Errorf("device_memory", "cannot be negative (%d); give a size such as 8GiB, or 0 for what the device reports", c.DeviceMemory))
+	}
+	return nil
+}
+
+// Broker keeps the books of device memory between the workers of a sweep:
+// per device, its capacity and the budgets granted. A worker asks before
+// it allocates (Ask); the request is granted at once when it fits with
+// headroom, refused at once when it could never fit, and otherwise waits
+// in a queue, oldest first, until budgets are released. It starts no
+// goroutine: grants after a wait are made by the Release that frees room,
+// through the waiting ticket's OnGrant.
+type Broker struct {
+	cfg BrokerConfig
+
+	mu      sync.Mutex
+	devices map[string]*ledger
+}
+
+// ledger is one device's books.
+type ledger struct {
+	capacity int64 // bytes budgets may take
+	granted  int64 // bytes granted now
+	holders  map[*Ticket]struct{}
+	queue    []*Ticket // oldest first
+}
+
+// NewBroker returns a broker with empty books.
+func NewBroker(cfg BrokerConfig) (*Broker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Broker{cfg: cfg, devices: map[string]*ledger{}}, nil
+}
+
+// Ask is one worker's budget request.
+type Ask struct {
+	Trial  string
+	Device string       // the device the worker owns, as the sweep names it ("cpu", "cuda:0")
+	Bill   trainer.Bill // what it will hold; DeviceBytes is the request
+	// Total and Free are the device's memory as the worker found it
+	// before allocating.
+	Total, Free int64
+	// OnGrant is called once when a request that waited is granted, from
+	// the goroutine of the Release that made room, outside the broker's
+	// lock. It is not called for a request granted at once.
+	OnGrant func(Grant)
+}
+
+// Grant is a budget granted.
+type Grant struct {
+	Bytes    int64         // the budget: the bill's device bytes
+	Waited   time.Duration // time in the queue
+	Capacity int64         // the device's capacity for budgets
+	Granted  int64         // budgets granted on the device, this one included
+}
+
+// ErrBudgetRefused is a request that can never be granted: with headroom
+// it is larger than the whole device.
+var ErrBudgetRefused = errors.New("device-memory budget refused")
+
+// RefusedError is a refused request; its message names the bill by kind.
+type RefusedError struct {
+	Trial    string
+	Device   string
+	Bill     trainer.Bill
+	Capacity int64
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("trial %s needs %s (with %.0f%% headroom %s), more than device %s has for budgets in all (%s); use a smaller model or batch, or a device with more memory (--device-memory on the CPU)",
+		e.Trial, e.Bill, (Headroom-1)*100, trainer.FormatBytes(withHeadroom(e.Bill.DeviceBytes())), e.Device, trainer.FormatBytes(e.Capacity))
+}
+
+func (e *RefusedError) Unwrap() error { return ErrBudgetRefused }
+
+func withHeadroom(bytes int64) int64 { return int64(float64(bytes) * Headroom) }
+
+// Ticket is one request's place in the books: waiting, granted, or
+// released.
+type Ticket struct {
+	b      *Broker
+	ask    Ask
+	led    *ledger
+	queued time.Time
+	state  ticketState
+}
+
+type ticketState int
+
+const (
+	ticketWaiting ticketState = iota
+	ticketGranted
+	ticketReleased
+)
+
+// Ask books a request. It returns the ticket and, when the request fits
+// now (and nobody waits before it), its grant; a request that waits has
+// granted false and hears of its grant through OnGrant. A request that
+// could never fit is refused with a *RefusedError.
+func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	led := b.devices[a.Device]
+	if led == nil {
+		led = &ledger{holders: map[*Ticket]struct{}{}}
+		b.devices[a.Device] = led
+	}
+	if len(led.holders) == 0 {
+		// Nothing of ours is on the device: what the worker found free is
+		// what budgets may take (less what the configuration holds back).
+		led.capacity = a.Free
+		if b.cfg.DeviceMemory > 0 && (b.cfg.DeviceMemory < led.capacity || led.capacity <= 0) {
+			led.capacity = b.cfg.DeviceMemory
+		}
+	}
+	need := a.Bill.DeviceBytes()
+	if withHeadroom(need) > led.capacity {
+		return nil, Grant{}, false, &RefusedError{Trial: a.Trial, Device: a.Device, Bill: a.Bill, Capacity: led.capacity}
+	}
+	t = &Ticket{b: b, ask: a, led: led, queued: b.cfg.Now()}
+	if len(led.queue) == 0 && led.fits(need) {
+		return t, led.grant(t, t.queued), true, nil // waited no time
+	}
+	led.queue = append(led.queue, t)
+	return t, Grant{}, false, nil
+}
+
+func (l *ledger) fits(need int64) bool { return l.capacity-l.granted >= withHeadroom(need) }
+
+func (l *ledger) grant(t *Ticket, now time.Time) Grant {
+	t.state = ticketGranted
+	need := t.ask.Bill.DeviceBytes()
+	l.granted += need
+	l.holders[t] = struct{}{}
+	return Grant{Bytes: need, Waited: now.Sub(t.queued), Capacity: l.capacity, Granted: l.granted}
+}
+
+// pump grants the waiting requests that fit, oldest first, stopping at the
+// first that does not (so a large request is not passed over for ever).
+func (l *ledger) pump(now time.Time) (granted []*Ticket, grants []Grant) {
+	for len(l.queue) > 0 && l.fits(l.queue[0].ask.Bill.DeviceBytes()) {
+		t := l.queue[0]
+		l.queue = l.queue[1:]
+		granted, grants = append(granted, t), append(grants, l.grant(t, now))
+	}
+	return granted, grants
+}
+
+// Release gives the ticket's budget back (the trial ended), or takes a
+// waiting request out of the queue, and grants what now fits. Releasing
+// twice does nothing.
+func (t *Ticket) Release() {
+	b := t.b
+	b.mu.Lock()
+	l := t.led
+	switch t.state {
+	case ticketGranted:
+		l.granted -= t.ask.Bill.DeviceBytes()
+		delete(l.holders, t)
+	case ticketWaiting:
+		if i := slices.Index(l.queue, t); i >= 0 {
+			l.queue = slices.Delete(l.queue, i, i+1)
+		}
+	case ticketReleased:
+		b.mu.Unlock()
+		return
+	}
+	t.state = ticketReleased
+	granted, grants := l.pump(b.cfg.Now())
+	b.mu.Unlock()
+	for i, w := range granted {
+		if w.ask.OnGrant != nil {
+			w.ask.OnGrant(grants[i])
+		}
+	}
+}
+
+// Waiting lists the trials waiting for a budget on device, oldest first.
+func (b *Broker) Waiting(device string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	if l := b.devices[device]; l != nil {
+		for _, t := range l.queue {
+			out = append(out, t.ask.Trial)
+		}
+	}
+	return out
+}
+
+// Books are a device's figures: its capacity for budgets and what is
+// granted now.
+type Books struct {
+	Capacity, Granted int64
+	Holders, Waiting  int
+}
+
+// Books returns device's figures.
+func (b *Broker) Books(device string) Books {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.devices[device]
+	if l == nil {
+		return Books{}
+	}
+	return Books{Capacity: l.capacity, Granted: l.granted, Holders: len(l.holders), Waiting: len(l.queue)}
+}
+
+// Event kinds of the budget broker, in a trial's events log.
+const (
+	EventBudgetWait    = "budget_wait"    // the request waits: the device has no room now
+	EventBudgetGrant   = "budget_grant"   // the request is granted, after waited_seconds
+	EventBudgetRefused = "budget_refused" // the request can never fit; the trial fails
+)
+
+// TrialBudget connects one run to a sweep's broker: its worker asks
+// Broker for a budget on Device before it allocates.
+type TrialBudget struct {
+	Broker *Broker
+	Trial  string
+	Device string // the slot's device, e.g. "cpu", "cuda:0"
+	// Report, when set, hears that the request waits and, after a wait,
+	// that it was granted.
+	Report func(BudgetUpdate)
+}
+
+// BudgetUpdate is a change of a trial's device-memory request: it waits
+// (Waiting, for Bytes), or it was granted after waiting Waited.
+type BudgetUpdate struct {
+	Waiting bool
+	Bytes   int64
+	Waited  time.Duration
+}
+
+// budgetSink answers the worker's budget request through the broker and
+// records what happened in the run's events. The ticket it books is held
+// until release is called (the run ended).
+type budgetSink struct {
+	tb  *TrialBudget
+	obs trainer.Observer
+	log *slog.Logger
+
+	mu     sync.Mutex
+	ticket *Ticket
+}
+
+func (s *budgetSink) event(kind string, fields map[string]any) {
+	s.obs.Observe(trainer.Event{Time: time.Now(), Kind: kind, Fields: fields})
+}
+
+func (s *budgetSink) ask(req jobserver.BudgetRequest, reply jobserver.BudgetReply) error {
+	tb := s.tb
+	need := req.Bill.DeviceBytes()
+	granted := func(g Grant) error {
+		s.event(EventBudgetGrant, map[string]any{"device": tb.Device, "bytes": g.Bytes, "waited_seconds": g.Waited.Seconds(),
+			"capacity": g.Capacity, "granted": g.Granted})
+		if tb.Report != nil && g.Waited > 0 {
+			tb.Report(BudgetUpdate{Bytes: g.Bytes, Waited: g.Waited})
+		}
+		return reply.Grant(jobserver.BudgetGrant{Bytes: g.Bytes, WaitedSeconds: g.Waited.Seconds()})
+	}
+	t, g, now, err := tb.Broker.Ask(Ask{Trial: tb.Trial, Device: tb.Device, Bill: req.Bill, Total: req.Total, Free: req.Free,
+		OnGrant: func(g Grant) {
+			// The worker may have gone meanwhile; its call's end says so.
+			_ = granted(g)
+		}})
+	if err != nil {
+		s.event(EventBudgetRefused, map[string]any{"device": tb.Device, "bytes": need, "bill": req.Bill, "reason": err.Error()})
+		return reply.Refuse(err.Error())
+	}
+	s.mu.Lock()
+	s.ticket = t
+	s.mu.Unlock()
+	if now {
+		return granted(g)
+	}
+	books := tb.Broker.Books(tb.Device)
+	s.event(EventBudgetWait, map[string]any{"device": tb.Device, "bytes": need, "capacity": books.Capacity, "granted": books.Granted,
+		"waiting": books.Waiting})
+	s.log.Info("waiting for device memory", "device", tb.Device, "bytes", need, "granted", books.Granted, "capacity", books.Capacity)
+	if tb.Report != nil {
+		tb.Report(BudgetUpdate{Waiting: true, Bytes: need})
+	}
+	return nil
+}
+
+// release gives the run's budget back, or leaves the queue.
+func (s *budgetSink) release() {
+	s.mu.Lock()
+	t := s.ticket
+	s.ticket = nil
+	s.mu.Unlock()
+	if t != nil {
+		t.Release()
+	}
+}

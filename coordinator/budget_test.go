@@ -1,0 +1,299 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// fakeClock advances only when told.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func billOf(bytes int64) trainer.Bill { return trainer.Bill{Parameters: bytes} }
+
+// TestBrokerGrantsWaitsAndRefuses: a request is granted when the room
+// left covers it with 10% headroom, waits otherwise and is granted when a
+// budget is released (oldest first, after the time it waited), and one
+// larger than the whole device is refused at once, naming the bill.
+func TestBrokerGrantsWaitsAndRefuses(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	b, err := NewBroker(BrokerConfig{DeviceMemory: 1000, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grants []string
+	var mu sync.Mutex
+	ask := func(trial string, bytes int64) (*Ticket, bool, error) {
+		t.Helper()
+		tk, g, now, err := b.Ask(Ask{Trial: trial, Device: "cpu", Bill: billOf(bytes), Total: 1 << 40, Free: 1 << 40,
+			OnGrant: func(g Grant) {
+				mu.Lock()
+				grants = append(grants, trial+" after "+g.Waited.String())
+				mu.Unlock()
+			}})
+		if now && g.Bytes != bytes {
+			t.Errorf("%s granted %d bytes, asked for %d", trial, g.Bytes, bytes)
+		}
+		return tk, now, err
+	}
+	first, now, err := ask("first", 600)
+	if err != nil || !now {
+		t.Fatalf("600 of 1000 bytes on an empty device: granted %v, %v", now, err)
+	}
+	second, now, err := ask("second", 600)
+	if err != nil || now {
+		t.Fatalf("600 more: granted %v, %v; want it to wait", now, err)
+	}
+	// 200 would fit (1000-600 >= 220), but the second waits before it.
+	third, now, err := ask("third", 200)
+	if err != nil || now {
+		t.Fatalf("200 behind a waiting request: granted %v, %v; want it to wait its turn", now, err)
+	}
+	if w := b.Waiting("cpu"); strings.Join(w, ",") != "second,third" {
+		t.Fatalf("waiting %v, want second,third", w)
+	}
+	if _, _, err := ask("huge", 910); !errors.Is(err, ErrBudgetRefused) || !strings.Contains(err.Error(), "parameters") ||
+		!strings.Contains(err.Error(), "huge") || !strings.Contains(err.Error(), "device cpu") {
+		t.Fatalf("910 bytes (1001 with headroom) of 1000: %v, want a refusal naming the trial, the bill by kind and the device", err)
+	}
+	clock.advance(3 * time.Second)
+	first.Release()
+	if strings.Join(grants, ";") != "second after 3s;third after 3s" {
+		t.Fatalf("after the first ended: grants %v, want the second, then the third next to it, in that order", grants)
+	}
+	fourth, now, err := ask("fourth", 200)
+	if err != nil || now {
+		t.Fatalf("200 next to 800 of 1000: granted %v, %v; want it to wait", now, err)
+	}
+	clock.advance(time.Second)
+	second.Release()
+	if strings.Join(grants, ";") != "second after 3s;third after 3s;fourth after 1s" {
+		t.Fatalf("grants %v", grants)
+	}
+	fourth.Release()
+	third.Release()
+	third.Release() // twice does nothing
+	if bk := b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 || bk.Waiting != 0 || bk.Capacity != 1000 {
+		t.Fatalf("books after every release: %+v", bk)
+	}
+}
+
+// TestBrokerLeavingTheQueue: a waiting request released (its trial was
+// interrupted) leaves the queue, and the one behind it moves up.
+func TestBrokerLeavingTheQueue(t *testing.T) {
+	b, _ := NewBroker(BrokerConfig{DeviceMemory: 1000})
+	granted := ""
+	hold, _, _, _ := b.Ask(Ask{Trial: "hold", Device: "cpu", Bill: billOf(800), Free: 1 << 40})
+	gone, _, now, _ := b.Ask(Ask{Trial: "gone", Device: "cpu", Bill: billOf(500), Free: 1 << 40})
+	_, _, _, _ = b.Ask(Ask{Trial: "next", Device: "cpu", Bill: billOf(100), Free: 1 << 40, OnGrant: func(Grant) { granted = "next" }})
+	if now {
+		t.Fatal("500 granted next to 800 of 1000")
+	}
+	gone.Release()
+	if granted != "next" {
+		t.Fatalf("the request behind one that left: granted %q, want next (100 fits next to 800)", granted)
+	}
+	hold.Release()
+}
+
+// TestBrokerCapacity: without a configured limit the device's capacity
+// is what a worker found free while no budget was granted; a configured
+// limit caps it; each device keeps its own books.
+func TestBrokerCapacity(t *testing.T) {
+	b, _ := NewBroker(BrokerConfig{})
+	a, _, _, _ := b.Ask(Ask{Trial: "a", Device: "cuda:0", Bill: billOf(10), Total: 100, Free: 80})
+	_, _, _, _ = b.Ask(Ask{Trial: "b", Device: "cuda:0", Bill: billOf(10), Total: 100, Free: 60})
+	if bk := b.Books("cuda:0"); bk.Capacity != 80 || bk.Granted != 20 {
+		t.Fatalf("books %+v: want the capacity the first worker found (80), not one counting our own budgets", bk)
+	}
+	if bk := b.Books("cuda:1"); bk != (Books{}) {
+		t.Fatalf("another device's books: %+v", bk)
+	}
+	a.Release()
+	c, _ := NewBroker(BrokerConfig{DeviceMemory: 50})
+	_, _, _, _ = c.Ask(Ask{Trial: "a", Device: "cpu", Bill: billOf(10), Total: 1000, Free: 900})
+	if bk := c.Books("cpu"); bk.Capacity != 50 {
+		t.Fatalf("with --device-memory 50: capacity %d", bk.Capacity)
+	}
+	if _, err := NewBroker(BrokerConfig{DeviceMemory: -1}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "device_memory") {
+		t.Fatalf("a negative limit: %v", err)
+	}
+}
+
+// trialBill is the device bytes the sweep's trial named will ask for.
+func trialBill(t *testing.T, cfg SweepConfig, name string) int64 {
+	t.Helper()
+	for _, tr := range cfg.Sweep.Trials {
+		if tr.Name != name {
+			continue
+		}
+		train, test, err := tr.Spec.LoadData()
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := tr.Spec.Plan(train, test)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := cpu.Open(cpu.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Close()
+		return plan.Trainer.Bill(dev).DeviceBytes()
+	}
+	t.Fatalf("no trial %s", name)
+	return 0
+}
+
+// budgetEvent is one line of a trial's events log.
+type budgetEvent struct {
+	Time   time.Time      `json:"time"`
+	Kind   string         `json:"kind"`
+	Fields map[string]any `json:"fields"`
+}
+
+func readEvents(t *testing.T, runDir string) []budgetEvent {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(runDir, "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []budgetEvent
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var e budgetEvent
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func kinds(evs []budgetEvent, kind string) []budgetEvent {
+	var out []budgetEvent
+	for _, e := range evs {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// budgetSweep has two trials of the same size and a much larger one.
+const budgetSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 256
+  epochs: 4
+  batch_size: 32
+  log_every: 2
+  enable_graphs: true
+  model: {hidden: [32]}
+trials:
+  - {name: one}
+  - {name: two}
+`
+
+// TestSweepTrialsWaitForDeviceMemory: two trials in CPU worker processes
+// that each need 60% of --device-memory run one after the other, though
+// two may run at once: the second's events show it waiting, then granted
+// after the first ended, and its training starts after the first's
+// ended.
+func TestSweepTrialsWaitForDeviceMemory(t *testing.T) {
+	cfg := sweepConfig(t, budgetSweep)
+	cfg.Parallel = 2
+	cfg.DeviceMemory = int64(float64(trialBill(t, cfg, "one")) / 0.6)
+	var mu sync.Mutex
+	var waits []string
+	cfg.Report = func(u TrialUpdate) {
+		if u.Budget != nil && u.Budget.Waiting {
+			mu.Lock()
+			waits = append(waits, u.Trial)
+			mu.Unlock()
+		}
+	}
+	res, _ := runSweep(t, context.Background(), cfg)
+	if res.Counts["succeeded"] != 2 {
+		t.Fatalf("counts %v", res.Counts)
+	}
+	if len(waits) != 1 {
+		t.Fatalf("trials reported waiting: %v, want one", waits)
+	}
+	waiter, holder := waits[0], "one"
+	if waiter == "one" {
+		holder = "two"
+	}
+	w, h := readEvents(t, filepath.Join(cfg.Dir, waiter)), readEvents(t, filepath.Join(cfg.Dir, holder))
+	if len(kinds(h, EventBudgetWait)) != 0 || len(kinds(h, EventBudgetGrant)) != 1 {
+		t.Fatalf("the first trial's budget events: %v", h)
+	}
+	wait, grant := kinds(w, EventBudgetWait), kinds(w, EventBudgetGrant)
+	if len(wait) != 1 || len(grant) != 1 || !grant[0].Time.After(wait[0].Time) {
+		t.Fatalf("the second trial's budget events: wait %v, grant %v; want a wait, then a grant", wait, grant)
+	}
+	if s, _ := grant[0].Fields["waited_seconds"].(float64); s <= 0 {
+		t.Errorf("granted after waiting %v seconds", grant[0].Fields["waited_seconds"])
+	}
+	hEpochs, wEpochs := kinds(h, trainer.EventEpoch), kinds(w, trainer.EventEpoch)
+	if len(hEpochs) != 4 || len(wEpochs) != 4 {
+		t.Fatalf("epochs: %d and %d", len(hEpochs), len(wEpochs))
+	}
+	if last := hEpochs[len(hEpochs)-1].Time; grant[0].Time.Before(last) {
+		t.Errorf("the second trial was granted at %s, before the first's last epoch ended at %s", grant[0].Time, last)
+	}
+}
+
+// TestSweepRefusesATrialLargerThanTheDevice: a trial whose bill is 120%
+// of --device-memory fails at once (no step trained) with a reason that
+// names its bill by kind; the others succeed.
+func TestSweepRefusesATrialLargerThanTheDevice(t *testing.T) {
+	cfg := sweepConfig(t, budgetSweep+"  - {name: big, model: {hidden: [32, 32, 32]}}\n")
+	cfg.Parallel = 3
+	big := trialBill(t, cfg, "big")
+	cfg.DeviceMemory = int64(float64(big) / 1.2)
+	if float64(trialBill(t, cfg, "one"))*Headroom > float64(cfg.DeviceMemory) {
+		t.Fatalf("the small trials (%d bytes) do not fit in %d; change the test's models", trialBill(t, cfg, "one"), cfg.DeviceMemory)
+	}
+	res, _ := runSweep(t, context.Background(), cfg)
+	if res.Counts["succeeded"] != 2 || res.Counts["failed"] != 1 {
+		t.Fatalf("counts %v", res.Counts)
+	}
+	row := res.Trials[2]
+	if row.Name != "big" || row.State != TrialFailed || row.Attempts != 1 {
+		t.Fatalf("the big trial's row: %+v", row)
+	}
+	for _, want := range []string{"parameters", "gradients", "optimizer_state", "activations", "staging_inputs", "device cpu", "--device-memory"} {
+		if !strings.Contains(row.Reason, want) {
+			t.Errorf("the refusal %q does not name %q", row.Reason, want)
+		}
+	}
+	evs := readEvents(t, filepath.Join(cfg.Dir, "big"))
+	if len(kinds(evs, EventBudgetRefused)) != 1 || len(kinds(evs, trainer.EventEpoch)) != 0 || len(kinds(evs, trainer.EventMemoryBill)) != 0 {
+		t.Errorf("the big trial's events: %v; want a refusal and nothing allocated or trained", evs)
+	}
+}

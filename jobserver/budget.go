@@ -1,0 +1,74 @@
+package jobserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// BudgetRequest is a worker's request for a device-memory budget, sent
+// before it allocates anything: the job's bill, and the device's memory as
+// the worker found it.
+type BudgetRequest struct {
+	Bill   trainer.Bill `json:"bill"`
+	Device string       `json:"device"` // the device's name, e.g. "cpu", "cuda:0"
+	// Total and Free are the device's memory in bytes: the driver's
+	// figures on a GPU (cuMemGetInfo), the device's limit and what it has
+	// not allocated on the CPU.
+	Total int64 `json:"total"`
+	Free  int64 `json:"free"`
+}
+
+// BudgetGrant is the coordinator's grant.
+type BudgetGrant struct {
+	Bytes         int64   `json:"bytes"`
+	WaitedSeconds float64 `json:"waited_seconds"`
+}
+
+// BudgetReply answers a budget request, at once or later.
+type BudgetReply struct{ r worker.Reply }
+
+// Grant lets the worker allocate.
+func (b BudgetReply) Grant(g BudgetGrant) error {
+	body, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	return b.r.Grant(body)
+}
+
+// Refuse fails the worker's job with the reason.
+func (b BudgetReply) Refuse(reason string) error {
+	return b.r.Refuse(&worker.Error{Kind: worker.KindBudget, Message: reason})
+}
+
+// deviceMemory is dev's total and free memory: the driver's figures where
+// the backend has them, else the device's limit and what it has not
+// allocated.
+func deviceMemory(dev device.Device) (total, free int64, err error) {
+	if dm, ok := dev.(device.DriverMemory); ok {
+		free, total, err = dm.DriverMemory()
+		return total, free, err
+	}
+	m := dev.MemoryStats()
+	return m.DeviceLimit, m.DeviceLimit - m.DeviceInUse, nil
+}
+
+// askBudget sends the plan's bill on dev and waits for the grant.
+func askBudget(ctx context.Context, conn *worker.Conn, plan *job.Plan, dev device.Device) error {
+	total, free, err := deviceMemory(dev)
+	if err != nil {
+		return fmt.Errorf("reading the device's memory for the budget request: %w", err)
+	}
+	body, err := json.Marshal(BudgetRequest{Bill: plan.Trainer.Bill(dev), Device: dev.Name(), Total: total, Free: free})
+	if err != nil {
+		return err
+	}
+	_, err = conn.AskBudget(ctx, body)
+	return err
+}
