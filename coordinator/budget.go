@@ -27,6 +27,9 @@ type BrokerConfig struct {
 	DeviceMemory int64
 	// Now is the clock, for tests; nil is time.Now.
 	Now func() time.Time
+	// Changed, when set, hears that device's books changed (see
+	// Broker.Books), after the change and outside the broker's lock.
+	Changed func(device string)
 }
 
 // Validate checks the configuration, naming the setting at fault.
@@ -136,6 +139,7 @@ const (
 // granted false and hears of its grant through OnGrant. A request that
 // could never fit is refused with a *RefusedError.
 func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
+	defer b.changed(a.Device)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	led := b.devices[a.Device]
@@ -206,10 +210,17 @@ func (t *Ticket) Release() {
 	t.state = ticketReleased
 	granted, grants := l.pump(b.cfg.Now())
 	b.mu.Unlock()
+	b.changed(t.ask.Device)
 	for i, w := range granted {
 		if w.ask.OnGrant != nil {
 			w.ask.OnGrant(grants[i])
 		}
+	}
+}
+
+func (b *Broker) changed(device string) {
+	if b.cfg.Changed != nil {
+		b.cfg.Changed(device)
 	}
 }
 
@@ -231,6 +242,7 @@ func (b *Broker) Waiting(device string) []string {
 type Books struct {
 	Capacity, Granted int64
 	Holders, Waiting  int
+	OldestWait        time.Time // when the oldest waiting request began to wait; zero: none waits
 }
 
 // Books returns device's figures.
@@ -241,7 +253,11 @@ func (b *Broker) Books(device string) Books {
 	if l == nil {
 		return Books{}
 	}
-	return Books{Capacity: l.capacity, Granted: l.granted, Holders: len(l.holders), Waiting: len(l.queue)}
+	bk := Books{Capacity: l.capacity, Granted: l.granted, Holders: len(l.holders), Waiting: len(l.queue)}
+	if len(l.queue) > 0 {
+		bk.OldestWait = l.queue[0].queued
+	}
+	return bk
 }
 
 // Event kinds of the budget broker, in a trial's events log.
@@ -274,9 +290,10 @@ type BudgetUpdate struct {
 // records what happened in the run's events. The ticket it books is held
 // until release is called (the run ended).
 type budgetSink struct {
-	tb  *TrialBudget
-	obs trainer.Observer
-	log *slog.Logger
+	tb      *TrialBudget
+	obs     trainer.Observer
+	metrics *Metrics
+	log     *slog.Logger
 
 	mu     sync.Mutex
 	ticket *Ticket
@@ -290,6 +307,7 @@ func (s *budgetSink) ask(req jobserver.BudgetRequest, reply jobserver.BudgetRepl
 	tb := s.tb
 	need := req.Bill.DeviceBytes()
 	granted := func(g Grant) error {
+		s.metrics.budgetGranted(tb.Device, g.Waited)
 		s.event(EventBudgetGrant, map[string]any{"device": tb.Device, "bytes": g.Bytes, "waited_seconds": g.Waited.Seconds(),
 			"capacity": g.Capacity, "granted": g.Granted})
 		if tb.Report != nil && g.Waited > 0 {
@@ -303,6 +321,7 @@ func (s *budgetSink) ask(req jobserver.BudgetRequest, reply jobserver.BudgetRepl
 			_ = granted(g)
 		}})
 	if err != nil {
+		s.metrics.budgetRefused(tb.Device)
 		s.event(EventBudgetRefused, map[string]any{"device": tb.Device, "bytes": need, "bill": req.Bill, "reason": err.Error()})
 		return reply.Refuse(err.Error())
 	}

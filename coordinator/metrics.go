@@ -19,6 +19,8 @@ type Metrics struct {
 	srv   *telemetry.Server
 	log   *slog.Logger
 	sweep *telemetry.SweepMetrics // a sweep's own; nil for a run
+	// budgets are a sweep's budget broker's; nil for a run
+	budgets *telemetry.BudgetMetrics
 }
 
 // ServeMetrics binds addr (see telemetry.ListenAddress) and serves the
@@ -48,6 +50,9 @@ func serveMetrics(ctx context.Context, addr, version string, log *slog.Logger, s
 		r.m = telemetry.NewTrialMetrics(version)
 		var err error
 		if r.sweep, err = r.m.Sweep(trialStates(), failureReasons()); err != nil {
+			return nil, err
+		}
+		if r.budgets, err = r.m.Budgets(); err != nil {
 			return nil, err
 		}
 	}
@@ -147,4 +152,25 @@ func (r *Metrics) Close() error {
 		return nil
 	}
 	return r.srv.Close()
+}
+
+// budgetBooks sets a sweep's budget figures of device.
+func (r *Metrics) budgetBooks(device string, b Books) {
+	if r != nil && r.budgets != nil {
+		r.budgets.SetBooks(device, b.Capacity, b.Granted, b.Waiting, b.OldestWait)
+	}
+}
+
+// budgetGranted records a grant after waiting d.
+func (r *Metrics) budgetGranted(device string, d time.Duration) {
+	if r != nil && r.budgets != nil {
+		r.budgets.Granted(device, d)
+	}
+}
+
+// budgetRefused counts a refused request.
+func (r *Metrics) budgetRefused(device string) {
+	if r != nil && r.budgets != nil {
+		r.budgets.Refused(device)
+	}
 }

@@ -200,7 +200,7 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 	seen, ended := r.metrics.watchWorker(r.series)
 	sink := jobserver.Sink{Observer: r.obs, Progress: progress, Alive: seen}
 	if r.req.Budget != nil {
-		bs := &budgetSink{tb: r.req.Budget, obs: r.obs, log: r.log}
+		bs := &budgetSink{tb: r.req.Budget, obs: r.obs, metrics: r.metrics, log: r.log}
 		defer bs.release()
 		sink.Budget = bs.ask
 	}

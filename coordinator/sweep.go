@@ -189,7 +189,8 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 		return nil, err
 	}
 	s := &SweepRun{cfg: cfg, log: cfg.Logger, file: cfg.Sweep.Path}
-	if s.broker, err = NewBroker(BrokerConfig{DeviceMemory: cfg.DeviceMemory}); err != nil {
+	changed := func(device string) { s.metrics.budgetBooks(device, s.broker.Books(device)) }
+	if s.broker, err = NewBroker(BrokerConfig{DeviceMemory: cfg.DeviceMemory, Changed: changed}); err != nil {
 		return nil, err
 	}
 	if cfg.Resume {
@@ -643,7 +644,7 @@ func failureReasons() []string {
 	return []string{
 		worker.ReasonHung, worker.ReasonCrashed, worker.ReasonExit, worker.ReasonProtocol, worker.ReasonKilled,
 		worker.KindUsage, worker.KindCheckpoint, worker.KindNonFinite, worker.KindNoDevice, worker.KindFailure,
-		failureNoAnswer, failureStopped,
+		worker.KindBudget, failureNoAnswer, failureStopped,
 	}
 }
 

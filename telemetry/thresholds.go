@@ -158,6 +158,16 @@ func Thresholds() []Threshold {
 			Anchor:      "tolariasweeptrialfailed",
 		},
 		{
+			Alert:       "TolariaSweepBudgetWaitLong",
+			Metric:      MetricBudgetOldestWait,
+			Condition:   AgeAbove,
+			Value:       900,
+			Severity:    SeverityWarning,
+			Summary:     "A sweep trial has waited over 15m for device memory on {{ $labels.device }}",
+			Description: "A trial's worker has waited more than 15m for a device-memory budget on the device: the trials holding it run long, or --per-device is larger than the device's memory allows. The waiting trial holds a slot and a worker process meanwhile.",
+			Anchor:      "tolariasweepbudgetwaitlong",
+		},
+		{
 			Alert:       "TolariaTrainingStalled",
 			Metric:      MetricLastStepTimestamp,
 			Condition:   AgeAbove,

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,7 @@ import (
 func TestThresholdTable(t *testing.T) {
 	seen := map[string]bool{}
 	metrics := map[string]bool{"up": true}
-	for _, name := range append(MetricNames(), SweepMetricNames()...) {
+	for _, name := range slices.Concat(MetricNames(), SweepMetricNames(), BudgetMetricNames()) {
 		metrics[name] = true
 	}
 	for _, th := range Thresholds() {
@@ -95,6 +96,8 @@ func TestThresholdsFromTheIssue(t *testing.T) {
 		"TolariaTargetDown":           {0, SeverityCritical},
 		// Issue "Many workers": failed or hung trials of a sweep.
 		"TolariaSweepTrialFailed": {0, SeverityWarning},
+		// Issue "Device-memory budgets": a trial waiting long for memory.
+		"TolariaSweepBudgetWaitLong": {900, SeverityWarning},
 	}
 	got := Thresholds()
 	if len(got) != len(want) {

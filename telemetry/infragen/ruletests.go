@@ -77,6 +77,10 @@ func seriesLabels(t telemetry.Threshold) map[string]string {
 		l := targetLabels()
 		l[telemetry.LabelReason] = "hung" // a worker that stopped sending heartbeats
 		return l
+	case telemetry.MetricBudgetOldestWait:
+		l := targetLabels()
+		l[telemetry.LabelDevice] = "cuda:0"
+		return l
 	}
 	return workerLabels()
 }
@@ -394,7 +398,7 @@ func anyAboveScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 // time (healthy), or stops while the target is down (silent: that is
 // TargetDown's job).
 func ageScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
-	l := workerLabels()
+	l := seriesLabels(t)
 	stop := time.Minute
 	eval := stop + time.Duration(t.Value*float64(time.Second)) + t.For + time.Minute
 	span := eval + time.Minute
@@ -402,19 +406,19 @@ func ageScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 	moving := ramp(scrapeStep.Seconds(), span)
 	up := func(v float64) InputSeries { return InputSeries{series("up", targetLabels()), constant(v, span)} }
 	bad = []scenario{{
-		name:   "a last-step time that stops while the target is up",
+		name:   "a timestamp that stops moving while the target is up",
 		series: []InputSeries{{series(t.Metric, l), stuck}, up(1)},
 		eval:   eval,
 		labels: l,
 	}}
 	healthy = []scenario{
 		{
-			name:   "a last-step time that keeps up",
+			name:   "a timestamp that keeps up",
 			series: []InputSeries{{series(t.Metric, l), moving}, up(1)},
 			eval:   eval,
 		},
 		{
-			name:   "a last-step time that stops while the target is down",
+			name:   "a timestamp that stops moving while the target is down",
 			series: []InputSeries{{series(t.Metric, l), stuck}, up(0)},
 			eval:   eval,
 		},
