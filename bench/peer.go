@@ -242,6 +242,9 @@ type Side struct {
 	StepP90MS float64 `json:"step_p90_ms"`
 	// Windows is how many windowed values the median is taken over.
 	Windows int `json:"windows"`
+	// RoundStepMS is the median step of each round on its own, in the
+	// order measured: how far the rounds agree.
+	RoundStepMS []float64 `json:"round_step_median_ms,omitempty"`
 	// SamplesPerSecond is the batch size over StepMS.
 	SamplesPerSecond float64 `json:"samples_per_second"`
 	// EpochSeconds is the median epoch time over the rounds, and
@@ -254,7 +257,14 @@ type Side struct {
 // sideSamples are one side's raw measurements at a point.
 type sideSamples struct {
 	stepMS []float64 // windowed step times of every round
+	rounds []float64 // each round's median windowed step time
 	epochs []PeerEpoch
+}
+
+// addRound pools one round's windowed step times.
+func (s *sideSamples) addRound(ms []float64) {
+	s.stepMS = append(s.stepMS, ms...)
+	s.rounds = append(s.rounds, Median(ms))
 }
 
 // NewSide summarises one side's measurements at batch size b: windowed
@@ -347,6 +357,7 @@ func (c PeerConfig) runPoint(ctx context.Context, guard *staging.Guard, open Ope
 		}
 	}
 	pt := ComparePoint(b, w, NewSide(b, tol.stepMS, tol.epochs), NewSide(b, peer.stepMS, peer.epochs))
+	pt.Tolaria.RoundStepMS, pt.Peer.RoundStepMS = tol.rounds, peer.rounds
 	pt.Model, pt.LoadAvg = wl.Spec.String(), load
 	c.progress("batch %d width %d: step tolaria %.3f ms, %s %.3f ms: %.2fx%s", b, w, pt.Tolaria.StepMS, rep.Peer,
 		pt.Peer.StepMS, pt.StepRatio, epochNote(pt))
@@ -372,7 +383,7 @@ func (c PeerConfig) measureTolaria(ctx context.Context, guard *staging.Guard, op
 		return fmt.Errorf("tolaria: %w", err)
 	}
 	rep.Device = name
-	into.stepMS = append(into.stepMS, ms...)
+	into.addRound(ms)
 	if !epoch {
 		return nil
 	}
@@ -404,7 +415,7 @@ func (c PeerConfig) measurePeer(ctx context.Context, rep *PeerReport, wl Workloa
 		}
 	}
 	rep.Peer, rep.PeerVersion, rep.PeerBLAS = out.Peer, out.Version, out.BLAS
-	into.stepMS = append(into.stepMS, PeerStepWindows(out.StepSeconds)...)
+	into.addRound(PeerStepWindows(out.StepSeconds))
 	if epoch {
 		if !(out.Epoch.Seconds > 0) || out.Epoch.Samples < 1 {
 			return fmt.Errorf("peer: epoch of %g s over %d samples: want positive figures", out.Epoch.Seconds, out.Epoch.Samples)

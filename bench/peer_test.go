@@ -198,6 +198,9 @@ func TestRunPeer(t *testing.T) {
 		if p.Peer.EpochSamplesPerSecond != 7500 || p.Tolaria.EpochSamplesPerSecond != 30000 {
 			t.Errorf("batch %d: epoch samples/s %g and %g, want 30000 and 7500", p.BatchSize, p.Tolaria.EpochSamplesPerSecond, p.Peer.EpochSamplesPerSecond)
 		}
+		if len(p.Tolaria.RoundStepMS) != 2 || !slices.Equal(p.Peer.RoundStepMS, []float64{400, 400}) {
+			t.Errorf("batch %d: round medians %v and %v, want two each, the peer's 400 ms", p.BatchSize, p.Tolaria.RoundStepMS, p.Peer.RoundStepMS)
+		}
 		if p.Tolaria.Windows != 2*(12-StepWindow+1) || p.Peer.Windows != p.Tolaria.Windows {
 			t.Errorf("batch %d: %d and %d windows, want %d each (2 rounds of 12 steps)", p.BatchSize, p.Tolaria.Windows, p.Peer.Windows, 2*(12-StepWindow+1))
 		}

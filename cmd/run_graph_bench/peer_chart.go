@@ -110,8 +110,12 @@ func peerRatioPlot(rep *bench.PeerReport, widths, batches []int, title, yLabel s
 		if err := addLine(p, fmt.Sprintf("width %d", w), xys, widthColours[i%len(widthColours)], false, draw.CircleGlyph{}); err != nil {
 			return nil, err
 		}
-		if err := addRatioLabels(p, xys); err != nil {
-			return nil, err
+		// With many widths the labels would overprint each other; the
+		// JSON and the text table have every figure.
+		if len(widths) <= 2 {
+			if err := addRatioLabels(p, xys); err != nil {
+				return nil, err
+			}
 		}
 	}
 	even, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 0}, {X: p.X.Max, Y: 0}})
