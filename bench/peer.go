@@ -182,6 +182,7 @@ type PeerOutput struct {
 	Version     string     `json:"version"`
 	Threads     int        `json:"threads"`
 	BLAS        string     `json:"blas"`
+	WaitPolicy  string     `json:"omp_wait_policy"`
 	Model       string     `json:"model"`
 	StepSeconds []float64  `json:"step_seconds"`
 	Epoch       *PeerEpoch `json:"epoch,omitempty"`
@@ -199,15 +200,18 @@ type PeerEpoch struct {
 
 // PeerReport is the outcome of a side-by-side run.
 type PeerReport struct {
-	Peer        string      `json:"peer"`
-	PeerVersion string      `json:"peer_version"`
-	PeerBLAS    string      `json:"peer_blas,omitempty"`
-	Device      string      `json:"device"`
-	Threads     int         `json:"threads"`
-	Optimizer   string      `json:"optimizer"`
-	Settings    PeerConfig  `json:"settings"`
-	Points      []PeerPoint `json:"points"`
-	Host        Host        `json:"host"`
+	Peer        string `json:"peer"`
+	PeerVersion string `json:"peer_version"`
+	PeerBLAS    string `json:"peer_blas,omitempty"`
+	// PeerWaitPolicy is the OMP_WAIT_POLICY the peer ran with ("": its
+	// OpenMP runtime's default).
+	PeerWaitPolicy string      `json:"peer_omp_wait_policy"`
+	Device         string      `json:"device"`
+	Threads        int         `json:"threads"`
+	Optimizer      string      `json:"optimizer"`
+	Settings       PeerConfig  `json:"settings"`
+	Points         []PeerPoint `json:"points"`
+	Host           Host        `json:"host"`
 	// LoadAvgEnd is /proc/loadavg when the run ended (Host.LoadAvg: when
 	// it started).
 	LoadAvgEnd  string    `json:"loadavg_end,omitempty"`
@@ -414,7 +418,7 @@ func (c PeerConfig) measurePeer(ctx context.Context, rep *PeerReport, wl Workloa
 			return fmt.Errorf("peer: a step time of %g s: want positive seconds", s)
 		}
 	}
-	rep.Peer, rep.PeerVersion, rep.PeerBLAS = out.Peer, out.Version, out.BLAS
+	rep.Peer, rep.PeerVersion, rep.PeerBLAS, rep.PeerWaitPolicy = out.Peer, out.Version, out.BLAS, out.WaitPolicy
 	into.addRound(PeerStepWindows(out.StepSeconds))
 	if epoch {
 		if !(out.Epoch.Seconds > 0) || out.Epoch.Samples < 1 {

@@ -205,8 +205,8 @@ func TestRunPeer(t *testing.T) {
 			t.Errorf("batch %d: %d and %d windows, want %d each (2 rounds of 12 steps)", p.BatchSize, p.Tolaria.Windows, p.Peer.Windows, 2*(12-StepWindow+1))
 		}
 	}
-	if rep.Peer != "fake" || rep.Device != "cpu" || rep.Threads != 2 {
-		t.Errorf("report: peer %q, device %q, threads %d", rep.Peer, rep.Device, rep.Threads)
+	if rep.Peer != "fake" || rep.Device != "cpu" || rep.Threads != 2 || rep.PeerWaitPolicy != "PASSIVE" {
+		t.Errorf("report: peer %q, device %q, threads %d, wait policy %q", rep.Peer, rep.Device, rep.Threads, rep.PeerWaitPolicy)
 	}
 	b, err := os.ReadFile(log)
 	if err != nil {

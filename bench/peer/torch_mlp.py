@@ -27,8 +27,12 @@ Debian's torch links OpenBLAS; its pthreads build runs its own threads beside
 torch's OpenMP threads and slows down badly when they share two cores. With
 --blas openmp (the default) the script re-executes itself with
 LD_LIBRARY_PATH pointing at the OpenMP build (Debian package
-libopenblas0-openmp), so both use one OpenMP pool. Run it with Debian's
-/usr/bin/python3 (package python3-torch).
+libopenblas0-openmp), so both use one OpenMP pool. With --omp-wait-policy
+passive (the default) it sets OMP_WAIT_POLICY=PASSIVE the same way: OpenMP
+threads that wait sleep instead of spinning, which on a machine shared with
+other work keeps a 2-thread team from stalling at every barrier (measured in
+docs/cpu-results.md). Run it with Debian's /usr/bin/python3 (package
+python3-torch).
 """
 
 import argparse
@@ -66,6 +70,8 @@ def parse_args(argv):
     p.add_argument("--min-lr-ratio", type=float, default=0.01)
     p.add_argument("--blas", choices=["openmp", "default"], default="openmp",
                    help="openmp: run on OpenBLAS's OpenMP build (re-executes with LD_LIBRARY_PATH)")
+    p.add_argument("--omp-wait-policy", choices=["passive", "active", "unset"], default="passive",
+                   help="OMP_WAIT_POLICY for torch's and OpenBLAS's OpenMP threads (unset: libgomp's default)")
     a = p.parse_args(argv)
     try:
         a.hidden = [int(h) for h in a.hidden.split(",") if h.strip()]
@@ -81,17 +87,26 @@ def parse_args(argv):
     return a
 
 
-def ensure_blas(args):
-    """Re-executes under OpenBLAS's OpenMP build unless it is already loaded."""
-    if args.blas != "openmp" or os.environ.get(REEXEC_MARK) == "1":
+def ensure_env(args):
+    """Re-executes with the environment the OpenMP runtime and the loader read at start-up.
+
+    LD_LIBRARY_PATH picks OpenBLAS's OpenMP build; OMP_WAIT_POLICY and
+    OMP_NUM_THREADS are read once, when libgomp loads.
+    """
+    if os.environ.get(REEXEC_MARK) == "1":
         return
-    if not os.path.exists(os.path.join(OPENMP_DIR, "libopenblas.so.0")):
-        sys.exit(f"torch_mlp: {OPENMP_DIR}/libopenblas.so.0 not found: install it with "
-                 "`apt-get install libopenblas0-openmp`, or pass --blas default")
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = OPENMP_DIR + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    if args.blas == "openmp":
+        if not os.path.exists(os.path.join(OPENMP_DIR, "libopenblas.so.0")):
+            sys.exit(f"torch_mlp: {OPENMP_DIR}/libopenblas.so.0 not found: install it with "
+                     "`apt-get install libopenblas0-openmp`, or pass --blas default")
+        env["LD_LIBRARY_PATH"] = OPENMP_DIR + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    if args.omp_wait_policy == "unset":
+        env.pop("OMP_WAIT_POLICY", None)
+    else:
+        env["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+    env["OMP_NUM_THREADS"] = str(args.threads)
     env[REEXEC_MARK] = "1"
-    env.setdefault("OMP_NUM_THREADS", str(args.threads))
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
@@ -277,7 +292,7 @@ def blas_library():
 
 def main(argv):
     args = parse_args(argv)
-    ensure_blas(args)
+    ensure_env(args)
     try:
         import torch
     except ImportError:
@@ -289,6 +304,7 @@ def main(argv):
     out = {
         "peer": "torch", "version": torch.__version__, "python": platform.python_version(),
         "threads": torch.get_num_threads(), "blas": blas_library(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         "batch_size": args.batch_size, "hidden": args.hidden,
         "model": "-".join(str(w) for w in [xtr.shape[1]] + args.hidden + [10]) + " gelu(tanh) cross_entropy",
         "optimizer": {"kind": "adamw", "lr": args.lr, "beta1": args.beta1, "beta2": args.beta2, "eps": args.eps,

@@ -26,7 +26,7 @@ fi
 [ -n "${FAKE_PEER_LOG:-}" ] && echo peer >>"$FAKE_PEER_LOG"
 awk -v n="$steps" -v ms="${FAKE_PEER_STEP_MS:-200}" -v threads="${FAKE_PEER_THREADS:-$threads}" \
 	-v batch="$batch" -v epoch="$epoch" -v es="${FAKE_PEER_EPOCH_SECONDS:-8}" 'BEGIN {
-	printf "{\"peer\":\"fake\",\"version\":\"0\",\"threads\":%d,\"batch_size\":%d,\"step_seconds\":[", threads, batch
+	printf "{\"peer\":\"fake\",\"version\":\"0\",\"omp_wait_policy\":\"PASSIVE\",\"threads\":%d,\"batch_size\":%d,\"step_seconds\":[", threads, batch
 	for (i = 0; i < n; i++) printf "%s%g", (i ? "," : ""), (i % 4 == 3 ? 5 : 1) * ms / 1000
 	printf "]"
 	if (epoch == "true") printf ",\"epoch\":{\"seconds\":%g,\"steps\":938,\"samples\":60000,\"test_accuracy\":0.5}", es

@@ -207,6 +207,7 @@ func writePeerText(w io.Writer, rep *bench.PeerReport) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "tolaria (%s device, graphs) against %s %s, %d threads; %s\n", rep.Device, rep.Peer, rep.PeerVersion,
 		rep.Threads, rep.Optimizer)
+	fmt.Fprintf(&b, "%s: BLAS %s, OMP_WAIT_POLICY %q\n", rep.Peer, rep.PeerBLAS, rep.PeerWaitPolicy)
 	fmt.Fprintf(&b, "step: median over windows of %d steps of %d timed steps x %d rounds; ratio = tolaria / %s (above 1: tolaria slower)\n\n",
 		bench.StepWindow, rep.Settings.Steps, rep.Settings.Rounds, rep.Peer)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
