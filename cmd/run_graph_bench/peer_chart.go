@@ -33,7 +33,7 @@ var widthColours = []color.Color{
 func writePeerChart(w io.Writer, rep *bench.PeerReport) error {
 	widths, batches := peerAxes(rep)
 	title := fmt.Sprintf("tolaria (%s, graphs) / %s %s, %d threads", rep.Device, rep.Peer, rep.PeerVersion, rep.Threads)
-	ratioP, err := peerRatioPlot(rep, widths, batches, "Step time, "+title, "median step time ratio (log scale)",
+	ratioP, err := peerRatioPlot(rep, widths, widths, batches, "Step time, "+title, "median step time ratio (log scale)",
 		func(p bench.PeerPoint) float64 { return p.StepRatio })
 	if err != nil {
 		return err
@@ -44,8 +44,14 @@ func writePeerChart(w io.Writer, rep *bench.PeerReport) error {
 		return err
 	}
 	plots = append(plots, rateP)
-	if slices.ContainsFunc(rep.Points, func(p bench.PeerPoint) bool { return p.EpochRatio > 0 }) {
-		epochP, err := peerRatioPlot(rep, widths, batches, "Epoch time (train, evaluate, checkpoint), tolaria / "+rep.Peer,
+	var epochWidths []int
+	for _, w := range widths {
+		if slices.ContainsFunc(rep.Points, func(p bench.PeerPoint) bool { return p.Width == w && p.EpochRatio > 0 }) {
+			epochWidths = append(epochWidths, w)
+		}
+	}
+	if len(epochWidths) > 0 {
+		epochP, err := peerRatioPlot(rep, epochWidths, widths, batches, "Epoch time (train, evaluate, checkpoint), tolaria / "+rep.Peer,
 			"epoch time ratio (log scale)", func(p bench.PeerPoint) float64 { return p.EpochRatio })
 		if err != nil {
 			return err
@@ -98,16 +104,19 @@ func peerSeries(rep *bench.PeerReport, w int, y func(bench.PeerPoint) float64) p
 	return xys
 }
 
-func peerRatioPlot(rep *bench.PeerReport, widths, batches []int, title, yLabel string, y func(bench.PeerPoint) float64) (*plot.Plot, error) {
+// peerRatioPlot draws y for each of widths; a width's colour is its place
+// among all, so that it matches the other panels.
+func peerRatioPlot(rep *bench.PeerReport, widths, all, batches []int, title, yLabel string, y func(bench.PeerPoint) float64) (*plot.Plot, error) {
 	p := newPlot(title, "batch size", yLabel)
 	peerBatchAxis(p, batches)
 	lo, hi := 1.0, 1.0
-	for i, w := range widths {
+	for _, w := range widths {
 		xys := peerSeries(rep, w, y)
 		for _, xy := range xys {
 			lo, hi = min(lo, math.Pow(10, xy.Y)), max(hi, math.Pow(10, xy.Y))
 		}
-		if err := addLine(p, fmt.Sprintf("width %d", w), xys, widthColours[i%len(widthColours)], false, draw.CircleGlyph{}); err != nil {
+		c := widthColours[slices.Index(all, w)%len(widthColours)]
+		if err := addLine(p, fmt.Sprintf("width %d", w), xys, c, false, draw.CircleGlyph{}); err != nil {
 			return nil, err
 		}
 		// With many widths the labels would overprint each other; the
