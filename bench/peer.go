@@ -183,6 +183,8 @@ type PeerOutput struct {
 	Threads     int        `json:"threads"`
 	BLAS        string     `json:"blas"`
 	WaitPolicy  string     `json:"omp_wait_policy"`
+	BatchSize   int        `json:"batch_size"`
+	Hidden      []int      `json:"hidden"`
 	Model       string     `json:"model"`
 	StepSeconds []float64  `json:"step_seconds"`
 	Epoch       *PeerEpoch `json:"epoch,omitempty"`
@@ -406,6 +408,9 @@ func (c PeerConfig) measurePeer(ctx context.Context, rep *PeerReport, wl Workloa
 		return err
 	}
 	switch {
+	case out.BatchSize != wl.BatchSize || !slices.Equal(out.Hidden, wl.Spec.Hidden):
+		return fmt.Errorf("peer: trained batch %d with hidden layers %v, asked for batch %d with %v",
+			out.BatchSize, out.Hidden, wl.BatchSize, wl.Spec.Hidden)
 	case out.Threads != c.Threads:
 		return fmt.Errorf("peer: ran with %d threads, asked for %d", out.Threads, c.Threads)
 	case len(out.StepSeconds) != c.Steps:

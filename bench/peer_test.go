@@ -229,6 +229,7 @@ func TestRunPeerErrors(t *testing.T) {
 	}{
 		{"peer fails", [2]string{"FAKE_PEER_FAIL", "no torch here"}, nil, "no torch here"},
 		{"other thread count", [2]string{"FAKE_PEER_THREADS", "5"}, nil, "peer: ran with 5 threads, asked for 2"},
+		{"other model", [2]string{"FAKE_PEER_HIDDEN", "256,128"}, nil, "peer: trained batch 4 with hidden layers [256 128], asked for batch 4 with [8 4]"},
 		{"missing command", [2]string{}, func(c *PeerConfig) { c.Command = []string{"/nonexistent/peer"} }, "/nonexistent/peer"},
 		{"not JSON", [2]string{}, func(c *PeerConfig) { c.Command = []string{"/bin/echo", "hello"} }, "not the JSON object expected"},
 	}

@@ -5,16 +5,18 @@
 # fourth step five times that, so that the median of windows of four steps
 # (2x) differs from the median of single steps (1x). With --epoch it
 # reports an epoch of FAKE_PEER_EPOCH_SECONDS (default 8) over 60000
-# samples. FAKE_PEER_THREADS overrides the thread count it reports;
+# samples. FAKE_PEER_THREADS and FAKE_PEER_HIDDEN override the thread count
+# and hidden widths it reports;
 # FAKE_PEER_LOG, when set, gets one line "peer" per run; FAKE_PEER_FAIL
 # makes it fail with a message on stderr.
 set -eu
-steps=0 threads=0 batch=0 epoch=false
+steps=0 threads=0 batch=0 hidden= epoch=false
 while [ $# -gt 0 ]; do
 	case $1 in
 	--steps) steps=$2; shift ;;
 	--threads) threads=$2; shift ;;
 	--batch-size) batch=$2; shift ;;
+	--hidden) hidden=$2; shift ;;
 	--epoch) epoch=true ;;
 	esac
 	shift
@@ -25,8 +27,8 @@ if [ -n "${FAKE_PEER_FAIL:-}" ]; then
 fi
 [ -n "${FAKE_PEER_LOG:-}" ] && echo peer >>"$FAKE_PEER_LOG"
 awk -v n="$steps" -v ms="${FAKE_PEER_STEP_MS:-200}" -v threads="${FAKE_PEER_THREADS:-$threads}" \
-	-v batch="$batch" -v epoch="$epoch" -v es="${FAKE_PEER_EPOCH_SECONDS:-8}" 'BEGIN {
-	printf "{\"peer\":\"fake\",\"version\":\"0\",\"omp_wait_policy\":\"PASSIVE\",\"threads\":%d,\"batch_size\":%d,\"step_seconds\":[", threads, batch
+	-v batch="$batch" -v hidden="${FAKE_PEER_HIDDEN:-$hidden}" -v epoch="$epoch" -v es="${FAKE_PEER_EPOCH_SECONDS:-8}" 'BEGIN {
+	printf "{\"peer\":\"fake\",\"version\":\"0\",\"omp_wait_policy\":\"PASSIVE\",\"threads\":%d,\"batch_size\":%d,\"hidden\":[%s],\"step_seconds\":[", threads, batch, hidden
 	for (i = 0; i < n; i++) printf "%s%g", (i ? "," : ""), (i % 4 == 3 ? 5 : 1) * ms / 1000
 	printf "]"
 	if (epoch == "true") printf ",\"epoch\":{\"seconds\":%g,\"steps\":938,\"samples\":60000,\"test_accuracy\":0.5}", es
