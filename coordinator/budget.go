@@ -56,6 +56,7 @@ type Broker struct {
 
 // ledger is one device's books.
 type ledger struct {
+	device   string
 	capacity int64 // bytes budgets may take
 	granted  int64 // bytes granted now
 	holders  map[*Ticket]struct{}
@@ -81,10 +82,19 @@ type Ask struct {
 	// Total and Free are the device's memory as the worker found it
 	// before allocating.
 	Total, Free int64
-	// OnGrant is called once when a request that waited is granted, from
-	// the goroutine of the Release that made room, outside the broker's
-	// lock. It is not called for a request granted at once.
+	// OnGrant is called when a request that waited is granted, and when a
+	// parked request is granted again (Grant.Unpark), from the goroutine
+	// whose call made room, outside the broker's lock. It is not called
+	// for a request granted at once.
 	OnGrant func(Grant)
+	// Priority orders the requests: a waiting request of higher priority
+	// is granted first and, when it does not fit, the broker parks the
+	// least recently active trial of lower priority to make room.
+	Priority float64
+	// Park, when set, asks the trial's worker to park; the worker's answer
+	// comes to Ticket.Parked. Called outside the broker's lock. A request
+	// without it is never parked.
+	Park func()
 }
 
 // Grant is a budget granted.
@@ -93,6 +103,7 @@ type Grant struct {
 	Waited   time.Duration // time in the queue
 	Capacity int64         // the device's capacity for budgets
 	Granted  int64         // budgets granted on the device, this one included
+	Unpark   bool          // the trial was parked: it may unpark now
 }
 
 // ErrBudgetRefused is a request that can never be granted: with headroom
@@ -124,6 +135,8 @@ type Ticket struct {
 	led    *ledger
 	queued time.Time
 	state  ticketState
+	parked bool      // waiting to unpark rather than to start
+	active time.Time // when the trial last showed progress (or was granted)
 }
 
 type ticketState int
@@ -131,6 +144,7 @@ type ticketState int
 const (
 	ticketWaiting ticketState = iota
 	ticketGranted
+	ticketParking // granted, told to park, not parked yet
 	ticketReleased
 )
 
@@ -140,11 +154,17 @@ const (
 // could never fit is refused with a *RefusedError.
 func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
 	defer b.changed(a.Device)
+	var park func() // after the unlock: a victim's Park
+	defer func() {
+		if park != nil {
+			park()
+		}
+	}()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	led := b.devices[a.Device]
 	if led == nil {
-		led = &ledger{holders: map[*Ticket]struct{}{}}
+		led = &ledger{device: a.Device, holders: map[*Ticket]struct{}{}}
 		b.devices[a.Device] = led
 	}
 	if len(led.holders) == 0 {
@@ -160,21 +180,76 @@ func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
 		return nil, Grant{}, false, &RefusedError{Trial: a.Trial, Device: a.Device, Bill: a.Bill, Capacity: led.capacity}
 	}
 	t = &Ticket{b: b, ask: a, led: led, queued: b.cfg.Now()}
-	if len(led.queue) == 0 && led.fits(need) {
+	if !led.waitsAhead(t) && led.fits(need) {
 		return t, led.grant(t, t.queued), true, nil // waited no time
 	}
-	led.queue = append(led.queue, t)
+	led.enqueue(t)
+	if v := led.victim(); v != nil {
+		park = v.ask.Park
+	}
 	return t, Grant{}, false, nil
+}
+
+// waitsAhead reports whether a request that would be granted before t
+// waits.
+func (l *ledger) waitsAhead(t *Ticket) bool {
+	return len(l.queue) > 0 && l.queue[0].ask.Priority >= t.ask.Priority
+}
+
+// enqueue puts t in the queue: higher priority first, then oldest first.
+func (l *ledger) enqueue(t *Ticket) {
+	i := len(l.queue)
+	for i > 0 && l.queue[i-1].ask.Priority < t.ask.Priority {
+		i--
+	}
+	l.queue = slices.Insert(l.queue, i, t)
+}
+
+// victim chooses the trial to park for the request at the head of the
+// queue, and marks it parking: the least recently active holder of lower
+// priority, provided parking the lower-priority holders could make room
+// at all, and no other is parking on the device now (parking one at a
+// time frees no more than needed).
+func (l *ledger) victim() *Ticket {
+	if len(l.queue) == 0 {
+		return nil
+	}
+	head := l.queue[0]
+	need := head.ask.Bill.DeviceBytes()
+	if l.fits(need) {
+		return nil
+	}
+	var lower int64
+	var pick *Ticket
+	for t := range l.holders {
+		if t.state == ticketParking {
+			return nil
+		}
+		if t.state != ticketGranted || t.ask.Park == nil || t.ask.Priority >= head.ask.Priority {
+			continue
+		}
+		lower += t.ask.Bill.DeviceBytes()
+		if pick == nil || t.active.Before(pick.active) {
+			pick = t
+		}
+	}
+	if pick == nil || l.capacity-l.granted+lower < withHeadroom(need) {
+		return nil
+	}
+	pick.state = ticketParking
+	return pick
 }
 
 func (l *ledger) fits(need int64) bool { return l.capacity-l.granted >= withHeadroom(need) }
 
 func (l *ledger) grant(t *Ticket, now time.Time) Grant {
-	t.state = ticketGranted
+	t.state, t.active = ticketGranted, now
 	need := t.ask.Bill.DeviceBytes()
 	l.granted += need
 	l.holders[t] = struct{}{}
-	return Grant{Bytes: need, Waited: now.Sub(t.queued), Capacity: l.capacity, Granted: l.granted}
+	g := Grant{Bytes: need, Waited: now.Sub(t.queued), Capacity: l.capacity, Granted: l.granted, Unpark: t.parked}
+	t.parked = false
+	return g
 }
 
 // pump grants the waiting requests that fit, oldest first, stopping at the
@@ -196,7 +271,7 @@ func (t *Ticket) Release() {
 	b.mu.Lock()
 	l := t.led
 	switch t.state {
-	case ticketGranted:
+	case ticketGranted, ticketParking:
 		l.granted -= t.ask.Bill.DeviceBytes()
 		delete(l.holders, t)
 	case ticketWaiting:
@@ -208,14 +283,52 @@ func (t *Ticket) Release() {
 		return
 	}
 	t.state = ticketReleased
+	b.settle(l)
+}
+
+// settle grants what fits now and parks a trial for the request that
+// does not, then hears nothing more of l: it unlocks b.mu, held by the
+// caller, and calls back outside the lock.
+func (b *Broker) settle(l *ledger) {
 	granted, grants := l.pump(b.cfg.Now())
+	v := l.victim()
 	b.mu.Unlock()
-	b.changed(t.ask.Device)
+	b.changed(l.device)
 	for i, w := range granted {
 		if w.ask.OnGrant != nil {
 			w.ask.OnGrant(grants[i])
 		}
 	}
+	if v != nil {
+		v.ask.Park()
+	}
+}
+
+// Parked takes back the budget of a trial told to park, now that it has
+// parked, and queues it to unpark (by its priority, as a new request);
+// what fits is granted. A trial that was not told to park is ignored.
+func (t *Ticket) Parked() {
+	b := t.b
+	b.mu.Lock()
+	l := t.led
+	if t.state != ticketParking {
+		b.mu.Unlock()
+		return
+	}
+	l.granted -= t.ask.Bill.DeviceBytes()
+	delete(l.holders, t)
+	t.state, t.parked, t.queued = ticketWaiting, true, b.cfg.Now()
+	l.enqueue(t)
+	b.settle(l)
+}
+
+// Active notes that the trial made progress: the broker parks the least
+// recently active trial first.
+func (t *Ticket) Active() {
+	b := t.b
+	b.mu.Lock()
+	t.active = b.cfg.Now()
+	b.mu.Unlock()
 }
 
 func (b *Broker) changed(device string) {
@@ -265,6 +378,8 @@ const (
 	EventBudgetWait    = "budget_wait"    // the request waits: the device has no room now
 	EventBudgetGrant   = "budget_grant"   // the request is granted, after waited_seconds
 	EventBudgetRefused = "budget_refused" // the request can never fit; the trial fails
+	EventBudgetPark    = "budget_park"    // the broker asks the trial to park, for a request of higher priority
+	EventBudgetParked  = "budget_parked"  // the trial parked: its budget is released, it waits to unpark
 )
 
 // TrialBudget connects one run to a sweep's broker: its worker asks
@@ -273,6 +388,8 @@ type TrialBudget struct {
 	Broker *Broker
 	Trial  string
 	Device string // the slot's device, e.g. "cpu", "cuda:0"
+	// Priority is the trial's: see Ask.Priority.
+	Priority float64
 	// Report, when set, hears that the request waits and, after a wait,
 	// that it was granted.
 	Report func(BudgetUpdate)
@@ -313,12 +430,21 @@ func (s *budgetSink) ask(req jobserver.BudgetRequest, reply jobserver.BudgetRepl
 		if tb.Report != nil && g.Waited > 0 {
 			tb.Report(BudgetUpdate{Bytes: g.Bytes, Waited: g.Waited})
 		}
+		if g.Unpark {
+			return reply.Unpark()
+		}
 		return reply.Grant(jobserver.BudgetGrant{Bytes: g.Bytes, WaitedSeconds: g.Waited.Seconds()})
 	}
 	t, g, now, err := tb.Broker.Ask(Ask{Trial: tb.Trial, Device: tb.Device, Bill: req.Bill, Total: req.Total, Free: req.Free,
+		Priority: tb.Priority,
 		OnGrant: func(g Grant) {
 			// The worker may have gone meanwhile; its call's end says so.
 			_ = granted(g)
+		},
+		Park: func() {
+			s.event(EventBudgetPark, map[string]any{"device": tb.Device, "bytes": need, "priority": tb.Priority})
+			s.log.Info("parking the trial for a request of higher priority", "device", tb.Device)
+			_ = reply.Park()
 		}})
 	if err != nil {
 		s.metrics.budgetRefused(tb.Device)
@@ -339,6 +465,29 @@ func (s *budgetSink) ask(req jobserver.BudgetRequest, reply jobserver.BudgetRepl
 		tb.Report(BudgetUpdate{Waiting: true, Bytes: need})
 	}
 	return nil
+}
+
+// parked hears that the worker parked: its budget goes back to the
+// broker, and it waits to unpark.
+func (s *budgetSink) parked(p jobserver.BudgetParked) error {
+	s.event(EventBudgetParked, map[string]any{"device": s.tb.Device, "released_bytes": p.ReleasedBytes})
+	if t := s.current(); t != nil {
+		t.Parked()
+	}
+	return nil
+}
+
+// active notes the trial's progress.
+func (s *budgetSink) active() {
+	if t := s.current(); t != nil {
+		t.Active()
+	}
+}
+
+func (s *budgetSink) current() *Ticket {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ticket
 }
 
 // release gives the run's budget back, or leaves the queue.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -295,5 +296,140 @@ func TestSweepRefusesATrialLargerThanTheDevice(t *testing.T) {
 	evs := readEvents(t, filepath.Join(cfg.Dir, "big"))
 	if len(kinds(evs, EventBudgetRefused)) != 1 || len(kinds(evs, trainer.EventEpoch)) != 0 || len(kinds(evs, trainer.EventMemoryBill)) != 0 {
 		t.Errorf("the big trial's events: %v; want a refusal and nothing allocated or trained", evs)
+	}
+}
+
+// TestBrokerParksForHigherPriority: a request of higher priority that
+// does not fit parks the least recently active trial of lower priority;
+// once it has parked, the request is granted, and when it ends the parked
+// trial is granted again, to unpark. A request of equal priority parks
+// nobody.
+func TestBrokerParksForHigherPriority(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	b, _ := NewBroker(BrokerConfig{DeviceMemory: 1000, Now: clock.Now})
+	var log []string
+	ask := func(trial string, bytes int64, prio float64) *Ticket {
+		tk, _, now, err := b.Ask(Ask{Trial: trial, Device: "cpu", Bill: billOf(bytes), Free: 1 << 40, Priority: prio,
+			OnGrant: func(g Grant) { log = append(log, fmt.Sprintf("grant %s unpark=%v", trial, g.Unpark)) },
+			Park:    func() { log = append(log, "park "+trial) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now {
+			log = append(log, "granted "+trial)
+		}
+		return tk
+	}
+	older := ask("older", 300, 0)
+	clock.advance(time.Second)
+	newer := ask("newer", 300, 0)
+	clock.advance(time.Second)
+	newer.Active() // newer showed progress last: older is the least recently active
+	same := ask("same", 500, 0)
+	if strings.Join(log, ";") != "granted older;granted newer" {
+		t.Fatalf("log %v: want no park for a request of equal priority", log)
+	}
+	same.Release()
+	high := ask("high", 500, 1)
+	if strings.Join(log, ";") != "granted older;granted newer;park older" {
+		t.Fatalf("log %v: want the least recently active lower-priority trial parked", log)
+	}
+	high.Parked() // not told to park: ignored
+	older.Parked()
+	if strings.Join(log, ";") != "granted older;granted newer;park older;grant high unpark=false" {
+		t.Fatalf("log %v: want the high-priority request granted once the other parked", log)
+	}
+	if bk := b.Books("cpu"); bk.Granted != 800 || bk.Waiting != 1 {
+		t.Fatalf("books %+v: want newer and high holding 800, older waiting to unpark", bk)
+	}
+	high.Release()
+	if log[len(log)-1] != "grant older unpark=true" {
+		t.Fatalf("log %v: want the parked trial granted again, to unpark", log)
+	}
+	older.Release()
+	newer.Release()
+}
+
+// prioritySweep has a long trial of low priority and a short one of
+// high priority, which starts a little later.
+const prioritySweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 256
+  epochs: 4
+  batch_size: 32
+  log_every: 2
+  enable_graphs: true
+  model: {hidden: [32]}
+trials:
+  - {name: low, epochs: 300}
+  - {name: high, priority: 1}
+`
+
+// TestSweepParksALowerPriorityTrial: in CPU worker processes, a trial of
+// higher priority that does not fit next to a running one of lower
+// priority parks it; both finish, the high one first, and the parked
+// trial ends with exactly the parameters of the same job never parked.
+func TestSweepParksALowerPriorityTrial(t *testing.T) {
+	cfg := sweepConfig(t, prioritySweep)
+	cfg.Parallel = 2
+	cfg.DeviceMemory = int64(float64(trialBill(t, cfg, "low")) / 0.6)
+	t.Setenv(startDelayEnv, "high=400")
+	res, _ := runSweep(t, context.Background(), cfg)
+	if res.Counts["succeeded"] != 2 {
+		t.Fatalf("counts %v: %+v", res.Counts, res.Trials)
+	}
+	low, high := readEvents(t, filepath.Join(cfg.Dir, "low")), readEvents(t, filepath.Join(cfg.Dir, "high"))
+	for _, k := range []string{EventBudgetPark, trainer.EventPark, EventBudgetParked, trainer.EventUnpark} {
+		if n := len(kinds(low, k)); n != 1 {
+			t.Errorf("the low-priority trial has %d %s events, want 1", n, k)
+		}
+	}
+	grants := kinds(low, EventBudgetGrant)
+	if len(grants) != 2 {
+		t.Fatalf("the low-priority trial's grants: %v; want the first and the one to unpark", grants)
+	}
+	if len(kinds(high, EventBudgetWait)) != 1 || len(kinds(high, EventBudgetGrant)) != 1 {
+		t.Fatalf("the high-priority trial's budget events: %v", high)
+	}
+	highDone := kinds(high, trainer.EventDone)
+	unpark := kinds(low, trainer.EventUnpark)
+	if len(highDone) != 1 || len(unpark) != 1 || unpark[0].Time.Before(kinds(high, trainer.EventEpoch)[3].Time) {
+		t.Errorf("the low-priority trial unparked at %v, before the high one's last epoch", unpark)
+	}
+	var lowRow TrialResult
+	for _, r := range res.Trials {
+		if r.Name == "low" {
+			lowRow = r
+		}
+	}
+	spec := cfg.Sweep.Trials[0].Spec
+	spec.Device, spec.RunDir = "cpu", filepath.Join(t.TempDir(), "twin")
+	_, twin := train(t, request(t, spec))
+	if lowRow.Summary == nil || lowRow.Summary.ParamsSHA256 != twin.ParamsSHA256 {
+		t.Fatalf("the parked trial's params %v, its twin never parked %s", lowRow.Summary, twin.ParamsSHA256)
+	}
+}
+
+// TestSweepPriorities: a trial's priority: key, and --priority KEY taking
+// a trial's number from its overrides; a priority that is not a number is
+// refused, naming the trial.
+func TestSweepPriorities(t *testing.T) {
+	sw, err := ReadSweep(writeSweep(t, "base: {dataset: synthetic}\ntrials:\n  - {name: a, priority: 2, epochs: 3}\n  - {name: b, epochs: 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sw.Trials[0].Priority != 2 || sw.Trials[1].Priority != 0 {
+		t.Fatalf("priorities %v, %v; want 2 and 0", sw.Trials[0].Priority, sw.Trials[1].Priority)
+	}
+	if err := setPriorities(sw, "epochs"); err != nil || sw.Trials[0].Priority != 3 || sw.Trials[1].Priority != 5 {
+		t.Fatalf("--priority epochs: %v, priorities %v, %v", err, sw.Trials[0].Priority, sw.Trials[1].Priority)
+	}
+	if _, err := ReadSweep(writeSweep(t, "base: {dataset: synthetic}\ntrials:\n  - {name: a, priority: high}\n")); err == nil || !strings.Contains(err.Error(), `trial "a": priority "high": must be a number`) {
+		t.Fatalf("a priority that is not a number: %v", err)
+	}
+	sw, _ = ReadSweep(writeSweep(t, "base: {dataset: synthetic}\ntrials:\n  - {name: a, optimizer: sgd}\n"))
+	if err := setPriorities(sw, "optimizer"); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), `trial "a"`) {
+		t.Fatalf("--priority on a key that is not a number: %v", err)
 	}
 }

@@ -1,11 +1,19 @@
 package coordinator
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -22,6 +30,30 @@ func TestMain(m *testing.M) {
 		os.Exit(serveAsWorker())
 	}
 	goleak.VerifyTestMain(m)
+}
+
+// startDelayEnv ("NAME=MS") makes the test worker of the job whose run
+// directory is named NAME wait MS milliseconds before it serves, so a
+// test can order the trials' budget requests.
+const startDelayEnv = "TOLARIA_COORDINATOR_TEST_START_DELAY"
+
+// delayedStart reads the request's first line and, when startDelayEnv
+// names its job, waits before handing it on.
+func delayedStart(stdin io.Reader) io.Reader {
+	name, ms, ok := strings.Cut(os.Getenv(startDelayEnv), "=")
+	if !ok {
+		return stdin
+	}
+	r := bufio.NewReader(stdin)
+	line, _ := r.ReadBytes('\n')
+	var start struct {
+		Body job.Spec `json:"body"`
+	}
+	if json.Unmarshal(line, &start) == nil && filepath.Base(start.Body.RunDir) == name {
+		d, _ := strconv.Atoi(ms)
+		time.Sleep(time.Duration(d) * time.Millisecond)
+	}
+	return io.MultiReader(bytes.NewReader(line), r)
 }
 
 // serveAsWorkerEnv makes the test binary a CPU worker (see TestMain).
@@ -63,7 +95,8 @@ func serveAsWorker() int {
 			os.Exit(f.Exit)
 		}
 	}
-	if err := jobserver.Serve(context.Background(), os.Stdin, out, cfg); err != nil {
+	in := delayedStart(os.Stdin)
+	if err := jobserver.Serve(context.Background(), in, out, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -202,7 +202,13 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 	if r.req.Budget != nil {
 		bs := &budgetSink{tb: r.req.Budget, obs: r.obs, metrics: r.metrics, log: r.log}
 		defer bs.release()
-		sink.Budget = bs.ask
+		sink.Budget, sink.Parked = bs.ask, bs.parked
+		sink.Progress = func(p trainer.Progress) {
+			bs.active()
+			if progress != nil {
+				progress(p)
+			}
+		}
 	}
 	sum, err := r.exec.Run(ctx, r.plan, sink)
 	ended()

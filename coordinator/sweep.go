@@ -68,8 +68,12 @@ type SweepConfig struct {
 	// each device, in bytes; 0 takes what the device reports free. On the
 	// CPU it stands in for a GPU's memory (see BrokerConfig).
 	DeviceMemory int64
-	Version      string
-	Logger       *slog.Logger
+	// PriorityKey, when set, gives each trial the value of this key among
+	// its overrides (a number) as its priority for device memory, in
+	// place of its priority: (see Trial.Priority).
+	PriorityKey string
+	Version     string
+	Logger      *slog.Logger
 	// Report receives every change of a trial (start, progress, end), one
 	// at a time, for a display; nil reports nothing.
 	Report func(TrialUpdate)
@@ -190,6 +194,9 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	}
 	s := &SweepRun{cfg: cfg, log: cfg.Logger, file: cfg.Sweep.Path}
 	changed := func(device string) { s.metrics.budgetBooks(device, s.broker.Books(device)) }
+	if err := setPriorities(cfg.Sweep, cfg.PriorityKey); err != nil {
+		return nil, err
+	}
 	if s.broker, err = NewBroker(BrokerConfig{DeviceMemory: cfg.DeviceMemory, Changed: changed}); err != nil {
 		return nil, err
 	}
@@ -694,7 +701,7 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	// The sweep reports a trial's start and end itself; of a run's own
 	// log only warnings are news.
 	runLog := slog.New(minLevel{s.log.Handler(), slog.LevelWarn}).With("trial", t.Name)
-	budget := &TrialBudget{Broker: s.broker, Trial: t.Name, Device: sl.String(), Report: func(b BudgetUpdate) {
+	budget := &TrialBudget{Broker: s.broker, Trial: t.Name, Device: sl.String(), Priority: t.Priority, Report: func(b BudgetUpdate) {
 		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Budget: &b})
 	}}
 	run, err := Prepare(ctx, Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: runLog, Started: time.Now(),
@@ -776,4 +783,27 @@ func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{h.Handler.WithGroup(name), h.min}
+}
+
+// setPriorities gives each trial the value of key among its overrides as
+// its priority; "" keeps the trials' own.
+func setPriorities(sw *Sweep, key string) error {
+	if key == "" {
+		return nil
+	}
+	for i := range sw.Trials {
+		v, ok := sw.Trials[i].Overrides[field.Name(key)]
+		if !ok {
+			continue
+		}
+		switch n := v.(type) {
+		case int:
+			sw.Trials[i].Priority = float64(n)
+		case float64:
+			sw.Trials[i].Priority = n
+		default:
+			return configErr(field.Errorf("priority", "%s: trial %q sets it to %v, not a number; give a key whose values are numbers", key, sw.Trials[i].Name, v))
+		}
+	}
+	return nil
 }

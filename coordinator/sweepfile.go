@@ -32,6 +32,10 @@ type Trial struct {
 	// Spec is base with the overrides applied; the sweep sets its device
 	// and run directory when the trial runs.
 	Spec job.Spec
+	// Priority is the trial's priority for device memory (its priority:
+	// key, 0 without one): the budget broker parks a trial of lower
+	// priority to make room for one of higher.
+	Priority float64
 }
 
 // sweepKeys are the settings a sweep file may not give: the sweep sets
@@ -130,6 +134,7 @@ func apply(spec *job.Spec, s map[field.Name]any) error {
 // point is a set of overrides with its name.
 type point struct {
 	name     string
+	priority float64
 	settings map[field.Name]any
 }
 
@@ -144,6 +149,17 @@ func listTrials(list []map[string]any) ([]point, error) {
 			}
 			p.name = name
 			delete(m, "name")
+		}
+		if v, ok := m["priority"]; ok {
+			switch n := v.(type) {
+			case int:
+				p.priority = float64(n)
+			case float64:
+				p.priority = n
+			default:
+				return nil, fmt.Errorf("trial %q: priority %q: must be a number (higher: its budget comes first, and it may park trials of lower priority)", p.name, fmt.Sprint(v))
+			}
+			delete(m, "priority")
 		}
 		s, err := settingsOf(m)
 		if err != nil {
@@ -207,7 +223,7 @@ func cross(base job.Spec, named, points []point, listed bool) ([]Trial, error) {
 	seen := map[string]bool{}
 	for _, n := range named {
 		for _, g := range points {
-			t := Trial{Name: joinName(n.name, g.name), Overrides: map[field.Name]any{}, Spec: base}
+			t := Trial{Name: joinName(n.name, g.name), Overrides: map[field.Name]any{}, Spec: base, Priority: n.priority}
 			for k, v := range n.settings {
 				if _, both := g.settings[k]; both {
 					return nil, fmt.Errorf("trial %q: %s is set by both the trial and the grid; set it in one", n.name, k)

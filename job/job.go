@@ -165,6 +165,8 @@ type Options struct {
 	Logger   *slog.Logger
 	Observer trainer.Observer
 	Progress func(trainer.Progress)
+	// Parker, when set, may park the run between steps (trainer.Parker).
+	Parker trainer.Parker
 }
 
 // Plan is a job resolved once: its spec and the trainer's plan for it
@@ -205,7 +207,7 @@ func (p *Plan) InRunDir(dir string) (*Plan, error) {
 // Run trains the plan on dev. shared is the process's state (see
 // trainer.Shared).
 func (p *Plan) Run(ctx context.Context, dev device.Device, shared *trainer.Shared, opts Options) (trainer.Summary, error) {
-	return p.Trainer.WithOutputs(opts.Logger, opts.Observer, opts.Progress).Run(ctx, dev, shared)
+	return p.Trainer.WithOutputs(opts.Logger, opts.Observer, opts.Progress).WithParker(opts.Parker).Run(ctx, dev, shared)
 }
 
 // Config builds and validates the trainer configuration for already

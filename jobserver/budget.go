@@ -72,3 +72,30 @@ func askBudget(ctx context.Context, conn *worker.Conn, plan *job.Plan, dev devic
 	_, err = conn.AskBudget(ctx, body)
 	return err
 }
+
+// BudgetParked is what a parked worker released.
+type BudgetParked struct {
+	ReleasedBytes int64 `json:"released_bytes"`
+}
+
+// Park asks the worker, which holds its budget, to park.
+func (b BudgetReply) Park() error { return b.r.Park() }
+
+// Unpark lets a parked worker set up again (its budget was granted again).
+func (b BudgetReply) Unpark() error { return b.r.Unpark() }
+
+// connParker parks the run when the coordinator asks (trainer.Parker over
+// the protocol).
+type connParker struct{ conn *worker.Conn }
+
+func (p connParker) ParkRequested() bool { return p.conn.ParkRequested() }
+
+func (p connParker) Parked(ctx context.Context, released int64) error {
+	body, err := json.Marshal(BudgetParked{ReleasedBytes: released})
+	if err != nil {
+		return err
+	}
+	return p.conn.Parked(ctx, body)
+}
+
+func (p connParker) Unparked() {}

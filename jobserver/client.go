@@ -24,6 +24,8 @@ type Sink struct {
 	// before it allocates and wait for the answer, which Budget gives
 	// through the reply, at once or later; it must not block.
 	Budget func(BudgetRequest, BudgetReply) error
+	// Parked hears that the worker, told to park, has parked.
+	Parked func(BudgetParked) error
 }
 
 // raw decodes what the worker sends into the sink's types.
@@ -46,6 +48,15 @@ func (s Sink) raw() worker.Sink {
 				return err
 			}
 			return s.Budget(req, BudgetReply{reply})
+		}
+	}
+	if s.Parked != nil {
+		ws.Parked = func(body json.RawMessage) error {
+			var p BudgetParked
+			if err := json.Unmarshal(body, &p); err != nil {
+				return err
+			}
+			return s.Parked(p)
 		}
 	}
 	if s.Progress != nil {

@@ -172,7 +172,12 @@ func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.De
 	if cfg.AfterStep != nil {
 		obs = &stepCounter{Observer: obs, after: func(n int) { cfg.AfterStep(plan.Spec, n) }}
 	}
-	return plan.Run(ctx, dev, cfg.Shared, job.Options{Logger: cfg.Logger, Observer: obs, Progress: progress})
+	opts := job.Options{Logger: cfg.Logger, Observer: obs, Progress: progress}
+	if conn.Request().AskBudget {
+		// A worker that keeps a budget may be told to park it.
+		opts.Parker = connParker{conn}
+	}
+	return plan.Run(ctx, dev, cfg.Shared, opts)
 }
 
 // planJob validates a spec received from another process, loads its data

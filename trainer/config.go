@@ -54,6 +54,8 @@ type Config struct {
 	Logger   *slog.Logger
 	Observer Observer
 	Progress func(Progress)
+	// Parker, when set, may park the run between steps (see Parker).
+	Parker Parker
 }
 
 // Progress is reported every LogEvery steps and at each epoch's end.

@@ -65,6 +65,8 @@ type run struct {
 	stageCopiesBefore uint64        // batch copies before a resume
 	snap              device.Buffer // the accumulators as of a read, copied on the compute stream
 	sum               Summary
+	unparking         bool // setup restores a parked run (see park)
+	warmFrom          int  // steps of this invocation before the current warm-up (an unpark starts one)
 }
 
 // Run trains according to cfg on dev: NewPlan, then Plan.Run.
@@ -168,7 +170,11 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	if r.model, err = nn.NewModel(r.dev, c.Spec, c.Optimizer, c.Seed); err != nil {
 		return err
 	}
-	if c.Resume {
+	if r.unparking {
+		if err := r.model.Restore(ck.params, ck.state); err != nil {
+			return err
+		}
+	} else if c.Resume {
 		if err := r.model.Restore(ck.params, ck.state); err != nil {
 			return fmt.Errorf("%w: %v", ErrCheckpoint, err)
 		}
@@ -212,7 +218,7 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	if err := errors.Join(r.compute.Fill(ws.TrainStats, 0), r.compute.Fill(ws.EvalStats, 0)); err != nil {
 		return err
 	}
-	if c.Resume {
+	if c.Resume && !r.unparking {
 		return r.carryOn(ck, startSeq)
 	}
 	return nil
@@ -369,7 +375,15 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 			r.obs.Observe(Epoch{Epoch: seq/steps + 1})
 			epochStart = time.Now()
 		}
-		if err := r.maybeCapture(seq, done); err != nil {
+		if c.Parker != nil && c.Parker.ParkRequested() {
+			if err := r.park(ctx, seq, done); err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return r.interrupt(seq, startSeq)
+			}
+		}
+		if err := r.maybeCapture(seq, done-r.warmFrom); err != nil {
 			return err
 		}
 		t0 := time.Now()

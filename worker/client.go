@@ -27,6 +27,9 @@ type Sink struct {
 	// goroutine, until the call returns). An error it returns ends the
 	// request. Nil refuses every request.
 	Budget func(body json.RawMessage, reply Reply) error
+	// Parked hears that a worker told to park (Reply.Park) has parked;
+	// body says what it released. It must not block.
+	Parked func(body json.RawMessage) error
 }
 
 // Reply answers a worker's budget request.
@@ -42,6 +45,12 @@ func (r Reply) Grant(body json.RawMessage) error {
 func (r Reply) Refuse(e *Error) error {
 	return r.enc.send(Message{Type: TypeGrant, Error: e})
 }
+
+// Park asks the worker, which holds its budget, to park.
+func (r Reply) Park() error { return r.enc.send(Message{Type: TypePark}) }
+
+// Unpark lets a parked worker set up again.
+func (r Reply) Unpark() error { return r.enc.send(Message{Type: TypeUnpark}) }
 
 // Transport carries one request to a worker and brings back its answers:
 // the hello, and the result's JSON (none for a probe), or the worker's
@@ -113,6 +122,12 @@ func converse(ctx context.Context, w io.Writer, r io.Reader, req Request, sink S
 			}
 			if err := sink.Budget(m.Body, reply); err != nil {
 				return hello, nil, fmt.Errorf("worker protocol: budget: %w", err)
+			}
+		case TypeParked:
+			if sink.Parked != nil {
+				if err := sink.Parked(m.Body); err != nil {
+					return hello, nil, fmt.Errorf("worker protocol: parked: %w", err)
+				}
 			}
 		case TypeLog:
 			if sink.Log != nil {

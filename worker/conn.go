@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,10 +16,12 @@ import (
 // reports from several goroutines). A failed write is final: every later
 // answer fails with the same error.
 type Conn struct {
-	req    Request
-	dec    *decoder
-	enc    *encoder
-	grants chan Message // the coordinator's answers to budget requests, read by WatchCancel
+	req     Request
+	dec     *decoder
+	enc     *encoder
+	grants  chan Message  // the coordinator's answers to budget requests, read by WatchCancel
+	park    atomic.Bool   // the coordinator asked to park
+	unparks chan struct{} // the coordinator's unpark, read by WatchCancel
 }
 
 // Accept reads the request from in; answers go to out.
@@ -30,7 +33,7 @@ func Accept(in io.Reader, out io.Writer) (*Conn, error) {
 	}
 	req := Request{Type: first.Type, Device: first.Device, Body: first.Body, Heartbeat: time.Duration(first.HeartbeatMS) * time.Millisecond,
 		AskBudget: first.AskBudget}
-	return &Conn{req: req, dec: dec, enc: newEncoder(out), grants: make(chan Message, 1)}, nil
+	return &Conn{req: req, dec: dec, enc: newEncoder(out), grants: make(chan Message, 1), unparks: make(chan struct{}, 1)}, nil
 }
 
 // Request is the request read.
@@ -91,6 +94,17 @@ func (c *Conn) WatchCancel(ctx context.Context) (context.Context, func()) {
 				}
 				continue
 			}
+			if err == nil && m.Type == TypePark {
+				c.park.Store(true)
+				continue
+			}
+			if err == nil && m.Type == TypeUnpark {
+				select {
+				case c.unparks <- struct{}{}:
+				default:
+				}
+				continue
+			}
 			if err != nil || m.Type == TypeCancel {
 				cancel()
 				if err != nil {
@@ -121,6 +135,24 @@ func (c *Conn) AskBudget(ctx context.Context, body json.RawMessage) (json.RawMes
 		return m.Body, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("worker: waiting for a device-memory budget: %w", context.Cause(ctx))
+	}
+}
+
+// ParkRequested reports whether the coordinator asked to park since the
+// last call (WatchCancel reads the request).
+func (c *Conn) ParkRequested() bool { return c.park.Swap(false) }
+
+// Parked tells the coordinator the worker has parked (body says what it
+// released) and waits for its unpark, or for ctx (WatchCancel's) to end.
+func (c *Conn) Parked(ctx context.Context, body json.RawMessage) error {
+	if err := c.enc.send(Message{Type: TypeParked, Body: body}); err != nil {
+		return err
+	}
+	select {
+	case <-c.unparks:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("worker: parked, waiting to unpark: %w", context.Cause(ctx))
 	}
 }
 

@@ -41,6 +41,15 @@ const (
 	// TypeGrant answers a budget request: granted (Body says what), or
 	// refused (Error says why, of kind KindBudget).
 	TypeGrant = "grant" // coordinator → worker
+	// TypePark asks a worker holding a budget to park: finish its step,
+	// move its model to pinned host memory, free its device memory and
+	// answer TypeParked.
+	TypePark = "park" // coordinator → worker
+	// TypeParked says the worker has parked; Body says what it released.
+	TypeParked = "parked" // worker → coordinator
+	// TypeUnpark lets a parked worker set up again (its budget is granted
+	// again).
+	TypeUnpark = "unpark" // coordinator → worker
 )
 
 // Error kinds, so the coordinator can choose its exit status.

@@ -91,6 +91,7 @@ checkpoints and stops).`,
 	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a trial's tolaria-worker may send no heartbeat before it is taken for hung, killed and its trial failed (at least 1s)")
 	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the sweep so the final values are scraped (0: exit at once)")
+	fs.String("priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
 	fs.String("device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB or 512MiB (default: what the device reports free); on the CPU it stands in for a GPU's memory")
 	return cmd
 }
@@ -99,7 +100,7 @@ checkpoints and stops).`,
 // (a trial's lr) stay as they are: they are not flags here.
 func sweepFlag(key field.Name) string {
 	switch key {
-	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker", "metrics_addr", "device_memory":
+	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker", "metrics_addr", "device_memory", "priority":
 		return "--" + strings.ReplaceAll(string(key), "_", "-")
 	}
 	return ""
@@ -126,6 +127,7 @@ func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error
 	if linger, _ := fs.GetDuration("metrics-linger"); linger < 0 {
 		return cfg, usagef("--metrics-linger must be 0 or more, got %s", linger)
 	}
+	cfg.PriorityKey = get("priority")
 	if v := get("device-memory"); v != "" {
 		if cfg.DeviceMemory, err = parseBytes(v); err != nil {
 			return cfg, usagef("--device-memory: %v", err)

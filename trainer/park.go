@@ -1,0 +1,172 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
+
+// Event kinds of parking.
+const (
+	EventPark   = "park"   // the run moved its model off the device and freed its memory
+	EventUnpark = "unpark" // the run set up on the device again and carries on
+)
+
+// Parker lets a coordinator park a run: between two steps the run copies
+// its parameters and optimizer state to pinned host memory, drops its
+// graph executables and the pool's workspace, frees all its device
+// memory, and waits; told to unpark, it allocates again, uploads, and
+// captures again after its warm-up steps. The run ends with exactly the
+// parameters it would have had without parking.
+type Parker interface {
+	// ParkRequested reports, without blocking, whether to park now.
+	ParkRequested() bool
+	// Parked is called once the run holds no device memory, with the bytes
+	// it released; it returns when the run may set up again, or with the
+	// error of ctx ending (the run then sets up again to checkpoint and
+	// stop).
+	Parked(ctx context.Context, released int64) error
+	// Unparked is called once the run is set up again.
+	Unparked()
+}
+
+// WithParker returns the plan with a parker: not configuration, so the
+// plan stays valid.
+func (p *Plan) WithParker(pk Parker) *Plan {
+	q := *p
+	q.cfg.Parker = pk
+	return &q
+}
+
+// parked is what a parked run keeps in pinned host memory.
+type parked struct {
+	params     device.HostBuffer
+	state      []device.HostBuffer
+	trainStats []float32 // the training accumulators, mid-epoch
+}
+
+// park parks the run before step seq and sets it up again when the
+// parker says so (see Parker). done is the steps trained so far in this
+// invocation: warm-up starts again from it.
+func (r *run) park(ctx context.Context, seq, done int) error {
+	train, _, err := r.readStats()
+	if err != nil {
+		return err
+	}
+	if err := r.compute.Synchronize(); err != nil {
+		return err
+	}
+	before, _, err := device.UsedMemory(r.dev)
+	if err != nil {
+		return err
+	}
+	kept, err := r.toHost(train)
+	if err != nil {
+		return err
+	}
+	defer kept.free(r.dev)
+	r.teardown()
+	if err := r.pool.Drop(r.dev); err != nil {
+		return fmt.Errorf("trainer: parking: dropping the pool's workspace: %w", err)
+	}
+	after, _, err := device.UsedMemory(r.dev)
+	if err != nil {
+		return err
+	}
+	released := before - after
+	r.obs.Observe(Event{Time: time.Now(), Kind: EventPark, Fields: map[string]any{"step": seq, "released_bytes": released,
+		"pinned_bytes": kept.bytes()}})
+	r.log.Info("parked: the model is in pinned host memory and the device memory freed", "step", seq, "released_bytes", released)
+	waitErr := r.cfg.Parker.Parked(ctx, released)
+	// Unparked, or stopping: either way the run sets up again, so that a
+	// stop checkpoints as it always does.
+	r.unparking = true
+	defer func() { r.unparking = false }()
+	ck := &Checkpoint{params: kept.params.Data()}
+	for _, s := range kept.state {
+		ck.state = append(ck.state, s.Data())
+	}
+	if err := r.setup(ctx, seq, ck); err != nil {
+		return fmt.Errorf("trainer: unparking: %w", err)
+	}
+	if err := r.compute.Synchronize(); err != nil {
+		return err
+	}
+	if err := r.dev.Upload(r.step.W.TrainStats.Slice(0, device.StatsLen), kept.trainStats); err != nil {
+		return err
+	}
+	r.warmFrom = done
+	r.obs.Observe(Event{Time: time.Now(), Kind: EventUnpark, Fields: map[string]any{"step": seq}})
+	r.cfg.Parker.Unparked()
+	if waitErr != nil && ctx.Err() == nil {
+		return waitErr
+	}
+	return nil
+}
+
+// toHost copies the parameters, the optimizer state and the training
+// accumulators (train) to pinned host memory.
+func (r *run) toHost(train [device.StatsLen]float64) (*parked, error) {
+	k := &parked{trainStats: make([]float32, device.StatsLen)}
+	for i, v := range train {
+		k.trainStats[i] = float32(v) // read from float32 accumulators: exact
+	}
+	var err error
+	copyOut := func(b device.Buffer) (device.HostBuffer, error) {
+		h, err := r.dev.AllocHost(b.Len())
+		if err != nil {
+			return h, err
+		}
+		return h, r.compute.CopyDtoH(h, b)
+	}
+	if k.params, err = copyOut(r.model.Params); err != nil {
+		k.free(r.dev)
+		return nil, err
+	}
+	for _, b := range r.model.State {
+		h, err := copyOut(b)
+		if !h.IsZero() {
+			k.state = append(k.state, h)
+		}
+		if err != nil {
+			k.free(r.dev)
+			return nil, err
+		}
+	}
+	if err := r.compute.Synchronize(); err != nil {
+		k.free(r.dev)
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *parked) bytes() int64 {
+	n := int64(k.params.Len())
+	for _, s := range k.state {
+		n += int64(s.Len())
+	}
+	return 4 * n
+}
+
+func (k *parked) free(dev device.Device) {
+	var errs []error
+	if !k.params.IsZero() {
+		errs = append(errs, dev.FreeHost(k.params))
+	}
+	for _, s := range k.state {
+		errs = append(errs, dev.FreeHost(s))
+	}
+	_ = errors.Join(errs...)
+	k.params, k.state = device.HostBuffer{}, nil
+}
+
+// teardown releases everything setup made (close) and forgets it, so that
+// setup can run again and the run's final close finds nothing twice.
+func (r *run) teardown() {
+	r.close()
+	r.train, r.eval, r.compute, r.side, r.timer, r.lease, r.model, r.marker = nil, nil, nil, nil, nil, nil, nil, nil
+	r.host, r.snap, r.engine, r.pending = device.HostBuffer{}, device.Buffer{}, nil, nil
+}
