@@ -51,6 +51,9 @@ type Spec struct {
 	Rank             int     `json:"rank" yaml:"rank"`
 	World            int     `json:"world" yaml:"world"`
 	MaxSteps         int     `json:"max_steps" yaml:"max_steps"`
+	// CPUThreads is how many threads the CPU device's kernels use; 0
+	// means the cores Go may use (GOMAXPROCS).
+	CPUThreads int `json:"cpu_threads,omitempty" yaml:"cpu_threads,omitempty"`
 	// SlowStageCopy is a test-only option: the CPU device pauses this many
 	// milliseconds in every host-to-device copy.
 	SlowStageCopyMS float64 `json:"slow_stage_copy_ms,omitempty" yaml:"slow_stage_copy_ms,omitempty"`
@@ -108,6 +111,8 @@ func (s Spec) Validate() error {
 		return field.Errorf("resume", "needs %s pointing at the run to resume", field.Name("run_dir"))
 	case s.MaxSteps < 0:
 		return field.Errorf("max_steps", "must be >= 0, got %d", s.MaxSteps)
+	case s.CPUThreads < 0 || s.CPUThreads > 1024:
+		return field.Errorf("cpu_threads", "must be in 0..1024 (0: the cores Go may use), got %d", s.CPUThreads)
 	case !(s.SlowStageCopyMS >= 0 && s.SlowStageCopyMS <= 10000):
 		return field.Errorf("slow_stage_copy_ms", "must be in 0..10000, got %g", s.SlowStageCopyMS)
 	}

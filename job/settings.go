@@ -64,6 +64,7 @@ var usages = map[field.Name]string{
 	"rank":               "this worker's stride shard of the training set (0..world-1)",
 	"world":              "number of stride shards of the training set",
 	"max_steps":          "stop (with a checkpoint) after this many steps in this invocation (0: no limit)",
+	"cpu_threads":        "threads of the CPU device's kernels (0: GOMAXPROCS)",
 	"slow_stage_copy_ms": "test only: slow every CPU-device staging copy by this many ms",
 }
 

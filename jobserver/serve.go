@@ -41,7 +41,10 @@ func OpenCPU(name string, spec job.Spec) (device.Device, error) {
 	if name != "cpu" {
 		return nil, fmt.Errorf("%w: %q is not served in process; only cpu is", device.ErrNoDevice, name)
 	}
-	return cpu.Open(cpu.Config{SlowCopy: time.Duration(spec.SlowStageCopyMS * float64(time.Millisecond))})
+	return cpu.Open(cpu.Config{
+		SlowCopy: time.Duration(spec.SlowStageCopyMS * float64(time.Millisecond)),
+		Threads:  spec.CPUThreads,
+	})
 }
 
 // Config configures the worker side.

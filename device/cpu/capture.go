@@ -161,7 +161,20 @@ type exec struct {
 	dev   *Device
 	mu    sync.Mutex
 	nodes []node
-	freed bool
+	// launch runs nodes; it is made with them, so that Launch enqueues
+	// without allocating, and a launch enqueued before an Update keeps
+	// running the nodes it was enqueued with.
+	launch node
+	freed  bool
+}
+
+// launchNode is the node that runs nodes in order as one unit.
+func launchNode(nodes []node) node {
+	return node{kind: "graph", run: func(t *team) {
+		for _, n := range nodes {
+			n.run(t)
+		}
+	}}
 }
 
 // Instantiate makes an executable from a graph.
@@ -173,19 +186,19 @@ func (d *Device) Instantiate(x device.Graph) (device.Exec, error) {
 	if len(nodes) == 0 {
 		return nil, d.err("Instantiate", device.ErrMisuse, "graph is empty")
 	}
-	return &exec{dev: d, nodes: nodes}, nil
+	return &exec{dev: d, nodes: nodes, launch: launchNode(nodes)}, nil
 }
 
-func (e *exec) snapshot(op string) ([]node, error) {
+func (e *exec) snapshot(op string) (node, error) {
 	if err := e.dev.closedErr(op); err != nil {
-		return nil, err
+		return node{}, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.freed {
-		return nil, e.dev.err(op, device.ErrClosed, "executable destroyed")
+		return node{}, e.dev.err(op, device.ErrClosed, "executable destroyed")
 	}
-	return e.nodes, nil
+	return e.launch, nil
 }
 
 // Update takes g's node parameters when its topology matches.
@@ -202,7 +215,7 @@ func (e *exec) Update(x device.Graph) error {
 	if why := sameTopology(e.nodes, nodes); why != "" {
 		return e.dev.err("Exec.Update", device.ErrTopologyChanged, "%s", why)
 	}
-	e.nodes = nodes
+	e.nodes, e.launch = nodes, launchNode(nodes)
 	return nil
 }
 
@@ -245,13 +258,9 @@ func (s *stream) Launch(x device.Exec) error {
 	if !ok || e == nil || e.dev != s.dev {
 		return s.err("Launch", device.ErrMisuse, "executable was not instantiated on this device")
 	}
-	nodes, err := e.snapshot("Stream.Launch")
+	n, err := e.snapshot("Stream.Launch")
 	if err != nil {
 		return err
 	}
-	return s.enqueue("Launch", node{kind: "graph", run: func() {
-		for _, n := range nodes {
-			n.run()
-		}
-	}})
+	return s.enqueue("Launch", n)
 }

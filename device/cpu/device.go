@@ -7,6 +7,7 @@ package cpu
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,15 @@ type Config struct {
 	// long half-way through. Tests use it to prove that nothing reads a
 	// half-copied buffer; it has no other use.
 	SlowCopy time.Duration
+	// Threads is how many threads the kernels split their work across;
+	// 0 means runtime.GOMAXPROCS(0), the cores Go may use. Results depend
+	// on it: the same thread count gives the same bits, and a different
+	// one may round GEMMs differently (within float32 tolerance).
+	Threads int
 }
+
+// MaxThreads bounds Config.Threads.
+const MaxThreads = 1024
 
 // Validate reports a configuration error.
 func (c Config) Validate() error {
@@ -36,13 +45,18 @@ func (c Config) Validate() error {
 	if c.SlowCopy < 0 {
 		return fmt.Errorf("cpu: SlowCopy must be >= 0, got %s", c.SlowCopy)
 	}
+	if c.Threads < 0 || c.Threads > MaxThreads {
+		return fmt.Errorf("cpu: Threads must be in 0..%d (0: GOMAXPROCS), got %d", MaxThreads, c.Threads)
+	}
 	return nil
 }
 
 // Device is the CPU reference device.
 type Device struct {
-	cfg    Config
-	legacy *stream
+	cfg     Config
+	threads int
+	helpers *helpers
+	legacy  *stream
 	// streamIDs numbers the device's streams, for messages.
 	streamIDs atomic.Int64
 
@@ -61,8 +75,17 @@ func Open(cfg Config) (*Device, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	threads := cfg.Threads
+	if threads == 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	if err := initBLAS(); err != nil {
+		return nil, err
+	}
 	d := &Device{
 		cfg:      cfg,
+		threads:  threads,
+		helpers:  startHelpers(threads),
 		streams:  make(map[*stream]struct{}),
 		captures: make(map[*capture]struct{}),
 	}
@@ -78,7 +101,12 @@ func Open(cfg Config) (*Device, error) {
 func (d *Device) Name() string { return "cpu" }
 
 // Description names the reference backend.
-func (d *Device) Description() string { return "tolaria CPU reference device (float32, pure Go)" }
+func (d *Device) Description() string {
+	return fmt.Sprintf("tolaria CPU reference device (float32, %d threads, GEMM by %s)", d.threads, gemmBackend)
+}
+
+// Threads is the number of threads the kernels use.
+func (d *Device) Threads() int { return d.threads }
 
 func (d *Device) err(op string, err error, format string, args ...any) error {
 	return device.Errorf(d.Name(), op, err, format, args...)
@@ -345,5 +373,6 @@ func (d *Device) Close() error {
 		s.stop()
 	}
 	d.wg.Wait()
+	d.helpers.stop()
 	return nil
 }

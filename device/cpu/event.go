@@ -168,7 +168,7 @@ func (s *stream) Record(x device.Event) error {
 	prev := e.cur
 	e.cur, e.capture = r, nil
 	e.mu.Unlock()
-	err = s.enqueue("Record", node{kind: "record", run: func() {
+	err = s.enqueue("Record", node{kind: "record", run: func(*team) {
 		r.at = time.Now()
 		close(r.done)
 	}})
@@ -205,5 +205,5 @@ func (s *stream) Wait(x device.Event) error {
 	case r == nil:
 		return nil
 	}
-	return s.enqueue("Wait", node{kind: "wait", run: func() { <-r.done }})
+	return s.enqueue("Wait", node{kind: "wait", run: func(*team) { <-r.done }})
 }

@@ -3,174 +3,45 @@ package cpu
 import (
 	"math"
 
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/gonum"
-
 	"github.com/tolaria-ml/tolaria/device"
 )
 
 // The kernel math of the device contract (device.Kernels), one function per
 // kernel over the memory of already validated buffers. Slices may be longer
-// than the kernel needs; only the prefix is used.
+// than the kernel needs; only the prefix is used. launch.go splits the
+// large kernels into parts that run at once on the device's threads; a
+// kernel function here is one part's work.
 //
 // Results are float32, but reductions (norms, softmax sums, loss statistics,
 // column sums) accumulate in float64 in a fixed order and round once: that
 // keeps them accurate over long rows and lets a CUDA kernel, whose reduction
 // order differs, agree to within 1e-5 relative. Nothing here depends on
-// scheduling or memory addresses, so the same inputs give the same bits.
-// Only gemm may use several goroutines (inside gonum), and it waits for them.
+// scheduling or memory addresses, so the same inputs give the same bits; a
+// split into parts changes no bits, except in GEMM, where it depends on the
+// thread count (gemm.go).
 
-// gemm computes c = alpha*op(a)*op(b) + beta*c as device.Kernels.Gemm does.
-//
-// Each element of c is rounded the same way on every path: c is scaled by
-// beta in float32 (set to zero when beta is 0, so that garbage in c is never
-// read), then the products (alpha*a[i,l])*b[l,j] are added for l = 0..k-1 in
-// order. gonum's kernel for a transposed b instead reduces with a SIMD dot
-// product that starts at b's 16-byte alignment, so a transposed b is copied
-// into k×n order first.
-func gemm(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
-	if m*n*k <= smallGemm {
-		gemmLoop(transA, transB, m, n, k, alpha, a, b, beta, c)
-		return
-	}
-	gemmBLAS(transA, transB, m, n, k, alpha, a, b, beta, c)
-}
-
-// gemmBLAS is gemm through gonum's float32 BLAS, which blocks the product
-// and uses all cores for large shapes.
-func gemmBLAS(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
-	if transB {
-		b = transpose(b[:n*k], n, k)
-	}
-	tA, lda := blas.NoTrans, k
-	if transA {
-		tA, lda = blas.Trans, m
-	}
-	gonum.Implementation{}.Sgemm(tA, blas.NoTrans, m, n, k, alpha, a[:m*k], lda, b[:k*n], n, beta, c[:m*n], n)
-}
-
-// smallGemm is the size (multiply-adds) up to which the plain loop beats
-// gonum (BenchmarkGemm: 8x16x2 takes 0.28 µs looped, 0.79 µs through gonum).
-const smallGemm = 4096
-
-// gemmLoop is the plain triple loop. It adds in the same order as gonum's
-// kernels, so both give the same bits (TestGemmMatchesNaive), and gemm may
-// pick either by shape without changing a result. It is slower than gonum
-// for real layers (BenchmarkGemm) but faster for tiny ones, where gonum's
-// per-row vector calls cost more than the arithmetic.
-func gemmLoop(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
-	// t holds alpha*A[i,:] for the row being computed.
-	var tBuf [256]float32
-	var t []float32
-	if k <= len(tBuf) {
-		t = tBuf[:k]
-	} else {
-		t = make([]float32, k)
-	}
-	for i := 0; i < m; i++ {
-		ci := c[i*n : (i+1)*n]
-		switch beta {
-		case 0:
-			clear(ci)
-		case 1:
-		default:
-			scale(ci, beta)
-		}
-		if transA {
-			for l := range t {
-				t[l] = alpha * a[l*m+i]
-			}
-		} else {
-			for l, v := range a[i*k : (i+1)*k] {
-				t[l] = alpha * v
-			}
-		}
-		// Each C[i,j] is summed in a register, adding the products in l
-		// order, as gonum does; four columns at a time, so that four
-		// independent sums hide the latency of each addition. The float32
-		// conversions keep each product rounded on its own (no fused
-		// multiply-add), as gonum's assembly kernels on amd64 do at every
-		// GOAMD64 level. (Where gonum falls back to Go, as on arm64, the
-		// compiler may fuse its additions; TestGemmMatchesNaive then tells.) Operands this
-		// small sit in L1, so B's stride when it is not transposed costs
-		// little.
-		bs, bl := k, 1 // B[l,j] = b[j*bs+l*bl]
-		if !transB {
-			bs, bl = 1, n
-		}
-		j := 0
-		for ; j+4 <= n; j += 4 {
-			a0, a1, a2, a3 := ci[j], ci[j+1], ci[j+2], ci[j+3]
-			o := j * bs
-			for l, tl := range t {
-				if tl == 0 { // gonum skips zero products
-					continue
-				}
-				p := o + l*bl
-				a0 += float32(tl * b[p])
-				a1 += float32(tl * b[p+bs])
-				a2 += float32(tl * b[p+2*bs])
-				a3 += float32(tl * b[p+3*bs])
-			}
-			ci[j], ci[j+1], ci[j+2], ci[j+3] = a0, a1, a2, a3
-		}
-		for ; j+2 <= n; j += 2 {
-			a0, a1 := ci[j], ci[j+1]
-			o := j * bs
-			for l, tl := range t {
-				if tl == 0 {
-					continue
-				}
-				p := o + l*bl
-				a0 += float32(tl * b[p])
-				a1 += float32(tl * b[p+bs])
-			}
-			ci[j], ci[j+1] = a0, a1
-		}
-		for ; j < n; j++ {
-			a0 := ci[j]
-			o := j * bs
-			for l, tl := range t {
-				if tl != 0 {
-					a0 += float32(tl * b[o+l*bl])
-				}
-			}
-			ci[j] = a0
-		}
-	}
-}
-
-// transpose returns the cols×rows transpose of the row-major rows×cols x.
-func transpose(x []float32, rows, cols int) []float32 {
-	t := make([]float32, len(x))
-	for r := 0; r < rows; r++ {
-		for j, v := range x[r*cols : (r+1)*cols] {
-			t[j*rows+r] = v
-		}
-	}
-	return t
-}
-
-// biasAct adds bias to every row of z in place, then writes act(z) to y,
-// which may be z itself for ActNone.
+// biasAct adds bias to every row of z in place and writes act(z) to y,
+// which may be z itself for ActNone, in one pass over each row.
 func biasAct(act device.Activation, rows, cols int, z, bias, y []float32) {
 	z, y, bias = z[:rows*cols], y[:rows*cols], bias[:cols]
 	for r := 0; r < rows; r++ {
-		zr := z[r*cols : (r+1)*cols]
-		for j, b := range bias {
-			zr[j] += b
-		}
-	}
-	switch act {
-	case device.ActNone:
-		copy(y, z)
-	case device.ActReLU:
-		for i, v := range z {
-			y[i] = max(v, 0)
-		}
-	case device.ActGELU:
-		for i, v := range z {
-			y[i] = gelu(v)
+		zr, yr := z[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
+		switch act {
+		case device.ActNone:
+			for j, b := range bias {
+				zr[j] += b
+			}
+			copy(yr, zr)
+		case device.ActReLU:
+			for j, b := range bias {
+				v := zr[j] + b
+				zr[j], yr[j] = v, max(v, 0)
+			}
+		case device.ActGELU:
+			for j, b := range bias {
+				v := zr[j] + b
+				zr[j], yr[j] = v, gelu(v)
+			}
 		}
 	}
 }
@@ -195,7 +66,7 @@ func actGrad(act device.Activation, rows, cols int, z, dy, dz []float32) {
 		}
 	case device.ActGELU:
 		for i, v := range z {
-			dz[i] = float32(float64(dy[i]) * geluGrad(v))
+			dz[i] = dy[i] * geluGrad(v)
 		}
 	}
 }
@@ -206,18 +77,60 @@ const (
 	geluCubic = 0.044715
 )
 
-// gelu is evaluated in float64 and rounded once: Go has no float32 tanh,
-// and a single rounding keeps it as close to the formula as float32 allows.
+// gelu is the tanh approximation in float32, through the identity
+// 0.5*(1+tanh(u)) = 1/(1+exp(-2u)): one exp and no cancellation for
+// negative z, where 1+tanh(u) would lose every digit. It is within a few
+// float32 ulps of the formula in float64 (TestGELUAccuracy).
 func gelu(z float32) float32 {
-	x := float64(z)
-	return float32(0.5 * x * (1 + math.Tanh(geluScale*(x+geluCubic*x*x*x))))
+	u := geluScale * (z + geluCubic*z*z*z)
+	return z / (1 + exp32(-2*u))
 }
 
-// geluGrad is the exact derivative of gelu's formula.
-func geluGrad(z float32) float64 {
-	x := float64(z)
-	t := math.Tanh(geluScale * (x + geluCubic*x*x*x))
-	return 0.5*(1+t) + 0.5*x*(1-t*t)*geluScale*(1+3*geluCubic*x*x)
+// geluGrad is the derivative of gelu's formula, with s = 1/(1+exp(-2u)):
+// 0.5*(1+tanh u) = s and 0.5*(1-tanh² u) = 2s(1-s) = 2s²exp(-2u).
+func geluGrad(z float32) float32 {
+	z2 := z * z
+	e := exp32(-2 * geluScale * (z + geluCubic*z2*z))
+	s := 1 / (1 + e)
+	ds := e * s * s // s(1-s) without cancelling when s is near 1
+	if ds == 0 || e > math.MaxFloat32 {
+		// Far out, where z² may overflow: the limit, not inf*0.
+		return s
+	}
+	return s + 2*z*ds*geluScale*(1+3*geluCubic*z2)
+}
+
+// exp32 is e^x in float32 within 2 ulps (TestExp32), for x below the
+// smallest normal result's argument giving 0 rather than a subnormal:
+// x = n*ln2 + r with |r| <= ln2/2, e^r by its Taylor polynomial of degree
+// 7 (truncation below 1e-8 relative), times 2^n built from its bits.
+func exp32(x float32) float32 {
+	const (
+		log2e = 1.4426950408889634
+		ln2hi = 0.693145751953125 // the high bits of ln 2: n*ln2hi is exact for |n| < 256
+		ln2lo = 1.428606765330187e-06
+	)
+	switch {
+	case x != x:
+		return x
+	case x > 88.72284:
+		return float32(math.Inf(1))
+	case x < -87.33654:
+		return 0
+	}
+	t := x * log2e
+	if t < 0 {
+		t -= 0.5
+	} else {
+		t += 0.5
+	}
+	n := int32(t)
+	r := (x - float32(n)*ln2hi) - float32(n)*ln2lo
+	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
+	if n > 127 { // 2^128 is not a float32; e^x is, up to 88.72
+		return p * 2 * math.Float32frombits(uint32(n-1+127)<<23)
+	}
+	return p * math.Float32frombits(uint32(n+127)<<23)
 }
 
 // softmaxXent writes the row-wise softmax of logits to probs and adds the
@@ -383,12 +296,12 @@ func mseGrad(rows, cols int, pred, target, mask, dpred []float32) {
 // live on the stack, wide enough to read x a cache line at a time.
 const colBlock = 64
 
-// colSum writes out = beta*out + (column sums of x). Like gemm it does not
-// read out when beta is 0.
-func colSum(rows, cols int, x []float32, beta float32, out []float32) {
+// colSum writes out[j] = beta*out[j] + (the sum of column j of x) for the
+// columns lo..hi. Like gemm it does not read out when beta is 0.
+func colSum(rows, cols, lo, hi int, x []float32, beta float32, out []float32) {
 	var acc [colBlock]float64
-	for j0 := 0; j0 < cols; j0 += colBlock {
-		sums := acc[:min(colBlock, cols-j0)]
+	for j0 := lo; j0 < hi; j0 += colBlock {
+		sums := acc[:min(colBlock, hi-j0)]
 		clear(sums)
 		for r := 0; r < rows; r++ {
 			row := x[r*cols+j0:]
@@ -424,20 +337,59 @@ func axpy(alpha float32, x, y []float32) {
 	}
 }
 
-// clipGlobalNorm writes the L2 norm of x to norm[0] and scales x by
-// maxNorm/(norm+1e-6) when the norm exceeds maxNorm. The decision and the
-// factor use the float32 norm that is stored, so a host reading norm[0]
-// can tell exactly whether clipping happened.
-func clipGlobalNorm(x []float32, maxNorm float32, norm []float32) {
+// clipTask is ClipGlobalNorm: it writes the L2 norm of x to norm[0] and
+// scales x by maxNorm/(norm+1e-6) when the norm exceeds maxNorm. The
+// decision and the factor use the float32 norm that is stored, so a host
+// reading norm[0] can tell exactly whether clipping happened.
+//
+// The sum of squares is taken in float64 over fixed chunks of normChunk
+// elements, whose sums are then added in order: the parts of a split sum
+// whole chunks, so the norm has the same bits whatever the thread count.
+type clipTask struct {
+	x, norm []float32
+	maxNorm float32
+	sums    []float64 // one per chunk
+	// factor is the clipping scale while the scaling pass runs, else 0
+	// while the sums are taken.
+	factor float32
+}
+
+const normChunk = 1 << 13
+
+func newClipTask(x []float32, maxNorm float32, norm []float32) *clipTask {
+	return &clipTask{x: x, norm: norm, maxNorm: maxNorm, sums: make([]float64, (len(x)+normChunk-1)/normChunk)}
+}
+
+func (c *clipTask) run(t *team) {
+	parts := t.parts(len(c.x), elemGrain)
+	c.factor = 0
+	t.run(c, min(parts, len(c.sums)))
 	var ss float64
-	for _, v := range x {
-		// Exact: a float32 product fits in float64's mantissa.
-		ss += float64(v) * float64(v)
+	for _, s := range c.sums {
+		ss += s
 	}
 	l2 := float32(math.Sqrt(ss))
-	norm[0] = l2
-	if l2 > maxNorm {
-		scale(x, float32(float64(maxNorm)/(float64(l2)+1e-6)))
+	c.norm[0] = l2
+	if l2 > c.maxNorm {
+		c.factor = float32(float64(c.maxNorm) / (float64(l2) + 1e-6))
+		t.run(c, parts)
+	}
+}
+
+func (c *clipTask) part(i, n int) {
+	if c.factor != 0 {
+		lo, hi := span(i, n, len(c.x), 16)
+		scale(c.x[lo:hi], c.factor)
+		return
+	}
+	lo, hi := span(i, n, len(c.sums), 1)
+	for ch := lo; ch < hi; ch++ {
+		var ss float64
+		for _, v := range c.x[ch*normChunk : min(len(c.x), (ch+1)*normChunk)] {
+			// Exact: a float32 product fits in float64's mantissa.
+			ss += float64(v) * float64(v)
+		}
+		c.sums[ch] = ss
 	}
 }
 

@@ -43,29 +43,100 @@ func sameBits(t *testing.T, name string, got, want []float32) {
 	}
 }
 
-// TestGemmMatchesNaive checks that gonum's path adds the products in the
-// order of the plain loop, on gonum's serial and parallel paths and for
-// every transpose, by comparing bits: so gemm may choose either by shape.
-func TestGemmMatchesNaive(t *testing.T) {
-	shapes := slices.Concat(benchShapes, []gemmShape{
-		{m: 3, k: 5, n: 4, transA: true, transB: true},
-		{m: 130, k: 33, n: 70, transA: true, transB: true},
-		{m: 8, k: 16, n: 2, transB: true},
-		{m: 2, k: 8, n: 16, transA: true},
-		{m: 1, k: 300, n: 3, transB: true},
-	})
-	for i, s := range shapes {
+// withTeam runs f with a team of the given thread count, as a stream
+// goroutine of a device with that many threads would.
+func withTeam(threads int, f func(t *team)) {
+	h := startHelpers(threads)
+	defer h.stop()
+	f(&team{h: h})
+}
+
+// gemm runs the device's GEMM on one thread.
+func gemm(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
+	newGemmTask(transA, transB, m, n, k, alpha, a, b, beta, c).run(nil)
+}
+
+// gemmShapes are benchShapes and shapes that reach every way of splitting a
+// product: by rows and by columns, transposed or not, dimensions that are
+// not multiples of gemmAlign, and splits that leave a part empty.
+var gemmShapes = slices.Concat(benchShapes, []gemmShape{
+	{m: 3, k: 5, n: 4, transA: true, transB: true},
+	{m: 130, k: 33, n: 70, transA: true, transB: true},
+	{m: 70, k: 33, n: 130, transA: true, transB: true},
+	{m: 70, k: 300, n: 130, transB: true},
+	{m: 130, k: 300, n: 70, transA: true},
+	{m: 17, k: 1000, n: 33},
+	{m: 8, k: 16, n: 2, transB: true},
+	{m: 2, k: 8, n: 16, transA: true},
+	{m: 1, k: 300, n: 3, transB: true},
+})
+
+// TestGemmAgainstNaive checks the device's GEMM, split across 1 to 3
+// threads, against the plain loop to float32 rounding (1e-5 of the sum of
+// the terms' magnitudes: the BLAS may add in another order and fuse
+// multiply-adds), for every transpose and beta. With the pure-Go BLAS,
+// which adds in the loop's order without fusing, it checks bits.
+func TestGemmAgainstNaive(t *testing.T) {
+	for i, s := range gemmShapes {
 		t.Run(s.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(i), 1))
 			a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), randSlice(rng, s.m*s.n)
 			a[1] = 0 // gonum skips zero products; the naive loop must too
+			absA, absB, absC := absSlice(a), absSlice(b), absSlice(c)
 			for _, beta := range []float32{0, 1, -0.5} {
-				got, want := append([]float32(nil), c...), append([]float32(nil), c...)
-				gemmBLAS(s.transA, s.transB, s.m, s.n, s.k, 0.75, a, b, beta, got)
+				want := append([]float32(nil), c...)
 				gemmLoop(s.transA, s.transB, s.m, s.n, s.k, 0.75, a, b, beta, want)
-				sameBits(t, "C", got, want)
+				mag := append([]float32(nil), absC...)
+				gemmLoop(s.transA, s.transB, s.m, s.n, s.k, 0.75, absA, absB, abs32(beta), mag)
+				for threads := 1; threads <= 3; threads++ {
+					got := append([]float32(nil), c...)
+					withTeam(threads, func(tm *team) {
+						newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 0.75, a, b, beta, got).run(tm)
+					})
+					if !gemmSplits {
+						sameBits(t, "C", got, want)
+					}
+					for j := range got {
+						if d := math.Abs(float64(got[j] - want[j])); !(d <= 1e-5*float64(mag[j])) {
+							t.Fatalf("beta %g, %d threads: C[%d] = %g, want %g (magnitude %g)", beta, threads, j, got[j], want[j], mag[j])
+						}
+					}
+				}
 			}
 		})
+	}
+}
+
+func absSlice(x []float32) []float32 {
+	v := make([]float32, len(x))
+	for i, e := range x {
+		v[i] = abs32(e)
+	}
+	return v
+}
+
+func abs32(x float32) float32 { return float32(math.Abs(float64(x))) }
+
+// TestGemmDeterministic checks that a product split across the same number
+// of threads gives the same bits every time, whichever thread runs which
+// part: replay must equal eager.
+func TestGemmDeterministic(t *testing.T) {
+	for _, s := range benchShapes {
+		rng := rand.New(rand.NewPCG(5, 5))
+		a, b := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n)
+		for threads := 1; threads <= 3; threads++ {
+			var first []float32
+			withTeam(threads, func(tm *team) {
+				for range 20 {
+					c := make([]float32, s.m*s.n)
+					newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, a, b, 0, c).run(tm)
+					if first == nil {
+						first = c
+					}
+					sameBits(t, s.String(), c, first)
+				}
+			})
+		}
 	}
 }
 
@@ -73,20 +144,21 @@ func TestGemmMatchesNaive(t *testing.T) {
 // modulo the SIMD width give the same bits: reduction order must not
 // depend on where a buffer happens to start.
 func TestGemmIgnoresAlignment(t *testing.T) {
-	const m, n, k = 5, 9, 37
-	rng := rand.New(rand.NewPCG(7, 7))
-	a, b := randSlice(rng, m*k), randSlice(rng, n*k)
-	var first []float32
-	for off := range 4 {
-		ab, bb := make([]float32, off+m*k), make([]float32, off+n*k)
-		copy(ab[off:], a)
-		copy(bb[off:], b)
-		c := make([]float32, m*n)
-		gemm(false, true, m, n, k, 1, ab[off:], bb[off:], 0, c)
-		if off == 0 {
-			first = c
+	for _, s := range []gemmShape{{m: 5, k: 37, n: 9, transB: true}, {m: 64, k: 256, n: 130, transB: true}, {m: 70, k: 64, n: 130, transA: true}} {
+		rng := rand.New(rand.NewPCG(7, 7))
+		a, b := randSlice(rng, s.m*s.k), randSlice(rng, s.n*s.k)
+		var first []float32
+		for off := range 16 {
+			ab, bb := make([]float32, off+s.m*s.k), make([]float32, off+s.n*s.k)
+			copy(ab[off:], a)
+			copy(bb[off:], b)
+			c := make([]float32, s.m*s.n)
+			gemm(s.transA, s.transB, s.m, s.n, s.k, 1, ab[off:], bb[off:], 0, c)
+			if off == 0 {
+				first = c
+			}
+			sameBits(t, s.String(), c, first)
 		}
-		sameBits(t, "C", c, first)
 	}
 }
 
@@ -214,12 +286,17 @@ func TestColSumAgainstRef(t *testing.T) {
 	const rows, cols = 13, 2*colBlock + 5
 	x, out := randSlice(rng, rows*cols), randSlice(rng, cols)
 	want := devicetest.RefColSum(rows, cols, x, 0.5, out)
-	colSum(rows, cols, x, 0.5, out)
+	colSum(rows, cols, 0, cols, x, 0.5, out)
 	near(t, "out", out, want, 1e-6)
 
 	fill(out, float32(math.NaN()))
-	colSum(rows, cols, x, 0, out)
+	colSum(rows, cols, 0, cols, x, 0, out)
 	near(t, "out with beta 0", out, devicetest.RefColSum(rows, cols, x, 0, nil), 1e-6)
+}
+
+// clipGlobalNorm runs ClipGlobalNorm's kernel on one thread.
+func clipGlobalNorm(x []float32, maxNorm float32, norm []float32) {
+	newClipTask(x, maxNorm, norm).run(nil)
 }
 
 func TestClipGlobalNorm(t *testing.T) {
@@ -312,4 +389,50 @@ func TestOptimizersAgainstRef(t *testing.T) {
 	near(t, "adamw p", p, wantP, 1e-6)
 	near(t, "adamw m", m, wantM, 1e-6)
 	near(t, "adamw v", v, wantV, 1e-6)
+}
+
+// TestExp32 checks exp32 against math.Exp over its whole range, to 2 ulps
+// relative, and at its edges.
+func TestExp32(t *testing.T) {
+	const ulp = 1.0 / (1 << 23)
+	for x := float32(-87.33); x <= 88.72; x += 0.0037 {
+		got, want := float64(exp32(x)), math.Exp(float64(x))
+		if math.Abs(got-want) > 2*ulp*want {
+			t.Fatalf("exp32(%g) = %g, want %g (%.2g ulps off)", x, got, want, math.Abs(got-want)/want/ulp)
+		}
+	}
+	for _, c := range []struct{ x, want float32 }{
+		{0, 1}, {-200, 0}, {89, float32(math.Inf(1))}, {float32(math.Inf(-1)), 0}, {float32(math.Inf(1)), float32(math.Inf(1))},
+	} {
+		if got := exp32(c.x); got != c.want {
+			t.Errorf("exp32(%g) = %g, want %g", c.x, got, c.want)
+		}
+	}
+	if got := exp32(float32(math.NaN())); got == got {
+		t.Errorf("exp32(NaN) = %g, want NaN", got)
+	}
+	if got, want := exp32(88.72), math.Exp(float64(float32(88.72))); math.Abs(float64(got)-want) > 2*ulp*want {
+		t.Errorf("exp32(88.72) = %g, want %g: the top of the range scales by 2^128 in two steps", got, want)
+	}
+}
+
+// TestGELUAccuracy checks the float32 GELU and its derivative against the
+// formula in float64 over the range where it is not trivially 0 or x, to
+// within 1e-6 of max(|value|, 0.1): well inside the conformance suite's
+// 1e-5, which a CUDA kernel's tanh meets too.
+func TestGELUAccuracy(t *testing.T) {
+	for x := float32(-12); x <= 12; x += 0.00173 {
+		y := float64(x)
+		if got, want := float64(gelu(x)), devicetest.RefActivation(device.ActGELU, y); math.Abs(got-want) > 1e-6*math.Max(math.Abs(want), 0.1) {
+			t.Fatalf("gelu(%g) = %g, want %g", x, got, want)
+		}
+		if got, want := float64(geluGrad(x)), devicetest.RefActivationGrad(device.ActGELU, y); math.Abs(got-want) > 1e-6*math.Max(math.Abs(want), 0.1) {
+			t.Fatalf("gelu'(%g) = %g, want %g", x, got, want)
+		}
+	}
+	for _, x := range []float32{-1e30, -100, 100, 1e30} {
+		if g := gelu(x); math.IsNaN(float64(g)) || math.IsNaN(float64(geluGrad(x))) {
+			t.Errorf("gelu(%g) = %g, gelu' = %g: want numbers", x, g, geluGrad(x))
+		}
+	}
 }

@@ -11,7 +11,7 @@ import (
 // completion. kind names it for graph topology comparison.
 type node struct {
 	kind string
-	run  func()
+	run  func(t *team)
 }
 
 // stream runs its queue in order on one goroutine. Enqueueing never blocks
@@ -21,9 +21,15 @@ type stream struct {
 	id     int64
 	legacy bool
 
-	mu      sync.Mutex
-	cond    *sync.Cond
+	// team splits the kernels this stream's goroutine runs.
+	team team
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	// queue[head:] is the work not yet started. The queue is emptied in
+	// place, so a steady stream of launches enqueues without allocating.
 	queue   []node
+	head    int
 	running bool // the goroutine is executing a node
 	stopped bool
 	idle    *sync.Cond
@@ -35,6 +41,7 @@ type stream struct {
 // stream it should stop.
 func (d *Device) startStream(legacy bool) (*stream, bool) {
 	s := &stream{dev: d, id: d.streamIDs.Add(1), legacy: legacy}
+	s.team.h = d.helpers
 	s.cond = sync.NewCond(&s.mu)
 	s.idle = sync.NewCond(&s.mu)
 	d.mu.Lock()
@@ -52,21 +59,24 @@ func (s *stream) loop() {
 	defer s.dev.wg.Done()
 	s.mu.Lock()
 	for {
-		for len(s.queue) == 0 && !s.stopped {
+		for s.head == len(s.queue) && !s.stopped {
 			s.idle.Broadcast()
 			s.cond.Wait()
 		}
-		if len(s.queue) == 0 {
+		if s.head == len(s.queue) {
 			s.idle.Broadcast()
 			s.mu.Unlock()
 			return
 		}
-		n := s.queue[0]
-		s.queue[0] = node{}
-		s.queue = s.queue[1:]
+		n := s.queue[s.head]
+		s.queue[s.head] = node{}
+		s.head++
+		if s.head == len(s.queue) {
+			s.queue, s.head = s.queue[:0], 0
+		}
 		s.running = true
 		s.mu.Unlock()
-		n.run()
+		n.run(&s.team)
 		s.mu.Lock()
 		s.running = false
 	}
@@ -74,7 +84,7 @@ func (s *stream) loop() {
 
 func (s *stream) waitIdle() {
 	s.mu.Lock()
-	for len(s.queue) > 0 || s.running {
+	for s.head < len(s.queue) || s.running {
 		s.idle.Wait()
 	}
 	s.mu.Unlock()
@@ -105,6 +115,12 @@ func (s *stream) enqueue(op string, n node) error {
 	}
 	if c := s.capture; c != nil {
 		return c.add(op, n)
+	}
+	if s.head > 0 && len(s.queue) == cap(s.queue) {
+		// Reuse the room of started work rather than grow.
+		m := copy(s.queue, s.queue[s.head:])
+		clear(s.queue[m:])
+		s.queue, s.head = s.queue[:m], 0
 	}
 	s.queue = append(s.queue, n)
 	s.cond.Signal()
@@ -149,7 +165,7 @@ func (s *stream) CopyHtoD(dst device.Buffer, src device.HostBuffer) error {
 		return err
 	}
 	h, slow := src.Data(), s.dev.cfg.SlowCopy
-	return s.enqueue(op, node{kind: "memcpyHtoD", run: func() {
+	return s.enqueue(op, node{kind: "memcpyHtoD", run: func(*team) {
 		if slow > 0 {
 			half := len(d) / 2
 			copy(d[:half], h[:half])
@@ -171,7 +187,7 @@ func (s *stream) pageableCopy(op string, do func()) error {
 		return s.err(op, device.ErrCaptureViolation, "a copy with pageable host memory cannot be captured")
 	}
 	done := make(chan struct{})
-	if err := s.enqueue(op, node{kind: "memcpyPageable", run: func() { do(); close(done) }}); err != nil {
+	if err := s.enqueue(op, node{kind: "memcpyPageable", run: func(*team) { do(); close(done) }}); err != nil {
 		return err
 	}
 	<-done
@@ -195,7 +211,7 @@ func (s *stream) CopyDtoH(dst device.HostBuffer, src device.Buffer) error {
 		return err
 	}
 	h := dst.Data()
-	return s.enqueue(op, node{kind: "memcpyDtoH", run: func() { copy(h, v) }})
+	return s.enqueue(op, node{kind: "memcpyDtoH", run: func(*team) { copy(h, v) }})
 }
 
 // CopyDtoD copies between device buffers.
@@ -212,7 +228,7 @@ func (s *stream) CopyDtoD(dst, src device.Buffer) error {
 	if len(d) != len(v) {
 		return s.misuse(op, fmt.Errorf("destination has %d elements, source %d", len(d), len(v)))
 	}
-	return s.enqueue(op, node{kind: "memcpyDtoD", run: func() { copy(d, v) }})
+	return s.enqueue(op, node{kind: "memcpyDtoD", run: func(*team) { copy(d, v) }})
 }
 
 // Synchronize waits for the stream's queued work. Capture-unsafe; on the
