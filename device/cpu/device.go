@@ -79,9 +79,6 @@ func Open(cfg Config) (*Device, error) {
 	if threads == 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	if err := initBLAS(); err != nil {
-		return nil, err
-	}
 	d := &Device{
 		cfg:      cfg,
 		threads:  threads,
@@ -102,7 +99,11 @@ func (d *Device) Name() string { return "cpu" }
 
 // Description names the reference backend.
 func (d *Device) Description() string {
-	return fmt.Sprintf("tolaria CPU reference device (float32, %d threads, GEMM by %s)", d.threads, gemmBackend)
+	kernels := "Go"
+	if haveKernel() {
+		kernels = kernelName
+	}
+	return fmt.Sprintf("tolaria CPU reference device (float32, %d threads, %s GEMM tiles)", d.threads, kernels)
 }
 
 // Threads is the number of threads the kernels use.

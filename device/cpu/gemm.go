@@ -3,101 +3,165 @@ package cpu
 // gemm computes c = alpha*op(a)*op(b) + beta*c as device.Kernels.Gemm does,
 // on the team's threads.
 //
-// A product is split into parts along the larger of C's two dimensions, in
-// multiples of gemmAlign, one part per thread at most and only when each
-// part has at least gemmGrain multiply-adds: splitting the rows of C makes
-// every part pack all of op(B), splitting the columns all of op(A), so the
-// larger dimension is the one whose split repeats the smaller packing. Each
-// element of C is computed by one BLAS call over the whole k, so the
-// result depends on the shape and the thread count only.
+// Every element of C is computed the same way on every path: C is scaled
+// by beta in float32 (set to zero when beta is 0, so that garbage in C is
+// never read), then for l = 0..k-1 in order the product alpha*op(A)[i,l]
+// (rounded) times op(B)[l,j] is rounded and added. So an element's bits
+// depend only on its row of op(A) and its column of op(B): not on the
+// batch around it (a sharded evaluation scores an example as the whole
+// test set does), not on the thread count, not on which path ran. The
+// plain loop (gemmLoop) is the definition; the blocked product of 4×16
+// tiles (kern4x16, in AVX assembly on amd64) computes the same sequence
+// eight lanes at a time, with separate multiplies and adds: a fused
+// multiply-add would round differently. On AMD's Zen cores, which add and
+// multiply on separate pipes, that costs no throughput.
+//
+// A product is split into parts along the larger of C's two dimensions
+// (rows in multiples of 4, columns in multiples of 16), one part per
+// thread at most and only when each part has at least gemmGrain
+// multiply-adds. A transposed B is copied into k×n order (gemmTask.bt,
+// made when the kernel is enqueued), so that the tiles read B's rows
+// contiguously; then the split is by columns, and each part copies the
+// columns it computes, so no part waits for another.
 type gemmTask struct {
 	transA, transB bool
 	m, n, k        int
 	alpha, beta    float32
 	a, b, c        []float32
+	bt             []float32 // op(B) in k×n order when transB
 	byRows         bool
 }
 
 // gemmGrain is the least work (multiply-adds) worth a part of its own:
-// below it, handing the part to another thread costs more than it saves
-// (TestGemmRatio's table, docs/cpu-results.md).
+// below it, handing the part to another thread costs more than it saves.
 const gemmGrain = 1 << 17
 
-// gemmAlign keeps the parts' edges on multiples of the BLAS kernels' row
-// and column blocking, so no part ends in a ragged block but the last.
-const gemmAlign = 16
-
 func newGemmTask(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) *gemmTask {
-	return &gemmTask{transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, byRows: m >= n}
+	g := &gemmTask{transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, byRows: m >= n && !transB}
+	if transB && g.blocked() {
+		g.bt = make([]float32, n*k)
+	}
+	return g
+}
+
+// blocked says whether the product runs in tiles rather than in the plain
+// loop: tiny products, and those with alpha other than 1 (nothing in
+// tolaria scales a product), run in the loop.
+func (g *gemmTask) blocked() bool {
+	return g.alpha == 1 && g.k > 0 && g.m*g.n*g.k > smallGemm
 }
 
 func (g *gemmTask) run(t *team) {
-	if g.m*g.n*g.k <= smallGemm {
+	if !g.blocked() {
 		gemmLoop(g.transA, g.transB, g.m, g.n, g.k, g.alpha, g.a, g.b, g.beta, g.c)
 		return
 	}
-	parts := 1
-	if gemmSplits {
-		dim := g.n
-		if g.byRows {
-			dim = g.m
-		}
-		parts = min(t.parts(g.m*g.n*g.k, gemmGrain), (dim+gemmAlign-1)/gemmAlign)
+	m, n := g.m, g.n
+	if g.beta != 0 && g.beta != 1 {
+		scale(g.c[:m*n], g.beta)
 	}
-	t.run(g, parts)
+	dim, align := n, 16
+	if g.byRows {
+		dim, align = m, 4
+	}
+	t.run(g, min(t.parts(m*n*g.k, gemmGrain), (dim+align-1)/align))
 }
 
 func (g *gemmTask) part(i, parts int) {
-	m, n, k := g.m, g.n, g.k
-	lda, ldb := k, n
-	if g.transA {
-		lda = m
-	}
-	if g.transB {
-		ldb = k
-	}
-	if parts == 1 {
-		sgemmStrided(g.transA, g.transB, m, n, k, g.alpha, g.a, lda, g.b, ldb, g.beta, g.c, n)
+	if g.byRows {
+		lo, hi := span(i, parts, g.m, 4)
+		g.block(lo, hi, 0, g.n)
 		return
 	}
-	a, b, c := g.a, g.b, g.c
-	if g.byRows {
-		lo, hi := span(i, parts, m, gemmAlign)
-		if lo == hi {
-			return
-		}
-		if g.transA { // op(A) row i is column i of the k×m A
-			a = a[lo:]
-		} else {
-			a = a[lo*k:]
-		}
-		c = c[lo*n:]
-		m = hi - lo
-	} else {
-		lo, hi := span(i, parts, n, gemmAlign)
-		if lo == hi {
-			return
-		}
-		if g.transB { // op(B) column j is row j of the n×k B
-			b = b[lo*k:]
-		} else {
-			b = b[lo:]
-		}
-		c = c[lo:]
-		n = hi - lo
+	lo, hi := span(i, parts, g.n, 16)
+	if g.transB {
+		g.pack(lo, hi)
 	}
-	sgemmStrided(g.transA, g.transB, m, n, k, g.alpha, a, lda, b, ldb, g.beta, c, g.n)
+	g.block(0, g.m, lo, hi)
 }
 
-// smallGemm is the size (multiply-adds) up to which the plain loop beats a
-// BLAS call (BenchmarkGemm: 8x16x2 takes 0.28 µs looped, 0.79 µs through
-// gonum).
+// pack copies the rows j0..j1 of the n×k b into the columns j0..j1 of the
+// k×n bt, eight rows at a time, so that each l writes 32 contiguous bytes.
+func (g *gemmTask) pack(j0, j1 int) {
+	n, k, b, bt := g.n, g.k, g.b, g.bt
+	j := j0
+	for ; j+8 <= j1; j += 8 {
+		r0, r1, r2, r3 := b[j*k:(j+1)*k], b[(j+1)*k:(j+2)*k], b[(j+2)*k:(j+3)*k], b[(j+3)*k:(j+4)*k]
+		r4, r5, r6, r7 := b[(j+4)*k:(j+5)*k], b[(j+5)*k:(j+6)*k], b[(j+6)*k:(j+7)*k], b[(j+7)*k:(j+8)*k]
+		for l := range k {
+			d := bt[l*n+j : l*n+j+8 : l*n+j+8]
+			d[0], d[1], d[2], d[3] = r0[l], r1[l], r2[l], r3[l]
+			d[4], d[5], d[6], d[7] = r4[l], r5[l], r6[l], r7[l]
+		}
+	}
+	for ; j < j1; j++ {
+		for l, v := range b[j*k : (j+1)*k] {
+			bt[l*n+j] = v
+		}
+	}
+}
+
+// block computes the rows i0..i1 and columns j0..j1 of C.
+func (g *gemmTask) block(i0, i1, j0, j1 int) {
+	m, n, k := g.m, g.n, g.k
+	b := g.b
+	if g.transB {
+		b = g.bt
+	}
+	aAt, rs, cs := k, 4*k, 4 // op(A)[i,l] = a[i*aAt + l*cs/4]
+	if g.transA {
+		aAt, rs, cs = 1, 4, 4*m
+	}
+	load := g.beta != 0
+	// mask[16-w:] starts with w lanes of ones: the columns of a tile of w.
+	var mask [32]int32
+	for j := range 16 {
+		mask[j] = -1
+	}
+	kernel := haveKernel()
+	for jt := j0; jt < j1; jt += 16 {
+		w := min(16, j1-jt)
+		i := i0
+		for ; kernel && i+4 <= i1; i += 4 {
+			a, c := &g.a[i*aAt], &g.c[i*n+jt]
+			if w == 16 {
+				kern4x16(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load)
+			} else {
+				kern4x16Masked(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load, &mask[16-w])
+			}
+		}
+		for ; i < i1; i++ {
+			g.row(i, jt, jt+w, b)
+		}
+	}
+}
+
+// row computes C[i, j0..j1] in Go, in the kernels' order; b is op(B) in
+// k×n order.
+func (g *gemmTask) row(i, j0, j1 int, b []float32) {
+	m, n, k := g.m, g.n, g.k
+	c := g.c[i*n+j0 : i*n+j1]
+	if g.beta == 0 {
+		clear(c)
+	}
+	for l := range k {
+		av := g.a[i*k+l]
+		if g.transA {
+			av = g.a[l*m+i]
+		}
+		for j, bv := range b[l*n+j0 : l*n+j1] {
+			c[j] += float32(av * bv)
+		}
+	}
+}
+
+// smallGemm is the size (multiply-adds) up to which the plain loop runs
+// rather than the tiles, whose set-up costs more than such products.
 const smallGemm = 4096
 
-// gemmLoop is the plain triple loop, for products too small to be worth a
-// BLAS call: which of the two runs depends only on the shape, so a shape
-// always gives the same bits. It adds in the same order as gonum's kernels,
-// so with the pure-Go BLAS both give the same bits (TestGemmMatchesNaive).
+// gemmLoop is the plain triple loop: the definition of gemm's result, and
+// the path of products too small for tiles. The tiles give the same bits
+// (TestGemmAgainstNaive), so which path runs never changes a result.
 func gemmLoop(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
 	// t holds alpha*A[i,:] for the row being computed.
 	var tBuf [256]float32
@@ -126,14 +190,13 @@ func gemmLoop(transA, transB bool, m, n, k int, alpha float32, a, b []float32, b
 			}
 		}
 		// Each C[i,j] is summed in a register, adding the products in l
-		// order, as gonum does; four columns at a time, so that four
-		// independent sums hide the latency of each addition. The float32
-		// conversions keep each product rounded on its own (no fused
-		// multiply-add), as gonum's assembly kernels on amd64 do at every
-		// GOAMD64 level. (Where gonum falls back to Go, as on arm64, the
-		// compiler may fuse its additions; TestGemmMatchesNaive then tells.) Operands this
-		// small sit in L1, so B's stride when it is not transposed costs
-		// little.
+		// order; four columns at a time, so that four independent sums
+		// hide the latency of each addition. The float32 conversions keep
+		// each product rounded on its own: Go may not fuse a multiply and
+		// an add across an explicit conversion. A zero product is added
+		// like any other, so a NaN or Inf in B shows even where A is 0,
+		// as IEEE arithmetic (and cuBLAS) has it. Operands this small sit
+		// in L1, so B's stride when it is not transposed costs little.
 		bs, bl := k, 1 // B[l,j] = b[j*bs+l*bl]
 		if !transB {
 			bs, bl = 1, n
@@ -143,9 +206,6 @@ func gemmLoop(transA, transB bool, m, n, k int, alpha float32, a, b []float32, b
 			a0, a1, a2, a3 := ci[j], ci[j+1], ci[j+2], ci[j+3]
 			o := j * bs
 			for l, tl := range t {
-				if tl == 0 { // gonum skips zero products
-					continue
-				}
 				p := o + l*bl
 				a0 += float32(tl * b[p])
 				a1 += float32(tl * b[p+bs])
@@ -158,9 +218,6 @@ func gemmLoop(transA, transB bool, m, n, k int, alpha float32, a, b []float32, b
 			a0, a1 := ci[j], ci[j+1]
 			o := j * bs
 			for l, tl := range t {
-				if tl == 0 {
-					continue
-				}
 				p := o + l*bl
 				a0 += float32(tl * b[p])
 				a1 += float32(tl * b[p+bs])
@@ -171,9 +228,7 @@ func gemmLoop(transA, transB bool, m, n, k int, alpha float32, a, b []float32, b
 			a0 := ci[j]
 			o := j * bs
 			for l, tl := range t {
-				if tl != 0 {
-					a0 += float32(tl * b[o+l*bl])
-				}
+				a0 += float32(tl * b[o+l*bl])
 			}
 			ci[j] = a0
 		}

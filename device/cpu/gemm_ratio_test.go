@@ -1,4 +1,4 @@
-//go:build cgo && !noopenblas
+//go:build openblas
 
 package cpu
 
@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/tolaria-ml/tolaria/device/cpu/internal/openblas"
 )
 
 // mlpGemmShapes are the GEMMs of one training step of the default MLP
@@ -35,9 +37,10 @@ func mlpGemmShapes(batch int) []gemmShape {
 // TestGemmRatio measures the device's GEMM against OpenBLAS's own
 // multi-threaded cblas_sgemm on the default MLP's shapes at batch 64 and
 // 256, with the same thread count, and prints a table of GFLOP/s and their
-// ratio. It is a measurement, not a check, so it runs only when asked:
+// ratio. It is a measurement, not a check, so it runs only when asked
+// (`make gemm-ratio`):
 //
-//	TOLARIA_GEMM_RATIO=1 go test -run TestGemmRatio -v ./device/cpu/
+//	TOLARIA_GEMM_RATIO=1 go test -tags openblas -run TestGemmRatio -v ./device/cpu/
 //
 // TOLARIA_GEMM_THREADS sets the thread count (default GOMAXPROCS). Rounds
 // alternate the two, each timing enough calls to take about 20 ms, and a
@@ -55,12 +58,12 @@ func TestGemmRatio(t *testing.T) {
 		}
 		threads = n
 	}
-	if err := initBLAS(); err != nil {
-		t.Fatal(err)
+	openblas.SetThreads(threads)
+	if got := openblas.Threads(); got != threads {
+		t.Fatalf("OpenBLAS runs %d threads after openblas_set_num_threads(%d)", got, threads)
 	}
-	defer setBLASThreads(1)
 	const rounds = 15
-	fmt.Printf("OpenBLAS %s, %d threads, %d alternating rounds, medians\n", blasConfig(), threads, rounds)
+	fmt.Printf("%s; %d threads; %d alternating rounds, medians; device tiles: %s\n", openblas.Config(), threads, rounds, kernelName)
 	fmt.Printf("%-8s %-18s %12s %12s %7s\n", "batch", "m x k x n", "OpenBLAS", "device", "ratio")
 	withTeam(threads, func(tm *team) {
 		for _, batch := range []int{64, 256} {
@@ -75,16 +78,14 @@ func TestGemmRatio(t *testing.T) {
 					ldb = s.k
 				}
 				ref := func() {
-					sgemmStrided(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, b, ldb, 0, c, s.n)
+					openblas.Sgemm(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, b, ldb, 0, c, s.n)
 				}
 				task := newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, a, b, 0, c)
 				dev := func() { task.run(tm) }
 				reps := repsFor(dev)
 				var refT, devT []float64
 				for range rounds {
-					setBLASThreads(threads)
 					refT = append(refT, timeCalls(ref, reps))
-					setBLASThreads(1)
 					devT = append(devT, timeCalls(dev, reps))
 				}
 				flop := 2 * float64(s.m*s.n*s.k)

@@ -1,0 +1,17 @@
+//go:build amd64 && !purego
+
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+// The micro-kernels of gemm_amd64.s need AVX (Sandy Bridge, Bulldozer
+// and later); without it the blocks run in Go, with the same bits.
+func haveKernel() bool { return cpu.X86.HasAVX }
+
+const kernelName = "AVX"
+
+//go:noescape
+func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool)
+
+//go:noescape
+func kern4x16Masked(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask *int32)

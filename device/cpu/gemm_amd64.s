@@ -1,0 +1,187 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// The GEMM micro-kernels (gemm_amd64.go): a 4×16 block of C, each row two
+// 8-lane AVX vectors, accumulated in registers over the whole k. For every
+// l in order, each element gets one float32 product, rounded, then one
+// float32 addition, rounded: VMULPS then VADDPS, never a fused
+// multiply-add, so each element is the plain loop's (gemmLoop) bit for bit,
+// whatever its row or column position and however the product is split.
+//
+// a points at op(A)[i,0]; rs is the byte step from one row of op(A) to the
+// next, cs from one l to the next. b points at B[0,j] of the k×n B, ldb its
+// row step in bytes; c at C[i,j], ldc in bytes. load says whether C is the
+// starting value (else 0). The masked form loads and stores only the
+// columns whose mask lane is all ones.
+
+// func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool)
+TEXT ·kern4x16(SB), NOSPLIT, $0-65
+	MOVQ a+0(FP), R8
+	MOVQ rs+8(FP), AX
+	LEAQ (R8)(AX*1), R9
+	LEAQ (R9)(AX*1), R10
+	LEAQ (R10)(AX*1), R11
+	MOVQ cs+16(FP), R12
+	MOVQ b+24(FP), SI
+	MOVQ ldb+32(FP), R13
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), DX
+	MOVQ k+56(FP), CX
+	MOVBLZX load+64(FP), AX
+	TESTQ AX, AX
+	JZ kern4x16_zero
+	MOVQ DI, BX
+	VMOVUPS (BX), Y0
+	VMOVUPS 32(BX), Y1
+	ADDQ DX, BX
+	VMOVUPS (BX), Y2
+	VMOVUPS 32(BX), Y3
+	ADDQ DX, BX
+	VMOVUPS (BX), Y4
+	VMOVUPS 32(BX), Y5
+	ADDQ DX, BX
+	VMOVUPS (BX), Y6
+	VMOVUPS 32(BX), Y7
+	JMP kern4x16_start
+kern4x16_zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+kern4x16_start:
+	XORQ BX, BX
+	TESTQ CX, CX
+	JZ kern4x16_store
+kern4x16_loop:
+	VMOVUPS (SI), Y8
+	VMOVUPS 32(SI), Y9
+	VBROADCASTSS (R8)(BX*1), Y10
+	VMULPS Y8, Y10, Y11
+	VADDPS Y11, Y0, Y0
+	VMULPS Y9, Y10, Y11
+	VADDPS Y11, Y1, Y1
+	VBROADCASTSS (R9)(BX*1), Y14
+	VMULPS Y8, Y14, Y15
+	VADDPS Y15, Y2, Y2
+	VMULPS Y9, Y14, Y15
+	VADDPS Y15, Y3, Y3
+	VBROADCASTSS (R10)(BX*1), Y10
+	VMULPS Y8, Y10, Y11
+	VADDPS Y11, Y4, Y4
+	VMULPS Y9, Y10, Y11
+	VADDPS Y11, Y5, Y5
+	VBROADCASTSS (R11)(BX*1), Y14
+	VMULPS Y8, Y14, Y15
+	VADDPS Y15, Y6, Y6
+	VMULPS Y9, Y14, Y15
+	VADDPS Y15, Y7, Y7
+	ADDQ R12, BX
+	ADDQ R13, SI
+	DECQ CX
+	JNZ kern4x16_loop
+kern4x16_store:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ DX, DI
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ DX, DI
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ DX, DI
+	VMOVUPS Y6, (DI)
+	VMOVUPS Y7, 32(DI)
+	VZEROUPPER
+	RET
+
+// func kern4x16Masked(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask *int32)
+TEXT ·kern4x16Masked(SB), NOSPLIT, $0-80
+	MOVQ a+0(FP), R8
+	MOVQ rs+8(FP), AX
+	LEAQ (R8)(AX*1), R9
+	LEAQ (R9)(AX*1), R10
+	LEAQ (R10)(AX*1), R11
+	MOVQ cs+16(FP), R12
+	MOVQ b+24(FP), SI
+	MOVQ ldb+32(FP), R13
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), DX
+	MOVQ k+56(FP), CX
+	MOVQ mask+72(FP), AX
+	VMOVDQU (AX), Y12
+	VMOVDQU 32(AX), Y13
+	MOVBLZX load+64(FP), AX
+	TESTQ AX, AX
+	JZ kern4x16Masked_zero
+	MOVQ DI, BX
+	VMASKMOVPS (BX), Y12, Y0
+	VMASKMOVPS 32(BX), Y13, Y1
+	ADDQ DX, BX
+	VMASKMOVPS (BX), Y12, Y2
+	VMASKMOVPS 32(BX), Y13, Y3
+	ADDQ DX, BX
+	VMASKMOVPS (BX), Y12, Y4
+	VMASKMOVPS 32(BX), Y13, Y5
+	ADDQ DX, BX
+	VMASKMOVPS (BX), Y12, Y6
+	VMASKMOVPS 32(BX), Y13, Y7
+	JMP kern4x16Masked_start
+kern4x16Masked_zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+kern4x16Masked_start:
+	XORQ BX, BX
+	TESTQ CX, CX
+	JZ kern4x16Masked_store
+kern4x16Masked_loop:
+	VMASKMOVPS (SI), Y12, Y8
+	VMASKMOVPS 32(SI), Y13, Y9
+	VBROADCASTSS (R8)(BX*1), Y10
+	VMULPS Y8, Y10, Y11
+	VADDPS Y11, Y0, Y0
+	VMULPS Y9, Y10, Y11
+	VADDPS Y11, Y1, Y1
+	VBROADCASTSS (R9)(BX*1), Y14
+	VMULPS Y8, Y14, Y15
+	VADDPS Y15, Y2, Y2
+	VMULPS Y9, Y14, Y15
+	VADDPS Y15, Y3, Y3
+	VBROADCASTSS (R10)(BX*1), Y10
+	VMULPS Y8, Y10, Y11
+	VADDPS Y11, Y4, Y4
+	VMULPS Y9, Y10, Y11
+	VADDPS Y11, Y5, Y5
+	VBROADCASTSS (R11)(BX*1), Y14
+	VMULPS Y8, Y14, Y15
+	VADDPS Y15, Y6, Y6
+	VMULPS Y9, Y14, Y15
+	VADDPS Y15, Y7, Y7
+	ADDQ R12, BX
+	ADDQ R13, SI
+	DECQ CX
+	JNZ kern4x16Masked_loop
+kern4x16Masked_store:
+	VMASKMOVPS Y0, Y12, (DI)
+	VMASKMOVPS Y1, Y13, 32(DI)
+	ADDQ DX, DI
+	VMASKMOVPS Y2, Y12, (DI)
+	VMASKMOVPS Y3, Y13, 32(DI)
+	ADDQ DX, DI
+	VMASKMOVPS Y4, Y12, (DI)
+	VMASKMOVPS Y5, Y13, 32(DI)
+	ADDQ DX, DI
+	VMASKMOVPS Y6, Y12, (DI)
+	VMASKMOVPS Y7, Y13, 32(DI)
+	VZEROUPPER
+	RET

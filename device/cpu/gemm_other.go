@@ -1,0 +1,17 @@
+//go:build !amd64 || purego
+
+package cpu
+
+// Other architectures (and -tags purego) compute every block in Go, with
+// the same bits as the amd64 kernels.
+func haveKernel() bool { return false }
+
+const kernelName = "Go"
+
+func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool) {
+	panic("cpu: no GEMM micro-kernel on this architecture")
+}
+
+func kern4x16Masked(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask *int32) {
+	panic("cpu: no GEMM micro-kernel on this architecture")
+}
