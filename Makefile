@@ -9,7 +9,8 @@ GOFLAGS_TEST ?= -race -timeout 20m
 
 .PHONY: all build deps-train deps-test train test vet staticcheck fmt-check unit cuda-build \
         ptx check-ptx infra generate check-generated e2e accuracy worker-cuda \
-        gpu-bundle bench run_graph_bench mutate clean cuda-emulator cuda-emulated deps-peer bench-peer
+        gpu-bundle bench run_graph_bench mutate clean cuda-emulator cuda-emulated deps-peer bench-peer \
+        gemm-ratio openblas-check
 
 all: build
 
@@ -34,9 +35,23 @@ fmt-check:
 	@files=$$(git ls-files '*.go'); if [ -z "$$files" ]; then echo "fmt-check: git lists no Go files"; exit 1; fi; \
 	out=$$(gofmt -l $$files); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-vet:
+vet: openblas-check
 	$(GO) vet ./...
 	$(GO) vet -tags cuda ./...
+	$(GO) vet -tags openblas ./device/cpu/...
+
+# The CPU device does not use OpenBLAS; its GEMM benchmark compares with it
+# (device/cpu/internal/openblas, built with -tags openblas).
+openblas-check:
+	@printf '#include <cblas.h>\nint main(void){openblas_set_num_threads(1);return 0;}\n' | \
+	$${CC:-gcc} -x c - -o /dev/null -lopenblas 2>/dev/null || \
+	{ echo "OpenBLAS (cblas.h, libopenblas.so) is missing: the GEMM benchmark (-tags openblas) needs it; install Debian's libopenblas-dev (scripts/install-deps.sh test does)" >&2; exit 1; }
+
+# The CPU device's GEMM against OpenBLAS's cblas_sgemm on the default MLP's
+# shapes, same thread count (THREADS, default GOMAXPROCS), one table.
+THREADS ?=
+gemm-ratio: openblas-check
+	TOLARIA_GEMM_RATIO=1 TOLARIA_GEMM_THREADS=$(THREADS) $(GO) test -tags openblas -count=1 -run TestGemmRatio -v ./device/cpu/
 
 # staticcheck, installed by deps-test into $(GOPATH)/bin.
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck

@@ -10,6 +10,12 @@
 #       per run and OUT/pairs.tsv, for each pair, the graphs/eager ratio of
 #       samples per second and the eager/graphs ratio of the process's CPU
 #       time (user + system): above 1, graphs are faster or use less CPU.
+#   scripts/cpu-results.sh versus OUT OTHER [PAIRS] [EPOCHS]
+#       PAIRS pairs (default 5) of the default job with graphs, one run of
+#       bin/tolaria ("this") and one of the tolaria binary OTHER (another
+#       build, e.g. an older commit's), EPOCHS epochs each (default 1),
+#       alternating as above. OUT/pairs.tsv has, for each pair, the
+#       this/other ratio of samples per second.
 #   scripts/cpu-results.sh full OUT [EPOCHS]
 #       One run with graphs, then one without, EPOCHS epochs each (default
 #       10): accuracy, loss and parameters of the whole job.
@@ -47,15 +53,15 @@ run() {
 	shift 2
 	local dir="$out/$name" load output
 	load="$(cat /proc/loadavg)"
-	echo "cpu-results: bin/tolaria train --device cpu --epochs $epochs --run-dir $dir $*" >&2
+	echo "cpu-results: ${bin:-bin/tolaria} train --device cpu --epochs $epochs --run-dir $dir $*" >&2
 	local status=0 tmp times
 	tmp="$(mktemp)"
 	# The shell's time keyword: wall, user and system seconds of the run.
 	TIMEFORMAT='%R %U %S'
-	{ time "$tolaria" train --device cpu --epochs "$epochs" --run-dir "$dir" "$@" >"$tmp" 2>&1 || status=$?; } 2>"$tmp.time"
+	{ time "${bin:-$tolaria}" train --device cpu --epochs "$epochs" --run-dir "$dir" "$@" >"$tmp" 2>&1 || status=$?; } 2>"$tmp.time"
 	times="$(tail -n 1 "$tmp.time")"
 	mkdir -p "$dir"
-	{ printf '$ bin/tolaria train --device cpu --epochs %s --run-dir %s %s\n' "$epochs" "$dir" "$*"; cat "$tmp"; } >"$dir/output.txt"
+	{ printf '$ %s train' "${bin:-bin/tolaria}"; printf ' --device cpu --epochs %s --run-dir %s %s\n' "$epochs" "$dir" "$*"; cat "$tmp"; } >"$dir/output.txt"
 	rm -f "$tmp" "$tmp.time"
 	if [ "$status" -ne 0 ]; then
 		echo "cpu-results: the run failed (exit status $status); its output is in $dir/output.txt" >&2
@@ -92,6 +98,26 @@ interleaved)
 		ec=$(awk '$1 == "pair'"$i"'-eager" {print $5}' "$out/runs.tsv")
 		printf '%s\t%s\t%s\t%s\t%s\n' "$i" "$g" "$e" "$(jq -n "$g / $e * 10000 | round / 10000")" \
 			"$(jq -n "$ec / $gc * 10000 | round / 10000")" >>"$out/pairs.tsv"
+	done
+	;;
+versus)
+	[ $# -ge 3 ] || usage
+	other=$3
+	pairs=${4:-5}
+	epochs=${5:-1}
+	[ -x "$other" ] || { echo "cpu-results: $other is not an executable" >&2; exit 1; }
+	printf 'pair\tthis_samples_per_second\tother_samples_per_second\tthis_over_other\n' >"$out/pairs.tsv"
+	for ((i = 1; i <= pairs; i++)); do
+		if ((i % 2)); then
+			bin= run "pair$i-this" "$epochs" --enable-graphs
+			bin=$other run "pair$i-other" "$epochs" --enable-graphs
+		else
+			bin=$other run "pair$i-other" "$epochs" --enable-graphs
+			bin= run "pair$i-this" "$epochs" --enable-graphs
+		fi
+		a=$(jq -r '.samples_per_second' "$out/pair$i-this/summary.json")
+		b=$(jq -r '.samples_per_second' "$out/pair$i-other/summary.json")
+		printf '%s\t%s\t%s\t%s\n' "$i" "$a" "$b" "$(jq -n "$a / $b * 10000 | round / 10000")" >>"$out/pairs.tsv"
 	done
 	;;
 full)

@@ -2,8 +2,9 @@
 # Installs what tolaria needs on Debian 12, idempotently.
 #   install-deps.sh train   the Fashion-MNIST dataset (package dataset-fashion-mnist)
 #   install-deps.sh test    the dataset, Prometheus/promtool, gcc/g++ (cgo, the kernel
-#                           emulation test), and the CUDA toolkit (nvcc, cuda.h; for
-#                           the -tags cuda build and the PTX check)
+#                           emulation test), OpenBLAS (the CPU GEMM benchmark's
+#                           reference, -tags openblas), and the CUDA toolkit (nvcc,
+#                           cuda.h; for the -tags cuda build and the PTX check)
 #   install-deps.sh peer    the dataset, PyTorch for Debian's python3 (python3-torch)
 #                           and OpenBLAS's OpenMP build (libopenblas0-openmp), for
 #                           make bench-peer; never part of make test
@@ -51,8 +52,10 @@ train)
 	;;
 test)
 	# gcc and libc6-dev for cgo (-race, the cuda build), g++ for the CUDA
-	# kernels' CPU emulation test (device/cuda), git for the format check.
-	apt_install dataset-fashion-mnist prometheus gcc g++ libc6-dev git
+	# kernels' CPU emulation test (device/cuda), git for the format check,
+	# libopenblas-dev for the GEMM benchmark's reference (make gemm-ratio),
+	# which make vet builds.
+	apt_install dataset-fashion-mnist prometheus gcc g++ libc6-dev git libopenblas-dev
 	"$root/scripts/install-cuda.sh"
 	# staticcheck, at a pinned version, into $(go env GOPATH)/bin.
 	sc="$(go env GOPATH)/bin/staticcheck"

@@ -12,7 +12,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func openWith(t *testing.T, cfg cpu.Config) device.Device {
+func openWith(t testing.TB, cfg cpu.Config) device.Device {
 	t.Helper()
 	d, err := cpu.Open(cfg)
 	if err != nil {

@@ -15,3 +15,6 @@ func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, l
 
 //go:noescape
 func kern4x16Masked(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask *int32)
+
+//go:noescape
+func adamW8(p, grad, m, v *float32, n int, k *adamConsts)

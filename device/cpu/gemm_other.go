@@ -15,3 +15,7 @@ func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, l
 func kern4x16Masked(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask *int32) {
 	panic("cpu: no GEMM micro-kernel on this architecture")
 }
+
+func adamW8(p, grad, m, v *float32, n int, k *adamConsts) {
+	panic("cpu: no AdamW kernel on this architecture")
+}

@@ -20,7 +20,7 @@ type stepRig struct {
 	engine *graphs.Engine
 }
 
-func newStepRig(t *testing.T, threads int) *stepRig {
+func newStepRig(t testing.TB, threads int) *stepRig {
 	t.Helper()
 	d := openWith(t, cpu.Config{Threads: threads})
 	spec := nn.Spec{Inputs: 784, Hidden: []int{256, 128}, Outputs: 10, Act: device.ActGELU, Loss: nn.LossCrossEntropy}
@@ -68,7 +68,7 @@ func newStepRig(t *testing.T, threads int) *stepRig {
 	return &stepRig{d: d, s: s, model: model, engine: engine}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +119,28 @@ func TestStepSameBitsEveryRun(t *testing.T) {
 		a, b := params(threads), params(threads)
 		if nn.ParamsSHA256(a) != nn.ParamsSHA256(b) {
 			t.Errorf("%d threads: two runs of the same steps end with different parameters", threads)
+		}
+	}
+}
+
+// BenchmarkReplayedStep times a replayed training step of the default MLP
+// at batch 64, launched and waited for, at the machine's thread count.
+func BenchmarkReplayedStep(b *testing.B) {
+	r := newStepRig(b, 0)
+	for range 2 {
+		if _, err := r.engine.Run(r.s, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := r.engine.Capture(r.s); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := r.engine.Run(r.s, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.s.Synchronize(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
