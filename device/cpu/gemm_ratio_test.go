@@ -43,9 +43,9 @@ func mlpGemmShapes(batch int) []gemmShape {
 //	TOLARIA_GEMM_RATIO=1 go test -tags openblas -run TestGemmRatio -v ./device/cpu/
 //
 // TOLARIA_GEMM_THREADS sets the thread count (default GOMAXPROCS). Rounds
-// alternate the two, each timing enough calls to take about 20 ms, and a
-// side's figure is its median round, so a change in the machine's load
-// falls on both alike.
+// alternate the two, each timing enough calls to take about 20 ms after an
+// idle pause, and a side's figure is its median round, so a change in the
+// machine's load falls on both alike.
 func TestGemmRatio(t *testing.T) {
 	if os.Getenv("TOLARIA_GEMM_RATIO") == "" {
 		t.Skip("a measurement; set TOLARIA_GEMM_RATIO=1 to run it")
@@ -62,7 +62,14 @@ func TestGemmRatio(t *testing.T) {
 	if got := openblas.Threads(); got != threads {
 		t.Fatalf("OpenBLAS runs %d threads after openblas_set_num_threads(%d)", got, threads)
 	}
-	const rounds = 15
+	const rounds = 11
+	// idle is the pause before each round. OpenBLAS's threads spin for a
+	// while after a call before they sleep (pthreads: about 2^28 cycles;
+	// OpenMP: GOMP_SPINCOUNT), and a thread spinning through the device's
+	// round takes one of its cores; the device's idle helpers spin too,
+	// for microseconds. After the pause both sides start with the cores
+	// free.
+	const idle = 200 * time.Millisecond
 	fmt.Printf("%s; %d threads; %d alternating rounds, medians; device tiles: %s\n", openblas.Config(), threads, rounds, kernelName)
 	fmt.Printf("%-8s %-18s %12s %12s %7s\n", "batch", "m x k x n", "OpenBLAS", "device", "ratio")
 	withTeam(threads, func(tm *team) {
@@ -85,7 +92,9 @@ func TestGemmRatio(t *testing.T) {
 				reps := repsFor(dev)
 				var refT, devT []float64
 				for range rounds {
+					time.Sleep(idle)
 					refT = append(refT, timeCalls(ref, reps))
+					time.Sleep(idle)
 					devT = append(devT, timeCalls(dev, reps))
 				}
 				flop := 2 * float64(s.m*s.n*s.k)

@@ -52,3 +52,23 @@ func BenchmarkGemm(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGemmThreads times the device's GEMM, split across 1 and 2
+// threads, on the default MLP's largest products.
+func BenchmarkGemmThreads(b *testing.B) {
+	for _, s := range []gemmShape{{m: 64, k: 784, n: 256}, {m: 256, k: 784, n: 256}, {m: 784, k: 64, n: 256, transA: true}} {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", s, threads), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				x, y, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
+				task := newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, x, y, 0, c)
+				withTeam(threads, func(t *team) {
+					for b.Loop() {
+						task.run(t)
+					}
+				})
+				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package cpu
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // A kernel splits its work into parts that the device's worker threads run
 // at once. The split depends only on the kernel's arguments and the
@@ -9,23 +12,37 @@ import "sync"
 // and replay equals eager.
 //
 // The device has Threads-1 helper goroutines; the stream goroutine that
-// runs a kernel is the last worker: it takes part 0 itself, then waits for
-// the others. Streams running kernels at the same time share the helpers,
-// so the device never has more than Threads kernel goroutines busy beyond
-// its streams. Nothing here allocates: a kernel's parts are described by a
-// value made when the kernel was enqueued (or captured), and a part is
-// handed to a helper by value over a channel.
+// runs a kernel is the last worker. A kernel is split into up to
+// partsPerThread parts per thread, and each worker takes the next part not
+// yet taken until none is left: on a machine shared with other work, a
+// thread that gets less of its core takes fewer parts instead of holding
+// up the kernel. Streams running kernels at the same time share the
+// helpers. Nothing here allocates: a kernel's parts are described by a
+// value made when the kernel was enqueued (or captured), and a helper is
+// handed the kernel by value over a channel.
 
 // task is a kernel split into parts; part(i, n) runs part i of n.
 type task interface {
 	part(i, n int)
 }
 
-// job is one part of a task, handed to a helper.
+// job asks a helper to take parts of a task until none is left.
 type job struct {
 	t    task
-	i, n int
+	n    int           // parts
+	next *atomic.Int64 // the next part not yet taken
 	done *sync.WaitGroup
+}
+
+// take runs parts of j's task until none is left.
+func (j job) take() {
+	for {
+		i := int(j.next.Add(1) - 1)
+		if i >= j.n {
+			return
+		}
+		j.t.part(i, j.n)
+	}
 }
 
 // helpers are the device's worker goroutines beyond the stream goroutines.
@@ -48,7 +65,7 @@ func startHelpers(threads int) *helpers {
 func (h *helpers) loop() {
 	defer h.wg.Done()
 	for j := range h.jobs {
-		j.t.part(j.i, j.n)
+		j.take()
 		j.done.Done()
 	}
 }
@@ -65,6 +82,7 @@ func (h *helpers) stop() {
 // stream runs one kernel at a time, while two streams may wait at once).
 type team struct {
 	h    *helpers
+	next atomic.Int64
 	done sync.WaitGroup
 }
 
@@ -83,18 +101,29 @@ func (t *team) run(k task, n int) {
 		k.part(0, 1)
 		return
 	}
-	t.done.Add(n - 1)
-	for i := 1; i < n; i++ {
-		t.h.jobs <- job{t: k, i: i, n: n, done: &t.done}
+	t.next.Store(0)
+	j := job{t: k, n: n, next: &t.next, done: &t.done}
+	helpers := min(n, t.threads()) - 1
+	t.done.Add(helpers)
+	for range helpers {
+		t.h.jobs <- j
 	}
-	k.part(0, n)
+	j.take()
 	t.done.Wait()
 }
 
+// partsPerThread is how many parts per thread a large kernel is split
+// into, so that the parts balance across threads of unequal speed.
+const partsPerThread = 4
+
 // parts is how many parts to split work of the given size into: one per
-// grain of work, at most one per thread.
+// grain of work, at most partsPerThread per thread, and one when there is
+// one thread.
 func (t *team) parts(work, grain int) int {
-	return max(1, min(t.threads(), work/grain))
+	if t.threads() == 1 {
+		return 1
+	}
+	return max(1, min(partsPerThread*t.threads(), work/grain))
 }
 
 // span returns part i of n of the range [0, total), in multiples of align
