@@ -396,9 +396,11 @@ type TrialBudget struct {
 }
 
 // BudgetUpdate is a change of a trial's device-memory request: it waits
-// (Waiting, for Bytes), or it was granted after waiting Waited.
+// (Waiting, for Bytes), it parked (Parked), or it was granted after
+// waiting Waited.
 type BudgetUpdate struct {
 	Waiting bool
+	Parked  bool // the trial parked (Bytes: what it released) and waits to unpark
 	Bytes   int64
 	Waited  time.Duration
 }
@@ -471,6 +473,10 @@ func (s *budgetSink) ask(req jobserver.BudgetRequest, reply jobserver.BudgetRepl
 // broker, and it waits to unpark.
 func (s *budgetSink) parked(p jobserver.BudgetParked) error {
 	s.event(EventBudgetParked, map[string]any{"device": s.tb.Device, "released_bytes": p.ReleasedBytes})
+	s.metrics.budgetParked(s.tb.Device)
+	if s.tb.Report != nil {
+		s.tb.Report(BudgetUpdate{Parked: true, Bytes: p.ReleasedBytes})
+	}
 	if t := s.current(); t != nil {
 		t.Parked()
 	}

@@ -174,3 +174,10 @@ func (r *Metrics) budgetRefused(device string) {
 		r.budgets.Refused(device)
 	}
 }
+
+// budgetParked counts a parked trial.
+func (r *Metrics) budgetParked(device string) {
+	if r != nil && r.budgets != nil {
+		r.budgets.Parked(device)
+	}
+}

@@ -239,3 +239,33 @@ func pidsInLogs(glob, pattern string) []int {
 	}
 	return pids
 }
+
+// TestSweepRefusesATrialLargerThanTheDevice: with --device-memory as the
+// CPU's stand-in for a GPU's memory, a trial whose bill is larger than the
+// whole device fails at once, naming its bill by kind; the others
+// succeed, and the sweep exits 3.
+func TestSweepRefusesATrialLargerThanTheDevice(t *testing.T) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, e2eSweep+"  - {name: big, model: {hidden: [1024, 1024]}}\n")
+	sweepDir := filepath.Join(dir, "sweep")
+	r := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--parallel", "2", "--device-memory", "1MiB", "--sweep-dir", sweepDir)
+	if r.code != 3 {
+		t.Fatalf("exit %d, want 3\n%s", r.code, r.stderr)
+	}
+	res := readSweepResults(t, sweepDir)
+	if res.Counts["succeeded"] != 4 || res.Counts["failed"] != 1 {
+		t.Fatalf("counts %v", res.Counts)
+	}
+	big := res.Trials[4]
+	if big.Name != "big" || big.State != coordinator.TrialFailed || big.Attempts != 1 {
+		t.Fatalf("last row %+v", big)
+	}
+	for _, want := range []string{"trial big needs parameters", "optimizer_state", "staging_inputs", "more than device cpu has for budgets in all (1.0 MiB)"} {
+		if !strings.Contains(big.Reason, want) {
+			t.Errorf("reason %q does not say %q", big.Reason, want)
+		}
+	}
+	if !strings.Contains(r.stderr, "trial big: failed: trial big needs") || !strings.Contains(r.stderr, "1 of 5 trials failed") {
+		t.Errorf("stderr:\n%s", r.stderr)
+	}
+}

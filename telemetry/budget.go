@@ -17,13 +17,14 @@ const (
 	MetricBudgetOldestWait    = "tolaria_sweep_budget_oldest_wait_timestamp_seconds"
 	MetricBudgetWaitSeconds   = "tolaria_sweep_budget_wait_seconds"
 	MetricBudgetRefusalsTotal = "tolaria_sweep_budget_refusals_total"
+	MetricBudgetParksTotal    = "tolaria_sweep_budget_parks_total"
 )
 
 // BudgetMetricNames returns the name of every budget family, as a test
 // expects to find them on a sweep's /metrics once a trial has asked.
 func BudgetMetricNames() []string {
 	return []string{MetricBudgetCapacityBytes, MetricBudgetGrantedBytes, MetricBudgetWaiting, MetricBudgetOldestWait,
-		MetricBudgetWaitSeconds, MetricBudgetRefusalsTotal}
+		MetricBudgetWaitSeconds, MetricBudgetRefusalsTotal, MetricBudgetParksTotal}
 }
 
 // BudgetMetrics are the broker's figures per device. Methods are safe for
@@ -31,7 +32,7 @@ func BudgetMetricNames() []string {
 type BudgetMetrics struct {
 	capacity, granted, waiting, oldest *prometheus.GaugeVec
 	waited                             *prometheus.HistogramVec
-	refusals                           *prometheus.CounterVec
+	refusals, parks                    *prometheus.CounterVec
 }
 
 // Budgets registers the broker's families on m's registry. Call it once
@@ -52,8 +53,10 @@ func (m *Metrics) Budgets() (*BudgetMetrics, error) {
 			Buckets: []float64{0.001, 0.1, 1, 10, 60, 300, 900, 3600}}, dev),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricBudgetRefusalsTotal,
 			Help: "Budget requests refused as larger than the whole device (their trials failed)."}, dev),
+		parks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricBudgetParksTotal,
+			Help: "Trials parked (their model moved to host memory, their device memory freed) to make room for a trial of higher priority."}, dev),
 	}
-	for _, c := range []prometheus.Collector{b.capacity, b.granted, b.waiting, b.oldest, b.waited, b.refusals} {
+	for _, c := range []prometheus.Collector{b.capacity, b.granted, b.waiting, b.oldest, b.waited, b.refusals, b.parks} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -69,6 +72,7 @@ func (b *BudgetMetrics) SetBooks(device string, capacity, granted int64, waiting
 	b.granted.WithLabelValues(device).Set(float64(granted))
 	b.waiting.WithLabelValues(device).Set(float64(waiting))
 	b.refusals.WithLabelValues(device)
+	b.parks.WithLabelValues(device)
 	if oldest.IsZero() {
 		b.oldest.DeleteLabelValues(device)
 	} else {
@@ -83,3 +87,6 @@ func (b *BudgetMetrics) Granted(device string, d time.Duration) {
 
 // Refused counts a refused request.
 func (b *BudgetMetrics) Refused(device string) { b.refusals.WithLabelValues(device).Inc() }
+
+// Parked counts a trial parked.
+func (b *BudgetMetrics) Parked(device string) { b.parks.WithLabelValues(device).Inc() }

@@ -23,10 +23,11 @@ func TestBudgetMetrics(t *testing.T) {
 	b.Granted("cuda:0", 0)
 	b.Granted("cuda:0", 3*time.Second)
 	b.Refused("cuda:0")
+	b.Parked("cuda:0")
 	got := gatherBudgets(t, m)
 	for name, want := range map[string]float64{
 		MetricBudgetCapacityBytes: 1000, MetricBudgetGrantedBytes: 600, MetricBudgetWaiting: 1,
-		MetricBudgetOldestWait: 1700000000.5, MetricBudgetRefusalsTotal: 1, MetricBudgetWaitSeconds + "_count": 2,
+		MetricBudgetOldestWait: 1700000000.5, MetricBudgetRefusalsTotal: 1, MetricBudgetParksTotal: 1, MetricBudgetWaitSeconds + "_count": 2,
 		MetricBudgetWaitSeconds + "_sum": 3,
 	} {
 		if v, ok := got[name+`{device="cuda:0"}`]; !ok || v != want {

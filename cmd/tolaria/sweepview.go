@@ -43,6 +43,7 @@ type trialRow struct {
 	reason   string
 	accuracy float64 // the last epoch's test accuracy
 	waiting  bool    // for a device-memory budget
+	parked   bool    // its model moved off the device, waiting to unpark
 }
 
 func newSweepView(w io.Writer, trials []coordinator.Trial) *sweepView {
@@ -101,7 +102,10 @@ func (v *sweepView) rowText(r *trialRow) string {
 		}
 	}
 	state := string(r.state)
-	if r.waiting && r.state == coordinator.TrialRunning {
+	switch {
+	case r.parked && r.state == coordinator.TrialRunning:
+		state = "parked"
+	case r.waiting && r.state == coordinator.TrialRunning:
 		state = "waiting"
 	}
 	return fmt.Sprintf("%-*s  %-11s  %-7s  %9s  %8s  %10s  %8s ", v.width, name, state, epoch, loss, acc, rate, eta)
@@ -134,13 +138,16 @@ func (v *sweepView) update(u coordinator.TrialUpdate) {
 	if first {
 		r.started, r.progress, r.accuracy = time.Now(), trainer.Progress{}, 0
 	}
-	if u.Budget != nil {
-		r.waiting = u.Budget.Waiting
+	switch {
+	case u.Budget != nil && u.Budget.Parked:
+		r.parked = true
+	case u.Budget != nil:
+		r.waiting, r.parked = u.Budget.Waiting, false
 		if !r.waiting {
 			r.started = time.Now() // the time left counts from the grant
 		}
-	} else if u.State != coordinator.TrialRunning {
-		r.waiting = false
+	case u.State != coordinator.TrialRunning:
+		r.waiting, r.parked = false, false
 	}
 	r.state, r.attempt = u.State, u.Attempt
 	if u.Device != "" {
@@ -193,6 +200,8 @@ func (v *sweepView) line(u coordinator.TrialUpdate, r trialRow, first bool) {
 	switch {
 	case first:
 		fmt.Fprintf(v.w, "trial %s: started on %s (attempt %d)\n", r.name, r.device, r.attempt)
+	case u.Budget != nil && u.Budget.Parked:
+		fmt.Fprintf(v.w, "trial %s: parked for a trial of higher priority, %s of device memory released on %s\n", r.name, trainer.FormatBytes(u.Budget.Bytes), r.device)
 	case u.Budget != nil && u.Budget.Waiting:
 		fmt.Fprintf(v.w, "trial %s: waiting for %s of device memory on %s\n", r.name, trainer.FormatBytes(u.Budget.Bytes), r.device)
 	case u.Budget != nil:

@@ -78,9 +78,21 @@ func TestSweepShowsWaitingTrials(t *testing.T) {
 	if row := v.rowText(v.rows[0]); strings.Contains(row, "waiting") || !strings.Contains(row, "running") {
 		t.Errorf("a granted trial's row %q, want running", row)
 	}
+	parked := running
+	parked.Budget = &coordinator.BudgetUpdate{Parked: true, Bytes: 3 << 20}
+	v.update(parked)
+	if row := v.rowText(v.rows[0]); !strings.Contains(row, "parked") {
+		t.Errorf("a parked trial's row %q does not say parked", row)
+	}
+	v.update(grant)
+	if row := v.rowText(v.rows[0]); !strings.Contains(row, "running") {
+		t.Errorf("an unparked trial's row %q, want running", row)
+	}
 	want := []string{
 		"trial big: started on cpu (attempt 1)",
 		"trial big: waiting for 3.0 MiB of device memory on cpu",
+		"trial big: granted 3.0 MiB of device memory on cpu after waiting 1.5s",
+		"trial big: parked for a trial of higher priority, 3.0 MiB of device memory released on cpu",
 		"trial big: granted 3.0 MiB of device memory on cpu after waiting 1.5s",
 	}
 	if got := strings.Split(strings.TrimSpace(b.String()), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
