@@ -61,8 +61,9 @@ type Transport interface {
 
 // converse sends the request and reads the answer until a result, an
 // error or the end of the worker's output. Cancelling ctx sends cancel
-// once; the worker then checkpoints and answers with a result.
-func converse(ctx context.Context, w io.Writer, r io.Reader, req Request, sink Sink, alive func()) (Hello, json.RawMessage, error) {
+// once; the worker then checkpoints and answers with a result. alive,
+// when set, sees every message as it arrives (Process's watchdog).
+func converse(ctx context.Context, w io.Writer, r io.Reader, req Request, sink Sink, alive func(Message)) (Hello, json.RawMessage, error) {
 	enc, dec := newEncoder(w), newDecoder(r)
 	start := Message{Type: req.Type, Device: req.Device, Body: req.Body, HeartbeatMS: req.Heartbeat.Milliseconds(), AskBudget: req.AskBudget}
 	if req.Heartbeat > 0 && start.HeartbeatMS == 0 {
@@ -80,7 +81,7 @@ func converse(ctx context.Context, w io.Writer, r io.Reader, req Request, sink S
 			return hello, nil, fmt.Errorf("worker: %w", err)
 		}
 		if alive != nil {
-			alive()
+			alive(m)
 		}
 		if sink.Alive != nil {
 			sink.Alive()

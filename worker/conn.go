@@ -22,6 +22,9 @@ type Conn struct {
 	grants  chan Message  // the coordinator's answers to budget requests, read by WatchCancel
 	park    atomic.Bool   // the coordinator asked to park
 	unparks chan struct{} // the coordinator's unpark, read by WatchCancel
+	// work counts the advances of the work (Advance); stage names the last.
+	work  atomic.Uint64
+	stage atomic.Pointer[string]
 }
 
 // Accept reads the request from in; answers go to out.
@@ -122,20 +125,61 @@ func (c *Conn) WatchCancel(ctx context.Context) (context.Context, func()) {
 // AskBudget sends a budget request with the bill in body and waits for
 // the coordinator's answer: the grant's body, or the refusal as an *Error
 // of kind KindBudget. It needs WatchCancel running, which reads the
-// answer, and gives up when ctx (WatchCancel's) ends.
+// answer, and gives up when ctx (WatchCancel's) ends. While it waits (in
+// a queue behind other trials, for as long as they take) it advances the
+// work counter at the heartbeat interval (stage StageBudgetWait): the
+// worker waits for the coordinator, its work is not wedged.
 func (c *Conn) AskBudget(ctx context.Context, body json.RawMessage) (json.RawMessage, error) {
 	if err := c.enc.send(Message{Type: TypeBudget, Body: body}); err != nil {
 		return nil, err
 	}
-	select {
-	case m := <-c.grants:
-		if m.Error != nil {
-			return nil, m.Error
-		}
-		return m.Body, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("worker: waiting for a device-memory budget: %w", context.Cause(ctx))
+	c.Advance(StageBudgetWait)
+	var tick <-chan time.Time
+	if c.req.Heartbeat > 0 {
+		t := time.NewTicker(c.req.Heartbeat)
+		defer t.Stop()
+		tick = t.C
 	}
+	for {
+		select {
+		case m := <-c.grants:
+			if m.Error != nil {
+				return nil, m.Error
+			}
+			return m.Body, nil
+		case <-tick:
+			c.Advance(StageBudgetWait)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("worker: waiting for a device-memory budget: %w", context.Cause(ctx))
+		}
+	}
+}
+
+// StageBudgetWait names the progress of a worker waiting for its
+// device-memory budget (AskBudget).
+const StageBudgetWait = "budget wait"
+
+// Advance notes that the work moved: a training step, an evaluation batch,
+// a data file read, a capture or a checkpoint written. stage says what
+// moved, for the message of a worker found wedged. The next heartbeat
+// carries the count, so the coordinator can tell a worker that works from
+// one whose heartbeat goroutine beats on while its work is stuck (a
+// deadlock, an endless loop). It is cheap (an atomic add) and safe from
+// any goroutine.
+func (c *Conn) Advance(stage string) {
+	if p := c.stage.Load(); p == nil || *p != stage {
+		c.stage.Store(&stage)
+	}
+	c.work.Add(1)
+}
+
+// beat is a heartbeat carrying the work counter.
+func (c *Conn) beat() Message {
+	m := Message{Type: TypeBeat, Work: c.work.Load()}
+	if p := c.stage.Load(); p != nil {
+		m.Stage = *p
+	}
+	return m
 }
 
 // ParkRequested reports whether the coordinator asked to park since the
@@ -159,8 +203,10 @@ func (c *Conn) Parked(ctx context.Context, body json.RawMessage) error {
 // StartHeartbeat sends a heartbeat every Request().Heartbeat until stop is
 // called (stop returns once the sender has ended), from a goroutine of its
 // own: a worker busy in a long step, or writing a checkpoint, still shows
-// it is alive, and only a stopped or wedged process falls silent. A
-// request without a heartbeat interval starts nothing.
+// it is alive, and only a stopped or frozen process falls silent. Each
+// heartbeat carries the work counter (Advance), so a process whose work is
+// wedged while this goroutine beats on is found too (see Hello.Advances).
+// A request without a heartbeat interval starts nothing.
 func (c *Conn) StartHeartbeat() (stop func()) {
 	every := c.req.Heartbeat
 	if every <= 0 {
@@ -176,7 +222,7 @@ func (c *Conn) StartHeartbeat() (stop func()) {
 			case <-quit:
 				return
 			case <-t.C:
-				if c.enc.send(Message{Type: TypeBeat}) != nil {
+				if c.enc.send(c.beat()) != nil {
 					return // the coordinator has gone; nothing more can reach it
 				}
 			}

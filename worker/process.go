@@ -34,7 +34,10 @@ type Process struct {
 	// HeartbeatTimeout is how long a worker that has said hello may stay
 	// silent (no heartbeat, no other message) before it is taken for hung
 	// and killed; 0 means DefaultHeartbeatTimeout. The worker is asked for
-	// a heartbeat several times within it (see HeartbeatInterval).
+	// a heartbeat several times within it (see HeartbeatInterval). A worker
+	// whose hello says it advances a work counter (Hello.Advances) is also
+	// taken for hung when the counter its heartbeats carry stands still
+	// that long: alive, but wedged.
 	HeartbeatTimeout time.Duration
 	// Env is added to the worker's environment (this process's), e.g.
 	// CUDA_VISIBLE_DEVICES=1 to give it one GPU.
@@ -51,10 +54,13 @@ const (
 	DefaultHelloTimeout = 20 * time.Second
 	// DefaultGrace is how long a cancelled worker may take to checkpoint.
 	DefaultGrace = 30 * time.Second
-	// DefaultHeartbeatTimeout is how long a working worker may be silent.
-	// Heartbeats come from a goroutine of their own, so only a stopped
-	// (SIGSTOP), frozen or wedged process misses them; the bound is loose
-	// enough for a loaded machine's scheduling and a long GC pause.
+	// DefaultHeartbeatTimeout is how long a working worker may be silent,
+	// or make no progress. Heartbeats come from a goroutine of their own,
+	// so only a stopped (SIGSTOP) or frozen process misses them; a worker
+	// wedged in its work still beats, and is found by the work counter the
+	// beats carry. The bound is loose enough for a loaded machine's
+	// scheduling, a long GC pause and the longest stretch of work between
+	// two advances (one data file read, one capture).
 	DefaultHeartbeatTimeout = 30 * time.Second
 	// MinHeartbeatTimeout is the shortest heartbeat timeout accepted: below
 	// it, ordinary scheduling delays would read as a hang.
@@ -126,8 +132,10 @@ func (p *Process) Probe(ctx context.Context, deviceName string) (Hello, error) {
 var ErrWorkerExited = errors.New("worker exited without an answer")
 
 // ErrHung reports a worker that fell silent (no heartbeat within the
-// heartbeat timeout, or none within seconds of being cancelled) and was
-// killed with its process group; the error is a *ProcessError.
+// heartbeat timeout, or none within seconds of being cancelled), or whose
+// work made no progress within the heartbeat timeout while it still sent
+// heartbeats (wedged), and was killed with its process group; the error
+// is a *ProcessError.
 var ErrHung = errors.New("worker hung")
 
 // ErrNoAnswer reports a worker that started but did not say hello in time;
@@ -152,7 +160,7 @@ func (e *NoAnswerError) Unwrap() error { return ErrNoAnswer }
 // Why a worker process failed, in a ProcessError: short words, fit for a
 // results table or a metric's label.
 const (
-	ReasonHung     = "hung"     // silent past the heartbeat timeout, or after a cancel
+	ReasonHung     = "hung"     // silent, or without progress, past the heartbeat timeout; or silent after a cancel
 	ReasonCrashed  = "crashed"  // ended by a signal it did not get from tolaria
 	ReasonExit     = "exit"     // exited (with a non-zero code, or zero without an answer)
 	ReasonProtocol = "protocol" // sent what the protocol does not allow
@@ -172,7 +180,11 @@ type ProcessError struct {
 	// Silent is, for a hung worker, how long it had been silent when it
 	// was killed.
 	Silent time.Duration
-	Output string // the last lines of its log
+	// Stalled is, for a hung worker that still sent heartbeats, how long
+	// its work had made no progress when it was killed; 0 for one that
+	// fell silent.
+	Stalled time.Duration
+	Output  string // the last lines of its log
 }
 
 func (e *ProcessError) Error() string {
@@ -294,7 +306,7 @@ func (p *Process) Call(ctx context.Context, req Request, sink Sink) (Hello, json
 		}
 	}
 	go w.watch(ctx, stopper.killed(), watchTimes{hello: helloTimeout, grace: grace, beat: beatTimeout, interval: req.Heartbeat})
-	hello, res, convErr := converse(ctx, stdinW, protoR, req, inner, w.seen)
+	hello, res, convErr := converse(ctx, stdinW, protoR, req, inner, w.heard)
 	stdinW.Close() // the end of input tells the worker to finish
 	reaped := w.awaitExit()
 	if reaped {
@@ -319,7 +331,7 @@ func (p *Process) Call(ctx context.Context, req Request, sink Sink) (Hello, json
 func (w *watchdog) failure(path string, reaped bool, convErr error, output string) *ProcessError {
 	e := &ProcessError{Path: path, PID: w.cmd.Process.Pid, Output: output}
 	w.mu.Lock()
-	reason, why, silent := w.reasonKind, w.why, w.silent
+	reason, why, silent, stalled := w.reasonKind, w.why, w.silent, w.stalledFor
 	w.mu.Unlock()
 	status := "still running after SIGKILL"
 	if reaped {
@@ -332,7 +344,7 @@ func (w *watchdog) failure(path string, reaped bool, convErr error, output strin
 	ended := errors.Is(convErr, io.EOF) || errors.Is(convErr, os.ErrDeadlineExceeded) || errors.Is(convErr, os.ErrClosed)
 	switch {
 	case reason != "": // tolaria killed it
-		e.Reason, e.Detail, e.Silent = reason, why, silent
+		e.Reason, e.Detail, e.Silent, e.Stalled = reason, why, silent, stalled
 		return e
 	case !ended:
 		e.Reason, e.Detail = ReasonProtocol, fmt.Sprintf("%v (%s)", convErr, status)
@@ -368,11 +380,60 @@ type watchdog struct {
 	why        string
 	reasonKind string
 	silent     time.Duration
+	stalledFor time.Duration
 	helloLate  bool
+	work       progress // guarded by mu
+}
+
+// progress is what the watchdog knows of a worker's work counter.
+type progress struct {
+	watched bool      // the hello said it advances, and no answer has come yet
+	count   uint64    // the counter of the last heartbeat
+	stage   string    // what advanced last
+	movedAt time.Time // when the counter last moved (or the hello came)
 }
 
 // seen notes a message from the worker: it is alive.
 func (w *watchdog) seen() { w.lastSeen.Store(time.Now().UnixNano()) }
+
+// heard notes a message from the worker: it is alive, and its heartbeat's
+// work counter says whether its work moved. Once the worker has answered,
+// its work is over and only silence counts.
+func (w *watchdog) heard(m Message) {
+	w.seen()
+	switch m.Type {
+	case TypeHello:
+		if m.Hello != nil && m.Hello.Advances {
+			w.mu.Lock()
+			w.work = progress{watched: true, movedAt: time.Now()}
+			w.mu.Unlock()
+		}
+	case TypeBeat:
+		w.mu.Lock()
+		if m.Work != w.work.count {
+			w.work.count, w.work.movedAt = m.Work, time.Now()
+		}
+		if m.Stage != "" {
+			w.work.stage = m.Stage
+		}
+		w.mu.Unlock()
+	case TypeResult, TypeError:
+		w.mu.Lock()
+		w.work.watched = false
+		w.mu.Unlock()
+	}
+}
+
+// stalled is how long the watched work counter has stood still (0 when it
+// is not watched), with the counter and what advanced last.
+func (w *watchdog) stalled() (time.Duration, progress) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.work.watched {
+		return 0, w.work
+	}
+	return time.Since(w.work.movedAt), w.work
+}
 
 func (w *watchdog) silence() time.Duration {
 	return time.Since(time.Unix(0, w.lastSeen.Load()))
@@ -488,6 +549,15 @@ func (w *watchdog) watch(ctx context.Context, abort <-chan struct{}, d watchTime
 				w.kill(ReasonHung, fmt.Sprintf("no heartbeat for %s (heartbeat timeout %s): the process is stopped or wedged", silent.Round(time.Millisecond), d.beat))
 				return
 			}
+			if stalled, p := w.stalled(); stalled >= d.beat {
+				w.mu.Lock()
+				if w.why == "" {
+					w.stalledFor = stalled
+				}
+				w.mu.Unlock()
+				w.kill(ReasonHung, noProgress(stalled, silent, d.beat, p))
+				return
+			}
 			// A cancelled worker is alive if it has spoken since the cancel,
 			// or shortly before it; one stopped (SIGSTOP) is found within
 			// seconds rather than after the grace period.
@@ -497,6 +567,17 @@ func (w *watchdog) watch(ctx context.Context, abort <-chan struct{}, d watchTime
 			}
 		}
 	}
+}
+
+// noProgress says why a worker that still sends heartbeats was taken for
+// hung.
+func noProgress(stalled, silent, timeout time.Duration, p progress) string {
+	last := "none since it said hello"
+	if p.count > 0 {
+		last = fmt.Sprintf("%s, advance %d", orNone(p.stage), p.count)
+	}
+	return fmt.Sprintf("alive (last heartbeat %s ago) but made no progress for %s (heartbeat timeout %s; last progress: %s): its work is wedged, in a deadlock or an endless loop",
+		silent.Round(time.Millisecond), stalled.Round(time.Millisecond), timeout, last)
 }
 
 // Stopper lets a coordinator kill every worker process started under a

@@ -315,6 +315,66 @@ func TestHeartbeatsFlowWhileBusy(t *testing.T) {
 	}
 }
 
+// TestWedgedWorkerIsHung: a worker whose hello says it advances its work
+// counter, and whose heartbeats keep coming while the counter stands
+// still (its work is wedged, its heartbeat goroutine is not), is killed
+// as hung within the heartbeat timeout (plus the watchdog's tick), with a
+// reason that tells it from a silent one.
+func TestWedgedWorkerIsHung(t *testing.T) {
+	p := &Process{Path: echoWorker(t), HeartbeatTimeout: time.Second}
+	// Should the wedge go unnoticed, the cancel at the deadline ends the
+	// call with the worker's answer rather than the test with a timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), returnsIn)
+	defer cancel()
+	var pid int
+	start := time.Now()
+	_, err := callEcho(ctx, p, `{"wait":true,"advances":true}`, func(worker int) { pid = worker })
+	took := time.Since(start)
+	pe := requireReason(t, err, ReasonHung, ErrHung)
+	if pe.Stalled < time.Second || pe.Silent >= time.Second {
+		t.Errorf("stalled %s, silent %s; want no progress for the timeout (1s) with heartbeats still coming: %v", pe.Stalled, pe.Silent, err)
+	}
+	for _, want := range []string{"alive", "made no progress for", "none since it said hello", "wedged"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "no heartbeat") {
+		t.Errorf("a wedged worker that beats is said to be silent: %v", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("a wedged worker was found after %s; the heartbeat timeout is 1s", took)
+	}
+	requireGone(t, pid)
+}
+
+// TestAdvancingWorkerIsAlive: a worker busy for longer than the heartbeat
+// timeout whose work counter moves is not taken for wedged; nor is one
+// that does not say it advances (an older worker), which is watched for
+// silence only (TestHeartbeatsFlowWhileBusy).
+func TestAdvancingWorkerIsAlive(t *testing.T) {
+	p := &Process{Path: echoWorker(t), HeartbeatTimeout: time.Second}
+	res, err := callEcho(context.Background(), p, `{"busy_ms":2500,"advances":true,"advance_ms":100}`, nil)
+	if err != nil || !strings.Contains(string(res), "busy_ms") {
+		t.Fatalf("busy, advancing worker: %s, %v", res, err)
+	}
+}
+
+// TestWedgedWorkerNamesItsLastProgress: a worker whose work moved, then
+// stopped moving, is killed as hung with what advanced last.
+func TestWedgedWorkerNamesItsLastProgress(t *testing.T) {
+	p := &Process{Path: echoWorker(t), HeartbeatTimeout: time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), returnsIn)
+	defer cancel()
+	// Busy and advancing for 1.5s, then waiting for a cancel that comes
+	// only at the deadline, its counter still.
+	_, err := callEcho(ctx, p, `{"busy_ms":1500,"advances":true,"advance_ms":50,"wait":true,"stop_advancing":true}`, nil)
+	requireReason(t, err, ReasonHung, ErrHung)
+	if !strings.Contains(err.Error(), "last progress: echo step, advance ") {
+		t.Errorf("the error does not name the last progress: %v", err)
+	}
+}
+
 // TestCancelledStoppedWorkerIsKilledPromptly: Ctrl-C on a stopped worker
 // does not wait for the grace period (ten minutes here) nor the heartbeat
 // timeout (a minute): three heartbeats of silence after the cancel do.

@@ -27,7 +27,7 @@ const (
 	TypeBench    = "bench"     // coordinator → worker: run the benchmark configured in Body
 	TypeProbe    = "probe"     // coordinator → worker: open the device, say hello, exit
 	TypeCancel   = "cancel"    // coordinator → worker: stop after the step in flight, checkpoint
-	TypeBeat     = "heartbeat" // worker → coordinator: still alive, sent every Request.Heartbeat
+	TypeBeat     = "heartbeat" // worker → coordinator: still alive, sent every Request.Heartbeat, with the work counter
 	TypeHello    = "hello"     // worker → coordinator: the device it owns
 	TypeObserve  = "observe"   // worker → coordinator: one measurement, Name and Body
 	TypeProgress = "progress"  // worker → coordinator: a progress report in Body
@@ -80,6 +80,13 @@ type Message struct {
 	// device-memory budget (TypeBudget) and wait for the grant before it
 	// allocates.
 	AskBudget bool `json:"ask_budget,omitempty"`
+	// Work is, in a heartbeat, how many times the worker's work has
+	// advanced (Conn.Advance) since the request began, and Stage what
+	// advanced last (e.g. "train step"). A worker whose hello set
+	// Hello.Advances is taken for wedged when Work stands still past the
+	// heartbeat timeout, however regularly its heartbeats come.
+	Work  uint64 `json:"work,omitempty"`
+	Stage string `json:"stage,omitempty"`
 }
 
 // Request is what the coordinator asks of a worker: a message of type
@@ -104,6 +111,13 @@ type Hello struct {
 	Description string `json:"description"` // e.g. the GPU model
 	Build       string `json:"build"`       // "cuda" or "cpu": how the worker binary was built
 	PID         int    `json:"pid"`
+	// Advances says that the worker advances the work counter its
+	// heartbeats carry (Message.Work) as its work moves: every training
+	// step, evaluation batch, data file, capture and checkpoint. The
+	// coordinator then watches the counter as well as the heartbeats. A
+	// worker that does not say so (an older one, or a request with no
+	// steps to count, such as a benchmark) is watched for silence only.
+	Advances bool `json:"advances,omitempty"`
 }
 
 // Error is a failure reported by the worker; Kind is one of the Kind

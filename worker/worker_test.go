@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,7 +47,10 @@ func serveAsWorker() int {
 // answers a probe with the hello alone, and otherwise sends a measurement,
 // a progress report and a log line, then the request's body back as the
 // result. A body {"wait": true} makes it wait for cancel (or the end of
-// input) first and answer {"cancelled": true}.
+// input) first and answer {"cancelled": true}. {"advances": true} makes
+// its hello say that it advances the work counter; {"advance_ms": N}
+// advances it every N milliseconds while it is busy ({"busy_ms"}) or
+// waits.
 func echo(ctx context.Context, in io.Reader, out io.Writer) error {
 	conn, err := Accept(in, out)
 	if err != nil {
@@ -56,17 +60,40 @@ func echo(ctx context.Context, in io.Reader, out io.Writer) error {
 	if req.Device == "cuda" {
 		return conn.Fail(&Error{Kind: KindNoDevice, Message: "no GPU here"})
 	}
-	if err := conn.Hello(Hello{Device: req.Device, Description: "echo", Build: "cpu", PID: os.Getpid()}); err != nil || req.Type == TypeProbe {
-		return err
-	}
 	var ask struct {
-		Wait    bool
-		BusyMS  int    `json:"busy_ms"`
-		Exit    int    `json:"exit"`
-		Crash   bool   `json:"crash"`
-		Garbage string `json:"garbage"`
+		Wait      bool
+		BusyMS    int    `json:"busy_ms"`
+		Exit      int    `json:"exit"`
+		Crash     bool   `json:"crash"`
+		Garbage   string `json:"garbage"`
+		Advances  bool   `json:"advances"`
+		AdvanceMS int    `json:"advance_ms"`
+		// StopAdvancing stops the counter once busy_ms is over.
+		StopAdvancing bool `json:"stop_advancing"`
 	}
 	_ = json.Unmarshal(req.Body, &ask)
+	if err := conn.Hello(Hello{Device: req.Device, Description: "echo", Build: "cpu", PID: os.Getpid(), Advances: ask.Advances}); err != nil || req.Type == TypeProbe {
+		return err
+	}
+	stopAdvancing := func() {}
+	if ask.AdvanceMS > 0 {
+		stop := make(chan struct{})
+		var once sync.Once
+		stopAdvancing = func() { once.Do(func() { close(stop) }) }
+		defer stopAdvancing()
+		go func() {
+			t := time.NewTicker(time.Duration(ask.AdvanceMS) * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					conn.Advance("echo step")
+				}
+			}
+		}()
+	}
 	defer conn.StartHeartbeat()()
 	runCtx, wait := conn.WatchCancel(ctx)
 	defer wait()
@@ -82,6 +109,9 @@ func echo(ctx context.Context, in io.Reader, out io.Writer) error {
 	case ask.BusyMS > 0:
 		// A long step: nothing is sent but the heartbeats.
 		time.Sleep(time.Duration(ask.BusyMS) * time.Millisecond)
+	}
+	if ask.StopAdvancing {
+		stopAdvancing()
 	}
 	if ask.Wait {
 		<-runCtx.Done()
