@@ -53,15 +53,22 @@ func FashionMNISTFiles(dir string, split Split) (images, labels string, err erro
 // LoadFashionMNIST reads {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz from dir, with
 // pixel values scaled to [0,1].
 func LoadFashionMNIST(dir string, split Split) (*Dataset, error) {
+	return LoadFashionMNISTAdvancing(dir, split, nil)
+}
+
+// LoadFashionMNISTAdvancing is LoadFashionMNIST calling advance, when it is set, as the
+// work moves: after each read of a compressed file (about one per MiB) and once the set is
+// built. A worker so shows that a load of seconds is progress, not a wedge.
+func LoadFashionMNISTAdvancing(dir string, split Split, advance func()) (*Dataset, error) {
 	imagesPath, labelsPath, err := FashionMNISTFiles(dir, split)
 	if err != nil {
 		return nil, err
 	}
-	images, err := ReadIDXImages(imagesPath)
+	images, err := readIDXImages(imagesPath, advance)
 	if err != nil {
 		return nil, withFashionHint(err)
 	}
-	labels, err := ReadIDXLabels(labelsPath)
+	labels, err := readIDXLabels(labelsPath, advance)
 	if err != nil {
 		return nil, withFashionHint(err)
 	}
@@ -91,6 +98,9 @@ func LoadFashionMNIST(dir string, split Split) (*Dataset, error) {
 	}
 	for i, p := range images.Pixels {
 		d.X[i] = scale[p]
+	}
+	if advance != nil {
+		advance()
 	}
 	return d, nil
 }

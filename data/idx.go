@@ -41,10 +41,12 @@ type IDXImages struct {
 }
 
 // ReadIDXImages reads a gzip-compressed idx3 image file.
-func ReadIDXImages(path string) (*IDXImages, error) {
+func ReadIDXImages(path string) (*IDXImages, error) { return readIDXImages(path, nil) }
+
+func readIDXImages(path string, advance func()) (*IDXImages, error) {
 	dims, payload, err := readIDX(path, IDXImagesMagic, func(d []int) string {
 		return fmt.Sprintf("%d images of %dx%d", d[0], d[1], d[2])
-	}, "pixels")
+	}, "pixels", advance)
 	if err != nil {
 		return nil, err
 	}
@@ -52,24 +54,31 @@ func ReadIDXImages(path string) (*IDXImages, error) {
 }
 
 // ReadIDXLabels reads a gzip-compressed idx1 label file and returns one byte per label.
-func ReadIDXLabels(path string) ([]byte, error) {
+func ReadIDXLabels(path string) ([]byte, error) { return readIDXLabels(path, nil) }
+
+func readIDXLabels(path string, advance func()) ([]byte, error) {
 	_, payload, err := readIDX(path, IDXLabelsMagic, func(d []int) string {
 		return fmt.Sprintf("%d labels", d[0])
-	}, "labels")
+	}, "labels", advance)
 	return payload, err
 }
 
 // readIDX decodes one gzip-compressed IDX file of unsigned bytes whose dimension count is
 // the low byte of magic. describe renders the header for messages and unit names the
-// payload's bytes.
-func readIDX(path string, magic uint32, describe func([]int) string, unit string) ([]int, []byte, error) {
+// payload's bytes. advance, when set, is called after each read of the
+// compressed file (about one per MiB).
+func readIDX(path string, magic uint32, describe func([]int) string, unit string, advance func()) ([]int, []byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, openError(path, err)
 	}
 	defer f.Close()
+	var src io.Reader = f
+	if advance != nil {
+		src = advancingReader{r: f, advance: advance}
+	}
 
-	zr, err := gzip.NewReader(bufio.NewReaderSize(f, 1<<20))
+	zr, err := gzip.NewReader(bufio.NewReaderSize(src, 1<<20))
 	if err != nil {
 		return nil, nil, gzipOpenError(path, err)
 	}
@@ -112,6 +121,18 @@ func readIDX(path string, magic uint32, describe func([]int) string, unit string
 		return nil, nil, readError(path, err, "truncated: the gzip stream ends before its trailer")
 	}
 	return dims, payload, nil
+}
+
+// advancingReader calls advance after every read.
+type advancingReader struct {
+	r       io.Reader
+	advance func()
+}
+
+func (a advancingReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	a.advance()
+	return n, err
 }
 
 // readPayload reads exactly total bytes, allocating at most upfront before any arrive, and

@@ -142,7 +142,20 @@ func (s Spec) optimizer() nn.Optimizer {
 
 // LoadData loads the train and test sets the spec names, normalised with
 // the training set's statistics.
-func (s Spec) LoadData() (train, test *data.Dataset, err error) {
+func (s Spec) LoadData() (train, test *data.Dataset, err error) { return s.LoadDataAdvancing(nil) }
+
+// StageDataLoad names the data load's progress (see LoadDataAdvancing).
+const StageDataLoad = "data load"
+
+// LoadDataAdvancing is LoadData calling advance, when it is set, with
+// StageDataLoad as the load moves: every MiB or so of a Fashion-MNIST
+// file read, each set built and the normalisation done. A worker shows
+// with it that a load of seconds is progress (worker.Conn.Advance).
+func (s Spec) LoadDataAdvancing(advance func(stage string)) (train, test *data.Dataset, err error) {
+	var tick func()
+	if advance != nil {
+		tick = func() { advance(StageDataLoad) }
+	}
 	switch s.Dataset {
 	case "synthetic":
 		all, err := data.Synthetic(data.SyntheticConfig{N: s.SyntheticSize + s.SyntheticSize/5, Features: 64, Classes: 10, Seed: s.Seed, Noise: 2})
@@ -153,14 +166,17 @@ func (s Spec) LoadData() (train, test *data.Dataset, err error) {
 			return nil, nil, err
 		}
 	default:
-		if train, err = data.LoadFashionMNIST(s.DataDir, data.SplitTrain); err != nil {
+		if train, err = data.LoadFashionMNISTAdvancing(s.DataDir, data.SplitTrain, tick); err != nil {
 			return nil, nil, err
 		}
-		if test, err = data.LoadFashionMNIST(s.DataDir, data.SplitTest); err != nil {
+		if test, err = data.LoadFashionMNISTAdvancing(s.DataDir, data.SplitTest, tick); err != nil {
 			return nil, nil, err
 		}
 	}
 	data.Normalize(train, train, test)
+	if tick != nil {
+		tick()
+	}
 	return train, test, nil
 }
 
@@ -172,6 +188,9 @@ type Options struct {
 	Progress func(trainer.Progress)
 	// Parker, when set, may park the run between steps (trainer.Parker).
 	Parker trainer.Parker
+	// Advance, when set, is called as the run's work moves (see
+	// trainer.Config.Advance).
+	Advance func(stage string)
 }
 
 // Plan is a job resolved once: its spec and the trainer's plan for it
@@ -212,7 +231,7 @@ func (p *Plan) InRunDir(dir string) (*Plan, error) {
 // Run trains the plan on dev. shared is the process's state (see
 // trainer.Shared).
 func (p *Plan) Run(ctx context.Context, dev device.Device, shared *trainer.Shared, opts Options) (trainer.Summary, error) {
-	return p.Trainer.WithOutputs(opts.Logger, opts.Observer, opts.Progress).WithParker(opts.Parker).Run(ctx, dev, shared)
+	return p.Trainer.WithOutputs(opts.Logger, opts.Observer, opts.Progress, opts.Advance).WithParker(opts.Parker).Run(ctx, dev, shared)
 }
 
 // Config builds and validates the trainer configuration for already
@@ -222,7 +241,7 @@ func (s Spec) Config(train, test *data.Dataset, opts Options) (trainer.Config, e
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Logger, cfg.Observer, cfg.Progress = opts.Logger, opts.Observer, opts.Progress
+	cfg.Logger, cfg.Observer, cfg.Progress, cfg.Advance = opts.Logger, opts.Observer, opts.Progress, opts.Advance
 	return cfg, cfg.Validate()
 }
 

@@ -65,10 +65,15 @@ func FileSHA256(path string) (string, error) {
 // EvalData loads the split an evaluation scores, with the trainer's
 // configuration for the spec (normalised as training normalised it).
 func EvalData(spec job.Spec, split string) (*data.Dataset, trainer.Config, error) {
+	return evalData(spec, split, nil)
+}
+
+// evalData is EvalData with the load's progress going to advance.
+func evalData(spec job.Spec, split string, advance func(stage string)) (*data.Dataset, trainer.Config, error) {
 	if split != SplitTest && split != SplitTrain {
 		return nil, trainer.Config{}, usage(fmt.Sprintf("split %q: use test or train", split))
 	}
-	train, test, err := spec.LoadData()
+	train, test, err := spec.LoadDataAdvancing(advance)
 	if err != nil {
 		return nil, trainer.Config{}, err
 	}
@@ -99,12 +104,13 @@ func Evaluate(ctx context.Context, t worker.Transport, deviceName string, ej Eva
 	return h, er, nil
 }
 
-// serveEval scores the shard an EvalJob names on dev and writes its file.
-func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config) (EvalResult, error) {
+// serveEval scores the shard an EvalJob names on dev and writes its file;
+// advance receives its progress (worker.Conn.Advance).
+func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, advance func(stage string)) (EvalResult, error) {
 	if err := ej.Spec.Validate(); err != nil {
 		return EvalResult{}, usage(err.Error())
 	}
-	ds, tc, err := EvalData(ej.Spec, ej.Split)
+	ds, tc, err := evalData(ej.Spec, ej.Split, advance)
 	if err != nil {
 		return EvalResult{}, err
 	}
@@ -120,7 +126,7 @@ func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config) (
 		return EvalResult{}, fmt.Errorf("%w: %s changed since the evaluation began (SHA-256 %s, want %s)", trainer.ErrCheckpoint, ej.Checkpoint, sha, ej.CheckpointSHA256)
 	}
 	ec := trainer.EvalConfig{Spec: tc.Spec, BatchSize: tc.BatchSize, Data: ds, Params: ck.Parameters(),
-		Shard: ej.Shard, Shards: ej.Shards, Loaders: ej.Spec.Loaders, Logger: cfg.Logger}
+		Shard: ej.Shard, Shards: ej.Shards, Loaders: ej.Spec.Loaders, Logger: cfg.Logger, Advance: advance}
 	if cfg.AfterEvalBatch != nil {
 		ec.AfterBatch = func(n int) { cfg.AfterEvalBatch(ej, n) }
 	}

@@ -17,7 +17,10 @@ import (
 //	TOLARIA_E2E_WORKER_FAULT="step=K,exit=C[,run=NAME]"  exit with code C after step K
 //	TOLARIA_E2E_WORKER_FAULT="step=K,kill[,run=NAME]"    SIGKILL itself after step K
 //	TOLARIA_E2E_WORKER_FAULT="step=K,hang[,run=NAME]"    SIGSTOP itself after step K: no
-//	                                                     heartbeat, no answer, as a wedged worker
+//	                                                     heartbeat, no answer, as a frozen worker
+//	TOLARIA_E2E_WORKER_FAULT="step=K,wedge[,run=NAME]"   block the step's goroutine forever after
+//	                                                     step K while heartbeats go on: alive, no
+//	                                                     progress, as a deadlocked worker
 //
 // run limits the fault to the job whose run directory is named NAME (a
 // sweep's trial), so one worker of many fails; it comes last, and NAME
@@ -35,6 +38,9 @@ type Fault struct {
 	Exit int    // exit code, when Kill is false
 	Kill bool   // SIGKILL rather than exit
 	Hang bool   // SIGSTOP (a hang, heartbeats included) rather than exit
+	// Wedge blocks the goroutine that trains (or evaluates) forever, the
+	// heartbeats going on, rather than exit.
+	Wedge bool
 	Run  string // only the job whose run directory's base name is this; "" any
 	// OnShard makes it a fault of evaluation shard Shard, after Step batches.
 	OnShard bool
@@ -61,6 +67,8 @@ func ParseFault(s string) (Fault, error) {
 			f.Kill = true
 		case "hang":
 			f.Hang = true
+		case "wedge":
+			f.Wedge = true
 		case "shard":
 			f.OnShard = true
 			f.Shard, err = strconv.Atoi(v)
@@ -70,11 +78,17 @@ func ParseFault(s string) (Fault, error) {
 			err = fmt.Errorf("unknown part %q", part)
 		}
 		if err != nil {
-			return Fault{}, fmt.Errorf("%s=%q: %w (want step=K,exit=C, step=K,kill or step=K,hang, optionally shard=S, attempt=A, run=NAME)", FaultEnv, s, err)
+			return Fault{}, fmt.Errorf("%s=%q: %w (want step=K,exit=C, step=K,kill, step=K,hang or step=K,wedge, optionally shard=S, attempt=A, run=NAME)", FaultEnv, s, err)
 		}
 	}
-	if f.Kill && f.Hang || (f.Kill || f.Hang) && strings.Contains(rest, "exit=") {
-		return Fault{}, fmt.Errorf("%s=%q: give one of exit=C, kill and hang", FaultEnv, s)
+	modes := 0
+	for _, on := range []bool{f.Kill, f.Hang, f.Wedge, strings.Contains(rest, "exit=")} {
+		if on {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return Fault{}, fmt.Errorf("%s=%q: give one of exit=C, kill, hang and wedge", FaultEnv, s)
 	}
 	if f.Step < 1 {
 		return Fault{}, fmt.Errorf("%s=%q: step must be at least 1", FaultEnv, s)

@@ -299,6 +299,7 @@ func TestParseFault(t *testing.T) {
 		"step=5,exit=7":              {Step: 5, Exit: 7},
 		"step=2,kill":                {Step: 2, Kill: true},
 		"step=4,hang":                {Step: 4, Hang: true},
+		"step=6,wedge":               {Step: 6, Wedge: true},
 		"step=3,exit=1,run=b,lr=0.1": {Step: 3, Exit: 1, Run: "b,lr=0.1"},
 		" step=1 , exit=0 ,run=x":    {Step: 1, Run: "x"},
 	} {
@@ -307,7 +308,7 @@ func TestParseFault(t *testing.T) {
 			t.Errorf("ParseFault(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "exit=1", "step=0,exit=1", "step=x", "step=1,crash", "step=1,kill,hang", "step=1,exit=2,hang"} {
+	for _, in := range []string{"", "exit=1", "step=0,exit=1", "step=x", "step=1,crash", "step=1,kill,hang", "step=1,exit=2,hang", "step=1,wedge,hang", "step=1,exit=2,wedge", "step=1,kill,wedge"} {
 		if _, err := ParseFault(in); err == nil || !strings.Contains(err.Error(), FaultEnv) {
 			t.Errorf("ParseFault(%q): %v", in, err)
 		}

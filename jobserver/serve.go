@@ -117,7 +117,11 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		_ = cfg.Shared.Pool().Drop(dev)
 		_ = dev.Close()
 	}()
-	hello := worker.Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid()}
+	// A job and an evaluation advance the work counter as they go (see
+	// worker.Conn.Advance); a benchmark's phases are not counted, so its
+	// worker is watched for silence only.
+	hello := worker.Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid(),
+		Advances: req.Type == worker.TypeStart || req.Type == TypeEval}
 	if err := conn.Hello(hello); err != nil || req.Type == worker.TypeProbe {
 		return err
 	}
@@ -130,7 +134,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	runCtx, wait := conn.WatchCancel(ctx)
 	if req.Type == TypeEval {
 		var res EvalResult
-		if res, err = serveEval(runCtx, ej, dev, cfg); err == nil {
+		if res, err = serveEval(runCtx, ej, dev, cfg, conn.Advance); err == nil {
 			err = conn.Result(res)
 		}
 	} else {
@@ -156,7 +160,7 @@ func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.De
 	plan := cfg.Plan
 	if plan == nil {
 		var err error
-		if plan, err = planJob(spec); err != nil {
+		if plan, err = planJob(spec, conn.Advance); err != nil {
 			return trainer.Summary{}, err
 		}
 	}
@@ -175,7 +179,7 @@ func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.De
 	if cfg.AfterStep != nil {
 		obs = &stepCounter{Observer: obs, after: func(n int) { cfg.AfterStep(plan.Spec, n) }}
 	}
-	opts := job.Options{Logger: cfg.Logger, Observer: obs, Progress: progress}
+	opts := job.Options{Logger: cfg.Logger, Observer: obs, Progress: progress, Advance: conn.Advance}
 	if conn.Request().AskBudget {
 		// A worker that keeps a budget may be told to park it.
 		opts.Parker = connParker{conn}
@@ -184,12 +188,13 @@ func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.De
 }
 
 // planJob validates a spec received from another process, loads its data
-// and plans it: once, in this process.
-func planJob(spec job.Spec) (*job.Plan, error) {
+// and plans it: once, in this process. The load's progress goes to
+// advance.
+func planJob(spec job.Spec, advance func(stage string)) (*job.Plan, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, usage(err.Error())
 	}
-	train, test, err := spec.LoadData()
+	train, test, err := spec.LoadDataAdvancing(advance)
 	if err != nil {
 		return nil, err
 	}

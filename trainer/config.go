@@ -56,7 +56,24 @@ type Config struct {
 	Progress func(Progress)
 	// Parker, when set, may park the run between steps (see Parker).
 	Parker Parker
+	// Advance, when set, is called on the training goroutine as the run's
+	// work moves, with what moved (one of the Stage constants): after
+	// setup, each training step, each evaluation batch, each capture and
+	// each checkpoint written. A worker forwards it to its heartbeats
+	// (worker.Conn.Advance), so a run wedged in a step is told from a slow
+	// one: no stretch between two calls is longer than one step, one
+	// evaluation batch, one capture or one checkpoint write.
+	Advance func(stage string)
 }
+
+// What moved, in a call of Config.Advance.
+const (
+	StageSetup      = "setup"
+	StageTrainStep  = "train step"
+	StageEvalBatch  = "eval batch"
+	StageCapture    = "capture"
+	StageCheckpoint = "checkpoint"
+)
 
 // Progress is reported every LogEvery steps and at each epoch's end.
 type Progress struct {

@@ -224,6 +224,7 @@ func (r *run) evaluate() error {
 			return err
 		}
 		r.eval.Release(b)
+		r.advance(StageEvalBatch)
 	}
 	return nil
 }
@@ -264,6 +265,7 @@ func (r *run) checkpoint(next int, trainStats []float64) error {
 	if err := SaveCheckpoint(r.cfg.RunDir, h, params, state); err != nil {
 		return err
 	}
+	r.advance(StageCheckpoint)
 	r.obs.Observe(Event{Time: time.Now(), Kind: EventCheckpoint, Fields: map[string]any{"step": next}})
 	return nil
 }

@@ -28,6 +28,9 @@ type EvalConfig struct {
 	// AfterBatch, when set, is called after each batch with the number of
 	// batches scored so far (the worker's test-only fault switch).
 	AfterBatch func(batches int)
+	// Advance, when set, is called as the work moves: once set up, then
+	// after each batch (see Config.Advance).
+	Advance func(stage string)
 }
 
 // Validate checks the configuration.
@@ -113,6 +116,12 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 	}
 	stager.Start(ctx)
 	cleanup = append(cleanup, stager.Stop)
+	advance := func(stage string) {
+		if cfg.Advance != nil {
+			cfg.Advance(stage)
+		}
+	}
+	advance(StageSetup)
 	logits := make([]float32, cfg.BatchSize*cfg.Spec.Outputs)
 	last := step.W.Z[len(step.W.Z)-1]
 	out := make([]Scored, 0, (cfg.Data.Len()-cfg.Shard+cfg.Shards-1)/cfg.Shards)
@@ -145,6 +154,7 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 			pred, loss := cfg.Spec.Score(logits[r*cfg.Spec.Outputs:(r+1)*cfg.Spec.Outputs], label)
 			out = append(out, Scored{Index: i, Label: label, Predicted: pred, Loss: loss})
 		}
+		advance(StageEvalBatch)
 		if cfg.AfterBatch != nil {
 			cfg.AfterBatch(n)
 		}

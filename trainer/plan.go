@@ -54,10 +54,11 @@ func (p *Plan) ResumeStep() int {
 }
 
 // WithOutputs returns the plan with where the run reports set: none of
-// them is configuration, so the plan stays valid.
-func (p *Plan) WithOutputs(log *slog.Logger, obs Observer, progress func(Progress)) *Plan {
+// them is configuration, so the plan stays valid. advance is
+// Config.Advance.
+func (p *Plan) WithOutputs(log *slog.Logger, obs Observer, progress func(Progress), advance func(stage string)) *Plan {
 	q := *p
-	q.cfg.Logger, q.cfg.Observer, q.cfg.Progress = log, obs, progress
+	q.cfg.Logger, q.cfg.Observer, q.cfg.Progress, q.cfg.Advance = log, obs, progress, advance
 	return &q
 }
 

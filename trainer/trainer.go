@@ -218,10 +218,18 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	if err := errors.Join(r.compute.Fill(ws.TrainStats, 0), r.compute.Fill(ws.EvalStats, 0)); err != nil {
 		return err
 	}
+	r.advance(StageSetup)
 	if c.Resume && !r.unparking {
 		return r.carryOn(ck, startSeq)
 	}
 	return nil
+}
+
+// advance reports that the run's work moved (Config.Advance).
+func (r *run) advance(stage string) {
+	if r.cfg.Advance != nil {
+		r.cfg.Advance(stage)
+	}
 }
 
 // carryOn continues the counters and, mid-epoch, the training
@@ -400,6 +408,7 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 		done++
 		r.sum.Steps++
 		r.obs.Observe(Stepped{Seconds: since(t0), Samples: b.Valid})
+		r.advance(StageTrainStep)
 		intervalSamples += b.Valid
 		r.samples += b.Valid
 		if (seq+1)%c.LogEvery == 0 {
@@ -538,7 +547,9 @@ func (r *run) maybeCapture(seq, done int) error {
 	if !c.EnableGraphs || done < c.WarmupBatches || !r.engine.Due(seq%r.trainSrc.steps == 0) {
 		return nil
 	}
+	r.advance(StageCapture)
 	results, err := r.engine.Capture(r.compute)
+	r.advance(StageCapture)
 	if failed := (*graphs.CaptureError)(nil); errors.As(err, &failed) {
 		r.log.Error("graph capture failed; steps run eagerly until the next attempt", "err", err, "failures", r.engine.CaptureFailures())
 		r.fallback(graphs.ReasonCaptureFailed, map[string]any{"stage": "capture", "error": err.Error()})

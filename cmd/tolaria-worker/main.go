@@ -78,6 +78,13 @@ func fault(f jobserver.Fault, steps int, log *slog.Logger) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
 	}
+	if f.Wedge {
+		// Only the goroutine that trains (or evaluates) stops, as one in a
+		// deadlock or an endless loop does; the heartbeat's goroutine goes
+		// on, so only the work counter shows that nothing moves.
+		log.Error("test-only fault switch: wedging the work", "step", steps)
+		select {}
+	}
 	if f.Hang {
 		// The whole process stops, the heartbeat's goroutine with it, as a
 		// process frozen by a debugger or wedged in a driver would.
