@@ -34,14 +34,14 @@ const FaultEnv = "TOLARIA_E2E_WORKER_FAULT"
 
 // Fault is a parsed FaultEnv.
 type Fault struct {
-	Step int    // after this many steps of this invocation
-	Exit int    // exit code, when Kill is false
-	Kill bool   // SIGKILL rather than exit
-	Hang bool   // SIGSTOP (a hang, heartbeats included) rather than exit
+	Step int  // after this many steps of this invocation
+	Exit int  // exit code, when Kill is false
+	Kill bool // SIGKILL rather than exit
+	Hang bool // SIGSTOP (a hang, heartbeats included) rather than exit
 	// Wedge blocks the goroutine that trains (or evaluates) forever, the
 	// heartbeats going on, rather than exit.
 	Wedge bool
-	Run  string // only the job whose run directory's base name is this; "" any
+	Run   string // only the job whose run directory's base name is this; "" any
 	// OnShard makes it a fault of evaluation shard Shard, after Step batches.
 	OnShard bool
 	Shard   int
