@@ -39,7 +39,9 @@ func gone(pid int) bool {
 }
 
 // TestFailedWorkerIsReportedWithItsReason: a worker that crashes, exits
-// with a code or hangs (test faults, after the first epoch's checkpoint)
+// with a code, hangs (stopped: no heartbeat) or wedges (its training
+// goroutine blocked while its heartbeats go on) (test faults, after the
+// first epoch's checkpoint)
 // fails the run with exit 1 and a message that says why, carries the tail
 // of worker.log, says where the whole log is and gives the command that
 // resumes from the checkpoint; no worker is left, and the resumed run
@@ -49,6 +51,7 @@ func TestFailedWorkerIsReportedWithItsReason(t *testing.T) {
 		{"step=20,kill", "crashed: signal: killed"},
 		{"step=20,exit=3", "exited without an answer: exit status 3"},
 		{"step=20,hang", "hung: no heartbeat for"},
+		{"step=20,wedge", "hung: alive (last heartbeat "},
 	} {
 		t.Run(c.fault, func(t *testing.T) {
 			dir := t.TempDir()
@@ -66,8 +69,11 @@ func TestFailedWorkerIsReportedWithItsReason(t *testing.T) {
 					t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
 				}
 			}
-			if strings.Contains(c.fault, "hang") && took > 60*time.Second {
+			if (strings.Contains(c.fault, "hang") || strings.Contains(c.fault, "wedge")) && took > 60*time.Second {
 				t.Errorf("a hung worker was found after %s with a 3s heartbeat timeout", took)
+			}
+			if strings.Contains(c.fault, "wedge") {
+				requireStalledWithin(t, r.stderr, 3*time.Second)
 			}
 			pids := startedWorkers(t, log)
 			if len(pids) != 1 {
@@ -92,6 +98,24 @@ func TestFailedWorkerIsReportedWithItsReason(t *testing.T) {
 				t.Errorf("resumed run: from step %d, %d steps; want 16 and 32", s.ResumedFromStep, s.Steps)
 			}
 		})
+	}
+}
+
+// requireStalledWithin checks that a wedged worker's message says it made
+// no progress for at least the heartbeat timeout, and was killed within a
+// heartbeat interval (plus the watchdog's tick and scheduling) of it.
+func requireStalledWithin(t *testing.T, stderr string, timeout time.Duration) {
+	t.Helper()
+	m := regexp.MustCompile(`made no progress for (\S+) \(heartbeat timeout (\S+);`).FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("the message does not say how long the worker made no progress:\n%s", stderr)
+	}
+	stalled, err := time.ParseDuration(m[1])
+	if err != nil || m[2] != timeout.String() {
+		t.Fatalf("made no progress for %q (timeout %q): %v", m[1], m[2], err)
+	}
+	if stalled < timeout || stalled > timeout+2*time.Second {
+		t.Errorf("the wedged worker was killed after %s without progress; want within 2s past the %s timeout", stalled, timeout)
 	}
 }
 

@@ -391,6 +391,7 @@ type progress struct {
 	count   uint64    // the counter of the last heartbeat
 	stage   string    // what advanced last
 	movedAt time.Time // when the counter last moved (or the hello came)
+	beatAt  time.Time // when the last heartbeat came (or the hello)
 }
 
 // seen notes a message from the worker: it is alive.
@@ -405,14 +406,17 @@ func (w *watchdog) heard(m Message) {
 	case TypeHello:
 		if m.Hello != nil && m.Hello.Advances {
 			w.mu.Lock()
-			w.work = progress{watched: true, movedAt: time.Now()}
+			now := time.Now()
+			w.work = progress{watched: true, movedAt: now, beatAt: now}
 			w.mu.Unlock()
 		}
 	case TypeBeat:
 		w.mu.Lock()
+		now := time.Now()
 		if m.Work != w.work.count {
-			w.work.count, w.work.movedAt = m.Work, time.Now()
+			w.work.count, w.work.movedAt = m.Work, now
 		}
+		w.work.beatAt = now
 		if m.Stage != "" {
 			w.work.stage = m.Stage
 		}
@@ -424,15 +428,18 @@ func (w *watchdog) heard(m Message) {
 	}
 }
 
-// stalled is how long the watched work counter has stood still (0 when it
-// is not watched), with the counter and what advanced last.
+// stalled is how long the watched work counter has stood still as the
+// heartbeats saw it: from its last move to the last heartbeat (0 when it
+// is not watched). A worker that falls silent stops this clock, so a
+// stopped process is found by its silence, and a wedged one, whose
+// heartbeats go on, by this.
 func (w *watchdog) stalled() (time.Duration, progress) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.work.watched {
 		return 0, w.work
 	}
-	return time.Since(w.work.movedAt), w.work
+	return max(w.work.beatAt.Sub(w.work.movedAt), 0), w.work
 }
 
 func (w *watchdog) silence() time.Duration {

@@ -283,26 +283,31 @@ func requireReason(t *testing.T, err error, reason string, sentinel error) *Proc
 // TestStoppedWorkerIsHung: a worker stopped with SIGSTOP sends no
 // heartbeat; it is killed, with its group, within the heartbeat timeout
 // (plus the watchdog's tick), not waited on.
+// One whose hello says it advances its work counter is found by its
+// silence too, not taken for wedged.
 func TestStoppedWorkerIsHung(t *testing.T) {
-	p := &Process{Path: echoWorker(t), HeartbeatTimeout: time.Second}
-	var pid int
-	start := time.Now()
-	_, err := callEcho(context.Background(), p, `{"wait":true}`, func(worker int) {
-		pid = worker
-		_ = syscall.Kill(worker, syscall.SIGSTOP)
-	})
-	took := time.Since(start)
-	pe := requireReason(t, err, ReasonHung, ErrHung)
-	if errors.Is(err, ErrWorkerExited) {
-		t.Errorf("a hung worker is also ErrWorkerExited: %v", err)
+	for _, body := range []string{`{"wait":true}`, `{"wait":true,"advances":true,"advance_ms":20}`} {
+		p := &Process{Path: echoWorker(t), HeartbeatTimeout: time.Second}
+		var pid int
+		start := time.Now()
+		_, err := callEcho(context.Background(), p, body, func(worker int) {
+			pid = worker
+			time.Sleep(300 * time.Millisecond) // some heartbeats, some advances
+			_ = syscall.Kill(worker, syscall.SIGSTOP)
+		})
+		took := time.Since(start)
+		pe := requireReason(t, err, ReasonHung, ErrHung)
+		if errors.Is(err, ErrWorkerExited) {
+			t.Errorf("%s: a hung worker is also ErrWorkerExited: %v", body, err)
+		}
+		if pe.Silent < time.Second || pe.Stalled != 0 || !strings.Contains(err.Error(), "no heartbeat") {
+			t.Errorf("%s: silent %s, stalled %s: %v", body, pe.Silent, pe.Stalled, err)
+		}
+		if took > 5*time.Second {
+			t.Errorf("%s: a stopped worker was found after %s; the heartbeat timeout is 1s", body, took)
+		}
+		requireGone(t, pid)
 	}
-	if pe.Silent < time.Second || !strings.Contains(err.Error(), "no heartbeat") {
-		t.Errorf("silent %s: %v", pe.Silent, err)
-	}
-	if took > 5*time.Second {
-		t.Errorf("a stopped worker was found after %s; the heartbeat timeout is 1s", took)
-	}
-	requireGone(t, pid)
 }
 
 // TestHeartbeatsFlowWhileBusy: a worker busy longer than the heartbeat
