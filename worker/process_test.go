@@ -284,16 +284,18 @@ func requireReason(t *testing.T, err error, reason string, sentinel error) *Proc
 // heartbeat; it is killed, with its group, within the heartbeat timeout
 // (plus the watchdog's tick), not waited on.
 // One whose hello says it advances its work counter is found by its
-// silence too, not taken for wedged.
+// silence too, not taken for wedged, even when its counter had stood
+// still for a while before it was stopped.
 func TestStoppedWorkerIsHung(t *testing.T) {
-	for _, body := range []string{`{"wait":true}`, `{"wait":true,"advances":true,"advance_ms":20}`} {
+	for _, body := range []string{`{"wait":true}`, `{"wait":true,"advances":true,"advance_ms":20,"busy_ms":100,"stop_advancing":true}`} {
 		p := &Process{Path: echoWorker(t), HeartbeatTimeout: time.Second}
 		var pid int
 		start := time.Now()
 		_, err := callEcho(context.Background(), p, body, func(worker int) {
 			pid = worker
-			time.Sleep(300 * time.Millisecond) // some heartbeats, some advances
-			_ = syscall.Kill(worker, syscall.SIGSTOP)
+			// After some heartbeats and advances (then none), while the
+			// heartbeats are read.
+			time.AfterFunc(500*time.Millisecond, func() { _ = syscall.Kill(worker, syscall.SIGSTOP) })
 		})
 		took := time.Since(start)
 		pe := requireReason(t, err, ReasonHung, ErrHung)
