@@ -24,8 +24,9 @@ type Placement struct {
 	// WorkerStart bounds a worker's start-up, until it has opened its
 	// device; 0 means worker.DefaultHelloTimeout.
 	WorkerStart time.Duration
-	// HeartbeatTimeout is how long a working worker may be silent before
-	// it is taken for hung and killed; 0 means
+	// HeartbeatTimeout is how long a working worker may be silent, or make
+	// no progress while it sends heartbeats, before it is taken for hung
+	// and killed; 0 means
 	// worker.DefaultHeartbeatTimeout.
 	HeartbeatTimeout time.Duration
 	// Stderr receives a worker's logs; nil gives them the run directory's

@@ -55,8 +55,9 @@ type SweepConfig struct {
 	Worker string
 	// WorkerStart bounds a worker's start-up (see Placement).
 	WorkerStart time.Duration
-	// HeartbeatTimeout is how long a trial's worker may be silent before
-	// it is taken for hung, killed and its trial failed (see Placement);
+	// HeartbeatTimeout is how long a trial's worker may be silent, or make
+	// no progress, before it is taken for hung, killed and its trial
+	// failed (see Placement);
 	// 0 is worker.DefaultHeartbeatTimeout.
 	HeartbeatTimeout time.Duration
 	// MetricsAddr serves the sweep's /metrics there (see

@@ -70,7 +70,7 @@ func addFlags(fs *pflag.FlagSet) {
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Bool("isolate", false, "run a CPU job in a tolaria-worker process too (GPU jobs always are)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
-	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a tolaria-worker may send no heartbeat before it is taken for hung and killed (at least 1s)")
+	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a tolaria-worker may send no heartbeat, or make no progress while it sends them, before it is taken for hung and killed (at least 1s)")
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the run so the final values are scraped (0: exit at once)")
 }
 

@@ -45,7 +45,7 @@ shards are named), 2 bad input (nothing written), 1 another failure,
 	fs.String("split", "test", "test or train")
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
-	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a shard's tolaria-worker may send no heartbeat before it is taken for hung, killed and its attempt failed (at least 1s)")
+	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a shard's tolaria-worker may send no heartbeat, or make no progress while it sends them, before it is taken for hung, killed and its attempt failed (at least 1s)")
 	return cmd
 }
 

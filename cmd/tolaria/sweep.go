@@ -88,7 +88,7 @@ checkpoints and stops).`,
 	fs.Bool("resume", false, "resume the sweep in --sweep-dir: run only its trials that did not succeed")
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
-	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a trial's tolaria-worker may send no heartbeat before it is taken for hung, killed and its trial failed (at least 1s)")
+	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a trial's tolaria-worker may send no heartbeat, or make no progress while it sends them, before it is taken for hung, killed and its trial failed (at least 1s)")
 	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the sweep so the final values are scraped (0: exit at once)")
 	fs.String("priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
