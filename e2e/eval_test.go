@@ -159,10 +159,11 @@ func TestShardedEvalRefusesBadInput(t *testing.T) {
 	}
 }
 
-// TestShardedEvalHungShard: a shard whose worker stops (SIGSTOP) is found
-// hung within the heartbeat timeout, killed and tried again; one that
-// hangs in both attempts is reported missing with exit 3, and no worker
-// outlives tolaria.
+// TestShardedEvalHungShard: a shard whose worker stops (SIGSTOP), or
+// wedges (its scoring blocked while its heartbeats go on), is found hung
+// within the heartbeat timeout, killed and tried again; one that hangs in
+// both attempts is reported missing with exit 3, and no worker outlives
+// tolaria.
 func TestShardedEvalHungShard(t *testing.T) {
 	dir := t.TempDir()
 	run := trainedRun(t, dir)
@@ -175,12 +176,17 @@ func TestShardedEvalHungShard(t *testing.T) {
 	if r.code != 3 || !strings.Contains(r.stderr, "shard 1: attempt 2") || !strings.Contains(r.stderr, "hung") {
 		t.Fatalf("a shard hung twice: exit %d\n%s", r.code, r.stderr)
 	}
+	r = tolaria(t, dir, []string{"TOLARIA_E2E_WORKER_FAULT=step=1,wedge,shard=1,attempt=1"}, "eval", "--run-dir", run, "--workers", "2", "--heartbeat-timeout", "2s")
+	if r.code != 0 || !strings.Contains(r.stderr, "shard 1 (of 2): attempt 1 failed") || !strings.Contains(r.stderr, "made no progress") {
+		t.Fatalf("a shard wedged once: exit %d\n%s", r.code, r.stderr)
+	}
+	requireStalledWithin(t, r.stderr, 2*time.Second)
 	if d := time.Since(start); d > time.Minute {
-		t.Errorf("three hangs of a 2s heartbeat timeout took %s to detect", d)
+		t.Errorf("four hangs of a 2s heartbeat timeout took %s to detect", d)
 	}
 	pids := evalWorkerPIDs(t, run)
-	if len(pids) != 6 { // two evaluations of two shards, one retry each
-		t.Errorf("worker pids %v in the shards' logs; want 6", pids)
+	if len(pids) != 9 { // three evaluations of two shards, one retry each
+		t.Errorf("worker pids %v in the shards' logs; want 9", pids)
 	}
 	for _, pid := range pids {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
