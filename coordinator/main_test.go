@@ -91,6 +91,12 @@ func serveAsWorker() int {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 				select {}
 			}
+			if f.Wedge {
+				// The training goroutine blocks, the heartbeats go on, as
+				// cmd/tolaria-worker does.
+				fmt.Fprintf(os.Stderr, "fault switch: wedging the work after step %d\n", steps)
+				select {}
+			}
 			fmt.Fprintf(os.Stderr, "fault switch: exiting with %d after step %d\n", f.Exit, steps)
 			os.Exit(f.Exit)
 		}

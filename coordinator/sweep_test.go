@@ -178,28 +178,38 @@ func TestSweepRecordsAKilledWorker(t *testing.T) {
 	}
 }
 
+// TestSweepRecordsAHungTrial: a trial whose worker stops (SIGSTOP: no
+// heartbeat) or wedges (its training blocked while its heartbeats go on)
+// fails as hung, found by the heartbeat timeout; the others succeed.
 func TestSweepRecordsAHungTrial(t *testing.T) {
-	cfg := sweepConfig(t, testSweep)
-	cfg.Parallel = 2
-	cfg.HeartbeatTimeout = 2 * time.Second
-	t.Setenv(jobserver.FaultEnv, "step=2,hang,run=a")
-	start := time.Now()
-	res, _ := runSweep(t, context.Background(), cfg)
-	var a TrialResult
-	for _, r := range res.Trials {
-		if r.Name == "a" {
-			a = r
-		}
-	}
-	if a.State != TrialFailed || res.Counts["succeeded"] != 3 {
-		t.Fatalf("counts %v, a's row %+v", res.Counts, a)
-	}
-	if !strings.Contains(a.Reason, worker.ReasonHung) || !strings.Contains(a.LogTail, "stopping myself after step 2") {
-		t.Errorf("reason %q, log tail %q", a.Reason, a.LogTail)
-	}
-	// Found by the heartbeat timeout, not by the end of some longer wait.
-	if took := time.Since(start); took > 30*time.Second {
-		t.Errorf("the sweep took %s with a 2s heartbeat timeout", took)
+	for _, c := range []struct{ fault, reason, log string }{
+		{"step=2,hang,run=a", "no heartbeat", "stopping myself after step 2"},
+		{"step=2,wedge,run=a", "made no progress", "wedging the work"},
+	} {
+		t.Run(c.fault, func(t *testing.T) {
+			cfg := sweepConfig(t, testSweep)
+			cfg.Parallel = 2
+			cfg.HeartbeatTimeout = 2 * time.Second
+			t.Setenv(jobserver.FaultEnv, c.fault)
+			start := time.Now()
+			res, _ := runSweep(t, context.Background(), cfg)
+			var a TrialResult
+			for _, r := range res.Trials {
+				if r.Name == "a" {
+					a = r
+				}
+			}
+			if a.State != TrialFailed || res.Counts["succeeded"] != 3 {
+				t.Fatalf("counts %v, a's row %+v", res.Counts, a)
+			}
+			if !strings.Contains(a.Reason, worker.ReasonHung) || !strings.Contains(a.Reason, c.reason) || !strings.Contains(a.LogTail, c.log) {
+				t.Errorf("reason %q, log tail %q", a.Reason, a.LogTail)
+			}
+			// Found by the heartbeat timeout, not by the end of some longer wait.
+			if took := time.Since(start); took > 30*time.Second {
+				t.Errorf("the sweep took %s with a 2s heartbeat timeout", took)
+			}
+		})
 	}
 }
 
