@@ -40,6 +40,10 @@ type EvalRequest struct {
 	Checkpoint string // "" is the run directory's checkpoint.tlck
 	Workers    int    // worker processes, each scoring one stride shard
 	Split      string // test (the default) or train
+	// Device is where each shard's worker scores: cpu (the default) or
+	// cuda, the first GPU the worker sees (a CUDA build of tolaria-worker;
+	// CUDA_VISIBLE_DEVICES in Env chooses it). Every shard runs there.
+	Device string
 	// Worker is the tolaria-worker binary ("" finds it, see worker.Find).
 	Worker           string
 	WorkerStart      time.Duration // 0: worker.DefaultHelloTimeout
@@ -68,6 +72,8 @@ func (r EvalRequest) Validate() error {
 		return configErr(field.Errorf("workers", "must be at least 1, got %d", r.Workers))
 	case r.Split != "" && r.Split != jobserver.SplitTest && r.Split != jobserver.SplitTrain:
 		return configErr(field.Errorf("split", "must be test or train, got %q", r.Split))
+	case r.Device != "" && r.Device != "cpu" && r.Device != "cuda":
+		return configErr(field.Errorf("device", "must be cpu or cuda, got %q", r.Device))
 	case r.WorkerStart < 0:
 		return configErr(field.Errorf("worker_start_timeout", "cannot be negative (%s)", r.WorkerStart))
 	case r.HeartbeatTimeout != 0 && r.HeartbeatTimeout < worker.MinHeartbeatTimeout:
@@ -337,7 +343,11 @@ func (e *Evaluation) attempt(ctx context.Context, s, attempt int) (jobserver.Sha
 	out := ShardFile(e.req.RunDir, s)
 	ej := jobserver.EvalJob{Spec: e.spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
 		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out}
-	if _, _, err := jobserver.Evaluate(ctx, proc, "cpu", ej); err != nil {
+	dev := e.req.Device
+	if dev == "" {
+		dev = "cpu"
+	}
+	if _, _, err := jobserver.Evaluate(ctx, proc, dev, ej); err != nil {
 		return jobserver.Shard{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)
 	}
 	sh, err := jobserver.ReadShard(out)

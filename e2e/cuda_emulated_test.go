@@ -2,13 +2,19 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
 )
 
 // emulatedCUDA builds the emulated CUDA driver (device/cuda/emulator) and a
@@ -57,26 +63,242 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	emu := emulatedCUDA(t)
 	t.Run("train", func(t *testing.T) { trainOnEmulatedDriver(t, emu) })
 	t.Run("faults", func(t *testing.T) { emulatedDriverFaults(t, emu) })
+	t.Run("sweep", func(t *testing.T) { sweepOnEmulatedDriver(t, emu) })
+	t.Run("sweep without a GPU", func(t *testing.T) { sweepWithoutAGPU(t, emu) })
+	t.Run("eval", func(t *testing.T) { evalOnEmulatedDriver(t, emu) })
+	t.Run("hung worker", func(t *testing.T) { hungCUDAWorker(t, emu) })
 }
 
-// tolaria train --device cuda --enable-graphs runs the real CUDA worker on
-// the emulated driver: the step is captured and replayed, summary.json is
-// written, and the coordinator never maps a libcuda while it runs.
-func trainOnEmulatedDriver(t *testing.T, emu string) {
+// emulatedSweep is three small trials for the CUDA worker.
+const emulatedSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 1024
+  epochs: 2
+  batch_size: 32
+  log_every: 1000
+  enable_graphs: true
+  model: {hidden: [32]}
+trials:
+  - {name: a, lr: 0.001}
+  - {name: b, lr: 0.01}
+  - {name: c, lr: 0.03}
+`
+
+// tolaria sweep --devices 0 runs every trial in a CUDA worker on the
+// emulated driver, two at a time on the one GPU: each worker maps the
+// emulated libcuda, the coordinator never does, and every trial succeeds
+// on cuda:0.
+func sweepOnEmulatedDriver(t *testing.T, emu string) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, emulatedSweep)
+	sweepDir := filepath.Join(dir, "sweep")
+	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "sweep", file, "--devices", "0", "--per-device", "2",
+		"--worker", filepath.Join(emu, "tolaria-worker"), "--sweep-dir", sweepDir, "--heartbeat-timeout", "3s")
+	if r.code != 0 {
+		t.Fatalf("tolaria sweep on the emulated CUDA driver: exit %d\n%s", r.code, r.stderr)
+	}
+	w.requireCoordinatorClean(t)
+	if n := w.workersMappingLibcuda(); n < 3 {
+		t.Errorf("%d of the %d children seen mapped the emulated libcuda; want the three trials' workers", n, len(w.workers))
+	}
+	res := readSweepResults(t, sweepDir)
+	if res.Counts["succeeded"] != 3 {
+		t.Fatalf("counts %v\n%s", res.Counts, r.stderr)
+	}
+	for _, row := range res.Trials {
+		if row.Device != "cuda:0" || row.Summary == nil || row.Summary.GraphReplays == 0 {
+			t.Errorf("trial %s: device %q, summary %+v; want graphs replayed on cuda:0", row.Name, row.Device, row.Summary)
+		}
+	}
+	t.Logf("%d workers mapped libcuda; %d reads of the coordinator's maps without it", w.workersMappingLibcuda(), w.reads)
+}
+
+// A cuda sweep on a machine without a GPU (the emulated driver with no
+// device): every trial fails for want of a GPU, saying so, tolaria exits 1
+// (none succeeded), and the coordinator never mapped a libcuda, although
+// its workers loaded one.
+func sweepWithoutAGPU(t *testing.T, emu string) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, emulatedSweep)
+	sweepDir := filepath.Join(dir, "sweep")
+	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=0"}, "sweep", file, "--devices", "0",
+		"--worker", filepath.Join(emu, "tolaria-worker"), "--sweep-dir", sweepDir)
+	if r.code != 1 {
+		t.Fatalf("a cuda sweep without a GPU: exit %d, want 1 (none succeeded)\n%s", r.code, r.stderr)
+	}
+	w.requireCoordinatorClean(t)
+	res := readSweepResults(t, sweepDir)
+	if res.Counts["failed"] != 3 {
+		t.Fatalf("counts %v, want the three trials failed", res.Counts)
+	}
+	for _, row := range res.Trials {
+		if !strings.Contains(row.Reason, "no usable device") && !strings.Contains(row.Reason, "no CUDA device") && !strings.Contains(row.Reason, "no NVIDIA GPU") {
+			t.Errorf("trial %s failed for %q; want for want of a GPU", row.Name, row.Reason)
+		}
+	}
+	t.Logf("%d workers seen (%d mapping libcuda); %d reads of the coordinator's maps without it; reason %q",
+		len(w.workers), w.workersMappingLibcuda(), w.reads, res.Trials[0].Reason)
+}
+
+// tolaria eval --device cuda scores the checkpoint in CUDA workers on the
+// emulated driver: with two workers, eval.json holds the figures of one
+// worker exactly; the workers map the emulated libcuda and the
+// coordinator does not.
+func evalOnEmulatedDriver(t *testing.T, emu string) {
 	dir := t.TempDir()
 	run := filepath.Join(dir, "run")
-	cmd := exec.Command(filepath.Join(binDir, "tolaria"), cudaTrain(emu, run, "--synthetic-size", "4096", "--epochs", "2")...)
+	if r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, cudaTrain(emu, run)...); r.code != 0 {
+		t.Fatalf("training on the emulated driver: exit %d\n%s", r.code, r.stderr)
+	}
+	var reports []coordinator.EvalReport
+	for _, n := range []string{"1", "2"} {
+		r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "eval", "--run-dir", run, "--workers", n,
+			"--device", "cuda", "--worker", filepath.Join(emu, "tolaria-worker"), "--heartbeat-timeout", "3s")
+		if r.code != 0 {
+			t.Fatalf("tolaria eval --device cuda --workers %s: exit %d\n%s", n, r.code, r.stderr)
+		}
+		w.requireCoordinatorClean(t)
+		if got := w.workersMappingLibcuda(); strconv.Itoa(got) != n {
+			t.Errorf("--workers %s: %d of the %d children seen mapped the emulated libcuda", n, got, len(w.workers))
+		}
+		reports = append(reports, readEvalReport(t, run))
+	}
+	one, two := reports[0], reports[1]
+	if one.Samples == 0 || one.Loss != two.Loss || one.Accuracy != two.Accuracy || one.Correct != two.Correct ||
+		!reflect.DeepEqual(one.Confusion, two.Confusion) || !reflect.DeepEqual(one.PerClass, two.PerClass) {
+		t.Errorf("two CUDA workers: %+v\none: %+v", two, one)
+	}
+	// Without a GPU the shards fail, saying so: they did run on cuda.
+	r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=0"}, "eval", "--run-dir", run, "--workers", "2",
+		"--device", "cuda", "--worker", filepath.Join(emu, "tolaria-worker"))
+	if r.code != 3 || !strings.Contains(r.stderr, "no usable device") {
+		t.Errorf("tolaria eval --device cuda without a GPU: exit %d, want 3 naming the missing device\n%s", r.code, r.stderr)
+	}
+}
+
+func readEvalReport(t *testing.T, run string) coordinator.EvalReport {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(run, coordinator.EvalJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep coordinator.EvalReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// --device cuda follows the heartbeat rules of --isolate: a CUDA worker
+// stopped (SIGSTOP) or wedged (its training blocked while its heartbeats
+// go on) is killed as hung within the heartbeat timeout, tolaria exits 1
+// with the reason and the command that resumes from the checkpoint, and
+// no worker outlives it.
+func hungCUDAWorker(t *testing.T, emu string) {
+	for _, c := range []struct{ fault, says string }{
+		{"step=40,hang", "hung: no heartbeat for"},
+		{"step=40,wedge", "hung: alive (last heartbeat "},
+	} {
+		t.Run(c.fault, func(t *testing.T) {
+			dir := t.TempDir()
+			run := filepath.Join(dir, "run")
+			r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "TOLARIA_E2E_WORKER_FAULT=" + c.fault},
+				cudaTrain(emu, run, "--epochs", "2", "--heartbeat-timeout", "2s")...)
+			if r.code != 1 {
+				t.Fatalf("exit %d, want 1\n%s", r.code, r.stderr)
+			}
+			for _, want := range []string{c.says, "continue with: tolaria train --resume --run-dir " + run} {
+				if !strings.Contains(r.stderr, want) {
+					t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
+				}
+			}
+			if strings.Contains(c.fault, "wedge") {
+				requireStalledWithin(t, r.stderr, 2*time.Second)
+			}
+			for _, pid := range startedWorkers(t, filepath.Join(run, "worker.log")) {
+				if !gone(pid) {
+					_ = syscall.Kill(-pid, syscall.SIGKILL)
+					t.Errorf("the worker %d outlived tolaria", pid)
+				}
+			}
+		})
+	}
+}
+
+// mapsWatch is what polling the memory maps of a running tolaria and of
+// its child processes (its workers) saw.
+type mapsWatch struct {
+	reads       int          // reads of tolaria's own maps
+	coordinator string       // the lines of tolaria's maps naming a libcuda, if any
+	workers     map[int]bool // the children seen, each true if its maps named a libcuda
+}
+
+// workersMappingLibcuda is how many of the children seen mapped a libcuda.
+func (w mapsWatch) workersMappingLibcuda() int {
+	n := 0
+	for _, mapped := range w.workers {
+		if mapped {
+			n++
+		}
+	}
+	return n
+}
+
+// requireCoordinatorClean fails if tolaria mapped a libcuda, or if its
+// maps were never read (the check would prove nothing).
+func (w mapsWatch) requireCoordinatorClean(t *testing.T) {
+	t.Helper()
+	if w.coordinator != "" {
+		t.Errorf("the coordinator maps a libcuda while its CUDA workers run:\n%s", w.coordinator)
+	}
+	if w.reads == 0 {
+		t.Fatal("never read the coordinator's memory maps while it ran: the check proves nothing")
+	}
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		// pid (comm) state ppid ...
+		if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, child)
+		}
+	}
+	return kids
+}
+
+// tolariaWatchingMaps runs tolaria as tolaria() does and, while it runs,
+// reads its /proc/PID/maps and its children's every few milliseconds.
+func tolariaWatchingMaps(t *testing.T, dir string, env []string, args ...string) (result, mapsWatch) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "tolaria"), args...)
 	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(), "LD_LIBRARY_PATH="+emu)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	cmd.Env = append(cleanEnv(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	maps := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "maps")
-	reads, mapped := 0, false
+	pid := cmd.Process.Pid
+	maps := filepath.Join("/proc", strconv.Itoa(pid), "maps")
+	w := mapsWatch{workers: map[int]bool{}}
 	var err error
 poll:
 	for {
@@ -86,20 +308,44 @@ poll:
 		case <-time.After(5 * time.Millisecond):
 		}
 		m, rerr := os.ReadFile(maps)
-		if rerr != nil || mapped {
-			continue // exiting, or already reported
+		if rerr != nil {
+			continue // exiting
 		}
-		reads++
-		if bytes.Contains(m, []byte("libcuda")) {
-			mapped = true
-			t.Errorf("the coordinator maps a libcuda while it trains on a CUDA worker:\n%s", grepLines(string(m), "libcuda"))
+		w.reads++
+		if w.coordinator == "" && bytes.Contains(m, []byte("libcuda")) {
+			w.coordinator = grepLines(string(m), "libcuda")
+		}
+		for _, kid := range childrenOf(pid) {
+			if w.workers[kid] {
+				continue
+			}
+			km, kerr := os.ReadFile(filepath.Join("/proc", strconv.Itoa(kid), "maps"))
+			w.workers[kid] = kerr == nil && bytes.Contains(km, []byte("libcuda"))
 		}
 	}
-	if err != nil {
-		t.Fatalf("tolaria train on the emulated CUDA driver: %v\n%s", err, stderr.String())
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running tolaria: %v\n%s", err, stderr.String())
 	}
-	if reads == 0 {
-		t.Fatal("never read the coordinator's memory maps while it ran: the check proves nothing")
+	return result{code, stdout.String(), stderr.String()}, w
+}
+
+// tolaria train --device cuda --enable-graphs runs the real CUDA worker on
+// the emulated driver: the step is captured and replayed, summary.json is
+// written, and the coordinator never maps a libcuda while it runs, though
+// its worker does.
+func trainOnEmulatedDriver(t *testing.T, emu string) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, cudaTrain(emu, run, "--synthetic-size", "4096", "--epochs", "2")...)
+	if r.code != 0 {
+		t.Fatalf("tolaria train on the emulated CUDA driver: exit %d\n%s", r.code, r.stderr)
+	}
+	w.requireCoordinatorClean(t)
+	if w.workersMappingLibcuda() == 0 {
+		t.Errorf("no worker of the %d seen mapped the emulated libcuda", len(w.workers))
 	}
 	s := readSummary(t, filepath.Join(run, "summary.json"))
 	if s.Device != "cuda:0" || s.DeviceDescription != "tolaria emulated CUDA device" {
@@ -109,7 +355,7 @@ poll:
 		t.Errorf("summary: graphs %v, %d replays, %d captures, fallbacks %v; want the step captured and replayed without fallback",
 			s.GraphEnabled, s.GraphReplays, s.Captures, s.Fallbacks)
 	}
-	t.Logf("%d steps (%d replays), %d reads of the coordinator's maps without libcuda", s.Steps, s.GraphReplays, reads)
+	t.Logf("%d steps (%d replays), %d reads of the coordinator's maps without libcuda", s.Steps, s.GraphReplays, w.reads)
 }
 
 // Driver errors injected into the emulated driver reach the user as

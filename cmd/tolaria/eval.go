@@ -43,6 +43,7 @@ shards are named), 2 bad input (nothing written), 1 another failure,
 	fs.String("checkpoint", "", "checkpoint file to evaluate (default: the run's checkpoint.tlck)")
 	fs.Int("workers", 1, "worker processes, each scoring one stride shard of the examples")
 	fs.String("split", "test", "test or train")
+	fs.String("device", "cpu", "cpu or cuda: where each shard's worker scores (cuda: the first GPU it sees, with a CUDA build of tolaria-worker)")
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
 	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a shard's tolaria-worker may send no heartbeat, or make no progress while it sends them, before it is taken for hung, killed and its attempt failed (at least 1s)")
@@ -52,7 +53,7 @@ shards are named), 2 bad input (nothing written), 1 another failure,
 // evalFlag spells an evaluation setting as its flag.
 func evalFlag(key field.Name) string {
 	switch key {
-	case "run_dir", "checkpoint", "workers", "split", "worker", "worker_start_timeout", "heartbeat_timeout":
+	case "run_dir", "checkpoint", "workers", "split", "device", "worker", "worker_start_timeout", "heartbeat_timeout":
 		return "--" + strings.ReplaceAll(string(key), "_", "-")
 	}
 	return flagOf(key)
@@ -66,6 +67,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command) error {
 	req.Checkpoint, _ = fs.GetString("checkpoint")
 	req.Workers, _ = fs.GetInt("workers")
 	req.Split, _ = fs.GetString("split")
+	req.Device, _ = fs.GetString("device")
 	if req.Worker, _ = fs.GetString("worker"); req.Worker == "" {
 		req.Worker = os.Getenv("TOLARIA_WORKER")
 	}
