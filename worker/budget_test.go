@@ -82,3 +82,67 @@ func TestBudgetRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetWaitIsProgress: a worker waiting for its budget (queued
+// behind other trials, for as long as they take) advances its work
+// counter at the heartbeat interval, so the coordinator does not take the
+// wait for a wedge.
+func TestBudgetWaitIsProgress(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- func() error {
+			conn, err := Accept(inR, outW)
+			if err != nil {
+				return err
+			}
+			if err := conn.Hello(Hello{Device: "cpu", Advances: true}); err != nil {
+				return err
+			}
+			defer conn.StartHeartbeat()()
+			runCtx, wait := conn.WatchCancel(context.Background())
+			defer wait()
+			grant, err := conn.AskBudget(runCtx, json.RawMessage(`1`))
+			if err != nil {
+				return err
+			}
+			return conn.Result(json.RawMessage(grant))
+		}()
+		outW.Close()
+	}()
+	enc, dec := newEncoder(inW), newDecoder(outR)
+	if err := enc.send(Message{Type: TypeStart, Device: "cpu", HeartbeatMS: 5, AskBudget: true}); err != nil {
+		t.Fatal(err)
+	}
+	var counts []uint64
+	for {
+		m, err := dec.next()
+		if err != nil {
+			t.Fatalf("reading the worker: %v (heartbeat counters %v)", err, counts)
+		}
+		if m.Type == TypeBeat {
+			if m.Stage != StageBudgetWait {
+				t.Fatalf("a heartbeat while waiting for the budget names %q", m.Stage)
+			}
+			counts = append(counts, m.Work)
+			if len(counts) == 20 {
+				if err := enc.send(Message{Type: TypeGrant, Body: json.RawMessage(`2`)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if m.Type == TypeResult {
+			break
+		}
+	}
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	// Twenty heartbeats 5ms apart: the counter must have moved across
+	// them, not once at the start of the wait only.
+	if len(counts) < 20 || counts[19] <= counts[0]+1 {
+		t.Errorf("heartbeat counters during the budget wait: %v; want them moving", counts)
+	}
+}
