@@ -4,7 +4,8 @@
 # the driver exports every cu* symbol the CUDA builds of tolaria import,
 # runs the tests with LD_LIBRARY_PATH selecting the driver, lists the tests
 # that ran, and fails if any failed or skipped; then runs tolaria with the
-# CUDA worker on the driver (e2e). Run by `make cuda-emulated`.
+# CUDA worker on the driver (e2e: train, sweep, eval, hung and wedged workers).
+# Run by `make cuda-emulated`.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -105,4 +106,4 @@ if grep -q -- '--- SKIP' "$out/e2e.log"; then
 	echo "cuda-emulated: the e2e run on the emulated driver skipped" >&2
 	exit 1
 fi
-echo "cuda-emulated: all $ran tests passed on the emulated driver; the conformance suite passed built against CUDA 12 prototypes; an injected cuMemAlloc failure reached the caller as out of memory; tolaria trained on the CUDA worker"
+echo "cuda-emulated: all $ran tests passed on the emulated driver; the conformance suite passed built against CUDA 12 prototypes; an injected cuMemAlloc failure reached the caller as out of memory; tolaria trained, swept and evaluated on CUDA workers (the coordinator mapped no libcuda)"
