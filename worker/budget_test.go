@@ -83,11 +83,40 @@ func TestBudgetRefused(t *testing.T) {
 	}
 }
 
-// TestBudgetWaitIsProgress: a worker waiting for its budget (queued
-// behind other trials, for as long as they take) advances its work
-// counter at the heartbeat interval, so the coordinator does not take the
-// wait for a wedge.
-func TestBudgetWaitIsProgress(t *testing.T) {
+// TestWaitingIsProgress: a worker waiting for the coordinator, for its
+// budget (queued behind other trials, for as long as they take) or parked
+// until its unpark, advances its work counter at the heartbeat interval,
+// so the coordinator does not take the wait for a wedge.
+func TestWaitingIsProgress(t *testing.T) {
+	for _, c := range []struct {
+		stage  string
+		wait   func(context.Context, *Conn) error
+		answer Message
+	}{
+		{StageBudgetWait, func(ctx context.Context, conn *Conn) error {
+			_, err := conn.AskBudget(ctx, json.RawMessage(`1`))
+			return err
+		}, Message{Type: TypeGrant, Body: json.RawMessage(`2`)}},
+		{StageParked, func(ctx context.Context, conn *Conn) error {
+			return conn.Parked(ctx, json.RawMessage(`{}`))
+		}, Message{Type: TypeUnpark}},
+	} {
+		t.Run(c.stage, func(t *testing.T) {
+			counts := waitingHeartbeats(t, c.wait, c.answer, c.stage)
+			// Twenty heartbeats 5ms apart: the counter must have moved
+			// across them, not once at the start of the wait only.
+			if len(counts) < 20 || counts[19] <= counts[0]+1 {
+				t.Errorf("heartbeat counters during the wait: %v; want them moving", counts)
+			}
+		})
+	}
+}
+
+// waitingHeartbeats serves a request whose worker waits (wait) with a
+// heartbeat every 5ms, answers the wait after twenty heartbeats and
+// returns their work counters; each must name stage.
+func waitingHeartbeats(t *testing.T, wait func(context.Context, *Conn) error, answer Message, stage string) []uint64 {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	served := make(chan error, 1)
@@ -101,13 +130,12 @@ func TestBudgetWaitIsProgress(t *testing.T) {
 				return err
 			}
 			defer conn.StartHeartbeat()()
-			runCtx, wait := conn.WatchCancel(context.Background())
-			defer wait()
-			grant, err := conn.AskBudget(runCtx, json.RawMessage(`1`))
-			if err != nil {
+			runCtx, done := conn.WatchCancel(context.Background())
+			defer done()
+			if err := wait(runCtx, conn); err != nil {
 				return err
 			}
-			return conn.Result(json.RawMessage(grant))
+			return conn.Result(json.RawMessage(`true`))
 		}()
 		outW.Close()
 	}()
@@ -116,23 +144,25 @@ func TestBudgetWaitIsProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	var counts []uint64
-	for {
+	for beats := 0; ; {
 		m, err := dec.next()
 		if err != nil {
 			t.Fatalf("reading the worker: %v (heartbeat counters %v)", err, counts)
 		}
 		if m.Type == TypeBeat {
-			if m.Stage != StageBudgetWait {
-				t.Fatalf("a heartbeat while waiting for the budget names %q", m.Stage)
+			if beats++; beats > 200 && len(counts) < 20 {
+				t.Fatalf("%d heartbeats, %d of them naming %q", beats, len(counts), stage)
 			}
+		}
+		if m.Type == TypeBeat && m.Stage == stage {
 			counts = append(counts, m.Work)
 			if len(counts) == 20 {
-				if err := enc.send(Message{Type: TypeGrant, Body: json.RawMessage(`2`)}); err != nil {
+				if err := enc.send(answer); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
-		if m.Type == TypeResult {
+		if m.Type == TypeResult || m.Type == TypeError {
 			break
 		}
 	}
@@ -140,9 +170,5 @@ func TestBudgetWaitIsProgress(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatal(err)
 	}
-	// Twenty heartbeats 5ms apart: the counter must have moved across
-	// them, not once at the start of the wait only.
-	if len(counts) < 20 || counts[19] <= counts[0]+1 {
-		t.Errorf("heartbeat counters during the budget wait: %v; want them moving", counts)
-	}
+	return counts
 }

@@ -133,13 +133,8 @@ func (c *Conn) AskBudget(ctx context.Context, body json.RawMessage) (json.RawMes
 	if err := c.enc.send(Message{Type: TypeBudget, Body: body}); err != nil {
 		return nil, err
 	}
-	c.Advance(StageBudgetWait)
-	var tick <-chan time.Time
-	if c.req.Heartbeat > 0 {
-		t := time.NewTicker(c.req.Heartbeat)
-		defer t.Stop()
-		tick = t.C
-	}
+	tick, stop := c.waiting(StageBudgetWait)
+	defer stop()
 	for {
 		select {
 		case m := <-c.grants:
@@ -155,9 +150,24 @@ func (c *Conn) AskBudget(ctx context.Context, body json.RawMessage) (json.RawMes
 	}
 }
 
-// StageBudgetWait names the progress of a worker waiting for its
-// device-memory budget (AskBudget).
-const StageBudgetWait = "budget wait"
+// Stages of a worker waiting for the coordinator, not working: its wait
+// is progress, never a wedge.
+const (
+	StageBudgetWait = "budget wait" // for its device-memory budget (AskBudget)
+	StageParked     = "parked"      // parked, for its unpark (Parked)
+)
+
+// waiting advances the work counter with stage, and returns a channel
+// that ticks at the heartbeat interval (none without heartbeats) for the
+// caller to advance it again as long as it waits, and what stops it.
+func (c *Conn) waiting(stage string) (<-chan time.Time, func()) {
+	c.Advance(stage)
+	if c.req.Heartbeat <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(c.req.Heartbeat)
+	return t.C, t.Stop
+}
 
 // Advance notes that the work moved: a training step, an evaluation batch,
 // a data file read, a capture or a checkpoint written. stage says what
@@ -187,16 +197,25 @@ func (c *Conn) beat() Message {
 func (c *Conn) ParkRequested() bool { return c.park.Swap(false) }
 
 // Parked tells the coordinator the worker has parked (body says what it
-// released) and waits for its unpark, or for ctx (WatchCancel's) to end.
+// released) and waits for its unpark, or for ctx (WatchCancel's) to end,
+// however long that takes: it advances the work counter at the heartbeat
+// interval as it waits (stage StageParked), so a parked worker is not
+// taken for wedged.
 func (c *Conn) Parked(ctx context.Context, body json.RawMessage) error {
 	if err := c.enc.send(Message{Type: TypeParked, Body: body}); err != nil {
 		return err
 	}
-	select {
-	case <-c.unparks:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("worker: parked, waiting to unpark: %w", context.Cause(ctx))
+	tick, stop := c.waiting(StageParked)
+	defer stop()
+	for {
+		select {
+		case <-c.unparks:
+			return nil
+		case <-tick:
+			c.Advance(StageParked)
+		case <-ctx.Done():
+			return fmt.Errorf("worker: parked, waiting to unpark: %w", context.Cause(ctx))
+		}
 	}
 }
 
