@@ -18,3 +18,13 @@ func kern4x16Masked(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *floa
 
 //go:noescape
 func adamW8(p, grad, m, v *float32, n int, k *adamConsts)
+
+// haveGELUKernel says whether gelu_amd64.s may run: it shifts integer
+// lanes of YMM registers, which needs AVX2.
+func haveGELUKernel() bool { return cpu.X86.HasAVX2 }
+
+//go:noescape
+func biasGELU8(z, bias, y *float32, n int)
+
+//go:noescape
+func geluGrad8(z, dy, dz *float32, n int)

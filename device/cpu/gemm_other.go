@@ -19,3 +19,9 @@ func kern4x16Masked(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *floa
 func adamW8(p, grad, m, v *float32, n int, k *adamConsts) {
 	panic("cpu: no AdamW kernel on this architecture")
 }
+
+func haveGELUKernel() bool { return false }
+
+func biasGELU8(z, bias, y *float32, n int) { panic("cpu: no GELU kernel on this architecture") }
+
+func geluGrad8(z, dy, dz *float32, n int) { panic("cpu: no GELU kernel on this architecture") }

@@ -451,3 +451,44 @@ func TestAdamWVectorMatchesScalar(t *testing.T) {
 }
 
 func abs32(x float32) float32 { return float32(math.Abs(float64(x))) }
+
+// TestGELUVectorMatchesScalar: biasAct's and actGrad's eight-lane GELU
+// gives gelu's and geluGrad's bits, element for element, over a dense
+// sweep of z and at the special values (NaN, infinities, the ends of
+// exp32's range, where 2^128 takes two steps).
+func TestGELUVectorMatchesScalar(t *testing.T) {
+	if !haveGELUKernel() {
+		t.Skip("no AVX2: biasAct and actGrad run the scalar code")
+	}
+	var z []float32
+	for x := float32(-60); x < 60; x += 0.000731 {
+		z = append(z, x)
+	}
+	for _, x := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, math.Copysign(0, -1), 1e30, -1e30, 3e38, -3e38, 1e-30, -1e-30,
+		-9.4, -9.5, -9.6, 9.4, 9.5, 9.6, 44.36142, -44.36142, 43.668, -43.668, 44.0, -44.0} {
+		z = append(z, float32(x))
+	}
+	for len(z)%8 != 0 {
+		z = append(z, 1)
+	}
+	n := len(z)
+	bias := make([]float32, n) // one row of n columns
+	rng := rand.New(rand.NewPCG(11, 11))
+	for i := range bias {
+		bias[i] = float32(rng.NormFloat64() * 1e-3)
+	}
+	zz, y := slices.Clone(z), make([]float32, n)
+	biasAct(device.ActGELU, 1, n, zz, bias, y)
+	dy := randSlice(rng, n)
+	dz := make([]float32, n)
+	actGrad(device.ActGELU, 1, n, z, dy, dz)
+	for i, v := range z {
+		wz := v + bias[i]
+		if wy := gelu(wz); math.Float32bits(zz[i]) != math.Float32bits(wz) || math.Float32bits(y[i]) != math.Float32bits(wy) {
+			t.Fatalf("z %g: biasAct gives z %g, y %g; gelu gives %g", wz, zz[i], y[i], wy)
+		}
+		if w := dy[i] * geluGrad(v); math.Float32bits(dz[i]) != math.Float32bits(w) {
+			t.Fatalf("z %g: actGrad gives %g, dy*geluGrad gives %g", v, dz[i], w)
+		}
+	}
+}
