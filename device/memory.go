@@ -153,3 +153,10 @@ func UsedMemory(dev Device) (bytes int64, source string, err error) {
 	}
 	return dev.MemoryStats().DeviceInUse, "allocations", nil
 }
+
+// Trimmer is implemented by a backend that keeps freed device memory for
+// reuse (the CUDA pool): Trim gives what it keeps back to the driver, so
+// that another process can have it. Capture-unsafe.
+type Trimmer interface {
+	Trim() error
+}

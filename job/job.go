@@ -241,7 +241,7 @@ func (s Spec) Config(train, test *data.Dataset, opts Options) (trainer.Config, e
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Logger, cfg.Observer, cfg.Progress, cfg.Advance = opts.Logger, opts.Observer, opts.Progress, opts.Advance
+	cfg.Logger, cfg.Observer, cfg.Progress, cfg.Advance, cfg.Parker = opts.Logger, opts.Observer, opts.Progress, opts.Advance, opts.Parker
 	return cfg, cfg.Validate()
 }
 

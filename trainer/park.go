@@ -72,6 +72,13 @@ func (r *run) park(ctx context.Context, seq, done int) error {
 	if err := r.pool.Drop(r.dev); err != nil {
 		return fmt.Errorf("trainer: parking: dropping the pool's workspace: %w", err)
 	}
+	if t, ok := r.dev.(device.Trimmer); ok {
+		// Freed is not yet given back: the backend's cache would keep it
+		// from the other workers on the device.
+		if err := t.Trim(); err != nil {
+			return fmt.Errorf("trainer: parking: giving the freed memory back: %w", err)
+		}
+	}
 	after, _, err := device.UsedMemory(r.dev)
 	if err != nil {
 		return err

@@ -195,6 +195,7 @@ func (d *Device) PrefersLockedThread() bool { return true }
 var _ device.ThreadAffine = (*Device)(nil)
 var _ device.Granular = (*Device)(nil)
 var _ device.DriverMemory = (*Device)(nil)
+var _ device.Trimmer = (*Device)(nil)
 
 // Name is "cuda:<ordinal>".
 func (d *Device) Name() string { return d.name }
@@ -495,6 +496,24 @@ func (d *Device) Instantiate(g device.Graph) (device.Exec, error) {
 	d.execs[x] = struct{}{}
 	d.mu.Unlock()
 	return x, nil
+}
+
+// Trim gives the pool's cached blocks back to the driver, so that other
+// processes on the GPU can have the memory (a parked worker's). Blocks
+// still in use, or held by a live graph, stay.
+func (d *Device) Trim() error {
+	const op = "Trim"
+	if err := d.enter(op); err != nil {
+		return err
+	}
+	defer d.exit()
+	if err := d.checkUnsafe(op); err != nil {
+		return err
+	}
+	if err := d.pool.trim(); err != nil {
+		return d.wrap(op, err)
+	}
+	return nil
 }
 
 // AllocGranule is the pool's block size: every Alloc holds a multiple of it.

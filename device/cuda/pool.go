@@ -121,6 +121,13 @@ func (p *pool) trimLocked() error {
 	return first
 }
 
+// trim gives the cached blocks back to the driver.
+func (p *pool) trim() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.trimLocked()
+}
+
 // releaseAll gives every block, cached or in use, back to the driver (Close).
 func (p *pool) releaseAll() error {
 	p.mu.Lock()

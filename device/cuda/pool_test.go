@@ -132,3 +132,26 @@ func TestPoolReleaseAll(t *testing.T) {
 		t.Errorf("peak = %d, want 5100", st.peak)
 	}
 }
+
+// TestPoolTrimGivesCachedBlocksBack: trim returns the cached blocks to the
+// driver (a parked worker's memory, for the other processes) and keeps
+// the blocks in use.
+func TestPoolTrimGivesCachedBlocksBack(t *testing.T) {
+	f := newFakeDriver(0)
+	p := newPool(0, f.alloc, f.release)
+	a, _ := p.get(1000)
+	b, _ := p.get(5000)
+	if err := p.put(a, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.trim(); err != nil {
+		t.Fatal(err)
+	}
+	st := p.stats()
+	if f.used != 5120 || f.releases != 1 || st.reserved != 5120 || st.cached != 0 || st.inUse != 5000 {
+		t.Fatalf("after trim: driver holds %d bytes (%d releases), pool %+v; want only the block in use", f.used, f.releases, st)
+	}
+	if err := p.put(b, 5000); err != nil {
+		t.Fatal(err)
+	}
+}
