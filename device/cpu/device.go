@@ -1,5 +1,6 @@
-// Package cpu is tolaria's reference backend: the device contract in pure
-// Go with real float32 math. Each stream runs its work in order on its own
+// Package cpu is tolaria's reference backend: the device contract in Go
+// (with AVX kernels on amd64, no cgo) with real float32 math. Each stream
+// runs its work in order on its own
 // goroutine, events order work across streams, host calls return before the
 // work is done, and stream capture follows the CUDA driver's rules, so
 // ordering bugs and capture violations reproduce without a GPU.
@@ -28,9 +29,8 @@ type Config struct {
 	// half-copied buffer; it has no other use.
 	SlowCopy time.Duration
 	// Threads is how many threads the kernels split their work across;
-	// 0 means runtime.GOMAXPROCS(0), the cores Go may use. Results depend
-	// on it: the same thread count gives the same bits, and a different
-	// one may round GEMMs differently (within float32 tolerance).
+	// 0 means runtime.GOMAXPROCS(0), the cores Go may use. Results do not
+	// depend on it: every kernel gives the same bits at any thread count.
 	Threads int
 }
 

@@ -17,9 +17,9 @@ package cpu
 // multiply on separate pipes, that costs no throughput.
 //
 // A product is split into parts along the larger of C's two dimensions
-// (rows in multiples of 4, columns in multiples of 16), one part per
-// thread at most and only when each part has at least gemmGrain
-// multiply-adds. A transposed B is copied into k×n order (gemmTask.bt,
+// (rows in multiples of 4, columns in multiples of 16), at most
+// partsPerThread parts per thread and only when each part has at least
+// gemmGrain multiply-adds. A transposed B is copied into k×n order (gemmTask.bt,
 // made when the kernel is enqueued), so that the tiles read B's rows
 // contiguously; then the split is by columns, and each part copies the
 // columns it computes, so no part waits for another.
