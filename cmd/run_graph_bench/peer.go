@@ -46,7 +46,7 @@ func addPeerFlags(cmd *cobra.Command, p *peerOptions) {
 	f.IntSliceVar(&p.widths, "peer-widths", bench.DefaultPeerWidths, "hidden widths w of the side-by-side run: the model is 784-w-(w/2)-10")
 	f.StringVar(&p.epochWidths, "peer-epoch-widths", "256", `widths at which a whole Fashion-MNIST epoch is timed on both sides too: a list, "all" or "none"`)
 	f.IntVar(&p.rounds, "peer-rounds", bench.DefaultPeerRounds, "measurements per point and side, alternating which side goes first")
-	f.IntVar(&p.threads, "threads", 0, "threads of both sides in the side-by-side run: tolaria's GOMAXPROCS and the peer's torch.set_num_threads (0: the cores available)")
+	f.IntVar(&p.threads, "threads", 0, "threads of both sides in the side-by-side run: the CPU device's threads (and GOMAXPROCS) and the peer's torch.set_num_threads (0: the cores available)")
 	f.StringVar(&p.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST .gz files (side-by-side run)")
 }
 
@@ -82,10 +82,10 @@ func (o options) peerConfig(cmd *cobra.Command, shared *trainer.Shared) (bench.P
 	cfg = bench.PeerConfig{Command: strings.Fields(p.command), BatchSizes: p.batches, Widths: p.widths,
 		Threads: p.threads, WarmupSteps: o.warmup, SettleSteps: o.settle, Steps: o.steps, Rounds: p.rounds,
 		DataDir: p.dataDir, Seed: o.seed}
-	cfg.Epoch = epochRunner(shared, openCPU, cfg.DataDir)
 	if cfg.Threads == 0 {
 		cfg.Threads = runtime.NumCPU()
 	}
+	cfg.Epoch = epochRunner(shared, openCPU(cfg.Threads), cfg.DataDir, cfg.Threads)
 	cfg.Env = []string{fmt.Sprintf("OMP_NUM_THREADS=%d", cfg.Threads)}
 	switch p.epochWidths {
 	case "none":
@@ -129,9 +129,10 @@ func runPeerBench(cmd *cobra.Command, shared *trainer.Shared, o options, argv []
 	if !o.quiet {
 		cfg.Progress = func(msg string) { fmt.Fprintln(stderr, "run_graph_bench:", msg) }
 	}
-	// The CPU device's kernels (gonum's GEMM) run on GOMAXPROCS threads.
+	// The CPU device splits its kernels across cfg.Threads threads; Go
+	// gets as many, as a process started with GOMAXPROCS=threads would.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cfg.Threads))
-	rep, err := bench.RunPeer(cmd.Context(), shared.Guard(), openCPU, cfg)
+	rep, err := bench.RunPeer(cmd.Context(), shared.Guard(), openCPU(cfg.Threads), cfg)
 	if err != nil {
 		return err
 	}
@@ -149,14 +150,17 @@ func runPeerBench(cmd *cobra.Command, shared *trainer.Shared, o options, argv []
 	return writePeerText(stdout, rep)
 }
 
-// openCPU opens tolaria's side of the comparison: the CPU device.
-func openCPU() (device.Device, error) { return cpu.Open(cpu.Config{}) }
+// openCPU opens tolaria's side of the comparison: the CPU device, its
+// kernels split across threads threads.
+func openCPU(threads int) bench.Opener {
+	return func() (device.Device, error) { return cpu.Open(cpu.Config{Threads: threads}) }
+}
 
 // epochRunner times tolaria's epoch as `tolaria train --device cpu
 // --enable-graphs --epochs 1` runs it (the job's defaults, the point's
 // batch size and model), in a temporary run directory, on Fashion-MNIST
 // loaded and standardised once.
-func epochRunner(shared *trainer.Shared, open bench.Opener, dataDir string) bench.EpochFunc {
+func epochRunner(shared *trainer.Shared, open bench.Opener, dataDir string, threads int) bench.EpochFunc {
 	var (
 		once        sync.Once
 		train, test *data.Dataset
@@ -165,7 +169,7 @@ func epochRunner(shared *trainer.Shared, open bench.Opener, dataDir string) benc
 	return func(ctx context.Context, w bench.Workload, seed uint64) (bench.PeerEpoch, error) {
 		spec := job.Default()
 		spec.Device, spec.EnableGraphs, spec.Epochs, spec.DataDir = "cpu", true, 1, dataDir
-		spec.BatchSize, spec.Hidden, spec.Seed = w.BatchSize, slices.Clone(w.Spec.Hidden), seed
+		spec.BatchSize, spec.Hidden, spec.Seed, spec.CPUThreads = w.BatchSize, slices.Clone(w.Spec.Hidden), seed, threads
 		dir, err := os.MkdirTemp("", "run_graph_bench-epoch-")
 		if err != nil {
 			return bench.PeerEpoch{}, err
