@@ -437,9 +437,14 @@ func (s *budgetSink) ask(req jobserver.BudgetRequest, reply jobserver.BudgetRepl
 		}
 		return reply.Grant(jobserver.BudgetGrant{Bytes: g.Bytes, WaitedSeconds: g.Waited.Seconds()})
 	}
+	// A grant made while the request is booked (by another trial's end)
+	// is recorded after the wait, in the events and the display alike.
+	recorded := make(chan struct{})
+	defer close(recorded)
 	t, g, now, err := tb.Broker.Ask(Ask{Trial: tb.Trial, Device: tb.Device, Bill: req.Bill, Total: req.Total, Free: req.Free,
 		Priority: tb.Priority,
 		OnGrant: func(g Grant) {
+			<-recorded
 			// The worker may have gone meanwhile; its call's end says so.
 			_ = granted(g)
 		},

@@ -433,3 +433,39 @@ func TestSweepPriorities(t *testing.T) {
 		t.Fatalf("--priority on a key that is not a number: %v", err)
 	}
 }
+
+// TestSweepInterruptedWhileWaiting: a sweep interrupted while a trial
+// waits for its budget records that trial interrupted, saying it was
+// waiting, and the sweep resumes it.
+func TestSweepInterruptedWhileWaiting(t *testing.T) {
+	cfg := sweepConfig(t, strings.Replace(budgetSweep, "epochs: 4", "epochs: 400", 1))
+	cfg.Parallel = 2
+	cfg.DeviceMemory = int64(float64(trialBill(t, cfg, "one")) / 0.6)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg.Report = func(u TrialUpdate) {
+		if u.Budget != nil && u.Budget.Waiting {
+			cancel()
+		}
+	}
+	res, _ := runSweep(t, ctx, cfg)
+	if res.Counts["interrupted"] != 2 {
+		t.Fatalf("counts %v: %+v", res.Counts, res.Trials)
+	}
+	var waiter TrialResult
+	for _, r := range res.Trials {
+		if !strings.Contains(r.Reason, "checkpoint saved") {
+			waiter = r
+		}
+	}
+	if waiter.Reason != "interrupted while waiting for device memory: stopped before the budget was granted; nothing was allocated or trained" {
+		t.Fatalf("the waiting trial's reason: %q", waiter.Reason)
+	}
+	if _, err := os.Stat(filepath.Join(waiter.RunDir, SummaryFile)); err == nil {
+		t.Errorf("the waiting trial has a summary; it trained nothing")
+	}
+	res, _ = runSweep(t, context.Background(), resumeConfig(t, cfg))
+	if res.Counts["succeeded"] != 2 {
+		t.Fatalf("resumed: counts %v", res.Counts)
+	}
+}

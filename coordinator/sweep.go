@@ -719,6 +719,9 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	}
 	sum, err := run.Train(ctx, progress)
 	if err != nil {
+		if we := (*worker.Error)(nil); ctx.Err() != nil && errors.As(err, &we) && we.Kind == worker.KindBudget {
+			return outcome{state: TrialInterrupted, reason: "interrupted while waiting for device memory: " + we.Message}
+		}
 		if ctx.Err() != nil {
 			o := failed(fmt.Errorf("interrupted, and the worker failed while stopping: %w", err))
 			o.state = TrialInterrupted

@@ -69,7 +69,9 @@ func askBudget(ctx context.Context, conn *worker.Conn, plan *job.Plan, dev devic
 	if err != nil {
 		return err
 	}
-	_, err = conn.AskBudget(ctx, body)
+	if _, err = conn.AskBudget(ctx, body); err != nil && ctx.Err() != nil {
+		return &worker.Error{Kind: worker.KindBudget, Message: "stopped before the budget was granted; nothing was allocated or trained"}
+	}
 	return err
 }
 
