@@ -226,9 +226,12 @@ trials:
 // after the first ended, and its training starts after the first's
 // ended.
 func TestSweepTrialsWaitForDeviceMemory(t *testing.T) {
-	cfg := sweepConfig(t, budgetSweep)
+	// one trains long enough that two, started once one holds its budget,
+	// asks while it trains.
+	cfg := sweepConfig(t, strings.Replace(budgetSweep, "  - {name: one}", "  - {name: one, epochs: 60}", 1))
 	cfg.Parallel = 2
 	cfg.DeviceMemory = int64(float64(trialBill(t, cfg, "one")) / 0.6)
+	t.Setenv(startAfterEnv, "two=one")
 	var mu sync.Mutex
 	var waits []string
 	cfg.Report = func(u TrialUpdate) {
@@ -242,14 +245,10 @@ func TestSweepTrialsWaitForDeviceMemory(t *testing.T) {
 	if res.Counts["succeeded"] != 2 {
 		t.Fatalf("counts %v", res.Counts)
 	}
-	if len(waits) != 1 {
-		t.Fatalf("trials reported waiting: %v, want one", waits)
+	if len(waits) != 1 || waits[0] != "two" {
+		t.Fatalf("trials reported waiting: %v, want two", waits)
 	}
-	waiter, holder := waits[0], "one"
-	if waiter == "one" {
-		holder = "two"
-	}
-	w, h := readEvents(t, filepath.Join(cfg.Dir, waiter)), readEvents(t, filepath.Join(cfg.Dir, holder))
+	h, w := readEvents(t, filepath.Join(cfg.Dir, "one")), readEvents(t, filepath.Join(cfg.Dir, "two"))
 	if len(kinds(h, EventBudgetWait)) != 0 || len(kinds(h, EventBudgetGrant)) != 1 {
 		t.Fatalf("the first trial's budget events: %v", h)
 	}
@@ -261,7 +260,7 @@ func TestSweepTrialsWaitForDeviceMemory(t *testing.T) {
 		t.Errorf("granted after waiting %v seconds", grant[0].Fields["waited_seconds"])
 	}
 	hEpochs, wEpochs := kinds(h, trainer.EventEpoch), kinds(w, trainer.EventEpoch)
-	if len(hEpochs) != 4 || len(wEpochs) != 4 {
+	if len(hEpochs) != 60 || len(wEpochs) != 4 {
 		t.Fatalf("epochs: %d and %d", len(hEpochs), len(wEpochs))
 	}
 	if last := hEpochs[len(hEpochs)-1].Time; grant[0].Time.Before(last) {
@@ -351,7 +350,7 @@ func TestBrokerParksForHigherPriority(t *testing.T) {
 }
 
 // prioritySweep has a long trial of low priority and a short one of
-// high priority, which starts a little later.
+// high priority, which the test starts once the first holds its budget.
 const prioritySweep = `
 base:
   dataset: synthetic
@@ -374,7 +373,7 @@ func TestSweepParksALowerPriorityTrial(t *testing.T) {
 	cfg := sweepConfig(t, prioritySweep)
 	cfg.Parallel = 2
 	cfg.DeviceMemory = int64(float64(trialBill(t, cfg, "low")) / 0.6)
-	t.Setenv(startDelayEnv, "high=400")
+	t.Setenv(startAfterEnv, "high=low")
 	res, _ := runSweep(t, context.Background(), cfg)
 	if res.Counts["succeeded"] != 2 {
 		t.Fatalf("counts %v: %+v", res.Counts, res.Trials)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,15 +31,16 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// startDelayEnv ("NAME=MS") makes the test worker of the job whose run
-// directory is named NAME wait MS milliseconds before it serves, so a
+// startAfterEnv ("NAME=OTHER") makes the test worker of the job whose run
+// directory is named NAME wait, before it serves, until the trial OTHER of
+// the same sweep has been granted its budget (its events say so), so a
 // test can order the trials' budget requests.
-const startDelayEnv = "TOLARIA_COORDINATOR_TEST_START_DELAY"
+const startAfterEnv = "TOLARIA_COORDINATOR_TEST_START_AFTER"
 
-// delayedStart reads the request's first line and, when startDelayEnv
+// delayedStart reads the request's first line and, when startAfterEnv
 // names its job, waits before handing it on.
 func delayedStart(stdin io.Reader) io.Reader {
-	name, ms, ok := strings.Cut(os.Getenv(startDelayEnv), "=")
+	name, other, ok := strings.Cut(os.Getenv(startAfterEnv), "=")
 	if !ok {
 		return stdin
 	}
@@ -50,8 +50,12 @@ func delayedStart(stdin io.Reader) io.Reader {
 		Body job.Spec `json:"body"`
 	}
 	if json.Unmarshal(line, &start) == nil && filepath.Base(start.Body.RunDir) == name {
-		d, _ := strconv.Atoi(ms)
-		time.Sleep(time.Duration(d) * time.Millisecond)
+		events := filepath.Join(filepath.Dir(start.Body.RunDir), other, "events.jsonl")
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if raw, err := os.ReadFile(events); err == nil && bytes.Contains(raw, []byte(`"budget_grant"`)) {
+				break
+			}
+		}
 	}
 	return io.MultiReader(bytes.NewReader(line), r)
 }
