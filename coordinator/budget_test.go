@@ -431,6 +431,14 @@ func TestSweepPriorities(t *testing.T) {
 	if err := setPriorities(sw, "optimizer"); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), `trial "a"`) {
 		t.Fatalf("--priority on a key that is not a number: %v", err)
 	}
+	// A trial that does not override the key takes the base's value.
+	sw, _ = ReadSweep(writeSweep(t, "base: {dataset: synthetic, epochs: 7}\ntrials:\n  - {name: a, priority: 9}\n  - {name: b, epochs: 2}\n"))
+	if err := setPriorities(sw, "epochs"); err != nil || sw.Trials[0].Priority != 7 || sw.Trials[1].Priority != 2 {
+		t.Fatalf("--priority epochs with epochs in base: %v, priorities %v, %v; want 7 and 2", err, sw.Trials[0].Priority, sw.Trials[1].Priority)
+	}
+	if err := setPriorities(sw, "epoch"); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "epoch is not a setting") {
+		t.Fatalf("--priority naming no setting: %v", err)
+	}
 }
 
 // TestSweepInterruptedWhileWaiting: a sweep interrupted while a trial

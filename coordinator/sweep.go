@@ -19,6 +19,7 @@ import (
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -789,16 +790,21 @@ func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{h.Handler.WithGroup(name), h.min}
 }
 
-// setPriorities gives each trial the value of key among its overrides as
-// its priority; "" keeps the trials' own.
+// setPriorities gives each trial the value of key in its job as its
+// priority (its override, else the sweep's base or the default); ""
+// keeps the trials' own. A key that is not a job setting is refused, so a
+// misspelt --priority does not leave every trial at the same priority.
 func setPriorities(sw *Sweep, key string) error {
 	if key == "" {
 		return nil
 	}
+	if job.Usage(field.Name(key)) == "" {
+		return configErr(field.Errorf("priority", "%s is not a setting of a job; give a key whose values are numbers, e.g. one of the sweep's grid keys", key))
+	}
 	for i := range sw.Trials {
 		v, ok := sw.Trials[i].Overrides[field.Name(key)]
 		if !ok {
-			continue
+			v = sw.Trials[i].Spec.Get(field.Name(key))
 		}
 		switch n := v.(type) {
 		case int:
