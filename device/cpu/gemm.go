@@ -67,18 +67,36 @@ func (g *gemmTask) run(t *team) {
 	t.run(g, min(t.parts(m*n*g.k, gemmGrain), (dim+align-1)/align))
 }
 
-func (g *gemmTask) part(i, parts int) {
+func (g *gemmTask) part(i, parts int, s *scratch) {
 	if g.byRows {
 		lo, hi := span(i, parts, g.m, 4)
-		g.block(lo, hi, 0, g.n)
+		g.block(lo, hi, 0, g.n, s.pack)
 		return
 	}
 	lo, hi := span(i, parts, g.n, 16)
 	if g.transB {
 		g.pack(lo, hi)
 	}
-	g.block(0, g.m, lo, hi)
+	g.block(0, g.m, lo, hi, s.pack)
 }
+
+// The cache blocking of large products. A tile reads its 16 columns of B
+// for every l: with B's rows n floats apart, each l is another cache line
+// and, from n = 1024 on, another page, so a long k runs out of the L1
+// cache and the TLB, and every row of tiles reads the panel from memory
+// again. So a part at least packRows rows tall computes its C in k-blocks
+// of gemmKC: for each block and each 16 columns it copies that panel of B
+// (gemmKC×16, 16 KiB) into the thread's scratch, where it stays in L1 for
+// the gemmMC rows of tiles that use it, while those rows' gemmKC-long
+// stretch of A (at most 256 KiB) stays in L2. Between k-blocks a tile
+// stores its sums to C and the next block loads them: a float32 store and
+// load change no bits, so each element still adds its products in l order,
+// as gemmLoop does.
+const (
+	gemmKC   = 256
+	gemmMC   = 256
+	packRows = 16
+)
 
 // pack copies the rows j0..j1 of the n×k b into the columns j0..j1 of the
 // k×n bt, eight rows at a time, so that each l writes 32 contiguous bytes.
@@ -101,8 +119,9 @@ func (g *gemmTask) pack(j0, j1 int) {
 	}
 }
 
-// block computes the rows i0..i1 and columns j0..j1 of C.
-func (g *gemmTask) block(i0, i1, j0, j1 int) {
+// block computes the rows i0..i1 and columns j0..j1 of C; pack is
+// scratch for a panel of B.
+func (g *gemmTask) block(i0, i1, j0, j1 int, pack []float32) {
 	m, n, k := g.m, g.n, g.k
 	b := g.b
 	if g.transB {
@@ -119,6 +138,10 @@ func (g *gemmTask) block(i0, i1, j0, j1 int) {
 		mask[j] = -1
 	}
 	kernel := haveKernel()
+	if kernel && i1-i0 >= packRows && len(pack) >= gemmKC*16 {
+		g.blockPacked(i0, i1, j0, j1, b, pack, aAt, rs, cs, load, &mask)
+		return
+	}
 	for jt := j0; jt < j1; jt += 16 {
 		w := min(16, j1-jt)
 		i := i0
@@ -132,6 +155,39 @@ func (g *gemmTask) block(i0, i1, j0, j1 int) {
 		}
 		for ; i < i1; i++ {
 			g.row(i, jt, jt+w, b)
+		}
+	}
+}
+
+// blockPacked is block for parts tall enough to pack panels of B (see
+// gemmKC); b is op(B) in k×n order.
+func (g *gemmTask) blockPacked(i0, i1, j0, j1 int, b, pack []float32, aAt, rs, cs int, load bool, mask *[32]int32) {
+	n, k := g.n, g.k
+	tiled := i0 + (i1-i0)/4*4
+	for l0 := 0; l0 < k; l0 += gemmKC {
+		kc := min(gemmKC, k-l0)
+		ld := load || l0 > 0
+		for ib := i0; ib < tiled; ib += gemmMC {
+			ie := min(tiled, ib+gemmMC)
+			for jt := j0; jt < j1; jt += 16 {
+				w := min(16, j1-jt)
+				for l := range kc {
+					copy(pack[l*16:l*16+w], b[(l0+l)*n+jt:(l0+l)*n+jt+w])
+				}
+				for i := ib; i < ie; i += 4 {
+					a, c := &g.a[i*aAt+l0*(cs/4)], &g.c[i*n+jt]
+					if w == 16 {
+						kern4x16(a, uintptr(rs), uintptr(cs), &pack[0], 64, c, uintptr(4*n), kc, ld)
+					} else {
+						kern4x16Masked(a, uintptr(rs), uintptr(cs), &pack[0], 64, c, uintptr(4*n), kc, ld, &mask[16-w])
+					}
+				}
+			}
+		}
+	}
+	for i := tiled; i < i1; i++ {
+		for jt := j0; jt < j1; jt += 16 {
+			g.row(i, jt, min(j1, jt+16), b)
 		}
 	}
 }

@@ -9,18 +9,19 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/device/cpu/internal/openblas"
 )
 
-// mlpGemmShapes are the GEMMs of one training step of the default MLP
-// (job.Default: 784-256-128-10) at a batch size, as nn.Step issues them:
-// forward X·W, weight gradient Aᵀ·D (transposed A), input gradient D·Wᵀ
-// (transposed B; the first layer has none).
-func mlpGemmShapes(batch int) []gemmShape {
-	widths := []int{784, 256, 128, 10}
+// mlpGemmShapes are the GEMMs of one training step of the MLP
+// 784-width-width/2-10 (job.Default has width 256) at a batch size, as
+// nn.Step issues them: forward X·W, weight gradient Aᵀ·D (transposed A),
+// input gradient D·Wᵀ (transposed B; the first layer has none).
+func mlpGemmShapes(batch, width int) []gemmShape {
+	widths := []int{784, width, width / 2, 10}
 	var out []gemmShape
 	for i := 0; i+1 < len(widths); i++ {
 		in, o := widths[i], widths[i+1]
@@ -42,7 +43,10 @@ func mlpGemmShapes(batch int) []gemmShape {
 //
 //	TOLARIA_GEMM_RATIO=1 go test -tags openblas -run TestGemmRatio -v ./device/cpu/
 //
-// TOLARIA_GEMM_THREADS sets the thread count (default GOMAXPROCS). Rounds
+// TOLARIA_GEMM_THREADS sets the thread count (default GOMAXPROCS);
+// TOLARIA_GEMM_BATCHES (default 64,256) and TOLARIA_GEMM_WIDTHS (hidden
+// widths, default 256) choose the models and batches whose shapes run,
+// TOLARIA_GEMM_ROUNDS the number of rounds (default 11). Rounds
 // alternate the two, each timing enough calls to take about 20 ms after an
 // idle pause, and a side's figure is its median round, so a change in the
 // machine's load falls on both alike.
@@ -58,11 +62,13 @@ func TestGemmRatio(t *testing.T) {
 		}
 		threads = n
 	}
+	batches := envInts(t, "TOLARIA_GEMM_BATCHES", []int{64, 256})
+	widths := envInts(t, "TOLARIA_GEMM_WIDTHS", []int{256})
 	openblas.SetThreads(threads)
 	if got := openblas.Threads(); got != threads {
 		t.Fatalf("OpenBLAS runs %d threads after openblas_set_num_threads(%d)", got, threads)
 	}
-	const rounds = 11
+	rounds := envInts(t, "TOLARIA_GEMM_ROUNDS", []int{11})[0]
 	// idle is the pause before each round. OpenBLAS's threads spin for a
 	// while after a call before they sleep (pthreads: about 2^28 cycles;
 	// OpenMP: GOMP_SPINCOUNT), and a thread spinning through the device's
@@ -71,38 +77,63 @@ func TestGemmRatio(t *testing.T) {
 	// free.
 	const idle = 200 * time.Millisecond
 	fmt.Printf("%s; %d threads; %d alternating rounds, medians; device tiles: %s\n", openblas.Config(), threads, rounds, kernelName)
-	fmt.Printf("%-8s %-18s %12s %12s %7s\n", "batch", "m x k x n", "OpenBLAS", "device", "ratio")
+	fmt.Printf("%-8s %-6s %-20s %12s %12s %7s\n", "batch", "width", "m x k x n", "OpenBLAS", "device", "ratio")
 	withTeam(threads, func(tm *team) {
-		for _, batch := range []int{64, 256} {
-			for _, s := range mlpGemmShapes(batch) {
-				rng := rand.New(rand.NewPCG(1, 2))
-				a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
-				lda, ldb := s.k, s.n
-				if s.transA {
-					lda = s.m
-				}
-				if s.transB {
-					ldb = s.k
-				}
-				ref := func() {
-					openblas.Sgemm(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, b, ldb, 0, c, s.n)
-				}
-				task := newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, a, b, 0, c)
-				dev := func() { task.run(tm) }
-				reps := repsFor(dev)
-				var refT, devT []float64
-				for range rounds {
-					time.Sleep(idle)
-					refT = append(refT, timeCalls(ref, reps))
-					time.Sleep(idle)
-					devT = append(devT, timeCalls(dev, reps))
-				}
-				flop := 2 * float64(s.m*s.n*s.k)
-				refG, devG := flop/median(refT)/1e9, flop/median(devT)/1e9
-				fmt.Printf("%-8d %-18s %8.1f GF/s %8.1f GF/s %7.2f\n", batch, s.String(), refG, devG, devG/refG)
+		for _, width := range widths {
+			for _, batch := range batches {
+				gemmRatioShapes(tm, batch, width, rounds, idle)
 			}
 		}
 	})
+}
+
+// gemmRatioShapes prints TestGemmRatio's rows for one model and batch.
+func gemmRatioShapes(tm *team, batch, width, rounds int, idle time.Duration) {
+	for _, s := range mlpGemmShapes(batch, width) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
+		lda, ldb := s.k, s.n
+		if s.transA {
+			lda = s.m
+		}
+		if s.transB {
+			ldb = s.k
+		}
+		ref := func() {
+			openblas.Sgemm(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, b, ldb, 0, c, s.n)
+		}
+		task := newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, a, b, 0, c)
+		dev := func() { task.run(tm) }
+		reps := repsFor(dev)
+		var refT, devT []float64
+		for range rounds {
+			time.Sleep(idle)
+			refT = append(refT, timeCalls(ref, reps))
+			time.Sleep(idle)
+			devT = append(devT, timeCalls(dev, reps))
+		}
+		flop := 2 * float64(s.m*s.n*s.k)
+		refG, devG := flop/median(refT)/1e9, flop/median(devT)/1e9
+		fmt.Printf("%-8d %-6d %-20s %8.1f GF/s %8.1f GF/s %7.2f\n", batch, width, s.String(), refG, devG, devG/refG)
+	}
+}
+
+// envInts reads a comma-separated list of positive integers from the
+// environment variable name, or returns def when it is unset.
+func envInts(t *testing.T, name string, def []int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a comma-separated list of positive integers", name, v)
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // repsFor returns how many calls of f take about 20 ms.

@@ -413,7 +413,7 @@ func (c *clipTask) run(t *team) {
 	}
 }
 
-func (c *clipTask) part(i, n int) {
+func (c *clipTask) part(i, n int, _ *scratch) {
 	if c.factor != 0 {
 		lo, hi := span(i, n, len(c.x), 16)
 		scale(c.x[lo:hi], c.factor)

@@ -56,7 +56,7 @@ type rangeTask struct {
 // own: a hand-off to a helper costs a few microseconds.
 const elemGrain = 1 << 14
 
-func (r *rangeTask) part(i, n int) {
+func (r *rangeTask) part(i, n int, _ *scratch) {
 	lo, hi := span(i, n, r.total, r.align)
 	if lo < hi {
 		r.fn(lo, hi)

@@ -21,10 +21,22 @@ import (
 // value made when the kernel was enqueued (or captured), and a helper is
 // handed the kernel by value over a channel.
 
-// task is a kernel split into parts; part(i, n) runs part i of n.
+// task is a kernel split into parts; part(i, n, s) runs part i of n with
+// the scratch memory of the thread that runs it.
 type task interface {
-	part(i, n int)
+	part(i, n int, s *scratch)
 }
+
+// scratch is memory of one worker thread's own, for kernels that copy
+// operands into a cache-friendly order (the GEMM's packed panels of B).
+// Each helper goroutine and each stream's team has one, allocated once, so
+// no kernel allocates it on the step path and no two parts running at
+// once share it.
+type scratch struct {
+	pack []float32 // gemmKC×16 floats: one packed panel of B
+}
+
+func newScratch() *scratch { return &scratch{pack: make([]float32, gemmKC*16)} }
 
 // job asks a helper to take parts of a task until none is left.
 type job struct {
@@ -34,14 +46,14 @@ type job struct {
 	done *sync.WaitGroup
 }
 
-// take runs parts of j's task until none is left.
-func (j job) take() {
+// take runs parts of j's task until none is left, with s as scratch.
+func (j job) take(s *scratch) {
 	for {
 		i := int(j.next.Add(1) - 1)
 		if i >= j.n {
 			return
 		}
-		j.t.part(i, j.n)
+		j.t.part(i, j.n, s)
 	}
 }
 
@@ -64,8 +76,9 @@ func startHelpers(threads int) *helpers {
 
 func (h *helpers) loop() {
 	defer h.wg.Done()
+	s := newScratch()
 	for j := range h.jobs {
-		j.take()
+		j.take(s)
 		j.done.Done()
 	}
 }
@@ -84,6 +97,7 @@ type team struct {
 	h    *helpers
 	next atomic.Int64
 	done sync.WaitGroup
+	s    *scratch // the stream goroutine's, made on its first kernel
 }
 
 // threads is how many parts a kernel may usefully split into.
@@ -97,8 +111,15 @@ func (t *team) threads() int {
 // run runs t's n parts and returns when all are done. n <= 1 runs the
 // whole task on the calling goroutine.
 func (t *team) run(k task, n int) {
+	if t == nil {
+		k.part(0, 1, newScratch())
+		return
+	}
+	if t.s == nil {
+		t.s = newScratch()
+	}
 	if n <= 1 || t.threads() == 1 {
-		k.part(0, 1)
+		k.part(0, 1, t.s)
 		return
 	}
 	t.next.Store(0)
@@ -108,7 +129,7 @@ func (t *team) run(k task, n int) {
 	for range helpers {
 		t.h.jobs <- j
 	}
-	j.take()
+	j.take(t.s)
 	t.done.Wait()
 }
 
