@@ -70,14 +70,14 @@ func (g *gemmTask) run(t *team) {
 func (g *gemmTask) part(i, parts int, s *scratch) {
 	if g.byRows {
 		lo, hi := span(i, parts, g.m, 4)
-		g.block(lo, hi, 0, g.n, s.pack)
+		g.block(lo, hi, 0, g.n, s)
 		return
 	}
 	lo, hi := span(i, parts, g.n, 16)
 	if g.transB {
 		g.pack(lo, hi)
 	}
-	g.block(0, g.m, lo, hi, s.pack)
+	g.block(0, g.m, lo, hi, s)
 }
 
 // The cache blocking of large products. A tile reads its 16 columns of B
@@ -91,7 +91,10 @@ func (g *gemmTask) part(i, parts int, s *scratch) {
 // stretch of A (at most 256 KiB) stays in L2. Between k-blocks a tile
 // stores its sums to C and the next block loads them: a float32 store and
 // load change no bits, so each element still adds its products in l order,
-// as gemmLoop does.
+// as gemmLoop does. A transposed A has the same trouble when m is large
+// (its rows of op(A) are columns, m floats apart for each l), so then its
+// block of gemmMC rows by gemmKC is copied too, each 4 rows of a tile
+// interleaved by l.
 const (
 	gemmKC   = 256
 	gemmMC   = 256
@@ -119,9 +122,9 @@ func (g *gemmTask) pack(j0, j1 int) {
 	}
 }
 
-// block computes the rows i0..i1 and columns j0..j1 of C; pack is
-// scratch for a panel of B.
-func (g *gemmTask) block(i0, i1, j0, j1 int, pack []float32) {
+// block computes the rows i0..i1 and columns j0..j1 of C, with s as
+// scratch for packed panels.
+func (g *gemmTask) block(i0, i1, j0, j1 int, s *scratch) {
 	m, n, k := g.m, g.n, g.k
 	b := g.b
 	if g.transB {
@@ -138,8 +141,8 @@ func (g *gemmTask) block(i0, i1, j0, j1 int, pack []float32) {
 		mask[j] = -1
 	}
 	kernel := haveKernel()
-	if kernel && i1-i0 >= packRows && len(pack) >= gemmKC*16 {
-		g.blockPacked(i0, i1, j0, j1, b, pack, aAt, rs, cs, load, &mask)
+	if kernel && i1-i0 >= packRows && s != nil {
+		g.blockPacked(i0, i1, j0, j1, b, s, aAt, rs, cs, load, &mask)
 		return
 	}
 	for jt := j0; jt < j1; jt += 16 {
@@ -161,25 +164,46 @@ func (g *gemmTask) block(i0, i1, j0, j1 int, pack []float32) {
 
 // blockPacked is block for parts tall enough to pack panels of B (see
 // gemmKC); b is op(B) in k×n order.
-func (g *gemmTask) blockPacked(i0, i1, j0, j1 int, b, pack []float32, aAt, rs, cs int, load bool, mask *[32]int32) {
-	n, k := g.n, g.k
+func (g *gemmTask) blockPacked(i0, i1, j0, j1 int, b []float32, s *scratch, aAt, rs, cs int, load bool, mask *[32]int32) {
+	m, n, k := g.m, g.n, g.k
+	pack := s.pack
+	// A transposed A is packed only when its columns are a page apart or
+	// more (m >= 1024 floats) and the block serves several panels of B:
+	// measured on the MLP's shapes, packing it otherwise costs more than
+	// it saves.
+	packA := g.transA && m >= 1024 && j1-j0 > 64
 	tiled := i0 + (i1-i0)/4*4
 	for l0 := 0; l0 < k; l0 += gemmKC {
 		kc := min(gemmKC, k-l0)
 		ld := load || l0 > 0
 		for ib := i0; ib < tiled; ib += gemmMC {
 			ie := min(tiled, ib+gemmMC)
+			if packA {
+				// Tile t's rows go to packA[t*4*kc:], l by l.
+				pa := s.packA
+				for i := ib; i < ie; i += 4 {
+					d := pa[(i-ib)*kc : (i-ib+4)*kc]
+					for l := range kc {
+						src := g.a[(l0+l)*m+i : (l0+l)*m+i+4]
+						copy(d[l*4:l*4+4], src)
+					}
+				}
+			}
 			for jt := j0; jt < j1; jt += 16 {
 				w := min(16, j1-jt)
 				for l := range kc {
 					copy(pack[l*16:l*16+w], b[(l0+l)*n+jt:(l0+l)*n+jt+w])
 				}
 				for i := ib; i < ie; i += 4 {
-					a, c := &g.a[i*aAt+l0*(cs/4)], &g.c[i*n+jt]
+					a, ars, acs := &g.a[i*aAt+l0*(cs/4)], rs, cs
+					if packA {
+						a, ars, acs = &s.packA[(i-ib)*kc], 4, 16
+					}
+					c := &g.c[i*n+jt]
 					if w == 16 {
-						kern4x16(a, uintptr(rs), uintptr(cs), &pack[0], 64, c, uintptr(4*n), kc, ld)
+						kern4x16(a, uintptr(ars), uintptr(acs), &pack[0], 64, c, uintptr(4*n), kc, ld)
 					} else {
-						kern4x16Masked(a, uintptr(rs), uintptr(cs), &pack[0], 64, c, uintptr(4*n), kc, ld, &mask[16-w])
+						kern4x16Masked(a, uintptr(ars), uintptr(acs), &pack[0], 64, c, uintptr(4*n), kc, ld, &mask[16-w])
 					}
 				}
 			}
@@ -290,3 +314,5 @@ func gemmLoop(transA, transB bool, m, n, k int, alpha float32, a, b []float32, b
 		}
 	}
 }
+
+const packA = false

@@ -75,6 +75,7 @@ var gemmShapes = slices.Concat(benchShapes, []gemmShape{
 	{m: 518, k: 530, n: 37},
 	{m: 262, k: 520, n: 40, transA: true},
 	{m: 30, k: 600, n: 300, transB: true},
+	{m: 1030, k: 300, n: 80, transA: true}, // packs A too
 })
 
 // TestGemmAgainstNaive checks that the device's GEMM, split across 1 to 3

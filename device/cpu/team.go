@@ -33,10 +33,13 @@ type task interface {
 // no kernel allocates it on the step path and no two parts running at
 // once share it.
 type scratch struct {
-	pack []float32 // gemmKC×16 floats: one packed panel of B
+	pack  []float32 // gemmKC×16 floats: one packed panel of B
+	packA []float32 // gemmMC×gemmKC floats: a block of a transposed A
 }
 
-func newScratch() *scratch { return &scratch{pack: make([]float32, gemmKC*16)} }
+func newScratch() *scratch {
+	return &scratch{pack: make([]float32, gemmKC*16), packA: make([]float32, gemmMC*gemmKC)}
+}
 
 // job asks a helper to take parts of a task until none is left.
 type job struct {
