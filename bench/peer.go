@@ -61,6 +61,15 @@ type PeerConfig struct {
 	// alternates round by round (tolaria first, then the peer first, ...),
 	// so that a change in the machine's load falls on both alike.
 	Rounds int
+	// WaitPolicies are the OMP_WAIT_POLICY settings the peer runs under
+	// (its --omp-wait-policy: "passive", "active", or "unset" for the
+	// OpenMP runtime's default). Each is measured at every point in every
+	// round, in the rotating order, and the point compares tolaria with
+	// the fastest: the policy that suits the peer best depends on the
+	// machine's load (spinning threads win on a quiet machine and stall
+	// on a busy one). Empty: one peer run per round with the peer's own
+	// default.
+	WaitPolicies []string `json:"wait_policies,omitempty"`
 	// DataDir holds the Fashion-MNIST files the peer reads.
 	DataDir string
 	Seed    uint64
@@ -117,6 +126,14 @@ func (c PeerConfig) Validate() error {
 	case len(c.EpochWidths) > 0 && c.Epoch == nil:
 		return errors.New("peer-epoch-widths: epochs are asked for but nothing times tolaria's epoch")
 	}
+	for i, p := range c.WaitPolicies {
+		if !slices.Contains(PeerWaitPolicies, p) {
+			return fmt.Errorf("peer-wait-policies: %q is not one of %s", p, strings.Join(PeerWaitPolicies, ", "))
+		}
+		if slices.Contains(c.WaitPolicies[:i], p) {
+			return fmt.Errorf("peer-wait-policies: %q is given twice", p)
+		}
+	}
 	for _, b := range c.BatchSizes {
 		if b < 1 || b > MaxBatchSize {
 			return fmt.Errorf("peer-batch-sizes: each batch size must be in 1..%d, got %d", MaxBatchSize, b)
@@ -135,6 +152,9 @@ func (c PeerConfig) Validate() error {
 	return nil
 }
 
+// PeerWaitPolicies are the values of PeerConfig.WaitPolicies.
+var PeerWaitPolicies = []string{"passive", "active", "unset"}
+
 // PeerWorkload is the model of width w at batch size b: the mlp preset
 // with hidden layers w and w/2.
 func PeerWorkload(b, w int) Workload {
@@ -147,7 +167,7 @@ func PeerWorkload(b, w int) Workload {
 // PeerArgs are the flags RunPeer gives the peer for one measurement: the
 // model, batch and thread count, and every hyper-parameter of w's
 // optimizer and schedule, so that the two sides cannot drift apart.
-func PeerArgs(c PeerConfig, w Workload, epoch bool) []string {
+func PeerArgs(c PeerConfig, w Workload, epoch bool, waitPolicy string) []string {
 	o := w.Optimizer
 	hidden := make([]string, len(w.Spec.Hidden))
 	for i, h := range w.Spec.Hidden {
@@ -167,6 +187,9 @@ func PeerArgs(c PeerConfig, w Workload, epoch bool) []string {
 	}
 	if epoch {
 		args = append(args, "--epoch")
+	}
+	if waitPolicy != "" {
+		args = append(args, "--omp-wait-policy", waitPolicy)
 	}
 	return args
 }
@@ -206,7 +229,8 @@ type PeerReport struct {
 	PeerVersion string `json:"peer_version"`
 	PeerBLAS    string `json:"peer_blas,omitempty"`
 	// PeerWaitPolicy is the OMP_WAIT_POLICY the peer ran with ("": its
-	// OpenMP runtime's default).
+	// OpenMP runtime's default); with several Settings.WaitPolicies, it
+	// says so, and each point names the fastest.
 	PeerWaitPolicy string      `json:"peer_omp_wait_policy"`
 	Device         string      `json:"device"`
 	Threads        int         `json:"threads"`
@@ -237,6 +261,23 @@ type PeerPoint struct {
 	EpochRatio float64 `json:"epoch_ratio,omitempty"`
 	// LoadAvg is /proc/loadavg when the point started.
 	LoadAvg string `json:"loadavg,omitempty"`
+	// With several Settings.WaitPolicies, Peer is the peer at its best:
+	// its step figures are those of the policy with the fastest median
+	// step (PeerWaitPolicy), its epoch figures those of the policy with
+	// the fastest median epoch (PeerEpochWaitPolicy); ByWaitPolicy has
+	// every policy's figures and ratios.
+	PeerWaitPolicy      string           `json:"peer_omp_wait_policy,omitempty"`
+	PeerEpochWaitPolicy string           `json:"peer_epoch_omp_wait_policy,omitempty"`
+	ByWaitPolicy        []PeerPolicySide `json:"peer_by_omp_wait_policy,omitempty"`
+}
+
+// PeerPolicySide is the peer's side of a point under one wait policy, and
+// tolaria's ratios against it.
+type PeerPolicySide struct {
+	WaitPolicy string  `json:"omp_wait_policy"`
+	Side       Side    `json:"peer"`
+	StepRatio  float64 `json:"step_ratio"`
+	EpochRatio float64 `json:"epoch_ratio,omitempty"`
 }
 
 // Side is one side's figures at a point.
@@ -347,27 +388,68 @@ func (c PeerConfig) runPoint(ctx context.Context, guard *staging.Guard, open Ope
 	wl := PeerWorkload(b, w)
 	epoch := slices.Contains(c.EpochWidths, w)
 	load := hostInfo().LoadAvg
-	var tol, peer sideSamples
+	policies := c.WaitPolicies
+	if len(policies) == 0 {
+		policies = []string{""}
+	}
+	var tol sideSamples
+	peers := make([]sideSamples, len(policies))
 	for r := range c.Rounds {
-		sides := []func() error{
-			func() error { return c.measureTolaria(ctx, guard, open, rep, wl, epoch, &tol) },
-			func() error { return c.measurePeer(ctx, rep, wl, epoch, &peer) },
+		sides := []func() error{func() error { return c.measureTolaria(ctx, guard, open, rep, wl, epoch, &tol) }}
+		for i, p := range policies {
+			sides = append(sides, func() error { return c.measurePeer(ctx, rep, wl, epoch, p, &peers[i]) })
 		}
-		if (index+r)%2 == 1 {
-			sides[0], sides[1] = sides[1], sides[0]
-		}
-		for _, side := range sides {
+		// Rotate which side goes first, round by round and point by point.
+		first := (index + r) % len(sides)
+		for _, side := range slices.Concat(sides[first:], sides[:first]) {
 			if err := side(); err != nil {
 				return PeerPoint{}, err
 			}
 		}
 	}
-	pt := ComparePoint(b, w, NewSide(b, tol.stepMS, tol.epochs), NewSide(b, peer.stepMS, peer.epochs))
-	pt.Tolaria.RoundStepMS, pt.Peer.RoundStepMS = tol.rounds, peer.rounds
+	tolSide := NewSide(b, tol.stepMS, tol.epochs)
+	tolSide.RoundStepMS = tol.rounds
+	bySide := make([]PeerPolicySide, len(policies))
+	bestStep, bestEpoch := 0, 0
+	for i, p := range policies {
+		s := NewSide(b, peers[i].stepMS, peers[i].epochs)
+		s.RoundStepMS = peers[i].rounds
+		bySide[i] = PeerPolicySide{WaitPolicy: p, Side: s, StepRatio: ratio(tolSide.StepMS, s.StepMS),
+			EpochRatio: ratio(tolSide.EpochSeconds, s.EpochSeconds)}
+		if s.StepMS < bySide[bestStep].Side.StepMS {
+			bestStep = i
+		}
+		if s.EpochSeconds < bySide[bestEpoch].Side.EpochSeconds {
+			bestEpoch = i
+		}
+	}
+	peer := bySide[bestStep].Side
+	e := bySide[bestEpoch].Side
+	peer.EpochSeconds, peer.EpochSamplesPerSecond, peer.Epochs = e.EpochSeconds, e.EpochSamplesPerSecond, e.Epochs
+	pt := ComparePoint(b, w, tolSide, peer)
 	pt.Model, pt.LoadAvg = wl.Spec.String(), load
-	c.progress("batch %d width %d: step tolaria %.3f ms, %s %.3f ms: %.2fx%s", b, w, pt.Tolaria.StepMS, rep.Peer,
-		pt.Peer.StepMS, pt.StepRatio, epochNote(pt))
+	if len(policies) > 1 {
+		pt.PeerWaitPolicy, pt.ByWaitPolicy = policies[bestStep], bySide
+		if epoch {
+			pt.PeerEpochWaitPolicy = policies[bestEpoch]
+		}
+	}
+	c.progress("batch %d width %d: step tolaria %.3f ms, %s %.3f ms%s: %.2fx%s", b, w, pt.Tolaria.StepMS, rep.Peer,
+		pt.Peer.StepMS, policyNote(pt), pt.StepRatio, epochNote(pt))
 	return pt, nil
+}
+
+// policyNote names the wait policy of the peer's figure and the others'
+// step times.
+func policyNote(pt PeerPoint) string {
+	if len(pt.ByWaitPolicy) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, p := range pt.ByWaitPolicy {
+		parts = append(parts, fmt.Sprintf("%s %.3f ms", p.WaitPolicy, p.Side.StepMS))
+	}
+	return fmt.Sprintf(" (%s fastest: %s)", pt.PeerWaitPolicy, strings.Join(parts, ", "))
 }
 
 func epochNote(pt PeerPoint) string {
@@ -402,8 +484,8 @@ func (c PeerConfig) measureTolaria(ctx context.Context, guard *staging.Guard, op
 	return nil
 }
 
-func (c PeerConfig) measurePeer(ctx context.Context, rep *PeerReport, wl Workload, epoch bool, into *sideSamples) error {
-	out, err := c.runPeerCommand(ctx, PeerArgs(c, wl, epoch))
+func (c PeerConfig) measurePeer(ctx context.Context, rep *PeerReport, wl Workload, epoch bool, waitPolicy string, into *sideSamples) error {
+	out, err := c.runPeerCommand(ctx, PeerArgs(c, wl, epoch, waitPolicy))
 	if err != nil {
 		return err
 	}
@@ -424,6 +506,9 @@ func (c PeerConfig) measurePeer(ctx context.Context, rep *PeerReport, wl Workloa
 		}
 	}
 	rep.Peer, rep.PeerVersion, rep.PeerBLAS, rep.PeerWaitPolicy = out.Peer, out.Version, out.BLAS, out.WaitPolicy
+	if len(c.WaitPolicies) > 1 {
+		rep.PeerWaitPolicy = "the fastest of " + strings.Join(c.WaitPolicies, ", ") + " at each point"
+	}
 	into.addRound(PeerStepWindows(out.StepSeconds))
 	if epoch {
 		if !(out.Epoch.Seconds > 0) || out.Epoch.Samples < 1 {

@@ -99,12 +99,15 @@ func TestPeerStepWindows(t *testing.T) {
 // every hyper-parameter tolaria's default job trains with.
 func TestPeerArgs(t *testing.T) {
 	c := PeerConfig{Threads: 3, Steps: 40, WarmupSteps: 2, SettleSteps: 4, Seed: 7, DataDir: "/data"}
-	got := strings.Join(PeerArgs(c, PeerWorkload(128, 512), true), " ")
+	got := strings.Join(PeerArgs(c, PeerWorkload(128, 512), true, ""), " ")
 	want := "--batch-size 128 --hidden 512,256 --threads 3 --steps 40 --warmup-steps 6 --seed 7 " +
 		"--lr 0.001 --beta1 0.9 --beta2 0.999 --eps 1e-08 --weight-decay 0.0001 --clip-norm 5 " +
 		"--lr-warmup-steps 200 --min-lr-ratio 0.01 --data-dir /data --epoch"
 	if got != want {
 		t.Errorf("PeerArgs:\n got %s\nwant %s", got, want)
+	}
+	if got := strings.Join(PeerArgs(c, PeerWorkload(128, 512), false, "unset"), " "); !strings.HasSuffix(got, "--data-dir /data --omp-wait-policy unset") {
+		t.Errorf("PeerArgs with a wait policy: %s; want it to end in --omp-wait-policy unset", got)
 	}
 	if w := PeerWorkload(64, 256); w.Spec.String() != "784-256-128-10 gelu cross_entropy" {
 		t.Errorf("width 256 is %s, want the default model 784-256-128-10 gelu cross_entropy", w.Spec)
@@ -129,6 +132,10 @@ func TestPeerConfigValidate(t *testing.T) {
 		{"epoch width not measured", func(c *PeerConfig) { c.EpochWidths, c.Epoch = []int{16}, epoch },
 			"peer-epoch-widths: 16 is not one of the widths"},
 		{"epochs without a timer", func(c *PeerConfig) { c.EpochWidths = []int{8} }, "nothing times tolaria's epoch"},
+		{"two wait policies", func(c *PeerConfig) { c.WaitPolicies = []string{"passive", "unset"} }, ""},
+		{"unknown wait policy", func(c *PeerConfig) { c.WaitPolicies = []string{"PASSIVE"} },
+			`peer-wait-policies: "PASSIVE" is not one of passive, active, unset`},
+		{"wait policy twice", func(c *PeerConfig) { c.WaitPolicies = []string{"unset", "unset"} }, `"unset" is given twice`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,6 +223,58 @@ func TestRunPeer(t *testing.T) {
 	want := []string{"tolaria", "peer", "peer", "tolaria", "peer", "tolaria", "tolaria", "peer"}
 	if got := strings.Fields(string(b)); !slices.Equal(got, want) {
 		t.Errorf("order %v, want %v", got, want)
+	}
+}
+
+// TestRunPeerWaitPolicies runs the peer under two wait policies, the
+// fake's steps taking 200 ms under "passive" and 50 ms under "unset", and
+// its epochs 8 s and 12 s: the point compares tolaria with the faster
+// policy for steps and for epochs, keeps both policies' figures, and
+// rotates the three runs of each round.
+func TestRunPeerWaitPolicies(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "order")
+	t.Setenv("FAKE_PEER_LOG", log)
+	t.Setenv("FAKE_PEER_UNSET_STEP_MS", "50")
+	t.Setenv("FAKE_PEER_UNSET_EPOCH_SECONDS", "12")
+	epoch := func(_ context.Context, w Workload, _ uint64) (PeerEpoch, error) {
+		return PeerEpoch{Seconds: 2, Steps: 60000 / w.BatchSize, Samples: 60000, TestAccuracy: 0.5}, nil
+	}
+	c := PeerConfig{Command: fakePeer(t), BatchSizes: []int{4}, Widths: []int{8}, EpochWidths: []int{8},
+		Threads: 2, WarmupSteps: 1, SettleSteps: 2, Steps: 12, Rounds: 3, Epoch: epoch,
+		WaitPolicies: []string{"passive", "unset"}}
+	rep, err := RunPeer(context.Background(), new(staging.Guard), openCPU, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rep.Points[0]
+	if p.Peer.StepMS != 100 || p.PeerWaitPolicy != "unset" {
+		t.Errorf("peer step %g ms under %q, want 100 ms (windows of 50, 50, 50, 250 ms) under unset", p.Peer.StepMS, p.PeerWaitPolicy)
+	}
+	if want := p.Tolaria.StepMS / 100; math.Abs(p.StepRatio-want) > 1e-12 {
+		t.Errorf("step ratio %g, want tolaria / the faster policy's step = %g", p.StepRatio, want)
+	}
+	if p.Peer.EpochSeconds != 8 || p.PeerEpochWaitPolicy != "passive" || p.EpochRatio != 0.25 {
+		t.Errorf("peer epoch %g s under %q, ratio %g; want passive's 8 s and 2 / 8 = 0.25", p.Peer.EpochSeconds, p.PeerEpochWaitPolicy, p.EpochRatio)
+	}
+	if len(p.ByWaitPolicy) != 2 || p.ByWaitPolicy[0].WaitPolicy != "passive" || p.ByWaitPolicy[0].Side.StepMS != 400 ||
+		p.ByWaitPolicy[1].Side.StepMS != 100 || p.ByWaitPolicy[1].Side.EpochSeconds != 12 || len(p.ByWaitPolicy[0].Side.RoundStepMS) != 3 {
+		t.Errorf("by wait policy %+v; want passive 400 ms and 8 s, unset 100 ms and 12 s, three rounds each", p.ByWaitPolicy)
+	}
+	if r := p.ByWaitPolicy[0].StepRatio; math.Abs(r-p.Tolaria.StepMS/400) > 1e-12 {
+		t.Errorf("passive's step ratio %g, want %g", r, p.Tolaria.StepMS/400)
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rounds: tolaria, passive, unset; passive, unset, tolaria; unset,
+	// tolaria, passive.
+	want := []string{"peer:passive", "peer:unset", "peer:passive", "peer:unset", "peer:unset", "peer:passive"}
+	if got := strings.Fields(string(b)); !slices.Equal(got, want) {
+		t.Errorf("peer runs %v, want %v (tolaria first, then the second and third side first)", got, want)
+	}
+	if !strings.Contains(rep.PeerWaitPolicy, "passive, unset") {
+		t.Errorf("report's wait policy %q, want it to name both", rep.PeerWaitPolicy)
 	}
 }
 

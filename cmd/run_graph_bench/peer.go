@@ -35,6 +35,7 @@ const (
 type peerOptions struct {
 	peer, command, epochWidths, dataDir string
 	batches, widths                     []int
+	waitPolicies                        []string
 	rounds, threads                     int
 }
 
@@ -47,11 +48,13 @@ func addPeerFlags(cmd *cobra.Command, p *peerOptions) {
 	f.StringVar(&p.epochWidths, "peer-epoch-widths", "256", `widths at which a whole Fashion-MNIST epoch is timed on both sides too: a list, "all" or "none"`)
 	f.IntVar(&p.rounds, "peer-rounds", bench.DefaultPeerRounds, "measurements per point and side, alternating which side goes first")
 	f.IntVar(&p.threads, "threads", 0, "threads of both sides in the side-by-side run: the CPU device's threads (and GOMAXPROCS) and the peer's torch.set_num_threads (0: the cores available)")
+	f.StringSliceVar(&p.waitPolicies, "peer-wait-policies", []string{"passive", "unset"},
+		`OMP_WAIT_POLICY settings the peer runs under at every point (passive, active, unset: libgomp's default); each point compares tolaria with the fastest, so the peer is at its best whatever the machine's load`)
 	f.StringVar(&p.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST .gz files (side-by-side run)")
 }
 
 // peerOnly are the flags of the side-by-side run alone.
-var peerOnly = []string{"peer-command", "peer-batch-sizes", "peer-widths", "peer-epoch-widths", "peer-rounds", "threads", "data-dir"}
+var peerOnly = []string{"peer-command", "peer-batch-sizes", "peer-widths", "peer-epoch-widths", "peer-rounds", "peer-wait-policies", "threads", "data-dir"}
 
 // peerConflicts are the flags that mean nothing in the side-by-side run.
 var peerConflicts = []string{"preset", "batch-size", "hidden", "sweep-batch-sizes", "reuse-trainer", "epochs",
@@ -81,7 +84,7 @@ func (o options) peerConfig(cmd *cobra.Command, shared *trainer.Shared) (bench.P
 	}
 	cfg = bench.PeerConfig{Command: strings.Fields(p.command), BatchSizes: p.batches, Widths: p.widths,
 		Threads: p.threads, WarmupSteps: o.warmup, SettleSteps: o.settle, Steps: o.steps, Rounds: p.rounds,
-		DataDir: p.dataDir, Seed: o.seed}
+		DataDir: p.dataDir, Seed: o.seed, WaitPolicies: p.waitPolicies}
 	if cfg.Threads == 0 {
 		cfg.Threads = runtime.NumCPU()
 	}
@@ -206,6 +209,19 @@ func epochRunner(shared *trainer.Shared, open bench.Opener, dataDir string, thre
 	}
 }
 
+// policySteps lists the peer's step under each wait policy, the fastest
+// (the one compared) first.
+func policySteps(p bench.PeerPoint) string {
+	if len(p.ByWaitPolicy) == 0 {
+		return ""
+	}
+	parts := []string{p.PeerWaitPolicy + " fastest:"}
+	for _, s := range p.ByWaitPolicy {
+		parts = append(parts, fmt.Sprintf("%s %.3f ms (%s)", s.WaitPolicy, s.Side.StepMS, times(s.StepRatio)))
+	}
+	return " " + strings.Join(parts, " ")
+}
+
 // writePeerText writes the side-by-side table.
 func writePeerText(w io.Writer, rep *bench.PeerReport) error {
 	var b strings.Builder
@@ -222,8 +238,8 @@ func writePeerText(w io.Writer, rep *bench.PeerReport) error {
 		if p.EpochRatio > 0 {
 			epochs = fmt.Sprintf("%.2f\t%.2f\t%s", p.Tolaria.EpochSeconds, p.Peer.EpochSeconds, times(p.EpochRatio))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.3f\t%.3f\t%s\t%.0f\t%.0f\t%s\t\n", p.BatchSize, p.Model, p.Tolaria.StepMS, p.Peer.StepMS,
-			times(p.StepRatio), p.Tolaria.SamplesPerSecond, p.Peer.SamplesPerSecond, epochs)
+		fmt.Fprintf(tw, "%d\t%s\t%.3f\t%.3f\t%s\t%.0f\t%.0f\t%s\t%s\n", p.BatchSize, p.Model, p.Tolaria.StepMS, p.Peer.StepMS,
+			times(p.StepRatio), p.Tolaria.SamplesPerSecond, p.Peer.SamplesPerSecond, epochs, policySteps(p))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
