@@ -314,4 +314,3 @@ func gemmLoop(transA, transB bool, m, n, k int, alpha float32, a, b []float32, b
 		}
 	}
 }
-
