@@ -27,7 +27,7 @@ func newEventSet(dev device.Device, n int) (*eventSet, error) {
 	es := &eventSet{dev: dev, steps: make([]marks, n)}
 	for i := range es.steps {
 		for j := range es.steps[i] {
-			e, err := dev.NewEvent()
+			e, err := dev.NewTimingEvent()
 			if err != nil {
 				es.destroy()
 				return nil, err

@@ -62,9 +62,16 @@ type Device interface {
 	// DefaultStream is the legacy default stream, which synchronises with
 	// every other stream. Work on it is capture-unsafe.
 	DefaultStream() Stream
-	// NewEvent creates an event that records timing.
+	// NewEvent creates an event for ordering streams and for host waits.
+	// It records no time: Elapsed refuses it (ErrMisuse). A host waiting on
+	// it sleeps rather than spins.
 	NewEvent() (Event, error)
-	// Elapsed is the time between two completed events.
+	// NewTimingEvent creates an event that also records when it completes,
+	// for Elapsed; a host waiting on it sleeps too. Timing costs the
+	// device a timestamp per Record, so only events measured take it.
+	NewTimingEvent() (Event, error)
+	// Elapsed is the time between two completed events, both made by
+	// NewTimingEvent.
 	Elapsed(start, end Event) (time.Duration, error)
 	// Synchronize waits until all work on all streams is done. Capture-unsafe.
 	Synchronize() error

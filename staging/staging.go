@@ -195,7 +195,7 @@ func (st *Stager) newSlot() (*slot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("staging: pinned slot: %w", err)
 	}
-	evs, err := st.newEvents(2)
+	evs, err := st.newEvents(2, true) // the copy's time is measured between them
 	if err != nil {
 		_ = st.dev.FreeHost(h)
 		return nil, err
@@ -210,7 +210,7 @@ func (st *Stager) newInput() error {
 	if err != nil {
 		return fmt.Errorf("staging: input buffer: %w", err)
 	}
-	evs, err := st.newEvents(2)
+	evs, err := st.newEvents(2, false)
 	if err != nil {
 		_ = st.dev.Free(b)
 		return err
@@ -223,10 +223,15 @@ func (st *Stager) newInput() error {
 	return nil
 }
 
-func (st *Stager) newEvents(n int) ([]device.Event, error) {
+// newEvents makes n events, with timing when they are to be measured.
+func (st *Stager) newEvents(n int, timing bool) ([]device.Event, error) {
+	create := st.dev.NewEvent
+	if timing {
+		create = st.dev.NewTimingEvent
+	}
 	var evs []device.Event
 	for range n {
-		ev, err := st.dev.NewEvent()
+		ev, err := create()
 		if err != nil {
 			for _, e := range evs {
 				_ = e.Destroy()

@@ -21,11 +21,11 @@ type eventTimer struct {
 func newEventTimer(dev device.Device, n int, report func(float64)) (*eventTimer, error) {
 	t := &eventTimer{dev: dev, used: make([]bool, n), report: report}
 	for range n {
-		a, err := dev.NewEvent()
+		a, err := dev.NewTimingEvent()
 		if err != nil {
 			return nil, err
 		}
-		b, err := dev.NewEvent()
+		b, err := dev.NewTimingEvent()
 		if err != nil {
 			return nil, err
 		}

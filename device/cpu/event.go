@@ -33,14 +33,20 @@ type event struct {
 	cur       *record  // the latest Record outside a capture; nil if never recorded
 	capture   *capture // set while the latest Record is inside a capture in progress
 	destroyed bool
+	timing    bool // made by NewTimingEvent: Elapsed takes it
 }
 
-// NewEvent creates an event.
-func (d *Device) NewEvent() (device.Event, error) {
-	if err := d.closedErr("NewEvent"); err != nil {
+// NewEvent creates an event without timing (see device.Device).
+func (d *Device) NewEvent() (device.Event, error) { return d.newEvent("NewEvent", false) }
+
+// NewTimingEvent creates an event that Elapsed can measure.
+func (d *Device) NewTimingEvent() (device.Event, error) { return d.newEvent("NewTimingEvent", true) }
+
+func (d *Device) newEvent(op string, timing bool) (device.Event, error) {
+	if err := d.closedErr(op); err != nil {
 		return nil, err
 	}
-	return &event{dev: d}, nil
+	return &event{dev: d, timing: timing}, nil
 }
 
 func (d *Device) event(op string, x device.Event) (*event, error) {
@@ -126,6 +132,9 @@ func (d *Device) Elapsed(start, end device.Event) (time.Duration, error) {
 	b, err := d.event("Elapsed", end)
 	if err != nil {
 		return 0, err
+	}
+	if !a.timing || !b.timing {
+		return 0, d.err("Elapsed", device.ErrMisuse, "an event made by NewEvent records no time; make both with NewTimingEvent")
 	}
 	ta, oka := a.doneAt()
 	tb, okb := b.doneAt()

@@ -31,11 +31,11 @@ func TestSlowCopyPausesEveryHostToDeviceCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start, err := d.NewEvent()
+	start, err := d.NewTimingEvent()
 	if err != nil {
 		t.Fatal(err)
 	}
-	end, err := d.NewEvent()
+	end, err := d.NewTimingEvent()
 	if err != nil {
 		t.Fatal(err)
 	}

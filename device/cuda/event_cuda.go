@@ -11,10 +11,11 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 )
 
-// Event is a CUDA event created with timing enabled.
+// Event is a CUDA event: with timing (NewTimingEvent) or without (NewEvent).
 type Event struct {
 	dev       *Device
 	ev        cu.Event
+	timing    bool // created without CU_EVENT_DISABLE_TIMING
 	destroyed atomic.Bool
 	recorded  atomic.Bool             // recorded outside a capture at least once
 	inCapture atomic.Pointer[capture] // the capture in progress holding the latest Record

@@ -112,6 +112,7 @@ func testClosed(t *testing.T, open Opener) {
 		{"Download", func() error { return e.dev.Download(make([]float32, 8), x) }},
 		{"NewStream", func() error { _, err := e.dev.NewStream(); return err }},
 		{"NewEvent", func() error { _, err := e.dev.NewEvent(); return err }},
+		{"NewTimingEvent", func() error { _, err := e.dev.NewTimingEvent(); return err }},
 		{"Device.Synchronize", func() error { return e.dev.Synchronize() }},
 		{"Instantiate", func() error { _, err := e.dev.Instantiate(g); return err }},
 		{"Elapsed", func() error { _, err := e.dev.Elapsed(ev, ev); return err }},

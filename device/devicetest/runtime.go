@@ -66,6 +66,15 @@ func (e *env) event() device.Event {
 	return ev
 }
 
+// timingEvent is an event Elapsed can measure.
+func (e *env) timingEvent() device.Event {
+	e.t.Helper()
+	ev, err := e.dev.NewTimingEvent()
+	e.must(err)
+	e.t.Cleanup(func() { _ = ev.Destroy() })
+	return ev
+}
+
 func wantErr(t *testing.T, err, target error, what string) {
 	t.Helper()
 	if !errors.Is(err, target) {
@@ -209,7 +218,8 @@ func testEvents(t *testing.T, open Opener) {
 		t.Fatalf("Query of a never-recorded event = %v, %v; want true, nil", ok, err)
 	}
 	e.must(never.Synchronize())
-	if _, err := e.dev.Elapsed(never, never); !errors.Is(err, device.ErrNotReady) {
+	neverTimed := e.timingEvent()
+	if _, err := e.dev.Elapsed(neverTimed, neverTimed); !errors.Is(err, device.ErrNotReady) {
 		t.Fatalf("Elapsed of unrecorded events: got %v, want ErrNotReady", err)
 	}
 	// A Record that fails leaves the event as it was: never recorded.
@@ -220,7 +230,7 @@ func testEvents(t *testing.T, open Opener) {
 	if ok, err := never.Query(); err != nil || !ok {
 		t.Fatalf("Query of an event whose only Record failed = %v, %v; want true, nil", ok, err)
 	}
-	start, end := e.event(), e.event()
+	start, end := e.timingEvent(), e.timingEvent()
 	e.must(s.Record(start))
 	e.slowWork(s)
 	e.must(s.Record(end))
@@ -234,11 +244,23 @@ func testEvents(t *testing.T, open Opener) {
 		t.Fatalf("Elapsed over 8 GEMMs = %v, want > 0", d)
 	}
 	// One complete event is not enough.
-	if _, err := e.dev.Elapsed(start, never); !errors.Is(err, device.ErrNotReady) {
+	if _, err := e.dev.Elapsed(start, neverTimed); !errors.Is(err, device.ErrNotReady) {
 		t.Fatalf("Elapsed to a never-recorded event: got %v, want ErrNotReady", err)
 	}
-	if _, err := e.dev.Elapsed(never, end); !errors.Is(err, device.ErrNotReady) {
+	if _, err := e.dev.Elapsed(neverTimed, end); !errors.Is(err, device.ErrNotReady) {
 		t.Fatalf("Elapsed from a never-recorded event: got %v, want ErrNotReady", err)
+	}
+	// An event made by NewEvent records no time: recorded and complete,
+	// it is still refused, on CUDA by the driver (the event was created
+	// with CU_EVENT_DISABLE_TIMING), so the flag is seen to reach it.
+	plain, plainEnd := e.event(), e.event()
+	e.must(s.Record(plain))
+	e.must(s.Record(plainEnd))
+	e.must(plainEnd.Synchronize())
+	for _, pair := range [][2]device.Event{{plain, plainEnd}, {start, plainEnd}, {plain, end}} {
+		if _, err := e.dev.Elapsed(pair[0], pair[1]); !errors.Is(err, device.ErrMisuse) || !strings.Contains(err.Error(), "NewTimingEvent") {
+			t.Fatalf("Elapsed with an event made by NewEvent: got %v, want ErrMisuse naming NewTimingEvent", err)
+		}
 	}
 	// A wait on a re-recorded event concerns the record current at the time of the wait.
 	x := e.zeros(8)
