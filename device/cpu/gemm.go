@@ -141,7 +141,7 @@ func (g *gemmTask) block(i0, i1, j0, j1 int, s *scratch) {
 		mask[j] = -1
 	}
 	kernel := haveKernel()
-	if kernel && i1-i0 >= packRows && s != nil {
+	if kernel && s != nil && g.packs(i1-i0) {
 		g.blockPacked(i0, i1, j0, j1, b, s, aAt, rs, cs, load, &mask)
 		return
 	}
@@ -160,6 +160,16 @@ func (g *gemmTask) block(i0, i1, j0, j1 int, s *scratch) {
 			g.row(i, jt, jt+w, b)
 		}
 	}
+}
+
+// packs says whether a part of the given rows runs in packed blocks: only
+// where B's rows are a page apart or more (n >= 1024), or a transposed A's
+// columns are, and the part is tall enough to use each panel often.
+// Measured on the MLP's shapes, smaller products (B within the L2 cache,
+// read at a constant stride the prefetchers follow) run faster in the
+// plain tiles, packing costing more than it saves.
+func (g *gemmTask) packs(rows int) bool {
+	return rows >= packRows && (g.n >= 1024 || g.transA && g.m >= 1024)
 }
 
 // blockPacked is block for parts tall enough to pack panels of B (see
@@ -191,8 +201,14 @@ func (g *gemmTask) blockPacked(i0, i1, j0, j1 int, b []float32, s *scratch, aAt,
 			}
 			for jt := j0; jt < j1; jt += 16 {
 				w := min(16, j1-jt)
-				for l := range kc {
-					copy(pack[l*16:l*16+w], b[(l0+l)*n+jt:(l0+l)*n+jt+w])
+				if w == 16 {
+					for l := range kc {
+						*(*[16]float32)(pack[l*16:]) = *(*[16]float32)(b[(l0+l)*n+jt:])
+					}
+				} else {
+					for l := range kc {
+						copy(pack[l*16:l*16+w], b[(l0+l)*n+jt:(l0+l)*n+jt+w])
+					}
 				}
 				for i := ib; i < ie; i += 4 {
 					a, ars, acs := &g.a[i*aAt+l0*(cs/4)], rs, cs

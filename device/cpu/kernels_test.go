@@ -70,11 +70,11 @@ var gemmShapes = slices.Concat(benchShapes, []gemmShape{
 	{m: 8, k: 16, n: 2, transB: true},
 	{m: 2, k: 8, n: 16, transA: true},
 	{m: 1, k: 300, n: 3, transB: true},
-	// Parts tall enough for the packed panels: several k-blocks and row
-	// blocks, with rows and columns left over.
-	{m: 518, k: 530, n: 37},
-	{m: 262, k: 520, n: 40, transA: true},
-	{m: 30, k: 600, n: 300, transB: true},
+	// Products that run in packed blocks (gemmTask.packs): several
+	// k-blocks and row blocks, with rows and columns left over.
+	{m: 518, k: 530, n: 1030},
+	{m: 22, k: 300, n: 1037, transA: true},
+	{m: 36, k: 270, n: 1040, transB: true},
 	{m: 1030, k: 300, n: 80, transA: true}, // packs A too
 })
 
