@@ -169,13 +169,20 @@ func memFree(addr uintptr) error { return cu.MemFree(cu.DevicePtr(addr)) }
 // enter starts a call: it fails with ErrClosed after Close, else locks the
 // calling goroutine to its OS thread and makes the context current there.
 // Every successful enter is paired with exit.
-func (d *Device) enter(op string) error {
+func (d *Device) enter(op string) error { return d.enterBinding(op, true) }
+
+// enterBinding is enter, binding the context only when bind is set: a
+// caller that passes false binds it in its own driver call.
+func (d *Device) enterBinding(op string, bind bool) error {
 	d.life.RLock()
 	if d.closed.Load() {
 		d.life.RUnlock()
 		return device.Errorf(d.name, op, device.ErrClosed, "the device is closed")
 	}
 	runtime.LockOSThread()
+	if !bind {
+		return nil
+	}
 	if r := bindContext(d.ctx); r != cuSuccess {
 		d.exit()
 		return d.driver(op, r)

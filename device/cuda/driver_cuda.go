@@ -25,6 +25,23 @@ static CUresult tl_bind(CUcontext ctx) {
 	return cuCtxSetCurrent(ctx);
 }
 
+// tl_kernel_params carries a launch's parameters by value, one 8-byte slot
+// each, so that an eager launch is one cgo call: it binds the context (as
+// tl_bind) and builds the pointer array the driver wants here, on the C
+// stack, with no allocation.
+#define TL_MAX_KERNEL_PARAMS 12
+typedef struct { unsigned long long v[TL_MAX_KERNEL_PARAMS]; } tl_kernel_params;
+
+static CUresult tl_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned bx, unsigned by,
+                          CUstream s, tl_kernel_params p, int n) {
+	void *args[TL_MAX_KERNEL_PARAMS];
+	if (n < 0 || n > TL_MAX_KERNEL_PARAMS) return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = tl_bind(ctx);
+	if (r != CUDA_SUCCESS) return r;
+	for (int i = 0; i < n; i++) args[i] = &p.v[i];
+	return cuLaunchKernel(f, gx, gy, 1, bx, by, 1, 0, s, args, NULL);
+}
+
 static CUresult tl_graph_node_count(CUgraph g, size_t *n) {
 	*n = 0;
 	return cuGraphGetNodes(g, NULL, n);
@@ -117,6 +134,24 @@ func memAllocHost(bytes int64) (unsafe.Pointer, cuResult) {
 }
 
 func memFreeHost(p unsafe.Pointer) cuResult { return res(C.cuMemFreeHost(p)) }
+
+// rawFunction is the CUfunction behind a gorgonia function: cu.Function
+// (v0.9.6) is a struct holding that one handle and exports no accessor;
+// the size check below fails the build if that ever changes.
+func rawFunction(f *cu.Function) C.CUfunction { return *(*C.CUfunction)(unsafe.Pointer(f)) }
+
+var (
+	_ = [1]struct{}{}[unsafe.Sizeof(cu.Function{})-unsafe.Sizeof(C.CUfunction(nil))]
+	_ = [1]struct{}{}[C.TL_MAX_KERNEL_PARAMS-maxKernelParam]
+)
+
+// launchKernel binds ctx to the calling thread and launches f with the
+// first n of slots as its parameters (each an 8-byte slot, see kargs): one
+// cgo call, no C allocation.
+func launchKernel(ctx C.CUcontext, f *cu.Function, g dims, s cu.Stream, slots *[maxKernelParam]uint64, n int) cuResult {
+	p := C.tl_kernel_params{v: *(*[maxKernelParam]C.ulonglong)(unsafe.Pointer(slots))}
+	return res(C.tl_launch(ctx, rawFunction(f), C.uint(g.gridX), C.uint(g.gridY), C.uint(g.blockX), C.uint(g.blockY), rawStream(s), p, C.int(n)))
+}
 
 // rawStream is the CUstream behind a gorgonia stream (nil: the legacy stream).
 func rawStream(s cu.Stream) C.CUstream { return C.CUstream(unsafe.Pointer(s.C())) }

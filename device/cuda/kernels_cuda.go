@@ -5,14 +5,13 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"unsafe"
 
 	"github.com/tolaria-ml/tolaria/device"
 )
 
 // kargs marshals kernel parameters. Every parameter occupies an 8-byte slot
-// (gorgonia.org/cu's Launch copies 8 bytes per parameter); 4-byte int and
-// float parameters sit in the low half, where a little-endian launch reads them.
+// (launchKernel hands the driver a pointer to each); 4-byte int and float
+// parameters sit in the low half, where a little-endian launch reads them.
 type kargs struct {
 	d     *Device
 	s     *Stream
@@ -55,12 +54,12 @@ func (s *Stream) launch(op string, k kernel, g dims, a *kargs) error {
 	if a.err != nil {
 		return a.err
 	}
-	return s.enqueue(op, func() error {
-		var params [maxKernelParam]unsafe.Pointer
-		for i := 0; i < a.n; i++ {
-			params[i] = unsafe.Pointer(&a.slots[i])
+	// The launch binds the context itself, in its one cgo call.
+	return s.enqueueBinding(op, false, func() error {
+		if r := launchKernel(s.dev.ctx, &s.dev.fns[k], g, s.cu, &a.slots, a.n); r != cuSuccess {
+			return s.dev.driver(op, r)
 		}
-		return s.dev.fns[k].Launch(g.gridX, g.gridY, 1, g.blockX, g.blockY, 1, 0, s.cu, params[:a.n])
+		return nil
 	})
 }
 

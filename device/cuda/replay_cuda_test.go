@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -301,4 +302,54 @@ func benchSetup(b *testing.B) (*Device, device.Stream, *mlp) {
 		b.Fatal(err)
 	}
 	return d, s, newMLP(b, d, 1)
+}
+
+// TestEagerLaunchIsOneCgoCall: an eager kernel launch crosses into C once
+// (tl_launch builds the parameter array on the C stack), where gorgonia's
+// Launch took five crossings and two C allocations.
+func TestEagerLaunchIsOneCgoCall(t *testing.T) {
+	d, err := Open(Config{})
+	check(t, "Open", err)
+	defer d.Close()
+	s := mustStream(t, d)
+	x := upload(t, d, make([]float32, 1024))
+	check(t, "first Scale", s.Scale(x, 2)) // binds the context to this thread
+	const n = 200
+	before := runtime.NumCgoCall()
+	for range n {
+		if err := s.Scale(x, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per := float64(runtime.NumCgoCall()-before) / n
+	check(t, "Synchronize", s.Synchronize())
+	t.Logf("%.2f cgo calls per eager launch", per)
+	if per > 1.05 {
+		t.Errorf("%.2f cgo calls per eager launch, want 1", per)
+	}
+}
+
+func BenchmarkEagerLaunch(b *testing.B) {
+	d, err := Open(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	s, err := d.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	x, err := d.Alloc(1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.Scale(x, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -28,9 +28,14 @@ type Stream struct {
 // runs between two device-wide synchronisations: that keeps the contract's
 // promise that the legacy stream synchronises with every other stream (and
 // makes its work capture-unsafe, as the contract says).
-func (s *Stream) enqueue(op string, f func() error) error {
+func (s *Stream) enqueue(op string, f func() error) error { return s.enqueueBinding(op, true, f) }
+
+// enqueueBinding is enqueue for an f that binds the context itself when
+// bind is false (a kernel launch does, in its one cgo call); work on the
+// legacy stream is bound first either way, for its synchronisations.
+func (s *Stream) enqueueBinding(op string, bind bool, f func() error) error {
 	d := s.dev
-	if err := d.enter(op); err != nil {
+	if err := d.enterBinding(op, bind || s.legacy); err != nil {
 		return err
 	}
 	defer d.exit()
