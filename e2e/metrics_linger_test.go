@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -17,15 +16,14 @@ import (
 // then exits by itself.
 func TestFinalMetricsAreServedAfterTheRun(t *testing.T) {
 	dir := t.TempDir()
-	port := freePort(t)
 	run := filepath.Join(dir, "run")
-	cmd, stderr := startRun(t, dir, quick(run, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port),
+	cmd, stderr := startRun(t, dir, quick(run, "--metrics-addr", "127.0.0.1:0",
 		"--metrics-linger", "4s", "--world", "2", "--rank", "1")...)
 	waitFor(t, "the run's summary", func() bool {
 		_, err := os.Stat(filepath.Join(run, "summary.json"))
 		return err == nil
 	})
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	resp, err := http.Get("http://" + servingAt(t, stderr) + "/metrics")
 	if err != nil {
 		t.Fatalf("/metrics after the run: %v\n%s", err, stderr)
 	}

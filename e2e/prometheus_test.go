@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +32,26 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// servingAt waits until the process writing stderr logs where it serves
+// /metrics and returns that host:port. Processes are started with
+// --metrics-addr 127.0.0.1:0 so that the kernel picks a port nothing else
+// holds: a port found free and released earlier can be taken by any
+// other process on the machine before tolaria binds it.
+func servingAt(t *testing.T, stderr *lockedBuffer) string {
+	t.Helper()
+	var addr string
+	waitFor(t, "the address /metrics is served at", func() bool {
+		m := servingRE.FindStringSubmatch(stderr.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	return addr
+}
+
+var servingRE = regexp.MustCompile(`msg="serving metrics" url=http://([0-9.:]+)/metrics`)
 
 // prometheus is a real Prometheus started with the repository's config,
 // adapted to scrape the test's port every second.
@@ -69,18 +90,36 @@ func startPrometheus(t *testing.T, target string) *prometheus {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Prometheus cannot be told to pick its own port and say which, so a
+	// free one is chosen here; another process may take it first, and then
+	// Prometheus exits and is started again on another.
+	for attempt := 1; ; attempt++ {
+		if p := launchPrometheus(t, bin, cfgPath, dir, attempt); p != nil {
+			return p
+		}
+		if attempt == 3 {
+			log, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
+			t.Fatalf("Prometheus exited before it was ready, three times:\n%s", log)
+		}
+	}
+}
+
+// launchPrometheus starts Prometheus on a free port and waits until it is
+// ready; it returns nil when Prometheus exits first.
+func launchPrometheus(t *testing.T, bin, cfgPath, dir string, attempt int) *prometheus {
+	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, fmt.Sprintf("data%d", attempt)),
 		"--web.listen-address="+addr, "--log.level=warn")
 	logf, _ := os.Create(filepath.Join(dir, "prometheus.log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
@@ -90,7 +129,14 @@ func startPrometheus(t *testing.T, target string) *prometheus {
 		logf.Close()
 	})
 	p := &prometheus{t: t, base: "http://" + addr}
+	exited := false
 	waitFor(t, "Prometheus to be ready", func() bool {
+		select {
+		case <-done:
+			exited = true
+			return true
+		default:
+		}
 		resp, err := http.Get(p.base + "/-/ready")
 		if err != nil {
 			return false
@@ -98,6 +144,9 @@ func startPrometheus(t *testing.T, target string) *prometheus {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
+	if exited {
+		return nil
+	}
 	return p
 }
 
@@ -142,14 +191,34 @@ func (p *prometheus) query(expr string) []sample {
 	return r.Data.Result
 }
 
-// startTraining starts a long synthetic job serving metrics at addr, in a
-// worker process, and returns a function that interrupts it.
-func startTraining(t *testing.T, addr string, extra ...string) func() {
+// targets says, for each scrape target, its health and last error.
+func (p *prometheus) targets() string {
+	var r struct {
+		Data struct {
+			ActiveTargets []struct {
+				ScrapeURL string `json:"scrapeUrl"`
+				Health    string `json:"health"`
+				LastError string `json:"lastError"`
+			} `json:"activeTargets"`
+		} `json:"data"`
+	}
+	p.get("/api/v1/targets", &r)
+	var b strings.Builder
+	for _, tg := range r.Data.ActiveTargets {
+		fmt.Fprintf(&b, "%s %s %q; ", tg.ScrapeURL, tg.Health, tg.LastError)
+	}
+	return b.String()
+}
+
+// startTraining starts a long synthetic job serving metrics on a port of
+// its choosing, in a worker process, and returns that host:port and a
+// function that interrupts it.
+func startTraining(t *testing.T, extra ...string) (string, func()) {
 	t.Helper()
 	dir := t.TempDir()
 	args := append([]string{"train", "--device", "cpu", "--isolate", "--enable-graphs", "--dataset", "synthetic",
 		"--synthetic-size", "4096", "--epochs", "1000", "--hidden", "64,32", "--log-every", "20",
-		"--metrics-addr", addr, "--run-dir", filepath.Join(dir, "run")}, extra...)
+		"--metrics-addr", "127.0.0.1:0", "--run-dir", filepath.Join(dir, "run")}, extra...)
 	cmd, stderr := startRun(t, dir, args...)
 	stopped := false
 	stop := func() {
@@ -169,14 +238,12 @@ func startTraining(t *testing.T, addr string, extra ...string) func() {
 		}
 	}
 	t.Cleanup(stop)
-	return stop
+	return servingAt(t, stderr), stop
 }
 
 func TestPrometheusScrapesEverything(t *testing.T) {
-	port := freePort(t)
-	target := fmt.Sprintf("127.0.0.1:%d", port)
+	target, stop := startTraining(t)
 	prom := startPrometheus(t, target)
-	stop := startTraining(t, target)
 
 	// Enough scrapes for rates over [1m] and an epoch for accuracy.
 	waitFor(t, "scrapes with training progress", func() bool {
@@ -335,10 +402,8 @@ func dashboardQueries(t *testing.T) []panelQuery {
 }
 
 func TestSlowStageCopyDrivesTheAlert(t *testing.T) {
-	port := freePort(t)
-	target := fmt.Sprintf("127.0.0.1:%d", port)
+	target, _ := startTraining(t, "--slow-stage-copy-ms", "5")
 	prom := startPrometheus(t, target)
-	startTraining(t, target, "--slow-stage-copy-ms", "5")
 	waitFor(t, "TolariaStageCopySlow pending or firing", func() bool { return prom.alertActive("TolariaStageCopySlow") })
 }
 
@@ -384,12 +449,10 @@ trials:
 // every training family labelled with its trial; the failure alert fires;
 // and every dashboard query, the Sweep row's included, returns data.
 func TestPrometheusScrapesASweep(t *testing.T) {
-	target := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	prom := startPrometheus(t, target)
 	dir := t.TempDir()
 	cmd := exec.Command(filepath.Join(binDir, "tolaria"), "sweep", writeSweepFile(t, dir, metricsSweep),
 		"--device", "cpu", "--parallel", "2", "--retries", "1", "--sweep-dir", filepath.Join(dir, "sweep"),
-		"--metrics-addr", target, "--metrics-linger", "0")
+		"--metrics-addr", "127.0.0.1:0", "--metrics-linger", "0")
 	cmd.Dir = dir
 	cmd.Env = append(cleanEnv(), "TOLARIA_E2E_WORKER_FAULT=step=3,exit=7,run=crash")
 	stderr := new(lockedBuffer)
@@ -409,6 +472,7 @@ func TestPrometheusScrapesASweep(t *testing.T) {
 			t.Errorf("tolaria sweep did not stop on SIGINT:\n%s", stderr)
 		}
 	})
+	prom := startPrometheus(t, servingAt(t, stderr))
 
 	one := func(expr string) (float64, bool) {
 		r := prom.query(expr)
@@ -417,13 +481,29 @@ func TestPrometheusScrapesASweep(t *testing.T) {
 		}
 		return r[0].float(), true
 	}
-	waitFor(t, "the crashed trial failed and the long one training, scraped", func() bool {
+	// Enough scrapes for rates over [1m], as for a single run, and an epoch
+	// for accuracy. On a timeout or an early exit the test says which part
+	// was missing and what the sweep printed.
+	var state string
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		failed, ok := one(telemetry.MetricSweepTrials + `{state="failed"}`)
-		// Enough scrapes for rates over [1m], as for a single run, and an
-		// epoch for accuracy.
 		scrapes, _ := one(`max(count_over_time(` + telemetry.MetricSamplesTotal + `[1m]))`)
-		return ok && failed == 1 && scrapes >= 6 && len(prom.query(telemetry.MetricEvalAccuracy)) > 0
-	})
+		accuracy := len(prom.query(telemetry.MetricEvalAccuracy))
+		if ok && failed == 1 && scrapes >= 6 && accuracy > 0 {
+			break
+		}
+		state = fmt.Sprintf("failed trials %v (series: %v), scrapes of samples %v (want >= 6), accuracy series %d",
+			failed, ok, scrapes, accuracy)
+		select {
+		case <-done:
+			t.Fatalf("tolaria sweep exited before the crashed trial failed and the long one trained: %s\n%s", state, stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for the crashed trial failed and the long one training, scraped: %s\nprometheus targets: %s\n%s",
+				state, prom.targets(), stderr)
+		}
+	}
 	// Rules are evaluated every second; give it a few.
 	for deadline := time.Now().Add(30 * time.Second); !prom.alertActive("TolariaSweepTrialFailed") && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
