@@ -344,7 +344,7 @@ func TestPrometheusScrapesEverything(t *testing.T) {
 	}
 
 	for _, pq := range dashboardQueries(t) {
-		if pq.row == infragen.SweepRowTitle {
+		if pq.row == infragen.SweepRowTitle || pq.row == infragen.BudgetRowTitle {
 			continue // a sweep's own metrics: TestPrometheusScrapesASweep
 		}
 		expr := strings.NewReplacer(`$worker`, `.*`, `${worker}`, `.*`).Replace(pq.expr)
@@ -564,9 +564,10 @@ func TestPrometheusScrapesASweep(t *testing.T) {
 		t.Error("TolariaSweepTrialFailed is not active")
 	}
 
-	sweepRow := 0
+	sweepRow, budgetRow := 0, 0
 	for _, pq := range dashboardQueries(t) {
 		sweepRow += boolInt(pq.row == infragen.SweepRowTitle)
+		budgetRow += boolInt(pq.row == infragen.BudgetRowTitle)
 		expr := strings.NewReplacer(`$worker`, `.*`, `${worker}`, `.*`).Replace(pq.expr)
 		r := prom.query(expr)
 		if len(r) == 0 {
@@ -583,8 +584,8 @@ func TestPrometheusScrapesASweep(t *testing.T) {
 			t.Errorf("panel %q: query returned only NaN during a sweep: %s", pq.title, expr)
 		}
 	}
-	if sweepRow == 0 {
-		t.Errorf("the dashboard has no %s row", infragen.SweepRowTitle)
+	if sweepRow == 0 || budgetRow == 0 {
+		t.Errorf("the dashboard lacks the %s row or the %s row", infragen.SweepRowTitle, infragen.BudgetRowTitle)
 	}
 }
 

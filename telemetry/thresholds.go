@@ -59,6 +59,7 @@ const (
 	PanelReplayLatency    = "replay_latency"
 	PanelStageCopyLatency = "stage_copy_latency"
 	PanelLastStepAge      = "last_step_age"
+	PanelBudgetWaitAge    = "budget_wait_age"
 )
 
 // Threshold is one row of the table: one alert and, where Panel is set, the
@@ -166,6 +167,7 @@ func Thresholds() []Threshold {
 			Summary:     "A sweep trial has waited over 15m for device memory on {{ $labels.device }}",
 			Description: "A trial's worker has waited more than 15m for a device-memory budget on the device: the trials holding it run long, or --per-device is larger than the device's memory allows. The waiting trial holds a slot and a worker process meanwhile.",
 			Anchor:      "tolariasweepbudgetwaitlong",
+			Panel:       PanelBudgetWaitAge,
 		},
 		{
 			Alert:       "TolariaTrainingStalled",

@@ -250,7 +250,7 @@ func TestDashboardShowsEveryMetric(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range append(telemetry.MetricNames(), telemetry.SweepMetricNames()...) {
+	for _, name := range slices.Concat(telemetry.MetricNames(), telemetry.SweepMetricNames(), telemetry.BudgetMetricNames()) {
 		if name != telemetry.MetricBuildInfo && !strings.Contains(exprs.String(), name) {
 			t.Errorf("no panel shows %s", name)
 		}
@@ -258,9 +258,10 @@ func TestDashboardShowsEveryMetric(t *testing.T) {
 }
 
 // sweepQuery reports whether expr reads a sweep coordinator's own
-// metrics, which have no worker label for the worker variable to filter.
+// metrics (its budget broker's included), which have no worker label for
+// the worker variable to filter.
 func sweepQuery(expr string) bool {
-	for _, name := range telemetry.SweepMetricNames() {
+	for _, name := range slices.Concat(telemetry.SweepMetricNames(), telemetry.BudgetMetricNames()) {
 		if strings.Contains(expr, name) {
 			return true
 		}

@@ -88,6 +88,10 @@ func quantilesSinceStart(metric string) []Query {
 // SweepRowTitle is the title of the row of a sweep's own metrics.
 const SweepRowTitle = "Sweep"
 
+// BudgetRowTitle is the title of the row of a sweep's device-memory budget
+// broker.
+const BudgetRowTitle = "Device-memory budgets"
+
 // RowSpec is a row of the dashboard: a title over the panels that follow
 // it. The first row has no title (no row panel): its panels open the
 // board.
@@ -103,6 +107,7 @@ func Rows() []RowSpec {
 	return []RowSpec{
 		{Panels: jobPanels()},
 		{ID: 16, Title: SweepRowTitle, Panels: sweepPanels()},
+		{ID: 21, Title: BudgetRowTitle, Panels: budgetPanels()},
 	}
 }
 
@@ -130,6 +135,38 @@ func sweepPanels() []PanelSpec {
 		}},
 		{ID: 20, Title: "Time since each worker's last message (heartbeat age)", Unit: "s", Queries: []Query{
 			{Expr: telemetry.MetricWorkerHeartbeatAge, Legend: "{{" + telemetry.LabelTrial + "}}"},
+		}},
+	}
+}
+
+// budgetPanels draw a sweep's budget broker, by device. The longest wait
+// now is 0 while nothing waits (the timestamp's series is absent then), so
+// the panel shows a line rather than a gap, beside the alert's threshold.
+func budgetPanels() []PanelSpec {
+	dev := "{{" + telemetry.LabelDevice + "}}"
+	var waited []Query
+	for _, q := range []struct{ quantile, name string }{{"0.5", "p50"}, {"0.99", "p99"}} {
+		waited = append(waited, Query{
+			Expr: fmt.Sprintf("histogram_quantile(%s, sum by (le, %s) (%s_bucket))",
+				q.quantile, telemetry.LabelDevice, telemetry.MetricBudgetWaitSeconds),
+			Legend: q.name + " " + dev,
+		})
+	}
+	return []PanelSpec{
+		{ID: 22, Title: "Device memory for budgets, and granted", Unit: "bytes", Queries: []Query{
+			{Expr: telemetry.MetricBudgetCapacityBytes, Legend: "capacity " + dev},
+			{Expr: telemetry.MetricBudgetGrantedBytes, Legend: "granted " + dev},
+		}},
+		{ID: 23, Title: "Trials waiting for a budget", Unit: "short", Queries: []Query{
+			{Expr: telemetry.MetricBudgetWaiting, Legend: dev},
+		}},
+		{ID: 24, Key: telemetry.PanelBudgetWaitAge, Title: "Longest budget wait now", Unit: "s", Queries: []Query{
+			{Expr: fmt.Sprintf("time() - %s or %s * 0", telemetry.MetricBudgetOldestWait, telemetry.MetricBudgetWaiting), Legend: dev},
+		}},
+		{ID: 25, Title: "Budget wait of granted requests (since start)", Unit: "s", Queries: waited},
+		{ID: 26, Title: "Budget refusals and parks (since start)", Unit: "short", Queries: []Query{
+			{Expr: telemetry.MetricBudgetRefusalsTotal, Legend: "refused " + dev},
+			{Expr: telemetry.MetricBudgetParksTotal, Legend: "parked " + dev},
 		}},
 	}
 }

@@ -99,27 +99,34 @@ func TestDashboardPanels(t *testing.T) {
 	}
 }
 
-// TestSweepRowDrawsTheSweepMetrics: the Sweep row has a panel for each of
-// the sweep's metric families.
-func TestSweepRowDrawsTheSweepMetrics(t *testing.T) {
-	var sweep *RowSpec
-	for _, r := range Rows() {
-		if r.Title == SweepRowTitle {
-			sweep = &r
-		}
-	}
-	if sweep == nil {
-		t.Fatalf("no row titled %q", SweepRowTitle)
-	}
-	for _, name := range telemetry.SweepMetricNames() {
-		found := false
-		for _, p := range sweep.Panels {
-			for _, q := range p.Queries {
-				found = found || strings.Contains(q.Expr, name)
+// TestSweepRowsDrawTheirMetrics: the Sweep row has a panel for each of
+// the sweep's metric families, and the budget row one for each of the
+// broker's.
+func TestSweepRowsDrawTheirMetrics(t *testing.T) {
+	for title, names := range map[string][]string{
+		SweepRowTitle:  telemetry.SweepMetricNames(),
+		BudgetRowTitle: telemetry.BudgetMetricNames(),
+	} {
+		var row *RowSpec
+		for _, r := range Rows() {
+			if r.Title == title {
+				row = &r
 			}
 		}
-		if !found {
-			t.Errorf("the %s row draws no %s", SweepRowTitle, name)
+		if row == nil {
+			t.Errorf("no row titled %q", title)
+			continue
+		}
+		for _, name := range names {
+			found := false
+			for _, p := range row.Panels {
+				for _, q := range p.Queries {
+					found = found || strings.Contains(q.Expr, name)
+				}
+			}
+			if !found {
+				t.Errorf("the %s row draws no %s", title, name)
+			}
 		}
 	}
 }
