@@ -251,6 +251,14 @@ func (r *run) checkpoint(next int, trainStats []float64) error {
 	if err != nil {
 		return err
 	}
+	return r.saveCheckpoint(next, trainStats, params, state)
+}
+
+// saveCheckpoint saves params and state as the state after next-1 steps.
+func (r *run) saveCheckpoint(next int, trainStats []float64, params []float32, state [][]float32) error {
+	if r.cfg.RunDir == "" {
+		return nil
+	}
 	// A diverged model is never saved: the last good checkpoint stays.
 	for _, v := range append([][]float32{params}, state...) {
 		if i := firstNonFinite(v); i >= 0 {
@@ -272,18 +280,21 @@ func (r *run) checkpoint(next int, trainStats []float64) error {
 
 // finish waits for the device, flushes timings and fills in the summary.
 func (r *run) finish() error {
-	if r.compute == nil {
-		return nil
-	}
-	if err := r.compute.Synchronize(); err != nil {
-		return err
-	}
-	if err := r.timer.flush(); err != nil {
-		return err
-	}
-	params, _, err := r.model.Snapshot()
-	if err != nil {
-		return err
+	params := r.stopped
+	if params == nil {
+		if r.compute == nil {
+			return nil
+		}
+		if err := r.compute.Synchronize(); err != nil {
+			return err
+		}
+		if err := r.timer.flush(); err != nil {
+			return err
+		}
+		var err error
+		if params, _, err = r.model.Snapshot(); err != nil {
+			return err
+		}
 	}
 	r.sum.ParamsSHA256 = nn.ParamsSHA256(params)
 	r.sum.Device = r.dev.Name()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -50,8 +51,10 @@ type parked struct {
 
 // park parks the run before step seq and sets it up again when the
 // parker says so (see Parker). done is the steps trained so far in this
-// invocation: warm-up starts again from it.
-func (r *run) park(ctx context.Context, seq, done int) error {
+// invocation: warm-up starts again from it. Stopped while parked (ctx
+// ends), it checkpoints from pinned host memory and leaves the run torn
+// down with r.stopped set.
+func (r *run) park(ctx context.Context, seq, startSeq, done int) error {
 	train, _, err := r.readStats()
 	if err != nil {
 		return err
@@ -88,8 +91,12 @@ func (r *run) park(ctx context.Context, seq, done int) error {
 		"pinned_bytes": kept.bytes()}})
 	r.log.Info("parked: the model is in pinned host memory and the device memory freed", "step", seq, "released_bytes", released)
 	waitErr := r.cfg.Parker.Parked(ctx, released)
-	// Unparked, or stopping: either way the run sets up again, so that a
-	// stop checkpoints as it always does.
+	if waitErr != nil && ctx.Err() != nil {
+		// Stopped while parked: the run has no budget for the device any
+		// more, so it checkpoints from the pinned copy instead of setting
+		// up again.
+		return r.stopParked(seq, startSeq, kept)
+	}
 	r.unparking = true
 	defer func() { r.unparking = false }()
 	ck := &Checkpoint{params: kept.params.Data()}
@@ -112,6 +119,39 @@ func (r *run) park(ctx context.Context, seq, done int) error {
 		return waitErr
 	}
 	return nil
+}
+
+// stopParked ends a run stopped while parked before step seq, as
+// interrupt does, from the pinned copy: the checkpoint (mid-epoch, with
+// the training accumulators) and the summary's final parameters come from
+// host memory, and nothing is allocated on the device.
+func (r *run) stopParked(seq, startSeq int, kept *parked) error {
+	r.sum.Interrupted = true
+	params := slices.Clone(kept.params.Data())
+	state := make([][]float32, len(kept.state))
+	for i, s := range kept.state {
+		state[i] = slices.Clone(s.Data())
+	}
+	r.stopped = params
+	r.log.Info("stopped while parked: checkpointing from pinned host memory", "step", seq)
+	if seq == startSeq {
+		return nil
+	}
+	if seq%r.trainSrc.steps == 0 {
+		return r.saveCheckpoint(seq, nil, params, state)
+	}
+	train := make([]float64, device.StatsLen)
+	for i, v := range kept.trainStats {
+		train[i] = float64(v)
+	}
+	if !finite(train[device.StatLossSum]) {
+		return fmt.Errorf("%w by step %d (epoch %d), found when the run was stopped; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
+			ErrNonFinite, seq, seq/r.trainSrc.steps+1)
+	}
+	if n := train[device.StatCount]; n > 0 {
+		r.sum.TrainLoss, r.sum.TrainAccuracy = train[device.StatLossSum]/n, train[device.StatCorrect]/n
+	}
+	return r.saveCheckpoint(seq, train, params, state)
 }
 
 // toHost copies the parameters, the optimizer state and the training
@@ -171,9 +211,11 @@ func (k *parked) free(dev device.Device) {
 }
 
 // teardown releases everything setup made (close) and forgets it, so that
-// setup can run again and the run's final close finds nothing twice.
+// setup can run again and the run's final close finds nothing twice. The
+// stagers' copies so far are kept in the count.
 func (r *run) teardown() {
 	r.close()
+	r.stageCopiesBefore = r.stageCopies()
 	r.train, r.eval, r.compute, r.side, r.timer, r.lease, r.model, r.marker = nil, nil, nil, nil, nil, nil, nil, nil
 	r.host, r.snap, r.engine, r.pending = device.HostBuffer{}, device.Buffer{}, nil, nil
 }

@@ -2,6 +2,7 @@ package trainer_test
 
 import (
 	"context"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -85,4 +86,99 @@ func TestParkedRunEndsWithTheSameParameters(t *testing.T) {
 	if sum.Captures <= twin.Captures || sum.Steps != twin.Steps {
 		t.Errorf("captures %d (never parked %d), steps %d (%d): want captures again after each unpark", sum.Captures, twin.Captures, sum.Steps, twin.Steps)
 	}
+}
+
+// stopParker parks the run before the given step and, while parked, stops
+// it (as SIGINT does to a parked worker): Parked returns when the run's
+// context ends.
+type stopParker struct {
+	at, steps int
+	stop      context.CancelFunc
+	parked    bool
+	mu        sync.Mutex
+}
+
+func (p *stopParker) Observe(m trainer.Measurement) {
+	if _, ok := m.(trainer.Stepped); ok {
+		p.mu.Lock()
+		p.steps++
+		p.mu.Unlock()
+	}
+}
+
+func (p *stopParker) ParkRequested() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.steps == p.at && !p.parked
+}
+
+func (p *stopParker) Parked(ctx context.Context, _ int64) error {
+	p.parked = true
+	p.stop()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (p *stopParker) Unparked() {}
+
+// TestStoppedWhileParked: a run stopped while parked (mid-epoch, and at an
+// epoch's end) does not set up on the device again, which its budget no
+// longer covers: it checkpoints from pinned host memory, and the run
+// resumed from that checkpoint ends with exactly the parameters of one
+// never parked nor stopped.
+func TestStoppedWhileParked(t *testing.T) {
+	twin := run(t, smallConfig(t))
+	steps, err := trainer.StepsPerEpoch(smallConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []int{steps + 5, 2 * steps} {
+		cfg := smallConfig(t)
+		cfg.RunDir = t.TempDir()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		p := &stopParker{at: at, stop: cancel}
+		var mu sync.Mutex
+		setups, unparks := 0, 0
+		cfg.Advance = func(stage string) {
+			mu.Lock()
+			setups += boolInt(stage == trainer.StageSetup)
+			mu.Unlock()
+		}
+		cfg.Observer = trainer.Tee(p, trainer.ObserverFunc(func(m trainer.Measurement) {
+			if e, ok := m.(trainer.Event); ok && e.Kind == trainer.EventUnpark {
+				unparks++
+			}
+		}))
+		cfg.Parker = p
+		sum, err := trainer.Run(ctx, openCPU(t), newShared(t), cfg)
+		if err != nil {
+			t.Fatalf("stopped while parked before step %d: %v", at, err)
+		}
+		if !p.parked || !sum.Interrupted || setups != 1 || unparks != 0 {
+			t.Fatalf("before step %d: parked %v, interrupted %v, set up %d times, unparked %d; want one set-up and no unpark",
+				at, p.parked, sum.Interrupted, setups, unparks)
+		}
+		ck, err := trainer.LoadCheckpoint(filepath.Join(cfg.RunDir, trainer.CheckpointFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ck.Step != at {
+			t.Fatalf("checkpoint at step %d, want %d (the step the run parked before)", ck.Step, at)
+		}
+		dir := cfg.RunDir
+		cfg = smallConfig(t)
+		cfg.RunDir, cfg.Resume = dir, true
+		if sum := run(t, cfg); sum.ParamsSHA256 != twin.ParamsSHA256 || sum.Steps != twin.Steps {
+			t.Fatalf("stopped while parked before step %d and resumed: params %s after %d steps; never parked %s after %d",
+				at, sum.ParamsSHA256, sum.Steps, twin.ParamsSHA256, twin.Steps)
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

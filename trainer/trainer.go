@@ -65,8 +65,9 @@ type run struct {
 	stageCopiesBefore uint64        // batch copies before a resume
 	snap              device.Buffer // the accumulators as of a read, copied on the compute stream
 	sum               Summary
-	unparking         bool // setup restores a parked run (see park)
-	warmFrom          int  // steps of this invocation before the current warm-up (an unpark starts one)
+	unparking         bool      // setup restores a parked run (see park)
+	warmFrom          int       // steps of this invocation before the current warm-up (an unpark starts one)
+	stopped           []float32 // the final parameters of a run stopped while parked (see stopParked)
 }
 
 // Run trains according to cfg on dev: NewPlan, then Plan.Run.
@@ -284,7 +285,13 @@ func (r *run) lastEpoch() *EpochFigures {
 
 // stageCopies is the number of batch copies of the whole run.
 func (r *run) stageCopies() uint64 {
-	return r.stageCopiesBefore + r.train.Copies() + r.eval.Copies()
+	n := r.stageCopiesBefore
+	for _, st := range []*staging.Stager{r.train, r.eval} {
+		if st != nil {
+			n += st.Copies()
+		}
+	}
+	return n
 }
 
 func (r *run) startStaging(ctx context.Context, startSeq int) error {
@@ -384,8 +391,11 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 			epochStart = time.Now()
 		}
 		if c.Parker != nil && c.Parker.ParkRequested() {
-			if err := r.park(ctx, seq, done); err != nil {
+			if err := r.park(ctx, seq, startSeq, done); err != nil {
 				return err
+			}
+			if r.stopped != nil {
+				return nil
 			}
 			if ctx.Err() != nil {
 				return r.interrupt(seq, startSeq)
