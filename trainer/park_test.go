@@ -83,6 +83,9 @@ func TestParkedRunEndsWithTheSameParameters(t *testing.T) {
 	if sum.ParamsSHA256 != twin.ParamsSHA256 {
 		t.Fatalf("parked twice: params %s, never parked %s", sum.ParamsSHA256, twin.ParamsSHA256)
 	}
+	if sum.StageCopies < twin.StageCopies {
+		t.Errorf("stage copies %d, never parked %d: the copies before a park must stay counted", sum.StageCopies, twin.StageCopies)
+	}
 	if sum.Captures <= twin.Captures || sum.Steps != twin.Steps {
 		t.Errorf("captures %d (never parked %d), steps %d (%d): want captures again after each unpark", sum.Captures, twin.Captures, sum.Steps, twin.Steps)
 	}
