@@ -201,6 +201,9 @@ func (e *ProcessError) Error() string {
 	default:
 		what = e.Detail
 	}
+	if e.PID == 0 { // a scheduler's task: Path names it
+		return fmt.Sprintf("the worker (%s) %s; its last output: %s", e.Path, what, orNone(e.Output))
+	}
 	return fmt.Sprintf("the worker %s (pid %d) %s; its last output: %s", e.Path, e.PID, what, orNone(e.Output))
 }
 
@@ -368,6 +371,7 @@ type watchTimes struct {
 // not exit once its request is over. It kills the worker's process group,
 // so a wrapper script's children go too.
 type watchdog struct {
+	liveness
 	cmd        *exec.Cmd
 	in         *os.File   // the coordinator's end of the worker's stdin
 	out        []*os.File // the coordinator's ends of the protocol and log pipes
@@ -375,14 +379,20 @@ type watchdog struct {
 	waitErr    error // cmd.Wait's, set before exited is closed
 	gotHello   chan struct{}
 	helloOnce  sync.Once
-	lastSeen   atomic.Int64 // unix nanoseconds of the last message
-	mu         sync.Mutex
-	why        string
+	why        string // guarded by liveness.mu
 	reasonKind string
 	silent     time.Duration
 	stalledFor time.Duration
 	helloLate  bool
-	work       progress // guarded by mu
+}
+
+// liveness is what a coordinator knows of a worker's signs of life: when
+// it last spoke, and how its work counter moved. Both transports that
+// watch a worker (a local process, a scheduler's task) judge it by it.
+type liveness struct {
+	lastSeen atomic.Int64 // unix nanoseconds of the last message
+	mu       sync.Mutex
+	work     progress // guarded by mu
 }
 
 // progress is what the watchdog knows of a worker's work counter.
@@ -395,12 +405,12 @@ type progress struct {
 }
 
 // seen notes a message from the worker: it is alive.
-func (w *watchdog) seen() { w.lastSeen.Store(time.Now().UnixNano()) }
+func (w *liveness) seen() { w.lastSeen.Store(time.Now().UnixNano()) }
 
 // heard notes a message from the worker: it is alive, and its heartbeat's
 // work counter says whether its work moved. Once the worker has answered,
 // its work is over and only silence counts.
-func (w *watchdog) heard(m Message) {
+func (w *liveness) heard(m Message) {
 	w.seen()
 	switch m.Type {
 	case TypeHello:
@@ -433,7 +443,7 @@ func (w *watchdog) heard(m Message) {
 // is not watched). A worker that falls silent stops this clock, so a
 // stopped process is found by its silence, and a wedged one, whose
 // heartbeats go on, by this.
-func (w *watchdog) stalled() (time.Duration, progress) {
+func (w *liveness) stalled() (time.Duration, progress) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.work.watched {
@@ -442,7 +452,7 @@ func (w *watchdog) stalled() (time.Duration, progress) {
 	return max(w.work.beatAt.Sub(w.work.movedAt), 0), w.work
 }
 
-func (w *watchdog) silence() time.Duration {
+func (w *liveness) silence() time.Duration {
 	return time.Since(time.Unix(0, w.lastSeen.Load()))
 }
 
@@ -551,29 +561,38 @@ func (w *watchdog) watch(ctx context.Context, abort <-chan struct{}, d watchTime
 			w.kill(ReasonKilled, fmt.Sprintf("killed by tolaria: still running %s after being cancelled", d.grace))
 			return
 		case <-tick.C:
-			silent := w.silence()
-			if silent >= d.beat {
-				w.kill(ReasonHung, fmt.Sprintf("no heartbeat for %s (heartbeat timeout %s): the process is stopped or wedged", silent.Round(time.Millisecond), d.beat))
-				return
-			}
-			if stalled, p := w.stalled(); stalled >= d.beat {
+			if why, stalled := w.hung(d, cancelled); why != "" {
 				w.mu.Lock()
 				if w.why == "" {
 					w.stalledFor = stalled
 				}
 				w.mu.Unlock()
-				w.kill(ReasonHung, noProgress(stalled, silent, d.beat, p))
-				return
-			}
-			// A cancelled worker is alive if it has spoken since the cancel,
-			// or shortly before it; one stopped (SIGSTOP) is found within
-			// seconds rather than after the grace period.
-			if !cancelled.IsZero() && time.Since(cancelled) >= cancelSilence(d.interval) && silent >= cancelSilence(d.interval) {
-				w.kill(ReasonHung, fmt.Sprintf("no heartbeat for %s after it was asked to stop: the process is stopped or wedged", silent.Round(time.Millisecond)))
+				w.kill(ReasonHung, why)
 				return
 			}
 		}
 	}
+}
+
+// hung says why a worker that has said hello is taken for hung, or ""
+// while it is not: silent past the heartbeat timeout; alive but its work
+// counter standing still that long (stalled says how long); or, once
+// cancelled (at cancelled, zero before), silent for a few heartbeats.
+func (w *liveness) hung(d watchTimes, cancelled time.Time) (why string, stalled time.Duration) {
+	silent := w.silence()
+	if silent >= d.beat {
+		return fmt.Sprintf("no heartbeat for %s (heartbeat timeout %s): the process is stopped or wedged", silent.Round(time.Millisecond), d.beat), 0
+	}
+	if stalled, p := w.stalled(); stalled >= d.beat {
+		return noProgress(stalled, silent, d.beat, p), stalled
+	}
+	// A cancelled worker is alive if it has spoken since the cancel, or
+	// shortly before it; one stopped (SIGSTOP) is found within seconds
+	// rather than after the grace period.
+	if !cancelled.IsZero() && time.Since(cancelled) >= cancelSilence(d.interval) && silent >= cancelSilence(d.interval) {
+		return fmt.Sprintf("no heartbeat for %s after it was asked to stop: the process is stopped or wedged", silent.Round(time.Millisecond)), 0
+	}
+	return "", 0
 }
 
 // noProgress says why a worker that still sends heartbeats was taken for
