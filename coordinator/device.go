@@ -36,6 +36,9 @@ type Placement struct {
 	// Env is added to a worker's environment: CUDA_VISIBLE_DEVICES names
 	// the one GPU a sweep's trial may use.
 	Env []string
+	// Transport, when set, is the worker: one a scheduler starts elsewhere
+	// (a Slurm task), on Device (cpu or cuda), probed by nobody here.
+	Transport worker.Transport
 }
 
 // Validate checks the placement's bounds, naming the setting at fault.
@@ -55,9 +58,11 @@ func (p Placement) Validate() error {
 // worker process ever touches a GPU.
 type Executor struct {
 	Device  string          // "cpu" or "cuda"
-	Process *worker.Process // nil: in this process
-	shared  *trainer.Shared
-	log     *slog.Logger
+	Process *worker.Process // nil: in this process, unless Remote
+	// Remote is a worker started elsewhere (Placement.Transport).
+	Remote worker.Transport
+	shared *trainer.Shared
+	log    *slog.Logger
 }
 
 // Choose resolves a placement to an executor. With device auto it takes
@@ -69,6 +74,12 @@ func Choose(ctx context.Context, p Placement, shared *trainer.Shared, log *slog.
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
+	}
+	if p.Transport != nil {
+		if p.Device != "cpu" && p.Device != "cuda" {
+			return nil, configErr(field.Errorf("device", "must be cpu or cuda for a worker started elsewhere, got %q", p.Device))
+		}
+		return &Executor{Device: p.Device, Remote: p.Transport, shared: shared, log: log}, nil
 	}
 	inProcess := &Executor{Device: "cpu", shared: shared, log: log}
 	if p.Device == "cpu" && !p.Isolate {
@@ -180,7 +191,9 @@ func (e *Executor) LogTo(w io.Writer) {
 // Run trains the plan and returns the summary.
 func (e *Executor) Run(ctx context.Context, plan *job.Plan, sink jobserver.Sink) (trainer.Summary, error) {
 	var t worker.Transport = e.Process
-	if e.Process == nil {
+	if e.Remote != nil {
+		t = e.Remote
+	} else if e.Process == nil {
 		t = jobserver.InProcess(jobserver.Config{Build: "cpu", Open: jobserver.OpenCPU, Shared: e.shared, Logger: e.log, Plan: plan})
 	}
 	_, sum, err := jobserver.Run(ctx, t, e.Device, plan.Spec, sink)

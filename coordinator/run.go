@@ -147,7 +147,7 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 		}
 		r.spec.RunDir = r.dir.Path()
 	}
-	if r.exec.Process != nil {
+	if r.exec.Process != nil || r.exec.Remote != nil {
 		// A worker process plans the job again on its side; this process
 		// needs only the spec, and several runs at once (a sweep) should
 		// not each hold a copy of their data here.
@@ -217,7 +217,7 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 		if isReported(err) {
 			// The worker's message says what failed; its log says what
 			// led there.
-			wf.Tail = logTail(r.wlog.Name())
+			wf.Tail = lastLogLines(r.wlog.Name())
 		}
 		err = wf
 	}
@@ -294,9 +294,9 @@ func (e *WorkerFailure) Note() string {
 
 func (e *WorkerFailure) Unwrap() error { return e.Err }
 
-// logTail is the last lines of the worker's log since its last start
-// (header line).
-func logTail(path string) string {
+// lastLogLines is the last lines of a worker's log file since its last
+// start (header line).
+func lastLogLines(path string) string {
 	const maxBytes, maxLines = 8 << 10, 15
 	f, err := os.Open(path)
 	if err != nil {

@@ -185,11 +185,11 @@ func TestLogTailIsTheLastStartsEnd(t *testing.T) {
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Split(logTail(path), "\n")
+	got := strings.Split(lastLogLines(path), "\n")
 	if len(got) != 15 || got[0] != "line 5" || got[14] != "line 19" {
 		t.Fatalf("tail %q", got)
 	}
-	if logTail(filepath.Join(t.TempDir(), "none")) != "" {
+	if lastLogLines(filepath.Join(t.TempDir(), "none")) != "" {
 		t.Fatal("a missing log has a tail")
 	}
 }

@@ -74,8 +74,17 @@ type SweepConfig struct {
 	// its overrides (a number) as its priority for device memory, in
 	// place of its priority: (see Trial.Priority).
 	PriorityKey string
-	Version     string
-	Logger      *slog.Logger
+	// Launcher is where trials run: LauncherLocal ("" too), worker
+	// processes on this machine, or LauncherSlurm, tasks of a Slurm job
+	// array (see SlurmConfig); Parallel is then the array's limit of tasks
+	// running at once (0: none), and each task on CUDA asks for one GPU.
+	Launcher string
+	Slurm    SlurmConfig
+	// DryRun prepares nothing: PrepareSweep checks everything and returns a
+	// SweepRun whose DryRun says what would be submitted (Slurm only).
+	DryRun  bool
+	Version string
+	Logger  *slog.Logger
 	// Report receives every change of a trial (start, progress, end), one
 	// at a time, for a display; nil reports nothing.
 	Report func(TrialUpdate)
@@ -116,6 +125,27 @@ func (c SweepConfig) Validate() error {
 	case c.Retries < 0 || c.Retries > 100:
 		return configErr(field.Errorf("retries", "must be in 0..100, got %d", c.Retries))
 	}
+	switch c.Launcher {
+	case "", LauncherLocal:
+		if c.DryRun {
+			return configErr(field.Errorf("dry_run", "prints what %s slurm would submit; local trials have nothing to print", field.Name("launcher")))
+		}
+	case LauncherSlurm:
+		if len(c.GPUs) > 0 {
+			return configErr(field.Errorf("devices", "names GPUs of this machine; with %s slurm each task gets its GPU from Slurm (--gres=gpu:1): give %s cuda", field.Name("launcher"), field.Name("device")))
+		}
+		if c.PerDevice > 0 {
+			return configErr(field.Errorf("per_device", "shares a GPU of this machine; with %s slurm each task has its own", field.Name("launcher")))
+		}
+		if c.DeviceMemory > 0 {
+			return configErr(field.Errorf("device_memory", "budgets the devices of this machine; with %s slurm each task has its own device", field.Name("launcher")))
+		}
+		if err := c.Slurm.Validate(); err != nil {
+			return err
+		}
+	default:
+		return configErr(field.Errorf("launcher", "must be local or slurm, got %q", c.Launcher))
+	}
 	if _, ok := rankKeys[c.RankBy]; !ok {
 		return configErr(field.Errorf("rank_by", "must be one of %s, got %q", strings.Join(RankKeys(), ", "), c.RankBy))
 	}
@@ -143,10 +173,11 @@ func (c SweepConfig) Validate() error {
 type slot struct {
 	device string // cpu or cuda
 	gpu    int    // CUDA_VISIBLE_DEVICES, for cuda
+	remote bool   // a Slurm task's: the scheduler places it
 }
 
 func (s slot) String() string {
-	if s.device == "cuda" {
+	if s.device == "cuda" && !s.remote {
 		return "cuda:" + strconv.Itoa(s.gpu)
 	}
 	return s.device
@@ -155,7 +186,7 @@ func (s slot) String() string {
 // env is the environment a trial's worker gets on the slot: a GPU slot's
 // worker sees its GPU alone, as device 0.
 func (s slot) env() []string {
-	if s.device != "cuda" {
+	if s.device != "cuda" || s.remote {
 		return nil
 	}
 	return []string{"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(s.gpu)}
@@ -175,6 +206,9 @@ type SweepRun struct {
 	metrics *Metrics
 	// broker keeps the books of device memory between the trials' workers.
 	broker *Broker
+	// slurm submits the trials' workers with LauncherSlurm; nil runs them
+	// here.
+	slurm *slurmLauncher
 
 	mu   sync.Mutex // guards rows, their metrics and the results files
 	rows []TrialResult
@@ -217,7 +251,14 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 		// Every trial runs in a worker process, CPU trials too.
 		return nil, setupErr(fmt.Errorf("a sweep runs each trial in a tolaria-worker process: %w", err))
 	}
-	if s.slots, err = chooseSlots(ctx, cfg, s.log); err != nil {
+	if cfg.Launcher == LauncherSlurm {
+		if err := s.prepareSlurm(); err != nil {
+			return nil, err
+		}
+		if cfg.DryRun {
+			return s, nil
+		}
+	} else if s.slots, err = chooseSlots(ctx, cfg, s.log); err != nil {
 		return nil, err
 	}
 	// Bound before anything is written, so a busy port leaves no trace.
@@ -236,6 +277,44 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 		return s, s.loadRows()
 	}
 	return s, s.writeConfigs()
+}
+
+// prepareSlurm readies the Slurm launcher: one slot per trial (Slurm's
+// array limit, not this machine, bounds how many run at once), on the CPU
+// unless the sweep asks for cuda.
+func (s *SweepRun) prepareSlurm() error {
+	cfg := s.cfg
+	device := cfg.Device
+	if device == "auto" {
+		device = "cpu"
+		s.log.Info("launcher slurm: device auto runs the trials on the nodes' CPUs; give --device cuda for a GPU per task")
+	}
+	path, err := worker.Find(cfg.Worker)
+	if err != nil {
+		return setupErr(err)
+	}
+	if s.slurm, err = newSlurmLauncher(cfg.Slurm, s.dir, path, device, cfg.Parallel); err != nil {
+		return err
+	}
+	s.slots = make([]slot, len(cfg.Sweep.Trials))
+	for i := range s.slots {
+		s.slots[i] = slot{device: device, remote: true}
+	}
+	if cfg.DryRun {
+		for i, t := range cfg.Sweep.Trials {
+			s.slurm.plan(i, filepath.Join(s.dir, t.Name))
+		}
+	}
+	return nil
+}
+
+// DryRun is, for a sweep prepared with SweepConfig.DryRun, the batch
+// script of its job array and the sbatch command that would submit it.
+func (s *SweepRun) DryRun() (script string, command []string) {
+	if s.slurm == nil {
+		return "", nil
+	}
+	return s.slurm.dryRun()
 }
 
 // ErrNothingToResume is LoadSweepDir's and PrepareSweep's answer for a
@@ -544,6 +623,14 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 	s.mu.Lock()
 	s.metrics.setTrials(s.rows)
 	s.mu.Unlock()
+	if s.slurm != nil {
+		for i, t := range s.cfg.Sweep.Trials {
+			if s.rows[i].State != TrialSucceeded {
+				s.slurm.plan(i, filepath.Join(s.dir, t.Name))
+			}
+		}
+		defer s.slurm.close(ctx)
+	}
 	var wg sync.WaitGroup
 	var writeErr error
 	for i, t := range s.cfg.Sweep.Trials {
@@ -654,6 +741,7 @@ func failureReasons() []string {
 		worker.ReasonHung, worker.ReasonCrashed, worker.ReasonExit, worker.ReasonProtocol, worker.ReasonKilled,
 		worker.KindUsage, worker.KindCheckpoint, worker.KindNonFinite, worker.KindNoDevice, worker.KindFailure,
 		worker.KindBudget, failureNoAnswer, failureStopped,
+		worker.ReasonCancelled, worker.ReasonTimeLimit, worker.ReasonNodeFail,
 	}
 }
 
@@ -697,15 +785,26 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	place := Placement{Device: sl.device, Isolate: true, Worker: s.cfg.Worker, WorkerStart: s.cfg.WorkerStart,
 		HeartbeatTimeout: s.cfg.HeartbeatTimeout, Stderr: logs}
 	place.Env = sl.env()
+	tailOf := logTail.String
+	var budget *TrialBudget
+	if s.slurm != nil {
+		// The task writes worker.log itself, on its node.
+		place.Transport = s.slurm.transport(i, spec.RunDir, n, place)
+		place.Stderr = io.Discard
+		defer s.slurm.release(ctx, i)
+		workerLog := filepath.Join(spec.RunDir, "worker.log")
+		tailOf = func() string { return lastLogLines(workerLog) }
+	} else {
+		budget = &TrialBudget{Broker: s.broker, Trial: t.Name, Device: sl.String(), Priority: t.Priority, Report: func(b BudgetUpdate) {
+			s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Budget: &b})
+		}}
+	}
 	failed := func(err error) outcome {
-		return outcome{state: TrialFailed, reason: err.Error(), why: failureReason(err), logTail: logTail.String()}
+		return outcome{state: TrialFailed, reason: err.Error(), why: failureReason(err), logTail: tailOf()}
 	}
 	// The sweep reports a trial's start and end itself; of a run's own
 	// log only warnings are news.
 	runLog := slog.New(minLevel{s.log.Handler(), slog.LevelWarn}).With("trial", t.Name)
-	budget := &TrialBudget{Broker: s.broker, Trial: t.Name, Device: sl.String(), Priority: t.Priority, Report: func(b BudgetUpdate) {
-		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Budget: &b})
-	}}
 	run, err := Prepare(ctx, Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: runLog, Started: time.Now(),
 		Metrics: s.metrics, Trial: t.Name, Budget: budget})
 	if err != nil {
@@ -737,7 +836,7 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	case sum.Interrupted && ctx.Err() != nil:
 		return outcome{state: TrialInterrupted, reason: fmt.Sprintf("interrupted after %d steps; checkpoint saved in %s", sum.Steps, spec.RunDir), summary: &sum}
 	case sum.Interrupted:
-		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", why: failureStopped, logTail: logTail.String(), summary: &sum}
+		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", why: failureStopped, logTail: tailOf(), summary: &sum}
 	}
 	return outcome{state: TrialSucceeded, summary: &sum}
 }

@@ -4,13 +4,16 @@
 // serves the CPU device only. It speaks the worker protocol on standard
 // input and output and logs to standard error.
 //
-//	tolaria-worker serve   answer one request (a probe or a job) on stdin/stdout
-//	tolaria-worker info    print how the worker was built
+//	tolaria-worker serve              answer one request (a probe or a job) on stdin/stdout
+//	tolaria-worker serve --spool DIR  answer it through the spool files in DIR (a
+//	                                  scheduler's task on another node; see worker.SpoolIn)
+//	tolaria-worker info               print how the worker was built
 package main
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -26,8 +29,11 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 || (os.Args[1] != "serve" && os.Args[1] != "info") {
-		fmt.Fprintln(os.Stderr, "usage: tolaria-worker serve|info (started by tolaria, which speaks to it on stdin/stdout)")
+	spool := ""
+	if len(os.Args) == 4 && os.Args[1] == "serve" && os.Args[2] == "--spool" && os.Args[3] != "" {
+		spool = os.Args[3]
+	} else if len(os.Args) != 2 || (os.Args[1] != "serve" && os.Args[1] != "info") {
+		fmt.Fprintln(os.Stderr, "usage: tolaria-worker serve [--spool DIR] | info (started by tolaria, which speaks to it on stdin/stdout, or through the spool files in DIR)")
 		os.Exit(2)
 	}
 	if os.Args[1] == "info" {
@@ -63,7 +69,20 @@ func main() {
 			}
 		}
 	}
-	err := jobserver.Serve(ctx, os.Stdin, protocolOut(), cfg)
+	var in io.Reader = os.Stdin
+	var out io.Writer = protocolOut()
+	if spool != "" {
+		sin, sout, err := worker.OpenSpool(spool)
+		if err != nil {
+			log.Error("worker failed", "err", err)
+			os.Exit(1)
+		}
+		defer sin.Close()
+		defer sout.Close()
+		in, out = sin, sout
+		log.Info("serving through the spool", "dir", spool)
+	}
+	err := jobserver.Serve(ctx, in, out, cfg)
 	if err != nil {
 		log.Error("worker failed", "err", err)
 		os.Exit(1)
