@@ -21,6 +21,10 @@ type Sweep struct {
 	Path   string
 	Raw    []byte // the file as it was read, kept in the sweep directory
 	Trials []Trial
+	// Launcher and Slurm are the file's launcher: and slurm: ("" and zero
+	// without them); the command line's flags take precedence.
+	Launcher string
+	Slurm    SlurmConfig
 }
 
 // Trial is one job of a sweep.
@@ -51,9 +55,11 @@ var trialName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._=,+-]{0,99}$`)
 
 // sweepYAML is a sweep file's layout.
 type sweepYAML struct {
-	Base   map[string]any   `yaml:"base"`
-	Trials []map[string]any `yaml:"trials"`
-	Grid   yaml.Node        `yaml:"grid"`
+	Base     map[string]any   `yaml:"base"`
+	Trials   []map[string]any `yaml:"trials"`
+	Grid     yaml.Node        `yaml:"grid"`
+	Launcher string           `yaml:"launcher"`
+	Slurm    SlurmConfig      `yaml:"slurm"`
 }
 
 // ReadSweep reads and validates a sweep file: a base job (the keys of a
@@ -67,14 +73,15 @@ func ReadSweep(path string) (*Sweep, error) {
 	if err != nil {
 		return nil, configErr(fmt.Errorf("sweep file %s: %w", path, err))
 	}
-	trials, err := parseSweep(raw)
+	sw, err := parseSweep(raw)
 	if err != nil {
 		return nil, configErr(fmt.Errorf("sweep file %s: %w", path, err))
 	}
-	return &Sweep{Path: path, Raw: raw, Trials: trials}, nil
+	sw.Path, sw.Raw = path, raw
+	return sw, nil
 }
 
-func parseSweep(raw []byte) ([]Trial, error) {
+func parseSweep(raw []byte) (*Sweep, error) {
 	var f sweepYAML
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
@@ -82,8 +89,22 @@ func parseSweep(raw []byte) ([]Trial, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("is empty; give base: and trials:, grid: or both")
 		}
-		return nil, fmt.Errorf("%w (a sweep file has base:, trials: and grid:)", err)
+		return nil, fmt.Errorf("%w (a sweep file has base:, trials:, grid:, and optionally launcher: and slurm:)", err)
 	}
+	if f.Launcher != "" && f.Launcher != LauncherLocal && f.Launcher != LauncherSlurm {
+		return nil, field.Errorf("launcher", "must be local or slurm, got %q", f.Launcher)
+	}
+	if err := f.Slurm.Validate(); err != nil {
+		return nil, fmt.Errorf("slurm: %w", err)
+	}
+	trials, err := trialsOf(f)
+	if err != nil {
+		return nil, err
+	}
+	return &Sweep{Trials: trials, Launcher: f.Launcher, Slurm: f.Slurm}, nil
+}
+
+func trialsOf(f sweepYAML) ([]Trial, error) {
 	base, err := settingsOf(f.Base)
 	if err != nil {
 		return nil, fmt.Errorf("base: %w", err)

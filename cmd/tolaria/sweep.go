@@ -93,15 +93,56 @@ checkpoints and stops).`,
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the sweep so the final values are scraped (0: exit at once)")
 	fs.String("priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
 	fs.String("device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB or 512MiB (default: what the device reports free); on the CPU it stands in for a GPU's memory")
+	addLauncherFlags(fs, "trial")
 	return cmd
+}
+
+// addLauncherFlags adds the flags that send workers (of trials, or of
+// shards) to Slurm.
+func addLauncherFlags(fs *pflag.FlagSet, what string) {
+	fs.String("launcher", coordinator.LauncherLocal, "where workers run: local (processes on this machine) or slurm (a Slurm job array, one task per "+what+"; see docs/slurm.md)")
+	fs.String("partition", "", "with --launcher slurm: the partition to submit to (sbatch --partition; default the cluster's)")
+	fs.String("account", "", "with --launcher slurm: the account to charge (sbatch --account)")
+	fs.String("time-limit", "", "with --launcher slurm: each task's time limit in Slurm's format, e.g. 2:00:00 (sbatch --time); a task past it fails with reason time_limit")
+	fs.StringArray("sbatch-arg", nil, "with --launcher slurm: a further sbatch option, e.g. --sbatch-arg=--mem=8G (repeat for more)")
+	fs.Bool("dry-run", false, "with --launcher slurm: print the batch script and the sbatch command, submit nothing and write nothing")
+}
+
+// launcherConfig reads the launcher flags over what the sweep file says
+// (file: its launcher: and slurm:, zero for an evaluation).
+func launcherConfig(fs *pflag.FlagSet, launcher string, slurm coordinator.SlurmConfig) (string, coordinator.SlurmConfig, bool, error) {
+	get := func(name string) string { v, _ := fs.GetString(name); return v }
+	if fs.Changed("launcher") || launcher == "" {
+		launcher = get("launcher")
+	}
+	for flag, dst := range map[string]*string{"partition": &slurm.Partition, "account": &slurm.Account, "time-limit": &slurm.TimeLimit} {
+		if fs.Changed(flag) {
+			*dst = get(flag)
+		}
+	}
+	if fs.Changed("sbatch-arg") {
+		slurm.Args, _ = fs.GetStringArray("sbatch-arg")
+	}
+	dry, _ := fs.GetBool("dry-run")
+	if launcher != coordinator.LauncherSlurm {
+		for _, f := range []string{"partition", "account", "time-limit", "sbatch-arg", "dry-run"} {
+			if fs.Changed(f) {
+				return launcher, slurm, dry, usagef("--%s goes with --launcher slurm", f)
+			}
+		}
+	}
+	return launcher, slurm, dry, nil
 }
 
 // sweepFlag spells a sweep setting as its flag. Keys of the sweep file
 // (a trial's lr) stay as they are: they are not flags here.
 func sweepFlag(key field.Name) string {
 	switch key {
-	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker", "metrics_addr", "device_memory", "priority":
+	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker", "metrics_addr", "device_memory", "priority",
+		"launcher", "partition", "account", "time_limit", "dry_run":
 		return "--" + strings.ReplaceAll(string(key), "_", "-")
+	case "sbatch_args":
+		return "--sbatch-arg"
 	}
 	return ""
 }
@@ -154,12 +195,19 @@ func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error
 	if cfg.Resume, _ = fs.GetBool("resume"); cfg.Resume {
 		var saved coordinator.Results
 		cfg.Sweep, saved, err = coordinator.LoadSweepDir(cfg.Dir)
-		if err == nil && !fs.Changed("rank-by") {
+		if err != nil {
+			return cfg, err
+		}
+		if !fs.Changed("rank-by") {
 			cfg.RankBy = saved.RankBy // ranked as it was unless asked otherwise
 		}
+		cfg.Launcher, cfg.Slurm, cfg.DryRun, err = launcherConfig(fs, cfg.Sweep.Launcher, cfg.Sweep.Slurm)
 		return cfg, err
 	}
-	cfg.Sweep, err = coordinator.ReadSweep(path)
+	if cfg.Sweep, err = coordinator.ReadSweep(path); err != nil {
+		return cfg, err
+	}
+	cfg.Launcher, cfg.Slurm, cfg.DryRun, err = launcherConfig(fs, cfg.Sweep.Launcher, cfg.Sweep.Slurm)
 	return cfg, err
 }
 
@@ -188,6 +236,12 @@ func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
 		return sweepRefused(stderr, err)
 	}
 	defer s.Close()
+	if cfg.DryRun {
+		view.close()
+		script, command := s.DryRun()
+		fmt.Fprintf(stdout, "# the batch script (written to the sweep directory's slurm/ when submitted):\n%s\n# submitted with:\n%s\n", script, shellCommand(command))
+		return nil
+	}
 	log.Info("sweep", "file", cfg.Sweep.Path, "resume", cfg.Resume, "trials", len(cfg.Sweep.Trials), "devices", s.Devices(), "parallel", s.Parallel(), "sweep_dir", s.Dir())
 	view.start()
 	res, err := s.Run(ctx)
@@ -274,4 +328,16 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size; give bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 8GiB", s)
 	}
 	return int64(v * scale), nil
+}
+
+// shellCommand spells a command for a shell, quoting what needs it.
+func shellCommand(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"$`\\*?[]()&;|<>#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
 }
