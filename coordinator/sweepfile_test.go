@@ -86,7 +86,7 @@ func TestReadSweepRefuses(t *testing.T) {
 		{"empty file", ``, []string{"is empty"}},
 		{"no trials", "base: {epochs: 2}\n", []string{"has no trials"}},
 		{"empty trial list", "trials: []\n", []string{"has no trials"}},
-		{"unknown top-level key", "base: {}\ntrial: [{lr: 0.1}]\n", []string{"field trial not found", "base:, trials: and grid:"}},
+		{"unknown top-level key", "base: {}\ntrial: [{lr: 0.1}]\n", []string{"field trial not found", "base:, trials:, grid:, and optionally launcher: and slurm:"}},
 		{"unknown base key", "base: {epochz: 2}\ntrials: [{}]\n", []string{"base:", "unknown keys epochz"}},
 		{"bad base value", "base: {epochs: 2.5}\ntrials: [{}]\n", []string{"base:", "epochs:", "not a whole number"}},
 		{"unknown trial key", "trials: [{name: a, lr: 0.1}, {name: b, learning_rate: 0.1}]\n", []string{`trial "b"`, "unknown keys learning_rate"}},
