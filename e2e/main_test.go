@@ -46,6 +46,7 @@ func TestMain(m *testing.M) {
 			}
 		}()
 		code = m.Run()
+		stopSlurm()
 	}()
 	os.RemoveAll(dir)
 	os.Exit(code)
