@@ -3,8 +3,10 @@
 #   install-deps.sh train   the Fashion-MNIST dataset (package dataset-fashion-mnist)
 #   install-deps.sh test    the dataset, Prometheus/promtool, gcc/g++ (cgo, the kernel
 #                           emulation test), OpenBLAS (the CPU GEMM benchmark's
-#                           reference, -tags openblas), and the CUDA toolkit (nvcc,
-#                           cuda.h; for the -tags cuda build and the PTX check)
+#                           reference, -tags openblas), Slurm and munge (the one-node
+#                           cluster of the Slurm launcher's tests, scripts/slurm-up.sh),
+#                           and the CUDA toolkit (nvcc, cuda.h; for the -tags cuda
+#                           build and the PTX check)
 #   install-deps.sh peer    the dataset, PyTorch for Debian's python3 (python3-torch)
 #                           and OpenBLAS's OpenMP build (libopenblas0-openmp), for
 #                           make bench-peer; never part of make test
@@ -54,8 +56,9 @@ test)
 	# gcc and libc6-dev for cgo (-race, the cuda build), g++ for the CUDA
 	# kernels' CPU emulation test (device/cuda), git for the format check,
 	# libopenblas-dev for the GEMM benchmark's reference (make gemm-ratio),
-	# which make vet builds.
-	apt_install dataset-fashion-mnist prometheus gcc g++ libc6-dev git libopenblas-dev
+	# which make vet builds; slurm-wlm and munge for the Slurm launcher's
+	# end-to-end tests (scripts/slurm-up.sh).
+	apt_install dataset-fashion-mnist prometheus gcc g++ libc6-dev git libopenblas-dev slurm-wlm munge
 	"$root/scripts/install-cuda.sh"
 	# staticcheck, at a pinned version, into $(go env GOPATH)/bin.
 	sc="$(go env GOPATH)/bin/staticcheck"
