@@ -233,3 +233,66 @@ func slurmTaskOf(t *testing.T, env []string, i int) string {
 	})
 	return task
 }
+
+// TestSlurmSweepInterrupted: Ctrl-C checkpoints the running trial through
+// its spool and cancels the task still queued, leaving nothing of the
+// array in Slurm's queue (exit 130); --resume finishes both trials with
+// the parameters of a sweep never interrupted.
+func TestSlurmSweepInterrupted(t *testing.T) {
+	env := slurmEnv(t)
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, longSlurmSweep)
+	local := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--sweep-dir", filepath.Join(dir, "local"))
+	if local.code != 0 {
+		t.Fatalf("local sweep: exit %d\n%s", local.code, local.stderr)
+	}
+	sweepDir := filepath.Join(dir, "slurm")
+	cmd := exec.Command(filepath.Join(binDir, "tolaria"), "sweep", file, "--launcher", "slurm", "--parallel", "1", "--sweep-dir", sweepDir)
+	cmd.Dir, cmd.Env = dir, append(cleanEnv(), env...)
+	stderr := new(lockedBuffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	waitFor(t, "the first trial's first checkpoint", func() bool {
+		_, err := os.Stat(filepath.Join(sweepDir, "first", "checkpoint.tlck"))
+		return err == nil
+	})
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		t.Fatalf("the sweep did not stop on SIGINT:\n%s", stderr)
+	}
+	var ee *exec.ExitError
+	if !asExit(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("interrupted sweep: %v, want exit 130\n%s", err, stderr)
+	}
+	squeue := exec.Command("squeue", "-h", "-o", "%i %T")
+	squeue.Env = append(os.Environ(), env...)
+	if out, err := squeue.Output(); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Fatalf("Slurm still queues or runs after the sweep ended: %q, %v", out, err)
+	}
+	for _, tr := range readSweepResults(t, sweepDir).Trials {
+		if tr.State != coordinator.TrialInterrupted || (tr.Name == "first") != strings.Contains(tr.Reason, "checkpoint saved") {
+			t.Errorf("trial %s: %s (%s), want interrupted, and the running one checkpointed", tr.Name, tr.State, tr.Reason)
+		}
+	}
+	r := tolaria(t, dir, env, "sweep", "--resume", "--sweep-dir", sweepDir, "--launcher", "slurm")
+	if r.code != 0 {
+		t.Fatalf("resumed sweep: exit %d\n%s", r.code, r.stderr)
+	}
+	want := map[string]string{}
+	for _, tr := range readSweepResults(t, filepath.Join(dir, "local")).Trials {
+		want[tr.Name] = tr.Summary.ParamsSHA256
+	}
+	for _, tr := range readSweepResults(t, sweepDir).Trials {
+		if tr.State != coordinator.TrialSucceeded || tr.Summary.ParamsSHA256 != want[tr.Name] {
+			t.Errorf("resumed trial %s: %s %+v, want succeeded with %s", tr.Name, tr.State, tr.Summary, want[tr.Name])
+		}
+	}
+}

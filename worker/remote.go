@@ -200,6 +200,17 @@ func (w *remoteWatch) cancel() {
 	}
 }
 
+// spoke reports whether the worker has said hello: its task runs,
+// whatever the scheduler last said.
+func (w *remoteWatch) spoke() bool {
+	select {
+	case <-w.gotHello:
+		return true
+	default:
+		return false
+	}
+}
+
 func (w *remoteWatch) noHello() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -242,7 +253,7 @@ func (w *remoteWatch) watch(ctx context.Context, abort <-chan struct{}, d watchT
 			return
 		case <-done:
 			done, cancelledAt = nil, time.Now()
-			if runningSince.IsZero() {
+			if runningSince.IsZero() && !w.spoke() {
 				w.fail(ReasonKilled, "cancelled by tolaria before the task started", true)
 				return
 			}
@@ -259,6 +270,10 @@ func (w *remoteWatch) watch(ctx context.Context, abort <-chan struct{}, d watchT
 					endedAt = time.Now()
 				}
 			}
+		}
+		if runningSince.IsZero() && w.spoke() {
+			// The worker spoke before the scheduler's answer said it runs.
+			runningSince = time.Now()
 		}
 		if !endedAt.IsZero() {
 			// Its last answers may still be on their way through the
