@@ -49,7 +49,13 @@ type EvalRequest struct {
 	WorkerStart      time.Duration // 0: worker.DefaultHelloTimeout
 	HeartbeatTimeout time.Duration // 0: worker.DefaultHeartbeatTimeout
 	Env              []string      // added to every worker's environment
-	Logger           *slog.Logger
+	// Launcher is where the shards' workers run: LauncherLocal ("" too),
+	// or LauncherSlurm, a task per shard of a Slurm job array (see
+	// SlurmConfig), all at once; the retry of a failed shard is an array of
+	// its own.
+	Launcher string
+	Slurm    SlurmConfig
+	Logger   *slog.Logger
 	// Progress, when set, is told of each shard's attempts as they end.
 	Progress func(EvalProgress)
 }
@@ -79,6 +85,11 @@ func (r EvalRequest) Validate() error {
 	case r.HeartbeatTimeout != 0 && r.HeartbeatTimeout < worker.MinHeartbeatTimeout:
 		return configErr(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more",
 			r.HeartbeatTimeout, worker.MinHeartbeatTimeout))
+	case r.Launcher != "" && r.Launcher != LauncherLocal && r.Launcher != LauncherSlurm:
+		return configErr(field.Errorf("launcher", "must be local or slurm, got %q", r.Launcher))
+	}
+	if r.Launcher == LauncherSlurm {
+		return r.Slurm.Validate()
 	}
 	return nil
 }
@@ -140,6 +151,9 @@ type Evaluation struct {
 	classes int
 	worker  string
 	log     *slog.Logger
+	// slurm submits the shards' workers with LauncherSlurm; nil runs them
+	// here.
+	slurm *slurmLauncher
 }
 
 // PlanEval checks a sharded evaluation before anything is written: the
@@ -190,7 +204,38 @@ func PlanEval(req EvalRequest) (*Evaluation, error) {
 	if e.worker, err = worker.Find(req.Worker); err != nil {
 		return nil, setupErr(err)
 	}
+	if req.Launcher == LauncherSlurm {
+		dev := req.Device
+		if dev == "" {
+			dev = "cpu"
+		}
+		if e.slurm, err = newSlurmLauncher(req.Slurm, filepath.Join(req.RunDir, EvalDir, "slurm"), e.worker, dev, 0); err != nil {
+			return nil, err
+		}
+		for s := range req.Workers {
+			e.slurm.plan(s, e.spools(s), e.shardLog(s))
+		}
+	}
 	return e, nil
+}
+
+// shardLog is shard s's worker log.
+func (e *Evaluation) shardLog(s int) string {
+	return filepath.Join(e.req.RunDir, EvalDir, fmt.Sprintf("shard-%d.log", s))
+}
+
+// spools is where shard s's spools go with the Slurm launcher.
+func (e *Evaluation) spools(s int) string {
+	return filepath.Join(e.req.RunDir, EvalDir, "spool", fmt.Sprintf("shard-%d", s))
+}
+
+// DryRun is, with the Slurm launcher, the batch script of the shards' job
+// array and the sbatch command that would submit it; nothing is written.
+func (e *Evaluation) DryRun() (script string, command []string) {
+	if e.slurm == nil {
+		return "", nil
+	}
+	return e.slurm.dryRun()
 }
 
 // RunSpec reads the job a run directory's config.yaml records.
@@ -250,6 +295,9 @@ func (e *Evaluation) Run(ctx context.Context) (*EvalReport, error) {
 				return nil, err
 			}
 		}
+	}
+	if e.slurm != nil {
+		defer e.slurm.close(ctx)
 	}
 	n := e.req.Workers
 	shards := make([]jobserver.Shard, n)
@@ -332,14 +380,21 @@ func (e *Evaluation) runShard(ctx context.Context, s int) (jobserver.Shard, erro
 }
 
 func (e *Evaluation) attempt(ctx context.Context, s, attempt int) (jobserver.Shard, error) {
-	logPath := filepath.Join(e.req.RunDir, EvalDir, fmt.Sprintf("shard-%d.log", s))
-	wlog, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return jobserver.Shard{}, err
+	logPath := e.shardLog(s)
+	var t worker.Transport
+	if e.slurm != nil {
+		// The task writes the log itself, on its node.
+		t = e.slurm.transport(s, e.spools(s), logPath, attempt, e.req.WorkerStart, e.req.HeartbeatTimeout)
+		defer e.slurm.release(ctx, s)
+	} else {
+		wlog, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return jobserver.Shard{}, err
+		}
+		defer wlog.Close()
+		t = &worker.Process{Path: e.worker, Stderr: wlog, Logger: e.log, HelloTimeout: e.req.WorkerStart,
+			HeartbeatTimeout: e.req.HeartbeatTimeout, Env: e.req.Env}
 	}
-	defer wlog.Close()
-	proc := &worker.Process{Path: e.worker, Stderr: wlog, Logger: e.log, HelloTimeout: e.req.WorkerStart,
-		HeartbeatTimeout: e.req.HeartbeatTimeout, Env: e.req.Env}
 	out := ShardFile(e.req.RunDir, s)
 	ej := jobserver.EvalJob{Spec: e.spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
 		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out}
@@ -347,7 +402,7 @@ func (e *Evaluation) attempt(ctx context.Context, s, attempt int) (jobserver.Sha
 	if dev == "" {
 		dev = "cpu"
 	}
-	if _, _, err := jobserver.Evaluate(ctx, proc, dev, ej); err != nil {
+	if _, _, err := jobserver.Evaluate(ctx, t, dev, ej); err != nil {
 		return jobserver.Shard{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)
 	}
 	sh, err := jobserver.ReadShard(out)

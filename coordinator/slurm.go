@@ -77,14 +77,15 @@ type slurmTask struct {
 	log   string // worker.log
 }
 
-// slurmLauncher submits a sweep's workers to Slurm and follows them. The
-// first attempt of every trial is a task of one job array, submitted when
-// the first of them starts; each retry is an array of its one task. Every
+// slurmLauncher submits a sweep's (or an evaluation's) workers to Slurm
+// and follows them. The first attempt of every trial (or shard) is a task
+// of one job array, submitted when the first of them starts; each retry is
+// an array of its one task. Every
 // submission has its own batch script (in <sweep dir>/slurm), whose task
 // waits until its spool holds the request, then runs tolaria-worker on it.
 type slurmLauncher struct {
 	cfg      SlurmConfig
-	dir      string // <sweep dir>/slurm: batch scripts and Slurm's own output
+	dir      string // <sweep dir>/slurm (<run dir>/eval/slurm): batch scripts and Slurm's own output
 	worker   string // absolute path of tolaria-worker
 	device   string // cpu or cuda: cuda asks each task for a GPU
 	parallel int    // the arrays' % limit
@@ -115,7 +116,8 @@ type slurmJobState struct {
 	err   error
 }
 
-func newSlurmLauncher(cfg SlurmConfig, sweepDir, workerPath, device string, parallel int) (*slurmLauncher, error) {
+// newSlurmLauncher makes a launcher keeping its batch scripts in dir.
+func newSlurmLauncher(cfg SlurmConfig, dir, workerPath, device string, parallel int) (*slurmLauncher, error) {
 	for _, cmd := range []string{"sbatch", "scontrol", "scancel"} {
 		if _, err := exec.LookPath(cmd); err != nil {
 			return nil, setupErr(field.Errorf("launcher", "slurm needs %s, which is not on PATH: run tolaria on a node of the cluster (a login node), or load Slurm's module", cmd))
@@ -128,22 +130,30 @@ func newSlurmLauncher(cfg SlurmConfig, sweepDir, workerPath, device string, para
 	if cfg.Poll == 0 {
 		cfg.Poll = DefaultSlurmPoll
 	}
-	return &slurmLauncher{cfg: cfg, dir: filepath.Join(sweepDir, "slurm"), worker: abs, device: device, parallel: parallel,
+	return &slurmLauncher{cfg: cfg, dir: dir, worker: abs, device: device, parallel: parallel,
 		token: strconv.FormatInt(time.Now().UnixNano(), 36), first: map[int]slurmTask{}, firstState: map[int]firstState{}, jobs: map[string]*slurmJobState{}}, nil
 }
 
-// plan notes the first attempt of the task at index, whose run directory
-// is runDir: it will be a task of the first array.
-func (l *slurmLauncher) plan(index int, runDir string) {
+// plan notes the first attempt of the worker at index (a trial, or a
+// shard), whose spools go under spools and whose log is log: it will be a
+// task of the first array.
+func (l *slurmLauncher) plan(index int, spools, log string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.first[index] = slurmTask{index: index, spool: filepath.Join(runDir, "spool", l.token+"-1"), log: filepath.Join(runDir, "worker.log")}
+	l.first[index] = slurmTask{index: index, spool: filepath.Join(spools, l.token+"-1"), log: log}
 	l.firstState[index] = firstPlanned
 }
 
-// transport is the worker.Remote of an attempt at the task at index: the
-// first takes its task of the first array, a later one submits its own.
-func (l *slurmLauncher) transport(index int, runDir string, attempt int, p Placement) *worker.Remote {
+// planTrial plans a sweep trial's first attempt: its spools and its
+// worker.log in its run directory.
+func (l *slurmLauncher) planTrial(index int, runDir string) {
+	l.plan(index, filepath.Join(runDir, "spool"), filepath.Join(runDir, "worker.log"))
+}
+
+// transport is the worker.Remote of an attempt at the worker at index:
+// the first takes its task of the first array, a later one submits its
+// own. hello and heartbeat are its bounds (0: worker's defaults).
+func (l *slurmLauncher) transport(index int, spools, log string, attempt int, hello, heartbeat time.Duration) *worker.Remote {
 	l.mu.Lock()
 	t, first := l.first[index]
 	first = first && l.firstState[index] == firstPlanned
@@ -152,9 +162,9 @@ func (l *slurmLauncher) transport(index int, runDir string, attempt int, p Place
 	}
 	l.mu.Unlock()
 	if !first {
-		t = slurmTask{index: index, spool: filepath.Join(runDir, "spool", l.token+"-"+strconv.Itoa(attempt)), log: filepath.Join(runDir, "worker.log")}
+		t = slurmTask{index: index, spool: filepath.Join(spools, l.token+"-"+strconv.Itoa(attempt)), log: log}
 	}
-	r := &worker.Remote{Dir: t.spool, Log: t.log, HelloTimeout: p.WorkerStart, HeartbeatTimeout: p.HeartbeatTimeout, Poll: min(l.cfg.Poll, time.Second)}
+	r := &worker.Remote{Dir: t.spool, Log: t.log, HelloTimeout: hello, HeartbeatTimeout: heartbeat, Poll: min(l.cfg.Poll, time.Second)}
 	r.Start = func(ctx context.Context) (worker.Task, error) {
 		var id string
 		var err error
@@ -297,7 +307,7 @@ const spoolWait = 600
 // script is the batch script of an array of tasks.
 func (l *slurmLauncher) script(tasks []slurmTask) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "#!/bin/sh\n# tolaria: worker tasks of the sweep in %s, one per array index.\n", shellQuote(filepath.Dir(l.dir)))
+	fmt.Fprintf(&b, "#!/bin/sh\n# tolaria: worker tasks of %s, one per array index.\n", shellQuote(filepath.Dir(l.dir)))
 	b.WriteString("case \"$SLURM_ARRAY_TASK_ID\" in\n")
 	for _, t := range tasks {
 		fmt.Fprintf(&b, "%d) spool=%s; log=%s ;;\n", t.index, shellQuote(t.spool), shellQuote(t.log))

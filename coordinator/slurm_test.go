@@ -80,7 +80,7 @@ func TestSlurmScriptAndCommand(t *testing.T) {
 	l := &slurmLauncher{cfg: SlurmConfig{Partition: "gpu", TimeLimit: "1:00:00", Args: []string{"--mem=8G"}}, dir: filepath.Join(dir, "slurm"),
 		worker: "/opt/tolaria/bin/tolaria-worker", device: "cuda", parallel: 2, token: "tok", first: map[int]slurmTask{}, firstState: map[int]firstState{}}
 	for i, name := range []string{"a", "b'quoted", "c"} {
-		l.plan(i, filepath.Join(dir, name))
+		l.planTrial(i, filepath.Join(dir, name))
 	}
 	script, cmd := l.dryRun()
 	for _, want := range []string{

@@ -293,7 +293,7 @@ func (s *SweepRun) prepareSlurm() error {
 	if err != nil {
 		return setupErr(err)
 	}
-	if s.slurm, err = newSlurmLauncher(cfg.Slurm, s.dir, path, device, cfg.Parallel); err != nil {
+	if s.slurm, err = newSlurmLauncher(cfg.Slurm, filepath.Join(s.dir, "slurm"), path, device, cfg.Parallel); err != nil {
 		return err
 	}
 	s.slots = make([]slot, len(cfg.Sweep.Trials))
@@ -302,7 +302,7 @@ func (s *SweepRun) prepareSlurm() error {
 	}
 	if cfg.DryRun {
 		for i, t := range cfg.Sweep.Trials {
-			s.slurm.plan(i, filepath.Join(s.dir, t.Name))
+			s.slurm.planTrial(i, filepath.Join(s.dir, t.Name))
 		}
 	}
 	return nil
@@ -626,7 +626,7 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 	if s.slurm != nil {
 		for i, t := range s.cfg.Sweep.Trials {
 			if s.rows[i].State != TrialSucceeded {
-				s.slurm.plan(i, filepath.Join(s.dir, t.Name))
+				s.slurm.planTrial(i, filepath.Join(s.dir, t.Name))
 			}
 		}
 		defer s.slurm.close(ctx)
@@ -789,7 +789,7 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	var budget *TrialBudget
 	if s.slurm != nil {
 		// The task writes worker.log itself, on its node.
-		place.Transport = s.slurm.transport(i, spec.RunDir, n, place)
+		place.Transport = s.slurm.transport(i, filepath.Join(spec.RunDir, "spool"), filepath.Join(spec.RunDir, "worker.log"), n, place.WorkerStart, place.HeartbeatTimeout)
 		place.Stderr = io.Discard
 		defer s.slurm.release(ctx, i)
 		workerLog := filepath.Join(spec.RunDir, "worker.log")

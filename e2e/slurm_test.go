@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -293,6 +295,43 @@ func TestSlurmSweepInterrupted(t *testing.T) {
 	for _, tr := range readSweepResults(t, sweepDir).Trials {
 		if tr.State != coordinator.TrialSucceeded || tr.Summary.ParamsSHA256 != want[tr.Name] {
 			t.Errorf("resumed trial %s: %s %+v, want succeeded with %s", tr.Name, tr.State, tr.Summary, want[tr.Name])
+		}
+	}
+}
+
+// TestSlurmEval: a sharded evaluation through the cluster, a task per
+// shard, merges into the same figures as one run here.
+func TestSlurmEval(t *testing.T) {
+	env := slurmEnv(t)
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, quick(run)...); r.code != 0 {
+		t.Fatalf("train: exit %d\n%s", r.code, r.stderr)
+	}
+	figures := func(args ...string) string {
+		t.Helper()
+		r := tolaria(t, dir, env, append([]string{"eval", "--run-dir", run, "--workers", "3"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("eval %v: exit %d\n%s", args, r.code, r.stderr)
+		}
+		var rep coordinator.EvalReport
+		raw, err := os.ReadFile(filepath.Join(run, coordinator.EvalJSON))
+		if err == nil {
+			err = json.Unmarshal(raw, &rep)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(rep.Samples, rep.Loss, rep.Accuracy, rep.PerClass, rep.Confusion)
+	}
+	local := figures()
+	if got := figures("--launcher", "slurm"); got != local {
+		t.Fatalf("eval through Slurm: %s\nhere: %s", got, local)
+	}
+	logs, _ := filepath.Glob(filepath.Join(run, coordinator.EvalDir, "shard-*.log"))
+	for _, l := range logs {
+		if raw, _ := os.ReadFile(l); !strings.Contains(string(raw), "tolaria-worker: slurm job ") {
+			t.Errorf("%s does not show its Slurm task:\n%s", l, raw)
 		}
 	}
 }

@@ -47,14 +47,18 @@ shards are named), 2 bad input (nothing written), 1 another failure,
 	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
 	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
 	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a shard's tolaria-worker may send no heartbeat, or make no progress while it sends them, before it is taken for hung, killed and its attempt failed (at least 1s)")
+	addLauncherFlags(fs, "shard")
 	return cmd
 }
 
 // evalFlag spells an evaluation setting as its flag.
 func evalFlag(key field.Name) string {
 	switch key {
-	case "run_dir", "checkpoint", "workers", "split", "device", "worker", "worker_start_timeout", "heartbeat_timeout":
+	case "run_dir", "checkpoint", "workers", "split", "device", "worker", "worker_start_timeout", "heartbeat_timeout",
+		"launcher", "partition", "account", "time_limit", "dry_run":
 		return "--" + strings.ReplaceAll(string(key), "_", "-")
+	case "sbatch_args":
+		return "--sbatch-arg"
 	}
 	return flagOf(key)
 }
@@ -73,9 +77,20 @@ func evaluate(ctx context.Context, cmd *cobra.Command) error {
 	}
 	req.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
 	req.HeartbeatTimeout, _ = fs.GetDuration("heartbeat-timeout")
+	var dry bool
+	var err error
+	if req.Launcher, req.Slurm, dry, err = launcherConfig(fs, "", coordinator.SlurmConfig{}); err != nil {
+		fmt.Fprintln(stderr, "tolaria:", err)
+		return exitError{exitUsage}
+	}
 	req.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	req.Progress = func(p coordinator.EvalProgress) { printEvalProgress(stderr, p) }
 	e, err := coordinator.PlanEval(req)
+	if err == nil && dry {
+		script, command := e.DryRun()
+		fmt.Fprintf(stdout, "# the batch script (written to %s/%s/slurm when submitted):\n%s\n# submitted with:\n%s\n", req.RunDir, coordinator.EvalDir, script, shellCommand(command))
+		return nil
+	}
 	if err != nil {
 		code := exitFailure
 		if errors.Is(err, coordinator.ErrConfig) {
