@@ -364,7 +364,8 @@ func (l *slurmLauncher) state(ctx context.Context, id string, index int) (worker
 	if !ok {
 		// Gone from Slurm's memory: cancelled while pending (which leaves
 		// no record), or ended longer ago than its MinJobAge.
-		return worker.TaskState{Phase: worker.TaskEnded, Reason: worker.ReasonCancelled, Detail: "no record in Slurm: cancelled before it started, or forgotten since it ended"}, nil
+		return worker.TaskState{Phase: worker.TaskEnded, Reason: worker.ReasonCancelled, Gone: true,
+			Detail: "no record in Slurm: cancelled before it started, or forgotten since it ended"}, nil
 	}
 	return st, nil
 }

@@ -17,6 +17,7 @@ import (
 // answer fails with the same error.
 type Conn struct {
 	req     Request
+	in      io.Reader // told when the answer is sent, if it wants to know (the spool)
 	dec     *decoder
 	enc     *encoder
 	grants  chan Message  // the coordinator's answers to budget requests, read by WatchCancel
@@ -36,7 +37,7 @@ func Accept(in io.Reader, out io.Writer) (*Conn, error) {
 	}
 	req := Request{Type: first.Type, Device: first.Device, Body: first.Body, Heartbeat: time.Duration(first.HeartbeatMS) * time.Millisecond,
 		AskBudget: first.AskBudget}
-	return &Conn{req: req, dec: dec, enc: newEncoder(out), grants: make(chan Message, 1), unparks: make(chan struct{}, 1)}, nil
+	return &Conn{req: req, in: in, dec: dec, enc: newEncoder(out), grants: make(chan Message, 1), unparks: make(chan struct{}, 1)}, nil
 }
 
 // Request is the request read.
@@ -72,11 +73,23 @@ func (c *Conn) Result(v any) error {
 	if err != nil {
 		return fmt.Errorf("worker: encoding the result: %w", err)
 	}
+	defer c.answered()
 	return c.enc.send(Message{Type: TypeResult, Body: body})
 }
 
 // Fail sends the request's failure.
-func (c *Conn) Fail(e *Error) error { return c.enc.send(Message{Type: TypeError, Error: e}) }
+func (c *Conn) Fail(e *Error) error {
+	defer c.answered()
+	return c.enc.send(Message{Type: TypeError, Error: e})
+}
+
+// answered tells an input that wants to know (the spool's) that the
+// request's answer is sent.
+func (c *Conn) answered() {
+	if a, ok := c.in.(interface{ Answered() }); ok {
+		a.Answered()
+	}
+}
 
 // WatchCancel returns a context that is cancelled when the coordinator
 // sends cancel or closes its end (it has gone, or has the answer and is

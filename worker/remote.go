@@ -38,6 +38,10 @@ type TaskState struct {
 	Reason string
 	// Detail is the scheduler's own words: its state and exit code.
 	Detail string
+	// Gone says the scheduler has no record of the task (it forgets ended
+	// tasks after a while, and a task cancelled in the queue at once): it
+	// has ended, but how is unknown.
+	Gone bool
 }
 
 // Task is a worker that a scheduler runs (a Slurm array task).
@@ -75,8 +79,8 @@ type Remote struct {
 	// HelloTimeout, Grace and HeartbeatTimeout are as for Process; 0 means
 	// the same defaults.
 	HelloTimeout, Grace, HeartbeatTimeout time.Duration
-	// Poll is how often the spool and the task's state are looked at; 0
-	// means DefaultSpoolPoll for the spool and a second for the state.
+	// Poll is how often the task's state is looked at (the spool, at most
+	// every DefaultSpoolPoll); 0 means a second.
 	Poll time.Duration
 }
 
@@ -100,8 +104,8 @@ func (r *Remote) Call(ctx context.Context, req Request, sink Sink) (Hello, json.
 	}
 	t.interval = HeartbeatInterval(t.beat)
 	req.Heartbeat = t.interval
-	spoolPoll, statePoll := r.Poll, r.Poll
-	if spoolPoll <= 0 {
+	spoolPoll, statePoll := min(DefaultSpoolPoll, max(r.Poll, time.Millisecond)), r.Poll
+	if statePoll <= 0 {
 		spoolPoll, statePoll = DefaultSpoolPoll, time.Second
 	}
 	stopper := stopperOf(ctx)
@@ -137,7 +141,7 @@ func (r *Remote) Call(ctx context.Context, req Request, sink Sink) (Hello, json.
 	w.finish()
 	end := w.awaitEnd(ctx, statePoll, closeErr != nil)
 	output := logTail(r.Log)
-	if convErr == nil && ctx.Err() == nil && end.Phase == TaskEnded && end.Reason != "" && end.Reason != ReasonExit {
+	if convErr == nil && ctx.Err() == nil && end.Phase == TaskEnded && !end.Gone && end.Reason != "" && end.Reason != ReasonExit {
 		// It answered, but because the scheduler ended it: a run stopped
 		// by scancel or its time limit checkpoints and answers like one
 		// stopped by tolaria. That is a failure of the attempt, with the
@@ -253,10 +257,6 @@ func (w *remoteWatch) watch(ctx context.Context, abort <-chan struct{}, d watchT
 			return
 		case <-done:
 			done, cancelledAt = nil, time.Now()
-			if runningSince.IsZero() && !w.spoke() {
-				w.fail(ReasonKilled, "cancelled by tolaria before the task started", true)
-				return
-			}
 		case <-tick.C:
 		}
 		if time.Since(lastState) >= poll {
@@ -288,6 +288,13 @@ func (w *remoteWatch) watch(ctx context.Context, abort <-chan struct{}, d watchT
 			continue
 		}
 		if runningSince.IsZero() {
+			// Cancelled while queued: the scheduler's answer may be a poll
+			// old, so a task that has just started is given two polls to
+			// show it before it is cancelled with nothing to save.
+			if !cancelledAt.IsZero() && time.Since(cancelledAt) >= 2*poll {
+				w.fail(ReasonKilled, "cancelled by tolaria before the task started", true)
+				return
+			}
 			continue
 		}
 		select {

@@ -232,3 +232,39 @@ func TestFollowerSeesAppendsAndTheEnd(t *testing.T) {
 		t.Fatalf("a spool without a request: %v", err)
 	}
 }
+
+// TestAnsweredWorkerLetsGoByItself: a worker that has answered ends once
+// its let-go time has passed, though the coordinator never closes the
+// spool (it died): its task must not hold its node.
+func TestAnsweredWorkerLetsGoByItself(t *testing.T) {
+	dir := t.TempDir()
+	in, err := newSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	start, _ := json.Marshal(Message{Type: TypeStart, Device: "cpu", Body: json.RawMessage(`{"x":1}`)})
+	if _, err := in.Write(append(start, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	f := &follower{path: filepath.Join(dir, SpoolIn), closed: filepath.Join(dir, SpoolClosed), poll: 5 * time.Millisecond, letGo: 200 * time.Millisecond}
+	out, err := os.OpenFile(filepath.Join(dir, SpoolOut), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	served := make(chan error, 1)
+	go func() { served <- echo(context.Background(), f, out) }()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not end after answering, without the coordinator's let-go")
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, SpoolOut))
+	if !strings.Contains(string(raw), `"type":"result"`) {
+		t.Fatalf("no result in the spool:\n%s", raw)
+	}
+}

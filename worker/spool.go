@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,10 +42,26 @@ type follower struct {
 	stop   <-chan struct{}
 	f      *os.File
 	off    int64
+	// giveUp, once set (unix nanoseconds), ends the stream then even
+	// without the closed marker: letGo after Answered.
+	giveUp atomic.Int64
+	letGo  time.Duration
 }
+
+// SpoolLetGo is how long a worker that has answered waits for the
+// coordinator to let it go (SpoolClosed) before it ends by itself: a
+// coordinator that died must not leave its tasks holding their nodes.
+const SpoolLetGo = time.Minute
+
+// Answered tells the worker's end of the spool that the answer is sent:
+// its input ends within SpoolLetGo even if the coordinator never lets go.
+func (r *follower) Answered() { r.giveUp.CompareAndSwap(0, time.Now().Add(r.letGo).UnixNano()) }
 
 func (r *follower) Read(p []byte) (int, error) {
 	for {
+		if g := r.giveUp.Load(); g != 0 && time.Now().UnixNano() >= g {
+			return 0, io.EOF
+		}
 		if r.f == nil {
 			f, err := os.Open(r.path)
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -117,7 +134,7 @@ func OpenSpool(dir string) (in io.ReadCloser, out io.WriteCloser, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("worker: answering through the spool: %w", err)
 	}
-	return &follower{path: filepath.Join(dir, SpoolIn), closed: filepath.Join(dir, SpoolClosed), poll: DefaultSpoolPoll}, o, nil
+	return &follower{path: filepath.Join(dir, SpoolIn), closed: filepath.Join(dir, SpoolClosed), poll: DefaultSpoolPoll, letGo: SpoolLetGo}, o, nil
 }
 
 // newSpool empties dir's spool for a new conversation and returns the
