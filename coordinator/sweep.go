@@ -833,6 +833,8 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 		return failed(err)
 	}
 	switch {
+	case sum.Interrupted && ctx.Err() != nil && sum.Steps == sum.ResumedFromStep:
+		return outcome{state: TrialInterrupted, reason: "interrupted before its first step", summary: &sum}
 	case sum.Interrupted && ctx.Err() != nil:
 		return outcome{state: TrialInterrupted, reason: fmt.Sprintf("interrupted after %d steps; checkpoint saved in %s", sum.Steps, spec.RunDir), summary: &sum}
 	case sum.Interrupted:
