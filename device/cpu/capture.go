@@ -231,10 +231,23 @@ func sameTopology(a, b []node) string {
 	return ""
 }
 
-// Upload is a no-op on the CPU device: executables need no preparation.
-func (e *exec) Upload(s device.Stream) error {
-	_, err := e.snapshot("Exec.Upload")
-	return err
+// Upload is a no-op on the CPU device: executables need no preparation. It
+// checks its arguments as the CUDA backend does.
+func (e *exec) Upload(x device.Stream) error {
+	s, ok := x.(*stream)
+	if !ok || s == nil || s.dev != e.dev {
+		return e.dev.err("Exec.Upload", device.ErrMisuse, "stream was not created by this device")
+	}
+	if _, err := e.snapshot("Exec.Upload"); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped {
+		return s.stoppedErr("Upload")
+	}
+	return nil
 }
 
 func (e *exec) Nodes() int {
