@@ -16,8 +16,8 @@ import (
 type Event struct {
 	dev       *Device
 	ev        cu.Event
-	seq       uint64 // creation order: Elapsed locks two events in this order
-	timing    bool   // created without CU_EVENT_DISABLE_TIMING
+	seq       uint64                  // creation order: Elapsed locks two events in this order
+	timing    bool                    // created without CU_EVENT_DISABLE_TIMING
 	recorded  atomic.Bool             // recorded outside a capture at least once
 	inCapture atomic.Pointer[capture] // the capture in progress holding the latest Record
 

@@ -15,11 +15,11 @@ import (
 
 // Stream is a non-blocking CUDA stream, or the legacy default stream.
 type Stream struct {
-	dev       *Device
-	cu        cu.Stream // zero for the legacy stream
-	legacy    bool
-	id        int64 // numbers the device's streams in errors; 0 for the legacy stream
-	capture   atomic.Pointer[capture] // the capture in progress on it, if any
+	dev     *Device
+	cu      cu.Stream // zero for the legacy stream
+	legacy  bool
+	id      int64                   // numbers the device's streams in errors; 0 for the legacy stream
+	capture atomic.Pointer[capture] // the capture in progress on it, if any
 
 	// mu is held shared by every call that uses the stream's driver handle,
 	// across the driver call, and exclusively by Destroy and Close: Destroy

@@ -24,8 +24,8 @@ const maxCallsPerRound = 2000
 
 // The handles a round destroys, as indexes into its gone flags.
 const (
-	hStream = iota // a stream that launches, records, waits and synchronises
-	hCapture       // a stream that captures in relaxed mode, over and over
+	hStream  = iota // a stream that launches, records, waits and synchronises
+	hCapture        // a stream that captures in relaxed mode, over and over
 	hEvent
 	hGraph
 	hExec
