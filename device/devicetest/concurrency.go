@@ -54,6 +54,7 @@ func testConcurrentDestroy(t *testing.T, open Opener) {
 	e := newEnv(t, open)
 	s := e.stream()
 	x, y := e.zeros(64), e.zeros(64)
+	e.updateRacingLaunch(x, y)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < destroyRounds && !t.Failed(); round++ {
 		e.destroyRound(s, x, y, rng)
@@ -218,4 +219,49 @@ func testCloseWithLiveHostBuffers(t *testing.T, open Opener) {
 	_, err = e.dev.AllocHost(1)
 	wantErr(t, err, device.ErrClosed, "AllocHost after Close")
 	wantErr(t, s.Synchronize(), device.ErrClosed, "Stream.Synchronize after Close")
+}
+
+// updateRacingLaunch updates an executable between two graphs of the same
+// topology while two goroutines launch it: the device serialises the
+// driver's calls on one executable (which the driver documents as not
+// internally synchronised), so every call succeeds, and the last update
+// decides what the last launch writes.
+func (e *env) updateRacingLaunch(x, y device.Buffer) {
+	const launches = 300
+	t := e.t
+	s := e.stream()
+	gx, gy := e.captureFill(s, x, 4, false), e.captureFill(s, y, 5, false)
+	ex, err := e.dev.Instantiate(gx)
+	e.must(err)
+	var wg sync.WaitGroup
+	run := func(what string, call func(i int) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range launches {
+				if err := call(i); err != nil {
+					t.Errorf("%s racing other calls on the executable: %v", what, err)
+					return
+				}
+			}
+		}()
+	}
+	run("Stream.Launch", func(int) error { return s.Launch(ex) })
+	run("Stream.Launch", func(int) error { return s.Launch(ex) })
+	run("Exec.Update", func(i int) error {
+		if i%2 == 0 {
+			return ex.Update(gy)
+		}
+		return ex.Update(gx)
+	})
+	wg.Wait()
+	e.must(ex.Update(gy))
+	e.must(s.Launch(ex))
+	e.must(s.Synchronize())
+	if got := e.read(y); got[0] != 5 {
+		t.Errorf("the last launch, after the last Update, wrote %v to its graph's buffer, want 5", got[0])
+	}
+	for _, err := range []error{ex.Destroy(), gx.Destroy(), gy.Destroy(), s.Destroy()} {
+		e.must(err)
+	}
 }
