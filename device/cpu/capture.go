@@ -231,21 +231,19 @@ func sameTopology(a, b []node) string {
 	return ""
 }
 
-// Upload is a no-op on the CPU device: executables need no preparation. It
-// checks its arguments as the CUDA backend does.
+// Upload is a no-op on the CPU device: executables need no preparation.
+// It fails with ErrClosed for a destroyed executable or stream.
 func (e *exec) Upload(x device.Stream) error {
-	s, ok := x.(*stream)
-	if !ok || s == nil || s.dev != e.dev {
-		return e.dev.err("Exec.Upload", device.ErrMisuse, "stream was not created by this device")
-	}
 	if _, err := e.snapshot("Exec.Upload"); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	stopped := s.stopped
-	s.mu.Unlock()
-	if stopped {
-		return s.stoppedErr("Upload")
+	if s, ok := x.(*stream); ok && s != nil {
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if stopped {
+			return s.stoppedErr("Upload")
+		}
 	}
 	return nil
 }
