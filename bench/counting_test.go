@@ -27,6 +27,7 @@ func TestCountingStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer dev.FreeHost(h) // before Close, which refuses while host buffers are allocated
 	ev, err := dev.NewEvent()
 	if err != nil {
 		t.Fatal(err)

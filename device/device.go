@@ -25,7 +25,13 @@ func (m CaptureMode) String() string {
 }
 
 // Device is one accelerator (or the CPU reference) and everything allocated
-// on it. A Device is safe for concurrent use by multiple goroutines.
+// on it. A Device, and every stream, event, graph and executable it makes,
+// is safe for concurrent use by multiple goroutines. Destroying a handle
+// while other goroutines use it is safe too: each call on it either takes
+// effect before the Destroy or fails with ErrClosed, never reaches the
+// driver with a released handle, and Destroy waits for calls on the handle
+// in progress. (Freeing a buffer that work being enqueued on another
+// goroutine names is the caller's race, as with cuMemFree.)
 type Device interface {
 	// Name identifies the device, e.g. "cpu" or "cuda:0".
 	Name() string
@@ -82,7 +88,12 @@ type Device interface {
 	// MemoryStats reports memory use.
 	MemoryStats() MemoryStats
 	// Close releases everything allocated on the device and stops its
-	// goroutines. Using the device afterwards returns ErrClosed.
+	// goroutines. Using the device afterwards returns ErrClosed; closing
+	// again is a no-op. While pinned host buffers from AllocHost are still
+	// allocated, Close releases nothing, leaves the device open and fails
+	// with ErrMisuse naming how many (HostBuffersLive): callers may still
+	// hold their Data() slices, and on CUDA their memory goes with the
+	// context. FreeHost them, then Close again.
 	Close() error
 }
 
@@ -120,7 +131,9 @@ type Stream interface {
 	// Launch enqueues an executable; it runs as one unit on this stream.
 	Launch(Exec) error
 
-	// Destroy releases the stream after its queued work completes.
+	// Destroy releases the stream after its queued work completes. It
+	// fails with ErrMisuse while the stream captures. Calls on the stream
+	// after it fail with ErrClosed; destroying it again is a no-op.
 	Destroy() error
 }
 
@@ -131,7 +144,8 @@ type Event interface {
 	Query() (bool, error)
 	// Synchronize blocks until the most recent Record completes. Capture-unsafe.
 	Synchronize() error
-	// Destroy releases the event.
+	// Destroy releases the event. Calls on or with it after it fail with
+	// ErrClosed; destroying it again is a no-op.
 	Destroy() error
 }
 
@@ -140,22 +154,29 @@ type Graph interface {
 	// Nodes is the number of operations in the graph.
 	Nodes() int
 	// Destroy releases the graph; executables made from it stay valid.
+	// Instantiate and Update with it afterwards fail with ErrClosed.
 	Destroy() error
 }
 
-// Exec is an instantiated graph, launched with Stream.Launch.
+// Exec is an instantiated graph, launched with Stream.Launch. Launches,
+// updates and the destruction of one executable may come from different
+// goroutines: the backend serialises them (the CUDA driver documents graph
+// objects as not internally synchronised).
 type Exec interface {
 	// Update replaces the executable's node parameters (buffers, scalars)
 	// with those of g, which must have the same topology: the same nodes,
 	// kernels and dependencies. It returns ErrTopologyChanged otherwise, and
-	// the executable is left as it was.
+	// the executable is left as it was. Launches enqueued before it keep
+	// the parameters they were enqueued with.
 	Update(g Graph) error
 	// Upload prepares the executable for launch on the stream ahead of its
 	// first launch, so that the first launch is not slower than the rest.
 	Upload(s Stream) error
 	// Nodes is the number of operations launched per Launch.
 	Nodes() int
-	// Destroy releases the executable.
+	// Destroy releases the executable once a launch, upload or update of
+	// it in progress returns; launches already enqueued still run. Calls
+	// after it fail with ErrClosed.
 	Destroy() error
 }
 

@@ -57,3 +57,11 @@ func (e *Error) Unwrap() error { return e.Err }
 func Errorf(dev, op string, err error, format string, args ...any) *Error {
 	return &Error{Device: dev, Op: op, Err: err, Detail: fmt.Sprintf(format, args...)}
 }
+
+// HostBuffersLive is the error of a Close that released nothing because n
+// pinned host buffers (bytes in all) from AllocHost are still allocated:
+// callers may still hold their Data() slices. It wraps ErrMisuse.
+func HostBuffersLive(dev string, n int, bytes int64) *Error {
+	return Errorf(dev, "Close", ErrMisuse,
+		"pinned host buffers from AllocHost still allocated: %d (%d bytes), whose Data() slices may be in use; nothing was released: FreeHost them, then Close again", n, bytes)
+}

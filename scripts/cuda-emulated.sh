@@ -85,6 +85,16 @@ if ! LD_LIBRARY_PATH="$out" "$out/device_cuda12.test" -test.run '^(TestConforman
 	exit 1
 fi
 
+# The conformance suite built with -race: Destroy racing launches, records,
+# updates and synchronisations on other goroutines, and updates racing
+# launches, must show no data race.
+(cd "$root" && "$GO" test -race -tags cuda -c -o "$out/device_cuda_race.test" ./device/cuda)
+if ! LD_LIBRARY_PATH="$out" "$out/device_cuda_race.test" -test.run '^TestConformance$' -test.count=1 >"$out/device_cuda_race.log" 2>&1; then
+	tail -n 60 "$out/device_cuda_race.log" >&2
+	echo "cuda-emulated: the conformance suite built with -race failed on the emulated driver" >&2
+	exit 1
+fi
+
 # Fault injection: with every cuMemAlloc failing with
 # CUDA_ERROR_OUT_OF_MEMORY, the pool's test must fail and say so.
 fault=$out/fault.log
@@ -106,4 +116,4 @@ if grep -q -- '--- SKIP' "$out/e2e.log"; then
 	echo "cuda-emulated: the e2e run on the emulated driver skipped" >&2
 	exit 1
 fi
-echo "cuda-emulated: all $ran tests passed on the emulated driver; the conformance suite passed built against CUDA 12 prototypes; an injected cuMemAlloc failure reached the caller as out of memory; tolaria trained, swept and evaluated on CUDA workers (the coordinator mapped no libcuda)"
+echo "cuda-emulated: all $ran tests passed on the emulated driver; the conformance suite passed built against CUDA 12 prototypes and built with -race; an injected cuMemAlloc failure reached the caller as out of memory; tolaria trained, swept and evaluated on CUDA workers (the coordinator mapped no libcuda)"

@@ -232,9 +232,20 @@ func sameTopology(a, b []node) string {
 }
 
 // Upload is a no-op on the CPU device: executables need no preparation.
-func (e *exec) Upload(s device.Stream) error {
-	_, err := e.snapshot("Exec.Upload")
-	return err
+// It fails with ErrClosed for a destroyed executable or stream.
+func (e *exec) Upload(x device.Stream) error {
+	if _, err := e.snapshot("Exec.Upload"); err != nil {
+		return err
+	}
+	if s, ok := x.(*stream); ok && s != nil {
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if stopped {
+			return s.stoppedErr("Upload")
+		}
+	}
+	return nil
 }
 
 func (e *exec) Nodes() int {

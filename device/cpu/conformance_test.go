@@ -18,7 +18,11 @@ func openWith(t testing.TB, cfg cpu.Config) device.Device {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = d.Close() })
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	return d
 }
 

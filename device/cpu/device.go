@@ -65,6 +65,7 @@ type Device struct {
 	streams  map[*stream]struct{}
 	captures map[*capture]struct{} // captures in global mode now in progress
 	stats    device.MemoryStats
+	hosts    int            // pinned host buffers allocated now
 	wg       sync.WaitGroup // stream goroutines
 }
 
@@ -161,6 +162,19 @@ type allocation struct {
 
 func (a *allocation) Len() int { return len(a.data) }
 
+// markFreed marks the allocation freed, or fails with ErrClosed when a
+// Free on another goroutine got there first: the check and the mark are one
+// step, so two Frees never both count the memory released.
+func (a *allocation) markFreed(op string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.freed {
+		return a.dev.err(op, device.ErrClosed, "buffer was freed")
+	}
+	a.freed = true
+	return nil
+}
+
 func (a *allocation) isFreed() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -208,10 +222,10 @@ func (d *Device) Free(b device.Buffer) error {
 	if b.Offset() != 0 || b.Len() != a.Len() {
 		return d.err("Free", device.ErrMisuse, "Free needs the whole buffer returned by Alloc, not a slice")
 	}
+	if err := a.markFreed("Free"); err != nil {
+		return err
+	}
 	d.drain()
-	a.mu.Lock()
-	a.freed = true
-	a.mu.Unlock()
 	d.mu.Lock()
 	d.stats.DeviceInUse -= int64(a.Len()) * 4
 	d.mu.Unlock()
@@ -230,6 +244,7 @@ func (d *Device) AllocHost(n int) (device.HostBuffer, error) {
 	d.mu.Lock()
 	d.stats.HostPinned += int64(n) * 4
 	d.stats.HostAllocs++
+	d.hosts++
 	d.mu.Unlock()
 	return device.NewHostBuffer(a, a.data), nil
 }
@@ -243,12 +258,13 @@ func (d *Device) FreeHost(h device.HostBuffer) error {
 	if err != nil {
 		return err
 	}
+	if err := a.markFreed("FreeHost"); err != nil {
+		return err
+	}
 	d.drain()
-	a.mu.Lock()
-	a.freed = true
-	a.mu.Unlock()
 	d.mu.Lock()
 	d.stats.HostPinned -= int64(a.Len()) * 4
+	d.hosts--
 	d.mu.Unlock()
 	return nil
 }
@@ -358,11 +374,18 @@ func (d *Device) MemoryStats() device.MemoryStats {
 }
 
 // Close stops every stream after its queued work and releases memory.
+// While pinned host buffers are allocated it does nothing and fails with
+// ErrMisuse naming how many, as the CUDA backend does (see device.Device).
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return nil
+	}
+	if d.hosts > 0 {
+		n, bytes := d.hosts, d.stats.HostPinned
+		d.mu.Unlock()
+		return device.HostBuffersLive(d.Name(), n, bytes)
 	}
 	d.closed = true
 	ss := make([]*stream, 0, len(d.streams))

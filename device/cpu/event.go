@@ -167,26 +167,31 @@ func (s *stream) Record(x device.Event) error {
 			return err
 		}
 		e.mu.Lock()
+		if e.destroyed {
+			e.mu.Unlock()
+			return s.dev.err("Stream.Record", device.ErrClosed, "event destroyed")
+		}
 		e.capture = c
 		e.mu.Unlock()
 		c.track(e)
 		return nil
 	}
+	// The record is enqueued and published under e.mu in one step: a wait
+	// or query on another goroutine never binds to a record whose enqueue
+	// then fails (on a destroyed stream) and that would never complete,
+	// and an event destroyed since s.dev.event looked is not recorded.
 	r := &record{done: make(chan struct{})}
 	e.mu.Lock()
-	prev := e.cur
-	e.cur, e.capture = r, nil
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	if e.destroyed {
+		return s.dev.err("Stream.Record", device.ErrClosed, "event destroyed")
+	}
 	err = s.enqueue("Record", node{kind: "record", run: func(*team) {
 		r.at = time.Now()
 		close(r.done)
 	}})
-	if err != nil {
-		e.mu.Lock()
-		if e.cur == r {
-			e.cur = prev // nothing will complete this record
-		}
-		e.mu.Unlock()
+	if err == nil {
+		e.cur, e.capture = r, nil
 	}
 	return err
 }
@@ -198,9 +203,18 @@ func (s *stream) Wait(x device.Event) error {
 		return err
 	}
 	e.mu.Lock()
-	r, ec := e.cur, e.capture
+	r, ec, destroyed := e.cur, e.capture, e.destroyed
 	e.mu.Unlock()
-	c := s.captureOf()
+	if destroyed {
+		return s.dev.err("Stream.Wait", device.ErrClosed, "event destroyed")
+	}
+	s.mu.Lock()
+	c, stopped := s.capture, s.stopped
+	s.mu.Unlock()
+	if stopped {
+		// Checked here too: a wait that needs no node enqueues nothing.
+		return s.stoppedErr("Wait")
+	}
 	switch {
 	case c != nil && ec == c:
 		return nil // in-stream order already holds inside the capture

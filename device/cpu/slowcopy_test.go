@@ -25,6 +25,7 @@ func TestSlowCopyPausesEveryHostToDeviceCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer d.FreeHost(h)
 	want := []float32{1, 2, 3, 4, 5, 6, 7, 8, 9}
 	copy(h.Data(), want)
 	b, err := d.Alloc(9)

@@ -239,7 +239,13 @@ func (s *stream) Synchronize() error {
 	if err := s.dev.checkSafe("Stream.Synchronize"); err != nil {
 		return err
 	}
-	if c := s.captureOf(); c != nil {
+	s.mu.Lock()
+	c, stopped := s.capture, s.stopped
+	s.mu.Unlock()
+	if stopped {
+		return s.stoppedErr("Synchronize")
+	}
+	if c != nil {
 		who := device.Culprit(0)
 		c.invalidate(fmt.Sprintf("Stream.Synchronize was called on the capturing stream %d, by %s", s.id, who))
 		return s.err("Synchronize", device.ErrCaptureViolation, "stream %d is capturing; the capture is invalidated; called by %s", s.id, who)
@@ -248,15 +254,21 @@ func (s *stream) Synchronize() error {
 	return nil
 }
 
-// Destroy stops the stream after its queued work.
+// Destroy stops the stream after its queued work. Calls after it fail with
+// ErrClosed. The check that no capture is in progress and the stop are one
+// step, so a BeginCapture on another goroutine cannot slip between them.
 func (s *stream) Destroy() error {
 	if s.legacy {
 		return s.err("Destroy", device.ErrMisuse, "the legacy default stream cannot be destroyed")
 	}
-	if s.captureOf() != nil {
+	s.mu.Lock()
+	if s.capture != nil {
+		s.mu.Unlock()
 		return s.err("Destroy", device.ErrMisuse, "stream is capturing; end the capture first")
 	}
-	s.stop()
+	s.stopped = true
+	s.cond.Signal()
+	s.mu.Unlock()
 	s.dev.mu.Lock()
 	delete(s.dev.streams, s)
 	s.dev.mu.Unlock()

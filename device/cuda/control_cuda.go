@@ -209,13 +209,14 @@ func (d *Device) hostPtr(op, name string, h device.HostBuffer) (unsafe.Pointer, 
 	return unsafe.Pointer(unsafe.SliceData(h.Data())), nil
 }
 
+// ownStream, ownEvent, ownGraph and ownExec check that a handle is this
+// device's. Whether it was destroyed is checked under its lock, by the
+// call that uses it (Stream.use, Event.use, Graph.lock, Exec.lock).
 func (d *Device) ownStream(op string, s device.Stream) (*Stream, error) {
 	st, ok := s.(*Stream)
 	switch {
 	case !ok || st == nil || st.dev != d:
 		return nil, d.misuse(op, "a stream of another device")
-	case st.destroyed.Load():
-		return nil, d.released(op, "stream")
 	}
 	return st, nil
 }
@@ -225,8 +226,6 @@ func (d *Device) ownEvent(op string, e device.Event) (*Event, error) {
 	switch {
 	case !ok || ev == nil || ev.dev != d:
 		return nil, d.misuse(op, "an event of another device")
-	case ev.destroyed.Load():
-		return nil, d.released(op, "event")
 	}
 	return ev, nil
 }
@@ -236,8 +235,6 @@ func (d *Device) ownGraph(op string, g device.Graph) (*Graph, error) {
 	switch {
 	case !ok || gr == nil || gr.dev != d:
 		return nil, d.misuse(op, "a graph of another device")
-	case gr.destroyed.Load():
-		return nil, d.released(op, "graph")
 	}
 	return gr, nil
 }
@@ -247,8 +244,6 @@ func (d *Device) ownExec(op string, x device.Exec) (*Exec, error) {
 	switch {
 	case !ok || ex == nil || ex.dev != d:
 		return nil, d.misuse(op, "an executable of another device")
-	case ex.destroyed.Load():
-		return nil, d.released(op, "executable")
 	}
 	return ex, nil
 }

@@ -47,8 +47,10 @@ type Device struct {
 	// calls pay one atomic load when none is in progress.
 	globalCaptures atomic.Int32
 
-	// nextStream numbers streams so that errors can name them.
+	// nextStream numbers streams so that errors can name them; nextEvent
+	// orders events, for Elapsed's locks.
 	nextStream atomic.Int64
+	nextEvent  atomic.Uint64
 
 	mu         sync.Mutex // guards the fields below
 	captures   []*capture
@@ -440,7 +442,7 @@ func (d *Device) newEvent(op string, flags cu.EventFlags) (device.Event, error) 
 	if err != nil {
 		return nil, d.wrap(op, err)
 	}
-	e := &Event{dev: d, ev: ev, timing: flags&cu.DisableTiming == 0}
+	e := &Event{dev: d, ev: ev, seq: d.nextEvent.Add(1), timing: flags&cu.DisableTiming == 0}
 	d.mu.Lock()
 	d.events[e] = struct{}{}
 	d.mu.Unlock()
@@ -461,6 +463,22 @@ func (d *Device) Elapsed(start, end device.Event) (time.Duration, error) {
 	e, err := d.ownEvent(op, end)
 	if err != nil {
 		return 0, err
+	}
+	// Both events' locks, always in creation order, so that two Elapsed
+	// calls with the events swapped cannot deadlock against a Destroy.
+	first, second := s, e
+	if second.seq < first.seq {
+		first, second = second, first
+	}
+	if err := first.use(op); err != nil {
+		return 0, err
+	}
+	defer first.mu.RUnlock()
+	if second != first {
+		if err := second.use(op); err != nil {
+			return 0, err
+		}
+		defer second.mu.RUnlock()
 	}
 	for _, ev := range []*Event{s, e} {
 		if !ev.recorded.Load() || ev.inCapture.Load() != nil {
@@ -507,6 +525,10 @@ func (d *Device) Instantiate(g device.Graph) (device.Exec, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := gr.lock(op); err != nil {
+		return nil, err
+	}
+	defer gr.mu.Unlock()
 	if gr.nodes == 0 {
 		return nil, d.misuse(op, "the graph is empty")
 	}
@@ -580,15 +602,27 @@ func (d *Device) MemoryStats() device.MemoryStats {
 }
 
 // Close waits for calls in flight, ends any capture, releases every
-// executable, graph, event, stream, pinned and device allocation, unloads the
+// executable, graph, event, stream and device allocation, unloads the
 // module and releases the primary context. Later calls return ErrClosed;
 // closing again is a no-op.
+//
+// While pinned host buffers from AllocHost are still allocated, Close
+// releases nothing and fails with ErrMisuse naming how many: their Data()
+// slices point into memory the driver frees with the context, and callers
+// may still hold them. FreeHost them, then Close again.
 func (d *Device) Close() error {
-	if !d.closed.CompareAndSwap(false, true) {
-		return nil
-	}
 	d.life.Lock()
 	defer d.life.Unlock()
+	if d.closed.Load() {
+		return nil
+	}
+	d.mu.Lock()
+	live, bytes := len(d.hosts), d.hostPinned
+	d.mu.Unlock()
+	if live > 0 {
+		return device.HostBuffersLive(d.name, live, bytes)
+	}
+	d.closed.Store(true)
 	err := d.ctl.do(d.teardown)
 	d.ctl.stop()
 	return err
@@ -615,34 +649,39 @@ func (d *Device) teardown() error {
 	d.captures = nil
 	d.globalCaptures.Store(0)
 	keep(codeOf(cu.Synchronize()))
+	// No call is in flight (Close holds the lifetime lock), so no handle's
+	// lock is held; taking each one orders the flag before any later use.
 	for x := range d.execs {
-		x.destroyed.Store(true)
+		x.mu.Lock()
+		x.destroyed = true
+		x.mu.Unlock()
 		keep(graphExecDestroy(x.e))
 	}
 	for g := range d.graphs {
-		g.destroyed.Store(true)
+		g.mu.Lock()
+		g.destroyed = true
+		g.mu.Unlock()
 		keep(graphDestroy(g.g))
 	}
 	for e := range d.events {
-		e.destroyed.Store(true)
+		e.mu.Lock()
+		e.destroyed = true
+		e.mu.Unlock()
 		ev := e.ev
 		keep(codeOf(cu.DestroyEvent(&ev)))
 	}
 	for s := range d.streams {
-		s.destroyed.Store(true)
+		s.mu.Lock()
+		s.destroyed = true
+		s.mu.Unlock()
 		st := s.cu
 		keep(codeOf(st.Destroy()))
 	}
-	for h := range d.hosts {
-		h.freed.Store(true)
-		keep(memFreeHost(h.p))
-	}
+	// Close refuses while pinned host buffers are allocated, so there are none.
 	clear(d.execs)
 	clear(d.graphs)
 	clear(d.events)
 	clear(d.streams)
-	clear(d.hosts)
-	d.hostPinned = 0
 	keep(codeOf(d.pool.releaseAll()))
 	keep(codeOf(d.mod.Unload()))
 	keep(releasePrimaryContext(d.dev))

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"gorgonia.org/cu"
@@ -15,10 +16,27 @@ import (
 type Event struct {
 	dev       *Device
 	ev        cu.Event
-	timing    bool // created without CU_EVENT_DISABLE_TIMING
-	destroyed atomic.Bool
+	seq       uint64                  // creation order: Elapsed locks two events in this order
+	timing    bool                    // created without CU_EVENT_DISABLE_TIMING
 	recorded  atomic.Bool             // recorded outside a capture at least once
 	inCapture atomic.Pointer[capture] // the capture in progress holding the latest Record
+
+	// mu is held shared by every call that uses the event's driver handle,
+	// across the driver call, and exclusively by Destroy and Close (see
+	// Stream.mu).
+	mu        sync.RWMutex
+	destroyed bool // guarded by mu
+}
+
+// use takes e.mu shared for a call on the event, or fails with ErrClosed
+// when the event was destroyed. On success the caller calls e.mu.RUnlock.
+func (e *Event) use(op string) error {
+	e.mu.RLock()
+	if e.destroyed {
+		e.mu.RUnlock()
+		return e.dev.released(op, "event")
+	}
+	return nil
 }
 
 // Query reports whether the work before the latest Record is done
@@ -30,7 +48,7 @@ func (e *Event) Query() (bool, error) {
 	if err := e.hostWaitable(op); err != nil {
 		return false, err
 	}
-	defer d.exit()
+	defer e.leave()
 	err := e.ev.Query()
 	switch codeOf(err) {
 	case cuSuccess:
@@ -48,12 +66,12 @@ func (e *Event) Synchronize() error {
 	if err := e.hostWaitable(op); err != nil {
 		return err
 	}
-	defer d.exit()
+	defer e.leave()
 	return d.wrap(op, e.ev.Synchronize())
 }
 
-// hostWaitable enters a device call for a host wait on e; on success the
-// caller must call exit.
+// hostWaitable enters a device call for a host wait on e, holding e.mu
+// shared; on success the caller must call leave.
 //
 // An event whose latest Record is inside a capture in progress is the
 // driver's CUDA_ERROR_CAPTURED_EVENT, ErrCaptureIsolation, in either capture
@@ -65,12 +83,13 @@ func (e *Event) hostWaitable(op string) error {
 	if err := d.enter(op); err != nil {
 		return err
 	}
-	fail := func(err error) error {
+	if err := e.use(op); err != nil {
 		d.exit()
 		return err
 	}
-	if e.destroyed.Load() {
-		return fail(d.released(op, "event"))
+	fail := func(err error) error {
+		e.leave()
+		return err
 	}
 	if c := e.inCapture.Load(); c != nil {
 		d.invalidate(c, fmt.Sprintf("%s was called on an event recorded inside the capture on %s, by %s", op, c.origin.label(), device.Culprit(0)))
@@ -84,7 +103,15 @@ func (e *Event) hostWaitable(op string) error {
 	return nil
 }
 
-// Destroy releases the event; destroying it again is a no-op.
+// leave ends a call begun by hostWaitable.
+func (e *Event) leave() {
+	e.mu.RUnlock()
+	e.dev.exit()
+}
+
+// Destroy releases the event once calls on it in progress on other
+// goroutines return; calls after it fail with ErrClosed. Destroying it
+// again is a no-op.
 func (e *Event) Destroy() error {
 	const op = "Event.Destroy"
 	d := e.dev
@@ -92,9 +119,12 @@ func (e *Event) Destroy() error {
 		return err
 	}
 	defer d.exit()
-	if !e.destroyed.CompareAndSwap(false, true) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.destroyed {
 		return nil
 	}
+	e.destroyed = true
 	d.mu.Lock()
 	delete(d.events, e)
 	d.mu.Unlock()
@@ -104,18 +134,36 @@ func (e *Event) Destroy() error {
 
 // Graph is a captured CUDA graph.
 type Graph struct {
-	dev       *Device
-	g         graphHandle
-	nodes     int
-	destroyed atomic.Bool
-	refs      []*deviceAlloc // held; guarded by Device.mu
+	dev   *Device
+	g     graphHandle
+	nodes int
+	refs  []*deviceAlloc // held; guarded by Device.mu
+
+	// mu serialises every driver call on the graph (Instantiate, an
+	// executable's Update from it, Destroy): the driver documents graph
+	// objects as not internally synchronised, even for calls that look
+	// read-only such as cuGraphInstantiate ("Graph object thread safety").
+	mu        sync.Mutex
+	destroyed bool // guarded by mu
+}
+
+// lock takes g.mu for a driver call on the graph, or fails with ErrClosed
+// when the graph was destroyed. On success the caller calls g.mu.Unlock.
+func (g *Graph) lock(op string) error {
+	g.mu.Lock()
+	if g.destroyed {
+		g.mu.Unlock()
+		return g.dev.released(op, "graph")
+	}
+	return nil
 }
 
 // Nodes is the number of nodes in the graph.
 func (g *Graph) Nodes() int { return g.nodes }
 
-// Destroy releases the graph; executables made from it stay valid.
-// Destroying it again is a no-op.
+// Destroy releases the graph; executables made from it stay valid. It
+// waits for calls on the graph in progress; calls after it fail with
+// ErrClosed. Destroying it again is a no-op.
 func (g *Graph) Destroy() error {
 	const op = "Graph.Destroy"
 	d := g.dev
@@ -123,9 +171,12 @@ func (g *Graph) Destroy() error {
 		return err
 	}
 	defer d.exit()
-	if !g.destroyed.CompareAndSwap(false, true) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.destroyed {
 		return nil
 	}
+	g.destroyed = true
 	d.mu.Lock()
 	delete(d.graphs, g)
 	d.releaseLocked(g.refs)
@@ -139,11 +190,27 @@ func (g *Graph) Destroy() error {
 
 // Exec is an instantiated CUDA graph.
 type Exec struct {
-	dev       *Device
-	e         execHandle
-	nodes     int
-	destroyed atomic.Bool
-	refs      []*deviceAlloc // held; guarded by Device.mu
+	dev   *Device
+	e     execHandle
+	nodes int
+	refs  []*deviceAlloc // held; guarded by Device.mu
+
+	// mu serialises every driver call on the executable (Launch, Upload,
+	// Update, Destroy), as for Graph.mu: an update never races a launch,
+	// and Destroy never frees a handle a launch is using.
+	mu        sync.Mutex
+	destroyed bool // guarded by mu
+}
+
+// lock takes x.mu for a driver call on the executable, or fails with
+// ErrClosed when it was destroyed. On success the caller calls x.mu.Unlock.
+func (x *Exec) lock(op string) error {
+	x.mu.Lock()
+	if x.destroyed {
+		x.mu.Unlock()
+		return x.dev.released(op, "executable")
+	}
+	return nil
 }
 
 // Nodes is the number of nodes launched per Launch.
@@ -152,21 +219,27 @@ func (x *Exec) Nodes() int { return x.nodes }
 // Update swaps in the node parameters of g (cuGraphExecUpdate). When the
 // driver refuses (different topology, kernels or node types) it returns
 // ErrTopologyChanged and the executable is unchanged; the caller
-// re-instantiates.
+// re-instantiates. It holds the executable's lock, then the graph's, so no
+// launch of the executable runs meanwhile.
 func (x *Exec) Update(g device.Graph) error {
 	const op = "Exec.Update"
 	d := x.dev
-	if err := d.enter(op); err != nil {
-		return err
-	}
-	defer d.exit()
-	if x.destroyed.Load() {
-		return d.released(op, "executable")
-	}
 	gr, err := d.ownGraph(op, g)
 	if err != nil {
 		return err
 	}
+	if err := d.enter(op); err != nil {
+		return err
+	}
+	defer d.exit()
+	if err := x.lock(op); err != nil {
+		return err
+	}
+	defer x.mu.Unlock()
+	if err := gr.lock(op); err != nil {
+		return err
+	}
+	defer gr.mu.Unlock()
 	r, result := graphExecUpdate(x.e, gr.g)
 	if r == cuErrGraphExecUpdateFailure || (r == cuSuccess && result != 0) {
 		return device.Errorf(d.name, op, device.ErrTopologyChanged, "%s", graphUpdateResultName(result))
@@ -192,10 +265,11 @@ func (x *Exec) Upload(s device.Stream) error {
 	if err != nil {
 		return err
 	}
-	if x.destroyed.Load() {
-		return d.released(op, "executable")
-	}
 	return st.enqueue(op, func() error {
+		if err := x.lock(op); err != nil {
+			return err
+		}
+		defer x.mu.Unlock()
 		if r := graphUpload(x.e, st.cu); r != cuSuccess {
 			return d.driver(op, r)
 		}
@@ -203,7 +277,9 @@ func (x *Exec) Upload(s device.Stream) error {
 	})
 }
 
-// Destroy releases the executable; destroying it again is a no-op.
+// Destroy releases the executable once a launch, upload or update of it in
+// progress returns; calls after it fail with ErrClosed. Destroying it again
+// is a no-op.
 func (x *Exec) Destroy() error {
 	const op = "Exec.Destroy"
 	d := x.dev
@@ -211,9 +287,12 @@ func (x *Exec) Destroy() error {
 		return err
 	}
 	defer d.exit()
-	if !x.destroyed.CompareAndSwap(false, true) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.destroyed {
 		return nil
 	}
+	x.destroyed = true
 	d.mu.Lock()
 	delete(d.execs, x)
 	d.releaseLocked(x.refs)

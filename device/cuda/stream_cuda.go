@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 
 	"gorgonia.org/cu"
@@ -14,12 +15,29 @@ import (
 
 // Stream is a non-blocking CUDA stream, or the legacy default stream.
 type Stream struct {
-	dev       *Device
-	cu        cu.Stream // zero for the legacy stream
-	legacy    bool
-	id        int64 // numbers the device's streams in errors; 0 for the legacy stream
-	destroyed atomic.Bool
-	capture   atomic.Pointer[capture] // the capture in progress on it, if any
+	dev     *Device
+	cu      cu.Stream // zero for the legacy stream
+	legacy  bool
+	id      int64                   // numbers the device's streams in errors; 0 for the legacy stream
+	capture atomic.Pointer[capture] // the capture in progress on it, if any
+
+	// mu is held shared by every call that uses the stream's driver handle,
+	// across the driver call, and exclusively by Destroy and Close: Destroy
+	// never frees a handle another goroutine's call is using, and a call
+	// that comes after it finds destroyed set and makes no driver call.
+	mu        sync.RWMutex
+	destroyed bool // guarded by mu
+}
+
+// use takes s.mu shared for a call on the stream, or fails with ErrClosed
+// when the stream was destroyed. On success the caller calls s.mu.RUnlock.
+func (s *Stream) use(op string) error {
+	s.mu.RLock()
+	if s.destroyed {
+		s.mu.RUnlock()
+		return s.dev.released(op, "stream")
+	}
+	return nil
 }
 
 // enqueue runs f, which enqueues work on s, inside a device call. It fails
@@ -39,9 +57,10 @@ func (s *Stream) enqueueBinding(op string, bind bool, f func() error) error {
 		return err
 	}
 	defer d.exit()
-	if s.destroyed.Load() {
-		return d.released(op, "stream")
+	if err := s.use(op); err != nil {
+		return err
 	}
+	defer s.mu.RUnlock()
 	if c := s.capture.Load(); c != nil && c.invalidated.Load() {
 		return device.Errorf(d.name, op, device.ErrCaptureInvalidated,
 			"the stream's capture was invalidated: %s", d.reason(c))
@@ -87,9 +106,10 @@ func (s *Stream) pageableCopy(op string, host []float32, f func() error) error {
 		return err
 	}
 	defer d.exit()
-	if s.destroyed.Load() {
-		return d.released(op, "stream")
+	if err := s.use(op); err != nil {
+		return err
 	}
+	defer s.mu.RUnlock()
 	if err := d.checkUnsafe(op + " with pageable host memory"); err != nil {
 		return err
 	}
@@ -194,6 +214,10 @@ func (s *Stream) Record(e device.Event) error {
 		return err
 	}
 	return s.enqueue(op, func() error {
+		if err := ev.use(op); err != nil {
+			return err
+		}
+		defer ev.mu.RUnlock()
 		if c := s.capture.Load(); c != nil {
 			d.recordInCapture(c, ev)
 			return nil
@@ -220,6 +244,10 @@ func (s *Stream) Wait(e device.Event) error {
 		return err
 	}
 	return s.enqueue(op, func() error {
+		if err := ev.use(op); err != nil {
+			return err
+		}
+		defer ev.mu.RUnlock()
 		c, ec, recorded := s.capture.Load(), ev.inCapture.Load(), ev.recorded.Load()
 		switch {
 		case c != nil && ec == c:
@@ -249,9 +277,10 @@ func (s *Stream) Synchronize() error {
 		return err
 	}
 	defer d.exit()
-	if s.destroyed.Load() {
-		return d.released(op, "stream")
+	if err := s.use(op); err != nil {
+		return err
 	}
+	defer s.mu.RUnlock()
 	if err := d.checkUnsafe(op); err != nil {
 		return err
 	}
@@ -276,9 +305,11 @@ func (s *Stream) BeginCapture(mode device.CaptureMode) error {
 		return err
 	}
 	defer d.exit()
+	if err := s.use(op); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
 	switch {
-	case s.destroyed.Load():
-		return d.released(op, "stream")
 	case s.legacy:
 		return d.misuse(op, "the legacy default stream cannot be captured; capture a stream from NewStream")
 	case mode != device.CaptureGlobal && mode != device.CaptureRelaxed:
@@ -311,9 +342,10 @@ func (s *Stream) EndCapture() (device.Graph, error) {
 		return nil, err
 	}
 	defer d.exit()
-	if s.destroyed.Load() {
-		return nil, d.released(op, "stream")
+	if err := s.use(op); err != nil {
+		return nil, err
 	}
+	defer s.mu.RUnlock()
 	c := s.capture.Load()
 	if c == nil {
 		return nil, d.misuse(op, "the stream is not capturing")
@@ -368,9 +400,10 @@ func (s *Stream) IsCapturing() (bool, error) {
 		return false, err
 	}
 	defer d.exit()
-	if s.destroyed.Load() {
-		return false, d.released(op, "stream")
+	if err := s.use(op); err != nil {
+		return false, err
 	}
+	defer s.mu.RUnlock()
 	if s.legacy {
 		return false, nil
 	}
@@ -389,7 +422,9 @@ func (s *Stream) IsCapturing() (bool, error) {
 	return true, nil
 }
 
-// Launch enqueues an executable as one unit (cuGraphLaunch).
+// Launch enqueues an executable as one unit (cuGraphLaunch). It holds the
+// executable's lock across the driver call: an executable is not internally
+// synchronised, so its launches, updates and destruction are serialised.
 func (s *Stream) Launch(x device.Exec) error {
 	const op = "Stream.Launch"
 	d := s.dev
@@ -398,6 +433,10 @@ func (s *Stream) Launch(x device.Exec) error {
 		return err
 	}
 	return s.enqueue(op, func() error {
+		if err := ex.lock(op); err != nil {
+			return err
+		}
+		defer ex.mu.Unlock()
 		if r := graphLaunch(ex.e, s.cu); r != cuSuccess {
 			return d.driver(op, r)
 		}
@@ -405,8 +444,9 @@ func (s *Stream) Launch(x device.Exec) error {
 	})
 }
 
-// Destroy releases the stream once its queued work completes. Destroying
-// it again is a no-op.
+// Destroy releases the stream once its queued work completes. It waits for
+// calls on the stream in progress on other goroutines; calls after it fail
+// with ErrClosed. Destroying it again is a no-op.
 func (s *Stream) Destroy() error {
 	const op = "Stream.Destroy"
 	d := s.dev
@@ -417,12 +457,15 @@ func (s *Stream) Destroy() error {
 		return err
 	}
 	defer d.exit()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return nil
+	}
 	if s.capture.Load() != nil {
 		return d.misuse(op, "the stream is capturing; end the capture first")
 	}
-	if !s.destroyed.CompareAndSwap(false, true) {
-		return nil
-	}
+	s.destroyed = true
 	d.mu.Lock()
 	delete(d.streams, s)
 	d.mu.Unlock()

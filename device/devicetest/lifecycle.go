@@ -98,6 +98,7 @@ func testClosed(t *testing.T, open Opener) {
 	e.must(err)
 	e.must(s.Record(ev))
 	e.must(e.dev.Synchronize())
+	e.must(e.dev.FreeHost(h)) // Close refuses while host buffers are allocated
 	e.must(e.dev.Close())
 
 	calls := []struct {

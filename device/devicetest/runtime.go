@@ -44,6 +44,17 @@ func (e *env) buf(vals []float32) device.Buffer {
 
 func (e *env) zeros(n int) device.Buffer { return e.buf(make([]float32, n)) }
 
+// host allocates pinned host memory and frees it when the test ends,
+// before the device's Close (which refuses while any is allocated). A
+// buffer the test freed itself makes that FreeHost fail, which is ignored.
+func (e *env) host(n int) device.HostBuffer {
+	e.t.Helper()
+	h, err := e.dev.AllocHost(n)
+	e.must(err)
+	e.t.Cleanup(func() { _ = e.dev.FreeHost(h) })
+	return h
+}
+
 func (e *env) read(b device.Buffer) []float32 {
 	e.t.Helper()
 	out := make([]float32, b.Len())
@@ -346,7 +357,13 @@ type violation struct {
 
 func violations() []violation {
 	return []violation{
-		{"AllocHost", func(e *env, _ device.Stream) error { _, err := e.dev.AllocHost(16); return err }},
+		{"AllocHost", func(e *env, _ device.Stream) error {
+			h, err := e.dev.AllocHost(16)
+			if err != nil {
+				return err
+			}
+			return e.dev.FreeHost(h)
+		}},
 		{"Alloc", func(e *env, _ device.Stream) error { _, err := e.dev.Alloc(16); return err }},
 		{"Free", func(e *env, _ device.Stream) error { return e.dev.Free(e.spare) }},
 		{"FreeHost", func(e *env, _ device.Stream) error { return e.dev.FreeHost(e.spareHost) }},
@@ -371,9 +388,7 @@ func testViolations(t *testing.T, open Opener) {
 		t.Run(v.name, func(t *testing.T) {
 			e := newEnv(t, open)
 			e.spare, e.spare2 = e.zeros(16), e.zeros(16)
-			var err error
-			e.spareHost, err = e.dev.AllocHost(16)
-			e.must(err)
+			e.spareHost = e.host(16)
 			e.spareEvent = e.event()
 			capt, other := e.stream(), e.stream()
 			e.must(other.Record(e.spareEvent))
@@ -384,6 +399,7 @@ func testViolations(t *testing.T, open Opener) {
 			// predecessor's pin-memory thread did.
 			var wg sync.WaitGroup
 			wg.Add(1)
+			var err error
 			go func() { defer wg.Done(); err = v.call(e, other) }()
 			wg.Wait()
 			wantErr(t, err, device.ErrCaptureViolation, v.name+" during a global capture")
@@ -423,8 +439,7 @@ func testViolations(t *testing.T, open Opener) {
 	t.Run("async work on an unrelated stream is legal", func(t *testing.T) {
 		e := newEnv(t, open)
 		capt, other := e.stream(), e.stream()
-		h, err := e.dev.AllocHost(32)
-		e.must(err)
+		h := e.host(32)
 		x, y := e.zeros(32), e.zeros(32)
 		ev := e.event()
 		e.must(capt.BeginCapture(device.CaptureGlobal))

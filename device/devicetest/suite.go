@@ -34,6 +34,8 @@ func Run(t *testing.T, open Opener, opts Options) {
 	t.Run("memory", func(t *testing.T) { testMemory(t, open) })
 	t.Run("out of memory", func(t *testing.T) { testOutOfMemory(t, opts.OpenLimited) })
 	t.Run("closed", func(t *testing.T) { testClosed(t, open) })
+	t.Run("close with live host buffers", func(t *testing.T) { testCloseWithLiveHostBuffers(t, open) })
+	t.Run("destroy racing calls", func(t *testing.T) { testConcurrentDestroy(t, open) })
 	t.Run("ordering", func(t *testing.T) { testOrdering(t, open) })
 	t.Run("events", func(t *testing.T) { testEvents(t, open) })
 	t.Run("capture", func(t *testing.T) { testCapture(t, open) })

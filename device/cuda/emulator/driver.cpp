@@ -1394,8 +1394,61 @@ EXPORT CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status) {
 
 // ---- graphs -----------------------------------------------------------------------
 
+namespace {
+
+// GraphUse marks a CUgraph or CUgraphExec in use by the calling thread for
+// one call. Graph objects are not internally synchronized: "API calls
+// accessing the same graph object must be serialized externally", read-only
+// looking ones included (driver API, "Graph object thread safety"). What the
+// driver does when they are not is undefined; here the second call fails
+// with CUDA_ERROR_ILLEGAL_STATE and a note on stderr. A call uses the object
+// from its entry to its return, its wait for the driver lock included, so
+// two unserialised calls are caught although that lock would order them.
+class GraphUse {
+  public:
+    GraphUse(const void *h, const char *call) : h_(h) {
+        std::lock_guard<std::mutex> l(mu());
+        ok_ = busy().insert(h).second;
+        if (!ok_)
+            std::fprintf(stderr,
+                         "cuda emulator: %s on graph object %p while another thread's call on it is in progress; "
+                         "graph objects are not internally synchronized\n",
+                         call, h);
+    }
+    ~GraphUse() {
+        if (!ok_) return;
+        std::lock_guard<std::mutex> l(mu());
+        busy().erase(h_);
+    }
+    GraphUse(const GraphUse &) = delete;
+    GraphUse &operator=(const GraphUse &) = delete;
+    bool ok() const { return ok_; }
+
+  private:
+    // Never destroyed, like the driver: stream threads may outlive static destructors.
+    static std::mutex &mu() {
+        static auto *m = new std::mutex;
+        return *m;
+    }
+    static std::set<const void *> &busy() {
+        static auto *b = new std::set<const void *>;
+        return *b;
+    }
+    const void *h_;
+    bool ok_;
+};
+
+}  // namespace
+
+#define GRAPH_USE(h)                                          \
+    GraphUse graphUse_(h, __func__);                          \
+    do {                                                      \
+        if (!graphUse_.ok()) return CUDA_ERROR_ILLEGAL_STATE; \
+    } while (0)
+
 EXPORT CUresult cuGraphGetNodes(CUgraph h, CUgraphNode *nodes, size_t *n) {
     FAULT("cuGraphGetNodes");
+    GRAPH_USE(h);
     NEED_CONTEXT();
     Driver &d = drv();
     std::lock_guard<std::mutex> l(d.mu);
@@ -1409,6 +1462,7 @@ EXPORT CUresult cuGraphGetNodes(CUgraph h, CUgraphNode *nodes, size_t *n) {
 
 EXPORT CUresult cuGraphDestroy(CUgraph h) {
     FAULT("cuGraphDestroy");
+    GRAPH_USE(h);
     NEED_CONTEXT();
     Driver &d = drv();
     std::lock_guard<std::mutex> l(d.mu);
@@ -1420,6 +1474,7 @@ EXPORT CUresult cuGraphDestroy(CUgraph h) {
 
 EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph h, unsigned long long flags) {
     FAULT("cuGraphInstantiateWithFlags");
+    GRAPH_USE(h);
     NEED_CONTEXT();
     Driver &d = drv();
     std::lock_guard<std::mutex> l(d.mu);
@@ -1435,6 +1490,7 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph h, unsigne
 
 EXPORT CUresult cuGraphExecDestroy(CUgraphExec h) {
     FAULT("cuGraphExecDestroy");
+    GRAPH_USE(h);
     NEED_CONTEXT();
     Driver &d = drv();
     std::lock_guard<std::mutex> l(d.mu);
@@ -1449,6 +1505,7 @@ EXPORT CUresult cuGraphExecDestroy(CUgraphExec h) {
 // previous launch of the same executable.
 EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream hs) {
     FAULT("cuGraphLaunch");
+    GRAPH_USE(h);
     NEED_CONTEXT();
     Driver &d = drv();
     std::lock_guard<std::mutex> l(d.mu);
@@ -1475,6 +1532,7 @@ EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream hs) {
 
 EXPORT CUresult cuGraphUpload(CUgraphExec h, CUstream hs) {
     FAULT("cuGraphUpload");
+    GRAPH_USE(h);
     NEED_CONTEXT();
     Driver &d = drv();
     std::lock_guard<std::mutex> l(d.mu);
@@ -1496,6 +1554,8 @@ namespace {
 // (FUNCTION_CHANGED), copies in the same direction (PARAMETERS_CHANGED).
 // On success, later launches run the graph's parameters.
 CUresult execUpdate(CUgraphExec hx, CUgraph hg, CUgraphExecUpdateResult *result, size_t *errIndex) {
+    GraphUse ux(hx, "cuGraphExecUpdate"), ug(hg, "cuGraphExecUpdate");
+    if (!ux.ok() || !ug.ok()) return CUDA_ERROR_ILLEGAL_STATE;
     NEED_CONTEXT();
     Driver &d = drv();
     std::lock_guard<std::mutex> l(d.mu);
