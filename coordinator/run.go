@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/internal/field"
@@ -217,7 +215,7 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 		if isReported(err) {
 			// The worker's message says what failed; its log says what
 			// led there.
-			wf.Tail = lastLogLines(r.wlog.Name())
+			wf.Tail = worker.LogTail(r.wlog.Name())
 		}
 		err = wf
 	}
@@ -293,37 +291,6 @@ func (e *WorkerFailure) Note() string {
 }
 
 func (e *WorkerFailure) Unwrap() error { return e.Err }
-
-// lastLogLines is the last lines of a worker's log file since its last
-// start (header line).
-func lastLogLines(path string) string {
-	const maxBytes, maxLines = 8 << 10, 15
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := max(st.Size()-maxBytes, 0)
-	buf := make([]byte, st.Size()-off)
-	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
-		return ""
-	}
-	text := string(buf)
-	if i := strings.LastIndex(text, "\n=== "); i >= 0 {
-		if j := strings.IndexByte(text[i+1:], '\n'); j >= 0 {
-			text = text[i+1+j+1:]
-		}
-	}
-	lines := strings.Split(strings.TrimSpace(text), "\n")
-	if len(lines) > maxLines {
-		lines = lines[len(lines)-maxLines:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // isReported says whether err is a failure the worker reported itself,
 // which its message already explains.

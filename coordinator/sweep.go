@@ -793,7 +793,7 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 		place.Stderr = io.Discard
 		defer s.slurm.release(ctx, i)
 		workerLog := filepath.Join(spec.RunDir, "worker.log")
-		tailOf = func() string { return lastLogLines(workerLog) }
+		tailOf = func() string { return worker.LogTail(workerLog) }
 	} else {
 		budget = &TrialBudget{Broker: s.broker, Trial: t.Name, Device: sl.String(), Priority: t.Priority, Report: func(b BudgetUpdate) {
 			s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Budget: &b})

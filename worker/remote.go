@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,7 +141,7 @@ func (r *Remote) Call(ctx context.Context, req Request, sink Sink) (Hello, json.
 	closeErr := closeSpool(r.Dir)
 	w.finish()
 	end := w.awaitEnd(ctx, statePoll, closeErr != nil)
-	output := logTail(r.Log)
+	output := LogTail(r.Log)
 	if convErr == nil && ctx.Err() == nil && end.Phase == TaskEnded && !end.Gone && end.Reason != "" && end.Reason != ReasonExit {
 		// It answered, but because the scheduler ended it: a run stopped
 		// by scancel or its time limit checkpoints and answers like one
@@ -371,22 +372,34 @@ func (w *remoteWatch) failure(task Task, convErr error, end TaskState, output st
 	return e
 }
 
-// logTail is the last lines of the log file at path.
-func logTail(path string) string {
-	if path == "" {
-		return ""
-	}
+// LogTail is the last lines of a worker's log file since its last start
+// (the "=== " header line a transport writes before each), for error
+// messages; "" when there is none.
+func LogTail(path string) string {
+	const maxBytes, maxLines = 8 << 10, 15
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	var t tail
-	if st, err := f.Stat(); err == nil && st.Size() > 8192 {
-		_, _ = f.Seek(st.Size()-8192, 0)
+	st, err := f.Stat()
+	if err != nil {
+		return ""
 	}
-	buf := make([]byte, 8192)
-	n, _ := f.Read(buf)
-	_, _ = t.Write(buf[:n])
-	return strings.TrimSpace(t.String())
+	off := max(st.Size()-maxBytes, 0)
+	buf := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	text := string(buf)
+	if i := strings.LastIndex(text, "\n=== "); i >= 0 {
+		if j := strings.IndexByte(text[i+1:], '\n'); j >= 0 {
+			text = text[i+1+j+1:]
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -266,5 +267,28 @@ func TestAnsweredWorkerLetsGoByItself(t *testing.T) {
 	raw, _ := os.ReadFile(filepath.Join(dir, SpoolOut))
 	if !strings.Contains(string(raw), `"type":"result"`) {
 		t.Fatalf("no result in the spool:\n%s", raw)
+	}
+}
+
+// TestLogTailIsTheLastStartsEnd: a failure reported by the worker carries
+// the last lines of worker.log since the worker's own start, not an
+// earlier worker's.
+func TestLogTailIsTheLastStartsEnd(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "worker.log")
+	var b strings.Builder
+	b.WriteString("=== 2026-01-01T00:00:00Z tolaria-worker pid 1 started: w serve (start)\nfirst worker's line\n")
+	b.WriteString("=== 2026-01-01T00:01:00Z tolaria-worker pid 2 started: w serve (start)\n")
+	for i := range 20 {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(LogTail(path), "\n")
+	if len(got) != 15 || got[0] != "line 5" || got[14] != "line 19" {
+		t.Fatalf("tail %q", got)
+	}
+	if LogTail(filepath.Join(t.TempDir(), "none")) != "" {
+		t.Fatal("a missing log has a tail")
 	}
 }
