@@ -177,7 +177,10 @@ type slot struct {
 }
 
 func (s slot) String() string {
-	if s.device == "cuda" && !s.remote {
+	if s.remote {
+		return "slurm:" + s.device
+	}
+	if s.device == "cuda" {
 		return "cuda:" + strconv.Itoa(s.gpu)
 	}
 	return s.device
@@ -553,8 +556,14 @@ func (s *SweepRun) Devices() string {
 	return strings.Join(out, ", ")
 }
 
-// Parallel is the number of trials that run at once.
-func (s *SweepRun) Parallel() int { return len(s.slots) }
+// Parallel is the number of trials that run at once (with the Slurm
+// launcher, at most: Slurm starts them as its nodes free up).
+func (s *SweepRun) Parallel() int {
+	if s.slurm != nil && s.cfg.Parallel > 0 {
+		return min(s.cfg.Parallel, len(s.slots))
+	}
+	return len(s.slots)
+}
 
 // MetricsURL is the sweep's metrics endpoint, or "" when none is served
 // (or the sweep is closed).
