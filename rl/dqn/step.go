@@ -68,10 +68,6 @@ func (l Layout) Fill(dst []float32, obs, next []float32, actions []int, rewards 
 	return nil
 }
 
-// learnScratch are the step's vectors beyond the MLP's workspace and the
-// Q operations'.
-const learnScratch = 5
-
 // StepSizes lists the workspace sizes the learner's step needs for spec at
 // batch b: the MLP step's, the Q operations', then its own.
 func StepSizes(spec nn.Spec, b int) []int {
