@@ -37,7 +37,10 @@ type Config struct {
 	BufferCapacity int     // replay buffer transitions (buffer_capacity)
 	LearningStarts int     // environment steps before the first training step (learning_starts)
 	TrainEvery     int     // environment steps per training step (train_every)
-	TargetUpdate   int     // training steps between copies of the online network into the target (target_update)
+	TargetUpdate   int     // training steps between updates of the target network (target_update)
+	// TargetTau, when positive, makes each target update a soft one,
+	// target = (1-tau)*target + tau*online; 0 copies the online network.
+	TargetTau float64 // (target_tau)
 
 	PublishInterval int // training steps between weight publishes (publish_interval)
 	SyncInterval    int // actor vector steps between reads of the published weights (sync_interval)
@@ -88,6 +91,8 @@ func (c Config) Validate() error {
 		return field.Errorf("train_every", "must be at least 1 environment step per training step, got %d", c.TrainEvery)
 	case c.TargetUpdate < 1:
 		return field.Errorf("target_update", "must be at least 1 training step, got %d", c.TargetUpdate)
+	case !(c.TargetTau >= 0 && c.TargetTau <= 1):
+		return field.Errorf("target_tau", "must be in [0, 1] (0: hard copies), got %g", c.TargetTau)
 	case c.PublishInterval < 1:
 		return field.Errorf("publish_interval", "must be at least 1 training step, got %d", c.PublishInterval)
 	case c.SyncInterval < 1:

@@ -210,7 +210,11 @@ func (l *Learner) train(b staging.Staged) error {
 	n++
 	l.steps.Store(int64(n))
 	if n%l.cfg.TargetUpdate == 0 {
-		if err := l.step.SyncTarget(l.compute); err != nil {
+		sync := l.step.SyncTarget
+		if l.cfg.TargetTau > 0 {
+			sync = func(s device.Stream) error { return l.step.SoftUpdateTarget(s, float32(l.cfg.TargetTau)) }
+		}
+		if err := sync(l.compute); err != nil {
 			return err
 		}
 	}

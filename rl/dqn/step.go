@@ -173,5 +173,13 @@ func (st *QStep) forward(s device.Stream, params, x device.Buffer) error {
 
 func (st *QStep) logits() device.Buffer { return st.mlp.W.Z[len(st.mlp.W.Z)-1] }
 
+// SoftUpdateTarget enqueues target = (1-tau)*target + tau*online.
+func (st *QStep) SoftUpdateTarget(s device.Stream, tau float32) error {
+	if err := s.Scale(st.Target, 1-tau); err != nil {
+		return err
+	}
+	return s.Axpy(tau, st.Online.Params, st.Target)
+}
+
 // SyncTarget enqueues the copy of the online parameters into the target.
 func (st *QStep) SyncTarget(s device.Stream) error { return s.CopyDtoD(st.Target, st.Online.Params) }

@@ -207,3 +207,41 @@ func TestQStepCapturedEqualsEager(t *testing.T) {
 	}
 	t.Logf("%d nodes captured; mean loss over six steps %.4f", g.Nodes(), eager.stats[0]/eager.stats[2])
 }
+
+func TestSoftUpdateTarget(t *testing.T) {
+	dev, err := cpu.Open(cpu.Config{})
+	must(t, err)
+	defer dev.Close()
+	s, err := dev.NewStream()
+	must(t, err)
+	defer s.Destroy()
+	cfg := DefaultConfig()
+	cfg.Hidden = []int{8}
+	spec, err := cfg.Spec()
+	must(t, err)
+	online, err := nn.NewModel(dev, spec, cfg.Optimizer, 1)
+	must(t, err)
+	defer online.Free()
+	target, err := dev.Alloc(spec.ParamCount())
+	must(t, err)
+	tp := nn.InitParams(spec, 2)
+	must(t, dev.Upload(target, tp))
+	var bufs []device.Buffer
+	for _, n := range StepSizes(spec, 4) {
+		b, err := dev.Alloc(n)
+		must(t, err)
+		bufs = append(bufs, b)
+	}
+	st, err := NewQStep(dev, online, target, 4, 0.99, 1, bufs)
+	must(t, err)
+	must(t, st.SoftUpdateTarget(s, 0.25))
+	must(t, s.Synchronize())
+	got := make([]float32, target.Len())
+	must(t, dev.Download(got, target))
+	op := nn.InitParams(spec, 1)
+	for i := range got {
+		if want := float32(0.75)*tp[i] + 0.25*op[i]; math.Abs(float64(got[i]-want)) > 1e-6 {
+			t.Fatalf("target[%d] = %v, want 0.75*%v + 0.25*%v", i, got[i], tp[i], op[i])
+		}
+	}
+}
