@@ -257,23 +257,25 @@ func TestWeightsHammer(t *testing.T) {
 	}
 }
 
-// hammerReaders runs publish on a goroutine and readers on others until
-// d has passed, then sets the stop flag, which ends publish.
+// hammerReaders runs publish on a goroutine and readers on others for at
+// least d and until they have made 200 reads across 20 versions (at most
+// 20 s: a loaded machine under the race detector is slow), then sets the
+// stop flag, which ends publish.
 func hammerReaders(t *testing.T, m *Memory, d time.Duration, publish func()) (readers int, reads int64, versions int) {
 	readers = 3
 	var wg sync.WaitGroup
 	var n atomic.Int64
+	var done atomic.Bool
 	seen := make([]map[uint64]bool, readers)
 	wg.Go(publish)
 	for m.Version() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	deadline := time.Now().Add(d)
 	for r := range readers {
 		seen[r] = map[uint64]bool{}
 		wg.Go(func() {
 			w := make([]float32, m.Layout().Params)
-			for time.Now().Before(deadline) {
+			for !done.Load() {
 				v, step, err := m.ReadWeights(w)
 				if err == nil && step != v {
 					err = fmt.Errorf("version %d came with step %d", v, step)
@@ -290,7 +292,14 @@ func hammerReaders(t *testing.T, m *Memory, d time.Duration, publish func()) (re
 			}
 		})
 	}
-	time.Sleep(d)
+	start := time.Now()
+	for since := time.Duration(0); since < 20*time.Second; since = time.Since(start) {
+		if since >= d && n.Load() >= 200 && m.Version() >= 20 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	done.Store(true)
 	m.Stop()
 	wg.Wait()
 	all := map[uint64]bool{}
@@ -362,7 +371,8 @@ const childEnv = "TOLARIA_SHM_HAMMER_CHILD"
 // TestWeightsHammerProcess runs the readers in another process (this
 // test binary, re-executed) mapping the same file, while this process
 // publishes and appends. The child signals through the epoch word that it
-// has mapped the file and reports what it read on stdout.
+// has mapped the file and how many reads it has made, and reports what it
+// read on stdout.
 func TestWeightsHammerProcess(t *testing.T) {
 	l := Layout{Params: 1 << 14, ObsSize: 16, Capacity: 32}
 	m := create(t, l)
@@ -383,9 +393,14 @@ func TestWeightsHammerProcess(t *testing.T) {
 	for m.Epoch() == 0 && ctx.Err() == nil {
 		time.Sleep(time.Millisecond)
 	}
-	deadline := time.Now().Add(500 * time.Millisecond)
+	// Publish for at least half a second and until the child has made 100
+	// reads (it counts them in the epoch word, from 1), at most 20 s.
+	start := time.Now()
 	v, j := uint64(1), uint64(0)
-	for time.Now().Before(deadline) {
+	for since := time.Duration(0); since < 20*time.Second; since = time.Since(start) {
+		if since > 500*time.Millisecond && m.Epoch() > 100 {
+			break
+		}
 		v++
 		fillVersion(w, v)
 		if _, err := m.Publish(w, v); err != nil {
@@ -409,7 +424,7 @@ func TestWeightsHammerProcess(t *testing.T) {
 	for sc.Scan() {
 		fmt.Sscanf(sc.Text(), "reads %d versions %d rows %d", &reads, &versions, &rows)
 	}
-	if reads < 50 || versions < 5 || rows < 500 {
+	if reads < 100 || versions < 5 || rows < 500 {
 		t.Fatalf("the child did too little: %d reads, %d versions, %d rows", reads, versions, rows)
 	}
 }
@@ -441,6 +456,7 @@ func hammerChild() int {
 			return 1
 		}
 		reads++
+		m.SetEpoch(uint64(reads) + 1)
 		seen[v] = true
 		if m.Len() < b.Len() {
 			continue
