@@ -71,19 +71,31 @@ func (st *Step) act(i int) device.Activation {
 	return st.M.Spec.Act
 }
 
-func (st *Step) weights(l Layer) (device.Buffer, device.Buffer) {
-	return st.M.Params.Slice(l.WeightAt, l.In*l.Out), st.M.Params.Slice(l.BiasAt, l.Out)
+func weights(params device.Buffer, l Layer) (device.Buffer, device.Buffer) {
+	return params.Slice(l.WeightAt, l.In*l.Out), params.Slice(l.BiasAt, l.Out)
 }
 
 func (st *Step) grads(l Layer) (device.Buffer, device.Buffer) {
 	return st.W.Grads.Slice(l.WeightAt, l.In*l.Out), st.W.Grads.Slice(l.BiasAt, l.Out)
 }
 
+// Forward enqueues the forward pass of x (Batch×Inputs) with params, the
+// model's own parameters or another vector of the same spec (a target
+// network's), and returns the logits: the last Z, Batch×Outputs, which
+// the next Forward overwrites. Backward needs the activations of a Forward
+// with the model's own parameters.
+func (st *Step) Forward(s device.Stream, params, x device.Buffer) (device.Buffer, error) {
+	if params.Len() != st.M.Spec.ParamCount() {
+		return device.Buffer{}, fmt.Errorf("nn: forward with %d parameters, model %s has %d", params.Len(), st.M.Spec, st.M.Spec.ParamCount())
+	}
+	return st.W.Z[len(st.W.Z)-1], st.forward(s, params, x)
+}
+
 // forward computes the logits (the last Z) from x.
-func (st *Step) forward(s device.Stream, x device.Buffer) error {
+func (st *Step) forward(s device.Stream, params, x device.Buffer) error {
 	b, in := st.Batch, x
 	for i, l := range st.M.Spec.Layers() {
-		w, bias := st.weights(l)
+		w, bias := weights(params, l)
 		out := st.W.Z[i]
 		if i < len(st.W.A) {
 			out = st.W.A[i]
@@ -118,6 +130,20 @@ func (st *Step) loss(s device.Stream, in Batch, stats device.Buffer, grad bool) 
 	return s.SoftmaxXentGrad(b, spec.Outputs, dlogits, in.Y, in.Mask, dlogits)
 }
 
+// DLogits is the gradient of the loss with respect to the logits (the last
+// D, Batch×Outputs), which Backward reads.
+func (st *Step) DLogits() device.Buffer { return st.W.D[len(st.W.D)-1] }
+
+// Backward enqueues the parameters' gradients (into W.Grads, overwritten)
+// from DLogits, using the activations of the last Forward of x with the
+// model's own parameters.
+func (st *Step) Backward(s device.Stream, x device.Buffer) error { return st.backward(s, x) }
+
+// Update enqueues the global-norm clipping of W.Grads, when the optimizer
+// clips, and the optimizer's update of the parameters with the
+// hyper-parameters in hyper (device.HyperLen values).
+func (st *Step) Update(s device.Stream, hyper device.Buffer) error { return st.update(s, hyper) }
+
 // backward computes all gradients from the last D.
 func (st *Step) backward(s device.Stream, x device.Buffer) error {
 	layers := st.M.Spec.Layers()
@@ -138,7 +164,7 @@ func (st *Step) backward(s device.Stream, x device.Buffer) error {
 		if i == 0 {
 			break
 		}
-		w, _ := st.weights(l)
+		w, _ := weights(st.M.Params, l)
 		if err := s.Gemm(false, true, b, l.In, l.Out, 1, st.W.D[i], w, 0, st.W.D[i-1]); err != nil {
 			return err
 		}
@@ -171,7 +197,7 @@ func (st *Step) Train(s device.Stream, in Batch) error {
 	if err := s.Fill(st.W.Grads, 0); err != nil {
 		return err
 	}
-	if err := st.forward(s, in.X); err != nil {
+	if err := st.forward(s, st.M.Params, in.X); err != nil {
 		return err
 	}
 	if err := st.loss(s, in, st.W.TrainStats, true); err != nil {
@@ -185,7 +211,7 @@ func (st *Step) Train(s device.Stream, in Batch) error {
 
 // Eval enqueues a forward pass accumulating the evaluation metrics.
 func (st *Step) Eval(s device.Stream, in Batch) error {
-	if err := st.forward(s, in.X); err != nil {
+	if err := st.forward(s, st.M.Params, in.X); err != nil {
 		return err
 	}
 	return st.loss(s, in, st.W.EvalStats, false)

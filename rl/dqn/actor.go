@@ -1,0 +1,325 @@
+package dqn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/nn"
+	"github.com/tolaria-ml/tolaria/rl/env"
+	"github.com/tolaria-ml/tolaria/rl/shm"
+)
+
+// ActorOptions are the actor's runtime choices beyond Config.
+type ActorOptions struct {
+	// Graphs captures the policy's forward pass and replays it.
+	Graphs bool
+	// MaxLead is how many training steps' worth of transitions
+	// (TrainEvery each) the actor may run ahead of the learner; 0 means
+	// no limit. A limit keeps the replay ratio when the learner is slower.
+	MaxLead int
+	// OnEpisode, when set, is told every finished episode and the
+	// environment steps taken so far.
+	OnEpisode func(e env.Episode, steps int)
+}
+
+// Actor plays one agent's vector of environments with its local copy of
+// the published weights: one captured forward pass chooses the greedy
+// action of every environment (the observation copy in and the action
+// copy out are part of the graph), then each environment explores with
+// probability epsilon. Transitions go to the agent's replay buffer.
+type Actor struct {
+	cfg     Config
+	opts    ActorOptions
+	dev     device.Device
+	mem     *shm.Memory
+	vec     *env.Vec
+	rng     *rand.Rand
+	spec    nn.Spec
+	params  device.Buffer
+	mlp     nn.Step
+	q       *nn.QOps
+	lease   *graphs.Lease
+	engine  *graphs.Engine
+	stream  device.Stream
+	done    device.Event
+	obsDev  device.Buffer
+	obsHost device.HostBuffer
+	actDev  device.Buffer // the greedy actions as floats
+	actHost device.HostBuffer
+	wHost   device.HostBuffer
+	onehot  device.Buffer
+
+	version  uint64 // of the local weights
+	steps    int    // environment steps taken
+	vsteps   int    // vector steps taken
+	actions  []int
+	next     []float32
+	out      []env.Transition
+	episodes []env.Episode
+}
+
+// NewActor makes agent's actor on dev over its shared memory.
+func NewActor(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, agent int, opts ActorOptions) (*Actor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	spec, err := cfg.Spec()
+	if err != nil {
+		return nil, err
+	}
+	if mem.Layout() != cfg.Layout(spec) {
+		return nil, fmt.Errorf("dqn: actor: %w: memory %s is laid out as %+v, the configuration needs %+v",
+			shm.ErrMismatch, mem.Path(), mem.Layout(), cfg.Layout(spec))
+	}
+	seed := cfg.AgentSeed(agent)
+	f, _ := env.New(cfg.Env)
+	vec, err := env.NewVec(f, cfg.NumEnvs, seed)
+	if err != nil {
+		return nil, err
+	}
+	a := &Actor{cfg: cfg, opts: opts, dev: dev, mem: mem, vec: vec, spec: spec,
+		rng:     rand.New(rand.NewPCG(seed, 0x6163746f72)), // "actor"
+		actions: make([]int, cfg.NumEnvs), next: make([]float32, cfg.NumEnvs*spec.Inputs),
+		out: make([]env.Transition, cfg.NumEnvs)}
+	if err := a.build(shared); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	return a, nil
+}
+
+// actorSizes: the MLP workspace at batch n, the Q operations', then the
+// observations, the one-hot choices, the actions and the parameters.
+func actorSizes(spec nn.Spec, n int) []int {
+	sizes := append(nn.WorkspaceSizes(spec, n), nn.QOpsSizes(n, spec.Outputs)...)
+	return append(sizes, n*spec.Inputs, n*spec.Outputs, n, spec.ParamCount())
+}
+
+func (a *Actor) build(shared *Shared) error {
+	dev, spec, n := a.dev, a.spec, a.cfg.NumEnvs
+	var err error
+	sig := fmt.Sprintf("dqn actor %s batch %d", spec, n)
+	if a.lease, err = shared.Pool.Acquire(dev, sig, actorSizes(spec, n)); err != nil {
+		return err
+	}
+	ws := a.lease.Workspace()
+	nw, nq := len(nn.WorkspaceSizes(spec, n)), len(nn.QOpsSizes(n, spec.Outputs))
+	w, err := nn.NewWorkspace(spec, ws[:nw])
+	if err != nil {
+		return err
+	}
+	if a.q, err = nn.NewQOps(n, spec.Outputs, 1, ws[nw:nw+nq]); err != nil {
+		return err
+	}
+	if err := a.q.Upload(dev); err != nil {
+		return err
+	}
+	own := ws[nw+nq:]
+	a.obsDev, a.onehot, a.actDev, a.params = own[0], own[1], own[2], own[3]
+	// The forward pass reads only the spec and the parameters of its model.
+	a.mlp = nn.Step{M: &nn.Model{Spec: spec, Params: a.params}, W: w, Batch: n}
+	if a.stream, err = dev.NewStream(); err != nil {
+		return err
+	}
+	if a.done, err = dev.NewEvent(); err != nil {
+		return err
+	}
+	for _, h := range []struct {
+		dst *device.HostBuffer
+		n   int
+	}{{&a.obsHost, n * spec.Inputs}, {&a.actHost, n}, {&a.wHost, spec.ParamCount()}} {
+		if *h.dst, err = dev.AllocHost(h.n); err != nil {
+			return err
+		}
+	}
+	a.engine, err = graphs.NewEngine(graphs.EngineConfig{Lease: a.lease, Guard: shared.Guard, MaxCaptureFailures: 3,
+		Slots: []graphs.Slot{{ID: 0, Step: a.policy}}})
+	return err
+}
+
+// policy is the captured work of one vector step: observations in, the
+// greedy action of each environment out.
+func (a *Actor) policy(s device.Stream) error {
+	if err := s.CopyHtoD(a.obsDev, a.obsHost); err != nil {
+		return err
+	}
+	logits, err := a.mlp.Forward(s, a.params, a.obsDev)
+	if err != nil {
+		return err
+	}
+	if err := a.q.ArgMaxOneHot(s, logits, a.onehot); err != nil {
+		return err
+	}
+	if err := a.q.Index(s, a.onehot, a.actDev); err != nil {
+		return err
+	}
+	return s.CopyDtoH(a.actHost, a.actDev)
+}
+
+// Steps is the number of environment steps taken.
+func (a *Actor) Steps() int { return a.steps }
+
+// Version is the version of the weights the actor acts with.
+func (a *Actor) Version() uint64 { return a.version }
+
+// Sync loads the published weights when they are newer than the local
+// ones, waiting for the first publish (or the stop flag, or ctx).
+func (a *Actor) Sync(ctx context.Context) error {
+	for {
+		v := a.mem.Version()
+		if v > 0 && v == a.version {
+			return nil
+		}
+		if v > 0 {
+			break
+		}
+		if a.mem.Stopped() || ctx.Err() != nil {
+			return errors.Join(errStopped, ctx.Err())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	v, _, err := a.mem.ReadWeights(a.wHost.Data())
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(a.stream.CopyHtoD(a.params, a.wHost), a.stream.Record(a.done)); err != nil {
+		return err
+	}
+	// The pinned weights must not change until the copy is done.
+	if err := a.done.Synchronize(); err != nil {
+		return err
+	}
+	a.version = v
+	return nil
+}
+
+var errStopped = errors.New("dqn: the agent was stopped")
+
+// Capture captures the policy, when graphs are on. Call it before Run,
+// while no other device work of the process is in flight: a capture is
+// global.
+func (a *Actor) Capture() error {
+	if !a.opts.Graphs || !a.engine.Due(false) {
+		return nil
+	}
+	_, err := a.engine.Capture(a.stream)
+	return err
+}
+
+// Step takes one vector step: greedy actions from the forward pass,
+// epsilon-greedy exploration, the environments' step, and one transition
+// per environment appended to the replay buffer.
+func (a *Actor) Step() error {
+	copy(a.obsHost.Data(), a.vec.Obs())
+	if _, err := a.engine.Run(a.stream, 0); err != nil {
+		return err
+	}
+	if err := a.stream.Record(a.done); err != nil {
+		return err
+	}
+	if err := a.done.Synchronize(); err != nil {
+		return err
+	}
+	eps := a.cfg.Epsilon(a.steps)
+	for i, g := range a.actHost.Data() {
+		a.actions[i] = int(g)
+		if a.rng.Float64() < eps {
+			a.actions[i] = a.rng.IntN(a.vec.NumActions())
+		}
+	}
+	obs := a.obsHost.Data() // the observations acted on; Vec.Step overwrites its own
+	var err error
+	a.episodes, err = a.vec.Step(a.actions, a.next, a.out, a.episodes[:0])
+	if err != nil {
+		return err
+	}
+	o := a.spec.Inputs
+	for i, t := range a.out {
+		err := a.mem.Append(shm.Transition{Obs: obs[i*o : (i+1)*o], Action: a.actions[i], Reward: t.Reward,
+			Terminated: t.Terminated, Truncated: t.Truncated, NextObs: a.next[i*o : (i+1)*o]})
+		if err != nil {
+			return err
+		}
+	}
+	a.steps += len(a.out)
+	a.vsteps++
+	if a.opts.OnEpisode != nil {
+		for _, e := range a.episodes {
+			a.opts.OnEpisode(e, a.steps)
+		}
+	}
+	return nil
+}
+
+// Run acts until TotalSteps environment steps are taken, the stop flag is
+// set or ctx is done, reading the published weights every SyncInterval
+// vector steps and waiting while it is MaxLead training steps ahead of
+// the learner.
+func (a *Actor) Run(ctx context.Context) error {
+	if err := a.Sync(ctx); err != nil {
+		return ignoreStop(err)
+	}
+	for a.steps < a.cfg.TotalSteps && !a.mem.Stopped() && ctx.Err() == nil {
+		if a.vsteps%a.cfg.SyncInterval == 0 {
+			if err := a.Sync(ctx); err != nil {
+				return ignoreStop(err)
+			}
+		}
+		if err := a.waitForLearner(ctx); err != nil {
+			return ignoreStop(err)
+		}
+		if err := a.Step(); err != nil {
+			return fmt.Errorf("dqn: actor step %d: %w", a.steps, err)
+		}
+	}
+	return ctx.Err()
+}
+
+func (a *Actor) waitForLearner(ctx context.Context) error {
+	if a.opts.MaxLead <= 0 {
+		return nil
+	}
+	for {
+		limit := uint64(a.cfg.LearningStarts + (int(a.mem.LearnerSteps())+a.opts.MaxLead)*a.cfg.TrainEvery)
+		if a.mem.Appended() < limit {
+			return nil
+		}
+		if a.mem.Stopped() || ctx.Err() != nil {
+			return errors.Join(errStopped, ctx.Err())
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func ignoreStop(err error) error {
+	if errors.Is(err, errStopped) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
+}
+
+// Close frees what the actor allocated.
+func (a *Actor) Close() error {
+	var errs []error
+	if a.stream != nil {
+		errs = append(errs, a.stream.Synchronize(), a.stream.Destroy())
+	}
+	if a.done != nil {
+		errs = append(errs, a.done.Destroy())
+	}
+	for _, h := range []device.HostBuffer{a.obsHost, a.actHost, a.wHost} {
+		if !h.IsZero() {
+			errs = append(errs, a.dev.FreeHost(h))
+		}
+	}
+	if a.lease != nil {
+		errs = append(errs, a.lease.Release())
+	}
+	a.stream, a.done, a.lease = nil, nil, nil
+	a.obsHost, a.actHost, a.wHost = device.HostBuffer{}, device.HostBuffer{}, device.HostBuffer{}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,313 @@
+package dqn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/nn"
+	"github.com/tolaria-ml/tolaria/rl/shm"
+	"github.com/tolaria-ml/tolaria/staging"
+)
+
+// Shared is what the learners and actors of one process share: the graph
+// pool and the capture guard (one per process, see staging.Guard).
+type Shared struct {
+	Pool  *graphs.Pool
+	Guard *staging.Guard
+}
+
+// NewShared returns an empty pool and a guard.
+func NewShared() *Shared { return &Shared{Pool: graphs.NewPool(), Guard: new(staging.Guard)} }
+
+// LearnerOptions are the learner's runtime choices beyond Config.
+type LearnerOptions struct {
+	// Graphs replays the training step captured by Capture; off, every
+	// step runs eagerly.
+	Graphs bool
+	Logger *slog.Logger
+}
+
+// Learner trains one agent's online network on minibatches sampled from
+// its replay buffer and publishes the weights into its shared memory.
+// Staging loaders sample the buffer (never faster than TrainEvery
+// environment steps per training step past LearningStarts) while the
+// compute stream replays the captured step.
+type Learner struct {
+	cfg     Config
+	opts    LearnerOptions
+	dev     device.Device
+	mem     *shm.Memory
+	log     *slog.Logger
+	shared  *Shared
+	layout  Layout
+	model   *nn.Model
+	target  device.Buffer
+	step    *QStep
+	lease   *graphs.Lease
+	engine  *graphs.Engine
+	stager  *staging.Stager
+	compute device.Stream
+	host    device.HostBuffer // the parameters on their way to shared memory
+	stats   device.HostBuffer
+	done    device.Event
+
+	steps     atomic.Int64
+	loss      atomic.Uint64 // float64 bits of the last interval's mean loss
+	fallbacks int
+}
+
+// NewLearner makes agent's learner on dev over its shared memory: the
+// online network initialised from the agent's seed, the target a copy of
+// it, the step's workspace from the pool and the staging pipeline.
+func NewLearner(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, agent int, opts LearnerOptions) (*Learner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	spec, err := cfg.Spec()
+	if err != nil {
+		return nil, err
+	}
+	if mem.Layout() != cfg.Layout(spec) {
+		return nil, fmt.Errorf("dqn: learner: %w: memory %s is laid out as %+v, the configuration needs %+v",
+			shm.ErrMismatch, mem.Path(), mem.Layout(), cfg.Layout(spec))
+	}
+	l := &Learner{cfg: cfg, opts: opts, dev: dev, mem: mem, log: opts.Logger, shared: shared, layout: NewLayout(spec, cfg.BatchSize)}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if err := l.build(spec, cfg.AgentSeed(agent)); err != nil {
+		return nil, errors.Join(err, l.Close())
+	}
+	return l, nil
+}
+
+func (l *Learner) build(spec nn.Spec, seed uint64) error {
+	cfg, dev := l.cfg, l.dev
+	var err error
+	if l.model, err = nn.NewModel(dev, spec, cfg.Optimizer, seed); err != nil {
+		return err
+	}
+	if l.target, err = dev.Alloc(spec.ParamCount()); err != nil {
+		return err
+	}
+	if l.lease, err = l.shared.Pool.Acquire(dev, Signature(spec, cfg.Optimizer, cfg.BatchSize), StepSizes(spec, cfg.BatchSize)); err != nil {
+		return err
+	}
+	if l.step, err = NewQStep(dev, l.model, l.target, cfg.BatchSize, float32(cfg.Gamma), float32(cfg.HuberDelta), l.lease.Workspace()); err != nil {
+		return err
+	}
+	if l.compute, err = dev.NewStream(); err != nil {
+		return err
+	}
+	if l.done, err = dev.NewEvent(); err != nil {
+		return err
+	}
+	if l.host, err = dev.AllocHost(spec.ParamCount()); err != nil {
+		return err
+	}
+	if l.stats, err = dev.AllocHost(device.StatsLen); err != nil {
+		return err
+	}
+	src := &replaySource{mem: l.mem, layout: l.layout, cfg: cfg, seed: seed}
+	l.stager, err = staging.New(dev, staging.Config{BatchLen: l.layout.Len, Slots: 4, Buffers: 2, Loaders: 1,
+		Guard: l.shared.Guard, Logger: l.log}, src)
+	if err != nil {
+		return err
+	}
+	var slots []graphs.Slot
+	for k := range l.stager.Buffers() {
+		in := l.layout.Views(l.stager.Input(k))
+		slots = append(slots, graphs.Slot{ID: k, Step: func(s device.Stream) error { return l.step.Train(s, in) }})
+	}
+	l.engine, err = graphs.NewEngine(graphs.EngineConfig{Lease: l.lease, Slots: slots, MaxCaptureFailures: 3,
+		Guard: graphs.GuardFunc(func(c func() error) error { return l.stager.GuardCapture("learner capture", c) })})
+	if err != nil {
+		return err
+	}
+	if err := dev.Upload(l.step.Stats(), make([]float32, device.StatsLen)); err != nil {
+		return err
+	}
+	return errors.Join(l.step.SyncTarget(l.compute), l.compute.Synchronize())
+}
+
+// Steps is the number of training steps taken.
+func (l *Learner) Steps() int { return int(l.steps.Load()) }
+
+// Loss is the mean Huber loss over the last publish interval.
+func (l *Learner) Loss() float64 { return math.Float64frombits(l.loss.Load()) }
+
+// Fallbacks is the number of steps that ran eagerly although graphs were on.
+func (l *Learner) Fallbacks() int { return l.fallbacks }
+
+// Capture captures the training step, when graphs are on. Every buffer
+// the step uses exists from NewLearner on, so no warm-up is needed. A
+// failed capture is logged and the steps run eagerly (Fallbacks counts
+// them). Call it before Run, while no other device work of the process
+// is in flight: a capture is global.
+func (l *Learner) Capture() error {
+	if !l.opts.Graphs || !l.engine.Due(false) {
+		return nil
+	}
+	_, err := l.engine.Capture(l.compute)
+	var failed *graphs.CaptureError
+	if errors.As(err, &failed) {
+		l.log.Error("learner capture failed; steps run eagerly", "err", err)
+		return nil
+	}
+	return err
+}
+
+// Run publishes the initial weights, then trains until the agent's stop
+// flag is set (the replay source then ends) or ctx is done, publishing
+// every PublishInterval steps and at the end.
+func (l *Learner) Run(ctx context.Context) error {
+	if err := l.publish(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l.stager.Start(ctx)
+	for {
+		b, err := l.stager.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("dqn: learner step %d: %w", l.Steps()+1, err)
+		}
+		if err := l.train(b); err != nil {
+			return err
+		}
+	}
+	return l.publish()
+}
+
+func (l *Learner) train(b staging.Staged) error {
+	n := l.Steps()
+	if err := l.compute.Wait(b.CopyDone); err != nil {
+		return err
+	}
+	res, err := l.engine.Run(l.compute, b.K)
+	if err != nil {
+		return fmt.Errorf("dqn: learner step %d: %w", n+1, err)
+	}
+	if res.Reason != "" {
+		l.fallbacks++
+	}
+	if err := l.compute.Record(l.stager.StepDone(b.K)); err != nil {
+		return err
+	}
+	l.stager.Release(b)
+	n++
+	l.steps.Store(int64(n))
+	if n%l.cfg.TargetUpdate == 0 {
+		sync := l.step.SyncTarget
+		if l.cfg.TargetTau > 0 {
+			sync = func(s device.Stream) error { return l.step.SoftUpdateTarget(s, float32(l.cfg.TargetTau)) }
+		}
+		if err := sync(l.compute); err != nil {
+			return err
+		}
+	}
+	if n%l.cfg.PublishInterval == 0 {
+		return l.publish()
+	}
+	return nil
+}
+
+// publish copies the parameters and the loss statistics to pinned host
+// memory, waits for them, clears the statistics and publishes the
+// parameters with the step count.
+func (l *Learner) publish() error {
+	s := l.compute
+	err := errors.Join(s.CopyDtoH(l.host, l.model.Params), s.CopyDtoH(l.stats, l.step.Stats()),
+		s.Fill(l.step.Stats(), 0), s.Record(l.done))
+	if err == nil {
+		err = l.done.Synchronize()
+	}
+	if err != nil {
+		return fmt.Errorf("dqn: learner publish: %w", err)
+	}
+	st := l.stats.Data()
+	if st[device.StatCount] > 0 {
+		l.loss.Store(math.Float64bits(float64(st[device.StatLossSum]) / float64(st[device.StatCount])))
+	}
+	n := l.Steps()
+	if _, err := l.mem.Publish(l.host.Data(), uint64(n)); err != nil {
+		return err
+	}
+	l.mem.SetLearnerSteps(uint64(n))
+	return nil
+}
+
+// Close stops staging and frees what the learner allocated.
+func (l *Learner) Close() error {
+	var errs []error
+	if l.stager != nil {
+		errs = append(errs, l.stager.Stop())
+	}
+	if l.compute != nil {
+		errs = append(errs, l.compute.Synchronize(), l.compute.Destroy())
+	}
+	if l.done != nil {
+		errs = append(errs, l.done.Destroy())
+	}
+	for _, h := range []device.HostBuffer{l.host, l.stats} {
+		if !h.IsZero() {
+			errs = append(errs, l.dev.FreeHost(h))
+		}
+	}
+	if l.lease != nil {
+		errs = append(errs, l.lease.Release())
+	}
+	if !l.target.IsZero() {
+		errs = append(errs, l.dev.Free(l.target))
+	}
+	if l.model != nil {
+		errs = append(errs, l.model.Free())
+	}
+	*l = Learner{}
+	return errors.Join(errs...)
+}
+
+// replaySource samples the staging pipeline's minibatches from the replay
+// buffer. Batch seq (0-based) waits until LearningStarts + seq*TrainEvery
+// transitions have been appended, which holds the learner to its replay
+// ratio however fast it runs; it ends (io.EOF) when the stop flag is set.
+type replaySource struct {
+	mem    *shm.Memory
+	layout Layout
+	cfg    Config
+	seed   uint64
+}
+
+func (r *replaySource) Fill(seq int, dst []float32) (staging.Meta, error) {
+	need := uint64(r.cfg.LearningStarts + seq*r.cfg.TrainEvery)
+	for r.mem.Appended() < need {
+		if r.mem.Stopped() {
+			return staging.Meta{}, io.EOF
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	if r.mem.Stopped() {
+		return staging.Meta{}, io.EOF
+	}
+	b := shm.NewBatch(r.mem.Layout(), r.layout.Batch)
+	if err := r.mem.Sample(rand.New(rand.NewPCG(r.seed, uint64(seq))), b); err != nil {
+		return staging.Meta{}, err
+	}
+	if err := r.layout.Fill(dst, b.Obs, b.NextObs, b.Actions, b.Rewards, b.Terminated); err != nil {
+		return staging.Meta{}, err
+	}
+	r.cfg.Optimizer.Hyper(seq+1, dst[r.layout.Hyper:r.layout.Hyper+device.HyperLen])
+	return staging.Meta{Seq: seq, Step: seq, Valid: r.layout.Batch}, nil
+}

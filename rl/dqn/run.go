@@ -1,0 +1,196 @@
+package dqn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/rl/env"
+	"github.com/tolaria-ml/tolaria/rl/shm"
+)
+
+// RunOptions are the in-process run's choices beyond Config.
+type RunOptions struct {
+	Dir    string // where the agents' memory files go; shm.Dir when empty
+	Graphs bool   // capture and replay the learner's step and the actor's policy
+	// MaxLead bounds how far an actor runs ahead of its learner, in
+	// training steps (see ActorOptions.MaxLead); 0: no bound.
+	MaxLead int
+	// SolvedReturn, when positive, stops an agent once the mean return of
+	// its last SolvedEpisodes episodes reaches it.
+	SolvedReturn   float64
+	SolvedEpisodes int
+	Logger         *slog.Logger
+}
+
+// EpisodeRecord is one finished episode of an agent.
+type EpisodeRecord struct {
+	Return   float64
+	Length   int
+	EnvSteps int // the agent's environment steps when it ended
+}
+
+// AgentResult is what one agent did.
+type AgentResult struct {
+	Agent        int
+	Episodes     []EpisodeRecord
+	EnvSteps     int
+	LearnerSteps int
+	Loss         float64 // the learner's last mean Huber loss
+	Fallbacks    int     // learner steps run eagerly although graphs were on
+	// Solved is the environment step at which the mean return of the last
+	// SolvedEpisodes episodes first reached SolvedReturn, or -1.
+	Solved  int
+	Elapsed time.Duration
+}
+
+// MeanReturn is the mean return of the last n episodes (all if fewer).
+func (r AgentResult) MeanReturn(n int) float64 {
+	eps := r.Episodes[max(0, len(r.Episodes)-n):]
+	if len(eps) == 0 {
+		return 0
+	}
+	var s float64
+	for _, e := range eps {
+		s += e.Return
+	}
+	return s / float64(len(eps))
+}
+
+// RunInProcess trains cfg.NumAgents agents in this process: for each, a
+// memory file, a learner and an actor, each on its own goroutine, meeting
+// only in the memory file, as the actor and learner processes will. The
+// captures happen first, one after another, before anything runs.
+func RunInProcess(ctx context.Context, dev device.Device, cfg Config, opts RunOptions) ([]AgentResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.SolvedReturn > 0 && opts.SolvedEpisodes < 1 {
+		return nil, fmt.Errorf("dqn: SolvedEpisodes must be at least 1 with SolvedReturn %g", opts.SolvedReturn)
+	}
+	dir := opts.Dir
+	if dir == "" {
+		dir = shm.Dir
+	}
+	spec, err := cfg.Spec()
+	if err != nil {
+		return nil, err
+	}
+	shared := NewShared()
+	defer shared.Pool.Close()
+	results := make([]AgentResult, cfg.NumAgents)
+	agents := make([]*inProcessAgent, cfg.NumAgents)
+	var errs []error
+	defer func() {
+		for _, a := range agents {
+			if a != nil {
+				a.close()
+			}
+		}
+	}()
+	for i := range agents {
+		path := filepath.Join(dir, fmt.Sprintf("tolaria-%d-agent%d", os.Getpid(), i))
+		a, err := newInProcessAgent(dev, shared, path, cfg, cfg.Layout(spec), i, opts, &results[i])
+		if err != nil {
+			return nil, err
+		}
+		agents[i] = a
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, a := range agents {
+		wg.Go(func() {
+			if err := a.run(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return results, errors.Join(errs...)
+}
+
+type inProcessAgent struct {
+	agent   int
+	mem     *shm.Memory
+	learner *Learner
+	actor   *Actor
+	res     *AgentResult
+}
+
+func newInProcessAgent(dev device.Device, shared *Shared, path string, cfg Config, layout shm.Layout, agent int, opts RunOptions, res *AgentResult) (*inProcessAgent, error) {
+	mem, err := shm.Create(path, layout)
+	if err != nil {
+		return nil, err
+	}
+	a := &inProcessAgent{agent: agent, mem: mem, res: res}
+	res.Agent, res.Solved = agent, -1
+	var window []float64
+	var sum float64
+	onEpisode := func(e env.Episode, steps int) {
+		res.Episodes = append(res.Episodes, EpisodeRecord{Return: e.Return, Length: e.Length, EnvSteps: steps})
+		if opts.SolvedReturn <= 0 {
+			return
+		}
+		window = append(window, e.Return)
+		sum += e.Return
+		if len(window) > opts.SolvedEpisodes {
+			sum -= window[0]
+			window = window[1:]
+		}
+		if len(window) == opts.SolvedEpisodes && sum/float64(len(window)) >= opts.SolvedReturn && res.Solved < 0 {
+			res.Solved = steps
+			mem.Stop()
+		}
+	}
+	if a.learner, err = NewLearner(dev, shared, mem, cfg, agent, LearnerOptions{Graphs: opts.Graphs, Logger: opts.Logger}); err != nil {
+		return nil, errors.Join(err, a.close())
+	}
+	if a.actor, err = NewActor(dev, shared, mem, cfg, agent, ActorOptions{Graphs: opts.Graphs, MaxLead: opts.MaxLead, OnEpisode: onEpisode}); err != nil {
+		return nil, errors.Join(err, a.close())
+	}
+	if err := errors.Join(a.learner.Capture(), a.actor.Capture()); err != nil {
+		return nil, errors.Join(err, a.close())
+	}
+	return a, nil
+}
+
+func (a *inProcessAgent) run(ctx context.Context) error {
+	start := time.Now()
+	var wg sync.WaitGroup
+	var learnErr, actErr error
+	wg.Go(func() { learnErr = a.learner.Run(ctx) })
+	wg.Go(func() {
+		actErr = a.actor.Run(ctx)
+		a.mem.Stop()
+	})
+	wg.Wait()
+	a.res.EnvSteps, a.res.LearnerSteps = a.actor.Steps(), a.learner.Steps()
+	a.res.Loss, a.res.Fallbacks, a.res.Elapsed = a.learner.Loss(), a.learner.Fallbacks(), time.Since(start)
+	if err := errors.Join(learnErr, actErr); err != nil {
+		return fmt.Errorf("dqn: agent %d: %w", a.agent, err)
+	}
+	return nil
+}
+
+func (a *inProcessAgent) close() error {
+	var errs []error
+	if a.actor != nil {
+		errs = append(errs, a.actor.Close())
+	}
+	if a.learner != nil {
+		errs = append(errs, a.learner.Close())
+	}
+	if a.mem != nil {
+		errs = append(errs, a.mem.Close(), shm.Remove(a.mem.Path()))
+	}
+	a.actor, a.learner, a.mem = nil, nil, nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,54 @@
+package dqn
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/device/cpu"
+)
+
+// TestSolveCartPole is the measurement behind the default configuration,
+// not part of the test command: with TOLARIA_RL_SOLVE=1 it trains agents
+// with DefaultConfig until the mean return of an agent's last 100 training
+// episodes (epsilon-greedy, as played) reaches 475, and reports the
+// environment steps it took. TOLARIA_RL_SEEDS sets how many seeds (agents)
+// to measure, one after another; TOLARIA_RL_CONFIG, JSON of Config's
+// fields, changes the configuration measured.
+func TestSolveCartPole(t *testing.T) {
+	if os.Getenv("TOLARIA_RL_SOLVE") == "" {
+		t.Skip("a measurement of minutes; set TOLARIA_RL_SOLVE=1 to run it")
+	}
+	seeds := 1
+	if s := os.Getenv("TOLARIA_RL_SEEDS"); s != "" {
+		seeds, _ = strconv.Atoi(s)
+	}
+	dev, err := cpu.Open(cpu.Config{})
+	must(t, err)
+	defer dev.Close()
+	for seed := 1; seed <= seeds; seed++ {
+		cfg := DefaultConfig()
+		if js := os.Getenv("TOLARIA_RL_CONFIG"); js != "" {
+			must(t, json.Unmarshal([]byte(js), &cfg))
+		}
+		cfg.Seed = uint64(seed)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		res, err := RunInProcess(ctx, dev, cfg, RunOptions{Dir: t.TempDir(), Graphs: true, MaxLead: 50,
+			SolvedReturn: 475, SolvedEpisodes: 100})
+		cancel()
+		must(t, err)
+		r := res[0]
+		t.Logf("seed %d: solved at env step %d (-1: not within %d); %d episodes, %d learner steps, last-100 mean %.1f, %s",
+			seed, r.Solved, cfg.TotalSteps, len(r.Episodes), r.LearnerSteps, r.MeanReturn(100), r.Elapsed.Round(time.Second))
+		for i := 0; i < len(r.Episodes); i += max(1, len(r.Episodes)/15) {
+			e := r.Episodes[i]
+			t.Logf("  episode %d at step %d: return %.0f", i, e.EnvSteps, e.Return)
+		}
+		if r.Solved < 0 {
+			t.Errorf("seed %d did not reach a mean of 475 over 100 episodes in %d steps", seed, cfg.TotalSteps)
+		}
+	}
+}
