@@ -1415,8 +1415,12 @@ class GraphUse {
                          "graph objects are not internally synchronized\n",
                          call, h);
     }
-    ~GraphUse() {
+    ~GraphUse() { release(); }
+    // release ends the use early: a destroy calls it before it frees the
+    // object, whose address a new object may then take at once.
+    void release() {
         if (!ok_) return;
+        ok_ = false;
         std::lock_guard<std::mutex> l(mu());
         busy().erase(h_);
     }
@@ -1468,6 +1472,7 @@ EXPORT CUresult cuGraphDestroy(CUgraph h) {
     std::lock_guard<std::mutex> l(d.mu);
     auto *g = reinterpret_cast<Graph *>(h);
     if (!d.graphs.erase(g)) return CUDA_ERROR_INVALID_HANDLE;
+    graphUse_.release();
     delete g;
     return CUDA_SUCCESS;
 }
@@ -1496,6 +1501,7 @@ EXPORT CUresult cuGraphExecDestroy(CUgraphExec h) {
     std::lock_guard<std::mutex> l(d.mu);
     auto *x = reinterpret_cast<Exec *>(h);
     if (!d.execs.erase(x)) return CUDA_ERROR_INVALID_HANDLE;
+    graphUse_.release();
     delete x;  // launches in flight hold their own snapshot of the nodes
     return CUDA_SUCCESS;
 }
