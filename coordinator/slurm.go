@@ -3,7 +3,6 @@ package coordinator
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -507,6 +506,3 @@ func taskState(state, exitCode, reason string) worker.TaskState {
 	// RESIZING, and states newer than this code: the heartbeats judge it.
 	return worker.TaskState{Phase: worker.TaskRunning, Detail: detail}
 }
-
-// errDryRun ends a sweep that only printed what it would submit.
-var errDryRun = errors.New("dry run: nothing submitted")
