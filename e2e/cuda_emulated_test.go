@@ -63,6 +63,7 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	emu := emulatedCUDA(t)
 	t.Run("train", func(t *testing.T) { trainOnEmulatedDriver(t, emu) })
 	t.Run("faults", func(t *testing.T) { emulatedDriverFaults(t, emu) })
+	t.Run("a fault in every entry point", func(t *testing.T) { faultEveryEntryPoint(t, emu) })
 	t.Run("sweep", func(t *testing.T) { sweepOnEmulatedDriver(t, emu) })
 	t.Run("sweep without a GPU", func(t *testing.T) { sweepWithoutAGPU(t, emu) })
 	t.Run("eval", func(t *testing.T) { evalOnEmulatedDriver(t, emu) })
@@ -397,6 +398,65 @@ func emulatedDriverFaults(t *testing.T, emu string) {
 				if s.Fallbacks[tt.fallback] == 0 || s.GraphReplays != 0 {
 					t.Errorf("summary: fallbacks %v, %d replays; want %s fallbacks and no replay", s.Fallbacks, s.GraphReplays, tt.fallback)
 				}
+			}
+		})
+	}
+}
+
+// faultEveryEntryPoint lists the driver entry points a short training run
+// reaches (the emulator's CUDAEMU_TRACE) and, for each, runs it again with
+// that entry point's first call failing (CUDA_ERROR_UNKNOWN). Each run
+// must end by itself, without a crash, with exit status 0 or 1, and the
+// user must learn of the error: stderr names it, or the summary counts a
+// fallback to eager steps, or the worker's log names it (an entry point
+// reached after the run's result, a release at exit, may fail with exit 0
+// but not silently).
+func faultEveryEntryPoint(t *testing.T, emu string) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace")
+	if r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_TRACE=" + trace}, cudaTrain(emu, filepath.Join(dir, "run"))...); r.code != 0 {
+		t.Fatalf("the traced run: exit %d\n%s", r.code, r.stderr)
+	}
+	raw, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var symbols []string
+	for _, sym := range strings.Fields(string(raw)) {
+		if !seen[sym] {
+			seen[sym] = true
+			symbols = append(symbols, sym)
+		}
+	}
+	if len(symbols) < 20 {
+		t.Fatalf("the run reached only %d entry points: %v", len(symbols), symbols)
+	}
+	t.Logf("%d entry points reached: %s", len(symbols), strings.Join(symbols, " "))
+	for _, sym := range symbols {
+		t.Run(sym, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			run := filepath.Join(dir, "run")
+			r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_FAULTS=" + sym + ":1:999"}, cudaTrain(emu, run)...)
+			for _, crash := range []string{"panic:", "SIGSEGV", "fatal error:"} {
+				if strings.Contains(r.stderr, crash) {
+					t.Fatalf("%s failing crashed a process (%s):\n%s", sym, crash, r.stderr)
+				}
+			}
+			// gorgonia.org/cu's package init reports a failing cuInit in its
+			// own words before tolaria runs; the worker's log holds what it
+			// said after its hello.
+			wlog, _ := os.ReadFile(filepath.Join(run, "worker.log"))
+			told := strings.Contains(r.stderr, "CUDA_ERROR_UNKNOWN") || strings.Contains(string(wlog), "CUDA_ERROR_UNKNOWN") ||
+				(sym == "cuInit" && strings.Contains(r.stderr, "no NVIDIA GPU or driver") && strings.Contains(r.stderr, "Unknown"))
+			if r.code == 0 && !told {
+				if s := readSummary(t, filepath.Join(run, "summary.json")); len(s.Fallbacks) > 0 {
+					told = true
+				}
+			}
+			if (r.code != 0 && r.code != 1) || !told {
+				t.Fatalf("%s failing: exit %d, and the user %s told of CUDA_ERROR_UNKNOWN\n%s", sym, r.code, map[bool]string{true: "was", false: "was not"}[told], r.stderr)
 			}
 		})
 	}

@@ -273,19 +273,27 @@ type CaptureResult struct {
 	Seconds float64 // capture plus instantiate (cold) or update (pooled)
 	Pooled  bool    // an existing executable was updated; nothing was instantiated
 	Nodes   int     // nodes in the captured graph
+	// Leftover is set when the executable is made but the captured graph,
+	// no longer needed, could not be destroyed (it may stay allocated):
+	// worth a warning, not a failed capture.
+	Leftover error
 }
 
 // Capture records step on s and makes it the executable for slot: by
 // updating the entry's executable for that slot when the topology allows,
 // otherwise by instantiating a new one. The executable is uploaded to s.
-func (l *Lease) Capture(s device.Stream, slot int, step StepFunc) (CaptureResult, error) {
+func (l *Lease) Capture(s device.Stream, slot int, step StepFunc) (res CaptureResult, err error) {
 	start := time.Now()
 	g, err := Capture(s, step)
 	if err != nil {
 		return CaptureResult{}, err
 	}
-	defer g.Destroy()
-	res := CaptureResult{Nodes: g.Nodes()}
+	defer func() {
+		if derr := g.Destroy(); derr != nil && err == nil {
+			res.Leftover = fmt.Errorf("graphs: destroying the captured graph of slot %d: %w", slot, derr)
+		}
+	}()
+	res = CaptureResult{Nodes: g.Nodes()}
 	p := l.pool
 	p.mu.Lock()
 	p.stats.Captures++

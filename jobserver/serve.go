@@ -113,9 +113,11 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	}
 	defer func() {
 		// The pool may outlive this request (in process); it keeps
-		// nothing of a closed device.
-		_ = cfg.Shared.Pool().Drop(dev)
-		_ = dev.Close()
+		// nothing of a closed device. The request's answer is sent; a
+		// failure to release is only worth a warning.
+		if err := errors.Join(cfg.Shared.Pool().Drop(dev), dev.Close()); err != nil {
+			cfg.Logger.Warn("closing the device failed", "device", dev.Name(), "err", err)
+		}
 	}()
 	// A job and an evaluation advance the work counter as they go (see
 	// worker.Conn.Advance); a benchmark's phases are not counted, so its

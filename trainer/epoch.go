@@ -317,38 +317,44 @@ func (r *run) finish() error {
 
 // close releases everything setup made, in reverse order.
 func (r *run) close() {
+	var errs []error
 	if r.train != nil {
-		_ = r.train.Stop()
+		errs = append(errs, r.train.Stop())
 	}
 	if r.eval != nil {
-		_ = r.eval.Stop()
+		errs = append(errs, r.eval.Stop())
 	}
 	for _, s := range []device.Stream{r.compute, r.side} {
 		if s != nil {
-			_ = s.Synchronize() // nothing may still use the workspace or r.host
+			errs = append(errs, s.Synchronize()) // nothing may still use the workspace or r.host
 		}
 	}
 	if r.timer != nil {
-		r.timer.destroy()
+		errs = append(errs, r.timer.destroy())
 	}
 	if r.lease != nil {
-		_ = r.lease.Release()
+		errs = append(errs, r.lease.Release())
 	}
 	if r.model != nil {
-		_ = r.model.Free()
+		errs = append(errs, r.model.Free())
 	}
 	for _, s := range []device.Stream{r.compute, r.side} {
 		if s != nil {
-			_ = s.Destroy()
+			errs = append(errs, s.Destroy())
 		}
 	}
 	if r.marker != nil {
-		_ = r.marker.Destroy()
+		errs = append(errs, r.marker.Destroy())
 	}
 	if !r.host.IsZero() {
-		_ = r.dev.FreeHost(r.host)
+		errs = append(errs, r.dev.FreeHost(r.host))
 	}
 	if !r.snap.IsZero() {
-		_ = r.dev.Free(r.snap)
+		errs = append(errs, r.dev.Free(r.snap))
+	}
+	// The run's outcome stands; a device that fails to release what it
+	// held is worth a warning (its memory may stay allocated).
+	if err := errors.Join(errs...); err != nil {
+		r.log.Warn("releasing the run's device resources failed", "err", err)
 	}
 }

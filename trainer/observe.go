@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"errors"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -77,11 +78,12 @@ func (t *eventTimer) flush() error {
 	return nil
 }
 
-func (t *eventTimer) destroy() {
+func (t *eventTimer) destroy() error {
+	var errs []error
 	for i := range t.starts {
-		_ = t.starts[i].Destroy()
-		_ = t.ends[i].Destroy()
+		errs = append(errs, t.starts[i].Destroy(), t.ends[i].Destroy())
 	}
+	return errors.Join(errs...)
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }

@@ -571,6 +571,9 @@ func (r *run) maybeCapture(seq, done int) error {
 	}
 	r.sum.GraphEnabled = true
 	for _, res := range results {
+		if res.Leftover != nil {
+			r.log.Warn("the captured graph could not be destroyed after instantiation; it may stay allocated", "err", res.Leftover)
+		}
 		r.sum.Captures++
 		r.sum.CaptureSeconds += res.Seconds
 		if res.Pooled {

@@ -45,6 +45,18 @@ const (
 	cuErrCapturedEvent          = 907
 	cuErrCaptureWrongThread     = 908
 	cuErrGraphExecUpdateFailure = 910
+	cuErrProfilerDisabled       = 5
+	cuErrECCUncorrectable       = 214
+	cuErrInvalidSource          = 300
+	cuErrFileNotFound           = 301
+	cuErrOperatingSystem        = 304
+	cuErrLaunchTimeout          = 702
+	cuErrAssert                 = 710
+	cuErrMisalignedAddress      = 716
+	cuErrNotPermitted           = 800
+	cuErrNotSupported           = 801
+	cuErrTimeout                = 909
+	cuErrUnknown                = 999
 )
 
 // driverCodes names the codes above and gives the sentinel each maps to
@@ -87,6 +99,18 @@ var driverCodes = map[int]struct {
 	cuErrCapturedEvent:          {"CUDA_ERROR_CAPTURED_EVENT", device.ErrCaptureIsolation},
 	cuErrCaptureWrongThread:     {"CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", device.ErrMisuse},
 	cuErrGraphExecUpdateFailure: {"CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE", device.ErrTopologyChanged},
+	cuErrProfilerDisabled:       {"CUDA_ERROR_PROFILER_DISABLED", nil},
+	cuErrECCUncorrectable:       {"CUDA_ERROR_ECC_UNCORRECTABLE", nil},
+	cuErrInvalidSource:          {"CUDA_ERROR_INVALID_SOURCE", device.ErrNoDevice},
+	cuErrFileNotFound:           {"CUDA_ERROR_FILE_NOT_FOUND", device.ErrNoDevice},
+	cuErrOperatingSystem:        {"CUDA_ERROR_OPERATING_SYSTEM", nil},
+	cuErrLaunchTimeout:          {"CUDA_ERROR_LAUNCH_TIMEOUT", nil},
+	cuErrAssert:                 {"CUDA_ERROR_ASSERT", nil},
+	cuErrMisalignedAddress:      {"CUDA_ERROR_MISALIGNED_ADDRESS", nil},
+	cuErrNotPermitted:           {"CUDA_ERROR_NOT_PERMITTED", device.ErrMisuse},
+	cuErrNotSupported:           {"CUDA_ERROR_NOT_SUPPORTED", device.ErrMisuse},
+	cuErrTimeout:                {"CUDA_ERROR_TIMEOUT", nil},
+	cuErrUnknown:                {"CUDA_ERROR_UNKNOWN", nil},
 }
 
 // DriverError is a CUDA driver result code. Errors from a Device wrap it

@@ -61,6 +61,7 @@ struct Faults {
     bool any = false;
 
     Faults() {
+        if (const char *t = std::getenv("CUDAEMU_TRACE")) trace = t;
         const char *env = std::getenv("CUDAEMU_FAULTS");
         if (!env || !*env) return;
         std::string s(env);
@@ -104,7 +105,24 @@ struct Faults {
         return false;
     }
 
+    // trace is CUDAEMU_TRACE: a file to which each process appends the
+    // name of every entry point at its first call, so a test can list the
+    // entry points a run reaches (and inject a fault into each).
+    std::string trace;
+    std::unordered_map<std::string, bool> traced;
+
+    void traceCall(const char *sym) {
+        std::lock_guard<std::mutex> l(mu);
+        if (traced[sym]) return;
+        traced[sym] = true;
+        if (FILE *f = std::fopen(trace.c_str(), "a")) {
+            std::fprintf(f, "%s\n", sym);
+            std::fclose(f);
+        }
+    }
+
     CUresult check(const char *sym) {
+        if (!trace.empty()) traceCall(sym);
         if (!any) return CUDA_SUCCESS;
         std::lock_guard<std::mutex> l(mu);
         auto it = rules.find(sym);
