@@ -55,7 +55,9 @@ type EvalRequest struct {
 	// its own.
 	Launcher string
 	Slurm    SlurmConfig
-	Logger   *slog.Logger
+	// DryRun plans the evaluation for DryRun to print; Run is not called.
+	DryRun bool
+	Logger *slog.Logger
 	// Progress, when set, is told of each shard's attempts as they end.
 	Progress func(EvalProgress)
 }
@@ -209,7 +211,7 @@ func PlanEval(req EvalRequest) (*Evaluation, error) {
 		if dev == "" {
 			dev = "cpu"
 		}
-		if e.slurm, err = newSlurmLauncher(req.Slurm, filepath.Join(req.RunDir, EvalDir, "slurm"), e.worker, dev, 0); err != nil {
+		if e.slurm, err = newSlurmLauncher(req.Slurm, filepath.Join(req.RunDir, EvalDir, "slurm"), e.worker, dev, 0, req.DryRun); err != nil {
 			return nil, err
 		}
 		for s := range req.Workers {

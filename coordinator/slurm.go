@@ -115,10 +115,11 @@ type slurmJobState struct {
 	err   error
 }
 
-// newSlurmLauncher makes a launcher keeping its batch scripts in dir.
-func newSlurmLauncher(cfg SlurmConfig, dir, workerPath, device string, parallel int) (*slurmLauncher, error) {
+// newSlurmLauncher makes a launcher keeping its batch scripts in dir. A
+// dry run needs no Slurm commands: it only prints.
+func newSlurmLauncher(cfg SlurmConfig, dir, workerPath, device string, parallel int, dry bool) (*slurmLauncher, error) {
 	for _, cmd := range []string{"sbatch", "scontrol", "scancel"} {
-		if _, err := exec.LookPath(cmd); err != nil {
+		if _, err := exec.LookPath(cmd); err != nil && !dry {
 			return nil, setupErr(field.Errorf("launcher", "slurm needs %s, which is not on PATH: run tolaria on a node of the cluster (a login node), or load Slurm's module", cmd))
 		}
 	}

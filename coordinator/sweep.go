@@ -296,7 +296,7 @@ func (s *SweepRun) prepareSlurm() error {
 	if err != nil {
 		return setupErr(err)
 	}
-	if s.slurm, err = newSlurmLauncher(cfg.Slurm, filepath.Join(s.dir, "slurm"), path, device, cfg.Parallel); err != nil {
+	if s.slurm, err = newSlurmLauncher(cfg.Slurm, filepath.Join(s.dir, "slurm"), path, device, cfg.Parallel, cfg.DryRun); err != nil {
 		return err
 	}
 	s.slots = make([]slot, len(cfg.Sweep.Trials))

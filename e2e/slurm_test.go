@@ -337,3 +337,39 @@ func TestSlurmEval(t *testing.T) {
 		}
 	}
 }
+
+// TestSlurmDryRun: --dry-run prints the batch script and the sbatch
+// command, needs no Slurm on the machine, and writes nothing.
+func TestSlurmDryRun(t *testing.T) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, slurmSweep)
+	noSlurm := []string{"PATH=" + binDir}
+	sweepDir := filepath.Join(dir, "sweep")
+	r := tolaria(t, dir, noSlurm, "sweep", file, "--launcher", "slurm", "--dry-run", "--parallel", "2", "--device", "cuda",
+		"--partition", "gpu", "--time-limit", "1:00:00", "--sbatch-arg=--mem=4G", "--sweep-dir", sweepDir)
+	if r.code != 0 {
+		t.Fatalf("sweep --dry-run: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"sbatch --parsable", "--array=0,1,2%2", "--gres=gpu:1", "--partition=gpu", "--time=1:00:00", "--mem=4G",
+		"serve --spool", "0) spool='" + filepath.Join(sweepDir, "a", "spool")} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the dry run does not print %q:\n%s", want, r.stdout)
+		}
+	}
+	if _, err := os.Stat(sweepDir); err == nil {
+		t.Errorf("the dry run created %s", sweepDir)
+	}
+	run := filepath.Join(dir, "run")
+	if q := tolaria(t, dir, nil, quick(run)...); q.code != 0 {
+		t.Fatalf("train: exit %d\n%s", q.code, q.stderr)
+	}
+	before := snapshot(t, run)
+	r = tolaria(t, dir, noSlurm, "eval", "--run-dir", run, "--workers", "2", "--launcher", "slurm", "--dry-run")
+	if r.code != 0 || !strings.Contains(r.stdout, "--array=0,1") || !strings.Contains(r.stdout, "shard-1.log") {
+		t.Fatalf("eval --dry-run: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	sameFiles(t, before, snapshot(t, run))
+	if r := tolaria(t, dir, nil, "sweep", file, "--dry-run", "--sweep-dir", sweepDir); r.code != 2 || !strings.Contains(r.stderr, "--dry-run goes with --launcher slurm") {
+		t.Fatalf("--dry-run without slurm: exit %d\n%s", r.code, r.stderr)
+	}
+}

@@ -77,16 +77,15 @@ func evaluate(ctx context.Context, cmd *cobra.Command) error {
 	}
 	req.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
 	req.HeartbeatTimeout, _ = fs.GetDuration("heartbeat-timeout")
-	var dry bool
 	var err error
-	if req.Launcher, req.Slurm, dry, err = launcherConfig(fs, "", coordinator.SlurmConfig{}); err != nil {
+	if req.Launcher, req.Slurm, req.DryRun, err = launcherConfig(fs, "", coordinator.SlurmConfig{}); err != nil {
 		fmt.Fprintln(stderr, "tolaria:", err)
 		return exitError{exitUsage}
 	}
 	req.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	req.Progress = func(p coordinator.EvalProgress) { printEvalProgress(stderr, p) }
 	e, err := coordinator.PlanEval(req)
-	if err == nil && dry {
+	if err == nil && req.DryRun {
 		script, command := e.DryRun()
 		fmt.Fprintf(stdout, "# the batch script (written to %s/%s/slurm when submitted):\n%s\n# submitted with:\n%s\n", req.RunDir, coordinator.EvalDir, script, shellCommand(command))
 		return nil
