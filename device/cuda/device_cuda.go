@@ -61,6 +61,7 @@ type Device struct {
 	hosts      map[*hostAlloc]struct{}
 	hostPinned int64
 	hostAllocs uint64
+	tails      []*streamTail // last events of destroyed streams (fence_cuda.go)
 }
 
 // Open opens the GPU cfg.Ordinal: it retains the device's primary context,
@@ -254,13 +255,13 @@ func (d *Device) Free(b device.Buffer) error {
 	if b.Offset() != 0 || b.Len() != a.n {
 		return d.misuse(op, "Free needs the whole buffer Alloc returned, not a slice of it")
 	}
+	if d.capturing() {
+		// As cuMemFree is: its implicit synchronisation is refused during
+		// any capture. The buffer stays allocated.
+		return device.Errorf(d.name, op, device.ErrCaptureViolation, "a stream of the device is capturing; free the buffer after EndCapture")
+	}
 	if !a.freed.CompareAndSwap(false, true) {
 		return device.Errorf(d.name, op, device.ErrClosed, "the buffer was already freed")
-	}
-	if err := cu.Synchronize(); err != nil {
-		// Refused (during a capture, say): the buffer stays allocated.
-		a.freed.Store(false)
-		return d.wrap(op, err)
 	}
 	d.mu.Lock()
 	if a.holds > 0 {
@@ -271,10 +272,24 @@ func (d *Device) Free(b device.Buffer) error {
 		return nil
 	}
 	d.mu.Unlock()
-	if err := d.pool.put(uintptr(a.ptr), int64(a.n)*4); err != nil {
+	// Work queued before the Free may still use the block: the pool keeps
+	// it until then (see fence_cuda.go), and no stream waits.
+	f, err := d.fence(op)
+	if err != nil {
+		a.freed.Store(false)
+		return err
+	}
+	if err := d.pool.put(uintptr(a.ptr), int64(a.n)*4, f); err != nil {
 		return device.Errorf(d.name, op, device.ErrMisuse, "%v", err)
 	}
 	return nil
+}
+
+// capturing reports whether any stream of the device is capturing.
+func (d *Device) capturing() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.captures) > 0
 }
 
 // AllocHost returns n float32 elements of pinned host memory (cuMemAllocHost), zeroed.
@@ -683,6 +698,7 @@ func (d *Device) teardown() error {
 	clear(d.events)
 	clear(d.streams)
 	keep(codeOf(d.pool.releaseAll()))
+	d.dropTailsLocked()
 	keep(codeOf(d.mod.Unload()))
 	keep(releasePrimaryContext(d.dev))
 	return first

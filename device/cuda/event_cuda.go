@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -179,13 +180,13 @@ func (g *Graph) Destroy() error {
 	g.destroyed = true
 	d.mu.Lock()
 	delete(d.graphs, g)
-	d.releaseLocked(g.refs)
+	back := d.releaseLocked(g.refs)
 	g.refs = nil
 	d.mu.Unlock()
 	if r := graphDestroy(g.g); r != cuSuccess {
-		return d.driver(op, r)
+		return errors.Join(d.driver(op, r), d.giveBack(op, back))
 	}
-	return nil
+	return d.giveBack(op, back)
 }
 
 // Exec is an instantiated CUDA graph.
@@ -252,9 +253,9 @@ func (x *Exec) Update(g device.Graph) error {
 	old := x.refs
 	x.refs = append([]*deviceAlloc(nil), gr.refs...)
 	holdAllLocked(x.refs)
-	d.releaseLocked(old)
+	back := d.releaseLocked(old)
 	d.mu.Unlock()
-	return nil
+	return d.giveBack(op, back)
 }
 
 // Upload prepares the executable's first launch on s (cuGraphUpload).
@@ -295,11 +296,11 @@ func (x *Exec) Destroy() error {
 	x.destroyed = true
 	d.mu.Lock()
 	delete(d.execs, x)
-	d.releaseLocked(x.refs)
+	back := d.releaseLocked(x.refs)
 	x.refs = nil
 	d.mu.Unlock()
 	if r := graphExecDestroy(x.e); r != cuSuccess {
-		return d.driver(op, r)
+		return errors.Join(d.driver(op, r), d.giveBack(op, back))
 	}
-	return nil
+	return d.giveBack(op, back)
 }

@@ -43,14 +43,33 @@ func holdAllLocked(list []*deviceAlloc) {
 }
 
 // releaseLocked drops one hold on each allocation of list and returns the
-// parked blocks whose last hold this was to the pool.
-func (d *Device) releaseLocked(list []*deviceAlloc) {
+// parked blocks whose last hold this was, for giveBack once d.mu is
+// unlocked.
+func (d *Device) releaseLocked(list []*deviceAlloc) []*deviceAlloc {
+	var back []*deviceAlloc
 	for _, a := range list {
 		a.holds--
 		if a.holds == 0 && a.parked {
 			a.parked = false
-			// The block was handed out by the pool, so put cannot fail.
-			_ = d.pool.put(uintptr(a.ptr), int64(a.n)*4)
+			back = append(back, a)
 		}
 	}
+	return back
+}
+
+// giveBack returns freed blocks to the pool behind a fence: launches of the
+// graph or executable that held them may still be running.
+func (d *Device) giveBack(op string, list []*deviceAlloc) error {
+	if len(list) == 0 {
+		return nil
+	}
+	f, err := d.fence(op)
+	if err != nil {
+		return err
+	}
+	for _, a := range list {
+		// The block was handed out by the pool, so put cannot fail.
+		_ = d.pool.put(uintptr(a.ptr), int64(a.n)*4, f)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -470,5 +471,8 @@ func (s *Stream) Destroy() error {
 	delete(d.streams, s)
 	d.mu.Unlock()
 	st := s.cu
-	return d.wrap(op, st.Destroy())
+	// Its queued work runs on after cuStreamDestroy: freed blocks wait for
+	// it (fence_cuda.go).
+	retireErr := d.retire(s)
+	return d.wrap(op, errors.Join(retireErr, st.Destroy()))
 }

@@ -1,0 +1,58 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
+
+// longGemm enqueues on s a product long enough to be still running when the
+// test looks (hundreds of milliseconds on the emulated driver, whose kernels
+// run one thread's loops), writing into c, and returns an event recorded
+// after it.
+func longGemm(t *testing.T, d *Device, n int) (*Event, device.Buffer) {
+	t.Helper()
+	s := mustStream(t, d)
+	a := mustUpload(t, d, make([]float32, n*n))
+	b := mustUpload(t, d, make([]float32, n*n))
+	cb := mustUpload(t, d, make([]float32, n*n))
+	ev, err := d.NewEvent()
+	check(t, "NewEvent", err)
+	check(t, "Gemm", s.Gemm(false, false, n, n, n, 1, a, b, 0, cb))
+	check(t, "Record", s.Record(ev))
+	return ev.(*Event), cb
+}
+
+// TestFreeDoesNotStallTheDevice: Free returns while another stream's work
+// still runs (cuMemFree would synchronise the whole device first), and the
+// freed block is not handed to the next Alloc of its size until the work
+// queued before the Free has run: the Alloc gets other memory meanwhile.
+func TestFreeDoesNotStallTheDevice(t *testing.T) {
+	d := openTest(t)
+	const n = 640
+	// (Upload synchronises the device: every buffer is made first.)
+	unrelated := mustUpload(t, d, make([]float32, 1024))
+	done, out := longGemm(t, d, n)
+	c := out.Allocation().(*deviceAlloc)
+	check(t, "Free", d.Free(unrelated))
+	if ok, err := done.Query(); err != nil || ok {
+		t.Fatalf("the other stream's product had completed when Free returned (%v, %v): Free waited for the device", ok, err)
+	}
+	// The product's own output, freed while the product writes it.
+	check(t, "Free the product's output", d.Free(out))
+	again, err := d.Alloc(n * n)
+	check(t, "Alloc", err)
+	if ok, _ := done.Query(); !ok && again.Allocation().(*deviceAlloc).ptr == c.ptr {
+		t.Fatal("Alloc handed out the freed output while the product still wrote it")
+	}
+	check(t, "Synchronize", done.Synchronize())
+	// Once the work has run, the block is reused.
+	check(t, "Free", d.Free(again))
+	reused, err := d.Alloc(n * n)
+	check(t, "Alloc", err)
+	if p := reused.Allocation().(*deviceAlloc).ptr; p != c.ptr && p != again.Allocation().(*deviceAlloc).ptr {
+		t.Errorf("after the work ran, Alloc took new memory rather than a freed block")
+	}
+}
