@@ -30,6 +30,9 @@ type gemmTask struct {
 	a, b, c        []float32
 	bt             []float32 // op(B) in k×n order when transB
 	byRows         bool
+	// tile is the width of a tile's columns: 32 with the AVX-512 kernel
+	// (kern4x32), else 16. Either gives the same bits.
+	tile int
 }
 
 // gemmGrain is the least work (multiply-adds) worth a part of its own:
@@ -37,7 +40,10 @@ type gemmTask struct {
 const gemmGrain = 1 << 17
 
 func newGemmTask(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) *gemmTask {
-	g := &gemmTask{transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, byRows: m >= n && !transB}
+	g := &gemmTask{transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, byRows: m >= n && !transB, tile: 16}
+	if haveWideKernel() {
+		g.tile = 32
+	}
 	if transB && g.blocked() {
 		g.bt = make([]float32, n*k)
 	}
@@ -60,7 +66,7 @@ func (g *gemmTask) run(t *team) {
 	if g.beta != 0 && g.beta != 1 {
 		scale(g.c[:m*n], g.beta)
 	}
-	dim, align := n, 16
+	dim, align := n, g.tile
 	if g.byRows {
 		dim, align = m, 4
 	}
@@ -73,7 +79,7 @@ func (g *gemmTask) part(i, parts int, s *scratch) {
 		g.block(lo, hi, 0, g.n, s)
 		return
 	}
-	lo, hi := span(i, parts, g.n, 16)
+	lo, hi := span(i, parts, g.n, g.tile)
 	if g.transB {
 		g.pack(lo, hi)
 	}
@@ -145,12 +151,15 @@ func (g *gemmTask) block(i0, i1, j0, j1 int, s *scratch) {
 		g.blockPacked(i0, i1, j0, j1, b, s, aAt, rs, cs, load, &mask)
 		return
 	}
-	for jt := j0; jt < j1; jt += 16 {
-		w := min(16, j1-jt)
+	tw := g.tile
+	for jt := j0; jt < j1; jt += tw {
+		w := min(tw, j1-jt)
 		i := i0
 		for ; kernel && i+4 <= i1; i += 4 {
 			a, c := &g.a[i*aAt], &g.c[i*n+jt]
-			if w == 16 {
+			if tw == 32 {
+				kern4x32(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load, columns(w))
+			} else if w == 16 {
 				kern4x16(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load)
 			} else {
 				kern4x16Masked(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load, &mask[16-w])
@@ -183,8 +192,12 @@ func (g *gemmTask) blockPacked(i0, i1, j0, j1 int, b []float32, s *scratch, aAt,
 	// it saves.
 	packA := g.transA && m >= 1024 && j1-j0 > 64
 	tiled := i0 + (i1-i0)/4*4
-	for l0 := 0; l0 < k; l0 += gemmKC {
-		kc := min(gemmKC, k-l0)
+	// A panel of B stays gemmKC×16 floats (16 KiB): wider tiles take
+	// shorter k-blocks.
+	tw := g.tile
+	kcMax := gemmKC * 16 / tw
+	for l0 := 0; l0 < k; l0 += kcMax {
+		kc := min(kcMax, k-l0)
 		ld := load || l0 > 0
 		for ib := i0; ib < tiled; ib += gemmMC {
 			ie := min(tiled, ib+gemmMC)
@@ -199,15 +212,20 @@ func (g *gemmTask) blockPacked(i0, i1, j0, j1 int, b []float32, s *scratch, aAt,
 					}
 				}
 			}
-			for jt := j0; jt < j1; jt += 16 {
-				w := min(16, j1-jt)
-				if w == 16 {
+			for jt := j0; jt < j1; jt += tw {
+				w := min(tw, j1-jt)
+				switch {
+				case w == 16 && tw == 16:
 					for l := range kc {
 						*(*[16]float32)(pack[l*16:]) = *(*[16]float32)(b[(l0+l)*n+jt:])
 					}
-				} else {
+				case w == 32:
 					for l := range kc {
-						copy(pack[l*16:l*16+w], b[(l0+l)*n+jt:(l0+l)*n+jt+w])
+						*(*[32]float32)(pack[l*32:]) = *(*[32]float32)(b[(l0+l)*n+jt:])
+					}
+				default:
+					for l := range kc {
+						copy(pack[l*tw:l*tw+w], b[(l0+l)*n+jt:(l0+l)*n+jt+w])
 					}
 				}
 				for i := ib; i < ie; i += 4 {
@@ -216,7 +234,9 @@ func (g *gemmTask) blockPacked(i0, i1, j0, j1 int, b []float32, s *scratch, aAt,
 						a, ars, acs = &s.packA[(i-ib)*kc], 4, 16
 					}
 					c := &g.c[i*n+jt]
-					if w == 16 {
+					if tw == 32 {
+						kern4x32(a, uintptr(ars), uintptr(acs), &pack[0], 128, c, uintptr(4*n), kc, ld, columns(w))
+					} else if w == 16 {
 						kern4x16(a, uintptr(ars), uintptr(acs), &pack[0], 64, c, uintptr(4*n), kc, ld)
 					} else {
 						kern4x16Masked(a, uintptr(ars), uintptr(acs), &pack[0], 64, c, uintptr(4*n), kc, ld, &mask[16-w])
@@ -226,11 +246,14 @@ func (g *gemmTask) blockPacked(i0, i1, j0, j1 int, b []float32, s *scratch, aAt,
 		}
 	}
 	for i := tiled; i < i1; i++ {
-		for jt := j0; jt < j1; jt += 16 {
-			g.row(i, jt, min(j1, jt+16), b)
+		for jt := j0; jt < j1; jt += tw {
+			g.row(i, jt, min(j1, jt+tw), b)
 		}
 	}
 }
+
+// columns is kern4x32's mask of a tile w columns wide.
+func columns(w int) uint32 { return uint32(uint64(1)<<w - 1) }
 
 // row computes C[i, j0..j1] in Go, in the kernels' order; b is op(B) in
 // k×n order.

@@ -13,6 +13,13 @@ const kernelName = "AVX"
 //go:noescape
 func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool)
 
+// haveWideKernel says whether kern4x32 may run: AVX-512 (Skylake-SP, Ice
+// Lake, Zen 4 and later).
+func haveWideKernel() bool { return cpu.X86.HasAVX512F }
+
+//go:noescape
+func kern4x32(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask uint32)
+
 //go:noescape
 func kern4x16Masked(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask *int32)
 

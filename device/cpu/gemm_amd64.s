@@ -185,3 +185,96 @@ kern4x16Masked_store:
 	VMASKMOVPS Y7, Y13, 32(DI)
 	VZEROUPPER
 	RET
+
+// func kern4x32(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask uint32)
+//
+// The AVX-512 form of kern4x16: a 4×32 block of C, each row two 16-lane
+// vectors, in the same order of separate multiplies and adds, so the same
+// bits. mask's bit j says whether column j of the block is C's: loads of B
+// and C and stores of C touch only those (opmask registers K1 and K2).
+TEXT ·kern4x32(SB), NOSPLIT, $0-72
+	MOVQ a+0(FP), R8
+	MOVQ rs+8(FP), AX
+	LEAQ (R8)(AX*1), R9
+	LEAQ (R9)(AX*1), R10
+	LEAQ (R10)(AX*1), R11
+	MOVQ cs+16(FP), R12
+	MOVQ b+24(FP), SI
+	MOVQ ldb+32(FP), R13
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), DX
+	MOVQ k+56(FP), CX
+	MOVL mask+68(FP), AX
+	KMOVW AX, K1
+	SHRL $16, AX
+	KMOVW AX, K2
+	MOVBLZX load+64(FP), AX
+	TESTQ AX, AX
+	JZ kern4x32_zero
+	MOVQ DI, BX
+	VMOVUPS.Z (BX), K1, Z0
+	VMOVUPS.Z 64(BX), K2, Z1
+	ADDQ DX, BX
+	VMOVUPS.Z (BX), K1, Z2
+	VMOVUPS.Z 64(BX), K2, Z3
+	ADDQ DX, BX
+	VMOVUPS.Z (BX), K1, Z4
+	VMOVUPS.Z 64(BX), K2, Z5
+	ADDQ DX, BX
+	VMOVUPS.Z (BX), K1, Z6
+	VMOVUPS.Z 64(BX), K2, Z7
+	JMP kern4x32_start
+kern4x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+kern4x32_start:
+	XORQ BX, BX
+	TESTQ CX, CX
+	JZ kern4x32_store
+kern4x32_loop:
+	VMOVUPS.Z (SI), K1, Z8
+	VMOVUPS.Z 64(SI), K2, Z9
+	VBROADCASTSS (R8)(BX*1), Z10
+	VMULPS Z8, Z10, Z11
+	VMULPS Z9, Z10, Z12
+	VADDPS Z11, Z0, Z0
+	VADDPS Z12, Z1, Z1
+	VBROADCASTSS (R9)(BX*1), Z13
+	VMULPS Z8, Z13, Z14
+	VMULPS Z9, Z13, Z15
+	VADDPS Z14, Z2, Z2
+	VADDPS Z15, Z3, Z3
+	VBROADCASTSS (R10)(BX*1), Z16
+	VMULPS Z8, Z16, Z17
+	VMULPS Z9, Z16, Z18
+	VADDPS Z17, Z4, Z4
+	VADDPS Z18, Z5, Z5
+	VBROADCASTSS (R11)(BX*1), Z19
+	VMULPS Z8, Z19, Z20
+	VMULPS Z9, Z19, Z21
+	VADDPS Z20, Z6, Z6
+	VADDPS Z21, Z7, Z7
+	ADDQ R12, BX
+	ADDQ R13, SI
+	DECQ CX
+	JNZ kern4x32_loop
+kern4x32_store:
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ DX, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ DX, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ DX, DI
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z7, K2, 64(DI)
+	VZEROUPPER
+	RET

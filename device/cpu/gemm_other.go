@@ -12,6 +12,12 @@ func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, l
 	panic("cpu: no GEMM micro-kernel on this architecture")
 }
 
+func haveWideKernel() bool { return false }
+
+func kern4x32(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask uint32) {
+	panic("cpu: no GEMM micro-kernel on this architecture")
+}
+
 func kern4x16Masked(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask *int32) {
 	panic("cpu: no GEMM micro-kernel on this architecture")
 }

@@ -91,15 +91,28 @@ func TestGemmAgainstNaive(t *testing.T) {
 				want := append([]float32(nil), c...)
 				gemmLoop(s.transA, s.transB, s.m, s.n, s.k, 1, a, b, beta, want)
 				for threads := 1; threads <= 3; threads++ {
-					got := append([]float32(nil), c...)
-					withTeam(threads, func(tm *team) {
-						newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, a, b, beta, got).run(tm)
-					})
-					sameBits(t, fmt.Sprintf("beta %g, %d threads: C", beta, threads), got, want)
+					for _, tile := range tileWidths() {
+						got := append([]float32(nil), c...)
+						withTeam(threads, func(tm *team) {
+							g := newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, a, b, beta, got)
+							g.tile = tile
+							g.run(tm)
+						})
+						sameBits(t, fmt.Sprintf("beta %g, %d threads, tiles %d wide: C", beta, threads, tile), got, want)
+					}
 				}
 			}
 		})
 	}
+}
+
+// tileWidths are the tile widths this machine's kernels run: 16, and 32
+// with AVX-512.
+func tileWidths() []int {
+	if haveWideKernel() {
+		return []int{16, 32}
+	}
+	return []int{16}
 }
 
 // TestGemmDeterministic checks that a product split across the same number
