@@ -41,7 +41,8 @@ const gemmGrain = 1 << 17
 
 func newGemmTask(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) *gemmTask {
 	g := &gemmTask{transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, byRows: m >= n && !transB, tile: 16}
-	if haveWideKernel() {
+	if haveWideKernel() && n >= 32 {
+		// A narrower C would leave most of a 32-wide tile's lanes idle.
 		g.tile = 32
 	}
 	if transB && g.blocked() {
@@ -155,6 +156,9 @@ func (g *gemmTask) block(i0, i1, j0, j1 int, s *scratch) {
 	for jt := j0; jt < j1; jt += tw {
 		w := min(tw, j1-jt)
 		i := i0
+		for ; kernel && tw == 32 && i+8 <= i1; i += 8 {
+			kern8x32(&g.a[i*aAt], uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), &g.c[i*n+jt], uintptr(4*n), k, load, columns(w))
+		}
 		for ; kernel && i+4 <= i1; i += 4 {
 			a, c := &g.a[i*aAt], &g.c[i*n+jt]
 			if tw == 32 {
@@ -228,7 +232,11 @@ func (g *gemmTask) blockPacked(i0, i1, j0, j1 int, b []float32, s *scratch, aAt,
 						copy(pack[l*tw:l*tw+w], b[(l0+l)*n+jt:(l0+l)*n+jt+w])
 					}
 				}
-				for i := ib; i < ie; i += 4 {
+				i := ib
+				for ; tw == 32 && !packA && i+8 <= ie; i += 8 {
+					kern8x32(&g.a[i*aAt+l0*(cs/4)], uintptr(rs), uintptr(cs), &pack[0], 128, &g.c[i*n+jt], uintptr(4*n), kc, ld, columns(w))
+				}
+				for ; i < ie; i += 4 {
 					a, ars, acs := &g.a[i*aAt+l0*(cs/4)], rs, cs
 					if packA {
 						a, ars, acs = &s.packA[(i-ib)*kc], 4, 16
