@@ -102,7 +102,7 @@ func (d *Device) Name() string { return "cpu" }
 func (d *Device) Description() string {
 	kernels := "Go"
 	if haveKernel() {
-		kernels = kernelName
+		kernels = kernelName()
 	}
 	return fmt.Sprintf("tolaria CPU reference device (float32, %d threads, %s GEMM tiles)", d.threads, kernels)
 }

@@ -8,7 +8,13 @@ import "golang.org/x/sys/cpu"
 // and later); without it the blocks run in Go, with the same bits.
 func haveKernel() bool { return cpu.X86.HasAVX }
 
-const kernelName = "AVX"
+// kernelName names the tiles this machine runs.
+func kernelName() string {
+	if haveWideKernel() {
+		return "AVX-512"
+	}
+	return "AVX"
+}
 
 //go:noescape
 func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool)

@@ -6,7 +6,7 @@ package cpu
 // the same bits as the amd64 kernels.
 func haveKernel() bool { return false }
 
-const kernelName = "Go"
+func kernelName() string { return "Go" }
 
 func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool) {
 	panic("cpu: no GEMM micro-kernel on this architecture")

@@ -76,7 +76,7 @@ func TestGemmRatio(t *testing.T) {
 	// for microseconds. After the pause both sides start with the cores
 	// free.
 	const idle = 200 * time.Millisecond
-	fmt.Printf("%s; %d threads; %d alternating rounds, medians; device tiles: %s\n", openblas.Config(), threads, rounds, kernelName)
+	fmt.Printf("%s; %d threads; %d alternating rounds, medians; device tiles: %s\n", openblas.Config(), threads, rounds, kernelName())
 	fmt.Printf("%-8s %-6s %-20s %12s %12s %7s\n", "batch", "width", "m x k x n", "OpenBLAS", "device", "ratio")
 	withTeam(threads, func(tm *team) {
 		for _, width := range widths {
