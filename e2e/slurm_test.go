@@ -85,20 +85,12 @@ func TestSlurmSweepMatchesLocal(t *testing.T) {
 	env := slurmEnv(t)
 	dir := t.TempDir()
 	file := writeSweepFile(t, dir, slurmSweep)
-	local := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--parallel", "2", "--sweep-dir", filepath.Join(dir, "local"))
-	if local.code != 0 {
-		t.Fatalf("local sweep: exit %d\n%s", local.code, local.stderr)
-	}
+	params := localParams(t, dir, file)
 	r := tolaria(t, dir, env, "sweep", file, "--launcher", "slurm", "--parallel", "2", "--sweep-dir", filepath.Join(dir, "slurm"))
 	if r.code != 0 {
 		t.Fatalf("slurm sweep: exit %d\n%s", r.code, r.stderr)
 	}
-	want := readSweepResults(t, filepath.Join(dir, "local"))
 	got := readSweepResults(t, filepath.Join(dir, "slurm"))
-	params := map[string]string{}
-	for _, tr := range want.Trials {
-		params[tr.Name] = tr.Summary.ParamsSHA256
-	}
 	for _, tr := range got.Trials {
 		if tr.State != coordinator.TrialSucceeded || tr.Summary == nil || tr.Summary.ParamsSHA256 != params[tr.Name] || params[tr.Name] == "" {
 			t.Errorf("trial %s through Slurm: %s, %+v; want succeeded with the local params %s", tr.Name, tr.State, tr.Summary, params[tr.Name])
@@ -141,29 +133,10 @@ func TestSlurmCancelledTask(t *testing.T) {
 	env := slurmEnv(t)
 	dir := t.TempDir()
 	file := writeSweepFile(t, dir, longSlurmSweep)
-	local := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--sweep-dir", filepath.Join(dir, "local"))
-	if local.code != 0 {
-		t.Fatalf("local sweep: exit %d\n%s", local.code, local.stderr)
-	}
-	params := map[string]string{}
-	for _, tr := range readSweepResults(t, filepath.Join(dir, "local")).Trials {
-		params[tr.Name] = tr.Summary.ParamsSHA256
-	}
+	params := localParams(t, dir, file)
 	for _, retries := range []string{"1", "0"} {
 		sweepDir := filepath.Join(dir, "slurm-retries-"+retries)
-		cmd := exec.Command(filepath.Join(binDir, "tolaria"), "sweep", file, "--launcher", "slurm", "--retries", retries, "--sweep-dir", sweepDir)
-		cmd.Dir, cmd.Env = dir, append(cleanEnv(), env...)
-		stderr := new(lockedBuffer)
-		cmd.Stderr = stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		waitFor(t, "the first trial's first checkpoint", func() bool {
-			_, err := os.Stat(filepath.Join(sweepDir, "first", "checkpoint.tlck"))
-			return err == nil
-		})
+		cmd, done, stderr := sweepToFirstCheckpoint(t, dir, env, sweepDir, file, "--retries", retries)
 		task := slurmTaskOf(t, env, 0)
 		scancel := exec.Command("scancel", task)
 		scancel.Env = append(os.Environ(), env...)
@@ -244,24 +217,9 @@ func TestSlurmSweepInterrupted(t *testing.T) {
 	env := slurmEnv(t)
 	dir := t.TempDir()
 	file := writeSweepFile(t, dir, longSlurmSweep)
-	local := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--sweep-dir", filepath.Join(dir, "local"))
-	if local.code != 0 {
-		t.Fatalf("local sweep: exit %d\n%s", local.code, local.stderr)
-	}
+	want := localParams(t, dir, file)
 	sweepDir := filepath.Join(dir, "slurm")
-	cmd := exec.Command(filepath.Join(binDir, "tolaria"), "sweep", file, "--launcher", "slurm", "--parallel", "1", "--sweep-dir", sweepDir)
-	cmd.Dir, cmd.Env = dir, append(cleanEnv(), env...)
-	stderr := new(lockedBuffer)
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	waitFor(t, "the first trial's first checkpoint", func() bool {
-		_, err := os.Stat(filepath.Join(sweepDir, "first", "checkpoint.tlck"))
-		return err == nil
-	})
+	cmd, done, stderr := sweepToFirstCheckpoint(t, dir, env, sweepDir, file, "--parallel", "1")
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	var err error
 	select {
@@ -289,10 +247,6 @@ func TestSlurmSweepInterrupted(t *testing.T) {
 	r := tolaria(t, dir, env, "sweep", "--resume", "--sweep-dir", sweepDir, "--launcher", "slurm")
 	if r.code != 0 {
 		t.Fatalf("resumed sweep: exit %d\n%s", r.code, r.stderr)
-	}
-	want := map[string]string{}
-	for _, tr := range readSweepResults(t, filepath.Join(dir, "local")).Trials {
-		want[tr.Name] = tr.Summary.ParamsSHA256
 	}
 	for _, tr := range readSweepResults(t, sweepDir).Trials {
 		if tr.State != coordinator.TrialSucceeded || tr.Summary.ParamsSHA256 != want[tr.Name] {
@@ -372,4 +326,41 @@ func TestSlurmDryRun(t *testing.T) {
 	if r := tolaria(t, dir, nil, "sweep", file, "--dry-run", "--sweep-dir", sweepDir); r.code != 2 || !strings.Contains(r.stderr, "--dry-run goes with --launcher slurm") {
 		t.Fatalf("--dry-run without slurm: exit %d\n%s", r.code, r.stderr)
 	}
+}
+
+// localParams runs the sweep file with local workers and returns each
+// trial's params_sha256.
+func localParams(t *testing.T, dir, file string) map[string]string {
+	t.Helper()
+	local := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--parallel", "2", "--sweep-dir", filepath.Join(dir, "local"))
+	if local.code != 0 {
+		t.Fatalf("local sweep: exit %d\n%s", local.code, local.stderr)
+	}
+	params := map[string]string{}
+	for _, tr := range readSweepResults(t, filepath.Join(dir, "local")).Trials {
+		params[tr.Name] = tr.Summary.ParamsSHA256
+	}
+	return params
+}
+
+// sweepToFirstCheckpoint starts a sweep through Slurm and returns once its
+// trial "first" has written its first checkpoint, with the command, its
+// exit and its stderr.
+func sweepToFirstCheckpoint(t *testing.T, dir string, env []string, sweepDir, file string, extra ...string) (*exec.Cmd, chan error, *lockedBuffer) {
+	t.Helper()
+	args := append([]string{"sweep", file, "--launcher", "slurm", "--sweep-dir", sweepDir}, extra...)
+	cmd := exec.Command(filepath.Join(binDir, "tolaria"), args...)
+	cmd.Dir, cmd.Env = dir, append(cleanEnv(), env...)
+	stderr := new(lockedBuffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	waitFor(t, "the first trial's first checkpoint", func() bool {
+		_, err := os.Stat(filepath.Join(sweepDir, "first", "checkpoint.tlck"))
+		return err == nil
+	})
+	return cmd, done, stderr
 }
