@@ -738,3 +738,47 @@ func testMisuse(t *testing.T, open Opener) {
 func stageBatchFromLoader(dev device.Device, dst device.Buffer, errc chan<- error) {
 	errc <- dev.Upload(dst, make([]float32, 8))
 }
+
+// testFreeWithoutStall checks that Free does not wait for the device
+// (cuMemFree synchronises it, stalling every stream): a Free made while
+// another stream runs a long product returns before the product ends; and
+// that work queued before the Free of its own buffers still computes what
+// it would have: the freed memory is not handed out while it runs.
+func testFreeWithoutStall(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	const n = 512
+	a, b := e.buf(ones(n*n)), e.buf(ones(n*n))
+	out, unrelated := e.zeros(n*n), e.zeros(1024)
+	s := e.stream()
+	ev := e.event()
+	e.must(s.Gemm(false, false, n, n, n, 1, a, b, 0, out))
+	e.must(s.Record(ev))
+	e.must(e.dev.Free(unrelated))
+	if done, err := ev.Query(); err != nil || done {
+		t.Fatalf("a product of %d³ on another stream had completed when Free returned (%v, %v): Free waited for the device", n, done, err)
+	}
+	// The product's inputs, freed while it reads them; memory allocated
+	// now must not be theirs.
+	e.must(e.dev.Free(a))
+	e.must(e.dev.Free(b))
+	fresh, err := e.dev.Alloc(n * n) // no Upload: that synchronises
+	e.must(err)
+	other := e.stream()
+	e.must(other.Fill(fresh, -1))
+	e.must(ev.Synchronize())
+	e.must(other.Synchronize())
+	got := e.read(out)
+	for _, i := range []int{0, n*n/2 + 7, n*n - 1} {
+		if got[i] != n {
+			t.Fatalf("C[%d] = %v, want %d: the product's inputs were overwritten after their Free", i, got[i], n)
+		}
+	}
+}
+
+func ones(n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = 1
+	}
+	return v
+}
