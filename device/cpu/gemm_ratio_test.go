@@ -106,10 +106,17 @@ func gemmRatioShapes(tm *team, batch, width, rounds int, idle time.Duration) {
 		dev := func() { task.run(tm) }
 		reps := repsFor(dev)
 		var refT, devT []float64
+		// After the pause, each side runs one untimed window first: on a
+		// virtual machine a core idle for the pause takes milliseconds to
+		// come back to speed, which would count against whichever side
+		// wakes its threads per call (the device's helpers block between
+		// kernels; OpenBLAS's spin).
 		for range rounds {
 			time.Sleep(idle)
+			timeCalls(ref, reps)
 			refT = append(refT, timeCalls(ref, reps))
 			time.Sleep(idle)
+			timeCalls(dev, reps)
 			devT = append(devT, timeCalls(dev, reps))
 		}
 		flop := 2 * float64(s.m*s.n*s.k)
