@@ -33,6 +33,9 @@ type gemmTask struct {
 	// tile is the width of a tile's columns: 32 with the AVX-512 kernel
 	// (kern4x32), else 16. Either gives the same bits.
 	tile int
+	// narrow runs 16-wide tiles of 8 rows in AVX-512 (kern8x16): for C
+	// under 32 columns on a CPU that has it.
+	narrow bool
 }
 
 // gemmGrain is the least work (multiply-adds) worth a part of its own:
@@ -45,6 +48,7 @@ func newGemmTask(transA, transB bool, m, n, k int, alpha float32, a, b []float32
 		// A narrower C would leave most of a 32-wide tile's lanes idle.
 		g.tile = 32
 	}
+	g.narrow = haveWideKernel() && g.tile == 16
 	if transB && g.blocked() {
 		g.bt = make([]float32, n*k)
 	}
@@ -158,6 +162,9 @@ func (g *gemmTask) block(i0, i1, j0, j1 int, s *scratch) {
 		i := i0
 		for ; kernel && tw == 32 && i+8 <= i1; i += 8 {
 			kern8x32(&g.a[i*aAt], uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), &g.c[i*n+jt], uintptr(4*n), k, load, columns(w))
+		}
+		for ; kernel && tw == 16 && g.narrow && i+8 <= i1; i += 8 {
+			kern8x16(&g.a[i*aAt], uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), &g.c[i*n+jt], uintptr(4*n), k, load, columns(w))
 		}
 		for ; kernel && i+4 <= i1; i += 4 {
 			a, c := &g.a[i*aAt], &g.c[i*n+jt]

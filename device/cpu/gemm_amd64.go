@@ -24,6 +24,9 @@ func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, l
 func haveWideKernel() bool { return cpu.X86.HasAVX512F }
 
 //go:noescape
+func kern8x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask uint32)
+
+//go:noescape
 func kern8x32(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask uint32)
 
 //go:noescape

@@ -429,3 +429,112 @@ kern8x32_store:
 	VMOVUPS Z15, K2, 64(DI)
 	VZEROUPPER
 	RET
+
+// func kern8x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask uint32)
+//
+// The AVX-512 tile for narrow products (C under 32 columns wide, the
+// output layer's): 8 rows of one 16-lane vector, the columns outside
+// mask's low 16 bits neither loaded nor stored (opmask K1, which AVX's
+// VMASKMOVPS is slow to emulate on some cores). The same order of separate
+// multiplies and adds, so the same bits.
+TEXT ·kern8x16(SB), NOSPLIT, $0-72
+	MOVL mask+68(FP), AX
+	KMOVW AX, K1
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), DX
+	MOVBLZX load+64(FP), AX
+	TESTQ AX, AX
+	JZ kern8x16_zero
+	MOVQ DI, BX
+	VMOVUPS.Z (BX), K1, Z0
+	ADDQ DX, BX
+	VMOVUPS.Z (BX), K1, Z1
+	ADDQ DX, BX
+	VMOVUPS.Z (BX), K1, Z2
+	ADDQ DX, BX
+	VMOVUPS.Z (BX), K1, Z3
+	ADDQ DX, BX
+	VMOVUPS.Z (BX), K1, Z4
+	ADDQ DX, BX
+	VMOVUPS.Z (BX), K1, Z5
+	ADDQ DX, BX
+	VMOVUPS.Z (BX), K1, Z6
+	ADDQ DX, BX
+	VMOVUPS.Z (BX), K1, Z7
+	JMP kern8x16_rows
+kern8x16_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+kern8x16_rows:
+	MOVQ a+0(FP), R8
+	MOVQ rs+8(FP), AX
+	LEAQ (R8)(AX*1), R9
+	LEAQ (R9)(AX*1), R10
+	LEAQ (R10)(AX*1), R11
+	LEAQ (R11)(AX*1), R14
+	LEAQ (R14)(AX*1), R15
+	LEAQ (R15)(AX*1), DI
+	LEAQ (DI)(AX*1), DX
+	MOVQ cs+16(FP), R12
+	MOVQ b+24(FP), SI
+	MOVQ ldb+32(FP), R13
+	MOVQ k+56(FP), CX
+	XORQ BX, BX
+	TESTQ CX, CX
+	JZ kern8x16_store
+kern8x16_loop:
+	VMOVUPS.Z (SI), K1, Z16
+	VBROADCASTSS (R8)(BX*1), Z17
+	VMULPS Z16, Z17, Z18
+	VADDPS Z18, Z0, Z0
+	VBROADCASTSS (R9)(BX*1), Z19
+	VMULPS Z16, Z19, Z20
+	VADDPS Z20, Z1, Z1
+	VBROADCASTSS (R10)(BX*1), Z21
+	VMULPS Z16, Z21, Z22
+	VADDPS Z22, Z2, Z2
+	VBROADCASTSS (R11)(BX*1), Z23
+	VMULPS Z16, Z23, Z24
+	VADDPS Z24, Z3, Z3
+	VBROADCASTSS (R14)(BX*1), Z17
+	VMULPS Z16, Z17, Z18
+	VADDPS Z18, Z4, Z4
+	VBROADCASTSS (R15)(BX*1), Z19
+	VMULPS Z16, Z19, Z20
+	VADDPS Z20, Z5, Z5
+	VBROADCASTSS (DI)(BX*1), Z21
+	VMULPS Z16, Z21, Z22
+	VADDPS Z22, Z6, Z6
+	VBROADCASTSS (DX)(BX*1), Z23
+	VMULPS Z16, Z23, Z24
+	VADDPS Z24, Z7, Z7
+	ADDQ R12, BX
+	ADDQ R13, SI
+	DECQ CX
+	JNZ kern8x16_loop
+kern8x16_store:
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), DX
+	VMOVUPS Z0, K1, (DI)
+	ADDQ DX, DI
+	VMOVUPS Z1, K1, (DI)
+	ADDQ DX, DI
+	VMOVUPS Z2, K1, (DI)
+	ADDQ DX, DI
+	VMOVUPS Z3, K1, (DI)
+	ADDQ DX, DI
+	VMOVUPS Z4, K1, (DI)
+	ADDQ DX, DI
+	VMOVUPS Z5, K1, (DI)
+	ADDQ DX, DI
+	VMOVUPS Z6, K1, (DI)
+	ADDQ DX, DI
+	VMOVUPS Z7, K1, (DI)
+	VZEROUPPER
+	RET

@@ -14,6 +14,10 @@ func kern4x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, l
 
 func haveWideKernel() bool { return false }
 
+func kern8x16(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask uint32) {
+	panic("cpu: no GEMM micro-kernel on this architecture")
+}
+
 func kern8x32(a *float32, rs, cs uintptr, b *float32, ldb uintptr, c *float32, ldc uintptr, k int, load bool, mask uint32) {
 	panic("cpu: no GEMM micro-kernel on this architecture")
 }

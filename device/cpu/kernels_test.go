@@ -76,6 +76,11 @@ var gemmShapes = slices.Concat(benchShapes, []gemmShape{
 	{m: 22, k: 300, n: 1037, transA: true},
 	{m: 36, k: 270, n: 1040, transB: true},
 	{m: 1030, k: 300, n: 80, transA: true}, // packs A too
+	// Narrow products (the output layer's), in 8-row tiles and the rows
+	// left over.
+	{m: 256, k: 128, n: 10},
+	{m: 131, k: 64, n: 10, transA: true},
+	{m: 70, k: 300, n: 17, transB: true},
 })
 
 // TestGemmAgainstNaive checks that the device's GEMM, split across 1 to 3
@@ -91,14 +96,14 @@ func TestGemmAgainstNaive(t *testing.T) {
 				want := append([]float32(nil), c...)
 				gemmLoop(s.transA, s.transB, s.m, s.n, s.k, 1, a, b, beta, want)
 				for threads := 1; threads <= 3; threads++ {
-					for _, tile := range tileWidths() {
+					for _, v := range tileVariants() {
 						got := append([]float32(nil), c...)
 						withTeam(threads, func(tm *team) {
 							g := newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, a, b, beta, got)
-							g.tile = tile
+							g.tile, g.narrow = v.tile, v.narrow
 							g.run(tm)
 						})
-						sameBits(t, fmt.Sprintf("beta %g, %d threads, tiles %d wide: C", beta, threads, tile), got, want)
+						sameBits(t, fmt.Sprintf("beta %g, %d threads, tiles %+v: C", beta, threads, v), got, want)
 					}
 				}
 			}
@@ -106,13 +111,20 @@ func TestGemmAgainstNaive(t *testing.T) {
 	}
 }
 
-// tileWidths are the tile widths this machine's kernels run: 16, and 32
-// with AVX-512.
-func tileWidths() []int {
+// tileVariant is a choice of tiles: their width, and whether 16-wide ones
+// run 8 rows at a time in AVX-512.
+type tileVariant struct {
+	tile   int
+	narrow bool
+}
+
+// tileVariants are the tiles this machine's kernels run: 16 wide in AVX,
+// and with AVX-512 32 wide, and 16 wide in 8-row AVX-512 tiles.
+func tileVariants() []tileVariant {
 	if haveWideKernel() {
-		return []int{16, 32}
+		return []tileVariant{{16, false}, {16, true}, {32, false}}
 	}
-	return []int{16}
+	return []tileVariant{{16, false}}
 }
 
 // TestGemmDeterministic checks that a product split across the same number
