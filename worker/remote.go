@@ -308,8 +308,12 @@ func (w *remoteWatch) watch(ctx context.Context, abort <-chan struct{}, d watchT
 				w.fail(ReasonKilled, fmt.Sprintf("cancelled by tolaria: no hello within %s of the task's start", d.hello), true)
 				return
 			}
-			if !cancelledAt.IsZero() {
-				w.fail(ReasonKilled, "cancelled by tolaria before the worker reported a device", true)
+			// Cancelled while it runs but before its hello has come
+			// through the spool: the hello may be a poll behind a worker
+			// already at work, and the cancel is in its input, so it is
+			// given the grace a worker that spoke gets to answer.
+			if !cancelledAt.IsZero() && time.Since(cancelledAt) >= d.grace {
+				w.fail(ReasonKilled, fmt.Sprintf("cancelled by tolaria: no hello within %s of being asked to stop", d.grace), true)
 				return
 			}
 			continue

@@ -204,6 +204,24 @@ func TestRemoteInterruptedWhileRunning(t *testing.T) {
 	<-f.ended
 }
 
+// TestRemoteInterruptedBeforeItsHelloArrives: a task that runs but whose
+// hello has not come through the spool when the call is cancelled is not
+// cancelled on the spot: it reads the cancel, answers, and ends by itself
+// (its work, a checkpoint say, is not lost to a poll's lag).
+func TestRemoteInterruptedBeforeItsHelloArrives(t *testing.T) {
+	f := &fakeTask{dir: t.TempDir(), serve: func(ctx context.Context, in io.Reader, out io.Writer) error {
+		time.Sleep(400 * time.Millisecond)
+		return echo(ctx, in, out)
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	_, res, err := remote(f).Call(ctx, Request{Type: TypeStart, Device: "cpu", Body: json.RawMessage(`{"wait":true}`)}, Sink{})
+	if err != nil || string(res) != `{"cancelled":true}` || f.wasCancelled() {
+		t.Fatalf("interrupted before the hello arrived: %s, %v, task cancelled %v; want the worker's answer and no scancel", res, err, f.wasCancelled())
+	}
+	<-f.ended
+}
+
 // TestFollowerSeesAppendsAndTheEnd: the follower returns what is appended
 // as it comes, and EOF only once the closed marker exists.
 func TestFollowerSeesAppendsAndTheEnd(t *testing.T) {
