@@ -181,3 +181,27 @@ func (r *Metrics) budgetParked(device string) {
 		r.budgets.Parked(device)
 	}
 }
+
+// ServeRLMetrics is ServeMetrics for a reinforcement-learning run: the
+// run's own families (RLMetrics) on the registry; "" serves nothing and
+// returns no RLMetrics.
+func ServeRLMetrics(ctx context.Context, addr, version string, log *slog.Logger) (*Metrics, *telemetry.RLMetrics, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if addr == "" {
+		return &Metrics{log: log}, nil, nil
+	}
+	r := &Metrics{m: telemetry.NewMetrics(version), log: log}
+	rl, err := r.m.RL([]string{AgentStarting, AgentRunning, AgentSucceeded, AgentFailed, AgentInterrupted})
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := telemetry.Serve(ctx, addr, r.m.Registry())
+	if err != nil {
+		return nil, nil, setupErr(field.Errorf("metrics_addr", "%s: %w", addr, err))
+	}
+	r.srv = srv
+	log.Info("serving metrics", "url", srv.URL())
+	return r, rl, nil
+}

@@ -89,8 +89,8 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	// start-up and a long step included.
 	defer conn.StartHeartbeat()()
 	req := conn.Request()
-	if req.Type != worker.TypeStart && req.Type != worker.TypeProbe && req.Type != worker.TypeBench && req.Type != TypeEval {
-		return conn.Fail(usage("first message must be start, bench, eval or probe, got " + req.Type))
+	if req.Type != worker.TypeStart && req.Type != worker.TypeProbe && req.Type != worker.TypeBench && req.Type != TypeEval && req.Type != TypeRL {
+		return conn.Fail(usage("first message must be start, bench, eval, rl or probe, got " + req.Type))
 	}
 	spec := job.Default()
 	if req.Type == worker.TypeStart && len(req.Body) > 0 {
@@ -106,6 +106,17 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 			return conn.Fail(usage(fmt.Sprintf("the evaluation cannot be read: %v", err)))
 		}
 		spec = ej.Spec
+	}
+	var rj RLJob
+	if req.Type == TypeRL {
+		if err := json.Unmarshal(req.Body, &rj); err != nil {
+			return conn.Fail(usage(fmt.Sprintf("the reinforcement-learning job cannot be read: %v", err)))
+		}
+		if err := rj.Validate(); err != nil {
+			return conn.Fail(usage("reinforcement-learning job: " + err.Error()))
+		}
+		spec.CPUThreads = rj.Threads
+		cfg.Logger.Info("serving "+rlDescribe(rj), "agent", rj.Agent, "role", rj.Role)
 	}
 	dev, err := cfg.Open(req.Device, spec)
 	if err != nil {
@@ -123,7 +134,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	// worker.Conn.Advance); a benchmark's phases are not counted, so its
 	// worker is watched for silence only.
 	hello := worker.Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid(),
-		Advances: req.Type == worker.TypeStart || req.Type == TypeEval}
+		Advances: req.Type == worker.TypeStart || req.Type == TypeEval || req.Type == TypeRL}
 	if err := conn.Hello(hello); err != nil || req.Type == worker.TypeProbe {
 		return err
 	}
@@ -134,12 +145,18 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	}
 
 	runCtx, wait := conn.WatchCancel(ctx)
-	if req.Type == TypeEval {
+	switch req.Type {
+	case TypeEval:
 		var res EvalResult
 		if res, err = serveEval(runCtx, ej, dev, cfg, conn.Advance); err == nil {
 			err = conn.Result(res)
 		}
-	} else {
+	case TypeRL:
+		var res RLResult
+		if res, err = serveRL(runCtx, conn, rj, dev, cfg); err == nil {
+			err = conn.Result(res)
+		}
+	default:
 		var sum trainer.Summary
 		if sum, err = runJob(runCtx, conn, spec, dev, cfg); err == nil {
 			err = conn.Result(sum)

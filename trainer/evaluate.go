@@ -63,6 +63,10 @@ type Scored struct {
 // Parameters are the model parameters the checkpoint holds.
 func (h Checkpoint) Parameters() []float32 { return h.params }
 
+// State is the optimizer state (and any further buffers of the
+// parameters' size the writer saved) the checkpoint holds.
+func (h Checkpoint) State() [][]float32 { return h.state }
+
 // Evaluate scores every example of cfg's shard on dev: the forward pass
 // runs on the device (batches staged as training stages them), the logits
 // come back to the host, and each row's prediction and loss are computed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -54,9 +55,11 @@ type Actor struct {
 	wHost   device.HostBuffer
 	onehot  device.Buffer
 
-	version  uint64 // of the local weights
-	steps    int    // environment steps taken
-	vsteps   int    // vector steps taken
+	version  atomic.Uint64 // of the local weights
+	steps    int           // environment steps taken, those of earlier actors of the agent included
+	vsteps   int           // vector steps taken
+	syncs    atomic.Int64  // weight reads that loaded newer weights
+	waiting  atomic.Bool   // for the first weights or for the learner
 	actions  []int
 	next     []float32
 	out      []env.Transition
@@ -77,13 +80,17 @@ func NewActor(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, ag
 			shm.ErrMismatch, mem.Path(), mem.Layout(), cfg.Layout(spec))
 	}
 	seed := cfg.AgentSeed(agent)
+	// An actor that takes over an agent's buffer (a restart, a resumed
+	// run) continues its step count, and so its epsilon schedule, and
+	// plays episodes of its own rather than those of the first actor.
+	steps := mem.Appended()
 	f, _ := env.New(cfg.Env)
-	vec, err := env.NewVec(f, cfg.NumEnvs, seed)
+	vec, err := env.NewVec(f, cfg.NumEnvs, seed^steps*0x9e3779b97f4a7c15)
 	if err != nil {
 		return nil, err
 	}
-	a := &Actor{cfg: cfg, opts: opts, dev: dev, mem: mem, vec: vec, spec: spec,
-		rng:     rand.New(rand.NewPCG(seed, 0x6163746f72)), // "actor"
+	a := &Actor{cfg: cfg, opts: opts, dev: dev, mem: mem, vec: vec, spec: spec, steps: int(steps),
+		rng:     rand.New(rand.NewPCG(seed, 0x6163746f72^steps)), // "actor"
 		actions: make([]int, cfg.NumEnvs), next: make([]float32, cfg.NumEnvs*spec.Inputs),
 		out: make([]env.Transition, cfg.NumEnvs)}
 	if err := a.build(shared); err != nil {
@@ -160,18 +167,29 @@ func (a *Actor) policy(s device.Stream) error {
 	return s.CopyDtoH(a.actHost, a.actDev)
 }
 
-// Steps is the number of environment steps taken.
+// Steps is the number of environment steps taken, by this actor and by
+// the agent's actors before it. It is read by the goroutine that steps.
 func (a *Actor) Steps() int { return a.steps }
 
-// Version is the version of the weights the actor acts with.
-func (a *Actor) Version() uint64 { return a.version }
+// Version is the version of the weights the actor acts with; safe from
+// any goroutine.
+func (a *Actor) Version() uint64 { return a.version.Load() }
+
+// Syncs is the number of weight reads that loaded newer weights; safe from
+// any goroutine.
+func (a *Actor) Syncs() int64 { return a.syncs.Load() }
+
+// Waiting reports whether the actor waits, for the first weights or for
+// its learner (see ActorOptions.MaxLead), rather than acts; safe from any
+// goroutine.
+func (a *Actor) Waiting() bool { return a.waiting.Load() }
 
 // Sync loads the published weights when they are newer than the local
 // ones, waiting for the first publish (or the stop flag, or ctx).
 func (a *Actor) Sync(ctx context.Context) error {
 	for {
 		v := a.mem.Version()
-		if v > 0 && v == a.version {
+		if v > 0 && v == a.version.Load() {
 			return nil
 		}
 		if v > 0 {
@@ -180,8 +198,10 @@ func (a *Actor) Sync(ctx context.Context) error {
 		if a.mem.Stopped() || ctx.Err() != nil {
 			return errors.Join(errStopped, ctx.Err())
 		}
+		a.waiting.Store(true)
 		time.Sleep(time.Millisecond)
 	}
+	a.waiting.Store(false)
 	v, _, err := a.mem.ReadWeights(a.wHost.Data())
 	if err != nil {
 		return err
@@ -193,7 +213,8 @@ func (a *Actor) Sync(ctx context.Context) error {
 	if err := a.done.Synchronize(); err != nil {
 		return err
 	}
-	a.version = v
+	a.version.Store(v)
+	a.syncs.Add(1)
 	return nil
 }
 
@@ -286,11 +307,13 @@ func (a *Actor) waitForLearner(ctx context.Context) error {
 	for {
 		limit := uint64(a.cfg.LearningStarts + (int(a.mem.LearnerSteps())+a.opts.MaxLead)*a.cfg.TrainEvery)
 		if a.mem.Appended() < limit {
+			a.waiting.Store(false)
 			return nil
 		}
 		if a.mem.Stopped() || ctx.Err() != nil {
 			return errors.Join(errStopped, ctx.Err())
 		}
+		a.waiting.Store(true)
 		time.Sleep(100 * time.Microsecond)
 	}
 }

@@ -60,8 +60,10 @@ type Learner struct {
 	stats   device.HostBuffer
 	done    device.Event
 
+	src       *replaySource
 	steps     atomic.Int64
 	loss      atomic.Uint64 // float64 bits of the last interval's mean loss
+	publishes atomic.Int64
 	fallbacks int
 }
 
@@ -117,9 +119,9 @@ func (l *Learner) build(spec nn.Spec, seed uint64) error {
 	if l.stats, err = dev.AllocHost(device.StatsLen); err != nil {
 		return err
 	}
-	src := &replaySource{mem: l.mem, layout: l.layout, cfg: cfg, seed: seed}
+	l.src = &replaySource{mem: l.mem, layout: l.layout, cfg: cfg, seed: seed}
 	l.stager, err = staging.New(dev, staging.Config{BatchLen: l.layout.Len, Slots: 4, Buffers: 2, Loaders: 1,
-		Guard: l.shared.Guard, Logger: l.log}, src)
+		Guard: l.shared.Guard, Logger: l.log}, l.src)
 	if err != nil {
 		return err
 	}
@@ -144,6 +146,13 @@ func (l *Learner) Steps() int { return int(l.steps.Load()) }
 
 // Loss is the mean Huber loss over the last publish interval.
 func (l *Learner) Loss() float64 { return math.Float64frombits(l.loss.Load()) }
+
+// Publishes is the number of weight publishes; safe from any goroutine.
+func (l *Learner) Publishes() int64 { return l.publishes.Load() }
+
+// Waiting reports whether the learner waits for the actor's transitions
+// rather than trains; safe from any goroutine.
+func (l *Learner) Waiting() bool { return l.src.waiting.Load() }
 
 // Fallbacks is the number of steps that ran eagerly although graphs were on.
 func (l *Learner) Fallbacks() int { return l.fallbacks }
@@ -246,6 +255,7 @@ func (l *Learner) publish() error {
 		return err
 	}
 	l.mem.SetLearnerSteps(uint64(n))
+	l.publishes.Add(1)
 	return nil
 }
 
@@ -288,16 +298,24 @@ type replaySource struct {
 	layout Layout
 	cfg    Config
 	seed   uint64
+	// base is the steps a resumed learner had taken: batch seq is the
+	// learner's step base+seq.
+	base    int
+	waiting atomic.Bool
 }
 
-func (r *replaySource) Fill(seq int, dst []float32) (staging.Meta, error) {
+func (r *replaySource) Fill(batch int, dst []float32) (staging.Meta, error) {
+	seq := r.base + batch
 	need := uint64(r.cfg.LearningStarts + seq*r.cfg.TrainEvery)
 	for r.mem.Appended() < need {
 		if r.mem.Stopped() {
+			r.waiting.Store(false)
 			return staging.Meta{}, io.EOF
 		}
+		r.waiting.Store(true)
 		time.Sleep(200 * time.Microsecond)
 	}
+	r.waiting.Store(false)
 	if r.mem.Stopped() {
 		return staging.Meta{}, io.EOF
 	}
@@ -309,5 +327,5 @@ func (r *replaySource) Fill(seq int, dst []float32) (staging.Meta, error) {
 		return staging.Meta{}, err
 	}
 	r.cfg.Optimizer.Hyper(seq+1, dst[r.layout.Hyper:r.layout.Hyper+device.HyperLen])
-	return staging.Meta{Seq: seq, Step: seq, Valid: r.layout.Batch}, nil
+	return staging.Meta{Seq: batch, Step: seq, Valid: r.layout.Batch}, nil
 }

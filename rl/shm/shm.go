@@ -289,6 +289,10 @@ func (m *Memory) loadFloats(dst []float32, off int) {
 // Stop sets the stop flag; every process of the agent sees it.
 func (m *Memory) Stop() { atomic.StoreUint32(m.u32(offStop), 1) }
 
+// ClearStop clears the stop flag: a run resumed from a saved buffer
+// starts its processes with it clear.
+func (m *Memory) ClearStop() { atomic.StoreUint32(m.u32(offStop), 0) }
+
 // Stopped reports whether the stop flag is set.
 func (m *Memory) Stopped() bool { return atomic.LoadUint32(m.u32(offStop)) != 0 }
 

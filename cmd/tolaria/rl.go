@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/rl/dqn"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// PlotFile is the return-curve chart --plot writes into the run directory.
+const PlotFile = "returns.png"
+
+func newRLCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rl [--config FILE] [--agents N]",
+		Short: "train reinforcement-learning agents (Double DQN), each an actor process and a learner process",
+		Long: `rl trains --agents independent Double DQN agents on CartPole-v1. Each agent is
+two tolaria-worker processes: an actor, which steps its environments and picks
+actions with a captured forward pass on its copy of the weights, and a learner,
+which replays its captured training step on minibatches sampled from the
+agent's replay buffer. The two meet only in the agent's memory file under
+/dev/shm: the replay buffer and the published weights. This process never
+opens a device.
+
+--config takes a YAML file of the keys in docs/rl.md (num_agents,
+sync_interval, publish_interval, target_update, the epsilon schedule, model:,
+optimizer:, ...); flags given override it.
+
+The run directory (--run-dir, default runs/rl-<time>) receives config.yaml,
+summary.json and agent-<i>/ for each agent: events.jsonl (every episode),
+the learner's checkpoint.tlck, replay.buf (the buffer, saved on Ctrl-C),
+summary.json and the actor's and learner's worker logs.
+
+A failed actor is started again (up to --actor-restarts times) and its agent
+goes on from the buffer and weights in shared memory; a failed learner fails
+its agent, with the reason, and the other agents go on. Ctrl-C checkpoints
+every learner and saves every buffer; --resume --run-dir DIR continues.
+
+Exit status: 0 every agent finished, 3 some failed, 1 none finished, 2 bad
+input (nothing started), 130 interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runRL(cmd.Context(), cmd) },
+	}
+	fs := cmd.Flags()
+	fs.String("config", "", "YAML configuration file (see docs/rl.md); default: the defaults of docs/rl.md")
+	fs.Int("agents", 0, "independent agents, each an actor and a learner process (num_agents)")
+	fs.Int("total-steps", 0, "environment steps per agent (total_steps)")
+	fs.Uint64("seed", 0, "seed; agent i uses seed+i (seed)")
+	fs.String("run-dir", "", "run directory, new (default runs/rl-<time>); with --resume, the run to continue")
+	fs.Bool("resume", false, "continue the interrupted run in --run-dir: each learner from its checkpoint, each buffer as saved")
+	fs.String("device", "cpu", "cpu or cuda: each worker opens its own device")
+	fs.Bool("enable-graphs", true, "actors and learners capture their step once and replay it")
+	fs.Int("max-lead", 50, "training steps' worth of transitions an actor may run ahead of its learner (0: no bound)")
+	fs.Int("threads", 1, "CPU device threads per worker process")
+	fs.Int("actor-restarts", 3, "start a failed actor again up to N times before its agent fails")
+	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
+	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
+	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long an actor or learner may send no heartbeat, or make no progress while it sends them, before it is taken for hung and killed (at least 1s)")
+	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): returns, steps/s, weight lag, publishes, syncs and restarts per agent")
+	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the run so the final values are scraped (0: exit at once)")
+	fs.Bool("plot", false, "draw every agent's return curve into the run directory's "+PlotFile+" at the end")
+	return cmd
+}
+
+// rlFlag spells a configuration key as its flag, where it has one.
+func rlFlag(key field.Name) string {
+	switch key {
+	case "num_agents":
+		return "--agents (num_agents)"
+	case "total_steps":
+		return "--total-steps (total_steps)"
+	case "run_dir", "resume", "device", "metrics_addr", "actor_restarts":
+		return "--" + string(key)
+	}
+	return ""
+}
+
+func rlRequest(cmd *cobra.Command) (coordinator.RLRequest, error) {
+	fs := cmd.Flags()
+	var req coordinator.RLRequest
+	get := func(name string) string { v, _ := fs.GetString(name); return v }
+	getInt := func(name string) int { v, _ := fs.GetInt(name); return v }
+	cfg := dqn.DefaultConfig()
+	req.Resume, _ = fs.GetBool("resume")
+	req.Dir = get("run-dir")
+	path := get("config")
+	if req.Resume {
+		if path != "" {
+			return req, usagef("--resume continues with the configuration saved in --run-dir; drop --config")
+		}
+		if req.Dir == "" {
+			return req, usagef("--resume needs --run-dir pointing at the run to continue")
+		}
+		path = filepath.Join(req.Dir, coordinator.ConfigFile)
+	}
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return req, usagef("--config: %v", err)
+		}
+		if cfg, err = dqn.ParseConfig(raw); err != nil {
+			return req, usagef("%s: %s", path, field.Render(err, rlFlag))
+		}
+	}
+	if req.Resume {
+		for _, f := range []string{"agents", "total-steps", "seed"} {
+			if fs.Changed(f) {
+				return req, usagef("--%s cannot change a run being resumed; it continues with %s", f, path)
+			}
+		}
+	}
+	if fs.Changed("agents") {
+		cfg.NumAgents = getInt("agents")
+	}
+	if fs.Changed("total-steps") {
+		cfg.TotalSteps = getInt("total-steps")
+	}
+	if fs.Changed("seed") {
+		cfg.Seed, _ = fs.GetUint64("seed")
+	}
+	if err := cfg.Validate(); err != nil {
+		return req, usagef("%s", field.Render(err, rlFlag))
+	}
+	req.Config, req.ConfigYAML = cfg, cfg.YAML()
+	req.Device = get("device")
+	req.Graphs, _ = fs.GetBool("enable-graphs")
+	req.MaxLead, req.Threads, req.ActorRestarts = getInt("max-lead"), getInt("threads"), getInt("actor-restarts")
+	if req.MaxLead < 0 || req.Threads < 1 || req.ActorRestarts < 0 {
+		return req, usagef("--max-lead and --actor-restarts must be 0 or more and --threads at least 1, got %d, %d and %d", req.MaxLead, req.ActorRestarts, req.Threads)
+	}
+	if req.Worker = get("worker"); req.Worker == "" {
+		req.Worker = os.Getenv("TOLARIA_WORKER")
+	}
+	req.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
+	req.HeartbeatTimeout, _ = fs.GetDuration("heartbeat-timeout")
+	if req.WorkerStart <= 0 || req.HeartbeatTimeout < worker.MinHeartbeatTimeout {
+		return req, usagef("--worker-start-timeout must be positive and --heartbeat-timeout at least %s, got %s and %s", worker.MinHeartbeatTimeout, req.WorkerStart, req.HeartbeatTimeout)
+	}
+	if linger, _ := fs.GetDuration("metrics-linger"); linger < 0 {
+		return req, usagef("--metrics-linger must be 0 or more, got %s", linger)
+	}
+	return req, nil
+}
+
+func runRL(ctx context.Context, cmd *cobra.Command) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	req, err := rlRequest(cmd)
+	if err != nil {
+		return rlRefused(stderr, err)
+	}
+	view := newRLView(stderr, req.Config.NumAgents)
+	view.total = req.Config.TotalSteps
+	log := slog.New(slog.NewTextHandler(view.logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
+	addr, _ := cmd.Flags().GetString("metrics-addr")
+	metrics, rlm, err := coordinator.ServeRLMetrics(ctx, addr, version(), log)
+	if err != nil {
+		view.close()
+		return rlRefused(stderr, err)
+	}
+	defer metrics.Close()
+	req.Logger, req.Report, req.Metrics = log, view.update, rlm
+	run, err := coordinator.PrepareRL(req, time.Now())
+	if err != nil {
+		view.close()
+		return rlRefused(stderr, err)
+	}
+	defer run.Close()
+	log.Info("rl", "agents", req.Config.NumAgents, "env", req.Config.Env, "total_steps", req.Config.TotalSteps,
+		"resume", req.Resume, "graphs", req.Graphs, "run_dir", run.Dir())
+	view.start()
+	sum, runErr := run.Run(ctx)
+	view.close()
+	printRLSummary(stdout, sum)
+	if plot, _ := cmd.Flags().GetBool("plot"); plot {
+		out := filepath.Join(run.Dir(), PlotFile)
+		if err := plotReturns(run.Dir(), req.Config.NumAgents, out); err != nil {
+			fmt.Fprintf(stderr, "tolaria: drawing %s: %v\n", out, err)
+		} else {
+			fmt.Fprintf(stdout, "return curves %s\n", out)
+		}
+	}
+	linger, _ := cmd.Flags().GetDuration("metrics-linger")
+	defer metrics.Linger(ctx, linger)
+	ok := 0
+	for _, a := range sum.Agents {
+		if a.State == coordinator.AgentSucceeded {
+			ok++
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "tolaria: interrupted: the learners checkpointed and the buffers were saved; continue with tolaria rl --resume --run-dir %s\n", run.Dir())
+		return exitError{interruptedCode(ctx)}
+	case ok == len(sum.Agents):
+		return nil
+	case runErr != nil && errors.Is(runErr, coordinator.ErrSetup):
+		fmt.Fprintln(stderr, "tolaria:", runErr)
+		return exitError{exitFailure}
+	case ok == 0:
+		fmt.Fprintf(stderr, "tolaria: no agent finished; see the reasons in %s/%s\n", run.Dir(), coordinator.SummaryFile)
+		return exitError{exitFailure}
+	}
+	fmt.Fprintf(stderr, "tolaria: %d of %d agents failed; see the reasons in %s/%s\n", len(sum.Agents)-ok, len(sum.Agents), run.Dir(), coordinator.SummaryFile)
+	return exitError{exitSomeFailed}
+}
+
+func rlRefused(w io.Writer, err error) error {
+	code := exitFailure
+	if errors.Is(err, errUsage) || errors.Is(err, coordinator.ErrConfig) {
+		code = exitUsage
+	}
+	fmt.Fprintln(w, "tolaria:", field.Render(err, rlFlag))
+	return exitError{code}
+}
+
+func printRLSummary(w io.Writer, s coordinator.RLSummary) {
+	fmt.Fprintf(w, "%-5s  %-11s  %8s  %9s  %9s  %9s  %s\n", "agent", "state", "episodes", "mean-100", "best-100", "env steps", "solved at")
+	for _, a := range s.Agents {
+		solved := "-"
+		if a.SolvedAt >= 0 {
+			solved = fmt.Sprint(a.SolvedAt)
+		}
+		fmt.Fprintf(w, "%-5d  %-11s  %8d  %9.1f  %9.1f  %9d  %s\n", a.Agent, a.State, a.Episodes, a.MeanReturn, a.BestMeanReturn, a.EnvSteps, solved)
+		if a.Reason != "" {
+			fmt.Fprintf(w, "       %s\n", firstLine(a.Reason, 200))
+		}
+	}
+	fmt.Fprintf(w, "summary %s/%s\n", s.Dir, coordinator.SummaryFile)
+}

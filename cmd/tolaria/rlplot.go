@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"os"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
+)
+
+var agentColours = []color.Color{
+	color.RGBA{R: 0x1b, G: 0x6a, B: 0xc9, A: 0xff},
+	color.RGBA{R: 0xd9, G: 0x5f, B: 0x02, A: 0xff},
+	color.RGBA{R: 0x66, G: 0xa6, B: 0x1e, A: 0xff},
+	color.RGBA{R: 0x75, G: 0x70, B: 0xb3, A: 0xff},
+	color.RGBA{R: 0xe7, G: 0x29, B: 0x8a, A: 0xff},
+}
+
+// plotReturns draws every agent's return curve (the mean over its last
+// 100 episodes against environment steps, each episode's return faint
+// behind it) and the goal of 475 into a PNG at out.
+func plotReturns(runDir string, agents int, out string) error {
+	p := plot.New()
+	p.Title.Text = "Episode return (mean of the last 100, and each episode)"
+	p.X.Label.Text = "environment steps"
+	p.Y.Label.Text = "return"
+	p.Legend.Top, p.Legend.Left, p.Legend.XOffs = true, false, -vg.Points(10)
+	drawn := 0
+	for i := range agents {
+		eps, err := coordinator.ReadRLEpisodes(runDir, i)
+		if err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		if len(eps) == 0 {
+			continue
+		}
+		c := agentColours[i%len(agentColours)]
+		each, mean := make(plotter.XYs, len(eps)), make(plotter.XYs, len(eps))
+		sum := 0.0
+		for k, e := range eps {
+			sum += e.Return
+			if k >= coordinator.SolvedEpisodes {
+				sum -= eps[k-coordinator.SolvedEpisodes].Return
+			}
+			each[k] = plotter.XY{X: float64(e.EnvSteps), Y: e.Return}
+			mean[k] = plotter.XY{X: float64(e.EnvSteps), Y: sum / float64(min(k+1, coordinator.SolvedEpisodes))}
+		}
+		sc, err := plotter.NewScatter(each)
+		if err != nil {
+			return err
+		}
+		r, g, b, _ := c.RGBA()
+		sc.GlyphStyle.Color = color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 0x50}
+		sc.GlyphStyle.Radius = vg.Points(1)
+		ln, err := plotter.NewLine(mean)
+		if err != nil {
+			return err
+		}
+		ln.Color, ln.Width = c, vg.Points(1.5)
+		p.Add(sc, ln)
+		p.Legend.Add(fmt.Sprintf("agent %d", i), ln)
+		drawn++
+	}
+	if drawn == 0 {
+		return fmt.Errorf("no agent of %s has finished an episode", runDir)
+	}
+	goal := plotter.NewFunction(func(float64) float64 { return coordinator.SolvedReturn })
+	goal.Color, goal.Dashes = color.Gray{Y: 0x60}, []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(goal)
+	p.Legend.Add("goal 475", goal)
+	p.Y.Min, p.Y.Max = 0, 520
+	w, err := p.WriterTo(9*vg.Inch, 5*vg.Inch, "png")
+	if err != nil {
+		return err
+	}
+	var png bytes.Buffer
+	if _, err := w.WriteTo(&png); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(out, png.Bytes(), 0o644)
+}

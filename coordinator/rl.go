@@ -1,0 +1,586 @@
+package coordinator
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/rl/dqn"
+	"github.com/tolaria-ml/tolaria/rl/shm"
+	"github.com/tolaria-ml/tolaria/telemetry"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// Files of a reinforcement-learning run. The run directory holds
+// config.yaml, summary.json (every agent's) and one directory per agent
+// (AgentDir) with its events, its learner's checkpoint, the saved replay
+// buffer, its summary.json and the actor's and learner's worker logs.
+const (
+	ReplayFile = "replay.buf"
+	ActorLog   = "actor.log"
+	LearnerLog = "learner.log"
+	// SolvedReturn and SolvedEpisodes are CartPole-v1's goal: a mean
+	// return of 475 over 100 consecutive episodes.
+	SolvedReturn   = 475
+	SolvedEpisodes = 100
+)
+
+// Agent states.
+const (
+	AgentStarting    = "starting"
+	AgentRunning     = "running"
+	AgentSucceeded   = "succeeded"
+	AgentFailed      = "failed"
+	AgentInterrupted = "interrupted"
+)
+
+// RLRequest is one reinforcement-learning run: Config.NumAgents agents,
+// each an actor process and a learner process meeting in the agent's
+// memory file. The coordinator creates and saves the memory files and
+// supervises the processes; it never opens a device.
+type RLRequest struct {
+	Config dqn.Config
+	// ConfigYAML is the resolved configuration, written to the run
+	// directory's config.yaml.
+	ConfigYAML []byte
+	Dir        string // run directory; with Resume, the run to continue
+	Resume     bool
+	Device     string // cpu (default) or cuda: each worker opens its own
+	Graphs     bool   // actors and learners capture and replay
+	MaxLead    int    // see dqn.ActorOptions.MaxLead
+	Threads    int    // CPU device threads per worker (0: 1)
+	Worker     string // the tolaria-worker binary ("": worker.Find)
+	// ActorRestarts is how many times an agent's actor is started again
+	// after it fails before the agent fails.
+	ActorRestarts    int
+	WorkerStart      time.Duration
+	HeartbeatTimeout time.Duration
+	// MemoryDir is where the agents' memory files go (default shm.Dir).
+	MemoryDir string
+	Env       []string // added to the workers' environment
+	Logger    *slog.Logger
+	// Report, when set, hears every change of an agent's status, from the
+	// agents' goroutines (one at a time per agent).
+	Report func(AgentStatus)
+	// Metrics, when set, is updated as the agents go.
+	Metrics *telemetry.RLMetrics
+}
+
+// AgentStatus is what is known of an agent as it runs.
+type AgentStatus struct {
+	Agent              int     `json:"agent"`
+	State              string  `json:"state"`
+	Reason             string  `json:"reason,omitempty"`
+	Episodes           int     `json:"episodes"`
+	MeanReturn         float64 `json:"mean_return_100"` // over the last 100 episodes (fewer at first)
+	BestMeanReturn     float64 `json:"best_mean_return_100"`
+	LastReturn         float64 `json:"last_return"`
+	SolvedAt           int     `json:"solved_at_env_step"` // first step with a mean of 475 over 100 episodes; -1: not yet
+	Epsilon            float64 `json:"epsilon"`
+	EnvSteps           int     `json:"env_steps"`
+	LearnerSteps       int     `json:"learner_steps"`
+	ActorStepsPerSec   float64 `json:"actor_steps_per_second"`
+	LearnerStepsPerSec float64 `json:"learner_steps_per_second"`
+	// Lag is how many weight versions the actor's copy is behind the
+	// learner's last publish.
+	Lag           uint64  `json:"weight_version_lag"`
+	Publishes     int64   `json:"publishes"`
+	Syncs         int64   `json:"syncs"`
+	Loss          float64 `json:"loss"`
+	ActorRestarts int     `json:"actor_restarts"`
+	Fallbacks     int     `json:"fallbacks"`
+	Seconds       float64 `json:"seconds"`
+}
+
+// RLSummary is a run's summary.json.
+type RLSummary struct {
+	Dir         string        `json:"dir"`
+	Interrupted bool          `json:"interrupted"`
+	Agents      []AgentStatus `json:"agents"`
+}
+
+// RLRun is a planned run: its directory claimed, nothing started.
+type RLRun struct {
+	req  RLRequest
+	dir  string
+	lock *flock.Flock
+	path string // the worker binary
+	log  *slog.Logger
+}
+
+// AgentDir is agent i's directory in a run directory.
+func AgentDir(runDir string, i int) string { return filepath.Join(runDir, fmt.Sprintf("agent-%d", i)) }
+
+// PrepareRL checks the request and claims the run directory: a new run
+// refuses a directory that holds a run; --resume needs one that has not
+// finished. Nothing is started.
+func PrepareRL(req RLRequest, now time.Time) (*RLRun, error) {
+	if err := req.Config.Validate(); err != nil {
+		return nil, configErr(err)
+	}
+	switch req.Device {
+	case "", "cpu", "cuda":
+	default:
+		return nil, configErr(field.Errorf("device", "must be cpu or cuda, got %q", req.Device))
+	}
+	if req.ActorRestarts < 0 {
+		return nil, configErr(field.Errorf("actor_restarts", "must be 0 or more, got %d", req.ActorRestarts))
+	}
+	if req.Logger == nil {
+		req.Logger = slog.New(slog.DiscardHandler)
+	}
+	if req.MemoryDir == "" {
+		req.MemoryDir = shm.Dir
+	}
+	if req.Threads <= 0 {
+		req.Threads = 1
+	}
+	path, err := worker.Find(req.Worker)
+	if err != nil {
+		return nil, setupErr(err)
+	}
+	dir := req.Dir
+	if dir == "" {
+		if req.Resume {
+			return nil, configErr(field.Errorf("resume", "needs %s pointing at the run to resume", field.Name("run_dir")))
+		}
+		dir = filepath.Join("runs", "rl-"+now.UTC().Format("20060102-150405"))
+	}
+	_, statErr := os.Stat(filepath.Join(dir, ConfigFile))
+	switch {
+	case req.Resume && statErr != nil:
+		return nil, configErr(field.Errorf("resume", "%s holds no reinforcement-learning run (no %s); start without %s or point %s at an earlier run",
+			dir, ConfigFile, field.Name("resume"), field.Name("run_dir")))
+	case !req.Resume && statErr == nil:
+		return nil, configErr(field.Errorf("run_dir", "%s %w; use %s to continue it, or choose another %s",
+			dir, ErrRunExists, field.Name("resume"), field.Name("run_dir")))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, configErr(field.Errorf("run_dir", "%v", err))
+	}
+	lock := flock.New(filepath.Join(dir, lockFile))
+	ok, err := lock.TryLock()
+	if err != nil || !ok {
+		return nil, configErr(field.Errorf("run_dir", "%s is %w; wait for it or choose another %s", dir, ErrRunDirBusy, field.Name("run_dir")))
+	}
+	r := &RLRun{req: req, dir: dir, lock: lock, path: path, log: req.Logger}
+	if req.Resume {
+		if err := r.checkResume(); err != nil {
+			_ = lock.Unlock()
+			return nil, err
+		}
+	} else if err := atomicfile.WriteFile(filepath.Join(dir, ConfigFile), req.ConfigYAML, 0o644); err != nil {
+		_ = lock.Unlock()
+		return nil, err
+	}
+	return r, nil
+}
+
+// checkResume refuses to resume a run whose agents have all finished.
+func (r *RLRun) checkResume() error {
+	for i := range r.req.Config.NumAgents {
+		if st, ok := readAgentSummary(AgentDir(r.dir, i)); !ok || st.State != AgentSucceeded {
+			return nil
+		}
+	}
+	return configErr(field.Errorf("resume", "%s: every agent has finished (their %s say so); there is nothing to resume; start a new run in another %s",
+		r.dir, SummaryFile, field.Name("run_dir")))
+}
+
+// Dir is the run directory.
+func (r *RLRun) Dir() string { return r.dir }
+
+// Close releases the run directory.
+func (r *RLRun) Close() error { return r.lock.Unlock() }
+
+// Run runs every agent until it finishes, fails or ctx ends (then each
+// learner checkpoints and the coordinator saves each replay buffer), and
+// writes the summaries. Agents are independent: one failing does not stop
+// the others.
+func (r *RLRun) Run(ctx context.Context) (RLSummary, error) {
+	n := r.req.Config.NumAgents
+	sum := RLSummary{Dir: r.dir, Agents: make([]AgentStatus, n)}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { sum.Agents[i], errs[i] = r.agent(ctx, i) })
+	}
+	wg.Wait()
+	sum.Interrupted = ctx.Err() != nil
+	if err := writeJSON(filepath.Join(r.dir, SummaryFile), sum); err != nil {
+		errs = append(errs, err)
+	}
+	return sum, errors.Join(errs...)
+}
+
+// agentRun is one agent's state in the coordinator.
+type agentRun struct {
+	r       *RLRun
+	i       int
+	dir     string
+	mem     *shm.Memory
+	events  *os.File
+	started time.Time
+
+	mu      sync.Mutex
+	st      AgentStatus
+	returns []float64 // every episode's return, earlier runs' included
+	sum100  float64
+	last    map[string]rateMark // per role, for the steps/s
+}
+
+type rateMark struct {
+	at    time.Time
+	steps int
+}
+
+func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
+	dir := AgentDir(r.dir, i)
+	a := &agentRun{r: r, i: i, dir: dir, started: time.Now(), last: map[string]rateMark{},
+		st: AgentStatus{Agent: i, State: AgentStarting, SolvedAt: -1}}
+	if r.req.Resume {
+		if st, ok := readAgentSummary(dir); ok && st.State == AgentSucceeded {
+			return st, nil // finished before: kept as it was
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return a.fail(err)
+	}
+	var err error
+	if a.events, err = os.OpenFile(filepath.Join(dir, EventsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
+		return a.fail(err)
+	}
+	defer a.events.Close()
+	resume, err := a.openMemory()
+	if err != nil {
+		return a.fail(err)
+	}
+	memPath := a.mem.Path()
+	defer func() {
+		_ = a.mem.Close()
+		_ = shm.Remove(memPath)
+	}()
+	a.mem.SetEpoch(a.mem.Epoch() + 1)
+	a.event(map[string]any{"event": "start", "resume": resume, "env_steps": a.mem.Appended(), "epoch": a.mem.Epoch()})
+	a.update(func(st *AgentStatus) { st.State = AgentRunning })
+
+	var wg sync.WaitGroup
+	var learnRes jobserver.RLResult
+	var learnErr, actErr error
+	wg.Go(func() {
+		learnRes, learnErr = a.half(ctx, jobserver.RoleLearner, resume, 1)
+		if learnErr != nil {
+			a.mem.Stop() // the actor has nobody to learn from
+		}
+	})
+	wg.Go(func() { actErr = a.actor(ctx) })
+	wg.Wait()
+	interrupted := ctx.Err() != nil
+
+	var saveErr error
+	if interrupted || learnErr == nil && actErr != nil {
+		// What a resume needs: the learner checkpointed as it stopped.
+		saveErr = a.saveReplay()
+	}
+	a.update(func(st *AgentStatus) {
+		st.Seconds = time.Since(a.started).Seconds()
+		if learnErr == nil {
+			st.LearnerSteps, st.Loss, st.Fallbacks = learnRes.LearnerSteps, learnRes.Loss, learnRes.Fallbacks
+		}
+		switch {
+		case learnErr != nil:
+			st.State, st.Reason = AgentFailed, learnErr.Error()
+		case actErr != nil:
+			st.State, st.Reason = AgentFailed, actErr.Error()
+		case interrupted:
+			st.State, st.Reason = AgentInterrupted, "interrupted; the learner and the replay buffer were saved: continue with --resume"
+		default:
+			st.State = AgentSucceeded
+		}
+		if saveErr != nil {
+			st.Reason = strings.TrimPrefix(st.Reason+"; saving the replay buffer failed: "+saveErr.Error(), "; ")
+		}
+	})
+	st := a.status()
+	a.event(map[string]any{"event": "end", "state": st.State, "reason": st.Reason, "env_steps": st.EnvSteps, "learner_steps": st.LearnerSteps})
+	if err := writeJSON(filepath.Join(dir, SummaryFile), st); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// openMemory creates the agent's memory file, from its saved replay
+// buffer when the run resumes and the agent has one (then its learner
+// resumes from its checkpoint too); it reports whether it resumed.
+func (a *agentRun) openMemory() (bool, error) {
+	cfg := a.r.req.Config
+	spec, err := cfg.Spec()
+	if err != nil {
+		return false, err
+	}
+	layout := cfg.Layout(spec)
+	path := filepath.Join(a.r.req.MemoryDir, fmt.Sprintf("tolaria-rl-%d-agent%d", os.Getpid(), a.i))
+	saved := filepath.Join(a.dir, ReplayFile)
+	_, ckErr := os.Stat(filepath.Join(a.dir, trainer.CheckpointFile))
+	_, bufErr := os.Stat(saved)
+	if a.r.req.Resume && ckErr == nil && bufErr == nil {
+		raw, err := os.ReadFile(saved)
+		if err != nil {
+			return false, err
+		}
+		if err := atomicfile.WriteFile(path, raw, 0o600); err != nil {
+			return false, err
+		}
+		if a.mem, err = shm.Open(path, layout); err != nil {
+			_ = shm.Remove(path)
+			return false, configErr(field.Errorf("resume", "agent %d's saved replay buffer %s: %v; start a new run in another %s", a.i, saved, err, field.Name("run_dir")))
+		}
+		a.mem.ClearStop()
+		a.loadEpisodes()
+		return true, nil
+	}
+	if a.mem, err = shm.Create(path, layout); err != nil {
+		return false, setupErr(fmt.Errorf("agent %d's memory file: %w", a.i, err))
+	}
+	if a.r.req.Resume {
+		// An agent interrupted before its first checkpoint starts again.
+		a.loadEpisodes()
+	}
+	return false, nil
+}
+
+// saveReplay copies the memory file into the agent's directory, once its
+// processes have stopped.
+func (a *agentRun) saveReplay() error {
+	raw, err := os.ReadFile(a.mem.Path())
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(a.dir, ReplayFile), raw, 0o600)
+}
+
+// loadEpisodes reads the returns of the episodes an earlier run of the
+// agent finished, from its events.
+func (a *agentRun) loadEpisodes() {
+	eps, _ := ReadRLEpisodes(a.r.dir, a.i)
+	for _, e := range eps {
+		a.addEpisode(e, false)
+	}
+}
+
+// actor runs the agent's actor, starting it again after a failure up to
+// ActorRestarts times while the learner lives.
+func (a *agentRun) actor(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		_, err := a.half(ctx, jobserver.RoleActor, false, attempt)
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		if a.mem.Stopped() {
+			return nil // the learner failed; that is the agent's reason
+		}
+		if attempt > a.r.req.ActorRestarts {
+			a.mem.Stop()
+			return fmt.Errorf("actor failed %d times (--actor-restarts %d); last: %w", attempt, a.r.req.ActorRestarts, err)
+		}
+		a.r.log.Warn("actor failed; starting it again", "agent", a.i, "attempt", attempt, "err", err)
+		a.event(map[string]any{"event": "actor_restart", "attempt": attempt + 1, "reason": err.Error(), "env_steps": a.mem.Appended()})
+		a.update(func(st *AgentStatus) { st.ActorRestarts++ })
+		if m := a.r.req.Metrics; m != nil {
+			m.ActorRestarted(a.i)
+		}
+	}
+}
+
+// half runs the actor or the learner in a worker process until it answers.
+func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt int) (jobserver.RLResult, error) {
+	req := a.r.req
+	logPath := filepath.Join(a.dir, role+".log")
+	wlog, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return jobserver.RLResult{}, err
+	}
+	defer wlog.Close()
+	fmt.Fprintf(wlog, "=== %s agent %d %s, attempt %d\n", time.Now().UTC().Format(time.RFC3339), a.i, role, attempt)
+	t := &worker.Process{Path: a.r.path, Stderr: wlog, Logger: a.r.log, HelloTimeout: req.WorkerStart,
+		HeartbeatTimeout: req.HeartbeatTimeout, Env: req.Env}
+	dev := req.Device
+	if dev == "" {
+		dev = "cpu"
+	}
+	j := jobserver.RLJob{Role: role, Agent: a.i, Config: req.Config, Memory: a.mem.Path(), Dir: a.dir, Resume: resume,
+		Graphs: req.Graphs, MaxLead: req.MaxLead, Threads: req.Threads}
+	_, res, err := jobserver.RL(ctx, &hookHello{Transport: t, hello: func(h worker.Hello) {
+		a.event(map[string]any{"event": "worker", "role": role, "pid": h.PID, "device": h.Device, "attempt": attempt})
+	}}, dev, j, func(p jobserver.RLProgress) { a.progress(p) })
+	if err != nil {
+		return res, fmt.Errorf("%s (attempt %d): %w (worker log %s)", role, attempt, err, logPath)
+	}
+	return res, nil
+}
+
+// hookHello tells a function the worker's hello.
+type hookHello struct {
+	worker.Transport
+	hello func(worker.Hello)
+}
+
+func (h *hookHello) Call(ctx context.Context, req worker.Request, sink worker.Sink) (worker.Hello, json.RawMessage, error) {
+	inner := sink.Hello
+	sink.Hello = func(hl worker.Hello) {
+		h.hello(hl)
+		if inner != nil {
+			inner(hl)
+		}
+	}
+	return h.Transport.Call(ctx, req, sink)
+}
+
+// progress takes in an actor's or a learner's report.
+func (a *agentRun) progress(p jobserver.RLProgress) {
+	for _, e := range p.Episodes {
+		a.event(map[string]any{"event": "episode", "return": e.Return, "length": e.Length, "env_steps": e.EnvSteps})
+		a.addEpisode(e, true)
+	}
+	now := time.Now()
+	a.update(func(st *AgentStatus) {
+		steps := p.EnvSteps
+		if p.Role == jobserver.RoleLearner {
+			steps = p.LearnerSteps
+		}
+		rate := 0.0
+		if m, ok := a.last[p.Role]; ok && now.Sub(m.at) > 0 {
+			rate = float64(steps-m.steps) / now.Sub(m.at).Seconds()
+		}
+		a.last[p.Role] = rateMark{at: now, steps: steps}
+		st.EnvSteps = max(st.EnvSteps, p.EnvSteps)
+		st.LearnerSteps = max(st.LearnerSteps, p.LearnerSteps)
+		if p.Role == jobserver.RoleActor {
+			st.ActorStepsPerSec, st.Epsilon, st.Syncs = rate, p.Epsilon, p.Syncs
+			st.Lag = 0
+			if p.Published > p.Version {
+				st.Lag = p.Published - p.Version
+			}
+		} else {
+			st.LearnerStepsPerSec, st.Publishes, st.Loss = rate, p.Publishes, p.Loss
+		}
+	})
+}
+
+// addEpisode counts a finished episode; report says whether it is new
+// (rather than read back from an earlier run's events).
+func (a *agentRun) addEpisode(e dqn.EpisodeRecord, report bool) {
+	a.mu.Lock()
+	a.returns = append(a.returns, e.Return)
+	a.sum100 += e.Return
+	if len(a.returns) > SolvedEpisodes {
+		a.sum100 -= a.returns[len(a.returns)-SolvedEpisodes-1]
+	}
+	n := min(len(a.returns), SolvedEpisodes)
+	st := &a.st
+	st.Episodes, st.LastReturn, st.MeanReturn = len(a.returns), e.Return, a.sum100/float64(n)
+	if n == SolvedEpisodes {
+		st.BestMeanReturn = max(st.BestMeanReturn, st.MeanReturn)
+		if st.MeanReturn >= SolvedReturn && st.SolvedAt < 0 {
+			st.SolvedAt = e.EnvSteps
+		}
+	}
+	a.mu.Unlock()
+	if m := a.r.req.Metrics; m != nil && report {
+		m.Episode(a.i, e.Return)
+	}
+}
+
+func (a *agentRun) update(f func(*AgentStatus)) {
+	a.mu.Lock()
+	f(&a.st)
+	st := a.st
+	a.mu.Unlock()
+	if a.r.req.Report != nil {
+		a.r.req.Report(st)
+	}
+	if m := a.r.req.Metrics; m != nil {
+		m.Set(telemetry.RLAgent{Agent: st.Agent, State: st.State, MeanReturn: st.MeanReturn, EnvSteps: st.EnvSteps,
+			LearnerSteps: st.LearnerSteps, ActorStepsPerSec: st.ActorStepsPerSec, LearnerStepsPerSec: st.LearnerStepsPerSec,
+			Lag: st.Lag, Epsilon: st.Epsilon, Loss: st.Loss, Publishes: st.Publishes, Syncs: st.Syncs})
+	}
+}
+
+func (a *agentRun) status() AgentStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.st
+}
+
+func (a *agentRun) fail(err error) (AgentStatus, error) {
+	a.update(func(st *AgentStatus) { st.State, st.Reason = AgentFailed, err.Error() })
+	return a.status(), err
+}
+
+// event appends one line to the agent's events.jsonl.
+func (a *agentRun) event(e map[string]any) {
+	e["time"] = time.Now().UTC().Format(time.RFC3339Nano)
+	e["agent"] = a.i
+	line, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, _ = a.events.Write(append(line, '\n'))
+}
+
+func readAgentSummary(dir string) (AgentStatus, bool) {
+	raw, err := os.ReadFile(filepath.Join(dir, SummaryFile))
+	if err != nil {
+		return AgentStatus{}, false
+	}
+	var st AgentStatus
+	return st, json.Unmarshal(raw, &st) == nil
+}
+
+func writeJSON(path string, v any) error {
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, append(raw, '\n'), 0o644)
+}
+
+// ReadRLEpisodes reads every episode of agent i of a run from its
+// events: the environment step it ended at and its return.
+func ReadRLEpisodes(runDir string, i int) ([]dqn.EpisodeRecord, error) {
+	f, err := os.Open(filepath.Join(AgentDir(runDir, i), EventsFile))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []dqn.EpisodeRecord
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e struct {
+			Event    string  `json:"event"`
+			Return   float64 `json:"return"`
+			Length   int     `json:"length"`
+			EnvSteps int     `json:"env_steps"`
+		}
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Event == "episode" {
+			out = append(out, dqn.EpisodeRecord{Return: e.Return, Length: e.Length, EnvSteps: e.EnvSteps})
+		}
+	}
+	return out, sc.Err()
+}

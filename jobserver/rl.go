@@ -1,0 +1,296 @@
+package jobserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/rl/dqn"
+	"github.com/tolaria-ml/tolaria/rl/env"
+	"github.com/tolaria-ml/tolaria/rl/shm"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// TypeRL is the request of one half of a reinforcement-learning agent:
+// its body is an RLJob, its progress messages RLProgress and its result
+// an RLResult.
+const TypeRL = "rl"
+
+// The two halves of an agent.
+const (
+	RoleActor   = "actor"
+	RoleLearner = "learner"
+)
+
+// RLJob asks a worker to be agent Agent's actor or learner. The two meet
+// only in the agent's memory file, which the coordinator created.
+type RLJob struct {
+	Role   string     `json:"role"`
+	Agent  int        `json:"agent"`
+	Config dqn.Config `json:"config"`
+	Memory string     `json:"memory"` // the agent's memory file
+	// Dir is the agent's run directory: the learner writes its checkpoint
+	// there when it stops, and reads it back when Resume is set.
+	Dir     string `json:"dir"`
+	Resume  bool   `json:"resume"`
+	Graphs  bool   `json:"graphs"`
+	MaxLead int    `json:"max_lead"` // see dqn.ActorOptions.MaxLead
+	Threads int    `json:"threads"`  // CPU device threads; 0: the device's default
+	// ReportMS is the interval of progress messages (default 500).
+	ReportMS int `json:"report_ms"`
+}
+
+// Validate reports what is wrong with the job itself (its configuration
+// is checked when the actor or learner is made).
+func (j RLJob) Validate() error {
+	switch {
+	case j.Role != RoleActor && j.Role != RoleLearner:
+		return fmt.Errorf("role %q: want %q or %q", j.Role, RoleActor, RoleLearner)
+	case j.Memory == "":
+		return errors.New("no memory file")
+	case j.Role == RoleLearner && j.Dir == "":
+		return errors.New("a learner needs its agent's run directory")
+	case j.Agent < 0 || j.Agent >= j.Config.NumAgents:
+		return fmt.Errorf("agent %d of %d", j.Agent, j.Config.NumAgents)
+	}
+	return nil
+}
+
+// RLProgress is what an actor or a learner reports as it goes: its
+// counters, and the episodes finished since its last report.
+type RLProgress struct {
+	Role         string              `json:"role"`
+	EnvSteps     int                 `json:"env_steps"`     // the agent's environment steps (the buffer's transitions)
+	LearnerSteps int                 `json:"learner_steps"` // the learner's published step count
+	Episodes     []dqn.EpisodeRecord `json:"episodes,omitempty"`
+	Epsilon      float64             `json:"epsilon"`
+	Version      uint64              `json:"version"`   // the actor's weights; the learner's last publish
+	Published    uint64              `json:"published"` // the newest version in the memory file
+	Syncs        int64               `json:"syncs"`     // an actor's weight reads that loaded newer weights
+	Publishes    int64               `json:"publishes"` // a learner's publishes
+	Loss         float64             `json:"loss"`
+	Waiting      bool                `json:"waiting"`
+}
+
+// RLResult is an actor's or a learner's answer.
+type RLResult struct {
+	Role         string  `json:"role"`
+	EnvSteps     int     `json:"env_steps"`
+	LearnerSteps int     `json:"learner_steps"`
+	Loss         float64 `json:"loss"`
+	Fallbacks    int     `json:"fallbacks"`
+	// Interrupted: it stopped because it was cancelled, not because the
+	// agent's work was done.
+	Interrupted bool `json:"interrupted"`
+	// Checkpoint is the learner's checkpoint file, written as it stopped.
+	Checkpoint string `json:"checkpoint,omitempty"`
+}
+
+// RL runs one half of an agent through t on the named device;
+// progress, when set, hears its reports.
+func RL(ctx context.Context, t worker.Transport, deviceName string, j RLJob, progress func(RLProgress)) (worker.Hello, RLResult, error) {
+	body, err := json.Marshal(j)
+	if err != nil {
+		return worker.Hello{}, RLResult{}, fmt.Errorf("worker: encoding the %s's job: %w", j.Role, err)
+	}
+	sink := worker.Sink{}
+	if progress != nil {
+		sink.Progress = func(body json.RawMessage) error {
+			var p RLProgress
+			if err := json.Unmarshal(body, &p); err != nil {
+				return err
+			}
+			progress(p)
+			return nil
+		}
+	}
+	h, res, err := t.Call(ctx, worker.Request{Type: TypeRL, Device: deviceName, Body: body}, sink)
+	if err != nil {
+		return h, RLResult{}, err
+	}
+	var r RLResult
+	if err := json.Unmarshal(res, &r); err != nil {
+		return h, RLResult{}, fmt.Errorf("worker: reading the %s's answer: %w", j.Role, err)
+	}
+	return h, r, nil
+}
+
+// rlHalf is what serveRL needs of an actor or a learner.
+type rlHalf interface {
+	Capture() error
+	Run(ctx context.Context) error
+	Close() error
+	Waiting() bool
+}
+
+// serveRL plays one half of an agent on dev until the agent's work is done
+// (the actor's steps, then the stop flag for the learner), its stop flag
+// is set, or ctx ends; a learner then writes its checkpoint.
+func serveRL(ctx context.Context, conn *worker.Conn, j RLJob, dev device.Device, cfg Config) (RLResult, error) {
+	c := j.Config
+	if err := c.Validate(); err != nil {
+		return RLResult{}, usage(err.Error())
+	}
+	spec, err := c.Spec()
+	if err != nil {
+		return RLResult{}, usage(err.Error())
+	}
+	mem, err := shm.Open(j.Memory, c.Layout(spec))
+	if err != nil {
+		return RLResult{}, usage(err.Error())
+	}
+	defer mem.Close()
+	shared := &dqn.Shared{Pool: cfg.Shared.Pool(), Guard: cfg.Shared.Guard()}
+	res := RLResult{Role: j.Role}
+	rep := &rlReporter{conn: conn, mem: mem, cfg: c, role: j.Role}
+	var half rlHalf
+	var actor *dqn.Actor
+	var learner *dqn.Learner
+	if j.Role == RoleActor {
+		actor, err = dqn.NewActor(dev, shared, mem, c, j.Agent, dqn.ActorOptions{Graphs: j.Graphs, MaxLead: j.MaxLead, OnEpisode: rep.episode})
+		half, rep.actor = actor, actor
+	} else {
+		learner, err = dqn.NewLearner(dev, shared, mem, c, j.Agent, dqn.LearnerOptions{Graphs: j.Graphs, Logger: cfg.Logger})
+		half, rep.learner = learner, learner
+		if err == nil && j.Resume {
+			err = learner.Restore(filepath.Join(j.Dir, trainer.CheckpointFile), j.Agent)
+		}
+	}
+	if err != nil {
+		if half != nil {
+			_ = half.Close()
+		}
+		return RLResult{}, err
+	}
+	defer func() {
+		if err := half.Close(); err != nil {
+			cfg.Logger.Warn("closing the "+j.Role+" failed", "err", err)
+		}
+	}()
+	if err := half.Capture(); err != nil {
+		return RLResult{}, err
+	}
+	conn.Advance("captured")
+	every := time.Duration(j.ReportMS) * time.Millisecond
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	stopReports := rep.start(every, half)
+	runErr := half.Run(ctx)
+	stopReports()
+	interrupted := ctx.Err() != nil
+	if interrupted && errors.Is(runErr, context.Canceled) {
+		runErr = nil
+	}
+	if runErr != nil {
+		return RLResult{}, runErr
+	}
+	res.Interrupted = interrupted
+	if actor != nil {
+		res.EnvSteps = actor.Steps()
+		if !interrupted && actor.Steps() >= c.TotalSteps {
+			// The agent's work is done: its learner stops.
+			mem.Stop()
+		}
+		return res, nil
+	}
+	res.LearnerSteps, res.Loss, res.Fallbacks = learner.Steps(), learner.Loss(), learner.Fallbacks()
+	res.EnvSteps = int(mem.Appended())
+	if err := learner.Save(j.Dir, j.Agent); err != nil {
+		return RLResult{}, err
+	}
+	conn.Advance("checkpoint written")
+	res.Checkpoint = filepath.Join(j.Dir, trainer.CheckpointFile)
+	return res, nil
+}
+
+// rlReporter sends an actor's or a learner's progress at an interval and
+// advances the work counter while it acts, trains or waits for the other
+// half.
+type rlReporter struct {
+	conn    *worker.Conn
+	mem     *shm.Memory
+	cfg     dqn.Config
+	role    string
+	actor   *dqn.Actor
+	learner *dqn.Learner
+
+	mu       sync.Mutex
+	episodes []dqn.EpisodeRecord
+	steps    int // the actor's, as its episodes were told
+}
+
+func (r *rlReporter) episode(e env.Episode, steps int) {
+	r.mu.Lock()
+	r.episodes = append(r.episodes, dqn.EpisodeRecord{Return: e.Return, Length: e.Length, EnvSteps: steps})
+	r.steps = steps
+	r.mu.Unlock()
+}
+
+// start reports every interval until the returned function is called; that
+// sends a last report.
+func (r *rlReporter) start(every time.Duration, half rlHalf) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		var last RLProgress
+		for {
+			select {
+			case <-quit:
+				r.report(&last, half)
+				return
+			case <-t.C:
+				r.report(&last, half)
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
+func (r *rlReporter) report(last *RLProgress, half rlHalf) {
+	r.mu.Lock()
+	eps := r.episodes
+	r.episodes = nil
+	r.mu.Unlock()
+	p := RLProgress{Role: r.role, EnvSteps: int(r.mem.Appended()), LearnerSteps: int(r.mem.LearnerSteps()),
+		Episodes: eps, Published: r.mem.Version(), Waiting: half.Waiting()}
+	if r.actor != nil {
+		p.Version, p.Syncs, p.Epsilon = r.actor.Version(), r.actor.Syncs(), r.cfg.Epsilon(p.EnvSteps)
+	} else {
+		p.Version, p.Publishes, p.Loss = r.mem.Version(), r.learner.Publishes(), r.learner.Loss()
+		p.LearnerSteps = r.learner.Steps()
+	}
+	// The work moved when this half's counter did; waiting for the other
+	// half is progress too (the other is watched on its own).
+	moved := p.EnvSteps != last.EnvSteps
+	if r.learner != nil {
+		moved = p.LearnerSteps != last.LearnerSteps
+	}
+	switch {
+	case moved:
+		r.conn.Advance(r.role + " working")
+	case p.Waiting:
+		r.conn.Advance(r.role + " waiting for the other half")
+	}
+	*last = p
+	if body, err := json.Marshal(p); err == nil {
+		_ = r.conn.Progress(body)
+	}
+}
+
+// rlDescribe names the half a worker serves, for its log.
+func rlDescribe(j RLJob) string {
+	return fmt.Sprintf("agent %d %s (memory %s, pid %d)", j.Agent, j.Role, j.Memory, os.Getpid())
+}

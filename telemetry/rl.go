@@ -1,0 +1,148 @@
+package telemetry
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A reinforcement-learning run's families, each with an agent label
+// (LabelAgent, the agent's index) except the agents by state.
+const (
+	LabelAgent = "agent"
+
+	MetricRLAgents                = "tolaria_rl_agents"
+	MetricRLEpisodesTotal         = "tolaria_rl_episodes_total"
+	MetricRLEpisodeReturn         = "tolaria_rl_episode_return"
+	MetricRLMeanReturn            = "tolaria_rl_mean_return_100"
+	MetricRLEnvSteps              = "tolaria_rl_env_steps"
+	MetricRLLearnerSteps          = "tolaria_rl_learner_steps"
+	MetricRLActorStepsPerSecond   = "tolaria_rl_actor_steps_per_second"
+	MetricRLLearnerStepsPerSecond = "tolaria_rl_learner_steps_per_second"
+	MetricRLWeightLag             = "tolaria_rl_weight_version_lag"
+	MetricRLEpsilon               = "tolaria_rl_epsilon"
+	MetricRLLoss                  = "tolaria_rl_learner_loss"
+	MetricRLPublishesTotal        = "tolaria_rl_publishes_total"
+	MetricRLSyncsTotal            = "tolaria_rl_syncs_total"
+	MetricRLActorRestartsTotal    = "tolaria_rl_actor_restarts_total"
+)
+
+// RLAgent is what RLMetrics is told of an agent.
+type RLAgent struct {
+	Agent              int
+	State              string
+	MeanReturn         float64
+	EnvSteps           int
+	LearnerSteps       int
+	ActorStepsPerSec   float64
+	LearnerStepsPerSec float64
+	Lag                uint64
+	Epsilon            float64
+	Loss               float64
+	// Publishes and Syncs are the counts of the agent's current learner
+	// and actor processes: they start again from 0 when one is started
+	// again, and the counters here go on from where they were.
+	Publishes, Syncs int64
+}
+
+// RLMetrics are a reinforcement-learning run's families.
+type RLMetrics struct {
+	agents                        *prometheus.GaugeVec
+	episodes, restarts            *prometheus.CounterVec
+	publishes, syncs              *prometheus.CounterVec
+	returns                       *prometheus.HistogramVec
+	mean, env, learn, actRate     *prometheus.GaugeVec
+	learnRate, lag, epsilon, loss *prometheus.GaugeVec
+
+	mu     sync.Mutex
+	states map[int]string
+	last   map[int][2]int64 // publishes, syncs as last told
+}
+
+// RL registers a reinforcement-learning run's families on m's registry,
+// with every state in states at 0. Call it once per Metrics.
+func (m *Metrics) RL(states []string) (*RLMetrics, error) {
+	agent := []string{LabelAgent}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, agent)
+	}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, agent)
+	}
+	r := &RLMetrics{
+		agents: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRLAgents,
+			Help: "Agents of the run by state (starting, running, succeeded, failed, interrupted)."}, []string{LabelState}),
+		episodes: counter(MetricRLEpisodesTotal, "Episodes the agent's actor finished."),
+		restarts: counter(MetricRLActorRestartsTotal, "Times the agent's actor failed and was started again."),
+		publishes: counter(MetricRLPublishesTotal,
+			"Weight publishes by the agent's learner into its shared memory."),
+		syncs: counter(MetricRLSyncsTotal,
+			"Reads of newer published weights by the agent's actor."),
+		returns: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricRLEpisodeReturn,
+			Help:    "Returns of the agent's finished episodes.",
+			Buckets: []float64{10, 25, 50, 100, 200, 300, 400, 475, 500}}, agent),
+		mean:      gauge(MetricRLMeanReturn, "Mean return of the agent's last 100 episodes (all of them while fewer)."),
+		env:       gauge(MetricRLEnvSteps, "Environment steps the agent's actors took, earlier runs' included."),
+		learn:     gauge(MetricRLLearnerSteps, "Training steps the agent's learner took, earlier runs' included."),
+		actRate:   gauge(MetricRLActorStepsPerSecond, "Environment steps per second of the agent's actor, over its last report."),
+		learnRate: gauge(MetricRLLearnerStepsPerSecond, "Training steps per second of the agent's learner, over its last report."),
+		lag:       gauge(MetricRLWeightLag, "Weight versions the actor's copy is behind the learner's last publish."),
+		epsilon:   gauge(MetricRLEpsilon, "The actor's exploration rate now."),
+		loss:      gauge(MetricRLLoss, "The learner's mean Huber loss over its last publish interval."),
+		states:    map[int]string{},
+		last:      map[int][2]int64{},
+	}
+	for _, s := range states {
+		r.agents.WithLabelValues(s).Set(0)
+	}
+	for _, c := range []prometheus.Collector{r.agents, r.episodes, r.restarts, r.publishes, r.syncs, r.returns,
+		r.mean, r.env, r.learn, r.actRate, r.learnRate, r.lag, r.epsilon, r.loss} {
+		if err := m.reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Episode counts a finished episode of agent and its return.
+func (r *RLMetrics) Episode(agent int, ret float64) {
+	a := strconv.Itoa(agent)
+	r.episodes.WithLabelValues(a).Inc()
+	r.returns.WithLabelValues(a).Observe(ret)
+}
+
+// ActorRestarted counts a restart of agent's actor.
+func (r *RLMetrics) ActorRestarted(agent int) {
+	r.restarts.WithLabelValues(strconv.Itoa(agent)).Inc()
+}
+
+// Set takes in an agent's status.
+func (r *RLMetrics) Set(s RLAgent) {
+	a := strconv.Itoa(s.Agent)
+	r.mu.Lock()
+	if old, ok := r.states[s.Agent]; ok {
+		r.agents.WithLabelValues(old).Dec()
+	}
+	r.states[s.Agent] = s.State
+	r.agents.WithLabelValues(s.State).Inc()
+	last := r.last[s.Agent]
+	r.last[s.Agent] = [2]int64{s.Publishes, s.Syncs}
+	r.mu.Unlock()
+	for k, c := range []*prometheus.CounterVec{r.publishes, r.syncs} {
+		now := []int64{s.Publishes, s.Syncs}[k]
+		delta := now - last[k]
+		if delta < 0 { // a new process counts from 0
+			delta = now
+		}
+		c.WithLabelValues(a).Add(float64(delta))
+	}
+	r.mean.WithLabelValues(a).Set(s.MeanReturn)
+	r.env.WithLabelValues(a).Set(float64(s.EnvSteps))
+	r.learn.WithLabelValues(a).Set(float64(s.LearnerSteps))
+	r.actRate.WithLabelValues(a).Set(s.ActorStepsPerSec)
+	r.learnRate.WithLabelValues(a).Set(s.LearnerStepsPerSec)
+	r.lag.WithLabelValues(a).Set(float64(s.Lag))
+	r.epsilon.WithLabelValues(a).Set(s.Epsilon)
+	r.loss.WithLabelValues(a).Set(s.Loss)
+}
