@@ -184,6 +184,9 @@ func (l *Learner) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A loader waiting for transitions that will not come (the actor has
+	// stopped with this ctx) gives up when Run ends.
+	defer l.src.quit.Store(true)
 	l.stager.Start(ctx)
 	for {
 		b, err := l.stager.Next(ctx)
@@ -302,13 +305,14 @@ type replaySource struct {
 	// learner's step base+seq.
 	base    int
 	waiting atomic.Bool
+	quit    atomic.Bool // the learner's Run has ended
 }
 
 func (r *replaySource) Fill(batch int, dst []float32) (staging.Meta, error) {
 	seq := r.base + batch
 	need := uint64(r.cfg.LearningStarts + seq*r.cfg.TrainEvery)
 	for r.mem.Appended() < need {
-		if r.mem.Stopped() {
+		if r.mem.Stopped() || r.quit.Load() {
 			r.waiting.Store(false)
 			return staging.Meta{}, io.EOF
 		}

@@ -2,10 +2,13 @@ package dqn
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/rl/shm"
 )
 
 // TestShortRunBeatsRandom trains one agent for 15,000 environment steps
@@ -33,5 +36,40 @@ func TestShortRunBeatsRandom(t *testing.T) {
 	}
 	if m := r.MeanReturn(20); m < 66 {
 		t.Fatalf("mean return of the last 20 episodes %.1f, want at least 66, three times a random policy's 22", m)
+	}
+}
+
+// TestCancelledLearnerCloses: a learner cancelled while it waits for
+// transitions that will not come (its actor stopped with the same
+// interrupt, without setting the stop flag) returns from Run and closes
+// at once: its staging loader does not wait on.
+func TestCancelledLearnerCloses(t *testing.T) {
+	dev, err := cpu.Open(cpu.Config{})
+	must(t, err)
+	defer dev.Close()
+	cfg := DefaultConfig()
+	cfg.Hidden = []int{16}
+	spec, err := cfg.Spec()
+	must(t, err)
+	mem, err := shm.Create(filepath.Join(t.TempDir(), "agent0"), cfg.Layout(spec))
+	must(t, err)
+	defer mem.Close()
+	shared := NewShared()
+	defer shared.Pool.Close()
+	l, err := NewLearner(dev, shared, mem, cfg, 0, LearnerOptions{Graphs: true})
+	must(t, err)
+	must(t, l.Capture())
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := l.Run(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run: %v, want the context's error", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case err := <-closed:
+		must(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close has not returned 10s after Run: the staging loader still waits for transitions")
 	}
 }
