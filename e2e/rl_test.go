@@ -309,5 +309,3 @@ func TestRLShortRunLearns(t *testing.T) {
 		t.Errorf("--plot: %v", err)
 	}
 }
-
-
