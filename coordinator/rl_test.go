@@ -1,0 +1,139 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/rl/dqn"
+	"github.com/tolaria-ml/tolaria/telemetry"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// rlRequest is a small run of two agents with this test binary as the
+// worker and memory files in a temporary directory.
+func rlRequest(t *testing.T) RLRequest {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(serveAsWorkerEnv, "1")
+	cfg := dqn.DefaultConfig()
+	cfg.NumAgents, cfg.Hidden, cfg.TotalSteps, cfg.LearningStarts, cfg.BufferCapacity = 2, []int{16}, 3000, 500, 5000
+	return RLRequest{Config: cfg, ConfigYAML: cfg.YAML(), Dir: filepath.Join(t.TempDir(), "run"), Graphs: true, MaxLead: 50,
+		Worker: exe, ActorRestarts: 1, MemoryDir: t.TempDir()}
+}
+
+// TestRLRunsAgentsInWorkers: each agent's actor and learner run in worker
+// processes until the agent's steps are done; the summaries, events and
+// learner checkpoints are written, the metrics and the reports follow,
+// the memory files are removed, and a finished run is not resumed.
+func TestRLRunsAgentsInWorkers(t *testing.T) {
+	req := rlRequest(t)
+	m, err := telemetry.NewMetrics("test").RL([]string{AgentStarting, AgentRunning, AgentSucceeded, AgentFailed, AgentInterrupted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	reports := map[int]int{}
+	req.Metrics = m
+	req.Report = func(s AgentStatus) {
+		mu.Lock()
+		reports[s.Agent]++
+		mu.Unlock()
+	}
+	run, err := PrepareRL(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := run.Run(context.Background())
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range sum.Agents {
+		if a.State != AgentSucceeded || a.EnvSteps != 3000 || a.LearnerSteps < 2000 || a.Episodes == 0 || a.Publishes == 0 || a.Syncs == 0 {
+			t.Errorf("agent %d: %+v", i, a)
+		}
+		eps, err := ReadRLEpisodes(req.Dir, i)
+		if err != nil || len(eps) != a.Episodes {
+			t.Errorf("agent %d: %d episodes in its events (%v), %d in its summary", i, len(eps), err, a.Episodes)
+		}
+		if _, err := trainer.LoadCheckpoint(filepath.Join(AgentDir(req.Dir, i), trainer.CheckpointFile)); err != nil {
+			t.Errorf("agent %d's learner checkpoint: %v", i, err)
+		}
+		if reports[i] < 3 {
+			t.Errorf("agent %d: %d reports", i, reports[i])
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(req.MemoryDir, "*")); len(left) > 0 {
+		t.Errorf("memory files left: %v", left)
+	}
+	req.Resume = true
+	if _, err := PrepareRL(req, time.Now()); !errors.Is(err, ErrConfig) {
+		t.Errorf("resuming a finished run: %v", err)
+	}
+	req.Resume = false
+	if _, err := PrepareRL(req, time.Now()); !errors.Is(err, ErrRunExists) {
+		t.Errorf("a new run in a run's directory: %v", err)
+	}
+}
+
+// TestRLInterruptedSavesAndResumes: cancelling a run stops every worker;
+// each learner checkpoints and each buffer is saved, and a resumed run
+// goes on from there to the end.
+func TestRLInterruptedSavesAndResumes(t *testing.T) {
+	req := rlRequest(t)
+	req.Config.TotalSteps = 8000
+	req.ConfigYAML = req.Config.YAML()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	past := map[int]bool{}
+	req.Report = func(s AgentStatus) {
+		mu.Lock()
+		defer mu.Unlock()
+		if s.EnvSteps > 1000 && s.LearnerSteps > 0 {
+			past[s.Agent] = true
+		}
+		if len(past) == 2 {
+			cancel()
+		}
+	}
+	run, err := PrepareRL(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := run.Run(ctx)
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range sum.Agents {
+		if a.State != AgentInterrupted || a.EnvSteps == 0 || a.EnvSteps >= 8000 {
+			t.Fatalf("agent %d after the cancel: %+v", i, a)
+		}
+		for _, f := range []string{ReplayFile, trainer.CheckpointFile} {
+			if _, err := os.Stat(filepath.Join(AgentDir(req.Dir, i), f)); err != nil {
+				t.Errorf("agent %d: %v", i, err)
+			}
+		}
+	}
+	req.Resume, req.Report = true, nil
+	run, err = PrepareRL(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := run.Run(context.Background())
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range resumed.Agents {
+		if a.State != AgentSucceeded || a.EnvSteps != 8000 || a.LearnerSteps <= sum.Agents[i].LearnerSteps {
+			t.Errorf("agent %d resumed: %+v (interrupted at %d learner steps)", i, a, sum.Agents[i].LearnerSteps)
+		}
+	}
+}
