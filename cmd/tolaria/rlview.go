@@ -100,6 +100,10 @@ func (v *rlView) update(s coordinator.AgentStatus) {
 			s.Agent, s.Episodes, s.MeanReturn, s.BestMeanReturn, s.EnvSteps, s.LearnerSteps)
 	case s.State == coordinator.AgentFailed || s.State == coordinator.AgentInterrupted:
 		fmt.Fprintf(v.w, "agent %d: %s: %s\n", s.Agent, s.State, oneLine(s.Reason))
+	case s.State != prev.State && s.Episodes > 0:
+		fmt.Fprintf(v.w, "agent %d: %s: resumed after %d episodes (mean-100 %.1f)\n", s.Agent, s.State, s.Episodes, s.MeanReturn)
+	case s.State != prev.State:
+		fmt.Fprintf(v.w, "agent %d: %s: actor and learner starting\n", s.Agent, s.State)
 	default:
 		fmt.Fprintf(v.w, "agent %d: %s: %d episodes, mean-100 %.1f, epsilon %.3f, learner %.0f steps/s, actor %.0f steps/s, lag %d, env steps %d\n",
 			s.Agent, s.State, s.Episodes, s.MeanReturn, s.Epsilon, s.LearnerStepsPerSec, s.ActorStepsPerSec, s.Lag, s.EnvSteps)
