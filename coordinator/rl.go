@@ -82,10 +82,13 @@ type RLRequest struct {
 
 // AgentStatus is what is known of an agent as it runs.
 type AgentStatus struct {
-	Agent              int     `json:"agent"`
-	State              string  `json:"state"`
-	Reason             string  `json:"reason,omitempty"`
-	Episodes           int     `json:"episodes"`
+	Agent    int    `json:"agent"`
+	State    string `json:"state"`
+	Reason   string `json:"reason,omitempty"`
+	Episodes int    `json:"episodes"`
+	// Epoch is the agent's epoch counter in its memory file: the episodes
+	// its actors finished, as the actor counts them.
+	Epoch              uint64  `json:"epoch"`
 	MeanReturn         float64 `json:"mean_return_100"` // over the last 100 episodes (fewer at first)
 	BestMeanReturn     float64 `json:"best_mean_return_100"`
 	LastReturn         float64 `json:"last_return"`
@@ -274,7 +277,6 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 		_ = a.mem.Close()
 		_ = shm.Remove(memPath)
 	}()
-	a.mem.SetEpoch(a.mem.Epoch() + 1)
 	a.event(map[string]any{"event": "start", "resume": resume, "env_steps": a.mem.Appended(), "epoch": a.mem.Epoch()})
 	a.update(func(st *AgentStatus) { st.State = AgentRunning })
 
@@ -468,6 +470,7 @@ func (a *agentRun) progress(p jobserver.RLProgress) {
 		}
 		a.last[p.Role] = rateMark{at: now, steps: steps}
 		st.EnvSteps = max(st.EnvSteps, p.EnvSteps)
+		st.Epoch = max(st.Epoch, p.Epoch)
 		st.LearnerSteps = max(st.LearnerSteps, p.LearnerSteps)
 		if p.Role == jobserver.RoleActor {
 			st.ActorStepsPerSec, st.Epsilon, st.Syncs = rate, p.Epsilon, p.Syncs

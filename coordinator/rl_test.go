@@ -56,7 +56,8 @@ func TestRLRunsAgentsInWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, a := range sum.Agents {
-		if a.State != AgentSucceeded || a.EnvSteps != 3000 || a.LearnerSteps < 2000 || a.Episodes == 0 || a.Publishes == 0 || a.Syncs == 0 {
+		if a.State != AgentSucceeded || a.EnvSteps != 3000 || a.LearnerSteps < 2000 || a.Episodes == 0 || a.Publishes == 0 || a.Syncs == 0 ||
+			a.Epoch != uint64(a.Episodes) {
 			t.Errorf("agent %d: %+v", i, a)
 		}
 		eps, err := ReadRLEpisodes(req.Dir, i)
@@ -132,7 +133,7 @@ func TestRLInterruptedSavesAndResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, a := range resumed.Agents {
-		if a.State != AgentSucceeded || a.EnvSteps != 8000 || a.LearnerSteps <= sum.Agents[i].LearnerSteps {
+		if a.State != AgentSucceeded || a.EnvSteps != 8000 || a.LearnerSteps <= sum.Agents[i].LearnerSteps || a.Epoch != uint64(a.Episodes) {
 			t.Errorf("agent %d resumed: %+v (interrupted at %d learner steps)", i, a, sum.Agents[i].LearnerSteps)
 		}
 	}

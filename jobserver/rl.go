@@ -70,6 +70,7 @@ type RLProgress struct {
 	EnvSteps     int                 `json:"env_steps"`     // the agent's environment steps (the buffer's transitions)
 	LearnerSteps int                 `json:"learner_steps"` // the learner's published step count
 	Episodes     []dqn.EpisodeRecord `json:"episodes,omitempty"`
+	Epoch        uint64              `json:"epoch"` // the agent's epoch counter: its episodes finished, every actor's
 	Epsilon      float64             `json:"epsilon"`
 	Version      uint64              `json:"version"`   // the actor's weights; the learner's last publish
 	Published    uint64              `json:"published"` // the newest version in the memory file
@@ -265,7 +266,7 @@ func (r *rlReporter) report(last *RLProgress, half rlHalf) {
 	r.episodes = nil
 	r.mu.Unlock()
 	p := RLProgress{Role: r.role, EnvSteps: int(r.mem.Appended()), LearnerSteps: int(r.mem.LearnerSteps()),
-		Episodes: eps, Published: r.mem.Version(), Waiting: half.Waiting()}
+		Episodes: eps, Epoch: r.mem.Epoch(), Published: r.mem.Version(), Waiting: half.Waiting()}
 	if r.actor != nil {
 		p.Version, p.Syncs, p.Epsilon = r.actor.Version(), r.actor.Syncs(), r.cfg.Epsilon(p.EnvSteps)
 	} else {

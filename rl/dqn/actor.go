@@ -268,6 +268,11 @@ func (a *Actor) Step() error {
 	}
 	a.steps += len(a.out)
 	a.vsteps++
+	if len(a.episodes) > 0 {
+		// The agent's epoch counter is its episodes finished; the actor
+		// is its only writer, the learner and the coordinator read it.
+		a.mem.SetEpoch(a.mem.Epoch() + uint64(len(a.episodes)))
+	}
 	if a.opts.OnEpisode != nil {
 		for _, e := range a.episodes {
 			a.opts.OnEpisode(e, a.steps)
