@@ -68,6 +68,36 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	t.Run("sweep without a GPU", func(t *testing.T) { sweepWithoutAGPU(t, emu) })
 	t.Run("eval", func(t *testing.T) { evalOnEmulatedDriver(t, emu) })
 	t.Run("hung worker", func(t *testing.T) { hungCUDAWorker(t, emu) })
+	t.Run("rl", func(t *testing.T) { rlOnEmulatedDriver(t, emu) })
+}
+
+// tolaria rl --device cuda runs each agent's actor and learner in CUDA
+// workers on the emulated driver: both capture and replay there (no
+// learner step falls back to eager), the agents finish, and the
+// coordinator never maps the emulated libcuda.
+func rlOnEmulatedDriver(t *testing.T, emu string) {
+	dir := t.TempDir()
+	runDir := filepath.Join(dir, "run")
+	cfg := writeRLConfig(t, dir, "model: {hidden: [32]}\nlearning_starts: 300\nbuffer_capacity: 2000\n")
+	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "rl", "--device", "cuda", "--agents", "2",
+		"--total-steps", "1500", "--config", cfg, "--worker", filepath.Join(emu, "tolaria-worker"), "--run-dir", runDir)
+	if r.code != 0 {
+		t.Fatalf("tolaria rl on the emulated CUDA driver: exit %d\n%s", r.code, r.stderr)
+	}
+	w.requireCoordinatorClean(t)
+	if n := w.workersMappingLibcuda(); n < 4 {
+		t.Errorf("%d of the %d children seen mapped the emulated libcuda; want both agents' actors and learners", n, len(w.workers))
+	}
+	for _, a := range readRLSummary(t, runDir).Agents {
+		if a.State != coordinator.AgentSucceeded || a.EnvSteps != 1500 || a.LearnerSteps < 1000 || a.Fallbacks != 0 {
+			t.Errorf("agent %d: %s (%s), %d env steps, %d learner steps, %d eager fallbacks", a.Agent, a.State, a.Reason, a.EnvSteps, a.LearnerSteps, a.Fallbacks)
+		}
+		for _, e := range rlEvents(runDir, a.Agent) {
+			if e.Event == "worker" && !strings.HasPrefix(e.Device, "cuda") {
+				t.Errorf("agent %d: its %s ran on %q, want a GPU of the emulated driver", a.Agent, e.Role, e.Device)
+			}
+		}
+	}
 }
 
 // emulatedSweep is three small trials for the CUDA worker.

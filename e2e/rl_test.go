@@ -20,6 +20,7 @@ type rlEvent struct {
 	Event    string  `json:"event"`
 	Role     string  `json:"role"`
 	PID      int     `json:"pid"`
+	Device   string  `json:"device"`
 	EnvSteps int     `json:"env_steps"`
 	Return   float64 `json:"return"`
 	Resume   bool    `json:"resume"`
