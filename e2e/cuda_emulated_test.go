@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,7 +194,7 @@ func evalOnEmulatedDriver(t *testing.T, emu string) {
 		// required: that the shards run on it is shown below, where
 		// they fail without a device.
 		t.Logf("--workers %s: %d of the %d children seen mapped the emulated libcuda", n, w.workersMappingLibcuda(), len(w.workers))
-		reports = append(reports, readEvalReport(t, run))
+		reports = append(reports, readEval(t, run))
 	}
 	one, two := reports[0], reports[1]
 	if one.Samples == 0 || one.Loss != two.Loss || one.Accuracy != two.Accuracy || one.Correct != two.Correct ||
@@ -208,19 +207,6 @@ func evalOnEmulatedDriver(t *testing.T, emu string) {
 	if r.code != 3 || !strings.Contains(r.stderr, "no usable device") {
 		t.Errorf("tolaria eval --device cuda without a GPU: exit %d, want 3 naming the missing device\n%s", r.code, r.stderr)
 	}
-}
-
-func readEvalReport(t *testing.T, run string) coordinator.EvalReport {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(run, coordinator.EvalJSON))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep coordinator.EvalReport
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
-	return rep
 }
 
 // --device cuda follows the heartbeat rules of --isolate: a CUDA worker

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,15 +15,7 @@ import (
 
 func readEval(t *testing.T, runDir string) coordinator.EvalReport {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(runDir, coordinator.EvalJSON))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r coordinator.EvalReport
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return readJSON[coordinator.EvalReport](t, filepath.Join(runDir, coordinator.EvalJSON))
 }
 
 // figures are an evaluation's results without what names how it ran.

@@ -158,3 +158,18 @@ func sameFiles(t *testing.T, before, after map[string]string) {
 		}
 	}
 }
+
+// readJSON reads the JSON file at path into a T, failing the test when it
+// cannot.
+func readJSON[T any](t *testing.T, path string) T {
+	t.Helper()
+	var v T
+	raw, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(raw, &v)
+	}
+	if err != nil {
+		t.Fatalf("reading %s: %v", path, err)
+	}
+	return v
+}

@@ -61,15 +61,7 @@ func rlWorker(runDir string, agent int, role string) (pid, steps int) {
 
 func readRLSummary(t *testing.T, runDir string) coordinator.RLSummary {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(runDir, coordinator.SummaryFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s coordinator.RLSummary
-	if err := json.Unmarshal(raw, &s); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return readJSON[coordinator.RLSummary](t, filepath.Join(runDir, coordinator.SummaryFile))
 }
 
 func alive(pid int) bool {

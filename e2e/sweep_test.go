@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -44,15 +43,7 @@ func writeSweepFile(t *testing.T, dir, text string) string {
 
 func readSweepResults(t *testing.T, dir string) coordinator.Results {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, coordinator.ResultsJSON))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r coordinator.Results
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return readJSON[coordinator.Results](t, filepath.Join(dir, coordinator.ResultsJSON))
 }
 
 // TestSweepRanksTrialsAsTrainTrainsThem: four trials, two at a time, in

@@ -3,13 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
-	"golang.org/x/term"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 )
@@ -37,9 +35,7 @@ func newRLView(w io.Writer, agents int) *rlView {
 	for i := range v.st {
 		v.st[i] = coordinator.AgentStatus{Agent: i, State: coordinator.AgentStarting, SolvedAt: -1}
 	}
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		v.table = mpb.New(mpb.WithOutput(w), mpb.WithWidth(100), mpb.WithRefreshRate(250*time.Millisecond))
-	}
+	v.table = liveTable(w)
 	return v
 }
 

@@ -53,10 +53,17 @@ func newSweepView(w io.Writer, trials []coordinator.Trial) *sweepView {
 		v.width = max(v.width, len(t.Name))
 	}
 	v.width = min(v.width, 40)
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		v.table = mpb.New(mpb.WithOutput(w), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond))
-	}
+	v.table = liveTable(w)
 	return v
+}
+
+// liveTable is an mpb container drawing to w when w is a terminal, nil
+// otherwise (the views then print a line per event).
+func liveTable(w io.Writer) *mpb.Progress {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return mpb.New(mpb.WithOutput(w), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond))
+	}
+	return nil
 }
 
 // logs is where log lines go: above the table on a terminal.
