@@ -347,6 +347,9 @@ func TestPrometheusScrapesEverything(t *testing.T) {
 		if pq.row == infragen.SweepRowTitle || pq.row == infragen.BudgetRowTitle {
 			continue // a sweep's own metrics: TestPrometheusScrapesASweep
 		}
+		if pq.row == infragen.RLRowTitle {
+			continue // tolaria rl's: TestPrometheusScrapesRL
+		}
 		expr := strings.NewReplacer(`$worker`, `.*`, `${worker}`, `.*`).Replace(pq.expr)
 		r := prom.query(expr)
 		if len(r) == 0 {
@@ -566,6 +569,9 @@ func TestPrometheusScrapesASweep(t *testing.T) {
 
 	sweepRow, budgetRow := 0, 0
 	for _, pq := range dashboardQueries(t) {
+		if pq.row == infragen.RLRowTitle {
+			continue // tolaria rl's: TestPrometheusScrapesRL
+		}
 		sweepRow += boolInt(pq.row == infragen.SweepRowTitle)
 		budgetRow += boolInt(pq.row == infragen.BudgetRowTitle)
 		expr := strings.NewReplacer(`$worker`, `.*`, `${worker}`, `.*`).Replace(pq.expr)

@@ -8,7 +8,9 @@ import (
 )
 
 // A reinforcement-learning run's families, each with an agent label
-// (LabelAgent, the agent's index) except the agents by state.
+// (LabelAgent, the agent's index) except the agents by state. The agent
+// state family has both: 1 for the state an agent is in, 0 for the others,
+// so that a rule can ask whether one agent is running.
 const (
 	LabelAgent = "agent"
 
@@ -26,7 +28,24 @@ const (
 	MetricRLPublishesTotal        = "tolaria_rl_publishes_total"
 	MetricRLSyncsTotal            = "tolaria_rl_syncs_total"
 	MetricRLActorRestartsTotal    = "tolaria_rl_actor_restarts_total"
+	MetricRLAgentState            = "tolaria_rl_agent_state"
 )
+
+// RLStateRunning is the state of an agent whose actor and learner are at
+// work; the stalled-learner alert watches agents in it.
+const RLStateRunning = "running"
+
+// RLSolvedReturn is the mean return over 100 episodes that counts as
+// solving CartPole-v1; the dashboard draws it beside the agents' means.
+const RLSolvedReturn = 475
+
+// RLMetricNames are the families of a reinforcement-learning run.
+func RLMetricNames() []string {
+	return []string{MetricRLAgents, MetricRLAgentState, MetricRLEpisodesTotal, MetricRLEpisodeReturn, MetricRLMeanReturn,
+		MetricRLEnvSteps, MetricRLLearnerSteps, MetricRLActorStepsPerSecond, MetricRLLearnerStepsPerSecond,
+		MetricRLWeightLag, MetricRLEpsilon, MetricRLLoss, MetricRLPublishesTotal, MetricRLSyncsTotal,
+		MetricRLActorRestartsTotal}
+}
 
 // RLAgent is what RLMetrics is told of an agent.
 type RLAgent struct {
@@ -48,12 +67,14 @@ type RLAgent struct {
 
 // RLMetrics are a reinforcement-learning run's families.
 type RLMetrics struct {
-	agents                        *prometheus.GaugeVec
+	agents, agentState            *prometheus.GaugeVec
 	episodes, restarts            *prometheus.CounterVec
 	publishes, syncs              *prometheus.CounterVec
 	returns                       *prometheus.HistogramVec
 	mean, env, learn, actRate     *prometheus.GaugeVec
 	learnRate, lag, epsilon, loss *prometheus.GaugeVec
+
+	stateNames []string // the states RL was given
 
 	mu     sync.Mutex
 	states map[int]string
@@ -73,6 +94,8 @@ func (m *Metrics) RL(states []string) (*RLMetrics, error) {
 	r := &RLMetrics{
 		agents: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRLAgents,
 			Help: "Agents of the run by state (starting, running, succeeded, failed, interrupted)."}, []string{LabelState}),
+		agentState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRLAgentState,
+			Help: "1 for the agent's state now, 0 for its other states."}, []string{LabelAgent, LabelState}),
 		episodes: counter(MetricRLEpisodesTotal, "Episodes the agent's actor finished."),
 		restarts: counter(MetricRLActorRestartsTotal, "Times the agent's actor failed and was started again."),
 		publishes: counter(MetricRLPublishesTotal,
@@ -81,22 +104,23 @@ func (m *Metrics) RL(states []string) (*RLMetrics, error) {
 			"Reads of newer published weights by the agent's actor."),
 		returns: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricRLEpisodeReturn,
 			Help:    "Returns of the agent's finished episodes.",
-			Buckets: []float64{10, 25, 50, 100, 200, 300, 400, 475, 500}}, agent),
-		mean:      gauge(MetricRLMeanReturn, "Mean return of the agent's last 100 episodes (all of them while fewer)."),
-		env:       gauge(MetricRLEnvSteps, "Environment steps the agent's actors took, earlier runs' included."),
-		learn:     gauge(MetricRLLearnerSteps, "Training steps the agent's learner took, earlier runs' included."),
-		actRate:   gauge(MetricRLActorStepsPerSecond, "Environment steps per second of the agent's actor, over its last report."),
-		learnRate: gauge(MetricRLLearnerStepsPerSecond, "Training steps per second of the agent's learner, over its last report."),
-		lag:       gauge(MetricRLWeightLag, "Weight versions the actor's copy is behind the learner's last publish."),
-		epsilon:   gauge(MetricRLEpsilon, "The actor's exploration rate now."),
-		loss:      gauge(MetricRLLoss, "The learner's mean Huber loss over its last publish interval."),
-		states:    map[int]string{},
-		last:      map[int][2]int64{},
+			Buckets: []float64{10, 25, 50, 100, 200, 300, 400, RLSolvedReturn, 500}}, agent),
+		mean:       gauge(MetricRLMeanReturn, "Mean return of the agent's last 100 episodes (all of them while fewer)."),
+		env:        gauge(MetricRLEnvSteps, "Environment steps the agent's actors took, earlier runs' included."),
+		learn:      gauge(MetricRLLearnerSteps, "Training steps the agent's learner took, earlier runs' included."),
+		actRate:    gauge(MetricRLActorStepsPerSecond, "Environment steps per second of the agent's actor, over its last report."),
+		learnRate:  gauge(MetricRLLearnerStepsPerSecond, "Training steps per second of the agent's learner, over its last report."),
+		lag:        gauge(MetricRLWeightLag, "Weight versions the actor's copy is behind the learner's last publish."),
+		epsilon:    gauge(MetricRLEpsilon, "The actor's exploration rate now."),
+		loss:       gauge(MetricRLLoss, "The learner's mean Huber loss over its last publish interval."),
+		stateNames: states,
+		states:     map[int]string{},
+		last:       map[int][2]int64{},
 	}
 	for _, s := range states {
 		r.agents.WithLabelValues(s).Set(0)
 	}
-	for _, c := range []prometheus.Collector{r.agents, r.episodes, r.restarts, r.publishes, r.syncs, r.returns,
+	for _, c := range []prometheus.Collector{r.agents, r.agentState, r.episodes, r.restarts, r.publishes, r.syncs, r.returns,
 		r.mean, r.env, r.learn, r.actRate, r.learnRate, r.lag, r.epsilon, r.loss} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, err
@@ -128,7 +152,17 @@ func (r *RLMetrics) Set(s RLAgent) {
 	r.agents.WithLabelValues(s.State).Inc()
 	last := r.last[s.Agent]
 	r.last[s.Agent] = [2]int64{s.Publishes, s.Syncs}
+	r.agentState.WithLabelValues(a, s.State).Set(1)
+	for _, st := range r.stateNames {
+		if st != s.State {
+			r.agentState.WithLabelValues(a, st).Set(0)
+		}
+	}
 	r.mu.Unlock()
+	// The counters start at 0 with the agent, so that increase() sees
+	// their first step.
+	r.episodes.WithLabelValues(a)
+	r.restarts.WithLabelValues(a)
 	for k, c := range []*prometheus.CounterVec{r.publishes, r.syncs} {
 		now := []int64{s.Publishes, s.Syncs}[k]
 		delta := now - last[k]

@@ -51,6 +51,12 @@ const (
 	AgeAbove
 	// TargetDown fires when Prometheus cannot scrape the job (up == Value).
 	TargetDown
+	// FlatWhileRunning fires when a reinforcement-learning agent's gauge
+	// changed Value times (0) over Window while the agent was running both
+	// at the window's start and now (MetricRLAgentState with
+	// state="running" at 1): a learner that makes no progress. An agent
+	// that finished, or started within the window, does not fire.
+	FlatWhileRunning
 )
 
 // Dashboard panels that draw thresholds, keyed by a stable name.
@@ -181,6 +187,28 @@ func Thresholds() []Threshold {
 			Panel:       PanelLastStepAge,
 		},
 		{
+			Alert:       "TolariaRLActorRestarting",
+			Metric:      MetricRLActorRestartsTotal,
+			Condition:   IncreaseAbove,
+			Window:      30 * time.Minute,
+			Value:       1.5,
+			Severity:    SeverityWarning,
+			Summary:     "RL agent {{ $labels.agent }}'s actor keeps failing on {{ $labels.instance }}",
+			Description: "The actor of agent {{ $labels.agent }} failed and was started again at least twice in the last 30 minutes (the rule compares with 1.5: increase() stretches a single restart to a little over 1). Once it has been started again --actor-restarts times (default 3), its next failure fails the agent. The agent's actor.log says how each attempt ended.",
+			Anchor:      "tolariarlactorrestarting",
+		},
+		{
+			Alert:       "TolariaRLLearnerStalled",
+			Metric:      MetricRLLearnerSteps,
+			Condition:   FlatWhileRunning,
+			Window:      10 * time.Minute,
+			Value:       0,
+			Severity:    SeverityWarning,
+			Summary:     "RL agent {{ $labels.agent }}'s learner has made no step for 10m on {{ $labels.instance }}",
+			Description: "Agent {{ $labels.agent }} has been running for 10m and its learner's step count has not moved in that time. The learner trains once the actor has appended learning_starts transitions, then one step per train_every more, so a learner whose actor is stopped or failing stalls too. Agents that finished, failed, or started less than 10m ago do not fire.",
+			Anchor:      "tolariarllearnerstalled",
+		},
+		{
 			Alert:       "TolariaTargetDown",
 			Metric:      "up",
 			Condition:   TargetDown,
@@ -234,6 +262,11 @@ func (t Threshold) Expr() string {
 		return fmt.Sprintf("time() - %s > %s and on (job, instance) up{job=%q} == 1", t.Metric, v, ScrapeJob)
 	case TargetDown:
 		return fmt.Sprintf("up{job=%q} == %s", ScrapeJob, v)
+	case FlatWhileRunning:
+		running := fmt.Sprintf("%s{%s=%q}", MetricRLAgentState, LabelState, RLStateRunning)
+		on := fmt.Sprintf("on (job, instance, %s)", LabelAgent)
+		return fmt.Sprintf("changes(%s[%s]) == %s and %s %s == 1 and %s %s offset %s == 1",
+			t.Metric, w, v, on, running, on, running, w)
 	}
 	panic(fmt.Sprintf("telemetry: threshold %s has unknown condition %d", t.Alert, t.Condition))
 }
@@ -242,9 +275,13 @@ func (t Threshold) Expr() string {
 func (t Threshold) RunbookLink() string { return RunbookURL + "#" + t.Anchor }
 
 // HumanValue writes Value the way an operator reads it: "1ms", "200ms",
-// "8s", "5m" for durations, the plain number otherwise.
+// "8s", "5m" for durations, the plain number otherwise. For
+// FlatWhileRunning, whose Value is a count of changes (0), it is the
+// window that the gauge stood still.
 func (t Threshold) HumanValue() string {
 	switch t.Condition {
+	case FlatWhileRunning:
+		return FormatDuration(t.Window)
 	case MeanAbove, QuantileAbove, AnyAbove, AgeAbove:
 		return FormatDuration(time.Duration(math.Round(t.Value * float64(time.Second))))
 	}

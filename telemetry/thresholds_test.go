@@ -11,7 +11,7 @@ import (
 func TestThresholdTable(t *testing.T) {
 	seen := map[string]bool{}
 	metrics := map[string]bool{"up": true}
-	for _, name := range slices.Concat(MetricNames(), SweepMetricNames(), BudgetMetricNames()) {
+	for _, name := range slices.Concat(MetricNames(), SweepMetricNames(), BudgetMetricNames(), RLMetricNames()) {
 		metrics[name] = true
 	}
 	for _, th := range Thresholds() {
@@ -98,6 +98,10 @@ func TestThresholdsFromTheIssue(t *testing.T) {
 		"TolariaSweepTrialFailed": {0, SeverityWarning},
 		// Issue "Device-memory budgets": a trial waiting long for memory.
 		"TolariaSweepBudgetWaitLong": {900, SeverityWarning},
+		// tolaria rl: an actor failing again and again (2 restarts in
+		// 30m), a learner that stands still while its agent runs.
+		"TolariaRLActorRestarting": {1.5, SeverityWarning},
+		"TolariaRLLearnerStalled":  {0, SeverityWarning},
 	}
 	got := Thresholds()
 	if len(got) != len(want) {
@@ -132,6 +136,8 @@ func TestExpr(t *testing.T) {
 			`time() - ts > 300 and on (job, instance) up{job="tolaria"} == 1`},
 		{Threshold{Metric: "up", Condition: TargetDown},
 			`up{job="tolaria"} == 0`},
+		{Threshold{Metric: "g", Condition: FlatWhileRunning, Window: 10 * time.Minute},
+			`changes(g[10m]) == 0 and on (job, instance, agent) tolaria_rl_agent_state{state="running"} == 1 and on (job, instance, agent) tolaria_rl_agent_state{state="running"} offset 10m == 1`},
 	}
 	for _, tt := range tests {
 		if got := tt.th.Expr(); got != tt.want {

@@ -183,9 +183,9 @@ func TestDashboardThresholdsMatchTable(t *testing.T) {
 	if d.UID != infragen.DashboardUID || d.SchemaVersion != infragen.DashboardSchemaVersion {
 		t.Errorf("uid %q schemaVersion %d", d.UID, d.SchemaVersion)
 	}
-	keyOf := map[uint]string{}
+	keyOf, goalOf := map[uint]string{}, map[uint]float64{}
 	for _, spec := range infragen.Panels() {
-		keyOf[spec.ID] = spec.Key
+		keyOf[spec.ID], goalOf[spec.ID] = spec.Key, spec.Goal
 	}
 	drawn := map[string]bool{}
 	for _, p := range d.Panels {
@@ -202,6 +202,9 @@ func TestDashboardThresholdsMatchTable(t *testing.T) {
 				want = append(want, th.Value)
 				drawn[th.Alert] = true
 			}
+		}
+		if g := goalOf[p.ID]; g != 0 {
+			want = append(want, g)
 		}
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
@@ -250,18 +253,18 @@ func TestDashboardShowsEveryMetric(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range slices.Concat(telemetry.MetricNames(), telemetry.SweepMetricNames(), telemetry.BudgetMetricNames()) {
+	for _, name := range slices.Concat(telemetry.MetricNames(), telemetry.SweepMetricNames(), telemetry.BudgetMetricNames(), telemetry.RLMetricNames()) {
 		if name != telemetry.MetricBuildInfo && !strings.Contains(exprs.String(), name) {
 			t.Errorf("no panel shows %s", name)
 		}
 	}
 }
 
-// sweepQuery reports whether expr reads a sweep coordinator's own
-// metrics (its budget broker's included), which have no worker label for
-// the worker variable to filter.
+// sweepQuery reports whether expr reads a coordinator's own metrics (a
+// sweep's, its budget broker's, or a tolaria rl run's), which have no
+// worker label for the worker variable to filter.
 func sweepQuery(expr string) bool {
-	for _, name := range slices.Concat(telemetry.SweepMetricNames(), telemetry.BudgetMetricNames()) {
+	for _, name := range slices.Concat(telemetry.SweepMetricNames(), telemetry.BudgetMetricNames(), telemetry.RLMetricNames()) {
 		if strings.Contains(expr, name) {
 			return true
 		}

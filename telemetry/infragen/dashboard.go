@@ -39,7 +39,13 @@ type PanelSpec struct {
 	Title   string
 	Unit    string // Grafana unit id
 	Queries []Query
+	// Goal, when not 0, is a value the panel draws as a dashed line
+	// beside its series: a target to reach, not an alert's threshold.
+	Goal float64
 }
+
+// goalColor is the colour of a panel's goal line.
+const goalColor = "blue"
 
 // Query is one PromQL target of a panel.
 type Query struct {
@@ -92,6 +98,10 @@ const SweepRowTitle = "Sweep"
 // broker.
 const BudgetRowTitle = "Device-memory budgets"
 
+// RLRowTitle is the title of the row of a reinforcement-learning run's
+// metrics (tolaria rl).
+const RLRowTitle = "Reinforcement learning"
+
 // RowSpec is a row of the dashboard: a title over the panels that follow
 // it. The first row has no title (no row panel): its panels open the
 // board.
@@ -108,6 +118,7 @@ func Rows() []RowSpec {
 		{Panels: jobPanels()},
 		{ID: 16, Title: SweepRowTitle, Panels: sweepPanels()},
 		{ID: 21, Title: BudgetRowTitle, Panels: budgetPanels()},
+		{ID: 27, Title: RLRowTitle, Panels: rlPanels()},
 	}
 }
 
@@ -167,6 +178,54 @@ func budgetPanels() []PanelSpec {
 		{ID: 26, Title: "Budget refusals and parks (since start)", Unit: "short", Queries: []Query{
 			{Expr: telemetry.MetricBudgetRefusalsTotal, Legend: "refused " + dev},
 			{Expr: telemetry.MetricBudgetParksTotal, Legend: "parked " + dev},
+		}},
+	}
+}
+
+// rlPanels draw a reinforcement-learning run's agents, each series by its
+// agent label. Restarts are rare: their panel shows totals since the
+// start.
+func rlPanels() []PanelSpec {
+	const rateW = "1m"
+	agent := "agent {{" + telemetry.LabelAgent + "}}"
+	byAgent := func(metric string) Query { return Query{Expr: metric, Legend: agent} }
+	rate := func(metric, legend string) Query {
+		return Query{Expr: fmt.Sprintf("rate(%s[%s])", metric, rateW), Legend: legend + agent}
+	}
+	var returns []Query
+	for _, q := range []struct{ quantile, name string }{{"0.5", "p50"}, {"0.99", "p99"}} {
+		returns = append(returns, Query{
+			Expr: fmt.Sprintf("histogram_quantile(%s, sum by (le, %s) (rate(%s_bucket[%s])))",
+				q.quantile, telemetry.LabelAgent, telemetry.MetricRLEpisodeReturn, rateW),
+			Legend: q.name + " " + agent,
+		})
+	}
+	return []PanelSpec{
+		{ID: 28, Title: fmt.Sprintf("Mean return of the last 100 episodes (goal %d)", telemetry.RLSolvedReturn), Unit: "short",
+			Queries: []Query{byAgent(telemetry.MetricRLMeanReturn)}, Goal: telemetry.RLSolvedReturn},
+		{ID: 29, Title: "Episode return (" + rateW + ")", Unit: "short", Queries: returns},
+		{ID: 30, Title: "Episodes per second", Unit: "short", Queries: []Query{rate(telemetry.MetricRLEpisodesTotal, "")}},
+		{ID: 31, Title: "Actor and learner steps per second", Unit: "short", Queries: []Query{
+			{Expr: telemetry.MetricRLActorStepsPerSecond, Legend: "actor " + agent},
+			{Expr: telemetry.MetricRLLearnerStepsPerSecond, Legend: "learner " + agent},
+		}},
+		{ID: 32, Title: "Environment and learner steps", Unit: "short", Queries: []Query{
+			{Expr: telemetry.MetricRLEnvSteps, Legend: "env " + agent},
+			{Expr: telemetry.MetricRLLearnerSteps, Legend: "learner " + agent},
+		}},
+		{ID: 33, Title: "Weight version lag (actor behind learner)", Unit: "short", Queries: []Query{byAgent(telemetry.MetricRLWeightLag)}},
+		{ID: 34, Title: "Weight publishes and syncs per second", Unit: "short", Queries: []Query{
+			rate(telemetry.MetricRLPublishesTotal, "publishes "),
+			rate(telemetry.MetricRLSyncsTotal, "syncs "),
+		}},
+		{ID: 35, Title: "Actor restarts (since start)", Unit: "short", Queries: []Query{byAgent(telemetry.MetricRLActorRestartsTotal)}},
+		{ID: 36, Title: "Exploration rate (epsilon)", Unit: "percentunit", Queries: []Query{byAgent(telemetry.MetricRLEpsilon)}},
+		{ID: 37, Title: "Learner loss (Huber)", Unit: "short", Queries: []Query{byAgent(telemetry.MetricRLLoss)}},
+		{ID: 38, Title: "Agents by state", Unit: "short", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (%s) (%s)", telemetry.LabelState, telemetry.MetricRLAgents), Legend: "{{" + telemetry.LabelState + "}}"},
+		}},
+		{ID: 39, Title: "Each agent's state", Unit: "short", Queries: []Query{
+			{Expr: telemetry.MetricRLAgentState + " == 1", Legend: agent + " {{" + telemetry.LabelState + "}}"},
 		}},
 	}
 }
@@ -305,6 +364,14 @@ func panel(spec PanelSpec, index, top int) (*sdk.Panel, error) {
 	}
 	if spec.Key != "" && len(d.Thresholds.Steps) == 1 {
 		return nil, fmt.Errorf("panel %q: no threshold in the table names panel %q", spec.Title, spec.Key)
+	}
+	if spec.Goal != 0 {
+		if spec.Key != "" {
+			return nil, fmt.Errorf("panel %q: a goal line beside the alert thresholds of %q", spec.Title, spec.Key)
+		}
+		v := spec.Goal
+		d.Thresholds.Steps = append(d.Thresholds.Steps, sdk.ThresholdStep{Color: goalColor, Value: &v})
+		d.Custom.ThresholdsStyle.Mode = "dashed"
 	}
 	for i, q := range spec.Queries {
 		p.AddTarget(&sdk.Target{

@@ -100,12 +100,14 @@ func TestDashboardPanels(t *testing.T) {
 }
 
 // TestSweepRowsDrawTheirMetrics: the Sweep row has a panel for each of
-// the sweep's metric families, and the budget row one for each of the
-// broker's.
+// the sweep's metric families, the budget row one for each of the
+// broker's, and the reinforcement-learning row one for each of tolaria
+// rl's.
 func TestSweepRowsDrawTheirMetrics(t *testing.T) {
 	for title, names := range map[string][]string{
 		SweepRowTitle:  telemetry.SweepMetricNames(),
 		BudgetRowTitle: telemetry.BudgetMetricNames(),
+		RLRowTitle:     telemetry.RLMetricNames(),
 	} {
 		var row *RowSpec
 		for _, r := range Rows() {

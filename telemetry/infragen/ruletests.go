@@ -57,6 +57,14 @@ func targetLabels() map[string]string {
 	return map[string]string{"job": telemetry.ScrapeJob, "instance": testInstance}
 }
 
+// agentLabels are the labels of a reinforcement-learning run's series of
+// agent.
+func agentLabels(agent string) map[string]string {
+	l := targetLabels()
+	l[telemetry.LabelAgent] = agent
+	return l
+}
+
 func workerLabels() map[string]string {
 	l := targetLabels()
 	l[telemetry.LabelDevice] = "cpu"
@@ -81,6 +89,9 @@ func seriesLabels(t telemetry.Threshold) map[string]string {
 		l := targetLabels()
 		l[telemetry.LabelDevice] = "cuda:0"
 		return l
+	}
+	if slices.Contains(telemetry.RLMetricNames(), t.Metric) {
+		return agentLabels("0")
 	}
 	return workerLabels()
 }
@@ -219,6 +230,8 @@ func scenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 		return ageScenarios(t)
 	case telemetry.TargetDown:
 		return targetDownScenarios(t)
+	case telemetry.FlatWhileRunning:
+		return flatWhileRunningScenarios(t)
 	}
 	return nil, nil, fmt.Errorf("%s: no promtool scenario for condition %d", t.Alert, t.Condition)
 }
@@ -305,7 +318,9 @@ func quantileScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 }
 
 // increaseScenarios: a counter, zero-initialised as telemetry does, that
-// grows once (bad) or stays flat (healthy); one that Prometheus first sees
+// grows past the threshold (bad), stays flat (healthy) or, where the
+// threshold is 1 or more, grows by its whole part (healthy);
+// one that Prometheus first sees
 // already grown, as after a fallback before the first scrape: that fires
 // while it is new (bad) and not once the window has passed (healthy); and
 // the next job on the same target, grown as the last one was (bad) or at
@@ -315,7 +330,8 @@ func increaseScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 	jump := 2 * time.Minute
 	eval := jump + t.For + time.Minute
 	span := eval + t.Window
-	grow := t.Value + 1
+	whole := math.Floor(t.Value)
+	grow := whole + 1
 	one := func(name, values string, eval time.Duration) scenario {
 		return scenario{name: name, series: []InputSeries{{series(t.Metric, l), values}}, eval: eval, labels: l}
 	}
@@ -336,6 +352,55 @@ func increaseScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 		one(fmt.Sprintf("a counter first scraped at %s more than the window ago", num(grow)),
 			constant(grow, t.Window+t.For+2*time.Minute), t.Window+t.For+time.Minute),
 		nextJobSeries("the next job on the target, both at zero", 0),
+	}
+	if whole >= 1 {
+		healthy = append(healthy, one(fmt.Sprintf("a counter that grows by %s", num(whole)),
+			fmt.Sprintf("%s %s", constant(0, jump-scrapeStep), constant(whole, span)), eval))
+	}
+	return bad, healthy, nil
+}
+
+// flatWhileRunningScenarios: agent 0's gauge stops moving while the agent
+// runs on (bad), or never moves from the agent's start (bad); it keeps
+// moving, stops as the agent finishes, has stood still for less than the
+// window, or belongs to an agent that started within the window
+// (healthy); and one that stood still while its agent ran, until the
+// agent failed, while another agent runs on (healthy: the rule asks each
+// agent's own state, not whether any agent runs).
+func flatWhileRunningScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
+	stop := 2 * time.Minute
+	eval := stop + t.Window + time.Minute
+	span := eval + time.Minute
+	gauge := func(agent, values string) InputSeries {
+		return InputSeries{series(t.Metric, agentLabels(agent)), values}
+	}
+	running := func(agent, values string) InputSeries {
+		l := agentLabels(agent)
+		l[telemetry.LabelState] = telemetry.RLStateRunning
+		return InputSeries{series(telemetry.MetricRLAgentState, l), values}
+	}
+	moving := ramp(10, span)
+	stops := fmt.Sprintf("%s %s", ramp(10, stop-scrapeStep), constant(10*float64(steps(stop-scrapeStep)), span))
+	finishes := fmt.Sprintf("%s %s", constant(1, stop-scrapeStep), constant(0, span))
+	mk := func(name string, eval time.Duration, series ...InputSeries) scenario {
+		return scenario{name: name, series: series, eval: eval, labels: agentLabels("0")}
+	}
+	late := 5 * time.Minute
+	absent := fmt.Sprintf("_x%d", steps(late))
+	bad = []scenario{
+		mk("a gauge that stops while its agent runs on", eval, gauge("0", stops), running("0", constant(1, span))),
+		mk("a gauge that never moves while its agent runs", t.Window+time.Minute, gauge("0", constant(0, span)), running("0", constant(1, span))),
+	}
+	healthy = []scenario{
+		mk("a gauge that keeps moving", eval, gauge("0", moving), running("0", constant(1, span))),
+		mk("a gauge that stops as its agent finishes", eval, gauge("0", stops), running("0", finishes)),
+		mk("a gauge that has stood still for less than the window", stop+t.Window-time.Minute,
+			gauge("0", stops), running("0", constant(1, span))),
+		mk("a gauge that never moves, of an agent that started less than the window ago", late+t.Window-time.Minute,
+			gauge("0", absent+" "+constant(0, span)), running("0", absent+" "+constant(1, span))),
+		mk("an agent whose learner stood still until it failed, while another runs on", eval,
+			gauge("0", stops), running("0", fmt.Sprintf("%s %s", constant(1, stop+t.Window/2-scrapeStep), constant(0, span))),
+			gauge("1", moving), running("1", constant(1, span))),
 	}
 	return bad, healthy, nil
 }

@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/telemetry"
+	"github.com/tolaria-ml/tolaria/telemetry/infragen"
+)
+
+// rlSteps is each agent's environment steps in TestPrometheusScrapesRL: a
+// run of some ten seconds on two cores.
+const rlSteps = 15000
+
+// rlAgentSummary is the part of an agent's row of summary.json the test
+// compares with what Prometheus scraped.
+type rlAgentSummary struct {
+	Agent        int    `json:"agent"`
+	State        string `json:"state"`
+	Episodes     int    `json:"episodes"`
+	EnvSteps     int    `json:"env_steps"`
+	LearnerSteps int    `json:"learner_steps"`
+	Publishes    int64  `json:"publishes"`
+	Syncs        int64  `json:"syncs"`
+}
+
+// TestPrometheusScrapesRL: a real Prometheus scrapes `tolaria rl` with two
+// agents to the end and, in the --metrics-linger after it, holds every RL
+// family for both agents with the run's final figures (those of
+// summary.json), no RL alert is active, and every query of the dashboard's
+// Reinforcement learning row returns numbers.
+func TestPrometheusScrapesRL(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	cmd := exec.Command(filepath.Join(binDir, "tolaria"), "rl", "--agents", "2", "--total-steps", strconv.Itoa(rlSteps),
+		"--run-dir", run, "--metrics-addr", "127.0.0.1:0", "--metrics-linger", "20s")
+	cmd.Dir = dir
+	cmd.Env = cleanEnv()
+	stderr := new(lockedBuffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("tolaria rl did not stop on SIGINT:\n%s", stderr)
+		}
+	})
+	prom := startPrometheus(t, servingAt(t, stderr))
+
+	// The run is over once summary.json is written; Prometheus has the
+	// final figures once it has scraped both agents as succeeded.
+	byAgent := func(expr string) map[string]float64 {
+		got := map[string]float64{}
+		for _, s := range prom.query(expr) {
+			got[s.Metric[telemetry.LabelAgent]] = s.float()
+		}
+		return got
+	}
+	var state string
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_, err := os.Stat(filepath.Join(run, "summary.json"))
+		succeeded := byAgent(telemetry.MetricRLAgentState + `{state="succeeded"}`)
+		if err == nil && succeeded["0"] == 1 && succeeded["1"] == 1 {
+			break
+		}
+		state = fmt.Sprintf("summary.json: %v; scraped succeeded agents: %v", err, succeeded)
+		select {
+		case <-done:
+			t.Fatalf("tolaria rl exited before Prometheus scraped its end (%s)\n%s", state, stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for the run's end in Prometheus (%s)\nprometheus targets: %s\n%s", state, prom.targets(), stderr)
+		}
+	}
+
+	raw, err := os.ReadFile(filepath.Join(run, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var summary struct {
+		Agents []rlAgentSummary `json:"agents"`
+	}
+	if err := json.Unmarshal(raw, &summary); err != nil {
+		t.Fatalf("summary.json: %v", err)
+	}
+	if len(summary.Agents) != 2 {
+		t.Fatalf("summary.json has %d agents, want 2:\n%s", len(summary.Agents), raw)
+	}
+
+	// Every agent-labelled family has a series for each agent.
+	for _, name := range telemetry.RLMetricNames() {
+		if name == telemetry.MetricRLAgents {
+			continue
+		}
+		got := byAgent(fmt.Sprintf(`{__name__=~"%s(_count)?"}`, name))
+		if _, ok := got["0"]; !ok {
+			t.Errorf("%s has no series of agent 0: %v", name, got)
+		}
+		if _, ok := got["1"]; !ok {
+			t.Errorf("%s has no series of agent 1: %v", name, got)
+		}
+	}
+	// The final figures, as summary.json has them.
+	for _, a := range summary.Agents {
+		id := strconv.Itoa(a.Agent)
+		if a.State != "succeeded" || a.EnvSteps != rlSteps || a.Episodes == 0 || a.Publishes == 0 || a.Syncs == 0 {
+			t.Errorf("agent %s in summary.json: %+v; want succeeded after %d env steps, with episodes, publishes and syncs", id, a, rlSteps)
+		}
+		for expr, want := range map[string]float64{
+			telemetry.MetricRLEnvSteps:                 rlSteps,
+			telemetry.MetricRLLearnerSteps:             float64(a.LearnerSteps),
+			telemetry.MetricRLEpisodesTotal:            float64(a.Episodes),
+			telemetry.MetricRLEpisodeReturn + "_count": float64(a.Episodes),
+			telemetry.MetricRLPublishesTotal:           float64(a.Publishes),
+			telemetry.MetricRLSyncsTotal:               float64(a.Syncs),
+			telemetry.MetricRLActorRestartsTotal:       0,
+		} {
+			if got, ok := byAgent(expr)[id]; !ok || got != want {
+				t.Errorf("agent %s: %s = %v (present %v), want %v (summary.json)", id, expr, got, ok, want)
+			}
+		}
+		for expr, ok := range map[string]func(float64) bool{
+			telemetry.MetricRLMeanReturn:            func(v float64) bool { return v >= 8 && v <= 500 }, // CartPole returns
+			telemetry.MetricRLEpsilon:               func(v float64) bool { return v > 0 && v < 1 },
+			telemetry.MetricRLActorStepsPerSecond:   func(v float64) bool { return v > 0 },
+			telemetry.MetricRLLearnerStepsPerSecond: func(v float64) bool { return v > 0 },
+			telemetry.MetricRLWeightLag:             func(v float64) bool { return v >= 0 && v < 100 },
+			telemetry.MetricRLLoss:                  func(v float64) bool { return v > 0 && !math.IsInf(v, 0) },
+		} {
+			if got, present := byAgent(expr)[id]; !present || !ok(got) {
+				t.Errorf("agent %s: %s = %v (present %v), not what a healthy run reports", id, expr, got, present)
+			}
+		}
+	}
+	for st, want := range map[string]float64{"succeeded": 2, "running": 0, "failed": 0} {
+		r := prom.query(fmt.Sprintf(`%s{state=%q}`, telemetry.MetricRLAgents, st))
+		if len(r) != 1 || r[0].float() != want {
+			t.Errorf(`%s{state=%q} = %v, want %v`, telemetry.MetricRLAgents, st, r, want)
+		}
+	}
+
+	for _, name := range []string{"TolariaRLActorRestarting", "TolariaRLLearnerStalled", "TolariaTargetDown"} {
+		if prom.alertActive(name) {
+			t.Errorf("%s is active after a healthy run", name)
+		}
+	}
+
+	n := 0
+	for _, pq := range dashboardQueries(t) {
+		if pq.row != infragen.RLRowTitle {
+			continue
+		}
+		n++
+		number := false
+		for _, s := range prom.query(pq.expr) {
+			number = number || !math.IsNaN(s.float())
+		}
+		if !number {
+			t.Errorf("panel %q: query returned no number after the run: %s", pq.title, pq.expr)
+		}
+	}
+	if n == 0 {
+		t.Errorf("the dashboard has no %s row", infragen.RLRowTitle)
+	}
+}
