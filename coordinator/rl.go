@@ -101,6 +101,8 @@ type AgentStatus struct {
 	// Lag is how many weight versions the actor's copy is behind the
 	// learner's last publish.
 	Lag           uint64  `json:"weight_version_lag"`
+	// Publishes and Syncs are the learner's publishes and the actor's
+	// reads of newer weights in this run, over every process of each.
 	Publishes     int64   `json:"publishes"`
 	Syncs         int64   `json:"syncs"`
 	Loss          float64 `json:"loss"`
@@ -244,6 +246,24 @@ type agentRun struct {
 	returns []float64 // every episode's return, earlier runs' included
 	sum100  float64
 	last    map[string]rateMark // per role, for the steps/s
+	counts  map[string]*halfCount
+}
+
+// halfCount carries a half's count (the learner's publishes, the actor's
+// syncs) over the processes it is played by: each starts from 0.
+type halfCount struct {
+	attempt    int
+	base, last int64
+}
+
+// total is the count over every process so far, given the count of
+// attempt's.
+func (c *halfCount) total(attempt int, n int64) int64 {
+	if attempt != c.attempt {
+		c.base, c.last, c.attempt = c.base+c.last, 0, attempt
+	}
+	c.last = n
+	return c.base + n
 }
 
 type rateMark struct {
@@ -254,6 +274,7 @@ type rateMark struct {
 func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 	dir := AgentDir(r.dir, i)
 	a := &agentRun{r: r, i: i, dir: dir, started: time.Now(), last: map[string]rateMark{},
+		counts: map[string]*halfCount{jobserver.RoleActor: {}, jobserver.RoleLearner: {}},
 		st: AgentStatus{Agent: i, State: AgentStarting, SolvedAt: -1}}
 	if r.req.Resume {
 		if st, ok := readAgentSummary(dir); ok && st.State == AgentSucceeded {
@@ -428,7 +449,7 @@ func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt i
 		Graphs: req.Graphs, MaxLead: req.MaxLead, Threads: req.Threads}
 	_, res, err := jobserver.RL(ctx, &hookHello{Transport: t, hello: func(h worker.Hello) {
 		a.event(map[string]any{"event": "worker", "role": role, "pid": h.PID, "device": h.Device, "attempt": attempt})
-	}}, dev, j, func(p jobserver.RLProgress) { a.progress(p) })
+	}}, dev, j, func(p jobserver.RLProgress) { a.progress(p, attempt) })
 	if err != nil {
 		return res, fmt.Errorf("%s (attempt %d): %w (worker log %s)", role, attempt, err, logPath)
 	}
@@ -452,8 +473,8 @@ func (h *hookHello) Call(ctx context.Context, req worker.Request, sink worker.Si
 	return h.Transport.Call(ctx, req, sink)
 }
 
-// progress takes in an actor's or a learner's report.
-func (a *agentRun) progress(p jobserver.RLProgress) {
+// progress takes in a report of attempt of an actor or a learner.
+func (a *agentRun) progress(p jobserver.RLProgress, attempt int) {
 	for _, e := range p.Episodes {
 		a.event(map[string]any{"event": "episode", "return": e.Return, "length": e.Length, "env_steps": e.EnvSteps})
 		a.addEpisode(e, true)
@@ -473,13 +494,15 @@ func (a *agentRun) progress(p jobserver.RLProgress) {
 		st.Epoch = max(st.Epoch, p.Epoch)
 		st.LearnerSteps = max(st.LearnerSteps, p.LearnerSteps)
 		if p.Role == jobserver.RoleActor {
-			st.ActorStepsPerSec, st.Epsilon, st.Syncs = rate, p.Epsilon, p.Syncs
+			st.ActorStepsPerSec, st.Epsilon = rate, p.Epsilon
+			st.Syncs = a.counts[p.Role].total(attempt, p.Syncs)
 			st.Lag = 0
 			if p.Published > p.Version {
 				st.Lag = p.Published - p.Version
 			}
 		} else {
-			st.LearnerStepsPerSec, st.Publishes, st.Loss = rate, p.Publishes, p.Loss
+			st.LearnerStepsPerSec, st.Loss = rate, p.Loss
+			st.Publishes = a.counts[p.Role].total(attempt, p.Publishes)
 		}
 	})
 }

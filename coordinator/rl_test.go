@@ -138,3 +138,18 @@ func TestRLInterruptedSavesAndResumes(t *testing.T) {
 		}
 	}
 }
+
+// TestHalfCountGoesOnOverRestarts: the count of a half played by several
+// processes, each counting from 0, is their sum, whatever the new
+// process's first report says.
+func TestHalfCountGoesOnOverRestarts(t *testing.T) {
+	var c halfCount
+	for _, step := range []struct {
+		attempt int
+		n, want int64
+	}{{1, 3, 3}, {1, 10, 10}, {2, 12, 22}, {2, 15, 25}, {3, 0, 25}, {3, 4, 29}} {
+		if got := c.total(step.attempt, step.n); got != step.want {
+			t.Fatalf("attempt %d at %d: total %d, want %d", step.attempt, step.n, got, step.want)
+		}
+	}
+}
