@@ -100,7 +100,7 @@ type AgentStatus struct {
 	LearnerStepsPerSec float64 `json:"learner_steps_per_second"`
 	// Lag is how many weight versions the actor's copy is behind the
 	// learner's last publish.
-	Lag           uint64  `json:"weight_version_lag"`
+	Lag uint64 `json:"weight_version_lag"`
 	// Publishes and Syncs are the learner's publishes and the actor's
 	// reads of newer weights in this run, over every process of each.
 	Publishes     int64   `json:"publishes"`
@@ -275,7 +275,7 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 	dir := AgentDir(r.dir, i)
 	a := &agentRun{r: r, i: i, dir: dir, started: time.Now(), last: map[string]rateMark{},
 		counts: map[string]*halfCount{jobserver.RoleActor: {}, jobserver.RoleLearner: {}},
-		st: AgentStatus{Agent: i, State: AgentStarting, SolvedAt: -1}}
+		st:     AgentStatus{Agent: i, State: AgentStarting, SolvedAt: -1}}
 	if r.req.Resume {
 		if st, ok := readAgentSummary(dir); ok && st.State == AgentSucceeded {
 			return st, nil // finished before: kept as it was
