@@ -35,14 +35,14 @@ const (
 	LearnerLog = "learner.log"
 	// SolvedReturn and SolvedEpisodes are CartPole-v1's goal: a mean
 	// return of 475 over 100 consecutive episodes.
-	SolvedReturn   = 475
+	SolvedReturn   = telemetry.RLSolvedReturn
 	SolvedEpisodes = 100
 )
 
 // Agent states.
 const (
 	AgentStarting    = "starting"
-	AgentRunning     = "running"
+	AgentRunning     = telemetry.RLStateRunning // the alerts ask for it
 	AgentSucceeded   = "succeeded"
 	AgentFailed      = "failed"
 	AgentInterrupted = "interrupted"
