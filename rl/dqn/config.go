@@ -59,7 +59,9 @@ type Config struct {
 	EvalEpisodes int
 }
 
-// DefaultConfig is a setting that solves CartPole-v1.
+// DefaultConfig is a setting that solves CartPole-v1 as greedy evaluation
+// measures it (a mean of 475 over 100 episodes): docs/rl.md has the
+// environment steps it took on each seed measured.
 func DefaultConfig() Config {
 	opt := nn.DefaultOptimizer()
 	opt.LR, opt.WeightDecay, opt.ClipNorm, opt.MinLRRatio = 5e-4, 0, 10, 1
@@ -68,7 +70,7 @@ func DefaultConfig() Config {
 		Hidden: []int{128, 128}, Activation: device.ActReLU, Optimizer: opt,
 		Gamma: 0.99, HuberDelta: 1, BatchSize: 64, BufferCapacity: 50000, LearningStarts: 1000,
 		TrainEvery: 1, TargetUpdate: 500, PublishInterval: 10, SyncInterval: 10,
-		EpsilonStart: 1, EpsilonEnd: 0.01, EpsilonDecaySteps: 20000, TotalSteps: 100000,
+		EpsilonStart: 1, EpsilonEnd: 0.01, EpsilonDecaySteps: 20000, TotalSteps: 150000,
 		EvalInterval: 5000, EvalEpisodes: 100,
 	}
 }
