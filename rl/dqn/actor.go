@@ -26,6 +26,9 @@ type ActorOptions struct {
 	// OnEpisode, when set, is told every finished episode and the
 	// environment steps taken so far.
 	OnEpisode func(e env.Episode, steps int)
+	// OnEval, when set, is told every greedy evaluation (every
+	// EvalInterval environment steps; see Evaluator).
+	OnEval func(EvalResult)
 }
 
 // Actor plays one agent's vector of environments with its local copy of
@@ -64,6 +67,9 @@ type Actor struct {
 	next     []float32
 	out      []env.Transition
 	episodes []env.Episode
+
+	eval   *Evaluator // nil when EvalInterval is 0
+	evalAt int        // the environment steps at which the next evaluation is due
 }
 
 // NewActor makes agent's actor on dev over its shared memory.
@@ -95,6 +101,12 @@ func NewActor(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, ag
 		out: make([]env.Transition, cfg.NumEnvs)}
 	if err := a.build(shared); err != nil {
 		return nil, errors.Join(err, a.Close())
+	}
+	if cfg.EvalInterval > 0 {
+		a.evalAt = cfg.EvalInterval
+		if a.eval, err = NewEvaluator(dev, shared, cfg, agent, a.params, opts.Graphs); err != nil {
+			return nil, errors.Join(err, a.Close())
+		}
 	}
 	return a, nil
 }
@@ -224,6 +236,11 @@ var errStopped = errors.New("dqn: the agent was stopped")
 // while no other device work of the process is in flight: a capture is
 // global.
 func (a *Actor) Capture() error {
+	if a.eval != nil {
+		if err := a.eval.Capture(); err != nil {
+			return err
+		}
+	}
 	if !a.opts.Graphs || !a.engine.Due(false) {
 		return nil
 	}
@@ -301,6 +318,9 @@ func (a *Actor) Run(ctx context.Context) error {
 		if err := a.Step(); err != nil {
 			return fmt.Errorf("dqn: actor step %d: %w", a.steps, err)
 		}
+		if err := a.evaluate(); err != nil {
+			return err
+		}
 	}
 	return ctx.Err()
 }
@@ -333,6 +353,10 @@ func ignoreStop(err error) error {
 // Close frees what the actor allocated.
 func (a *Actor) Close() error {
 	var errs []error
+	if a.eval != nil {
+		errs = append(errs, a.eval.Close())
+		a.eval = nil
+	}
 	if a.stream != nil {
 		errs = append(errs, a.stream.Synchronize(), a.stream.Destroy())
 	}

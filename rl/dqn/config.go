@@ -50,9 +50,18 @@ type Config struct {
 	EpsilonDecaySteps int     // environment steps of the linear decay (epsilon_decay_steps)
 
 	TotalSteps int // environment steps per agent (total_steps)
+
+	// EvalInterval is the environment steps between greedy evaluations of
+	// the actor's weights; 0 turns evaluation off (eval_interval).
+	EvalInterval int
+	// EvalEpisodes is the episodes of one evaluation, each in its own
+	// environment, all batched through one forward pass (eval_episodes).
+	EvalEpisodes int
 }
 
-// DefaultConfig is a setting that solves CartPole-v1.
+// DefaultConfig is a setting that solves CartPole-v1 as greedy evaluation
+// measures it (a mean of 475 over 100 episodes): docs/rl.md has the
+// environment steps it took on each seed measured.
 func DefaultConfig() Config {
 	opt := nn.DefaultOptimizer()
 	opt.LR, opt.WeightDecay, opt.ClipNorm, opt.MinLRRatio = 5e-4, 0, 10, 1
@@ -61,7 +70,8 @@ func DefaultConfig() Config {
 		Hidden: []int{128, 128}, Activation: device.ActReLU, Optimizer: opt,
 		Gamma: 0.99, HuberDelta: 1, BatchSize: 64, BufferCapacity: 50000, LearningStarts: 1000,
 		TrainEvery: 1, TargetUpdate: 500, PublishInterval: 10, SyncInterval: 10,
-		EpsilonStart: 1, EpsilonEnd: 0.01, EpsilonDecaySteps: 20000, TotalSteps: 100000,
+		EpsilonStart: 1, EpsilonEnd: 0.01, EpsilonDecaySteps: 20000, TotalSteps: 150000,
+		EvalInterval: 5000, EvalEpisodes: 100,
 	}
 }
 
@@ -105,6 +115,10 @@ func (c Config) Validate() error {
 		return field.Errorf("epsilon_decay_steps", "must be >= 0, got %d", c.EpsilonDecaySteps)
 	case c.TotalSteps < c.LearningStarts:
 		return field.Errorf("total_steps", "must be at least %s (%d), got %d", field.Name("learning_starts"), c.LearningStarts, c.TotalSteps)
+	case c.EvalInterval < 0:
+		return field.Errorf("eval_interval", "must be >= 0 environment steps (0: no evaluation), got %d", c.EvalInterval)
+	case c.EvalInterval > 0 && (c.EvalEpisodes < 1 || c.EvalEpisodes > 4096):
+		return field.Errorf("eval_episodes", "must be 1..4096 when %s is on, got %d", field.Name("eval_interval"), c.EvalEpisodes)
 	}
 	if err := c.Optimizer.Validate(); err != nil {
 		return err

@@ -34,6 +34,9 @@ func TestConfigValidate(t *testing.T) {
 		{"epsilon_decay_steps", func(c *Config) { c.EpsilonDecaySteps = -1 }},
 		{"total_steps", func(c *Config) { c.TotalSteps = c.LearningStarts - 1 }},
 		{"lr", func(c *Config) { c.Optimizer.LR = 0 }},
+		{"eval_interval", func(c *Config) { c.EvalInterval = -1 }},
+		{"eval_episodes", func(c *Config) { c.EvalInterval, c.EvalEpisodes = 1000, 0 }},
+		{"eval_episodes", func(c *Config) { c.EvalInterval, c.EvalEpisodes = 1000, 4097 }},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
@@ -42,6 +45,11 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.Validate(); !errors.As(err, &fe) || fe.Field != tc.key {
 			t.Errorf("%s: Validate() = %v, want an error naming %s", tc.key, err, tc.key)
 		}
+	}
+	off := DefaultConfig()
+	off.EvalInterval, off.EvalEpisodes = 0, 0
+	if err := off.Validate(); err != nil {
+		t.Errorf("evaluation off ignores eval_episodes: Validate() = %v", err)
 	}
 }
 

@@ -22,8 +22,13 @@ type RunOptions struct {
 	// MaxLead bounds how far an actor runs ahead of its learner, in
 	// training steps (see ActorOptions.MaxLead); 0: no bound.
 	MaxLead int
-	// SolvedReturn, when positive, stops an agent once the mean return of
-	// its last SolvedEpisodes episodes reaches it.
+	// SolvedReturn, when positive, stops an agent once it is solved: with
+	// evaluation on (Config.EvalInterval), once the mean return of a
+	// greedy evaluation reaches it (its EvalEpisodes consecutive episodes
+	// must be at least SolvedEpisodes); with evaluation off, once the mean
+	// return of its last SolvedEpisodes training episodes (epsilon-greedy,
+	// as played) does. The training-episode measure is recorded either
+	// way (AgentResult.SolvedTraining).
 	SolvedReturn   float64
 	SolvedEpisodes int
 	Logger         *slog.Logger
@@ -44,10 +49,30 @@ type AgentResult struct {
 	LearnerSteps int
 	Loss         float64 // the learner's last mean Huber loss
 	Fallbacks    int     // learner steps run eagerly although graphs were on
-	// Solved is the environment step at which the mean return of the last
-	// SolvedEpisodes episodes first reached SolvedReturn, or -1.
-	Solved  int
-	Elapsed time.Duration
+	// EvalResults are the greedy evaluations, in order.
+	EvalResults []EvalResult
+	// Solved is the environment step at which the agent was solved (see
+	// RunOptions.SolvedReturn): that of the first evaluation whose mean
+	// reached SolvedReturn, or with evaluation off SolvedTraining; -1 if
+	// never.
+	Solved int
+	// SolvedTraining is the environment step at which the mean return of
+	// the last SolvedEpisodes training episodes first reached
+	// SolvedReturn, or -1.
+	SolvedTraining int
+	Elapsed        time.Duration
+}
+
+// BestEval is the evaluation with the highest mean return (the first of
+// equals), and false when there was none.
+func (r AgentResult) BestEval() (EvalResult, bool) {
+	var best EvalResult
+	for i, e := range r.EvalResults {
+		if i == 0 || e.MeanReturn > best.MeanReturn {
+			best = e
+		}
+	}
+	return best, len(r.EvalResults) > 0
 }
 
 // MeanReturn is the mean return of the last n episodes (all if fewer).
@@ -73,6 +98,10 @@ func RunInProcess(ctx context.Context, dev device.Device, cfg Config, opts RunOp
 	}
 	if opts.SolvedReturn > 0 && opts.SolvedEpisodes < 1 {
 		return nil, fmt.Errorf("dqn: SolvedEpisodes must be at least 1 with SolvedReturn %g", opts.SolvedReturn)
+	}
+	if opts.SolvedReturn > 0 && cfg.EvalInterval > 0 && cfg.EvalEpisodes < opts.SolvedEpisodes {
+		return nil, fmt.Errorf("dqn: an evaluation of eval_episodes %d episodes cannot show a mean over SolvedEpisodes %d consecutive episodes: raise eval_episodes or lower SolvedEpisodes",
+			cfg.EvalEpisodes, opts.SolvedEpisodes)
 	}
 	dir := opts.Dir
 	if dir == "" {
@@ -131,7 +160,14 @@ func newInProcessAgent(dev device.Device, shared *Shared, path string, cfg Confi
 		return nil, err
 	}
 	a := &inProcessAgent{agent: agent, mem: mem, res: res}
-	res.Agent, res.Solved = agent, -1
+	res.Agent, res.Solved, res.SolvedTraining = agent, -1, -1
+	evaluated := cfg.EvalInterval > 0
+	solved := func(steps int) {
+		if res.Solved < 0 {
+			res.Solved = steps
+			mem.Stop()
+		}
+	}
 	var window []float64
 	var sum float64
 	onEpisode := func(e env.Episode, steps int) {
@@ -145,15 +181,23 @@ func newInProcessAgent(dev device.Device, shared *Shared, path string, cfg Confi
 			sum -= window[0]
 			window = window[1:]
 		}
-		if len(window) == opts.SolvedEpisodes && sum/float64(len(window)) >= opts.SolvedReturn && res.Solved < 0 {
-			res.Solved = steps
-			mem.Stop()
+		if len(window) == opts.SolvedEpisodes && sum/float64(len(window)) >= opts.SolvedReturn && res.SolvedTraining < 0 {
+			res.SolvedTraining = steps
+			if !evaluated {
+				solved(steps)
+			}
+		}
+	}
+	onEval := func(r EvalResult) {
+		res.EvalResults = append(res.EvalResults, r)
+		if opts.SolvedReturn > 0 && r.MeanReturn >= opts.SolvedReturn {
+			solved(r.EnvSteps)
 		}
 	}
 	if a.learner, err = NewLearner(dev, shared, mem, cfg, agent, LearnerOptions{Graphs: opts.Graphs, Logger: opts.Logger}); err != nil {
 		return nil, errors.Join(err, a.close())
 	}
-	if a.actor, err = NewActor(dev, shared, mem, cfg, agent, ActorOptions{Graphs: opts.Graphs, MaxLead: opts.MaxLead, OnEpisode: onEpisode}); err != nil {
+	if a.actor, err = NewActor(dev, shared, mem, cfg, agent, ActorOptions{Graphs: opts.Graphs, MaxLead: opts.MaxLead, OnEpisode: onEpisode, OnEval: onEval}); err != nil {
 		return nil, errors.Join(err, a.close())
 	}
 	if err := errors.Join(a.learner.Capture(), a.actor.Capture()); err != nil {

@@ -31,6 +31,17 @@ func TestShortRunBeatsRandom(t *testing.T) {
 	r := res[0]
 	t.Logf("%d env steps, %d learner steps, %d episodes, last-20 mean %.1f, loss %.4f, %d fallbacks, %s",
 		r.EnvSteps, r.LearnerSteps, len(r.Episodes), r.MeanReturn(20), r.Loss, r.Fallbacks, r.Elapsed)
+	for i, e := range r.EvalResults {
+		t.Logf("evaluation at step %d (weights version %d): mean return %.1f over %d greedy episodes, %s",
+			e.EnvSteps, e.Version, e.MeanReturn, e.Episodes, e.Elapsed)
+		if e.EnvSteps != (i+1)*cfg.EvalInterval || e.Episodes != cfg.EvalEpisodes || len(e.Returns) != e.Episodes || e.Version == 0 {
+			t.Errorf("evaluation %d: at step %d of version %d with %d episodes (%d returns), want step %d and %d episodes of published weights",
+				i, e.EnvSteps, e.Version, e.Episodes, len(e.Returns), (i+1)*cfg.EvalInterval, cfg.EvalEpisodes)
+		}
+	}
+	if len(r.EvalResults) != cfg.TotalSteps/cfg.EvalInterval {
+		t.Errorf("%d evaluations, want one every %d of %d steps", len(r.EvalResults), cfg.EvalInterval, cfg.TotalSteps)
+	}
 	if r.Fallbacks != 0 {
 		t.Errorf("%d learner steps ran eagerly", r.Fallbacks)
 	}

@@ -13,9 +13,10 @@ import (
 
 // TestSolveCartPole is the measurement behind the default configuration,
 // not part of the test command: with TOLARIA_RL_SOLVE=1 it trains agents
-// with DefaultConfig until the mean return of an agent's last 100 training
-// episodes (epsilon-greedy, as played) reaches 475, and reports the
-// environment steps it took. TOLARIA_RL_SEEDS sets how many seeds (agents)
+// with DefaultConfig until a greedy evaluation's mean return over 100
+// episodes reaches 475, and reports the environment steps it took, every
+// evaluation, and when (if ever) the mean of the last 100 training
+// episodes (epsilon-greedy, as played) reached 475 too. TOLARIA_RL_SEEDS sets how many seeds (agents)
 // to measure, one after another; TOLARIA_RL_CONFIG, JSON of Config's
 // fields, changes the configuration measured.
 func TestSolveCartPole(t *testing.T) {
@@ -41,14 +42,25 @@ func TestSolveCartPole(t *testing.T) {
 		cancel()
 		must(t, err)
 		r := res[0]
-		t.Logf("seed %d: solved at env step %d (-1: not within %d); %d episodes, %d learner steps, last-100 mean %.1f, %s",
-			seed, r.Solved, cfg.TotalSteps, len(r.Episodes), r.LearnerSteps, r.MeanReturn(100), r.Elapsed.Round(time.Second))
-		for i := 0; i < len(r.Episodes); i += max(1, len(r.Episodes)/15) {
-			e := r.Episodes[i]
-			t.Logf("  episode %d at step %d: return %.0f", i, e.EnvSteps, e.Return)
+		t.Logf("seed %d: solved at env step %d (-1: not within %d), training window at %d; %d episodes, %d learner steps, last-100 training mean %.1f, %s",
+			seed, r.Solved, cfg.TotalSteps, r.SolvedTraining, len(r.Episodes), r.LearnerSteps, r.MeanReturn(100), r.Elapsed.Round(time.Second))
+		for _, e := range r.EvalResults {
+			t.Logf("  evaluation at step %d: greedy mean %.1f over %d episodes; training mean of the last 100 episodes then %.1f",
+				e.EnvSteps, e.MeanReturn, e.Episodes, trainingMean(r.Episodes, e.EnvSteps, 100))
 		}
 		if r.Solved < 0 {
 			t.Errorf("seed %d did not reach a mean of 475 over 100 episodes in %d steps", seed, cfg.TotalSteps)
 		}
 	}
+}
+
+// trainingMean is the mean return of the last n training episodes that
+// ended by step.
+func trainingMean(eps []EpisodeRecord, step, n int) float64 {
+	end := 0
+	for end < len(eps) && eps[end].EnvSteps <= step {
+		end++
+	}
+	r := AgentResult{Episodes: eps[:end]}
+	return r.MeanReturn(n)
 }
