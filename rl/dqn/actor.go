@@ -103,7 +103,9 @@ func NewActor(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, ag
 		return nil, errors.Join(err, a.Close())
 	}
 	if cfg.EvalInterval > 0 {
-		a.evalAt = cfg.EvalInterval
+		// The next multiple of the interval: an actor that takes over
+		// an agent keeps its predecessors' evaluation steps.
+		a.evalAt = (a.steps/cfg.EvalInterval + 1) * cfg.EvalInterval
 		if a.eval, err = NewEvaluator(dev, shared, cfg, agent, a.params, opts.Graphs); err != nil {
 			return nil, errors.Join(err, a.Close())
 		}

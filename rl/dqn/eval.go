@@ -254,7 +254,7 @@ func (a *Actor) evaluate() error {
 		return fmt.Errorf("dqn: evaluation at environment step %d: %w", a.steps, err)
 	}
 	if a.opts.OnEval != nil {
-		a.opts.OnEval(EvalResult{EnvSteps: a.steps, Version: a.version, MeanReturn: mean, Episodes: len(returns),
+		a.opts.OnEval(EvalResult{EnvSteps: a.steps, Version: a.version.Load(), MeanReturn: mean, Episodes: len(returns),
 			Returns: returns, Elapsed: time.Since(start)})
 	}
 	return nil
