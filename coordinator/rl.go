@@ -76,6 +76,11 @@ type RLRequest struct {
 	// Report, when set, hears every change of an agent's status, from the
 	// agents' goroutines (one at a time per agent).
 	Report func(AgentStatus)
+	// StopWhenSolved stops an agent (its actor and learner finish, the
+	// learner checkpoints) once the coordinator hears of its first greedy
+	// evaluation that solves the task (SolvedAt): within a report interval
+	// of it, so the learner may have taken some more steps.
+	StopWhenSolved bool
 	// Metrics, when set, is updated as the agents go.
 	Metrics *telemetry.RLMetrics
 }
@@ -88,11 +93,23 @@ type AgentStatus struct {
 	Episodes int    `json:"episodes"`
 	// Epoch is the agent's epoch counter in its memory file: the episodes
 	// its actors finished, as the actor counts them.
-	Epoch              uint64  `json:"epoch"`
-	MeanReturn         float64 `json:"mean_return_100"` // over the last 100 episodes (fewer at first)
-	BestMeanReturn     float64 `json:"best_mean_return_100"`
-	LastReturn         float64 `json:"last_return"`
-	SolvedAt           int     `json:"solved_at_env_step"` // first step with a mean of 475 over 100 episodes; -1: not yet
+	Epoch          uint64  `json:"epoch"`
+	MeanReturn     float64 `json:"mean_return_100"` // over the last 100 episodes (fewer at first)
+	BestMeanReturn float64 `json:"best_mean_return_100"`
+	LastReturn     float64 `json:"last_return"`
+	// Evaluations, EvalMeanReturn and BestEvalMeanReturn are the greedy
+	// evaluations (eval_interval): their count, the last one's mean
+	// return and the best.
+	Evaluations        int     `json:"evaluations"`
+	EvalMeanReturn     float64 `json:"eval_mean_return"`
+	BestEvalMeanReturn float64 `json:"best_eval_mean_return"`
+	// SolvedAt is the environment step of the first greedy evaluation of
+	// at least 100 episodes whose mean return reached 475; -1: none.
+	SolvedAt int `json:"solved_at_env_step"`
+	// TrainSolvedAt is the first environment step at which the mean
+	// return of the last 100 training (epsilon-greedy) episodes reached
+	// 475; -1: never.
+	TrainSolvedAt      int     `json:"train_solved_at_env_step"`
 	Epsilon            float64 `json:"epsilon"`
 	EnvSteps           int     `json:"env_steps"`
 	LearnerSteps       int     `json:"learner_steps"`
@@ -275,7 +292,7 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 	dir := AgentDir(r.dir, i)
 	a := &agentRun{r: r, i: i, dir: dir, started: time.Now(), last: map[string]rateMark{},
 		counts: map[string]*halfCount{jobserver.RoleActor: {}, jobserver.RoleLearner: {}},
-		st:     AgentStatus{Agent: i, State: AgentStarting, SolvedAt: -1}}
+		st:     AgentStatus{Agent: i, State: AgentStarting, SolvedAt: -1, TrainSolvedAt: -1}}
 	if r.req.Resume {
 		if st, ok := readAgentSummary(dir); ok && st.State == AgentSucceeded {
 			return st, nil // finished before: kept as it was
@@ -403,6 +420,10 @@ func (a *agentRun) loadEpisodes() {
 	for _, e := range eps {
 		a.addEpisode(e, false)
 	}
+	evals, _ := ReadRLEvals(a.r.dir, a.i)
+	for _, e := range evals {
+		a.addEval(e)
+	}
 }
 
 // actor runs the agent's actor, starting it again after a failure up to
@@ -479,6 +500,11 @@ func (a *agentRun) progress(p jobserver.RLProgress, attempt int) {
 		a.event(map[string]any{"event": "episode", "return": e.Return, "length": e.Length, "env_steps": e.EnvSteps})
 		a.addEpisode(e, true)
 	}
+	for _, e := range p.Evals {
+		a.event(map[string]any{"event": "eval", "mean_return": e.MeanReturn, "episodes": e.Episodes, "env_steps": e.EnvSteps,
+			"version": e.Version, "seconds": e.Seconds})
+		a.addEval(e)
+	}
 	now := time.Now()
 	a.update(func(st *AgentStatus) {
 		steps := p.EnvSteps
@@ -521,13 +547,36 @@ func (a *agentRun) addEpisode(e dqn.EpisodeRecord, report bool) {
 	st.Episodes, st.LastReturn, st.MeanReturn = len(a.returns), e.Return, a.sum100/float64(n)
 	if n == SolvedEpisodes {
 		st.BestMeanReturn = max(st.BestMeanReturn, st.MeanReturn)
-		if st.MeanReturn >= SolvedReturn && st.SolvedAt < 0 {
-			st.SolvedAt = e.EnvSteps
+		if st.MeanReturn >= SolvedReturn && st.TrainSolvedAt < 0 {
+			st.TrainSolvedAt = e.EnvSteps
 		}
 	}
 	a.mu.Unlock()
 	if m := a.r.req.Metrics; m != nil && report {
 		m.Episode(a.i, e.Return)
+	}
+}
+
+// addEval counts a greedy evaluation; one that solves the task stops the
+// agent when the run asks so.
+func (a *agentRun) addEval(e jobserver.RLEval) {
+	solved := false
+	a.mu.Lock()
+	st := &a.st
+	if st.Evaluations == 0 || e.MeanReturn > st.BestEvalMeanReturn {
+		st.BestEvalMeanReturn = e.MeanReturn
+	}
+	st.Evaluations++
+	st.EvalMeanReturn = e.MeanReturn
+	if e.Episodes >= SolvedEpisodes && e.MeanReturn >= SolvedReturn && st.SolvedAt < 0 {
+		st.SolvedAt, solved = e.EnvSteps, true
+	}
+	a.mu.Unlock()
+	if solved {
+		a.r.log.Info("agent solved the task", "agent", a.i, "env_steps", e.EnvSteps, "greedy_mean_return", e.MeanReturn, "episodes", e.Episodes)
+		if a.r.req.StopWhenSolved {
+			a.mem.Stop()
+		}
 	}
 }
 
@@ -540,7 +589,8 @@ func (a *agentRun) update(f func(*AgentStatus)) {
 		a.r.req.Report(st)
 	}
 	if m := a.r.req.Metrics; m != nil {
-		m.Set(telemetry.RLAgent{Agent: st.Agent, State: st.State, MeanReturn: st.MeanReturn, EnvSteps: st.EnvSteps,
+		m.Set(telemetry.RLAgent{Agent: st.Agent, State: st.State, MeanReturn: st.MeanReturn, EvalMeanReturn: st.EvalMeanReturn,
+			Evaluated: st.Evaluations > 0, EnvSteps: st.EnvSteps,
 			LearnerSteps: st.LearnerSteps, ActorStepsPerSec: st.ActorStepsPerSec, LearnerStepsPerSec: st.LearnerStepsPerSec,
 			Lag: st.Lag, Epsilon: st.Epsilon, Loss: st.Loss, Publishes: st.Publishes, Syncs: st.Syncs})
 	}
@@ -590,23 +640,52 @@ func writeJSON(path string, v any) error {
 // ReadRLEpisodes reads every episode of agent i of a run from its
 // events: the environment step it ended at and its return.
 func ReadRLEpisodes(runDir string, i int) ([]dqn.EpisodeRecord, error) {
-	f, err := os.Open(filepath.Join(AgentDir(runDir, i), EventsFile))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var out []dqn.EpisodeRecord
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var e struct {
-			Event    string  `json:"event"`
-			Return   float64 `json:"return"`
-			Length   int     `json:"length"`
-			EnvSteps int     `json:"env_steps"`
-		}
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Event == "episode" {
+	err := readRLEvents(runDir, i, func(e rlEventLine) {
+		if e.Event == "episode" {
 			out = append(out, dqn.EpisodeRecord{Return: e.Return, Length: e.Length, EnvSteps: e.EnvSteps})
 		}
+	})
+	return out, err
+}
+
+// ReadRLEvals reads every greedy evaluation of agent i of a run from its
+// events.
+func ReadRLEvals(runDir string, i int) ([]jobserver.RLEval, error) {
+	var out []jobserver.RLEval
+	err := readRLEvents(runDir, i, func(e rlEventLine) {
+		if e.Event == "eval" {
+			out = append(out, jobserver.RLEval{EnvSteps: e.EnvSteps, Version: e.Version, MeanReturn: e.MeanReturn,
+				Episodes: e.Episodes, Seconds: e.Seconds})
+		}
+	})
+	return out, err
+}
+
+// rlEventLine is what the readers take from a line of an agent's events.
+type rlEventLine struct {
+	Event      string  `json:"event"`
+	Return     float64 `json:"return"`
+	Length     int     `json:"length"`
+	EnvSteps   int     `json:"env_steps"`
+	MeanReturn float64 `json:"mean_return"`
+	Episodes   int     `json:"episodes"`
+	Version    uint64  `json:"version"`
+	Seconds    float64 `json:"seconds"`
+}
+
+func readRLEvents(runDir string, i int, each func(rlEventLine)) error {
+	f, err := os.Open(filepath.Join(AgentDir(runDir, i), EventsFile))
+	if err != nil {
+		return err
 	}
-	return out, sc.Err()
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e rlEventLine
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			each(e)
+		}
+	}
+	return sc.Err()
 }

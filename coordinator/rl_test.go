@@ -3,13 +3,16 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
+	"github.com/tolaria-ml/tolaria/rl/shm"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -25,6 +28,7 @@ func rlRequest(t *testing.T) RLRequest {
 	t.Setenv(serveAsWorkerEnv, "1")
 	cfg := dqn.DefaultConfig()
 	cfg.NumAgents, cfg.Hidden, cfg.TotalSteps, cfg.LearningStarts, cfg.BufferCapacity = 2, []int{16}, 3000, 500, 5000
+	cfg.EvalInterval, cfg.EvalEpisodes = 1000, 20
 	return RLRequest{Config: cfg, ConfigYAML: cfg.YAML(), Dir: filepath.Join(t.TempDir(), "run"), Graphs: true, MaxLead: 50,
 		Worker: exe, ActorRestarts: 1, MemoryDir: t.TempDir()}
 }
@@ -57,12 +61,16 @@ func TestRLRunsAgentsInWorkers(t *testing.T) {
 	}
 	for i, a := range sum.Agents {
 		if a.State != AgentSucceeded || a.EnvSteps != 3000 || a.LearnerSteps < 2000 || a.Episodes == 0 || a.Publishes == 0 || a.Syncs == 0 ||
-			a.Epoch != uint64(a.Episodes) {
+			a.Epoch != uint64(a.Episodes) || a.Evaluations != 3 {
 			t.Errorf("agent %d: %+v", i, a)
 		}
 		eps, err := ReadRLEpisodes(req.Dir, i)
 		if err != nil || len(eps) != a.Episodes {
 			t.Errorf("agent %d: %d episodes in its events (%v), %d in its summary", i, len(eps), err, a.Episodes)
+		}
+		evals, err := ReadRLEvals(req.Dir, i)
+		if err != nil || len(evals) != 3 || evals[2].EnvSteps != 3000 || evals[0].Episodes != 20 || evals[2].MeanReturn != a.EvalMeanReturn {
+			t.Errorf("agent %d: evaluations %+v (%v), want at 1000, 2000 and 3000 steps of 20 episodes", i, evals, err)
 		}
 		if _, err := trainer.LoadCheckpoint(filepath.Join(AgentDir(req.Dir, i), trainer.CheckpointFile)); err != nil {
 			t.Errorf("agent %d's learner checkpoint: %v", i, err)
@@ -151,5 +159,38 @@ func TestHalfCountGoesOnOverRestarts(t *testing.T) {
 		if got := c.total(step.attempt, step.n); got != step.want {
 			t.Fatalf("attempt %d at %d: total %d, want %d", step.attempt, step.n, got, step.want)
 		}
+	}
+}
+
+// TestSolvedEvaluationStopsTheAgent: a greedy evaluation of 100 episodes
+// with a mean of 475 or more marks the agent solved at its step and, when
+// the run asks for it, sets the agent's stop flag; fewer episodes, or a
+// lower mean, do neither.
+func TestSolvedEvaluationStopsTheAgent(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		cfg := dqn.DefaultConfig()
+		spec, err := cfg.Spec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem, err := shm.Create(filepath.Join(t.TempDir(), "agent0"), cfg.Layout(spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &agentRun{r: &RLRun{req: RLRequest{StopWhenSolved: stop}, log: slog.New(slog.DiscardHandler)}, mem: mem,
+			st: AgentStatus{SolvedAt: -1, TrainSolvedAt: -1}}
+		for _, e := range []jobserver.RLEval{{EnvSteps: 5000, MeanReturn: 480, Episodes: 99}, {EnvSteps: 10000, MeanReturn: 474.9, Episodes: 100}} {
+			a.addEval(e)
+			if a.st.SolvedAt >= 0 || mem.Stopped() {
+				t.Fatalf("%+v: solved at %d, stopped %v", e, a.st.SolvedAt, mem.Stopped())
+			}
+		}
+		a.addEval(jobserver.RLEval{EnvSteps: 15000, MeanReturn: 500, Episodes: 100})
+		a.addEval(jobserver.RLEval{EnvSteps: 20000, MeanReturn: 300, Episodes: 100})
+		st := a.st
+		if st.SolvedAt != 15000 || mem.Stopped() != stop || st.Evaluations != 4 || st.BestEvalMeanReturn != 500 || st.EvalMeanReturn != 300 {
+			t.Errorf("stop %v: solved at %d, stopped %v, %d evaluations, best %g, last %g", stop, st.SolvedAt, mem.Stopped(), st.Evaluations, st.BestEvalMeanReturn, st.EvalMeanReturn)
+		}
+		_ = mem.Close()
 	}
 }

@@ -70,7 +70,8 @@ type RLProgress struct {
 	EnvSteps     int                 `json:"env_steps"`     // the agent's environment steps (the buffer's transitions)
 	LearnerSteps int                 `json:"learner_steps"` // the learner's published step count
 	Episodes     []dqn.EpisodeRecord `json:"episodes,omitempty"`
-	Epoch        uint64              `json:"epoch"` // the agent's epoch counter: its episodes finished, every actor's
+	Evals        []RLEval            `json:"evals,omitempty"` // an actor's greedy evaluations since its last report
+	Epoch        uint64              `json:"epoch"`           // the agent's epoch counter: its episodes finished, every actor's
 	Epsilon      float64             `json:"epsilon"`
 	Version      uint64              `json:"version"`   // the actor's weights; the learner's last publish
 	Published    uint64              `json:"published"` // the newest version in the memory file
@@ -78,6 +79,16 @@ type RLProgress struct {
 	Publishes    int64               `json:"publishes"` // a learner's publishes
 	Loss         float64             `json:"loss"`
 	Waiting      bool                `json:"waiting"`
+}
+
+// RLEval is one greedy evaluation of the actor's weights (see
+// dqn.EvalResult).
+type RLEval struct {
+	EnvSteps   int     `json:"env_steps"`
+	Version    uint64  `json:"version"`
+	MeanReturn float64 `json:"mean_return"`
+	Episodes   int     `json:"episodes"`
+	Seconds    float64 `json:"seconds"`
 }
 
 // RLResult is an actor's or a learner's answer.
@@ -155,7 +166,8 @@ func serveRL(ctx context.Context, conn *worker.Conn, j RLJob, dev device.Device,
 	var actor *dqn.Actor
 	var learner *dqn.Learner
 	if j.Role == RoleActor {
-		actor, err = dqn.NewActor(dev, shared, mem, c, j.Agent, dqn.ActorOptions{Graphs: j.Graphs, MaxLead: j.MaxLead, OnEpisode: rep.episode})
+		actor, err = dqn.NewActor(dev, shared, mem, c, j.Agent, dqn.ActorOptions{Graphs: j.Graphs, MaxLead: j.MaxLead,
+			OnEpisode: rep.episode, OnEval: rep.eval})
 		half, rep.actor = actor, actor
 	} else {
 		learner, err = dqn.NewLearner(dev, shared, mem, c, j.Agent, dqn.LearnerOptions{Graphs: j.Graphs, Logger: cfg.Logger})
@@ -225,6 +237,7 @@ type rlReporter struct {
 
 	mu       sync.Mutex
 	episodes []dqn.EpisodeRecord
+	evals    []RLEval
 	steps    int // the actor's, as its episodes were told
 }
 
@@ -232,6 +245,13 @@ func (r *rlReporter) episode(e env.Episode, steps int) {
 	r.mu.Lock()
 	r.episodes = append(r.episodes, dqn.EpisodeRecord{Return: e.Return, Length: e.Length, EnvSteps: steps})
 	r.steps = steps
+	r.mu.Unlock()
+}
+
+func (r *rlReporter) eval(e dqn.EvalResult) {
+	r.mu.Lock()
+	r.evals = append(r.evals, RLEval{EnvSteps: e.EnvSteps, Version: e.Version, MeanReturn: e.MeanReturn,
+		Episodes: e.Episodes, Seconds: e.Elapsed.Seconds()})
 	r.mu.Unlock()
 }
 
@@ -262,11 +282,11 @@ func (r *rlReporter) start(every time.Duration, half rlHalf) (stop func()) {
 
 func (r *rlReporter) report(last *RLProgress, half rlHalf) {
 	r.mu.Lock()
-	eps := r.episodes
-	r.episodes = nil
+	eps, evals := r.episodes, r.evals
+	r.episodes, r.evals = nil, nil
 	r.mu.Unlock()
 	p := RLProgress{Role: r.role, EnvSteps: int(r.mem.Appended()), LearnerSteps: int(r.mem.LearnerSteps()),
-		Episodes: eps, Epoch: r.mem.Epoch(), Published: r.mem.Version(), Waiting: half.Waiting()}
+		Episodes: eps, Evals: evals, Epoch: r.mem.Epoch(), Published: r.mem.Version(), Waiting: half.Waiting()}
 	if r.actor != nil {
 		p.Version, p.Syncs, p.Epsilon = r.actor.Version(), r.actor.Syncs(), r.cfg.Epsilon(p.EnvSteps)
 	} else {

@@ -18,6 +18,7 @@ const (
 	MetricRLEpisodesTotal         = "tolaria_rl_episodes_total"
 	MetricRLEpisodeReturn         = "tolaria_rl_episode_return"
 	MetricRLMeanReturn            = "tolaria_rl_mean_return_100"
+	MetricRLGreedyMeanReturn      = "tolaria_rl_greedy_mean_return"
 	MetricRLEnvSteps              = "tolaria_rl_env_steps"
 	MetricRLLearnerSteps          = "tolaria_rl_learner_steps"
 	MetricRLActorStepsPerSecond   = "tolaria_rl_actor_steps_per_second"
@@ -42,6 +43,7 @@ const RLSolvedReturn = 475
 // RLMetricNames are the families of a reinforcement-learning run.
 func RLMetricNames() []string {
 	return []string{MetricRLAgents, MetricRLAgentState, MetricRLEpisodesTotal, MetricRLEpisodeReturn, MetricRLMeanReturn,
+		MetricRLGreedyMeanReturn,
 		MetricRLEnvSteps, MetricRLLearnerSteps, MetricRLActorStepsPerSecond, MetricRLLearnerStepsPerSecond,
 		MetricRLWeightLag, MetricRLEpsilon, MetricRLLoss, MetricRLPublishesTotal, MetricRLSyncsTotal,
 		MetricRLActorRestartsTotal}
@@ -49,9 +51,13 @@ func RLMetricNames() []string {
 
 // RLAgent is what RLMetrics is told of an agent.
 type RLAgent struct {
-	Agent              int
-	State              string
-	MeanReturn         float64
+	Agent      int
+	State      string
+	MeanReturn float64
+	// EvalMeanReturn is the last greedy evaluation's mean return, when
+	// Evaluated (there has been one).
+	EvalMeanReturn     float64
+	Evaluated          bool
 	EnvSteps           int
 	LearnerSteps       int
 	ActorStepsPerSec   float64
@@ -71,7 +77,8 @@ type RLMetrics struct {
 	episodes, restarts            *prometheus.CounterVec
 	publishes, syncs              *prometheus.CounterVec
 	returns                       *prometheus.HistogramVec
-	mean, env, learn, actRate     *prometheus.GaugeVec
+	mean, greedy, env, learn      *prometheus.GaugeVec
+	actRate                       *prometheus.GaugeVec
 	learnRate, lag, epsilon, loss *prometheus.GaugeVec
 
 	stateNames []string // the states RL was given
@@ -106,6 +113,7 @@ func (m *Metrics) RL(states []string) (*RLMetrics, error) {
 			Help:    "Returns of the agent's finished episodes.",
 			Buckets: []float64{10, 25, 50, 100, 200, 300, 400, RLSolvedReturn, 500}}, agent),
 		mean:       gauge(MetricRLMeanReturn, "Mean return of the agent's last 100 episodes (all of them while fewer)."),
+		greedy:     gauge(MetricRLGreedyMeanReturn, "Mean return of the agent's last greedy evaluation (eval_episodes episodes without exploration); absent before the first."),
 		env:        gauge(MetricRLEnvSteps, "Environment steps the agent's actors took, earlier runs' included."),
 		learn:      gauge(MetricRLLearnerSteps, "Training steps the agent's learner took, earlier runs' included."),
 		actRate:    gauge(MetricRLActorStepsPerSecond, "Environment steps per second of the agent's actor, over its last report."),
@@ -121,7 +129,7 @@ func (m *Metrics) RL(states []string) (*RLMetrics, error) {
 		r.agents.WithLabelValues(s).Set(0)
 	}
 	for _, c := range []prometheus.Collector{r.agents, r.agentState, r.episodes, r.restarts, r.publishes, r.syncs, r.returns,
-		r.mean, r.env, r.learn, r.actRate, r.learnRate, r.lag, r.epsilon, r.loss} {
+		r.mean, r.greedy, r.env, r.learn, r.actRate, r.learnRate, r.lag, r.epsilon, r.loss} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -172,6 +180,9 @@ func (r *RLMetrics) Set(s RLAgent) {
 		c.WithLabelValues(a).Add(float64(delta))
 	}
 	r.mean.WithLabelValues(a).Set(s.MeanReturn)
+	if s.Evaluated {
+		r.greedy.WithLabelValues(a).Set(s.EvalMeanReturn)
+	}
 	r.env.WithLabelValues(a).Set(float64(s.EnvSteps))
 	r.learn.WithLabelValues(a).Set(float64(s.LearnerSteps))
 	r.actRate.WithLabelValues(a).Set(s.ActorStepsPerSec)

@@ -69,6 +69,7 @@ input (nothing started), 130 interrupted.`,
 	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long an actor or learner may send no heartbeat, or make no progress while it sends them, before it is taken for hung and killed (at least 1s)")
 	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): returns, steps/s, weight lag, publishes, syncs and restarts per agent")
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the run so the final values are scraped (0: exit at once)")
+	fs.Bool("stop-when-solved", true, "stop an agent once a greedy evaluation (eval_interval) of 100 or more episodes has a mean return of 475 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps")
 	fs.Bool("plot", false, "draw every agent's return curve into the run directory's "+PlotFile+" at the end")
 	return cmd
 }
@@ -135,6 +136,7 @@ func rlRequest(cmd *cobra.Command) (coordinator.RLRequest, error) {
 	req.Config, req.ConfigYAML = cfg, cfg.YAML()
 	req.Device = get("device")
 	req.Graphs, _ = fs.GetBool("enable-graphs")
+	req.StopWhenSolved, _ = fs.GetBool("stop-when-solved")
 	req.MaxLead, req.Threads, req.ActorRestarts = getInt("max-lead"), getInt("threads"), getInt("actor-restarts")
 	if req.MaxLead < 0 || req.Threads < 1 || req.ActorRestarts < 0 {
 		return req, usagef("--max-lead and --actor-restarts must be 0 or more and --threads at least 1, got %d, %d and %d", req.MaxLead, req.ActorRestarts, req.Threads)
@@ -226,13 +228,16 @@ func rlRefused(w io.Writer, err error) error {
 }
 
 func printRLSummary(w io.Writer, s coordinator.RLSummary) {
-	fmt.Fprintf(w, "%-5s  %-11s  %8s  %9s  %9s  %9s  %s\n", "agent", "state", "episodes", "mean-100", "best-100", "env steps", "solved at")
+	fmt.Fprintf(w, "%-5s  %-11s  %8s  %9s  %9s  %11s  %9s  %s\n", "agent", "state", "episodes", "mean-100", "best-100", "greedy best", "env steps", "solved at")
 	for _, a := range s.Agents {
-		solved := "-"
+		solved, greedy := "-", "-"
 		if a.SolvedAt >= 0 {
 			solved = fmt.Sprint(a.SolvedAt)
 		}
-		fmt.Fprintf(w, "%-5d  %-11s  %8d  %9.1f  %9.1f  %9d  %s\n", a.Agent, a.State, a.Episodes, a.MeanReturn, a.BestMeanReturn, a.EnvSteps, solved)
+		if a.Evaluations > 0 {
+			greedy = fmt.Sprintf("%.1f", a.BestEvalMeanReturn)
+		}
+		fmt.Fprintf(w, "%-5d  %-11s  %8d  %9.1f  %9.1f  %11s  %9d  %s\n", a.Agent, a.State, a.Episodes, a.MeanReturn, a.BestMeanReturn, greedy, a.EnvSteps, solved)
 		if a.Reason != "" {
 			fmt.Fprintf(w, "       %s\n", firstLine(a.Reason, 200))
 		}

@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
@@ -24,13 +25,14 @@ var agentColours = []color.Color{
 
 // plotReturns draws every agent's return curve (the mean over its last
 // 100 episodes against environment steps, each episode's return faint
-// behind it) and the goal of 475 into a PNG at out.
+// behind it, and each greedy evaluation's mean as a square) and the goal
+// of 475 into a PNG at out.
 func plotReturns(runDir string, agents int, out string) error {
 	p := plot.New()
-	p.Title.Text = "Episode return (mean of the last 100, and each episode)"
+	p.Title.Text = "Episode return (line: mean of the last 100; dots: each episode; squares: greedy evaluations)"
 	p.X.Label.Text = "environment steps"
 	p.Y.Label.Text = "return"
-	p.Legend.Top, p.Legend.Left, p.Legend.XOffs = true, false, -vg.Points(10)
+	p.Legend.Top, p.Legend.Left, p.Legend.XOffs = true, true, vg.Points(10)
 	drawn := 0
 	for i := range agents {
 		eps, err := coordinator.ReadRLEpisodes(runDir, i)
@@ -65,6 +67,23 @@ func plotReturns(runDir string, agents int, out string) error {
 		ln.Color, ln.Width = c, vg.Points(1.5)
 		p.Add(sc, ln)
 		p.Legend.Add(fmt.Sprintf("agent %d", i), ln)
+		evals, err := coordinator.ReadRLEvals(runDir, i)
+		if err != nil {
+			return err
+		}
+		if len(evals) > 0 {
+			pts := make(plotter.XYs, len(evals))
+			for k, e := range evals {
+				pts[k] = plotter.XY{X: float64(e.EnvSteps), Y: e.MeanReturn}
+			}
+			ev, err := plotter.NewScatter(pts)
+			if err != nil {
+				return err
+			}
+			ev.GlyphStyle.Color, ev.GlyphStyle.Radius = c, vg.Points(3.5)
+			ev.GlyphStyle.Shape = draw.BoxGlyph{}
+			p.Add(ev)
+		}
 		drawn++
 	}
 	if drawn == 0 {

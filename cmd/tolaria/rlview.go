@@ -50,7 +50,7 @@ func (v *rlView) start() {
 	if v.table == nil {
 		return
 	}
-	fmt.Fprintf(v.table, "%-5s  %-11s  %8s  %8s  %7s  %10s  %9s  %4s\n", "agent", "state", "episodes", "mean-100", "epsilon", "learn st/s", "act st/s", "lag")
+	fmt.Fprintf(v.table, "%-5s  %-11s  %8s  %8s  %7s  %10s  %9s  %4s  %6s\n", "agent", "state", "episodes", "mean-100", "epsilon", "learn st/s", "act st/s", "lag", "greedy")
 	for i := range v.st {
 		bar := v.table.New(0, mpb.BarStyle().Lbound("[").Rbound("]"), mpb.BarWidth(20),
 			mpb.PrependDecorators(decor.Any(func(decor.Statistics) string { return v.text(i) })))
@@ -67,8 +67,8 @@ func (v *rlView) text(i int) string {
 }
 
 func rlLine(s coordinator.AgentStatus) string {
-	return fmt.Sprintf("%-5d  %-11s  %8d  %8.1f  %7.3f  %10.0f  %9.0f  %4d ", s.Agent, s.State, s.Episodes, s.MeanReturn,
-		s.Epsilon, s.LearnerStepsPerSec, s.ActorStepsPerSec, s.Lag)
+	return fmt.Sprintf("%-5d  %-11s  %8d  %8.1f  %7.3f  %10.0f  %9.0f  %4d  %6s ", s.Agent, s.State, s.Episodes, s.MeanReturn,
+		s.Epsilon, s.LearnerStepsPerSec, s.ActorStepsPerSec, s.Lag, greedyText(s))
 }
 
 // update takes one change of an agent (coordinator.RLRequest.Report).
@@ -91,6 +91,9 @@ func (v *rlView) update(s coordinator.AgentStatus) {
 	switch {
 	case s.ActorRestarts != prev.ActorRestarts:
 		fmt.Fprintf(v.w, "agent %d: actor failed; started again (restart %d)\n", s.Agent, s.ActorRestarts)
+	case s.State == coordinator.AgentSucceeded && s.SolvedAt >= 0:
+		fmt.Fprintf(v.w, "agent %d: finished: solved at env step %d (a greedy mean of %.1f); %d episodes, mean return of the last 100 %.1f, %d env steps, %d learner steps\n",
+			s.Agent, s.SolvedAt, s.BestEvalMeanReturn, s.Episodes, s.MeanReturn, s.EnvSteps, s.LearnerSteps)
 	case s.State == coordinator.AgentSucceeded:
 		fmt.Fprintf(v.w, "agent %d: finished: %d episodes, mean return of the last 100 %.1f (best %.1f), %d env steps, %d learner steps\n",
 			s.Agent, s.Episodes, s.MeanReturn, s.BestMeanReturn, s.EnvSteps, s.LearnerSteps)
@@ -101,8 +104,8 @@ func (v *rlView) update(s coordinator.AgentStatus) {
 	case s.State != prev.State:
 		fmt.Fprintf(v.w, "agent %d: %s: actor and learner starting\n", s.Agent, s.State)
 	default:
-		fmt.Fprintf(v.w, "agent %d: %s: %d episodes, mean-100 %.1f, epsilon %.3f, learner %.0f steps/s, actor %.0f steps/s, lag %d, env steps %d\n",
-			s.Agent, s.State, s.Episodes, s.MeanReturn, s.Epsilon, s.LearnerStepsPerSec, s.ActorStepsPerSec, s.Lag, s.EnvSteps)
+		fmt.Fprintf(v.w, "agent %d: %s: %d episodes, mean-100 %.1f, epsilon %.3f, learner %.0f steps/s, actor %.0f steps/s, lag %d, env steps %d, greedy %s\n",
+			s.Agent, s.State, s.Episodes, s.MeanReturn, s.Epsilon, s.LearnerStepsPerSec, s.ActorStepsPerSec, s.Lag, s.EnvSteps, greedyText(s))
 	}
 }
 
@@ -137,4 +140,12 @@ func (v *rlView) close() {
 		}
 	}
 	v.table.Wait()
+}
+
+// greedyText is the last greedy evaluation's mean return, "-" before one.
+func greedyText(s coordinator.AgentStatus) string {
+	if s.Evaluations == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", s.EvalMeanReturn)
 }

@@ -52,6 +52,8 @@ type fileConfig struct {
 	EpsilonEnd        *float64 `yaml:"epsilon_end"`
 	EpsilonDecaySteps *int     `yaml:"epsilon_decay_steps"`
 	TotalSteps        *int     `yaml:"total_steps"`
+	EvalInterval      *int     `yaml:"eval_interval"`
+	EvalEpisodes      *int     `yaml:"eval_episodes"`
 }
 
 // ParseConfig reads a configuration file (YAML, the keys of Config's
@@ -137,6 +139,8 @@ func ParseConfig(raw []byte) (Config, error) {
 	set(&c.EpsilonEnd, f.EpsilonEnd)
 	set(&c.EpsilonDecaySteps, f.EpsilonDecaySteps)
 	set(&c.TotalSteps, f.TotalSteps)
+	set(&c.EvalInterval, f.EvalInterval)
+	set(&c.EvalEpisodes, f.EvalEpisodes)
 	return c, c.Validate()
 }
 
@@ -153,5 +157,6 @@ func (c Config) YAML() []byte {
 		c.Gamma, c.HuberDelta, c.BatchSize, c.BufferCapacity, c.LearningStarts, c.TrainEvery)
 	fmt.Fprintf(&b, "target_update: %d\ntarget_tau: %g\npublish_interval: %d\nsync_interval: %d\n", c.TargetUpdate, c.TargetTau, c.PublishInterval, c.SyncInterval)
 	fmt.Fprintf(&b, "epsilon_start: %g\nepsilon_end: %g\nepsilon_decay_steps: %d\ntotal_steps: %d\n", c.EpsilonStart, c.EpsilonEnd, c.EpsilonDecaySteps, c.TotalSteps)
+	fmt.Fprintf(&b, "eval_interval: %d\neval_episodes: %d\n", c.EvalInterval, c.EvalEpisodes)
 	return []byte(b.String())
 }

@@ -12,6 +12,7 @@ import (
 func TestConfigFileRoundTrip(t *testing.T) {
 	c := DefaultConfig()
 	c.NumAgents, c.Hidden, c.Optimizer.LR, c.TargetUpdate, c.Seed = 3, []int{32, 16}, 2.5e-4, 1000, 7
+	c.EvalInterval, c.EvalEpisodes = 2000, 30
 	back, err := ParseConfig(c.YAML())
 	if err != nil {
 		t.Fatalf("%v\n%s", err, c.YAML())
@@ -28,6 +29,7 @@ func TestConfigFileRoundTrip(t *testing.T) {
 		{"target_update: 0\n", "target_update"},
 		{"model: {activation: swish}\n", "model.activation"},
 		{"epsilon_end: 2\n", "epsilon_end"},
+		{"eval_episodes: 0\n", "eval_episodes"},
 	} {
 		if _, err := ParseConfig([]byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error naming %s", tc.file, err, tc.want)

@@ -201,8 +201,9 @@ func rlPanels() []PanelSpec {
 		})
 	}
 	return []PanelSpec{
-		{ID: 28, Title: fmt.Sprintf("Mean return of the last 100 episodes (goal %d)", telemetry.RLSolvedReturn), Unit: "short",
-			Queries: []Query{byAgent(telemetry.MetricRLMeanReturn)}, Goal: telemetry.RLSolvedReturn},
+		{ID: 28, Title: fmt.Sprintf("Mean return: last 100 episodes and greedy evaluation (goal %d)", telemetry.RLSolvedReturn), Unit: "short",
+			Queries: []Query{byAgent(telemetry.MetricRLMeanReturn),
+				{Expr: telemetry.MetricRLGreedyMeanReturn, Legend: "greedy " + agent}}, Goal: telemetry.RLSolvedReturn},
 		{ID: 29, Title: "Episode return (" + rateW + ")", Unit: "short", Queries: returns},
 		{ID: 30, Title: "Episodes per second", Unit: "short", Queries: []Query{rate(telemetry.MetricRLEpisodesTotal, "")}},
 		{ID: 31, Title: "Actor and learner steps per second", Unit: "short", Queries: []Query{
