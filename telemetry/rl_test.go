@@ -168,7 +168,7 @@ func TestRLEpisodesAndGauges(t *testing.T) {
 
 func TestRLMetricsPassPromlint(t *testing.T) {
 	m, r := newRL(t)
-	r.Set(RLAgent{Agent: 0, State: "running", Publishes: 1, Syncs: 1})
+	r.Set(RLAgent{Agent: 0, State: "running", Publishes: 1, Syncs: 1, EvalMeanReturn: 120, Evaluated: true})
 	r.Episode(0, 20)
 	r.ActorRestarted(0)
 	mfs, err := m.Registry().Gather()
