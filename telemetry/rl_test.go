@@ -194,3 +194,30 @@ func TestRLMetricsPassPromlint(t *testing.T) {
 		}
 	}
 }
+
+// TestRLGreedyReturnAbsentBeforeAnEvaluation: an agent not yet evaluated
+// has no greedy-return series (not a 0 that reads as a bad policy); once
+// evaluated it has its mean.
+func TestRLGreedyReturnAbsentBeforeAnEvaluation(t *testing.T) {
+	m, r := newRL(t)
+	greedy := func() (float64, bool) {
+		mfs, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == MetricRLGreedyMeanReturn && len(mf.GetMetric()) > 0 {
+				return mf.GetMetric()[0].GetGauge().GetValue(), true
+			}
+		}
+		return 0, false
+	}
+	r.Set(RLAgent{Agent: 0, State: "running", MeanReturn: 30})
+	if v, ok := greedy(); ok {
+		t.Fatalf("greedy return %g served before an evaluation", v)
+	}
+	r.Set(RLAgent{Agent: 0, State: "running", MeanReturn: 30, EvalMeanReturn: 212.5, Evaluated: true})
+	if v, ok := greedy(); !ok || v != 212.5 {
+		t.Fatalf("greedy return %g (%v), want 212.5", v, ok)
+	}
+}
