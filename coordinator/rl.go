@@ -76,11 +76,6 @@ type RLRequest struct {
 	// Report, when set, hears every change of an agent's status, from the
 	// agents' goroutines (one at a time per agent).
 	Report func(AgentStatus)
-	// StopWhenSolved stops an agent (its actor and learner finish, the
-	// learner checkpoints) once the coordinator hears of its first greedy
-	// evaluation that solves the task (SolvedAt): within a report interval
-	// of it, so the learner may have taken some more steps.
-	StopWhenSolved bool
 	// Metrics, when set, is updated as the agents go.
 	Metrics *telemetry.RLMetrics
 }
@@ -574,7 +569,9 @@ func (a *agentRun) addEval(e jobserver.RLEval) {
 	a.mu.Unlock()
 	if solved {
 		a.r.log.Info("agent solved the task", "agent", a.i, "env_steps", e.EnvSteps, "greedy_mean_return", e.MeanReturn, "episodes", e.Episodes)
-		if a.r.req.StopWhenSolved {
+		if a.r.req.Config.StopWhenSolved {
+			// Within a report interval of the evaluation: the learner
+			// may have taken some more steps.
 			a.mem.Stop()
 		}
 	}

@@ -177,7 +177,8 @@ func TestSolvedEvaluationStopsTheAgent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := &agentRun{r: &RLRun{req: RLRequest{StopWhenSolved: stop}, log: slog.New(slog.DiscardHandler)}, mem: mem,
+		cfg.StopWhenSolved = stop
+		a := &agentRun{r: &RLRun{req: RLRequest{Config: cfg}, log: slog.New(slog.DiscardHandler)}, mem: mem,
 			st: AgentStatus{SolvedAt: -1, TrainSolvedAt: -1}}
 		for _, e := range []jobserver.RLEval{{EnvSteps: 5000, MeanReturn: 480, Episodes: 99}, {EnvSteps: 10000, MeanReturn: 474.9, Episodes: 100}} {
 			a.addEval(e)

@@ -97,7 +97,8 @@ func memoryFiles(pid int) []string {
 func TestRLActorRestartedLearnerFailsItsAgent(t *testing.T) {
 	dir := t.TempDir()
 	runDir := filepath.Join(dir, "run")
-	cmd, stderr := startRun(t, dir, "rl", "--agents", "2", "--total-steps", "30000", "--run-dir", runDir, "--config", writeRLConfig(t, dir, "model: {hidden: [32, 32]}\n"))
+	cmd, stderr := startRun(t, dir, "rl", "--agents", "2", "--total-steps", "30000", "--stop-when-solved=false", "--run-dir", runDir,
+		"--config", writeRLConfig(t, dir, "model: {hidden: [32, 32]}\n"))
 	var actor int
 	waitFor(t, "agent 0's actor past 3,000 steps", func() bool {
 		pid, steps := rlWorker(runDir, 0, "actor")
@@ -174,7 +175,7 @@ func TestRLInterruptAndResume(t *testing.T) {
 	dir := t.TempDir()
 	runDir := filepath.Join(dir, "run")
 	cfg := writeRLConfig(t, dir, "model: {hidden: [32, 32]}\n")
-	cmd, stderr := startRun(t, dir, "rl", "--agents", "2", "--total-steps", "40000", "--run-dir", runDir, "--config", cfg)
+	cmd, stderr := startRun(t, dir, "rl", "--agents", "2", "--total-steps", "40000", "--stop-when-solved=false", "--run-dir", runDir, "--config", cfg)
 	waitFor(t, "both agents past 4,000 steps", func() bool {
 		_, s0 := rlWorker(runDir, 0, "actor")
 		_, s1 := rlWorker(runDir, 1, "actor")

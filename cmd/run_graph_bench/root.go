@@ -99,6 +99,9 @@ docs/bench.md explains every number.`,
 	f.Uint64Var(&o.seed, "seed", 1, "seed for parameters and synthetic batches")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress lines on stderr")
 	addPeerFlags(cmd, &o.peerOpts)
+	rlPlot := newRLPlotCmd()
+	rlPlot.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.AddCommand(rlPlot)
 	return cmd
 }
 

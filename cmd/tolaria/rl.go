@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -69,8 +70,8 @@ input (nothing started), 130 interrupted.`,
 	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long an actor or learner may send no heartbeat, or make no progress while it sends them, before it is taken for hung and killed (at least 1s)")
 	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): returns, steps/s, weight lag, publishes, syncs and restarts per agent")
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the run so the final values are scraped (0: exit at once)")
-	fs.Bool("stop-when-solved", true, "stop an agent once a greedy evaluation (eval_interval) of 100 or more episodes has a mean return of 475 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps")
-	fs.Bool("plot", false, "draw every agent's return curve into the run directory's "+PlotFile+" at the end")
+	fs.Bool("stop-when-solved", true, "(stop_when_solved) stop an agent once a greedy evaluation (eval_interval) of 100 or more episodes has a mean return of 475 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps")
+	fs.Bool("plot", false, "draw every agent's return curve into the run directory's "+PlotFile+" at the end (with run_graph_bench rl-plot, next to tolaria or on the PATH)")
 	return cmd
 }
 
@@ -115,7 +116,7 @@ func rlRequest(cmd *cobra.Command) (coordinator.RLRequest, error) {
 		}
 	}
 	if req.Resume {
-		for _, f := range []string{"agents", "total-steps", "seed"} {
+		for _, f := range []string{"agents", "total-steps", "seed", "stop-when-solved"} {
 			if fs.Changed(f) {
 				return req, usagef("--%s cannot change a run being resumed; it continues with %s", f, path)
 			}
@@ -130,13 +131,15 @@ func rlRequest(cmd *cobra.Command) (coordinator.RLRequest, error) {
 	if fs.Changed("seed") {
 		cfg.Seed, _ = fs.GetUint64("seed")
 	}
+	if fs.Changed("stop-when-solved") {
+		cfg.StopWhenSolved, _ = fs.GetBool("stop-when-solved")
+	}
 	if err := cfg.Validate(); err != nil {
 		return req, usagef("%s", field.Render(err, rlFlag))
 	}
 	req.Config, req.ConfigYAML = cfg, cfg.YAML()
 	req.Device = get("device")
 	req.Graphs, _ = fs.GetBool("enable-graphs")
-	req.StopWhenSolved, _ = fs.GetBool("stop-when-solved")
 	req.MaxLead, req.Threads, req.ActorRestarts = getInt("max-lead"), getInt("threads"), getInt("actor-restarts")
 	if req.MaxLead < 0 || req.Threads < 1 || req.ActorRestarts < 0 {
 		return req, usagef("--max-lead and --actor-restarts must be 0 or more and --threads at least 1, got %d, %d and %d", req.MaxLead, req.ActorRestarts, req.Threads)
@@ -186,12 +189,7 @@ func runRL(ctx context.Context, cmd *cobra.Command) error {
 	view.close()
 	printRLSummary(stdout, sum)
 	if plot, _ := cmd.Flags().GetBool("plot"); plot {
-		out := filepath.Join(run.Dir(), PlotFile)
-		if err := plotReturns(run.Dir(), req.Config.NumAgents, out); err != nil {
-			fmt.Fprintf(stderr, "tolaria: drawing %s: %v\n", out, err)
-		} else {
-			fmt.Fprintf(stdout, "return curves %s\n", out)
-		}
+		drawReturns(ctx, run.Dir(), stdout, stderr)
 	}
 	linger, _ := cmd.Flags().GetDuration("metrics-linger")
 	defer metrics.Linger(ctx, linger)
@@ -216,6 +214,31 @@ func runRL(ctx context.Context, cmd *cobra.Command) error {
 	}
 	fmt.Fprintf(stderr, "tolaria: %d of %d agents failed; see the reasons in %s/%s\n", len(sum.Agents)-ok, len(sum.Agents), run.Dir(), coordinator.SummaryFile)
 	return exitError{exitSomeFailed}
+}
+
+// drawReturns has run_graph_bench (next to tolaria, or on the PATH) draw
+// the run's return curves: charts are its, and tolaria links no plotting.
+func drawReturns(ctx context.Context, dir string, stdout, stderr io.Writer) {
+	bench := "run_graph_bench"
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), bench); fileExists(p) {
+			bench = p
+		}
+	}
+	if _, err := exec.LookPath(bench); err != nil {
+		fmt.Fprintf(stderr, "tolaria: --plot: no run_graph_bench next to tolaria or on the PATH (build it with make build), so no %s; draw it later with run_graph_bench rl-plot %s\n", PlotFile, dir)
+		return
+	}
+	draw := exec.CommandContext(context.WithoutCancel(ctx), bench, "rl-plot", dir, "--output", filepath.Join(dir, PlotFile))
+	draw.Stdout, draw.Stderr = stdout, stderr
+	if err := draw.Run(); err != nil {
+		fmt.Fprintf(stderr, "tolaria: --plot: %s rl-plot %s: %v\n", bench, dir, err)
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func rlRefused(w io.Writer, err error) error {

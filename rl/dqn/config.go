@@ -57,6 +57,10 @@ type Config struct {
 	// EvalEpisodes is the episodes of one evaluation, each in its own
 	// environment, all batched through one forward pass (eval_episodes).
 	EvalEpisodes int
+	// StopWhenSolved asks whoever runs the agents to stop one at its
+	// first greedy evaluation of at least 100 episodes whose mean return
+	// reaches 475 (stop_when_solved).
+	StopWhenSolved bool
 }
 
 // DefaultConfig is a setting that solves CartPole-v1 as greedy evaluation
@@ -71,7 +75,7 @@ func DefaultConfig() Config {
 		Gamma: 0.99, HuberDelta: 1, BatchSize: 64, BufferCapacity: 50000, LearningStarts: 1000,
 		TrainEvery: 1, TargetUpdate: 500, PublishInterval: 10, SyncInterval: 10,
 		EpsilonStart: 1, EpsilonEnd: 0.01, EpsilonDecaySteps: 20000, TotalSteps: 150000,
-		EvalInterval: 5000, EvalEpisodes: 100,
+		EvalInterval: 5000, EvalEpisodes: 100, StopWhenSolved: true,
 	}
 }
 

@@ -54,6 +54,7 @@ type fileConfig struct {
 	TotalSteps        *int     `yaml:"total_steps"`
 	EvalInterval      *int     `yaml:"eval_interval"`
 	EvalEpisodes      *int     `yaml:"eval_episodes"`
+	StopWhenSolved    *bool    `yaml:"stop_when_solved"`
 }
 
 // ParseConfig reads a configuration file (YAML, the keys of Config's
@@ -141,6 +142,7 @@ func ParseConfig(raw []byte) (Config, error) {
 	set(&c.TotalSteps, f.TotalSteps)
 	set(&c.EvalInterval, f.EvalInterval)
 	set(&c.EvalEpisodes, f.EvalEpisodes)
+	set(&c.StopWhenSolved, f.StopWhenSolved)
 	return c, c.Validate()
 }
 
@@ -157,6 +159,6 @@ func (c Config) YAML() []byte {
 		c.Gamma, c.HuberDelta, c.BatchSize, c.BufferCapacity, c.LearningStarts, c.TrainEvery)
 	fmt.Fprintf(&b, "target_update: %d\ntarget_tau: %g\npublish_interval: %d\nsync_interval: %d\n", c.TargetUpdate, c.TargetTau, c.PublishInterval, c.SyncInterval)
 	fmt.Fprintf(&b, "epsilon_start: %g\nepsilon_end: %g\nepsilon_decay_steps: %d\ntotal_steps: %d\n", c.EpsilonStart, c.EpsilonEnd, c.EpsilonDecaySteps, c.TotalSteps)
-	fmt.Fprintf(&b, "eval_interval: %d\neval_episodes: %d\n", c.EvalInterval, c.EvalEpisodes)
+	fmt.Fprintf(&b, "eval_interval: %d\neval_episodes: %d\nstop_when_solved: %t\n", c.EvalInterval, c.EvalEpisodes, c.StopWhenSolved)
 	return []byte(b.String())
 }

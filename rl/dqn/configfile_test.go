@@ -12,7 +12,7 @@ import (
 func TestConfigFileRoundTrip(t *testing.T) {
 	c := DefaultConfig()
 	c.NumAgents, c.Hidden, c.Optimizer.LR, c.TargetUpdate, c.Seed = 3, []int{32, 16}, 2.5e-4, 1000, 7
-	c.EvalInterval, c.EvalEpisodes = 2000, 30
+	c.EvalInterval, c.EvalEpisodes, c.StopWhenSolved = 2000, 30, false
 	back, err := ParseConfig(c.YAML())
 	if err != nil {
 		t.Fatalf("%v\n%s", err, c.YAML())

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"image/color"
 	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -21,6 +24,43 @@ var agentColours = []color.Color{
 	color.RGBA{R: 0x66, G: 0xa6, B: 0x1e, A: 0xff},
 	color.RGBA{R: 0x75, G: 0x70, B: 0xb3, A: 0xff},
 	color.RGBA{R: 0xe7, G: 0x29, B: 0x8a, A: 0xff},
+}
+
+// newRLPlotCmd draws a reinforcement-learning run's return curves: tolaria
+// rl --plot runs it, and it redraws any run's.
+func newRLPlotCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "rl-plot RUN_DIR",
+		Short: "draw the return curves of a tolaria rl run (PNG)",
+		Long: `rl-plot draws every agent's return curve of a tolaria rl run from its agents'
+events: the mean return of the last 100 episodes against environment steps,
+each episode's return faint behind it, each greedy evaluation's mean as a
+square, and the goal of 475. tolaria rl --plot runs it at the end of a run.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("rl-plot takes one run directory, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
+			if out == "" {
+				out = filepath.Join(dir, "returns.png")
+			}
+			agents, _ := filepath.Glob(filepath.Join(dir, "agent-*"))
+			if len(agents) == 0 {
+				return usagef("%s holds no agent directories (agent-0, ...): it is not a tolaria rl run directory", dir)
+			}
+			if err := plotReturns(dir, len(agents), out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "return curves %s\n", out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "output", "", "the PNG to write (default RUN_DIR/returns.png)")
+	return cmd
 }
 
 // plotReturns draws every agent's return curve (the mean over its last
