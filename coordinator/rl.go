@@ -194,6 +194,9 @@ func PrepareRL(req RLRequest, now time.Time) (*RLRun, error) {
 	if err != nil || !ok {
 		return nil, configErr(field.Errorf("run_dir", "%s is %w; wait for it or choose another %s", dir, ErrRunDirBusy, field.Name("run_dir")))
 	}
+	if c := req.Config; c.StopWhenSolved && c.EvalInterval > 0 && c.EvalEpisodes < SolvedEpisodes {
+		req.Logger.Warn(fmt.Sprintf("eval_episodes %d is under %d: no evaluation can solve the task, so stop_when_solved never stops an agent", c.EvalEpisodes, SolvedEpisodes))
+	}
 	r := &RLRun{req: req, dir: dir, lock: lock, path: path, log: req.Logger}
 	if req.Resume {
 		if err := r.checkResume(); err != nil {
@@ -296,21 +299,40 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return a.fail(err)
 	}
+	_, ckErr := os.Stat(filepath.Join(dir, trainer.CheckpointFile))
+	_, bufErr := os.Stat(filepath.Join(dir, ReplayFile))
+	resume := r.req.Resume && ckErr == nil && bufErr == nil
+	earlier := ""
+	if r.req.Resume && !resume {
+		// Nothing to continue from (its learner failed, or it was
+		// stopped before its first checkpoint): the agent starts again,
+		// and the earlier run's events are kept aside, not counted.
+		earlier = filepath.Join(dir, fmt.Sprintf("events-before-%s.jsonl", time.Now().UTC().Format("20060102-150405")))
+		if err := os.Rename(filepath.Join(dir, EventsFile), earlier); err != nil {
+			earlier = ""
+		}
+	}
 	var err error
 	if a.events, err = os.OpenFile(filepath.Join(dir, EventsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
 		return a.fail(err)
 	}
 	defer a.events.Close()
-	resume, err := a.openMemory()
-	if err != nil {
+	if err := a.openMemory(resume); err != nil {
 		return a.fail(err)
+	}
+	if r.req.Resume && !resume {
+		r.log.Warn("agent has no checkpoint and replay buffer to resume from; it starts again", "agent", i, "earlier_events", earlier)
 	}
 	memPath := a.mem.Path()
 	defer func() {
 		_ = a.mem.Close()
 		_ = shm.Remove(memPath)
 	}()
-	a.event(map[string]any{"event": "start", "resume": resume, "env_steps": a.mem.Appended(), "epoch": a.mem.Epoch()})
+	start := map[string]any{"event": "start", "resume": resume, "env_steps": a.mem.Appended(), "epoch": a.mem.Epoch()}
+	if earlier != "" {
+		start["earlier_events"] = filepath.Base(earlier)
+	}
+	a.event(start)
 	a.update(func(st *AgentStatus) { st.State = AgentRunning })
 
 	var wg sync.WaitGroup
@@ -342,7 +364,7 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 		case actErr != nil:
 			st.State, st.Reason = AgentFailed, actErr.Error()
 		case interrupted:
-			st.State, st.Reason = AgentInterrupted, "interrupted; the learner and the replay buffer were saved: continue with --resume"
+			st.State, st.Reason = AgentInterrupted, "the learner's checkpoint and the replay buffer were saved: continue with --resume"
 		default:
 			st.State = AgentSucceeded
 		}
@@ -351,6 +373,10 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 		}
 	})
 	st := a.status()
+	if st.State == AgentSucceeded {
+		// Nothing to resume: a buffer saved by an earlier stop is stale.
+		_ = os.Remove(filepath.Join(dir, ReplayFile))
+	}
 	a.event(map[string]any{"event": "end", "state": st.State, "reason": st.Reason, "env_steps": st.EnvSteps, "learner_steps": st.LearnerSteps})
 	if err := writeJSON(filepath.Join(dir, SummaryFile), st); err != nil {
 		return st, err
@@ -358,44 +384,38 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 	return st, nil
 }
 
-// openMemory creates the agent's memory file, from its saved replay
-// buffer when the run resumes and the agent has one (then its learner
-// resumes from its checkpoint too); it reports whether it resumed.
-func (a *agentRun) openMemory() (bool, error) {
+// openMemory creates the agent's memory file: from its saved replay
+// buffer when resume (then its learner resumes from its checkpoint too),
+// empty otherwise.
+func (a *agentRun) openMemory(resume bool) error {
 	cfg := a.r.req.Config
 	spec, err := cfg.Spec()
 	if err != nil {
-		return false, err
+		return err
 	}
 	layout := cfg.Layout(spec)
 	path := filepath.Join(a.r.req.MemoryDir, fmt.Sprintf("tolaria-rl-%d-agent%d", os.Getpid(), a.i))
+	if !resume {
+		if a.mem, err = shm.Create(path, layout); err != nil {
+			return setupErr(fmt.Errorf("agent %d's memory file: %w", a.i, err))
+		}
+		return nil
+	}
 	saved := filepath.Join(a.dir, ReplayFile)
-	_, ckErr := os.Stat(filepath.Join(a.dir, trainer.CheckpointFile))
-	_, bufErr := os.Stat(saved)
-	if a.r.req.Resume && ckErr == nil && bufErr == nil {
-		raw, err := os.ReadFile(saved)
-		if err != nil {
-			return false, err
-		}
-		if err := atomicfile.WriteFile(path, raw, 0o600); err != nil {
-			return false, err
-		}
-		if a.mem, err = shm.Open(path, layout); err != nil {
-			_ = shm.Remove(path)
-			return false, configErr(field.Errorf("resume", "agent %d's saved replay buffer %s: %v; start a new run in another %s", a.i, saved, err, field.Name("run_dir")))
-		}
-		a.mem.ClearStop()
-		a.loadEpisodes()
-		return true, nil
+	raw, err := os.ReadFile(saved)
+	if err != nil {
+		return err
 	}
-	if a.mem, err = shm.Create(path, layout); err != nil {
-		return false, setupErr(fmt.Errorf("agent %d's memory file: %w", a.i, err))
+	if err := atomicfile.WriteFile(path, raw, 0o600); err != nil {
+		return err
 	}
-	if a.r.req.Resume {
-		// An agent interrupted before its first checkpoint starts again.
-		a.loadEpisodes()
+	if a.mem, err = shm.Open(path, layout); err != nil {
+		_ = shm.Remove(path)
+		return configErr(field.Errorf("resume", "agent %d's saved replay buffer %s: %v; start a new run in another %s", a.i, saved, err, field.Name("run_dir")))
 	}
-	return false, nil
+	a.mem.ClearStop()
+	a.loadEpisodes()
+	return nil
 }
 
 // saveReplay copies the memory file into the agent's directory, once its
@@ -431,6 +451,12 @@ func (a *agentRun) actor(ctx context.Context) error {
 		}
 		if a.mem.Stopped() {
 			return nil // the learner failed; that is the agent's reason
+		}
+		var we *worker.Error
+		if errors.As(err, &we) && (we.Kind == worker.KindUsage || we.Kind == worker.KindNoDevice) {
+			// Another process would fail the same way.
+			a.mem.Stop()
+			return fmt.Errorf("actor: %w (not started again: the next would fail the same way)", err)
 		}
 		if attempt > a.r.req.ActorRestarts {
 			a.mem.Stop()
@@ -506,23 +532,34 @@ func (a *agentRun) progress(p jobserver.RLProgress, attempt int) {
 		if p.Role == jobserver.RoleLearner {
 			steps = p.LearnerSteps
 		}
-		rate := 0.0
-		if m, ok := a.last[p.Role]; ok && now.Sub(m.at) > 0 {
-			rate = float64(steps-m.steps) / now.Sub(m.at).Seconds()
+		// A rate over the time since the last report, once it spans a
+		// tenth of a second: a report sent early (a half's last, or one
+		// with an evaluation) keeps the one before.
+		rate, fresh := 0.0, false
+		if m, ok := a.last[p.Role]; !ok {
+			a.last[p.Role] = rateMark{at: now, steps: steps}
+		} else if d := now.Sub(m.at); d >= 100*time.Millisecond {
+			rate, fresh = float64(steps-m.steps)/d.Seconds(), true
+			a.last[p.Role] = rateMark{at: now, steps: steps}
 		}
-		a.last[p.Role] = rateMark{at: now, steps: steps}
 		st.EnvSteps = max(st.EnvSteps, p.EnvSteps)
 		st.Epoch = max(st.Epoch, p.Epoch)
 		st.LearnerSteps = max(st.LearnerSteps, p.LearnerSteps)
 		if p.Role == jobserver.RoleActor {
-			st.ActorStepsPerSec, st.Epsilon = rate, p.Epsilon
+			if fresh {
+				st.ActorStepsPerSec = rate
+			}
+			st.Epsilon = p.Epsilon
 			st.Syncs = a.counts[p.Role].total(attempt, p.Syncs)
 			st.Lag = 0
 			if p.Published > p.Version {
 				st.Lag = p.Published - p.Version
 			}
 		} else {
-			st.LearnerStepsPerSec, st.Loss = rate, p.Loss
+			if fresh {
+				st.LearnerStepsPerSec = rate
+			}
+			st.Loss = p.Loss
 			st.Publishes = a.counts[p.Role].total(attempt, p.Publishes)
 		}
 	})

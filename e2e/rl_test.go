@@ -156,6 +156,38 @@ func TestRLActorRestartedLearnerFailsItsAgent(t *testing.T) {
 	if !strings.Contains(stderr.String(), "1 of 2 agents failed") {
 		t.Errorf("stderr does not say which failed:\n%s", stderr)
 	}
+
+	// --resume: agent 0 finished and is kept; agent 1, whose learner left
+	// no checkpoint, starts again from step 0, its earlier events set
+	// aside rather than counted.
+	r := tolaria(t, dir, nil, "rl", "--resume", "--run-dir", runDir)
+	if r.code != 0 {
+		t.Fatalf("--resume after a failed learner: exit %d\n%s", r.code, r.stderr)
+	}
+	resumed := readRLSummary(t, runDir)
+	if resumed.Agents[0] != a0 {
+		t.Errorf("agent 0 changed on resume: %+v, was %+v", resumed.Agents[0], a0)
+	}
+	b1 := resumed.Agents[1]
+	aside, _ := filepath.Glob(filepath.Join(coordinator.AgentDir(runDir, 1), "events-before-*.jsonl"))
+	var starts []rlEvent
+	last = 0
+	for _, e := range rlEvents(runDir, 1) {
+		switch e.Event {
+		case "start":
+			starts = append(starts, e)
+		case "episode":
+			if e.EnvSteps < last {
+				t.Errorf("agent 1's episodes go back from step %d to %d", last, e.EnvSteps)
+			}
+			last = e.EnvSteps
+		}
+	}
+	if b1.State != coordinator.AgentSucceeded || b1.EnvSteps != 30000 || uint64(b1.Episodes) != b1.Epoch || len(aside) != 1 ||
+		len(starts) != 1 || starts[0].Resume || starts[0].EnvSteps != 0 {
+		t.Errorf("agent 1 after --resume: %s, %d env steps, %d episodes (epoch %d), earlier events %v, starts %+v; want it started again from 0 and finished",
+			b1.State, b1.EnvSteps, b1.Episodes, b1.Epoch, aside, starts)
+	}
 }
 
 func writeRLConfig(t *testing.T, dir, text string) string {
@@ -252,13 +284,14 @@ func TestRLRefusesBadInput(t *testing.T) {
 		{"", []string{"--agents", "0"}, "--agents (num_agents)"},
 		{"", []string{"--resume"}, "--resume needs --run-dir"},
 		{"", []string{"--device", "tpu"}, "device"},
+		{"", []string{"--metrics-addr", "nonsense"}, "--metrics-addr"},
+		{"", []string{"--resume", "--run-dir", filepath.Join(dir, "nothere")}, "holds no tolaria rl run"},
 	} {
 		args := append([]string{"rl", "--config", writeRLConfig(t, dir, tc.config)}, tc.args...)
 		if !strings.Contains(strings.Join(tc.args, " "), "--resume") {
 			args = append(args, "--run-dir", runDir)
 		} else {
-			args = tc.args
-			args = append([]string{"rl"}, args...)
+			args = append([]string{"rl"}, tc.args...)
 		}
 		r := tolaria(t, dir, nil, args...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
@@ -267,6 +300,27 @@ func TestRLRefusesBadInput(t *testing.T) {
 		if _, err := os.Stat(runDir); err == nil {
 			t.Fatalf("%q %v: %s was created", tc.config, tc.args, runDir)
 		}
+	}
+
+	// A run directory that holds a run is refused, naming the flags as
+	// they are spelled.
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(runDir, coordinator.ConfigFile), []byte("seed: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := tolaria(t, dir, nil, "rl", "--run-dir", runDir)
+	if r.code != 2 || !strings.Contains(r.stderr, "--resume") || !strings.Contains(r.stderr, "--run-dir") || strings.Contains(r.stderr, "run_dir") {
+		t.Errorf("a new run in a run's directory: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// A failure another process would repeat is not retried: a CPU-only
+	// worker asked for CUDA fails its agent at once.
+	r = tolaria(t, dir, nil, "rl", "--device", "cuda", "--run-dir", filepath.Join(dir, "cuda"))
+	sum := readRLSummary(t, filepath.Join(dir, "cuda"))
+	if r.code != 1 || sum.Agents[0].State != coordinator.AgentFailed || sum.Agents[0].ActorRestarts != 0 {
+		t.Errorf("--device cuda with a CPU worker: exit %d, %+v\n%s", r.code, sum.Agents[0], r.stderr)
 	}
 }
 

@@ -161,7 +161,7 @@ func serveRL(ctx context.Context, conn *worker.Conn, j RLJob, dev device.Device,
 	defer mem.Close()
 	shared := &dqn.Shared{Pool: cfg.Shared.Pool(), Guard: cfg.Shared.Guard()}
 	res := RLResult{Role: j.Role}
-	rep := &rlReporter{conn: conn, mem: mem, cfg: c, role: j.Role}
+	rep := &rlReporter{conn: conn, mem: mem, cfg: c, role: j.Role, now: make(chan struct{}, 1)}
 	var half rlHalf
 	var actor *dqn.Actor
 	var learner *dqn.Learner
@@ -235,6 +235,11 @@ type rlReporter struct {
 	actor   *dqn.Actor
 	learner *dqn.Learner
 
+	// now asks for a report at once (an evaluation: a solving one stops
+	// the agent, and it must not wait for the next tick, nor be lost
+	// with a process killed before it).
+	now chan struct{}
+
 	mu       sync.Mutex
 	episodes []dqn.EpisodeRecord
 	evals    []RLEval
@@ -253,6 +258,10 @@ func (r *rlReporter) eval(e dqn.EvalResult) {
 	r.evals = append(r.evals, RLEval{EnvSteps: e.EnvSteps, Version: e.Version, MeanReturn: e.MeanReturn,
 		Episodes: e.Episodes, Seconds: e.Elapsed.Seconds()})
 	r.mu.Unlock()
+	select {
+	case r.now <- struct{}{}:
+	default: // one is asked for already
+	}
 }
 
 // start reports every interval until the returned function is called; that
@@ -270,6 +279,8 @@ func (r *rlReporter) start(every time.Duration, half rlHalf) (stop func()) {
 				r.report(&last, half)
 				return
 			case <-t.C:
+				r.report(&last, half)
+			case <-r.now:
 				r.report(&last, half)
 			}
 		}

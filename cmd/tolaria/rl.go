@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
+	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/worker"
 )
 
@@ -39,7 +41,8 @@ sync_interval, publish_interval, target_update, the epsilon schedule, model:,
 optimizer:, ...); flags given override it.
 
 The run directory (--run-dir, default runs/rl-<time>) receives config.yaml,
-summary.json and agent-<i>/ for each agent: events.jsonl (every episode),
+summary.json and agent-<i>/ for each agent: events.jsonl (every episode and
+greedy evaluation, each worker started, restarts),
 the learner's checkpoint.tlck, replay.buf (the buffer, saved on Ctrl-C),
 summary.json and the actor's and learner's worker logs.
 
@@ -49,15 +52,16 @@ its agent, with the reason, and the other agents go on. Ctrl-C checkpoints
 every learner and saves every buffer; --resume --run-dir DIR continues.
 
 Exit status: 0 every agent finished, 3 some failed, 1 none finished, 2 bad
-input (nothing started), 130 interrupted.`,
+input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRL(cmd.Context(), cmd) },
 	}
 	fs := cmd.Flags()
 	fs.String("config", "", "YAML configuration file (see docs/rl.md); default: the defaults of docs/rl.md")
-	fs.Int("agents", 0, "independent agents, each an actor and a learner process (num_agents)")
-	fs.Int("total-steps", 0, "environment steps per agent (total_steps)")
-	fs.Uint64("seed", 0, "seed; agent i uses seed+i (seed)")
+	def := dqn.DefaultConfig()
+	fs.Int("agents", def.NumAgents, "independent agents, each an actor and a learner process (num_agents)")
+	fs.Int("total-steps", def.TotalSteps, "environment steps per agent (total_steps)")
+	fs.Uint64("seed", def.Seed, "seed; agent i uses seed+i (seed)")
 	fs.String("run-dir", "", "run directory, new (default runs/rl-<time>); with --resume, the run to continue")
 	fs.Bool("resume", false, "continue the interrupted run in --run-dir: each learner from its checkpoint, each buffer as saved")
 	fs.String("device", "cpu", "cpu or cuda: each worker opens its own device")
@@ -70,7 +74,7 @@ input (nothing started), 130 interrupted.`,
 	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long an actor or learner may send no heartbeat, or make no progress while it sends them, before it is taken for hung and killed (at least 1s)")
 	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): returns, steps/s, weight lag, publishes, syncs and restarts per agent")
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the run so the final values are scraped (0: exit at once)")
-	fs.Bool("stop-when-solved", true, "(stop_when_solved) stop an agent once a greedy evaluation (eval_interval) of 100 or more episodes has a mean return of 475 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps")
+	fs.Bool("stop-when-solved", def.StopWhenSolved, "stop an agent once a greedy evaluation (eval_interval) of 100 or more episodes has a mean return of 475 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps (stop_when_solved)")
 	fs.Bool("plot", false, "draw every agent's return curve into the run directory's "+PlotFile+" at the end (with run_graph_bench rl-plot, next to tolaria or on the PATH)")
 	return cmd
 }
@@ -82,8 +86,10 @@ func rlFlag(key field.Name) string {
 		return "--agents (num_agents)"
 	case "total_steps":
 		return "--total-steps (total_steps)"
+	case "stop_when_solved":
+		return "--stop-when-solved (stop_when_solved)"
 	case "run_dir", "resume", "device", "metrics_addr", "actor_restarts":
-		return "--" + string(key)
+		return "--" + strings.ReplaceAll(string(key), "_", "-")
 	}
 	return ""
 }
@@ -105,6 +111,9 @@ func rlRequest(cmd *cobra.Command) (coordinator.RLRequest, error) {
 			return req, usagef("--resume needs --run-dir pointing at the run to continue")
 		}
 		path = filepath.Join(req.Dir, coordinator.ConfigFile)
+		if !fileExists(path) {
+			return req, usagef("--resume: %s holds no tolaria rl run (no %s); start without --resume, or point --run-dir at an earlier run", req.Dir, coordinator.ConfigFile)
+		}
 	}
 	if path != "" {
 		raw, err := os.ReadFile(path)
@@ -169,6 +178,12 @@ func runRL(ctx context.Context, cmd *cobra.Command) error {
 	log := slog.New(slog.NewTextHandler(view.logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	addr, _ := cmd.Flags().GetString("metrics-addr")
+	if addr != "" {
+		if _, err := telemetry.ListenAddress(addr); err != nil {
+			view.close()
+			return rlRefused(stderr, usagef("--metrics-addr: %v", err))
+		}
+	}
 	metrics, rlm, err := coordinator.ServeRLMetrics(ctx, addr, version(), log)
 	if err != nil {
 		view.close()

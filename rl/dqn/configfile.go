@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -57,6 +58,9 @@ type fileConfig struct {
 	StopWhenSolved    *bool    `yaml:"stop_when_solved"`
 }
 
+// unknownKey matches yaml's report of a key no field takes.
+var unknownKey = regexp.MustCompile(`field (\S+) not found in type .*`)
+
 // ParseConfig reads a configuration file (YAML, the keys of Config's
 // field errors: num_agents, sync_interval, publish_interval,
 // target_update, the epsilon schedule, model: {hidden, activation},
@@ -68,7 +72,16 @@ func ParseConfig(raw []byte) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return c, fmt.Errorf("the configuration cannot be read: %s; the keys are those of docs/rl.md", strings.TrimPrefix(err.Error(), "yaml: "))
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			// Name the key, not the Go type it did not fit.
+			lines := make([]string, len(te.Errors))
+			for i, e := range te.Errors {
+				lines[i] = unknownKey.ReplaceAllString(e, `unknown key "$1" (the keys are listed in docs/rl.md)`)
+			}
+			return c, fmt.Errorf("the configuration cannot be read: %s", strings.Join(lines, "; "))
+		}
+		return c, fmt.Errorf("the configuration is not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	set := func(dst, src any) {
 		switch d := dst.(type) {

@@ -1,6 +1,8 @@
 package dqn
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -25,14 +27,43 @@ func TestConfigFileRoundTrip(t *testing.T) {
 		t.Fatalf("overrides: %+v, %v", got, err)
 	}
 	for _, tc := range []struct{ file, want string }{
-		{"num_agent: 2\n", "num_agent"},
+		{"num_agent: 2\n", `unknown key "num_agent"`},
+		{"model: {hiden: [8]}\n", `unknown key "hiden"`},
+		{"env: Pendulum-v1\n", `env: unknown environment "Pendulum-v1"`},
+		{"gamma: [\n", "not valid YAML"},
 		{"target_update: 0\n", "target_update"},
 		{"model: {activation: swish}\n", "model.activation"},
 		{"epsilon_end: 2\n", "epsilon_end"},
 		{"eval_episodes: 0\n", "eval_episodes"},
 	} {
-		if _, err := ParseConfig([]byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: %v, want an error naming %s", tc.file, err, tc.want)
+		_, err := ParseConfig([]byte(tc.file))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "type ") {
+			t.Errorf("%q: %v, want an error naming %s (and no Go type)", tc.file, err, tc.want)
 		}
+	}
+}
+
+// TestDocumentedConfigIsTheDefault: the configuration docs/rl.md lists as
+// the defaults reads back to DefaultConfig, key for key.
+func TestDocumentedConfigIsTheDefault(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "rl.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(raw), "### The configuration")
+	if !ok {
+		t.Fatal(`docs/rl.md has no "### The configuration" section`)
+	}
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("no yaml block in docs/rl.md's configuration section")
+	}
+	got, err := ParseConfig([]byte(block))
+	if err != nil {
+		t.Fatalf("docs/rl.md's configuration: %v", err)
+	}
+	if want := DefaultConfig(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("docs/rl.md's configuration reads as\n%s\nthe defaults are\n%s", got.YAML(), want.YAML())
 	}
 }

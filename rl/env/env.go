@@ -47,5 +47,5 @@ func New(name string) (Factory, error) {
 	case CartPoleName:
 		return func() Env { return NewCartPole() }, nil
 	}
-	return nil, fmt.Errorf("env: unknown environment %q: known are %s", name, CartPoleName)
+	return nil, fmt.Errorf("unknown environment %q: known are %s", name, CartPoleName)
 }
