@@ -1,8 +1,10 @@
 package cpu
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A kernel splits its work into parts that the device's worker threads run
@@ -43,10 +45,39 @@ func newScratch() *scratch {
 
 // job asks a helper to take parts of a task until none is left.
 type job struct {
-	t    task
-	n    int           // parts
-	next *atomic.Int64 // the next part not yet taken
-	done *sync.WaitGroup
+	t       task
+	n       int           // parts
+	next    *atomic.Int64 // the next part not yet taken
+	pending *atomic.Int64 // helpers handed the job that have not finished it
+	done    *sync.WaitGroup
+}
+
+// spinFor is how long a worker spins, yielding, before it blocks: a
+// helper waiting for the next kernel, a stream goroutine waiting for its
+// helpers to finish a kernel. A training step's kernels follow each other
+// within microseconds, and waking a blocked goroutine's thread costs tens
+// of microseconds on a virtual machine: without the spin, a helper woken
+// for a small product arrived when the stream goroutine had taken most of
+// its parts. Spinning costs only when the device is idle (at most this
+// long after each kernel) and changes no result: which worker runs which
+// part never does.
+const spinFor = 50 * time.Microsecond
+
+// spin calls done until it reports true or spinFor has passed, yielding
+// the processor between calls; it reports whether done did.
+func spin(done func() bool) bool {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if done() {
+			return true
+		}
+		if i%16 == 15 {
+			if time.Since(start) >= spinFor {
+				return false
+			}
+			runtime.Gosched()
+		}
+	}
 }
 
 // take runs parts of j's task until none is left, with s as scratch.
@@ -80,8 +111,25 @@ func startHelpers(threads int) *helpers {
 func (h *helpers) loop() {
 	defer h.wg.Done()
 	s := newScratch()
-	for j := range h.jobs {
+	for {
+		var j job
+		ok := false
+		polled := spin(func() bool {
+			select {
+			case j, ok = <-h.jobs:
+				return true
+			default:
+				return false
+			}
+		})
+		if !polled {
+			j, ok = <-h.jobs
+		}
+		if !ok {
+			return
+		}
 		j.take(s)
+		j.pending.Add(-1)
 		j.done.Done()
 	}
 }
@@ -97,10 +145,11 @@ func (h *helpers) stop() {
 // helpers and the stream's own wait group (one per stream, because a
 // stream runs one kernel at a time, while two streams may wait at once).
 type team struct {
-	h    *helpers
-	next atomic.Int64
-	done sync.WaitGroup
-	s    *scratch // the stream goroutine's, made on its first kernel
+	h       *helpers
+	next    atomic.Int64
+	pending atomic.Int64
+	done    sync.WaitGroup
+	s       *scratch // the stream goroutine's, made on its first kernel
 }
 
 // threads is how many parts a kernel may usefully split into.
@@ -126,13 +175,15 @@ func (t *team) run(k task, n int) {
 		return
 	}
 	t.next.Store(0)
-	j := job{t: k, n: n, next: &t.next, done: &t.done}
+	j := job{t: k, n: n, next: &t.next, pending: &t.pending, done: &t.done}
 	helpers := min(n, t.threads()) - 1
 	t.done.Add(helpers)
+	t.pending.Store(int64(helpers))
 	for range helpers {
 		t.h.jobs <- j
 	}
 	j.take(t.s)
+	spin(func() bool { return t.pending.Load() == 0 })
 	t.done.Wait()
 }
 
