@@ -40,7 +40,7 @@ type gemmTask struct {
 
 // gemmGrain is the least work (multiply-adds) worth a part of its own:
 // below it, handing the part to another thread costs more than it saves.
-const gemmGrain = 1 << 17
+const gemmGrain = 1 << 15
 
 func newGemmTask(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) *gemmTask {
 	g := &gemmTask{transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, byRows: m >= n && !transB, tile: 16}
