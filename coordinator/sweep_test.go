@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,7 +201,11 @@ func TestSweepRecordsAHungTrial(t *testing.T) {
 				}
 			}
 			if a.State != TrialFailed || res.Counts["succeeded"] != 3 {
-				t.Fatalf("counts %v, a's row %+v", res.Counts, a)
+				var rows []string
+				for _, r := range res.Trials {
+					rows = append(rows, fmt.Sprintf("%s: %s (%s)", r.Name, r.State, r.Reason))
+				}
+				t.Fatalf("counts %v; want a failed and the others succeeded:\n%s", res.Counts, strings.Join(rows, "\n"))
 			}
 			if !strings.Contains(a.Reason, worker.ReasonHung) || !strings.Contains(a.Reason, c.reason) || !strings.Contains(a.LogTail, c.log) {
 				t.Errorf("reason %q, log tail %q", a.Reason, a.LogTail)

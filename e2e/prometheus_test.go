@@ -453,28 +453,9 @@ trials:
 // and every dashboard query, the Sweep row's included, returns data.
 func TestPrometheusScrapesASweep(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(filepath.Join(binDir, "tolaria"), "sweep", writeSweepFile(t, dir, metricsSweep),
-		"--device", "cpu", "--parallel", "2", "--retries", "1", "--sweep-dir", filepath.Join(dir, "sweep"),
-		"--metrics-addr", "127.0.0.1:0", "--metrics-linger", "0")
-	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(), "TOLARIA_E2E_WORKER_FAULT=step=3,exit=7,run=crash")
-	stderr := new(lockedBuffer)
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("tolaria sweep did not stop on SIGINT:\n%s", stderr)
-		}
-	})
+	stderr, done := startInterruptible(t, dir, []string{"TOLARIA_E2E_WORKER_FAULT=step=3,exit=7,run=crash"},
+		"sweep", writeSweepFile(t, dir, metricsSweep), "--device", "cpu", "--parallel", "2", "--retries", "1",
+		"--sweep-dir", filepath.Join(dir, "sweep"), "--metrics-addr", "127.0.0.1:0", "--metrics-linger", "0")
 	prom := startPrometheus(t, servingAt(t, stderr))
 
 	one := func(expr string) (float64, bool) {
@@ -600,4 +581,32 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// startInterruptible starts tolaria with args in dir (env added to a clean
+// environment) and, when the test ends, interrupts it and waits for it,
+// killing it after 30 s; done is closed when it has exited.
+func startInterruptible(t *testing.T, dir string, env []string, args ...string) (stderr *lockedBuffer, done <-chan struct{}) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "tolaria"), args...)
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(), env...)
+	stderr = new(lockedBuffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("tolaria %s did not stop on SIGINT:\n%s", args[0], stderr)
+		}
+	})
+	return stderr, exited
 }

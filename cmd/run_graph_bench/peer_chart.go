@@ -18,8 +18,9 @@ import (
 	"github.com/tolaria-ml/tolaria/bench"
 )
 
-// widthColours tell the hidden widths apart; they repeat past five.
-var widthColours = []color.Color{
+// seriesColours tell a chart's series apart (the hidden widths, the
+// agents); they repeat past five.
+var seriesColours = []color.Color{
 	color.RGBA{R: 0x1b, G: 0x6a, B: 0xc9, A: 0xff},
 	color.RGBA{R: 0xd9, G: 0x5f, B: 0x02, A: 0xff},
 	color.RGBA{R: 0x66, G: 0xa6, B: 0x1e, A: 0xff},
@@ -115,7 +116,7 @@ func peerRatioPlot(rep *bench.PeerReport, widths, all, batches []int, title, yLa
 		for _, xy := range xys {
 			lo, hi = min(lo, math.Pow(10, xy.Y)), max(hi, math.Pow(10, xy.Y))
 		}
-		c := widthColours[slices.Index(all, w)%len(widthColours)]
+		c := seriesColours[slices.Index(all, w)%len(seriesColours)]
 		if err := addLine(p, fmt.Sprintf("width %d", w), xys, c, false, draw.CircleGlyph{}); err != nil {
 			return nil, err
 		}
@@ -166,7 +167,7 @@ func peerRatePlot(rep *bench.PeerReport, widths, batches []int) (*plot.Plot, err
 	peerBatchAxis(p, batches)
 	lo, hi := math.Inf(1), 0.0
 	for i, w := range widths {
-		c := widthColours[i%len(widthColours)]
+		c := seriesColours[i%len(seriesColours)]
 		for _, side := range []struct {
 			name   string
 			y      func(bench.PeerPoint) float64

@@ -18,14 +18,6 @@ import (
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 )
 
-var agentColours = []color.Color{
-	color.RGBA{R: 0x1b, G: 0x6a, B: 0xc9, A: 0xff},
-	color.RGBA{R: 0xd9, G: 0x5f, B: 0x02, A: 0xff},
-	color.RGBA{R: 0x66, G: 0xa6, B: 0x1e, A: 0xff},
-	color.RGBA{R: 0x75, G: 0x70, B: 0xb3, A: 0xff},
-	color.RGBA{R: 0xe7, G: 0x29, B: 0x8a, A: 0xff},
-}
-
 // newRLPlotCmd draws a reinforcement-learning run's return curves: tolaria
 // rl --plot runs it, and it redraws any run's.
 func newRLPlotCmd() *cobra.Command {
@@ -82,7 +74,7 @@ func plotReturns(runDir string, agents int, out string) error {
 		if len(eps) == 0 {
 			continue
 		}
-		c := agentColours[i%len(agentColours)]
+		c := seriesColours[i%len(seriesColours)]
 		each, mean := make(plotter.XYs, len(eps)), make(plotter.XYs, len(eps))
 		sum := 0.0
 		for k, e := range eps {

@@ -64,7 +64,9 @@ type job struct {
 const spinFor = 50 * time.Microsecond
 
 // spin calls done until it reports true or spinFor has passed, yielding
-// the processor between calls; it reports whether done did.
+// to other goroutines and to other threads of the machine between calls
+// (osYield), so that a spinning worker never holds a core another process
+// is waiting for; it reports whether done did.
 func spin(done func() bool) bool {
 	start := time.Now()
 	for i := 0; ; i++ {
@@ -76,6 +78,7 @@ func spin(done func() bool) bool {
 				return false
 			}
 			runtime.Gosched()
+			osYield()
 		}
 	}
 }
