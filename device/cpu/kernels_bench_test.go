@@ -56,7 +56,7 @@ func BenchmarkGemm(b *testing.B) {
 // BenchmarkGemmThreads times the device's GEMM, split across 1 and 2
 // threads, on the default MLP's largest products.
 func BenchmarkGemmThreads(b *testing.B) {
-	for _, s := range []gemmShape{{m: 64, k: 784, n: 256}, {m: 256, k: 784, n: 256}, {m: 784, k: 64, n: 256, transA: true}} {
+	for _, s := range []gemmShape{{m: 64, k: 784, n: 256}, {m: 256, k: 784, n: 256}, {m: 784, k: 64, n: 256, transA: true}, {m: 64, k: 128, n: 10}, {m: 128, k: 64, n: 10, transA: true}, {m: 64, k: 10, n: 128, transB: true}} {
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/threads=%d", s, threads), func(b *testing.B) {
 				rng := rand.New(rand.NewPCG(1, 2))

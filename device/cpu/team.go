@@ -45,11 +45,9 @@ func newScratch() *scratch {
 
 // job asks a helper to take parts of a task until none is left.
 type job struct {
-	t       task
-	n       int           // parts
-	next    *atomic.Int64 // the next part not yet taken
-	pending *atomic.Int64 // helpers handed the job that have not finished it
-	done    *sync.WaitGroup
+	t    task
+	n    int   // parts
+	team *team // the stream's team that handed it out
 }
 
 // spinFor is how long a worker spins, yielding, before it blocks: a
@@ -63,10 +61,23 @@ type job struct {
 // part never does.
 const spinFor = 50 * time.Microsecond
 
-// spin calls done until it reports true or spinFor has passed, yielding
-// to other goroutines and to other threads of the machine between calls
-// (osYield), so that a spinning worker never holds a core another process
-// is waiting for; it reports whether done did.
+// spinEager is how long a spin polls without yielding. A yield costs
+// about half a microsecond on a virtual machine (sched_yield, and the Go
+// scheduler's round), and a worker in the middle of one answers that much
+// later: polling alone for the first microseconds, the hand-off of a
+// kernel's parts to a helper and back took about 0.25 µs on the
+// development machine, against 0.5-0.8 µs yielding from the start, which
+// is most of a batch-64 product of the MLP's last layer (see
+// BenchmarkGemmThreads). A few microseconds are far below any scheduler's
+// time slice, so another process waiting for the core loses nothing it
+// would have had.
+const spinEager = 5 * time.Microsecond
+
+// spin calls done until it reports true or spinFor has passed; after
+// spinEager it yields between calls to other goroutines and to other
+// threads of the machine (osYield), so that a spinning worker does not
+// hold a core another process is waiting for. It reports whether done
+// did.
 func spin(done func() bool) bool {
 	start := time.Now()
 	for i := 0; ; i++ {
@@ -74,11 +85,14 @@ func spin(done func() bool) bool {
 			return true
 		}
 		if i%16 == 15 {
-			if time.Since(start) >= spinFor {
+			d := time.Since(start)
+			if d >= spinFor {
 				return false
 			}
-			runtime.Gosched()
-			osYield()
+			if d >= spinEager {
+				runtime.Gosched()
+				osYield()
+			}
 		}
 	}
 }
@@ -86,11 +100,21 @@ func spin(done func() bool) bool {
 // take runs parts of j's task until none is left, with s as scratch.
 func (j job) take(s *scratch) {
 	for {
-		i := int(j.next.Add(1) - 1)
+		i := int(j.team.next.Add(1) - 1)
 		if i >= j.n {
 			return
 		}
 		j.t.part(i, j.n, s)
+	}
+}
+
+// finish tells the job's team that a helper has finished it, waking the
+// stream goroutine if it is the last and the stream goroutine has stopped
+// spinning (see team.wait).
+func (j job) finish() {
+	t := j.team
+	if t.pending.Add(-1) == 0 && t.sleeping.Swap(false) {
+		t.wake <- struct{}{}
 	}
 }
 
@@ -118,6 +142,11 @@ func (h *helpers) loop() {
 		var j job
 		ok := false
 		polled := spin(func() bool {
+			// len reads the count without the channel's lock, which
+			// the stream goroutine handing out a job needs.
+			if len(h.jobs) == 0 {
+				return false
+			}
 			select {
 			case j, ok = <-h.jobs:
 				return true
@@ -132,8 +161,7 @@ func (h *helpers) loop() {
 			return
 		}
 		j.take(s)
-		j.pending.Add(-1)
-		j.done.Done()
+		j.finish()
 	}
 }
 
@@ -145,14 +173,18 @@ func (h *helpers) stop() {
 }
 
 // team is how one stream goroutine runs a kernel's parts: the device's
-// helpers and the stream's own wait group (one per stream, because a
-// stream runs one kernel at a time, while two streams may wait at once).
+// helpers and the stream's own count of helpers still at work (one per
+// stream, because a stream runs one kernel at a time, while two streams
+// may wait at once).
 type team struct {
 	h       *helpers
-	next    atomic.Int64
-	pending atomic.Int64
-	done    sync.WaitGroup
-	s       *scratch // the stream goroutine's, made on its first kernel
+	next    atomic.Int64 // the next part of the running kernel not yet taken
+	pending atomic.Int64 // helpers handed the kernel that have not finished it
+	// sleeping says the stream goroutine has stopped spinning and waits
+	// on wake; the helper that finishes last clears it and sends.
+	sleeping atomic.Bool
+	wake     chan struct{}
+	s        *scratch // the stream goroutine's, made on its first kernel
 }
 
 // threads is how many parts a kernel may usefully split into.
@@ -177,17 +209,35 @@ func (t *team) run(k task, n int) {
 		k.part(0, 1, t.s)
 		return
 	}
+	if t.wake == nil {
+		t.wake = make(chan struct{}, 1)
+	}
 	t.next.Store(0)
-	j := job{t: k, n: n, next: &t.next, pending: &t.pending, done: &t.done}
+	j := job{t: k, n: n, team: t}
 	helpers := min(n, t.threads()) - 1
-	t.done.Add(helpers)
 	t.pending.Store(int64(helpers))
 	for range helpers {
 		t.h.jobs <- j
 	}
 	j.take(t.s)
-	spin(func() bool { return t.pending.Load() == 0 })
-	t.done.Wait()
+	t.wait()
+}
+
+// wait returns when every helper handed the running kernel has finished
+// it: at once if they have, after spinning if they finish within spinFor,
+// else blocked until the last one wakes it. The last helper's pending.Add
+// and sleeping.Swap, and this goroutine's sleeping.Store, pending.Load and
+// sleeping.CompareAndSwap, are ordered, so exactly one of the two sides
+// clears sleeping: when the helper does, it sends on wake and this side
+// receives; when this side does, no helper sends.
+func (t *team) wait() {
+	if spin(func() bool { return t.pending.Load() == 0 }) {
+		return
+	}
+	t.sleeping.Store(true)
+	if t.pending.Load() != 0 || !t.sleeping.CompareAndSwap(true, false) {
+		<-t.wake
+	}
 }
 
 // partsPerThread is how many parts per thread a large kernel is split
