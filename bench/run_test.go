@@ -49,12 +49,12 @@ func TestRunTiny(t *testing.T) {
 				i, r.Epoch, r.GraphEnabled, r.Fallback, r.Steps, epoch, graph)
 		}
 		if graph {
-			if r.Capture != wantCapture[epoch-1] || r.CaptureMS <= 0 || r.ReplayMS <= 0 || r.GraphNodes != 9 {
-				t.Errorf("graph record of epoch %d: capture %q %g ms, replay %g ms, %d nodes; want %s, positive times, 9 nodes",
+			if r.Capture != wantCapture[epoch-1] || r.CaptureMS <= 0 || r.ReplayMS <= 0 || r.GraphNodes != 8 {
+				t.Errorf("graph record of epoch %d: capture %q %g ms, replay %g ms, %d nodes; want %s, positive times, 8 nodes",
 					epoch, r.Capture, r.CaptureMS, r.ReplayMS, r.GraphNodes, wantCapture[epoch-1])
 			}
-		} else if r.KernelsPerStep != 9 || r.CaptureMS != 0 || r.ReplayMS != 0 {
-			t.Errorf("eager record of epoch %d: %d kernels, capture %g ms, replay %g ms; want 9 kernels and no capture or replay",
+		} else if r.KernelsPerStep != 8 || r.CaptureMS != 0 || r.ReplayMS != 0 {
+			t.Errorf("eager record of epoch %d: %d kernels, capture %g ms, replay %g ms; want 8 kernels and no capture or replay",
 				epoch, r.KernelsPerStep, r.CaptureMS, r.ReplayMS)
 		}
 		if r.StepMS <= 0 || r.DeviceBusyMS <= 0 || r.StageCopyMS <= 0 {
@@ -62,8 +62,8 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 	s := rep.Summary
-	if s.KernelsPerStep != 9 || s.GraphNodes != 9 || s.Captures != 2 || s.PooledCaptures != 1 || s.GraphsPerSetup != 2 {
-		t.Errorf("summary: %d kernels, %d nodes, %d captures (%d pooled), %d graphs per setup; want 9, 9, 2 (1), 2",
+	if s.KernelsPerStep != 8 || s.GraphNodes != 8 || s.Captures != 2 || s.PooledCaptures != 1 || s.GraphsPerSetup != 2 {
+		t.Errorf("summary: %d kernels, %d nodes, %d captures (%d pooled), %d graphs per setup; want 8, 8, 2 (1), 2",
 			s.KernelsPerStep, s.GraphNodes, s.Captures, s.PooledCaptures, s.GraphsPerSetup)
 	}
 	for name, v := range map[string]float64{"eager_step_ms": s.EagerStepMS, "graph_step_ms": s.GraphStepMS,
@@ -83,10 +83,10 @@ func TestRunMLPCountsKernels(t *testing.T) {
 	cfg.Epochs, cfg.BatchSize, cfg.HiddenSet, cfg.Hidden = 1, 4, true, []int{8, 8}
 	cfg.ProbeKernels = -1
 	rep := runQuick(t, cfg, openCPU)
-	// Fill; Gemm+BiasAct per layer; the loss and its gradient; Gemm+ColSum
+	// Gemm+BiasAct per layer; the loss and its gradient; Gemm+ColSum
 	// per layer and Gemm+ActGrad below the top; clipping; AdamW.
-	if got := rep.Summary.KernelsPerStep; got != 21 {
-		t.Errorf("kernels per step = %d, want 21", got)
+	if got := rep.Summary.KernelsPerStep; got != 20 {
+		t.Errorf("kernels per step = %d, want 20", got)
 	}
 	if rep.Model != "784-8-8-10 gelu cross_entropy" || rep.BatchSize != 4 || rep.LaunchProbe != nil {
 		t.Errorf("model %q batch %d probe %v; want the overridden 784-8-8-10 at batch 4, no probe", rep.Model, rep.BatchSize, rep.LaunchProbe)

@@ -176,21 +176,28 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 }
 
 // gradients runs one training step with a zero learning rate and returns
-// the gradient buffer.
+// the gradient buffer. The buffer holds NaN before the step: Train does
+// not zero it, so every gradient must be written by the backward pass.
 func gradients(t *testing.T, dev device.Device, s device.Stream, st *nn.Step, in nn.Batch) []float32 {
 	t.Helper()
 	hyper := []float32{0, 1, 1}
 	must(t, dev.Upload(in.Hyper, hyper))
+	must(t, s.Fill(st.W.Grads, float32(math.NaN())))
 	before, _, err := st.M.Snapshot()
 	must(t, err)
 	must(t, st.Train(s, in))
 	must(t, s.Synchronize())
 	after, _, err := st.M.Snapshot()
 	must(t, err)
+	g := make([]float32, st.W.Grads.Len())
+	must(t, dev.Download(g, st.W.Grads))
+	for i, v := range g {
+		if math.IsNaN(float64(v)) {
+			t.Fatalf("gradient %d of %d was not written by the step (it still holds the NaN put there before)", i, len(g))
+		}
+	}
 	if nn.ParamsSHA256(before) != nn.ParamsSHA256(after) {
 		t.Fatal("a zero learning rate changed the parameters")
 	}
-	g := make([]float32, st.W.Grads.Len())
-	must(t, dev.Download(g, st.W.Grads))
 	return g
 }

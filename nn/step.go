@@ -191,12 +191,11 @@ func (st *Step) update(s device.Stream, hyper device.Buffer) error {
 }
 
 // Train enqueues one full training iteration reading the staged batch:
-// zero the gradients in place, forward, loss (accumulating the training
-// metrics), backward, clipping and the optimizer update.
+// forward, loss (accumulating the training metrics), backward, clipping
+// and the optimizer update. Backward overwrites every gradient (its GEMMs
+// and column sums run with beta 0, which reads nothing of their output),
+// so the gradients are not zeroed first.
 func (st *Step) Train(s device.Stream, in Batch) error {
-	if err := s.Fill(st.W.Grads, 0); err != nil {
-		return err
-	}
 	if err := st.forward(s, st.M.Params, in.X); err != nil {
 		return err
 	}

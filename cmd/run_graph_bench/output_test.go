@@ -58,7 +58,7 @@ func TestWriteText(t *testing.T) {
 	if err := writeText(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"speedup", "capture: cold", "kernels per step 9", "sweep", "fallbacks none"} {
+	for _, want := range []string{"speedup", "capture: cold", "kernels per step 8", "sweep", "fallbacks none"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, buf.String())
 		}
