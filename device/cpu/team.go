@@ -61,23 +61,23 @@ type job struct {
 // part never does.
 const spinFor = 50 * time.Microsecond
 
-// spinEager is how long a spin polls without yielding. A yield costs
-// about half a microsecond on a virtual machine (sched_yield, and the Go
-// scheduler's round), and a worker in the middle of one answers that much
-// later: polling alone for the first microseconds, the hand-off of a
-// kernel's parts to a helper and back took about 0.25 µs on the
-// development machine, against 0.5-0.8 µs yielding from the start, which
-// is most of a batch-64 product of the MLP's last layer (see
-// BenchmarkGemmThreads). A few microseconds are far below any scheduler's
-// time slice, so another process waiting for the core loses nothing it
-// would have had.
+// spinEager is how long a spin goes before it yields the thread to other
+// threads of the machine. sched_yield takes about half a microsecond on a
+// virtual machine, and a worker in the middle of one answers that much
+// later: without it for the first microseconds, the hand-off of a
+// kernel's parts to a helper and back took 0.1-0.3 µs on the development
+// machine, against 0.5-0.8 µs yielding from the start, which is most of a
+// batch-64 product of the MLP's last layer (see BenchmarkGemmThreads). A
+// few microseconds are far below any scheduler's time slice, so another
+// process waiting for the core loses nothing it would have had.
 const spinEager = 5 * time.Microsecond
 
-// spin calls done until it reports true or spinFor has passed; after
-// spinEager it yields between calls to other goroutines and to other
-// threads of the machine (osYield), so that a spinning worker does not
-// hold a core another process is waiting for. It reports whether done
-// did.
+// spin calls done until it reports true or spinFor has passed. Between
+// calls it lets other goroutines run (runtime.Gosched: the stager and the
+// loader share the device's threads), and after spinEager it yields to
+// other threads of the machine too (osYield), so that a spinning worker
+// does not hold a core another process is waiting for. It reports whether
+// done did.
 func spin(done func() bool) bool {
 	start := time.Now()
 	for i := 0; ; i++ {
@@ -89,8 +89,8 @@ func spin(done func() bool) bool {
 			if d >= spinFor {
 				return false
 			}
+			runtime.Gosched()
 			if d >= spinEager {
-				runtime.Gosched()
 				osYield()
 			}
 		}
