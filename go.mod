@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/gofrs/flock v0.13.2
+	github.com/google/renameio/v2 v2.0.2
 	github.com/grafana-tools/sdk v0.0.0-20220919052116-6562121319fc
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3

@@ -1,14 +1,12 @@
 // Package atomicfile replaces a file so that a reader sees either the old
-// content or the new, never a mix, and a crash leaves one of the two: the
-// new content goes to a temporary file in the same directory, which is
-// synced, renamed over the target, and then the directory is synced so
-// the rename itself survives a crash. Run directories, checkpoints and
-// benchmark reports are all written this way.
+// content or the new, never a mix, and a crash leaves one of the two. Run
+// directories, checkpoints and benchmark reports are all written this way.
 //
-// github.com/google/renameio does the first three steps but, by its own
-// statement, only for atomicity: it never syncs the directory, so a rename
-// may not survive a power loss. A checkpoint that a resumed run trusts
-// needs durability too, hence this small package.
+// github.com/google/renameio writes the new content to a temporary file in
+// the same directory, syncs it and renames it over the target. It leaves
+// the directory unsynced, by its own statement, so the rename itself may
+// not survive a power loss; a checkpoint that a resumed run trusts needs
+// that too, so Write syncs the directory after the rename.
 package atomicfile
 
 import (
@@ -18,16 +16,29 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-)
 
-// tempSuffix ends a temporary file's name; it starts with a dot too.
-const tempSuffix = ".tmp"
+	"github.com/google/renameio/v2"
+)
 
 // IsTemp reports whether name (a base name) is one of Write's temporary
 // files: one that a kill during a write can leave behind, and that the
 // owner of the directory may remove once no write is in progress.
+// renameio names them a dot, the target's name and a random decimal
+// number; tolaria's own writer before it named them a dot, the target's
+// name, a random number and ".tmp", which run directories written then
+// may still hold.
 func IsTemp(name string) bool {
-	return strings.HasPrefix(name, ".") && strings.HasSuffix(name, tempSuffix) && len(name) > len("."+tempSuffix)
+	base, ok := strings.CutPrefix(name, ".")
+	if !ok {
+		return false
+	}
+	// renameio's number is a random int64: under 6 digits one time in 10^13.
+	minDigits := 6
+	if b, old := strings.CutSuffix(base, ".tmp"); old {
+		base, minDigits = b, 1
+	}
+	stem := strings.TrimRight(base, "0123456789")
+	return stem != "" && len(base)-len(stem) >= minDigits
 }
 
 // WriteFile replaces path with data, with permissions perm.
@@ -38,45 +49,24 @@ func WriteFile(path string, data []byte, perm fs.FileMode) error {
 	})
 }
 
-// Write replaces path with what write writes, with permissions perm. The
-// directory must exist. When write fails, path is left as it was and the
-// temporary file is removed.
+// Write replaces path with what write writes, with permissions perm (the
+// umask does not apply). The directory must exist. When write fails, path
+// is left as it was and the temporary file is removed.
 func Write(path string, perm fs.FileMode, write func(io.Writer) error) error {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	// Same directory: a rename within one file system is atomic, and a
-	// leading dot keeps the temporary file out of casual listings.
-	tmp, err := os.CreateTemp(dir, "."+base+".*"+tempSuffix)
+	dir := filepath.Dir(path)
+	// The temporary file goes in the target's directory: a rename within
+	// one file system is atomic.
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir), renameio.WithStaticPermissions(perm))
 	if err != nil {
 		return err
 	}
-	renamed := false
-	defer func() {
-		if !renamed {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if err := write(tmp); err != nil {
-		tmp.Close()
+	defer f.Cleanup() // a no-op once the file has replaced path
+	if err := write(f); err != nil {
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("replace %s: %w", path, err)
 	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	// CreateTemp makes the file 0600; the target gets what was asked for.
-	if err := os.Chmod(tmp.Name(), perm); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	renamed = true
 	return SyncDir(dir)
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -113,5 +114,45 @@ func onlyFiles(t *testing.T, dir string, want ...string) {
 	}
 	if len(got) != len(want) || (len(want) > 0 && got[0] != want[0]) {
 		t.Fatalf("directory holds %v, want %v (no temporary file left behind)", got, want)
+	}
+}
+
+// TestIsTempKnowsTheWritersTemporaryFiles lists the directory while Write
+// is writing and checks that IsTemp recognises the temporary file there,
+// and nothing else: so a directory's owner that removes what IsTemp names
+// removes a killed write's leftovers and never a real file.
+func TestIsTempKnowsTheWritersTemporaryFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"summary.json", "checkpoint-000120.tlck", "events.jsonl", "replay.buf", ".lock"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var temps []string
+	err := Write(filepath.Join(dir, "summary.json"), 0o644, func(w io.Writer) error {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if IsTemp(e.Name()) {
+				temps = append(temps, e.Name())
+			}
+		}
+		_, err = w.Write([]byte("new"))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(temps) != 1 || !strings.HasPrefix(temps[0], ".summary.json") {
+		t.Fatalf("during a write IsTemp named %v; want the one temporary file, .summary.json…", temps)
+	}
+	// Run directories written before tolaria used renameio hold names
+	// like this one.
+	for name, want := range map[string]bool{".summary.json.3141592.tmp": true, ".summary.json": false, "summary.json.tmp": false, ".tmp": false, ".v2": false} {
+		if got := IsTemp(name); got != want {
+			t.Errorf("IsTemp(%q) = %t, want %t", name, got, want)
+		}
 	}
 }
