@@ -126,6 +126,8 @@ func plotReturns(runDir string, agents int, out string) error {
 	p.Add(goal)
 	p.Legend.Add("goal 475", goal)
 	p.Y.Min, p.Y.Max = 0, 520
+	// Whole numbers on both axes (gonum's default ticks label 500 as "500.00").
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.TickerFunc(niceTicks), plot.TickerFunc(niceTicks)
 	w, err := p.WriterTo(9*vg.Inch, 5*vg.Inch, "png")
 	if err != nil {
 		return err
