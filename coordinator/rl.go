@@ -115,9 +115,11 @@ type AgentStatus struct {
 	Lag uint64 `json:"weight_version_lag"`
 	// Publishes and Syncs are the learner's publishes and the actor's
 	// reads of newer weights in this run, over every process of each.
-	Publishes     int64   `json:"publishes"`
-	Syncs         int64   `json:"syncs"`
-	Loss          float64 `json:"loss"`
+	Publishes int64   `json:"publishes"`
+	Syncs     int64   `json:"syncs"`
+	Loss      float64 `json:"loss"`
+	// ActorRestarts and Seconds count every run of the agent: a resumed
+	// one's summary includes the runs before it.
 	ActorRestarts int     `json:"actor_restarts"`
 	Fallbacks     int     `json:"fallbacks"`
 	Seconds       float64 `json:"seconds"`
@@ -255,6 +257,8 @@ type agentRun struct {
 	mem     *shm.Memory
 	events  *os.File
 	started time.Time
+	// earlier is the seconds the agent ran in the runs this one resumes.
+	earlier float64
 
 	mu      sync.Mutex
 	st      AgentStatus
@@ -312,6 +316,14 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 			earlier = ""
 		}
 	}
+	if resume {
+		// The summary counts the whole agent: its time and actor restarts
+		// in the runs before this one too (the episodes and evaluations
+		// come back from the events, loadEpisodes).
+		if prev, ok := readAgentSummary(dir); ok {
+			a.earlier, a.st.ActorRestarts = prev.Seconds, prev.ActorRestarts
+		}
+	}
 	var err error
 	if a.events, err = os.OpenFile(filepath.Join(dir, EventsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
 		return a.fail(err)
@@ -354,7 +366,7 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 		saveErr = a.saveReplay()
 	}
 	a.update(func(st *AgentStatus) {
-		st.Seconds = time.Since(a.started).Seconds()
+		st.Seconds = a.earlier + time.Since(a.started).Seconds()
 		if learnErr == nil {
 			st.LearnerSteps, st.Loss, st.Fallbacks = learnRes.LearnerSteps, learnRes.Loss, learnRes.Fallbacks
 		}

@@ -131,6 +131,17 @@ func TestRLInterruptedSavesAndResumes(t *testing.T) {
 			}
 		}
 	}
+	// The resumed summary counts the earlier run's seconds and actor
+	// restarts: agent 0's summary is made to say it ran for an hour, and
+	// its actor was started again twice.
+	earlier, ok := readAgentSummary(AgentDir(req.Dir, 0))
+	if !ok {
+		t.Fatal("agent 0 wrote no summary")
+	}
+	earlier.Seconds, earlier.ActorRestarts = 3600, 2
+	if err := writeJSON(filepath.Join(AgentDir(req.Dir, 0), SummaryFile), earlier); err != nil {
+		t.Fatal(err)
+	}
 	req.Resume, req.Report = true, nil
 	run, err = PrepareRL(req, time.Now())
 	if err != nil {
@@ -144,6 +155,12 @@ func TestRLInterruptedSavesAndResumes(t *testing.T) {
 		if a.State != AgentSucceeded || a.EnvSteps != 8000 || a.LearnerSteps <= sum.Agents[i].LearnerSteps || a.Epoch != uint64(a.Episodes) {
 			t.Errorf("agent %d resumed: %+v (interrupted at %d learner steps)", i, a, sum.Agents[i].LearnerSteps)
 		}
+		if a.Seconds <= sum.Agents[i].Seconds {
+			t.Errorf("agent %d resumed: %.2f seconds, not more than the %.2f it ran before", i, a.Seconds, sum.Agents[i].Seconds)
+		}
+	}
+	if a := resumed.Agents[0]; a.Seconds <= 3600 || a.ActorRestarts != 2 {
+		t.Errorf("agent 0 resumed: %.2f seconds and %d actor restarts; want more than the earlier 3600 and the earlier 2", a.Seconds, a.ActorRestarts)
 	}
 }
 
