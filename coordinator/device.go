@@ -96,7 +96,7 @@ func Choose(ctx context.Context, p Placement, shared *trainer.Shared, log *slog.
 			return nil, setupErr(field.Errorf("isolate", "runs the job in a tolaria-worker process, and none was found next to tolaria, at %s or at $TOLARIA_WORKER: build one with `make build` (bin/tolaria-worker), or drop %s",
 				field.Name("worker"), field.Name("isolate")))
 		}
-		return nil, setupErr(err)
+		return nil, setupErr(fmt.Errorf("%w; or train on the CPU with --device cpu", err))
 	}
 	proc := &worker.Process{Path: path, Stderr: p.Stderr, HelloTimeout: p.WorkerStart, HeartbeatTimeout: p.HeartbeatTimeout, Env: p.Env}
 	if p.Device == "cpu" {

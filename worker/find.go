@@ -10,12 +10,17 @@ import (
 // ErrNotFound reports that no tolaria-worker binary was found.
 var ErrNotFound = errors.New("no tolaria-worker")
 
+// buildAdvice says how to build a worker. Sweeps, sharded evaluations
+// and RL run their CPU work in workers too, so the advice names the
+// build of both kinds, not only the CUDA one.
+const buildAdvice = "build it with `make build` (bin/tolaria-worker, CPU only) or `make worker-cuda` (CPU and CUDA)"
+
 // Find locates the tolaria-worker binary: explicit (from --worker or
 // TOLARIA_WORKER) when given, else next to the running executable.
 func Find(explicit string) (string, error) {
 	if explicit != "" {
 		if _, err := os.Stat(explicit); err != nil {
-			return "", fmt.Errorf("%w: %s, given by --worker or TOLARIA_WORKER, does not exist; build the worker with `make worker-cuda` and give its path, or use --device cpu", ErrNotFound, explicit)
+			return "", fmt.Errorf("%w: %s, given by --worker or TOLARIA_WORKER, does not exist; %s, and give its path", ErrNotFound, explicit, buildAdvice)
 		}
 		return explicit, nil
 	}
@@ -25,7 +30,7 @@ func Find(explicit string) (string, error) {
 	}
 	path := filepath.Join(filepath.Dir(self), "tolaria-worker")
 	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("%w next to %s; build it with `make worker-cuda`, or give its path with --worker PATH or TOLARIA_WORKER, or use --device cpu", ErrNotFound, self)
+		return "", fmt.Errorf("%w next to %s; %s, or give its path with --worker PATH or TOLARIA_WORKER", ErrNotFound, self, buildAdvice)
 	}
 	return path, nil
 }
