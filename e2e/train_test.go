@@ -68,6 +68,11 @@ func TestCoordinatorSaysCUDAIsNotInitialised(t *testing.T) {
 	if !strings.Contains(r.stderr, "CUDA initialized in coordinator: false") {
 		t.Fatalf("stderr lacks the CUDA line:\n%s", r.stderr)
 	}
+	// A refused run prints its refusal alone, with no log line before it.
+	r = tolaria(t, dir, nil, append(quick(filepath.Join(dir, "refused")), "--batch-size", "0")...)
+	if r.code != 2 || strings.Contains(r.stderr, "CUDA initialized") || !strings.HasPrefix(r.stderr, "tolaria: ") {
+		t.Errorf("a refused run: exit %d, stderr:\n%s\nwant exit 2 and only the refusal", r.code, r.stderr)
+	}
 }
 
 func TestGraphsAndEagerEndWithTheSameParams(t *testing.T) {

@@ -176,7 +176,6 @@ func runRL(ctx context.Context, cmd *cobra.Command) error {
 	view := newRLView(stderr, req.Config.NumAgents)
 	view.total = req.Config.TotalSteps
 	log := slog.New(slog.NewTextHandler(view.logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	addr, _ := cmd.Flags().GetString("metrics-addr")
 	if addr != "" {
 		if _, err := telemetry.ListenAddress(addr); err != nil {
@@ -197,6 +196,7 @@ func runRL(ctx context.Context, cmd *cobra.Command) error {
 		return rlRefused(stderr, err)
 	}
 	defer run.Close()
+	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	log.Info("rl", "agents", req.Config.NumAgents, "env", req.Config.Env, "total_steps", req.Config.TotalSteps,
 		"resume", req.Resume, "graphs", req.Graphs, "run_dir", run.Dir())
 	view.start()

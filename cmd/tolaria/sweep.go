@@ -219,7 +219,6 @@ func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
 	}
 	view := newSweepView(stderr, cfg.Sweep.Trials)
 	log := slog.New(slog.NewTextHandler(view.logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.update
 	s, err := coordinator.PrepareSweep(ctx, cfg)
 	if errors.Is(err, coordinator.ErrNothingToResume) {
@@ -236,6 +235,7 @@ func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
 		return sweepRefused(stderr, err)
 	}
 	defer s.Close()
+	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	if cfg.DryRun {
 		view.close()
 		script, command := s.DryRun()

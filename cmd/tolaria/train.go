@@ -56,7 +56,6 @@ silent for --heartbeat-timeout is taken for hung and killed.`,
 func train(ctx context.Context, cmd *cobra.Command, proc process) error {
 	stderr := cmd.ErrOrStderr()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	req, set, err := resolve(cmd.Flags())
 	if err != nil {
 		return err
@@ -72,6 +71,7 @@ func train(ctx context.Context, cmd *cobra.Command, proc process) error {
 		return err
 	}
 	defer run.Close()
+	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	spec := run.Spec()
 
 	bar := newProgress(stderr, spec.Loss != string(nn.LossMSE))
