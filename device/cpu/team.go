@@ -110,10 +110,12 @@ func (j job) take(s *scratch) {
 
 // finish tells the job's team that a helper has finished it, waking the
 // stream goroutine if it is the last and the stream goroutine has stopped
-// spinning (see team.wait).
+// spinning (see team.wait). Unless it wakes the stream goroutine, the
+// helper touches nothing of the team after its decrement: the stream
+// goroutine may be running its next kernel by then.
 func (j job) finish() {
 	t := j.team
-	if t.pending.Add(-1) == 0 && t.sleeping.Swap(false) {
+	if t.state.Add(-1) == sleeping {
 		t.wake <- struct{}{}
 	}
 }
@@ -177,15 +179,19 @@ func (h *helpers) stop() {
 // stream, because a stream runs one kernel at a time, while two streams
 // may wait at once).
 type team struct {
-	h       *helpers
-	next    atomic.Int64 // the next part of the running kernel not yet taken
-	pending atomic.Int64 // helpers handed the kernel that have not finished it
-	// sleeping says the stream goroutine has stopped spinning and waits
-	// on wake; the helper that finishes last clears it and sends.
-	sleeping atomic.Bool
-	wake     chan struct{}
-	s        *scratch // the stream goroutine's, made on its first kernel
+	h    *helpers
+	next atomic.Int64 // the next part of the running kernel not yet taken
+	// state is the number of helpers handed the running kernel that have
+	// not finished it, plus sleeping once the stream goroutine has stopped
+	// spinning and waits on wake. One word for both, so that the last
+	// helper's decrement alone tells it whether to send on wake.
+	state atomic.Int64
+	wake  chan struct{}
+	s     *scratch // the stream goroutine's, made on its first kernel
 }
+
+// sleeping is the flag in team.state, above any count of helpers.
+const sleeping = 1 << 32
 
 // threads is how many parts a kernel may usefully split into.
 func (t *team) threads() int {
@@ -215,7 +221,7 @@ func (t *team) run(k task, n int) {
 	t.next.Store(0)
 	j := job{t: k, n: n, team: t}
 	helpers := min(n, t.threads()) - 1
-	t.pending.Store(int64(helpers))
+	t.state.Store(int64(helpers))
 	for range helpers {
 		t.h.jobs <- j
 	}
@@ -225,19 +231,20 @@ func (t *team) run(k task, n int) {
 
 // wait returns when every helper handed the running kernel has finished
 // it: at once if they have, after spinning if they finish within spinFor,
-// else blocked until the last one wakes it. The last helper's pending.Add
-// and sleeping.Swap, and this goroutine's sleeping.Store, pending.Load and
-// sleeping.CompareAndSwap, are ordered, so exactly one of the two sides
-// clears sleeping: when the helper does, it sends on wake and this side
-// receives; when this side does, no helper sends.
+// else blocked until the last one wakes it. Setting the flag and the last
+// helper's decrement are two additions to one word, so one comes first:
+// when the flag does, the decrement leaves exactly sleeping and that
+// helper sends, once, while this goroutine waits for it; when the
+// decrement does, no helper sends, and this goroutine, seeing the count
+// at 0, does not wait. Either way no send is left over for a later kernel.
 func (t *team) wait() {
-	if spin(func() bool { return t.pending.Load() == 0 }) {
+	if spin(func() bool { return t.state.Load() == 0 }) {
 		return
 	}
-	t.sleeping.Store(true)
-	if t.pending.Load() != 0 || !t.sleeping.CompareAndSwap(true, false) {
+	if t.state.Add(sleeping) != sleeping {
 		<-t.wake
 	}
+	t.state.Store(0)
 }
 
 // partsPerThread is how many parts per thread a large kernel is split

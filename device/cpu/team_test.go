@@ -26,8 +26,9 @@ func (c *countingTask) part(i, n int, _ *scratch) {
 // TestTeamRunsEveryPartOnce runs many kernels back to back on teams of 2
 // to 4 threads, with a slow part taking from nothing to past spinFor, and
 // checks that run returns only after every part has run, each exactly
-// once. A lost wake-up hangs it (the test binary's timeout fails it); a
-// stream goroutine that returned early sees a part not yet run.
+// once, and leaves no wake-up behind. A lost wake-up hangs it (the test
+// binary's timeout fails it); a stream goroutine that returned early sees
+// a part not yet run.
 func TestTeamRunsEveryPartOnce(t *testing.T) {
 	for _, threads := range []int{2, 3, 4} {
 		for _, d := range []time.Duration{0, spinEager / 2, spinEager, spinFor - 10*time.Microsecond, spinFor, 2 * spinFor} {
@@ -41,6 +42,11 @@ func TestTeamRunsEveryPartOnce(t *testing.T) {
 							if got := c.ran[i].Load(); got != 1 {
 								t.Fatalf("round %d: part %d of %d ran %d times by the time run returned", round, i, n, got)
 							}
+						}
+						// A wake-up left in the channel would end the next
+						// kernel's wait before its helpers finish.
+						if len(tm.wake) != 0 || tm.state.Load() != 0 {
+							t.Fatalf("round %d: after run, %d wake-ups wait in the channel and the state is %#x", round, len(tm.wake), tm.state.Load())
 						}
 					}
 				})
