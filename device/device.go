@@ -161,7 +161,10 @@ type Graph interface {
 // Exec is an instantiated graph, launched with Stream.Launch. Launches,
 // updates and the destruction of one executable may come from different
 // goroutines: the backend serialises them (the CUDA driver documents graph
-// objects as not internally synchronised).
+// objects as not internally synchronised). Launches of one executable run
+// one at a time, each after the one issued before it, whatever streams
+// they were issued on, as cuGraphLaunch orders them (the conformance case
+// "launches of one executable in issue order").
 type Exec interface {
 	// Update replaces the executable's node parameters (buffers, scalars)
 	// with those of g, which must have the same topology: the same nodes,

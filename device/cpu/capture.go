@@ -166,6 +166,46 @@ type exec struct {
 	// running the nodes it was enqueued with.
 	launch node
 	freed  bool
+	order  launchOrder
+}
+
+// launchOrder runs the launches of one executable one at a time, in the
+// order they were enqueued, on whatever streams: each is ordered behind
+// the previous one, as cuGraphLaunch orders launches of one executable.
+// Without it two streams could run one executable's kernels at once, and
+// its kernels keep state of their own between their parts (a clip's
+// sums). Tickets are issued as launches join a stream's queue, under that
+// stream's lock; a launch runs once every earlier ticket's has finished.
+// Every enqueued launch runs (a destroyed stream drains its queue), so
+// every ticket is reached.
+type launchOrder struct {
+	mu     sync.Mutex
+	turn   sync.Cond // on mu
+	issued uint64    // tickets handed out
+	done   uint64    // launches finished: the ticket whose turn it is
+}
+
+// issue hands out the next ticket.
+func (o *launchOrder) issue() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.issued
+	o.issued++
+	return t
+}
+
+// run runs the launch n when its ticket's turn comes.
+func (o *launchOrder) run(n node, t *team) {
+	o.mu.Lock()
+	for o.done != n.ticket {
+		o.turn.Wait()
+	}
+	o.mu.Unlock()
+	n.run(t)
+	o.mu.Lock()
+	o.done++
+	o.turn.Broadcast()
+	o.mu.Unlock()
 }
 
 // launchNode is the node that runs nodes in order as one unit.
@@ -186,7 +226,9 @@ func (d *Device) Instantiate(x device.Graph) (device.Exec, error) {
 	if len(nodes) == 0 {
 		return nil, d.err("Instantiate", device.ErrMisuse, "graph is empty")
 	}
-	return &exec{dev: d, nodes: nodes, launch: launchNode(nodes)}, nil
+	e := &exec{dev: d, nodes: nodes, launch: launchNode(nodes)}
+	e.order.turn.L = &e.order.mu
+	return e, nil
 }
 
 func (e *exec) snapshot(op string) (node, error) {
@@ -273,5 +315,6 @@ func (s *stream) Launch(x device.Exec) error {
 	if err != nil {
 		return err
 	}
+	n.exec = e
 	return s.enqueue("Launch", n)
 }

@@ -12,6 +12,21 @@ import (
 type node struct {
 	kind string
 	run  func(t *team)
+	// exec is the executable a launch node runs, and ticket its place
+	// among that executable's launches (see launchOrder); nil for other
+	// work, and for a launch captured into another graph.
+	exec   *exec
+	ticket uint64
+}
+
+// do runs n on the stream goroutine that holds t: a launch in its turn
+// among the launches of its executable.
+func (n node) do(t *team) {
+	if n.exec != nil {
+		n.exec.order.run(n, t)
+		return
+	}
+	n.run(t)
 }
 
 // stream runs its queue in order on one goroutine. Enqueueing never blocks
@@ -76,7 +91,7 @@ func (s *stream) loop() {
 		}
 		s.running = true
 		s.mu.Unlock()
-		n.run(&s.team)
+		n.do(&s.team)
 		s.mu.Lock()
 		s.running = false
 	}
@@ -114,7 +129,11 @@ func (s *stream) enqueue(op string, n node) error {
 		return s.stoppedErr(op)
 	}
 	if c := s.capture; c != nil {
+		n.exec = nil // part of the capturing graph, run with it
 		return c.add(op, n)
+	}
+	if n.exec != nil {
+		n.ticket = n.exec.order.issue()
 	}
 	if s.head > 0 && len(s.queue) == cap(s.queue) {
 		// Reuse the room of started work rather than grow.

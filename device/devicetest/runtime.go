@@ -677,6 +677,27 @@ func testUpdate(t *testing.T, open Opener) {
 	}
 }
 
+// testLaunchOrder: launches of one executable run one after another in
+// the order they were issued, whatever streams they were issued on, as
+// cuGraphLaunch orders them. The first launch (fill with 1) waits behind
+// slow work on its stream; the executable is updated to fill with 5 and
+// launched on an idle stream, which must wait for the first launch.
+func testLaunchOrder(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	slow, idle, capturer := e.stream(), e.stream(), e.stream()
+	x := e.zeros(64)
+	ex, err := e.dev.Instantiate(e.captureFill(capturer, x, 1, false))
+	e.must(err)
+	e.slowWork(slow)
+	e.must(slow.Launch(ex))
+	e.must(ex.Update(e.captureFill(capturer, x, 5, false)))
+	e.must(idle.Launch(ex))
+	e.must(e.dev.Synchronize())
+	if got := e.read(x); got[0] != 5 {
+		t.Fatalf("x = %v after launches filling 1 then 5 on two streams; want 5: the second launch ran before the first", got[0])
+	}
+}
+
 func testMisuse(t *testing.T, open Opener) {
 	e := newEnv(t, open)
 	s := e.stream()

@@ -42,6 +42,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 	t.Run("violations", func(t *testing.T) { testViolations(t, open) })
 	t.Run("isolation", func(t *testing.T) { testIsolation(t, open) })
 	t.Run("update", func(t *testing.T) { testUpdate(t, open) })
+	t.Run("launches of one executable in issue order", func(t *testing.T) { testLaunchOrder(t, open) })
 	t.Run("freed memory held by an executable", func(t *testing.T) { testFreedMemoryHeldByExec(t, open) })
 	t.Run("free without a stall", func(t *testing.T) { testFreeWithoutStall(t, open) })
 	t.Run("misuse", func(t *testing.T) { testMisuse(t, open) })
