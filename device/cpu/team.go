@@ -19,7 +19,11 @@ import (
 // yet taken until none is left: on a machine shared with other work, a
 // thread that gets less of its core takes fewer parts instead of holding
 // up the kernel. Streams running kernels at the same time share the
-// helpers. Nothing here allocates: a kernel's parts are described by a
+// helpers: a kernel ends only once every job it handed out has been taken
+// from the channel and finished, even a job that found no part left, so a
+// stream may wait for helpers busy with another stream's kernel. (A
+// training step's kernels run on one compute stream; the staging stream's
+// copies are not split.) Nothing here allocates: a kernel's parts are described by a
 // value made when the kernel was enqueued (or captured), and a helper is
 // handed the kernel by value over a channel.
 
@@ -72,7 +76,7 @@ const spinFor = 50 * time.Microsecond
 // process waiting for the core loses nothing it would have had.
 const spinEager = 5 * time.Microsecond
 
-// spin calls done until it reports true or spinFor has passed. Between
+// spin calls done until it reports true or spinFor has passed. Every 16
 // calls it lets other goroutines run (runtime.Gosched: the stager and the
 // loader share the device's threads), and after spinEager it yields to
 // other threads of the machine too (osYield), so that a spinning worker
@@ -175,22 +179,23 @@ func (h *helpers) stop() {
 }
 
 // team is how one stream goroutine runs a kernel's parts: the device's
-// helpers and the stream's own count of helpers still at work (one per
-// stream, because a stream runs one kernel at a time, while two streams
+// helpers and the stream's own count of jobs handed out and not finished
+// (one per stream, because a stream runs one kernel at a time, while two streams
 // may wait at once).
 type team struct {
 	h    *helpers
 	next atomic.Int64 // the next part of the running kernel not yet taken
-	// state is the number of helpers handed the running kernel that have
-	// not finished it, plus sleeping once the stream goroutine has stopped
-	// spinning and waits on wake. One word for both, so that the last
-	// helper's decrement alone tells it whether to send on wake.
+	// state is the number of jobs of the running kernel handed to the
+	// helpers and not yet finished (one helper may take several), plus
+	// sleeping once the stream goroutine has stopped spinning and waits on
+	// wake. One word for both, so that the last job's decrement alone
+	// tells its helper whether to send on wake.
 	state atomic.Int64
 	wake  chan struct{}
 	s     *scratch // the stream goroutine's, made on its first kernel
 }
 
-// sleeping is the flag in team.state, above any count of helpers.
+// sleeping is the flag in team.state, above any count of jobs.
 const sleeping = 1 << 32
 
 // threads is how many parts a kernel may usefully split into.

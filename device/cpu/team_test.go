@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,5 +53,65 @@ func TestTeamRunsEveryPartOnce(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// overTask is a kernel that counts its parts and flags any part that runs
+// after run has returned.
+type overTask struct {
+	ran   []atomic.Int32
+	over  atomic.Bool
+	late  *atomic.Int32
+	delay time.Duration
+}
+
+func (o *overTask) part(i, n int, _ *scratch) {
+	if o.delay > 0 && i%3 == 1 {
+		time.Sleep(o.delay)
+	}
+	if o.over.Load() {
+		o.late.Add(1)
+	}
+	o.ran[i].Add(1)
+}
+
+// TestTeamsShareHelpers runs kernels on six streams at once that share
+// four threads' helpers, more jobs than the channel holds, with slow parts
+// now and then, and checks for every kernel that run returns after each
+// of its parts ran exactly once and that no part runs after it returned.
+func TestTeamsShareHelpers(t *testing.T) {
+	const threads, streams, rounds = 4, 6, 150
+	h := startHelpers(threads)
+	defer h.stop()
+	var late atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan string, streams)
+	for s := range streams {
+		wg.Go(func() {
+			tm := &team{h: h}
+			for round := range rounds {
+				n := 2 + (round+s)%(3*threads)
+				o := &overTask{ran: make([]atomic.Int32, n), late: &late}
+				if round%25 == s {
+					o.delay = spinFor + 20*time.Microsecond
+				}
+				tm.run(o, n)
+				o.over.Store(true)
+				for i := range o.ran {
+					if got := o.ran[i].Load(); got != 1 {
+						errs <- fmt.Sprintf("stream %d round %d: part %d of %d ran %d times by the time run returned", s, round, i, n, got)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if n := late.Load(); n != 0 {
+		t.Errorf("%d parts ran after their kernel's run returned", n)
 	}
 }
