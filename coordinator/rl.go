@@ -118,8 +118,8 @@ type AgentStatus struct {
 	Publishes int64   `json:"publishes"`
 	Syncs     int64   `json:"syncs"`
 	Loss      float64 `json:"loss"`
-	// ActorRestarts and Seconds count every run of the agent: a resumed
-	// one's summary includes the runs before it.
+	// ActorRestarts and Seconds count every run of the agent that this
+	// one continues: a resumed agent's summary includes the runs before.
 	ActorRestarts int     `json:"actor_restarts"`
 	Fallbacks     int     `json:"fallbacks"`
 	Seconds       float64 `json:"seconds"`
@@ -322,6 +322,8 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 		// come back from the events, loadEpisodes).
 		if prev, ok := readAgentSummary(dir); ok {
 			a.earlier, a.st.ActorRestarts = prev.Seconds, prev.ActorRestarts
+		} else {
+			r.log.Warn("agent's earlier summary is missing or unreadable; its seconds and actor restarts count from this run", "agent", i, "summary", filepath.Join(dir, SummaryFile))
 		}
 	}
 	var err error

@@ -25,13 +25,14 @@ type rlView struct {
 	st    []coordinator.AgentStatus
 	total int
 	shown []time.Time // when each agent's line was last printed (piped)
+	seen  []bool      // whether each agent has sent a status yet
 
 	table *mpb.Progress
 	bars  []*mpb.Bar
 }
 
 func newRLView(w io.Writer, agents int) *rlView {
-	v := &rlView{w: w, st: make([]coordinator.AgentStatus, agents), shown: make([]time.Time, agents)}
+	v := &rlView{w: w, st: make([]coordinator.AgentStatus, agents), shown: make([]time.Time, agents), seen: make([]bool, agents)}
 	for i := range v.st {
 		v.st[i] = coordinator.AgentStatus{Agent: i, State: coordinator.AgentStarting, SolvedAt: -1}
 	}
@@ -76,20 +77,24 @@ func (v *rlView) update(s coordinator.AgentStatus) {
 	v.mu.Lock()
 	prev := v.st[s.Agent]
 	v.st[s.Agent] = s
-	due := s.State != prev.State || s.ActorRestarts != prev.ActorRestarts || time.Since(v.shown[s.Agent]) >= rlLineEvery
+	// A resumed agent's first status already counts the restarts of the
+	// runs before: only a count that goes up after it is a restart now.
+	restarted := v.seen[s.Agent] && s.ActorRestarts > prev.ActorRestarts
+	v.seen[s.Agent] = true
+	due := s.State != prev.State || restarted || time.Since(v.shown[s.Agent]) >= rlLineEvery
 	if due {
 		v.shown[s.Agent] = time.Now()
 	}
 	v.mu.Unlock()
 	if v.table != nil {
-		v.drawBar(s, prev)
+		v.drawBar(s, prev, restarted)
 		return
 	}
 	if !due {
 		return
 	}
 	switch {
-	case s.ActorRestarts != prev.ActorRestarts:
+	case restarted:
 		fmt.Fprintf(v.w, "agent %d: actor failed; started again (restart %d)\n", s.Agent, s.ActorRestarts)
 	case s.State == coordinator.AgentSucceeded && s.SolvedAt >= 0:
 		fmt.Fprintf(v.w, "agent %d: finished: solved at env step %d (a greedy mean of %.1f); %d episodes, mean return of the last 100 %.1f, %d env steps, %d learner steps\n",
@@ -109,7 +114,7 @@ func (v *rlView) update(s coordinator.AgentStatus) {
 	}
 }
 
-func (v *rlView) drawBar(s, prev coordinator.AgentStatus) {
+func (v *rlView) drawBar(s, prev coordinator.AgentStatus, restarted bool) {
 	bar := v.bars[s.Agent]
 	switch s.State {
 	case coordinator.AgentSucceeded:
@@ -120,7 +125,7 @@ func (v *rlView) drawBar(s, prev coordinator.AgentStatus) {
 		}
 		bar.Abort(false)
 	default:
-		if s.ActorRestarts != prev.ActorRestarts {
+		if restarted {
 			fmt.Fprintf(v.table, "agent %d: actor failed; started again (restart %d)\n", s.Agent, s.ActorRestarts)
 		}
 		bar.SetTotal(int64(v.totalSteps()), false)
