@@ -29,7 +29,9 @@ import (
 // may still hold.
 func IsTemp(name string) bool {
 	base, ok := strings.CutPrefix(name, ".")
-	if !ok {
+	if !ok || strings.HasPrefix(base, "nfs") {
+		// .nfs…: an NFS client's name for a removed file still open,
+		// which only the client may remove.
 		return false
 	}
 	// renameio's number is a random int64: under 6 digits one time in 10^13.

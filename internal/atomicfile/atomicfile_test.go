@@ -150,7 +150,7 @@ func TestIsTempKnowsTheWritersTemporaryFiles(t *testing.T) {
 	}
 	// Run directories written before tolaria used renameio hold names
 	// like this one.
-	for name, want := range map[string]bool{".summary.json.3141592.tmp": true, ".summary.json": false, "summary.json.tmp": false, ".tmp": false, ".v2": false} {
+	for name, want := range map[string]bool{".summary.json.3141592.tmp": true, ".summary.json": false, "summary.json.tmp": false, ".tmp": false, ".v2": false, ".nfs0000000000a1b2c300000004": false} {
 		if got := IsTemp(name); got != want {
 			t.Errorf("IsTemp(%q) = %t, want %t", name, got, want)
 		}
