@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
-	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/rl/env"
 	"github.com/tolaria-ml/tolaria/rl/shm"
@@ -37,26 +36,15 @@ type ActorOptions struct {
 // copy out are part of the graph), then each environment explores with
 // probability epsilon. Transitions go to the agent's replay buffer.
 type Actor struct {
-	cfg     Config
-	opts    ActorOptions
-	dev     device.Device
-	mem     *shm.Memory
-	vec     *env.Vec
-	rng     *rand.Rand
-	spec    nn.Spec
-	params  device.Buffer
-	mlp     nn.Step
-	q       *nn.QOps
-	lease   *graphs.Lease
-	engine  *graphs.Engine
-	stream  device.Stream
-	done    device.Event
-	obsDev  device.Buffer
-	obsHost device.HostBuffer
-	actDev  device.Buffer // the greedy actions as floats
-	actHost device.HostBuffer
-	wHost   device.HostBuffer
-	onehot  device.Buffer
+	cfg   Config
+	opts  ActorOptions
+	dev   device.Device
+	mem   *shm.Memory
+	vec   *env.Vec
+	rng   *rand.Rand
+	spec  nn.Spec
+	pol   *greedy           // over weights of its own (pol.params)
+	wHost device.HostBuffer // the weights as read from shared memory
 
 	version  atomic.Uint64 // of the local weights
 	steps    int           // environment steps taken, those of earlier actors of the agent included
@@ -99,86 +87,21 @@ func NewActor(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, ag
 		rng:     rand.New(rand.NewPCG(seed, 0x6163746f72^steps)), // "actor"
 		actions: make([]int, cfg.NumEnvs), next: make([]float32, cfg.NumEnvs*spec.Inputs),
 		out: make([]env.Transition, cfg.NumEnvs)}
-	if err := a.build(shared); err != nil {
+	if a.pol, err = newGreedy(dev, shared, "dqn actor", spec, cfg.NumEnvs, device.Buffer{}); err != nil {
+		return nil, err
+	}
+	if a.wHost, err = dev.AllocHost(spec.ParamCount()); err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
 	if cfg.EvalInterval > 0 {
 		// The next multiple of the interval: an actor that takes over
 		// an agent keeps its predecessors' evaluation steps.
 		a.evalAt = (a.steps/cfg.EvalInterval + 1) * cfg.EvalInterval
-		if a.eval, err = NewEvaluator(dev, shared, cfg, agent, a.params, opts.Graphs); err != nil {
+		if a.eval, err = NewEvaluator(dev, shared, cfg, agent, a.pol.params, opts.Graphs); err != nil {
 			return nil, errors.Join(err, a.Close())
 		}
 	}
 	return a, nil
-}
-
-// actorSizes: the MLP workspace at batch n, the Q operations', then the
-// observations, the one-hot choices, the actions and the parameters.
-func actorSizes(spec nn.Spec, n int) []int {
-	sizes := append(nn.WorkspaceSizes(spec, n), nn.QOpsSizes(n, spec.Outputs)...)
-	return append(sizes, n*spec.Inputs, n*spec.Outputs, n, spec.ParamCount())
-}
-
-func (a *Actor) build(shared *Shared) error {
-	dev, spec, n := a.dev, a.spec, a.cfg.NumEnvs
-	var err error
-	sig := fmt.Sprintf("dqn actor %s batch %d", spec, n)
-	if a.lease, err = shared.Pool.Acquire(dev, sig, actorSizes(spec, n)); err != nil {
-		return err
-	}
-	ws := a.lease.Workspace()
-	nw, nq := len(nn.WorkspaceSizes(spec, n)), len(nn.QOpsSizes(n, spec.Outputs))
-	w, err := nn.NewWorkspace(spec, ws[:nw])
-	if err != nil {
-		return err
-	}
-	if a.q, err = nn.NewQOps(n, spec.Outputs, 1, ws[nw:nw+nq]); err != nil {
-		return err
-	}
-	if err := a.q.Upload(dev); err != nil {
-		return err
-	}
-	own := ws[nw+nq:]
-	a.obsDev, a.onehot, a.actDev, a.params = own[0], own[1], own[2], own[3]
-	// The forward pass reads only the spec and the parameters of its model.
-	a.mlp = nn.Step{M: &nn.Model{Spec: spec, Params: a.params}, W: w, Batch: n}
-	if a.stream, err = dev.NewStream(); err != nil {
-		return err
-	}
-	if a.done, err = dev.NewEvent(); err != nil {
-		return err
-	}
-	for _, h := range []struct {
-		dst *device.HostBuffer
-		n   int
-	}{{&a.obsHost, n * spec.Inputs}, {&a.actHost, n}, {&a.wHost, spec.ParamCount()}} {
-		if *h.dst, err = dev.AllocHost(h.n); err != nil {
-			return err
-		}
-	}
-	a.engine, err = graphs.NewEngine(graphs.EngineConfig{Lease: a.lease, Guard: shared.Guard, MaxCaptureFailures: 3,
-		Slots: []graphs.Slot{{ID: 0, Step: a.policy}}})
-	return err
-}
-
-// policy is the captured work of one vector step: observations in, the
-// greedy action of each environment out.
-func (a *Actor) policy(s device.Stream) error {
-	if err := s.CopyHtoD(a.obsDev, a.obsHost); err != nil {
-		return err
-	}
-	logits, err := a.mlp.Forward(s, a.params, a.obsDev)
-	if err != nil {
-		return err
-	}
-	if err := a.q.ArgMaxOneHot(s, logits, a.onehot); err != nil {
-		return err
-	}
-	if err := a.q.Index(s, a.onehot, a.actDev); err != nil {
-		return err
-	}
-	return s.CopyDtoH(a.actHost, a.actDev)
 }
 
 // Steps is the number of environment steps taken, by this actor and by
@@ -220,11 +143,12 @@ func (a *Actor) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := errors.Join(a.stream.CopyHtoD(a.params, a.wHost), a.stream.Record(a.done)); err != nil {
+	p := a.pol
+	if err := errors.Join(p.stream.CopyHtoD(p.params, a.wHost), p.stream.Record(p.done)); err != nil {
 		return err
 	}
 	// The pinned weights must not change until the copy is done.
-	if err := a.done.Synchronize(); err != nil {
+	if err := p.done.Synchronize(); err != nil {
 		return err
 	}
 	a.version.Store(v)
@@ -243,36 +167,29 @@ func (a *Actor) Capture() error {
 			return err
 		}
 	}
-	if !a.opts.Graphs || !a.engine.Due(false) {
+	if !a.opts.Graphs {
 		return nil
 	}
-	_, err := a.engine.Capture(a.stream)
-	return err
+	return a.pol.capture()
 }
 
 // Step takes one vector step: greedy actions from the forward pass,
 // epsilon-greedy exploration, the environments' step, and one transition
 // per environment appended to the replay buffer.
 func (a *Actor) Step() error {
-	copy(a.obsHost.Data(), a.vec.Obs())
-	if _, err := a.engine.Run(a.stream, 0); err != nil {
-		return err
-	}
-	if err := a.stream.Record(a.done); err != nil {
-		return err
-	}
-	if err := a.done.Synchronize(); err != nil {
+	copy(a.pol.obsHost.Data(), a.vec.Obs())
+	acts, err := a.pol.act()
+	if err != nil {
 		return err
 	}
 	eps := a.cfg.Epsilon(a.steps)
-	for i, g := range a.actHost.Data() {
+	for i, g := range acts {
 		a.actions[i] = int(g)
 		if a.rng.Float64() < eps {
 			a.actions[i] = a.rng.IntN(a.vec.NumActions())
 		}
 	}
-	obs := a.obsHost.Data() // the observations acted on; Vec.Step overwrites its own
-	var err error
+	obs := a.pol.obsHost.Data() // the observations acted on; Vec.Step overwrites its own
 	a.episodes, err = a.vec.Step(a.actions, a.next, a.out, a.episodes[:0])
 	if err != nil {
 		return err
@@ -359,21 +276,15 @@ func (a *Actor) Close() error {
 		errs = append(errs, a.eval.Close())
 		a.eval = nil
 	}
-	if a.stream != nil {
-		errs = append(errs, a.stream.Synchronize(), a.stream.Destroy())
+	if a.pol != nil {
+		// Its stream, which copies the weights in, is synchronised
+		// before wHost is freed.
+		errs = append(errs, a.pol.close())
+		a.pol = nil
 	}
-	if a.done != nil {
-		errs = append(errs, a.done.Destroy())
+	if !a.wHost.IsZero() {
+		errs = append(errs, a.dev.FreeHost(a.wHost))
+		a.wHost = device.HostBuffer{}
 	}
-	for _, h := range []device.HostBuffer{a.obsHost, a.actHost, a.wHost} {
-		if !h.IsZero() {
-			errs = append(errs, a.dev.FreeHost(h))
-		}
-	}
-	if a.lease != nil {
-		errs = append(errs, a.lease.Release())
-	}
-	a.stream, a.done, a.lease = nil, nil, nil
-	a.obsHost, a.actHost, a.wHost = device.HostBuffer{}, device.HostBuffer{}, device.HostBuffer{}
 	return errors.Join(errs...)
 }

@@ -30,25 +30,12 @@ type EvalResult struct {
 // weights alone. It reads the weights from a device buffer it does not
 // own and never writes them.
 type Evaluator struct {
-	dev    device.Device
 	spec   nn.Spec
 	n      int
 	graphs bool
 	seeds  []uint64
 	envs   []env.Env
-	params device.Buffer
-
-	lease   *graphs.Lease
-	engine  *graphs.Engine
-	mlp     nn.Step
-	q       *nn.QOps
-	stream  device.Stream
-	done    device.Event
-	obsDev  device.Buffer
-	onehot  device.Buffer
-	actDev  device.Buffer
-	obsHost device.HostBuffer
-	actHost device.HostBuffer
+	pol    *greedy // over params, which it does not own
 
 	returns []float64
 	live    []bool
@@ -84,89 +71,25 @@ func NewEvaluator(dev device.Device, shared *Shared, cfg Config, agent int, para
 	}
 	f, _ := env.New(cfg.Env)
 	n := cfg.EvalEpisodes
-	e := &Evaluator{dev: dev, spec: spec, n: n, graphs: useGraphs, seeds: evalSeeds(cfg, agent, n), params: params,
+	e := &Evaluator{spec: spec, n: n, graphs: useGraphs, seeds: evalSeeds(cfg, agent, n),
 		returns: make([]float64, n), live: make([]bool, n)}
 	for range n {
 		e.envs = append(e.envs, f())
 	}
-	if err := e.build(shared); err != nil {
-		return nil, errors.Join(err, e.Close())
+	if e.pol, err = newGreedy(dev, shared, "dqn eval", spec, n, params); err != nil {
+		return nil, err
 	}
 	return e, nil
-}
-
-// evalSizes: the MLP workspace at batch n, the Q operations', then the
-// observations, the one-hot choices and the actions.
-func evalSizes(spec nn.Spec, n int) []int {
-	sizes := append(nn.WorkspaceSizes(spec, n), nn.QOpsSizes(n, spec.Outputs)...)
-	return append(sizes, n*spec.Inputs, n*spec.Outputs, n)
-}
-
-func (e *Evaluator) build(shared *Shared) error {
-	dev, spec, n := e.dev, e.spec, e.n
-	var err error
-	if e.lease, err = shared.Pool.Acquire(dev, fmt.Sprintf("dqn eval %s batch %d", spec, n), evalSizes(spec, n)); err != nil {
-		return err
-	}
-	ws := e.lease.Workspace()
-	nw, nq := len(nn.WorkspaceSizes(spec, n)), len(nn.QOpsSizes(n, spec.Outputs))
-	w, err := nn.NewWorkspace(spec, ws[:nw])
-	if err != nil {
-		return err
-	}
-	if e.q, err = nn.NewQOps(n, spec.Outputs, 1, ws[nw:nw+nq]); err != nil {
-		return err
-	}
-	if err := e.q.Upload(dev); err != nil {
-		return err
-	}
-	own := ws[nw+nq:]
-	e.obsDev, e.onehot, e.actDev = own[0], own[1], own[2]
-	e.mlp = nn.Step{M: &nn.Model{Spec: spec, Params: e.params}, W: w, Batch: n}
-	if e.stream, err = dev.NewStream(); err != nil {
-		return err
-	}
-	if e.done, err = dev.NewEvent(); err != nil {
-		return err
-	}
-	if e.obsHost, err = dev.AllocHost(n * spec.Inputs); err != nil {
-		return err
-	}
-	if e.actHost, err = dev.AllocHost(n); err != nil {
-		return err
-	}
-	e.engine, err = graphs.NewEngine(graphs.EngineConfig{Lease: e.lease, Guard: shared.Guard, MaxCaptureFailures: 3,
-		Slots: []graphs.Slot{{ID: 0, Step: e.policy}}})
-	return err
-}
-
-// policy is one vector step's device work: observations in, the greedy
-// action of each environment out.
-func (e *Evaluator) policy(s device.Stream) error {
-	if err := s.CopyHtoD(e.obsDev, e.obsHost); err != nil {
-		return err
-	}
-	logits, err := e.mlp.Forward(s, e.params, e.obsDev)
-	if err != nil {
-		return err
-	}
-	if err := e.q.ArgMaxOneHot(s, logits, e.onehot); err != nil {
-		return err
-	}
-	if err := e.q.Index(s, e.onehot, e.actDev); err != nil {
-		return err
-	}
-	return s.CopyDtoH(e.actHost, e.actDev)
 }
 
 // Capture captures the forward pass, when graphs are on. Like the
 // actor's, call it while no other device work of the process is in
 // flight. A failed capture leaves the evaluation eager.
 func (e *Evaluator) Capture() error {
-	if !e.graphs || !e.engine.Due(false) {
+	if !e.graphs {
 		return nil
 	}
-	_, err := e.engine.Capture(e.stream)
+	err := e.pol.capture()
 	var failed *graphs.CaptureError
 	if errors.As(err, &failed) {
 		return nil
@@ -182,7 +105,7 @@ func (e *Evaluator) Episodes() int { return e.n }
 // returns the mean return and each episode's return (a new slice).
 func (e *Evaluator) Evaluate() (float64, []float64, error) {
 	o := e.spec.Inputs
-	obs := e.obsHost.Data()
+	obs := e.pol.obsHost.Data()
 	for i, en := range e.envs {
 		en.Reset(e.seeds[i], obs[i*o:(i+1)*o])
 		e.returns[i], e.live[i] = 0, true
@@ -190,13 +113,11 @@ func (e *Evaluator) Evaluate() (float64, []float64, error) {
 	// A finished environment's row keeps its last observation; its action
 	// is computed with the others' and ignored.
 	for left := e.n; left > 0; {
-		if _, err := e.engine.Run(e.stream, 0); err != nil {
+		acts, err := e.pol.act()
+		if err != nil {
 			return 0, nil, err
 		}
-		if err := errors.Join(e.stream.Record(e.done), e.done.Synchronize()); err != nil {
-			return 0, nil, err
-		}
-		for i, a := range e.actHost.Data() {
+		for i, a := range acts {
 			if !e.live[i] {
 				continue
 			}
@@ -220,24 +141,12 @@ func (e *Evaluator) Evaluate() (float64, []float64, error) {
 
 // Close frees what the evaluator allocated; the weights stay.
 func (e *Evaluator) Close() error {
-	var errs []error
-	if e.stream != nil {
-		errs = append(errs, e.stream.Synchronize(), e.stream.Destroy())
+	if e.pol == nil {
+		return nil
 	}
-	if e.done != nil {
-		errs = append(errs, e.done.Destroy())
-	}
-	for _, h := range []device.HostBuffer{e.obsHost, e.actHost} {
-		if !h.IsZero() {
-			errs = append(errs, e.dev.FreeHost(h))
-		}
-	}
-	if e.lease != nil {
-		errs = append(errs, e.lease.Release())
-	}
-	e.stream, e.done, e.lease = nil, nil, nil
-	e.obsHost, e.actHost = device.HostBuffer{}, device.HostBuffer{}
-	return errors.Join(errs...)
+	err := e.pol.close()
+	e.pol = nil
+	return err
 }
 
 // evaluate runs the actor's evaluator on its local weights when an

@@ -55,8 +55,8 @@ func evaluate(t *testing.T, dev device.Device, cfg Config, params []float32, use
 	must(t, err)
 	defer func() { must(t, ev.Close()) }()
 	must(t, ev.Capture())
-	if ev.engine.Captured() != useGraphs {
-		t.Fatalf("graphs %t, but the forward pass is captured: %t", useGraphs, ev.engine.Captured())
+	if ev.pol.engine.Captured() != useGraphs {
+		t.Fatalf("graphs %t, but the forward pass is captured: %t", useGraphs, ev.pol.engine.Captured())
 	}
 	mean, returns, err := ev.Evaluate()
 	must(t, err)
