@@ -23,9 +23,9 @@ import (
 // from the channel and finished, even a job that found no part left, so a
 // stream may wait for helpers busy with another stream's kernel. (A
 // training step's kernels run on one compute stream; the staging stream's
-// copies are not split.) Nothing here allocates: a kernel's parts are described by a
-// value made when the kernel was enqueued (or captured), and a helper is
-// handed the kernel by value over a channel.
+// copies are not split.) Nothing here allocates: a kernel's parts are
+// described by a value made when the kernel was enqueued (or captured),
+// and a helper is handed the kernel by value over a channel.
 
 // task is a kernel split into parts; part(i, n, s) runs part i of n with
 // the scratch memory of the thread that runs it.
@@ -180,8 +180,8 @@ func (h *helpers) stop() {
 
 // team is how one stream goroutine runs a kernel's parts: the device's
 // helpers and the stream's own count of jobs handed out and not finished
-// (one per stream, because a stream runs one kernel at a time, while two streams
-// may wait at once).
+// (one per stream, because a stream runs one kernel at a time, while two
+// streams may wait at once).
 type team struct {
 	h    *helpers
 	next atomic.Int64 // the next part of the running kernel not yet taken
