@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,10 @@ type Device struct {
 	mod   cu.Module
 	fns   [numKernels]cu.Function
 	total int64
+	// What Info reports: compute capability, driver version, the JIT's logs.
+	cc            string
+	driverVersion int
+	jit           JITLog
 
 	ctl    *controlThread
 	pool   *pool
@@ -122,8 +127,12 @@ func (d *Device) open() error {
 		return device.Errorf(d.name, op, device.ErrNoDevice,
 			"compute capability %d.%d; tolaria's kernels are compiled for 8.0 or newer", major, minor)
 	}
+	d.cc = fmt.Sprintf("%d.%d", major, minor)
 	if d.desc, err = d.dev.Name(); err != nil {
 		return d.wrap(op, err)
+	}
+	if v, r := driverVersion(); r == cuSuccess {
+		d.driverVersion = v
 	}
 	if d.total, err = d.dev.TotalMem(); err != nil {
 		return d.wrap(op, err)
@@ -146,9 +155,10 @@ func (d *Device) open() error {
 
 func (d *Device) loadModule() error {
 	const op = "Open"
-	mod, err := cu.LoadData(ptxSource)
-	if err != nil {
-		return unusable(d.name, op, codeOf(err), "loading the kernels' PTX")
+	mod, log, r := loadModule(ptxSource)
+	d.jit = log
+	if r != cuSuccess {
+		return unusable(d.name, op, r, loadFailure(log))
 	}
 	for k := kernel(0); k < numKernels; k++ {
 		fn, err := mod.Function(kernelNames[k])
@@ -209,6 +219,13 @@ var _ device.Trimmer = (*Device)(nil)
 
 // Name is "cuda:<ordinal>".
 func (d *Device) Name() string { return d.name }
+
+// Info describes the device, its driver and how the kernels' PTX loaded.
+func (d *Device) Info() Info {
+	v, t := ptxHeader(ptxSource)
+	return Info{Name: d.name, Model: d.desc, ComputeCapability: d.cc, DriverVersion: d.driverVersion,
+		TotalBytes: d.total, PTXVersion: v, PTXTarget: t, JIT: d.jit}
+}
 
 // Description is the GPU's model name as the driver reports it.
 func (d *Device) Description() string { return d.desc }

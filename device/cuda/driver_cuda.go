@@ -15,6 +15,8 @@ package cuda
 #cgo linux LDFLAGS: -L/usr/local/cuda/lib64
 #cgo linux CFLAGS: -I/usr/local/cuda/include
 #include <cuda.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 // tl_bind makes ctx current on the calling thread unless it already is.
@@ -40,6 +42,26 @@ static CUresult tl_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy,
 	if (r != CUDA_SUCCESS) return r;
 	for (int i = 0; i < n; i++) args[i] = &p.v[i];
 	return cuLaunchKernel(f, gx, gy, 1, bx, by, 1, 0, s, args, NULL);
+}
+
+// tl_module_load loads a PTX image with the JIT compiler's logs captured:
+// the error log says why a driver refuses the PTX (an ISA version newer
+// than it knows, a target it cannot compile for), which a plain
+// cuModuleLoadData leaves unsaid. The size options are in-out: the driver
+// writes back how many bytes of each log it filled. CU_JIT_WALL_TIME comes
+// back as a float stored in its option slot.
+static CUresult tl_module_load(CUmodule *m, const void *image, char *info, unsigned infoSize, char *err,
+                               unsigned errSize, unsigned *infoUsed, unsigned *errUsed, float *wallMS) {
+	CUjit_option opts[6] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+	                        CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE, CU_JIT_WALL_TIME};
+	void *vals[6] = {info, (void *)(uintptr_t)infoSize, err, (void *)(uintptr_t)errSize, (void *)(uintptr_t)1, NULL};
+	info[0] = 0;
+	err[0] = 0;
+	CUresult r = cuModuleLoadDataEx(m, image, 6, opts, vals);
+	*infoUsed = (unsigned)(uintptr_t)vals[1];
+	*errUsed = (unsigned)(uintptr_t)vals[3];
+	memcpy(wallMS, &vals[5], sizeof *wallMS);
+	return r;
 }
 
 static CUresult tl_graph_node_count(CUgraph g, size_t *n) {
@@ -68,7 +90,9 @@ static CUresult tl_graph_exec_update(CUgraphExec e, CUgraph g, int *result) {
 import "C"
 
 import (
+	"bytes"
 	"reflect"
+	"strings"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -250,3 +274,53 @@ type (
 )
 
 func syncContext() cuResult { return res(C.cuCtxSynchronize()) }
+
+// jitLogBytes bounds each of the JIT compiler's logs; a refusal's reason
+// is a few lines.
+const jitLogBytes = 16 << 10
+
+// loadModule loads the PTX image into the current context through the
+// driver's JIT compiler and returns what it logged, whether or not the load
+// succeeded.
+func loadModule(image string) (cu.Module, JITLog, cuResult) {
+	var mod cu.Module
+	cimg := C.CString(image)
+	defer C.free(unsafe.Pointer(cimg))
+	info := (*C.char)(C.malloc(jitLogBytes))
+	defer C.free(unsafe.Pointer(info))
+	errLog := (*C.char)(C.malloc(jitLogBytes))
+	defer C.free(unsafe.Pointer(errLog))
+	var raw C.CUmodule
+	var infoUsed, errUsed C.unsigned
+	var wall C.float
+	r := res(C.tl_module_load(&raw, unsafe.Pointer(cimg), info, jitLogBytes, errLog, jitLogBytes, &infoUsed, &errUsed, &wall))
+	log := JITLog{Info: logText(info, infoUsed), Error: logText(errLog, errUsed), WallMS: float64(wall)}
+	if r == cuSuccess {
+		// cu.Module holds the handle alone, as rawFunction's cu.Function does.
+		*(*C.CUmodule)(unsafe.Pointer(&mod)) = raw
+	}
+	return mod, log, r
+}
+
+// logText is a JIT log's text: the bytes the driver says it filled, up to
+// the first NUL, without trailing blank lines.
+func logText(p *C.char, used C.unsigned) string {
+	n := int(used)
+	if n <= 0 {
+		// Some drivers leave the size as given and NUL-terminate instead.
+		n = jitLogBytes
+	}
+	n = min(n, jitLogBytes)
+	b := C.GoBytes(unsafe.Pointer(p), C.int(n))
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return strings.TrimRight(string(b), "\n\r\t ")
+}
+
+// driverVersion is cuDriverGetVersion's answer: 1000*major + 10*minor.
+func driverVersion() (int, cuResult) {
+	var v C.int
+	r := res(C.cuDriverGetVersion(&v))
+	return int(v), r
+}

@@ -570,12 +570,46 @@ std::function<void()> nodeRunner(const Node &n) {
 
 // ---- PTX ------------------------------------------------------------------------
 
+// kNewestPTX is the newest PTX ISA (10*major + minor) the emulated driver
+// compiles: 7.8, CUDA 11.8's, the toolkit whose cuda.h it is built with.
+constexpr unsigned kNewestPTX = 78;
+
+// jitError notes a module's refusal on stderr and appends it to the JIT
+// error log, when one was asked for.
+void jitError(std::string *log, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    note("%s", buf);
+    if (log) {
+        if (!log->empty()) log->push_back('\n');
+        *log += "emulated JIT: ";
+        *log += buf;
+    }
+}
+
 // parsePTX reads every ".entry NAME(" with its ".param .TYPE" list and
 // ".maxntid", and binds each entry to its C++ build. A module with an entry
 // the emulator has no build for, or whose parameters differ from the
-// build's, is refused with CUDA_ERROR_INVALID_PTX and a note on stderr.
-CUresult parsePTX(const std::string &ptx, Module *m) {
+// build's, is refused with CUDA_ERROR_INVALID_PTX; an ISA version newer
+// than the emulated driver's toolkit (kNewestPTX) with
+// CUDA_ERROR_UNSUPPORTED_PTX_VERSION, as a real driver refuses PTX from a
+// newer toolkit. The reason goes to stderr and to *log (the JIT error log
+// of cuModuleLoadDataEx) when log is set.
+CUresult parsePTX(const std::string &ptx, Module *m, std::string *log) {
     if (ptx.find(".version") == std::string::npos || ptx.find(".target") == std::string::npos) return CUDA_ERROR_INVALID_IMAGE;
+    unsigned major = 0, minor = 0;
+    if (std::sscanf(ptx.c_str() + ptx.find(".version"), ".version %u.%u", &major, &minor) != 2) {
+        jitError(log, "PTX .version is not MAJOR.MINOR");
+        return CUDA_ERROR_INVALID_PTX;
+    }
+    if (major * 10 + minor > kNewestPTX) {
+        jitError(log, "PTX .version %u.%u is newer than this driver's newest, %u.%u", major, minor, kNewestPTX / 10,
+                 kNewestPTX % 10);
+        return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+    }
     size_t pos = 0;
     for (;;) {
         size_t e = ptx.find(".entry ", pos);
@@ -594,7 +628,7 @@ CUresult parsePTX(const std::string &ptx, Module *m) {
             std::string type = params.substr(t + 1, params.find(' ', t) - t - 1);
             size_t bits = std::atoi(type.c_str() + 1);
             if (bits != 8 && bits != 16 && bits != 32 && bits != 64) {
-                note("PTX entry %s: parameter type .%s is not emulated", name.c_str(), type.c_str());
+                jitError(log, "PTX entry %s: parameter type .%s is not emulated", name.c_str(), type.c_str());
                 return CUDA_ERROR_INVALID_PTX;
             }
             fn->sizes.push_back(bits / 8);
@@ -608,11 +642,11 @@ CUresult parsePTX(const std::string &ptx, Module *m) {
         for (auto &k : emu::kernelBuilds())
             if (name == k.name) fn->build = &k;
         if (!fn->build) {
-            note("PTX entry %s has no C++ build in the emulator (device/cuda/emulator/kernels.cpp)", name.c_str());
+            jitError(log, "PTX entry %s has no C++ build in the emulator (device/cuda/emulator/kernels.cpp)", name.c_str());
             return CUDA_ERROR_INVALID_PTX;
         }
         if (fn->build->paramSizes != fn->sizes) {
-            note("PTX entry %s: its .param list differs from the C++ build's parameters", name.c_str());
+            jitError(log, "PTX entry %s: its .param list differs from the C++ build's parameters", name.c_str());
             return CUDA_ERROR_INVALID_PTX;
         }
         m->functions.push_back(std::move(fn));
@@ -1235,13 +1269,19 @@ EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
 
 // ---- modules and launches ---------------------------------------------------
 
-EXPORT CUresult cuModuleLoadData(CUmodule *out, const void *image) {
-    FAULT("cuModuleLoadData");
+// loadModule is cuModuleLoadData with the JIT's logs: errors to *errLog,
+// and a line per entry point to *infoLog.
+CUresult loadModule(CUmodule *out, const void *image, std::string *errLog, std::string *infoLog) {
     NEED_CONTEXT();
     UNSAFE_CALL();
     if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
     auto m = std::make_unique<Module>();
-    if (CUresult r = parsePTX(static_cast<const char *>(image), m.get())) return r;
+    if (CUresult r = parsePTX(static_cast<const char *>(image), m.get(), errLog)) return r;
+    if (infoLog)
+        for (auto &f : m->functions) {
+            if (!infoLog->empty()) infoLog->push_back('\n');
+            *infoLog += "emulated JIT: entry " + f->name + ", " + std::to_string(f->sizes.size()) + " parameters";
+        }
     Driver &d = drv();
     std::lock_guard<std::mutex> l(d.mu);
     for (auto &f : m->functions) d.functions.insert(f.get());
@@ -1250,12 +1290,50 @@ EXPORT CUresult cuModuleLoadData(CUmodule *out, const void *image) {
     return CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuModuleLoadData(CUmodule *out, const void *image) {
+    FAULT("cuModuleLoadData");
+    return loadModule(out, image, nullptr, nullptr);
+}
+
+// copyLog writes a JIT log into the caller's buffer as the CUDA driver API
+// documents the log options: the size option is the buffer's size on the
+// way in and the bytes filled (with the terminating NUL) on the way out.
+void copyLog(const std::string &text, char *buf, void **sizeSlot) {
+    if (!buf || !sizeSlot) return;
+    size_t cap = (size_t)(uintptr_t)*sizeSlot;
+    if (cap == 0) return;
+    size_t n = std::min(text.size(), cap - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = 0;
+    *sizeSlot = (void *)(uintptr_t)(n + 1);
+}
+
+// cuModuleLoadDataEx honours the log options (CU_JIT_INFO_LOG_BUFFER,
+// CU_JIT_ERROR_LOG_BUFFER and their sizes) and CU_JIT_WALL_TIME; the other
+// options change nothing in the emulator.
 EXPORT CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int n, CUjit_option *opts, void **vals) {
     FAULT("cuModuleLoadDataEx");
-    (void)n;
-    (void)opts;
-    (void)vals;  // JIT options change nothing in the emulator
-    return cuModuleLoadData(out, image);
+    if (n > 0 && (!opts || !vals)) return CUDA_ERROR_INVALID_VALUE;
+    char *infoBuf = nullptr, *errBuf = nullptr;
+    void **infoSize = nullptr, **errSize = nullptr, **wall = nullptr;
+    for (unsigned i = 0; i < n; i++) switch (opts[i]) {
+        case CU_JIT_INFO_LOG_BUFFER: infoBuf = static_cast<char *>(vals[i]); break;
+        case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: infoSize = &vals[i]; break;
+        case CU_JIT_ERROR_LOG_BUFFER: errBuf = static_cast<char *>(vals[i]); break;
+        case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: errSize = &vals[i]; break;
+        case CU_JIT_WALL_TIME: wall = &vals[i]; break;
+        default: break;
+        }
+    auto start = std::chrono::steady_clock::now();
+    std::string errLog, infoLog;
+    CUresult r = loadModule(out, image, &errLog, &infoLog);
+    if (wall) {
+        float ms = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - start).count();
+        std::memcpy(wall, &ms, sizeof ms);
+    }
+    copyLog(errLog, errBuf, errSize);
+    copyLog(r == CUDA_SUCCESS ? infoLog : std::string(), infoBuf, infoSize);
+    return r;
 }
 
 EXPORT CUresult cuModuleUnload(CUmodule h) {

@@ -380,6 +380,39 @@ void testGraphUpdate() {
     OK(cuStreamDestroy_v2(s));
 }
 
+// testModuleLogs: cuModuleLoadDataEx fills the JIT logs the caller asks
+// for and writes back the bytes filled; PTX of a newer ISA than the driver
+// knows is refused as CUDA_ERROR_UNSUPPORTED_PTX_VERSION, saying so in the
+// error log.
+void testModuleLogs(const std::string &ptx) {
+    char info[4096], err[4096];
+    auto load = [&](const std::string &image, CUmodule *m, unsigned *infoUsed, unsigned *errUsed) {
+        CUjit_option opts[5] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+                                CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_WALL_TIME};
+        void *vals[5] = {info, (void *)(uintptr_t)sizeof info, err, (void *)(uintptr_t)sizeof err, nullptr};
+        info[0] = err[0] = 0;
+        CUresult r = cuModuleLoadDataEx(m, image.c_str(), 5, opts, vals);
+        *infoUsed = (unsigned)(uintptr_t)vals[1];
+        *errUsed = (unsigned)(uintptr_t)vals[3];
+        return r;
+    };
+    CUmodule m;
+    unsigned infoUsed, errUsed;
+    OK(load(ptx, &m, &infoUsed, &errUsed));
+    TRUE(std::strstr(info, "tl_gemm") != nullptr);
+    TRUE(infoUsed == std::strlen(info) + 1);
+    TRUE(err[0] == 0);
+    OK(cuModuleUnload(m));
+    std::string newer = ptx;
+    size_t at = newer.find(".version ");
+    TRUE(at != std::string::npos);
+    newer.replace(at, newer.find('\n', at) - at, ".version 9.0");
+    EXPECT(load(newer, &m, &infoUsed, &errUsed), CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+    TRUE(std::strstr(err, "9.0") != nullptr);
+    TRUE(errUsed == std::strlen(err) + 1);
+    TRUE(info[0] == 0);
+}
+
 void testModules(const std::string &ptx) {
     CUmodule m;
     EXPECT(cuModuleLoadData(&m, "not PTX"), CUDA_ERROR_INVALID_IMAGE);
@@ -393,6 +426,7 @@ void testModules(const std::string &ptx) {
     CUfunction f;
     EXPECT(cuModuleGetFunction(&f, m, "tl_missing"), CUDA_ERROR_NOT_FOUND);
     OK(cuModuleUnload(m));
+    testModuleLogs(ptx);
     CUdeviceptr x;
     OK(cuMemAlloc_v2(&x, 4096));
     long long n = 1024;
