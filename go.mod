@@ -3,6 +3,7 @@ module github.com/tolaria-ml/tolaria
 go 1.26.0
 
 require (
+	github.com/dustin/go-humanize v1.1.0
 	github.com/gofrs/flock v0.13.2
 	github.com/google/renameio/v2 v2.0.2
 	github.com/grafana-tools/sdk v0.0.0-20220919052116-6562121319fc

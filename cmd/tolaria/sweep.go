@@ -92,7 +92,7 @@ checkpoints and stops).`,
 	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the sweep so the final values are scraped (0: exit at once)")
 	fs.String("priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
-	fs.String("device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB or 512MiB (default: what the device reports free); on the CPU it stands in for a GPU's memory")
+	fs.String("device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB, 512MiB or 16GB (0 or unset: what the device reports free); on the CPU it stands in for a GPU's memory")
 	addLauncherFlags(fs, "trial")
 	return cmd
 }
@@ -307,27 +307,6 @@ func firstLine(s string, n int) string {
 		s = s[:n] + "..."
 	}
 	return s
-}
-
-// parseBytes reads a size: a number of bytes, or a number with a unit
-// (KiB, MiB, GiB, TiB, or KB, MB, GB, TB in powers of ten).
-func parseBytes(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		scale  float64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
-	num, scale := strings.TrimSpace(s), 1.0
-	for _, u := range units {
-		if strings.HasSuffix(num, u.suffix) {
-			num, scale = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.scale
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || v <= 0 || v*scale > 1<<62 {
-		return 0, fmt.Errorf("%q is not a size; give bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 8GiB", s)
-	}
-	return int64(v * scale), nil
 }
 
 // shellCommand spells a command for a shell, quoting what needs it.
