@@ -47,12 +47,39 @@ func (m *Memory) record(slot int) int {
 	return m.layout.replayOff() + slot*m.layout.recordSize()
 }
 
-// Appended is the number of transitions appended since the memory was
-// created; the buffer holds the last min(Appended, Capacity) of them.
+// Appended is the number of transitions appended since the agent began,
+// counting from First; the buffer holds the last min(Appended-First,
+// Capacity) of them.
 func (m *Memory) Appended() uint64 { return atomic.LoadUint64(m.u64(offHead)) }
 
+// First is the number of the first transition this memory held: 0, or
+// where StartAt began an empty buffer for an agent that had already
+// stepped its environments.
+func (m *Memory) First() uint64 { return atomic.LoadUint64(m.u64(offFirst)) }
+
 // Len is the number of transitions the buffer holds.
-func (m *Memory) Len() int { return int(min(m.Appended(), uint64(m.layout.Capacity))) }
+func (m *Memory) Len() int { return int(m.held(m.Appended())) }
+
+// held is how many transitions the buffer holds when head were appended.
+func (m *Memory) held(head uint64) uint64 {
+	return min(head-min(m.First(), head), uint64(m.layout.Capacity))
+}
+
+// StartAt numbers an empty buffer's first transition n, so an agent
+// whose buffer was lost goes on counting its environment steps (and its
+// exploration schedule) from n while the buffer refills. Call it before
+// anything is appended.
+func (m *Memory) StartAt(n uint64) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	if m.Appended() != 0 || m.First() != 0 {
+		return fmt.Errorf("shm: start %s at transition %d: it already holds transitions %d..%d", m.path, n, m.First(), m.Appended())
+	}
+	atomic.StoreUint64(m.u64(offFirst), n)
+	atomic.StoreUint64(m.u64(offHead), n)
+	return nil
+}
 
 // Append adds a transition, overwriting the oldest once the buffer is
 // full. Only one process (the actor) may append.
@@ -113,7 +140,7 @@ func (m *Memory) sampleRow(rng *rand.Rand, b *Batch, r int) error {
 	o, capacity := m.layout.ObsSize, uint64(m.layout.Capacity)
 	for range maxAttempts {
 		head := m.Appended()
-		held := min(head, capacity)
+		held := m.held(head)
 		if held < uint64(b.Len()) {
 			return fmt.Errorf("shm: sample %d from %s: %w (%d held)", b.Len(), m.path, ErrNotEnough, held)
 		}
@@ -149,8 +176,8 @@ func (m *Memory) Read(j uint64, t *Transition) error {
 		return fmt.Errorf("shm: read a transition into %d- and %d-value observations from memory laid out for %d", len(t.Obs), len(t.NextObs), o)
 	}
 	head := m.Appended()
-	if j >= head || head-j > capacity {
-		return fmt.Errorf("shm: read transition %d: the buffer holds %d..%d", j, head-min(head, capacity), head)
+	if j >= head || head-j > m.held(head) {
+		return fmt.Errorf("shm: read transition %d: the buffer holds %d..%d", j, head-m.held(head), head)
 	}
 	off := m.record(int(j % capacity))
 	stamp := m.u64(off)

@@ -92,6 +92,7 @@ const (
 	offSteps    = 256
 	offVersion  = 320 // the version of the published weights
 	offHead     = 384 // transitions ever appended
+	offFirst    = 448 // the number of the first transition this memory held
 	line        = 64
 
 	slotHeader = line // seq, version, step
@@ -157,6 +158,9 @@ type Memory struct {
 	mem    []byte
 	base   unsafe.Pointer
 	closed atomic.Bool
+	// file keeps an anonymous memory (CreateShared) alive while this
+	// process may still hand its path to another; nil for a named file.
+	file *os.File
 }
 
 // Create makes a new, zeroed agent memory file at path and maps it. The
@@ -209,6 +213,12 @@ func Open(path string, want Layout) (*Memory, error) {
 		return nil, fmt.Errorf("shm: open %s: %w", path, err)
 	}
 	defer f.Close()
+	return mapFile(f, path, want)
+}
+
+// mapFile checks that f (named path in errors) is intact agent memory of
+// layout want and maps it; f may be closed afterwards.
+func mapFile(f *os.File, path string, want Layout) (*Memory, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("shm: open %s: %w", path, err)
@@ -251,15 +261,20 @@ func Path(run string, agent int) string {
 	return filepath.Join(Dir, fmt.Sprintf("tolaria-%s-agent%d", run, agent))
 }
 
-// Close unmaps the memory; the file stays for other processes.
+// Close unmaps the memory; a named file stays for other processes, and an
+// anonymous one lives on while another process maps it.
 func (m *Memory) Close() error {
 	if m.closed.Swap(true) {
 		return nil
 	}
-	if err := unix.Munmap(m.mem); err != nil {
-		return fmt.Errorf("shm: unmap %s: %w", m.path, err)
+	err := unix.Munmap(m.mem)
+	if err != nil {
+		err = fmt.Errorf("shm: unmap %s: %w", m.path, err)
 	}
-	return nil
+	if m.file != nil {
+		err = errors.Join(err, m.file.Close())
+	}
+	return err
 }
 
 // Path is the file's path.

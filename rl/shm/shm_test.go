@@ -372,10 +372,23 @@ const childEnv = "TOLARIA_SHM_HAMMER_CHILD"
 // test binary, re-executed) mapping the same file, while this process
 // publishes and appends. The child signals through the epoch word that it
 // has mapped the file and how many reads it has made, and reports what it
-// read on stdout.
+// read on stdout. It runs over a named file and over an anonymous memory
+// (CreateShared), which the child opens through its /proc path.
 func TestWeightsHammerProcess(t *testing.T) {
 	l := Layout{Params: 1 << 14, ObsSize: 16, Capacity: 32}
-	m := create(t, l)
+	t.Run("file", func(t *testing.T) { hammerProcess(t, create(t, l)) })
+	t.Run("anonymous", func(t *testing.T) {
+		m, err := CreateShared("tolaria-test-agent0", l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		hammerProcess(t, m)
+	})
+}
+
+func hammerProcess(t *testing.T, m *Memory) {
+	l := m.Layout()
 	w := make([]float32, l.Params)
 	fillVersion(w, 1)
 	if _, err := m.Publish(w, 1); err != nil {
