@@ -4,24 +4,29 @@ package cuda
 
 import (
 	"testing"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/devicetest"
 )
 
-// longGemm enqueues on s a product long enough to be still running when the
-// test looks (hundreds of milliseconds on the emulated driver, whose kernels
-// run one thread's loops), writing into c, and returns an event recorded
-// after it.
+// lastFor is how long longGemm's work lasts on the device: thousands of
+// times a Free or an Alloc, which are what the tests race against it.
+const lastFor = 250 * time.Millisecond
+
+// longGemm enqueues on s products of n×n matrices lasting lastFor of
+// device time, measured on this device (devicetest.LastingProducts), so they
+// are still running when the test looks on the emulated driver and on an
+// H100 alike, writing into c, and returns an event recorded after them.
 func longGemm(t *testing.T, d *Device, n int) (*Event, device.Buffer) {
 	t.Helper()
 	s := mustStream(t, d)
 	a := mustUpload(t, d, make([]float32, n*n))
 	b := mustUpload(t, d, make([]float32, n*n))
 	cb := mustUpload(t, d, make([]float32, n*n))
-	ev, err := d.NewEvent()
-	check(t, "NewEvent", err)
-	check(t, "Gemm", s.Gemm(false, false, n, n, n, 1, a, b, 0, cb))
-	check(t, "Record", s.Record(ev))
+	ev, count, err := devicetest.LastingProducts(d, s, n, a, b, cb, lastFor)
+	check(t, "LastingProducts", err)
+	t.Logf("%d products of %d³ enqueued for %v of device time", count, n, lastFor)
 	return ev.(*Event), cb
 }
 
@@ -31,7 +36,7 @@ func longGemm(t *testing.T, d *Device, n int) (*Event, device.Buffer) {
 // queued before the Free has run: the Alloc gets other memory meanwhile.
 func TestFreeDoesNotStallTheDevice(t *testing.T) {
 	d := openTest(t)
-	const n = 640
+	const n = 256
 	// (Upload synchronises the device: every buffer is made first.)
 	unrelated := mustUpload(t, d, make([]float32, 1024))
 	done, out := longGemm(t, d, n)

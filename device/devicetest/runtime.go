@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
 )
@@ -762,21 +763,22 @@ func stageBatchFromLoader(dev device.Device, dst device.Buffer, errc chan<- erro
 
 // testFreeWithoutStall checks that Free does not wait for the device
 // (cuMemFree synchronises it, stalling every stream): a Free made while
-// another stream runs a long product returns before the product ends; and
-// that work queued before the Free of its own buffers still computes what
-// it would have: the freed memory is not handed out while it runs.
+// another stream runs products lasting 250 ms of device time (measured,
+// LastingProducts) returns before they end; and that work queued before the
+// Free of its own buffers still computes what it would have: the freed
+// memory is not handed out while it runs.
 func testFreeWithoutStall(t *testing.T, open Opener) {
 	e := newEnv(t, open)
-	const n = 512
+	const n = 256
 	a, b := e.buf(ones(n*n)), e.buf(ones(n*n))
 	out, unrelated := e.zeros(n*n), e.zeros(1024)
 	s := e.stream()
-	ev := e.event()
-	e.must(s.Gemm(false, false, n, n, n, 1, a, b, 0, out))
-	e.must(s.Record(ev))
+	ev, count, err := LastingProducts(e.dev, s, n, a, b, out, 250*time.Millisecond)
+	e.must(err)
+	defer ev.Destroy()
 	e.must(e.dev.Free(unrelated))
 	if done, err := ev.Query(); err != nil || done {
-		t.Fatalf("a product of %d³ on another stream had completed when Free returned (%v, %v): Free waited for the device", n, done, err)
+		t.Fatalf("%d products of %d³ (250 ms of device time) on another stream had completed when Free returned (%v, %v): Free waited for the device", count, n, done, err)
 	}
 	// The product's inputs, freed while it reads them; memory allocated
 	// now must not be theirs.
