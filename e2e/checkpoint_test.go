@@ -171,3 +171,36 @@ func jsonLeaves(doc []byte) ([]jsonLeaf, error) {
 	}
 	return leaves, walk("")
 }
+
+// TestCraftedCheckpointIsRefusedBeforeWriting: a checkpoint made by hand
+// with its digest recomputed, holding one parameter fewer than the run's
+// model (and its optimizer state to match, so the file itself is well
+// formed), is refused with exit 2 naming the checkpoint and the counts,
+// and the run directory is left as it was: no config.resume-*.yaml, no
+// events line.
+func TestCraftedCheckpointIsRefusedBeforeWriting(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, quick(run, "--batch-size", "128", "--max-steps", "12")...); r.code != 0 {
+		t.Fatalf("first part: exit %d: %s", r.code, r.stderr)
+	}
+	path := filepath.Join(run, trainer.CheckpointFile)
+	ck, err := trainer.LoadCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := ck.Parameters()
+	var state [][]float32
+	for _, s := range ck.State() {
+		state = append(state, s[:len(s)-1])
+	}
+	if err := trainer.SaveCheckpoint(run, ck, params[:len(params)-1], state); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, run)
+	r := tolaria(t, dir, nil, "train", "--resume", "--run-dir", run)
+	if r.code != 2 || !strings.Contains(r.stderr, path) || !strings.Contains(r.stderr, fmt.Sprintf("holds %d parameters", len(params)-1)) {
+		t.Errorf("crafted checkpoint: exit %d, want 2 with a refusal naming %s and its parameter count:\n%s", r.code, path, r.stderr)
+	}
+	sameFiles(t, before, snapshot(t, run))
+}

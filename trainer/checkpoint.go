@@ -125,6 +125,14 @@ func (h Checkpoint) matches(want Checkpoint) error {
 			return fmt.Errorf("it was written for %s %v but this run has %v; resume with the original settings or start a new run in another --run-dir", f.name, f.got, f.want)
 		}
 	}
+	// The model and optimizer above fix both counts, so only a file made
+	// by hand (its digest recomputed) differs here; checked now, with the
+	// header, so the refusal comes before a run writes anything rather
+	// than when the model is restored.
+	if h.Params != want.Params || h.States != want.States {
+		return fmt.Errorf("it holds %d parameters and %d optimizer state vectors but this run's model has %d and %d; it was not written by tolaria for this run: resume from an intact copy or start a new run in another --run-dir",
+			h.Params, h.States, want.Params, want.States)
+	}
 	return nil
 }
 
