@@ -672,3 +672,37 @@ func childOf(t *testing.T, parent int) int {
 	t.Fatalf("no child process of %d", parent)
 	return 0
 }
+
+// TestDivergedGraphsRunEndsAsEager: SGD at lr 10 without clipping
+// diverges; with these settings the training loss stays finite (about
+// 5e23) while the test loss does not. The graphs run ends as the eager run
+// does, exit 1 with the non-finite-loss message and the advice, never with
+// a JSON encoder's "unsupported value", and writes no checkpoint.
+func TestDivergedGraphsRunEndsAsEager(t *testing.T) {
+	dir := t.TempDir()
+	last := map[bool]string{}
+	for _, graphsOn := range []bool{false, true} {
+		run := filepath.Join(dir, fmt.Sprint("graphs-", graphsOn))
+		args := []string{"train", "--device", "cpu", "--dataset", "synthetic", "--epochs", "3", "--optimizer", "sgd", "--lr", "10",
+			"--clip-norm", "0", "--momentum", "0", "--batch-size", "256", "--seed", "2", "--log-every", "1000", "--run-dir", run}
+		if graphsOn {
+			args = append(args, "--enable-graphs")
+		}
+		r := tolaria(t, dir, nil, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, "loss is not finite") || !strings.Contains(r.stderr, "lower --lr or set --clip-norm") ||
+			strings.Contains(r.stderr, "json:") {
+			t.Fatalf("graphs %v: exit %d, want 1 with the non-finite-loss message:\n%s", graphsOn, r.code, r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(run, trainer.CheckpointFile)); err == nil {
+			t.Errorf("graphs %v: the diverged model was checkpointed", graphsOn)
+		}
+		for _, line := range strings.Split(r.stderr, "\n") {
+			if strings.Contains(line, "not finite") {
+				last[graphsOn] = line
+			}
+		}
+	}
+	if last[false] != last[true] {
+		t.Errorf("the graphs run ends with\n%s\nthe eager run with\n%s", last[true], last[false])
+	}
+}

@@ -87,8 +87,10 @@ type Progress struct {
 	EpochSeconds        float64 // set when EpochDone
 }
 
-// ErrNonFinite is returned when the training loss becomes NaN or Inf.
-var ErrNonFinite = errors.New("training loss is not finite")
+// ErrNonFinite is returned when the model diverges: the training loss, the
+// test loss or a parameter becomes NaN or Inf. Its messages begin with
+// which ("training loss is not finite ...", "test loss is not finite ...").
+var ErrNonFinite = errors.New("loss is not finite")
 
 // Validate reports the first invalid setting, naming it by its
 // configuration key in a field.Error. NewPlan calls it once for a run.

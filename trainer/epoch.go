@@ -125,7 +125,7 @@ func (r *run) reportInterval(seq, samples int, start, end time.Time, train [devi
 	}
 	r.lastStats = train
 	if !finite(train[device.StatLossSum]) {
-		return fmt.Errorf("%w at step %d (epoch %d); the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
+		return fmt.Errorf("training %w at step %d (epoch %d); the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
 			ErrNonFinite, seq+1, seq/r.trainSrc.steps+1)
 	}
 	if d[device.StatCount] == 0 {
@@ -156,7 +156,15 @@ func (r *run) endEpoch(seq int, epochStart time.Time, samples int, intervalStart
 		return err
 	}
 	if !finite(train[device.StatLossSum]) {
-		return fmt.Errorf("%w in epoch %d; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm", ErrNonFinite, epoch)
+		return fmt.Errorf("training %w in epoch %d; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm", ErrNonFinite, epoch)
+	}
+	// A model can diverge with a training loss still finite (if huge): its
+	// outputs overflow on the test set. Its test loss would then go into
+	// the checkpoint's header and the summary, which JSON cannot carry, so
+	// it stops here as a diverged run does, keeping the last checkpoint.
+	if testLoss := eval[device.StatLossSum]; !finite(testLoss) {
+		return fmt.Errorf("test %w after epoch %d (%v; training loss %.3g): the model has diverged; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
+			ErrNonFinite, epoch, testLoss, train[device.StatLossSum]/max(train[device.StatCount], 1))
 	}
 	if seq > r.reportedSeq {
 		if err := r.reportInterval(seq, samples, intervalStart, trainEnd, train); err != nil {
@@ -262,7 +270,7 @@ func (r *run) saveCheckpoint(next int, trainStats []float64, params []float32, s
 	// A diverged model is never saved: the last good checkpoint stays.
 	for _, v := range append([][]float32{params}, state...) {
 		if i := firstNonFinite(v); i >= 0 {
-			return fmt.Errorf("%w: the model holds %v before step %d; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
+			return fmt.Errorf("training %w: the model holds %v before step %d; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
 				ErrNonFinite, v[i], next+1)
 		}
 	}

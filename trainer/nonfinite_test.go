@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -64,6 +65,34 @@ func TestInterruptedDivergedRunKeepsTheLastCheckpoint(t *testing.T) {
 		}
 		if after, _ := os.ReadFile(path); string(after) != string(good) {
 			t.Fatalf("graphs %v: the last good checkpoint was replaced by a diverged model", graphsOn)
+		}
+	}
+}
+
+// TestNonFiniteTestLossStops: a model whose training loss stays finite
+// while its test loss does not (its outputs overflow on the test set, as
+// SGD at lr 10 without clipping can bring about; here the test set is
+// poisoned) has diverged: the run stops with ErrNonFinite after the epoch,
+// graphs on or off alike, instead of failing to write the checkpoint
+// header that would carry the non-finite loss ("json: unsupported value").
+func TestNonFiniteTestLossStops(t *testing.T) {
+	for _, graphsOn := range []bool{false, true} {
+		for _, poison := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+			cfg := smallConfig(t)
+			cfg.EnableGraphs, cfg.RunDir = graphsOn, t.TempDir()
+			test := *cfg.Test
+			test.X = make([]float32, len(cfg.Test.X))
+			for i := range test.X {
+				test.X[i] = poison
+			}
+			cfg.Test = &test
+			_, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
+			if !errors.Is(err, trainer.ErrNonFinite) || !strings.Contains(err.Error(), "test loss is not finite after epoch 1") {
+				t.Fatalf("graphs %v, test set of %v: %v; want ErrNonFinite for the test loss after epoch 1", graphsOn, poison, err)
+			}
+			if _, err := os.Stat(filepath.Join(cfg.RunDir, trainer.CheckpointFile)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("graphs %v: a diverged model was checkpointed (%v)", graphsOn, err)
+			}
 		}
 	}
 }

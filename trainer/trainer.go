@@ -456,7 +456,7 @@ func (r *run) interrupt(seq, startSeq int) error {
 			return err
 		}
 		if !finite(train[device.StatLossSum]) {
-			return fmt.Errorf("%w by step %d (epoch %d), found when the run was stopped; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
+			return fmt.Errorf("training %w by step %d (epoch %d), found when the run was stopped; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
 				ErrNonFinite, seq, seq/r.trainSrc.steps+1)
 		}
 		if n := train[device.StatCount]; n > 0 {
