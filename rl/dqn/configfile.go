@@ -2,10 +2,15 @@ package dqn
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -82,6 +87,9 @@ func ParseConfig(raw []byte) (Config, error) {
 			return c, fmt.Errorf("the configuration cannot be read: %s", strings.Join(lines, "; "))
 		}
 		return c, fmt.Errorf("the configuration is not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if err := wholeNumbers(raw); err != nil {
+		return c, err
 	}
 	set := func(dst, src any) {
 		switch d := dst.(type) {
@@ -174,4 +182,87 @@ func (c Config) YAML() []byte {
 	fmt.Fprintf(&b, "epsilon_start: %g\nepsilon_end: %g\nepsilon_decay_steps: %d\ntotal_steps: %d\n", c.EpsilonStart, c.EpsilonEnd, c.EpsilonDecaySteps, c.TotalSteps)
 	fmt.Fprintf(&b, "eval_interval: %d\neval_episodes: %d\nstop_when_solved: %t\n", c.EvalInterval, c.EvalEpisodes, c.StopWhenSolved)
 	return []byte(b.String())
+}
+
+// wholeNumbers refuses a fraction given for a key that takes a whole
+// number: the YAML decoder would truncate it (seed 1.5 read as 1), so the
+// run would silently differ from the file.
+func wholeNumbers(raw []byte) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil || len(doc.Content) == 0 {
+		return nil // the decoder reports what is wrong with the file
+	}
+	return wholeIn(doc.Content[0], reflect.TypeFor[fileConfig](), "")
+}
+
+// wholeIn checks the mapping n against the struct type t, whose yaml tags
+// name its keys; prefix is n's own key, for nested mappings.
+func wholeIn(n *yaml.Node, t reflect.Type, prefix string) error {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i].Value, n.Content[i+1]
+		f, ok := fieldByTag(t, key)
+		if !ok {
+			continue // an unknown key is the decoder's to report
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		name := prefix + key
+		switch {
+		case ft.Kind() == reflect.Struct:
+			if err := wholeIn(val, ft, name+"."); err != nil {
+				return err
+			}
+		case isWhole(ft.Kind()):
+			if err := wholeScalar(val, name); err != nil {
+				return err
+			}
+		case ft.Kind() == reflect.Slice && isWhole(ft.Elem().Kind()) && val.Kind == yaml.SequenceNode:
+			for _, e := range val.Content {
+				if err := wholeScalar(e, name); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		if f := t.Field(i); strings.Split(f.Tag.Get("yaml"), ",")[0] == key {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func isWhole(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int64, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// wholeScalar refuses a number with a fractional part.
+func wholeScalar(n *yaml.Node, name string) error {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!float" {
+		return nil
+	}
+	if v, err := strconv.ParseFloat(n.Value, 64); err == nil && v == math.Trunc(v) && !math.IsInf(v, 0) {
+		return nil
+	}
+	return field.Errorf(field.Name(name), "must be a whole number, got %s", n.Value)
+}
+
+// Digest is a SHA-256 of the configuration (of its YAML), in hex: what a
+// saved replay buffer and a resumed run are checked against.
+func (c Config) Digest() string {
+	sum := sha256.Sum256(c.YAML())
+	return hex.EncodeToString(sum[:])
 }

@@ -35,6 +35,10 @@ func TestConfigFileRoundTrip(t *testing.T) {
 		{"model: {activation: swish}\n", "model.activation"},
 		{"epsilon_end: 2\n", "epsilon_end"},
 		{"eval_episodes: 0\n", "eval_episodes"},
+		{"seed: 1.5\n", "seed: must be a whole number, got 1.5"},
+		{"batch_size: 32.7\n", "batch_size: must be a whole number"},
+		{"model: {hidden: [16, 8.5]}\n", "model.hidden: must be a whole number, got 8.5"},
+		{"optimizer: {warmup_steps: 1.25}\n", "optimizer.warmup_steps: must be a whole number"},
 	} {
 		_, err := ParseConfig([]byte(tc.file))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "type ") {

@@ -18,6 +18,20 @@ import (
 	"github.com/tolaria-ml/tolaria/staging"
 )
 
+// ErrNotFinite: the learner's loss or parameters became NaN or infinite.
+var ErrNotFinite = errors.New("not finite")
+
+// nonFinite counts the NaN and infinite values of v.
+func nonFinite(v []float32) int {
+	n := 0
+	for _, x := range v {
+		if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
+			n++
+		}
+	}
+	return n
+}
+
 // Shared is what the learners and actors of one process share: the graph
 // pool and the capture guard (one per process, see staging.Guard).
 type Shared struct {
@@ -250,10 +264,21 @@ func (l *Learner) publish() error {
 		return fmt.Errorf("dqn: learner publish: %w", err)
 	}
 	st := l.stats.Data()
-	if st[device.StatCount] > 0 {
-		l.loss.Store(math.Float64bits(float64(st[device.StatLossSum]) / float64(st[device.StatCount])))
-	}
 	n := l.Steps()
+	if st[device.StatCount] > 0 {
+		loss := float64(st[device.StatLossSum]) / float64(st[device.StatCount])
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return fmt.Errorf("dqn: learner step %d: %w: the loss is %g; nothing was published and the last checkpoint is kept", n, ErrNotFinite, loss)
+		}
+		l.loss.Store(math.Float64bits(loss))
+	}
+	// Weights that went non-finite would spread to the actor and, at the
+	// end, into the checkpoint: the learner stops at the first publish
+	// that finds them.
+	if bad := nonFinite(l.host.Data()); bad > 0 {
+		return fmt.Errorf("dqn: learner step %d: %w: %d of %d parameters are NaN or infinite; nothing was published and the last checkpoint is kept",
+			n, ErrNotFinite, bad, l.host.Len())
+	}
 	if _, err := l.mem.Publish(l.host.Data(), uint64(n)); err != nil {
 		return err
 	}
@@ -310,7 +335,9 @@ type replaySource struct {
 
 func (r *replaySource) Fill(batch int, dst []float32) (staging.Meta, error) {
 	seq := r.base + batch
-	need := uint64(r.cfg.LearningStarts + seq*r.cfg.TrainEvery)
+	// A buffer started again empty (shm.StartAt) is refilled with
+	// learning_starts transitions before the learner samples it.
+	need := max(uint64(r.cfg.LearningStarts+seq*r.cfg.TrainEvery), r.mem.First()+uint64(r.cfg.LearningStarts))
 	for r.mem.Appended() < need {
 		if r.mem.Stopped() || r.quit.Load() {
 			r.waiting.Store(false)
