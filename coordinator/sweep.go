@@ -143,6 +143,9 @@ func (c SweepConfig) Validate() error {
 		if err := c.Slurm.Validate(); err != nil {
 			return err
 		}
+		if err := checkSlurmSweep(c.Dir, c.Sweep.Trials); err != nil {
+			return err
+		}
 	default:
 		return configErr(field.Errorf("launcher", "must be local or slurm, got %q", c.Launcher))
 	}
@@ -247,6 +250,9 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	} else if s.dir, err = planSweepDir(cfg.Dir, time.Now()); err != nil {
 		return nil, err
 	}
+	if err := checkPathLengths(s.dir, cfg.Sweep.Trials); err != nil {
+		return nil, err
+	}
 	if err := checkTrials(cfg.Sweep); err != nil {
 		return nil, err
 	}
@@ -296,7 +302,7 @@ func (s *SweepRun) prepareSlurm() error {
 	if err != nil {
 		return setupErr(err)
 	}
-	if s.slurm, err = newSlurmLauncher(cfg.Slurm, filepath.Join(s.dir, "slurm"), path, device, cfg.Parallel, cfg.DryRun); err != nil {
+	if s.slurm, err = newSlurmLauncher(cfg.Slurm, filepath.Join(s.dir, sweepSlurmDir), path, device, cfg.Parallel, cfg.DryRun); err != nil {
 		return err
 	}
 	s.slots = make([]slot, len(cfg.Sweep.Trials))
@@ -410,6 +416,31 @@ func planSweepDir(dir string, now time.Time) (string, error) {
 		return "", configErr(field.Errorf("sweep_dir", "%s is not empty; give a new or empty directory, so no earlier sweep's results are overwritten", dir))
 	}
 	return dir, nil
+}
+
+// maxPathBytes is the longest path Linux opens (PATH_MAX, less its NUL).
+const maxPathBytes = 4095
+
+// runDirRoom is what the paths tolaria writes under a run directory add
+// to it, with a margin: config.resume-<time>.yaml, and a Slurm attempt's
+// spool/<token>-<attempt>/<file>.
+const runDirRoom = 128
+
+// checkPathLengths refuses a sweep directory so deep that a trial's run
+// directory would have no room for its files: they would fail one by one
+// once the sweep had started, not before anything is written.
+func checkPathLengths(dir string, trials []Trial) error {
+	longest := ""
+	for _, t := range trials {
+		if len(t.Name) > len(longest) {
+			longest = t.Name
+		}
+	}
+	if n := len(filepath.Join(dir, longest)) + runDirRoom; n > maxPathBytes {
+		return configErr(field.Errorf("sweep_dir", "%s is too deep: trial %q's run directory and its files need paths of up to %d bytes, more than the %d the system allows; give a shorter %s",
+			dir, longest, n, maxPathBytes, field.Name("sweep_dir")))
+	}
+	return nil
 }
 
 // checkTrials plans every trial on its data, so a batch larger than the

@@ -488,6 +488,13 @@ func TestPrepareSweepRefuses(t *testing.T) {
 			}
 			c.Sweep = sw
 		}, `trial "d": warmup_batches: 2 covers the whole run`},
+		// Deep enough for the sweep directory and its trials' configurations,
+		// too deep for the files of a trial's run.
+		{"sweep dir too deep", func(c *SweepConfig) {
+			for len(c.Dir) < maxPathBytes-runDirRoom {
+				c.Dir = filepath.Join(c.Dir, strings.Repeat("d", 200))
+			}
+		}, `is too deep: trial "a"'s run directory`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bad := cfg

@@ -53,6 +53,42 @@ var sweepKeys = map[field.Name]string{
 // trialName is what a trial's name may be: it names a directory.
 var trialName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._=,+-]{0,99}$`)
 
+// maxNameBytes bounds a trial's name, as crossed with the grid's: the
+// longest entry named after it, trials/<name>.yaml, must fit the 255 bytes
+// that ext4, XFS, btrfs, tmpfs, NFS and APFS allow a name. A longer one
+// failed only when its file was written, after the sweep had started.
+const maxNameBytes = 255 - len(".yaml")
+
+// reservedNames are the sweep directory's own entries: a trial named so
+// would put its run directory in their place.
+func reservedNames() []string {
+	return []string{ResultsJSON, ResultsCSV, SweepFileCopy, TrialConfigDir, sweepSlurmDir, sweepLock}
+}
+
+// checkTrialName refuses a name that cannot be a run directory of its
+// own in the sweep directory. seen holds the names so far by their lower
+// case: two names that differ only in case share one directory on a file
+// system that ignores case (macOS's, Windows').
+func checkTrialName(name string, seen map[string]string) error {
+	for _, r := range reservedNames() {
+		if strings.EqualFold(name, r) {
+			return fmt.Errorf("trial %q: the name is reserved: the sweep directory's own %s is named so; rename the trial", name, r)
+		}
+	}
+	if len(name) > maxNameBytes {
+		return fmt.Errorf("trial %q: the name is %d bytes long, at most %d fit a file name (trials/<name>.yaml); name the trial, or shorten the grid's values", name, len(name), maxNameBytes)
+	}
+	folded := strings.ToLower(name)
+	switch other, ok := seen[folded]; {
+	case ok && other == name:
+		return fmt.Errorf("trial %q: the name is used twice; trial names must be unique (they name directories)", name)
+	case ok:
+		return fmt.Errorf("trial %q: the name differs from trial %q only in case; they would share a directory on a file system that ignores case: rename one", name, other)
+	}
+	seen[folded] = name
+	return nil
+}
+
 // sweepYAML is a sweep file's layout.
 type sweepYAML struct {
 	Base     map[string]any   `yaml:"base"`
@@ -123,6 +159,10 @@ func trialsOf(f sweepYAML) ([]Trial, error) {
 	}
 	if len(named) == 0 && len(points) == 0 {
 		return nil, errors.New("has no trials; give trials: (a list of overrides), grid: (key: [values]) or both")
+	}
+	if f.Trials != nil && len(named) == 0 {
+		// Crossed with the grid, an empty list makes no trial at all.
+		return nil, errors.New("trials: is empty; give at least one trial, or leave trials: out to run the grid alone")
 	}
 	return cross(spec, named, points, f.Trials != nil)
 }
@@ -200,9 +240,19 @@ func gridPoints(n *yaml.Node) ([]point, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, errors.New("grid: must map keys to lists of values, e.g. lr: [0.01, 0.1]")
 	}
+	if len(n.Content) == 0 {
+		// It would make one trial with no name, run in the sweep
+		// directory itself.
+		return nil, errors.New("grid: has no keys; give key: [values], e.g. lr: [0.01, 0.1], or leave grid: out")
+	}
 	points := []point{{settings: map[field.Name]any{}}}
+	given := map[field.Name]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key := field.Name(n.Content[i].Value)
+		if given[key] {
+			return nil, fmt.Errorf("grid: %s: is given twice; give each key once, with all its values", key)
+		}
+		given[key] = true
 		if job.Usage(key) == "" {
 			return nil, fmt.Errorf("grid: unknown key %s (grid keys are written flat, with underscores: lr, batch_size, model.hidden)", key)
 		}
@@ -241,7 +291,7 @@ func cross(base job.Spec, named, points []point, listed bool) ([]Trial, error) {
 		points = []point{{settings: map[field.Name]any{}}}
 	}
 	var trials []Trial
-	seen := map[string]bool{}
+	seen := map[string]string{}
 	for _, n := range named {
 		for _, g := range points {
 			t := Trial{Name: joinName(n.name, g.name), Overrides: map[field.Name]any{}, Spec: base, Priority: n.priority}
@@ -254,10 +304,9 @@ func cross(base job.Spec, named, points []point, listed bool) ([]Trial, error) {
 			for k, v := range g.settings {
 				t.Overrides[k] = v
 			}
-			if seen[t.Name] {
-				return nil, fmt.Errorf("trial %q: the name is used twice; trial names must be unique (they name directories)", t.Name)
+			if err := checkTrialName(t.Name, seen); err != nil {
+				return nil, err
 			}
-			seen[t.Name] = true
 			if err := apply(&t.Spec, t.Overrides); err != nil {
 				return nil, fmt.Errorf("trial %q: %w", t.Name, err)
 			}

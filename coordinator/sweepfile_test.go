@@ -104,6 +104,21 @@ func TestReadSweepRefuses(t *testing.T) {
 		{"grid bad value", "grid: {lr: [0.1, -1]}\n", []string{`trial "lr=-1"`, "lr:", "(0, 10]"}},
 		{"trial and grid set one key", "trials: [{name: a, lr: 0.1}]\ngrid: {lr: [0.2]}\n", []string{`trial "a"`, "lr is set by both"}},
 		{"not YAML", "trials: [\n", []string{"yaml"}},
+		// A grid without keys made one trial named "", whose run directory
+		// was the sweep directory itself.
+		{"empty grid", "grid: {}\n", []string{"grid: has no keys"}},
+		{"empty grid with trials", "trials: [{name: a}]\ngrid: {}\n", []string{"grid: has no keys"}},
+		{"empty trial list with a grid", "trials: []\ngrid: {lr: [0.1]}\n", []string{"trials: is empty"}},
+		{"grid key twice", "grid: {lr: [0.1], seed: [1], lr: [0.2]}\n", []string{"grid: lr: is given twice"}},
+		// Names of the sweep directory's own files and directories.
+		{"reserved name results.json", "trials: [{name: results.json}]\n", []string{`trial "results.json"`, "reserved"}},
+		{"reserved name trials", "trials: [{name: trials}]\n", []string{`trial "trials"`, "reserved"}},
+		{"reserved name sweep.yaml", "trials: [{name: sweep.yaml}]\n", []string{`trial "sweep.yaml"`, "reserved"}},
+		{"reserved name slurm", "trials: [{name: slurm}]\n", []string{`trial "slurm"`, "reserved"}},
+		{"reserved name in another case", "trials: [{name: Results.CSV}]\n", []string{`trial "Results.CSV"`, "reserved"}},
+		{"names differing in case", "trials: [{name: fast}, {name: Fast}]\n", []string{`trial "Fast"`, `"fast"`, "only in case"}},
+		{"name too long", "trials: [{name: " + strings.Repeat("n", 100) + "}]\ngrid: {data_dir: [" + strings.Repeat("d", 300) + "]}\n",
+			[]string{"is 410 bytes long", "at most 250"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := writeSweep(t, c.text)

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// runTolaria runs tolaria in this process with args, in dir.
+func runTolaria(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	proc := process{shared: trainer.NewShared(), started: time.Now()}
+	defer proc.shared.Close()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), proc, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestSweepRefusesUnusableFilesWithNothingWritten: a sweep file whose
+// trials cannot each have a directory of their own in the sweep directory
+// is bad input: exit 2, a message naming the trial and what to do, and no
+// sweep directory.
+func TestSweepRefusesUnusableFilesWithNothingWritten(t *testing.T) {
+	for _, c := range []struct {
+		name, text string
+		want       []string
+	}{
+		{"empty grid", "base: {dataset: synthetic}\ngrid: {}\n", []string{"grid: has no keys"}},
+		{"reserved name", "base: {dataset: synthetic}\ntrials: [{name: a}, {name: results.json}]\n", []string{`trial "results.json"`, "reserved"}},
+		{"trials directory", "base: {dataset: synthetic}\ntrials: [{name: trials}]\n", []string{`trial "trials"`, "reserved"}},
+		{"name too long", "base: {dataset: synthetic}\ngrid: {data_dir: [" + strings.Repeat("x", 300) + "]}\n", []string{"bytes long, at most 250"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "sweep.yaml")
+			if err := os.WriteFile(file, []byte(c.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sweepDir := filepath.Join(dir, "out")
+			code, _, stderr := runTolaria(t, "sweep", file, "--device", "cpu", "--sweep-dir", sweepDir)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d\n%s", code, exitUsage, stderr)
+			}
+			for _, w := range append(c.want, "sweep file "+file) {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr %q lacks %q", stderr, w)
+				}
+			}
+			if _, err := os.Stat(sweepDir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a refused sweep wrote %s (%v)", sweepDir, err)
+			}
+		})
+	}
+}
