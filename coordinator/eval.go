@@ -91,6 +91,11 @@ func (r EvalRequest) Validate() error {
 		return configErr(field.Errorf("launcher", "must be local or slurm, got %q", r.Launcher))
 	}
 	if r.Launcher == LauncherSlurm {
+		// The run directory names every shard's spool and log in the
+		// batch script.
+		if err := slurmValue("run_dir", r.RunDir); err != nil {
+			return err
+		}
 		return r.Slurm.Validate()
 	}
 	return nil

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -43,14 +44,51 @@ const DefaultSlurmPoll = 2 * time.Second
 // slurmOwned are the sbatch options the launcher sets itself.
 var slurmOwned = []string{"--array", "-a", "--output", "-o", "--error", "-e", "--wrap", "--parsable", "--job-name", "-J", "--gres", "--open-mode"}
 
+// ownedOption says whether the sbatch option a is one the launcher sets,
+// however it is spelt: sbatch (getopt_long) takes any unambiguous prefix
+// of a long option (--out=x is --output=x) and a short option's value
+// attached (-ox is -o x).
+func ownedOption(a string) (string, bool) {
+	name, _, _ := strings.Cut(a, "=")
+	for _, o := range slurmOwned {
+		long := strings.HasPrefix(name, "--") && len(name) > 2 && strings.HasPrefix(o, name)
+		short := !strings.HasPrefix(a, "--") && len(o) == 2 && strings.HasPrefix(a, o)
+		if long || short {
+			return o, true
+		}
+	}
+	return "", false
+}
+
+// slurmValue refuses a value that cannot be handed to Slurm safely: every
+// value of the batch script is quoted for the shell, but no quoting keeps
+// a NUL, and a newline or another control character would end a line of
+// the script (turning its rest into a command, or into an #SBATCH
+// directive) or of sbatch's own options.
+func slurmValue(name field.Name, v string) error {
+	i := controlChar(v)
+	if i < 0 {
+		return nil
+	}
+	return configErr(field.Errorf(name, "%q holds a control character (%U at byte %d), which cannot go safely into a Slurm batch script or sbatch's options; give it without newlines, tabs or other control characters",
+		v, rune(v[i]), i))
+}
+
+// controlChar is the index of v's first ASCII control character, or -1.
+func controlChar(v string) int {
+	return strings.IndexFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f })
+}
+
 // Validate checks the settings, naming the one at fault.
 func (c SlurmConfig) Validate() error {
 	for _, a := range c.Args {
+		if err := slurmValue("sbatch_args", a); err != nil {
+			return err
+		}
 		if !strings.HasPrefix(a, "-") {
 			return configErr(field.Errorf("sbatch_args", "%q is not an sbatch option: give each as --name=value, e.g. --mem=8G", a))
 		}
-		name, _, _ := strings.Cut(a, "=")
-		if slices.Contains(slurmOwned, name) {
+		if name, owned := ownedOption(a); owned {
 			return configErr(field.Errorf("sbatch_args", "%s is set by tolaria for each array (one task per trial, its log, its GPU); remove it", name))
 		}
 	}
@@ -58,12 +96,31 @@ func (c SlurmConfig) Validate() error {
 		name field.Name
 		v    string
 	}{{"partition", c.Partition}, {"account", c.Account}, {"time_limit", c.TimeLimit}} {
-		if strings.ContainsAny(s.v, " \t\n'\"") {
+		if err := slurmValue(s.name, s.v); err != nil {
+			return err
+		}
+		if strings.ContainsAny(s.v, " \t'\"") {
 			return configErr(field.Errorf(s.name, "%q holds a space or a quote; give the name alone", s.v))
 		}
 	}
 	if c.Poll < 0 {
 		return configErr(field.Errorf("slurm_poll", "cannot be negative (%s)", c.Poll))
+	}
+	return nil
+}
+
+// checkSlurmSweep refuses, before anything is written, a sweep directory
+// or a trial name (a grid's values make names too) that cannot go into
+// the batch script: each names the paths of a task's spool and log.
+func checkSlurmSweep(dir string, trials []Trial) error {
+	if err := slurmValue("sweep_dir", dir); err != nil {
+		return err
+	}
+	for _, t := range trials {
+		if i := controlChar(t.Name); i >= 0 {
+			return configErr(fmt.Errorf("trial %q: the name holds a control character (%U), which cannot go safely into a Slurm batch script; rename the trial, or give the grid values without it",
+				t.Name, rune(t.Name[i])))
+		}
 	}
 	return nil
 }
@@ -126,6 +183,12 @@ func newSlurmLauncher(cfg SlurmConfig, dir, workerPath, device string, parallel 
 	abs, err := filepath.Abs(workerPath)
 	if err != nil {
 		return nil, setupErr(err)
+	}
+	if err := slurmValue("worker", abs); err != nil {
+		return nil, err
+	}
+	if err := slurmValue("dir", dir); err != nil {
+		return nil, err
 	}
 	if cfg.Poll == 0 {
 		cfg.Poll = DefaultSlurmPoll
@@ -244,6 +307,13 @@ func (l *slurmLauncher) submit(ctx context.Context, tasks []slurmTask) (string, 
 }
 
 func (l *slurmLauncher) submitLocked(ctx context.Context, tasks []slurmTask) (string, error) {
+	for _, t := range tasks {
+		// Checked when the sweep (or evaluation) was planned; checked
+		// again here, as nothing else stands between them and the script.
+		if err := errors.Join(slurmValue("spool", t.spool), slurmValue("log", t.log)); err != nil {
+			return "", err
+		}
+	}
 	l.submits++
 	script := filepath.Join(l.dir, fmt.Sprintf("submit-%s-%d.sh", l.token, l.submits))
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
@@ -284,7 +354,7 @@ func (l *slurmLauncher) sbatchArgs(tasks []slurmTask, script string) []string {
 		array += "%" + strconv.Itoa(l.parallel)
 	}
 	args := []string{"--parsable", "--job-name=tolaria", "--array=" + array, "--open-mode=append",
-		"--output=" + filepath.Join(l.dir, "slurm-%A_%a.out")}
+		"--output=" + slurmFilename(l.dir) + "/slurm-%A_%a.out"}
 	if l.device == "cuda" {
 		args = append(args, "--gres=gpu:1")
 	}
@@ -299,6 +369,11 @@ func (l *slurmLauncher) sbatchArgs(tasks []slurmTask, script string) []string {
 	}
 	return append(append(args, l.cfg.Args...), script)
 }
+
+// slurmFilename escapes dir for an sbatch file name pattern, in which
+// Slurm reads %A, %a, %j... as the job's numbers: a directory's own % is
+// written %%.
+func slurmFilename(dir string) string { return strings.ReplaceAll(dir, "%", "%%") }
 
 // spoolWait is how long a task waits for its request to appear in its
 // spool (the coordinator writes it as the trial starts).

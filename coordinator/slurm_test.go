@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,5 +200,141 @@ func TestSweepFileLauncher(t *testing.T) {
 		if _, err := parseSweep([]byte(text)); !field.Is(err, f) {
 			t.Errorf("%q: %v; want a refusal of %s", text, err, f)
 		}
+	}
+}
+
+// hostile are values that run a command (touching a marker file in the
+// working directory) if they reach a shell unquoted: command
+// substitutions, a closing quote, a separator, a variable, a glob.
+var hostile = []string{"$(touch M1)", "`touch M2`", "x'; touch M3; '", `"; touch M4; "`, "a;touch M5", "${IFS}$(touch${IFS}M6)", `\'$(touch M7)`, "*", "100%done"}
+
+// TestSlurmScriptRunsNoHostileValue: a sweep directory, trial names and a
+// worker path made of every hostile value go into the batch script quoted:
+// the script, run as Slurm runs it, touches no marker and hands the worker
+// its spool byte for byte; Slurm's own output path keeps a % as %%.
+func TestSlurmScriptRunsNoHostileValue(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	tmp := t.TempDir()
+	cwd := filepath.Join(tmp, "cwd")
+	if err := os.MkdirAll(cwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sweepDir := filepath.Join(tmp, strings.Join(hostile, "-"))
+	fake := filepath.Join(tmp, "bin "+hostile[0], "worker"+hostile[2])
+	if err := os.MkdirAll(filepath.Dir(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nprintf '%s' \"$3\" > \"$3/served\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := newSlurmLauncher(SlurmConfig{}, filepath.Join(sweepDir, "slurm"), fake, "cpu", 0, true)
+	if err != nil {
+		t.Fatalf("quotable values: %v", err)
+	}
+	for i, name := range hostile {
+		if name == "*" {
+			continue // not a directory name to create here
+		}
+		l.planTrial(i, filepath.Join(sweepDir, name))
+	}
+	script, cmd := l.dryRun()
+	if !slices.Contains(cmd, "--output="+strings.ReplaceAll(sweepDir, "%", "%%")+"/slurm/slurm-%A_%a.out") {
+		t.Errorf("sbatch %q: --output does not escape the directory's %%", cmd)
+	}
+	path := filepath.Join(tmp, "script.sh")
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range hostile {
+		if name == "*" {
+			continue
+		}
+		spool := filepath.Join(sweepDir, name, "spool", l.token+"-1")
+		if err := os.MkdirAll(spool, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(spool, worker.SpoolIn), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run := exec.Command("sh", path)
+		run.Dir, run.Env = cwd, append(os.Environ(), fmt.Sprintf("SLURM_ARRAY_TASK_ID=%d", i), "SLURM_ARRAY_JOB_ID=1")
+		if out, err := run.CombinedOutput(); err != nil {
+			t.Fatalf("task %d (%q): %v: %s", i, name, err, out)
+		}
+		if got, _ := os.ReadFile(filepath.Join(spool, "served")); string(got) != spool {
+			t.Errorf("task %d: the worker served %q, want %q", i, got, spool)
+		}
+	}
+	if left, _ := os.ReadDir(cwd); len(left) > 0 {
+		t.Fatalf("the script ran a hostile value: %s holds %v\n%s", cwd, left, script)
+	}
+}
+
+// TestSlurmRefusesWhatCannotBeQuoted: no quoting keeps a newline from
+// ending a line of the batch script (the comment naming the sweep
+// directory once turned its second line into a command every task ran),
+// nor a NUL; such values, and other control characters, are refused with
+// the setting named, before a launcher exists, so nothing is written.
+func TestSlurmRefusesWhatCannotBeQuoted(t *testing.T) {
+	tmp := t.TempDir()
+	cwd := filepath.Join(tmp, "cwd")
+	if err := os.MkdirAll(cwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	injected := filepath.Join(tmp, "sweep\ntouch INJECTED\n#")
+	l, err := newSlurmLauncher(SlurmConfig{}, filepath.Join(injected, "slurm"), "/bin/true", "cpu", 0, true)
+	if err == nil {
+		// Show what it would have done: the script, run as a task.
+		l.plan(0, filepath.Join(tmp, "spool"), filepath.Join(tmp, "log"))
+		script, _ := l.dryRun()
+		run := exec.Command("sh", "-c", script)
+		run.Dir, run.Env = cwd, append(os.Environ(), "SLURM_ARRAY_TASK_ID=7")
+		_ = run.Run()
+		_, touched := os.Stat(filepath.Join(cwd, "INJECTED"))
+		t.Fatalf("a sweep directory holding newlines was taken (the script touched the marker: %v):\n%s", touched == nil, script)
+	}
+	if !errors.Is(err, ErrConfig) {
+		t.Errorf("a directory holding a newline: %v, want a configuration error", err)
+	}
+	if _, err := newSlurmLauncher(SlurmConfig{}, filepath.Join(tmp, "slurm"), "/opt/w\n/tolaria-worker", "cpu", 0, true); !field.Is(err, "worker") {
+		t.Errorf("a worker path holding a newline: %v, want a refusal of worker", err)
+	}
+	for _, c := range []struct {
+		cfg   SlurmConfig
+		field field.Name
+	}{
+		{SlurmConfig{Partition: "gpu\n#SBATCH --wrap=touch"}, "partition"},
+		{SlurmConfig{Account: "acct\x00"}, "account"},
+		{SlurmConfig{TimeLimit: "1:00:00\r"}, "time_limit"},
+		{SlurmConfig{Args: []string{"--comment=a\ntouch INJECTED"}}, "sbatch_args"},
+		{SlurmConfig{Args: []string{"--out=/tmp/x"}}, "sbatch_args"},
+		{SlurmConfig{Args: []string{"--arr=1-2"}}, "sbatch_args"},
+		{SlurmConfig{Args: []string{"-o/tmp/x"}}, "sbatch_args"},
+		{SlurmConfig{Args: []string{"-J", "x"}}, "sbatch_args"},
+	} {
+		if err := c.cfg.Validate(); !field.Is(err, c.field) || !errors.Is(err, ErrConfig) {
+			t.Errorf("%q: %v; want a refusal of %s", c.cfg, err, c.field)
+		}
+	}
+	if err := (SlurmConfig{Args: []string{"--comment=$(touch M)", "--mem=8G", "--exclusive", "-N1"}}).Validate(); err != nil {
+		t.Errorf("quotable sbatch options: %v", err)
+	}
+	sw := &Sweep{Trials: []Trial{{Name: "a"}}}
+	cfg := SweepConfig{Sweep: sw, Device: "auto", RankBy: "test_accuracy", Launcher: LauncherSlurm, Dir: injected}
+	if err := cfg.Validate(); !field.Is(err, "sweep_dir") {
+		t.Errorf("a sweep directory holding a newline: %v, want a refusal of sweep_dir", err)
+	}
+	cfg.Dir, sw.Trials = filepath.Join(tmp, "sweep"), []Trial{{Name: "a"}, {Name: "lr=0.1,data_dir=x\ntouch INJECTED"}}
+	if err := cfg.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "rename the trial") {
+		t.Errorf("a trial name holding a newline: %v, want a refusal", err)
+	}
+	ev := EvalRequest{RunDir: injected, Workers: 2, Launcher: LauncherSlurm}
+	if err := ev.Validate(); !field.Is(err, "run_dir") {
+		t.Errorf("an evaluation's run directory holding a newline: %v, want a refusal of run_dir", err)
+	}
+	if ev.Launcher = LauncherLocal; ev.Validate() != nil {
+		t.Errorf("a local evaluation is no business of Slurm's: %v", ev.Validate())
 	}
 }
