@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -363,4 +364,157 @@ func sweepToFirstCheckpoint(t *testing.T, dir string, env []string, sweepDir, fi
 		return err == nil
 	})
 	return cmd, done, stderr
+}
+
+// hostileDir is a directory name that runs commands (touching marker files
+// M1..M4 in the working directory) wherever it reaches a shell unquoted;
+// its % would be read by Slurm as one of its file name patterns.
+const hostileDir = "sw $(touch M1) `touch M2` ';touch M3;' \"$(touch M4)\" 100%x"
+
+// hostileComment is an sbatch option whose value runs commands if a shell
+// reads it.
+const hostileComment = "--comment=$(touch M5);touch M6"
+
+// oneTrialSweep is one short CPU trial.
+const oneTrialSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 512
+  epochs: 1
+  batch_size: 32
+  model: {hidden: [16]}
+trials:
+  - {name: only}
+`
+
+// hostileWorker links tolaria-worker under a hostile directory name and
+// returns TOLARIA_WORKER naming it there.
+func hostileWorker(t *testing.T, dir string) string {
+	t.Helper()
+	wdir := filepath.Join(dir, "bin $(touch M7) ';touch M8;'")
+	if err := os.MkdirAll(wdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(wdir, "tolaria-worker")
+	if err := os.Symlink(filepath.Join(binDir, "tolaria-worker"), path); err != nil {
+		t.Fatal(err)
+	}
+	return "TOLARIA_WORKER=" + path
+}
+
+// noMarkers fails the test if a hostile value ran: a marker file in dir.
+func noMarkers(t *testing.T, dir, what string) {
+	t.Helper()
+	if m, _ := filepath.Glob(filepath.Join(dir, "M[0-9]")); len(m) > 0 {
+		t.Fatalf("%s ran a hostile value: %v", what, m)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "INJECTED")); err == nil {
+		t.Fatalf("%s ran the line a newline made", what)
+	}
+}
+
+// TestSlurmDryRunRunsNoHostileValue: hostile values in the sweep
+// directory, the partition, the account, an sbatch option and the worker's
+// path (from the environment) come out of --dry-run quoted: the printed
+// sbatch command, run by sh, hands sbatch each value byte for byte, and
+// the printed script, run as a task, touches nothing. What cannot be
+// quoted, a newline in any of them, is refused with exit 2, the setting
+// named, and nothing written.
+func TestSlurmDryRunRunsNoHostileValue(t *testing.T) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, oneTrialSweep)
+	sweepDir := filepath.Join(dir, hostileDir)
+	env := []string{"PATH=" + binDir, hostileWorker(t, dir)}
+	partition, account := "debug$(touch${IFS}M9)", "acct`touch${IFS}M0`"
+	r := tolaria(t, dir, env, "sweep", file, "--launcher", "slurm", "--dry-run", "--partition", partition, "--account", account,
+		"--sbatch-arg="+hostileComment, "--sweep-dir", sweepDir)
+	if r.code != 0 {
+		t.Fatalf("sweep --dry-run: exit %d\n%s", r.code, r.stderr)
+	}
+	script, command, ok := strings.Cut(r.stdout, "\n# submitted with:\n")
+	if !ok {
+		t.Fatalf("no sbatch command in the dry run:\n%s", r.stdout)
+	}
+	// A fake sbatch records its arguments, one per line.
+	fake := filepath.Join(dir, "fakebin")
+	if err := os.MkdirAll(fake, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := filepath.Join(dir, "sbatch-args")
+	if err := os.WriteFile(filepath.Join(fake, "sbatch"), []byte("#!/bin/sh\nprintf '%s\\n' \"$@\" > "+"'"+args+"'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sh := exec.Command("sh", "-c", strings.TrimSpace(command))
+	sh.Dir, sh.Env = dir, append(os.Environ(), "PATH="+fake+":/usr/bin:/bin")
+	if out, err := sh.CombinedOutput(); err != nil {
+		t.Fatalf("the printed command %s: %v: %s", command, err, out)
+	}
+	got, _ := os.ReadFile(args)
+	for _, want := range []string{"--partition=" + partition, "--account=" + account, hostileComment,
+		"--output=" + strings.ReplaceAll(sweepDir, "%", "%%") + "/slurm/slurm-%A_%a.out"} {
+		if !slices.Contains(strings.Split(string(got), "\n"), want) {
+			t.Errorf("sbatch was not handed %q; it got:\n%s", want, got)
+		}
+	}
+	task := exec.Command("sh", "-c", script)
+	task.Dir, task.Env = dir, append(os.Environ(), "SLURM_ARRAY_TASK_ID=99")
+	if out, err := task.CombinedOutput(); err == nil || !strings.Contains(string(out), "no worker for array task 99") {
+		t.Errorf("the printed script, as a task of no trial: %v: %s", err, out)
+	}
+	noMarkers(t, dir, "the dry run's command and script")
+
+	for flag, args := range map[string][]string{
+		"--sweep-dir":  {"--sweep-dir", filepath.Join(dir, "sweep\ntouch INJECTED\n#")},
+		"--partition":  {"--partition", "debug\n#SBATCH --wrap=touch INJECTED"},
+		"--account":    {"--account", "a\x7f"},
+		"--time-limit": {"--time-limit", "1:00\r"},
+		"--sbatch-arg": {"--sbatch-arg=--comment=x\ntouch INJECTED"},
+	} {
+		before := snapshot(t, dir)
+		r := tolaria(t, dir, env, append([]string{"sweep", file, "--launcher", "slurm", "--dry-run"}, args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, flag+": ") || !strings.Contains(r.stderr, "control character") || r.stdout != "" {
+			t.Errorf("%s with a control character: exit %d, want 2 naming it:\n%s%s", flag, r.code, r.stdout, r.stderr)
+		}
+		sameFiles(t, before, snapshot(t, dir))
+	}
+}
+
+// TestSlurmRunsNoHostileValue: through the one-node cluster, a sweep in a
+// hostile directory, with a hostile sbatch option and worker path, trains
+// its trial and runs nothing else; a hostile partition is handed to
+// sbatch, which refuses it, and runs nothing; a sweep directory holding a
+// newline is refused with exit 2 before anything is written (its batch
+// script first of all).
+func TestSlurmRunsNoHostileValue(t *testing.T) {
+	env := slurmEnv(t)
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, oneTrialSweep)
+	env = append(env, hostileWorker(t, dir))
+	sweepDir := filepath.Join(dir, hostileDir)
+	r := tolaria(t, dir, env, "sweep", file, "--launcher", "slurm", "--sbatch-arg="+hostileComment, "--sweep-dir", sweepDir)
+	if r.code != 0 {
+		t.Fatalf("hostile sweep directory through Slurm: exit %d\n%s", r.code, r.stderr)
+	}
+	if res := readSweepResults(t, sweepDir); len(res.Trials) != 1 || res.Trials[0].State != coordinator.TrialSucceeded {
+		t.Fatalf("the trial: %+v, want succeeded", res.Trials)
+	}
+	log, _ := os.ReadFile(filepath.Join(sweepDir, "only", "worker.log"))
+	if !strings.Contains(string(log), "tolaria-worker: slurm job ") {
+		t.Errorf("the trial's worker.log does not show its Slurm task:\n%s", log)
+	}
+	noMarkers(t, dir, "the sweep's Slurm task")
+
+	r = tolaria(t, dir, env, "sweep", file, "--launcher", "slurm", "--partition", "debug$(touch${IFS}M9)", "--retries", "0", "--sweep-dir", filepath.Join(dir, "bad-partition"))
+	if r.code == 0 {
+		t.Errorf("a partition that does not exist was accepted:\n%s", r.stderr)
+	}
+	noMarkers(t, dir, "sbatch with a hostile partition")
+
+	before := snapshot(t, dir)
+	r = tolaria(t, dir, env, "sweep", file, "--launcher", "slurm", "--sweep-dir", filepath.Join(dir, "sweep\ntouch INJECTED\n#"))
+	if r.code != 2 || !strings.Contains(r.stderr, "--sweep-dir: ") || !strings.Contains(r.stderr, "control character") {
+		t.Errorf("a sweep directory holding newlines: exit %d, want 2 naming --sweep-dir:\n%s", r.code, r.stderr)
+	}
+	sameFiles(t, before, snapshot(t, dir))
+	noMarkers(t, dir, "a refused sweep")
 }

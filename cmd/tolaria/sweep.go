@@ -309,11 +309,16 @@ func firstLine(s string, n int) string {
 	return s
 }
 
-// shellCommand spells a command for a shell, quoting what needs it.
+// shellCommand spells a command for a shell, quoting every word that
+// holds anything but letters, digits and -_./=:,+@%: a list of what to
+// quote would miss one (!, {}, ^, a character of another script).
 func shellCommand(args []string) string {
 	out := make([]string, len(args))
 	for i, a := range args {
-		if a == "" || strings.ContainsAny(a, " \t\n'\"$`\\*?[]()&;|<>#~") {
+		plain := strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0
+		if a == "" || !plain {
 			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		}
 		out[i] = a
