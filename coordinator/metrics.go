@@ -100,17 +100,16 @@ func (r *Metrics) watchWorker(s telemetry.Series) (seen, ended func()) {
 	}
 }
 
-// setTrials sets a sweep's trials-by-state gauge from its rows.
-func (r *Metrics) setTrials(rows []TrialResult) {
+// setTrials sets a sweep's trials-by-state gauge from its counts, which
+// the sweep keeps as its rows change (counting the rows at every change
+// would cost a large sweep time in the square of its trials).
+func (r *Metrics) setTrials(byState map[TrialState]int) {
 	if r.sweep == nil {
 		return
 	}
 	counts := map[string]int{}
 	for _, st := range trialStates() {
-		counts[st] = 0
-	}
-	for _, row := range rows {
-		counts[string(row.State)]++
+		counts[st] = byState[TrialState(st)]
 	}
 	r.sweep.SetTrials(counts)
 }

@@ -1,11 +1,13 @@
 package coordinator
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -151,28 +153,76 @@ func newResults(sweepFile, by string, rows []TrialResult, now time.Time) Results
 }
 
 // write replaces results.json and results.csv in dir, each atomically.
+// Both are streamed a row at a time: a large sweep's results, built whole
+// in memory, took several times their size.
 func (r Results) write(dir string) error {
-	raw, err := json.MarshalIndent(r, "", "  ")
+	err := atomicfile.Write(filepath.Join(dir, ResultsJSON), 0o644, func(w io.Writer) error {
+		b := bufio.NewWriterSize(w, 64<<10)
+		if err := r.writeJSON(b); err != nil {
+			return err
+		}
+		return b.Flush()
+	})
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, ResultsJSON), append(raw, '\n'), 0o644); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(filepath.Join(dir, ResultsCSV), r.csv(), 0o644)
+	return atomicfile.Write(filepath.Join(dir, ResultsCSV), 0o644, func(w io.Writer) error {
+		b := bufio.NewWriterSize(w, 64<<10)
+		if err := r.writeCSV(b); err != nil {
+			return err
+		}
+		return b.Flush()
+	})
 }
 
-// csv is the results as a table, one trial a row, best first: the
-// rank-by figure first, then the others of a summary worth comparing.
-func (r Results) csv() []byte {
+// writeJSON writes r as json.MarshalIndent(r, "", "  ") does, and a
+// newline, marshalling one trial at a time.
+func (r Results) writeJSON(w io.Writer) error {
+	head := r
+	head.Trials = nil
+	raw, err := json.MarshalIndent(head, "", "  ")
+	if err != nil {
+		return err
+	}
+	// The trials come last: the head ends `"trials": null` and its brace.
+	raw, ok := bytes.CutSuffix(raw, []byte("null\n}"))
+	if !ok {
+		return fmt.Errorf("results: unexpected layout %q", raw[max(0, len(raw)-40):])
+	}
+	if len(r.Trials) == 0 {
+		_, err := fmt.Fprintf(w, "%s[]\n}\n", raw)
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "%s[\n", raw); err != nil {
+		return err
+	}
+	for i, t := range r.Trials {
+		row, err := json.MarshalIndent(t, "    ", "  ")
+		if err != nil {
+			return err
+		}
+		sep := ",\n"
+		if i == len(r.Trials)-1 {
+			sep = "\n"
+		}
+		if _, err := fmt.Fprintf(w, "    %s%s", row, sep); err != nil {
+			return err
+		}
+	}
+	_, err = io.WriteString(w, "  ]\n}\n")
+	return err
+}
+
+// writeCSV writes the results as a table, one trial a row, best first:
+// the rank-by figure first, then the others of a summary worth comparing.
+func (r Results) writeCSV(out io.Writer) error {
 	figures := []string{r.RankBy}
 	for _, k := range []string{"test_accuracy", "test_loss", "train_loss", "samples_per_second"} {
 		if k != r.RankBy {
 			figures = append(figures, k)
 		}
 	}
-	var b bytes.Buffer
-	w := csv.NewWriter(&b)
+	w := csv.NewWriter(out)
 	head := append([]string{"rank", "name", "state"}, figures...)
 	_ = w.Write(append(head, "steps", "params_sha256", "device", "attempts", "overrides", "run_dir", "reason", "log_tail"))
 	num := func(v float64) string { return strconv.FormatFloat(v, 'g', 8, 64) }
@@ -196,7 +246,7 @@ func (r Results) csv() []byte {
 		_ = w.Write(row)
 	}
 	w.Flush()
-	return b.Bytes()
+	return w.Error()
 }
 
 func overridesText(m map[string]any) string {

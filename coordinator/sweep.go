@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -216,8 +217,18 @@ type SweepRun struct {
 	// here.
 	slurm *slurmLauncher
 
-	mu   sync.Mutex // guards rows, their metrics and the results files
+	mu   sync.Mutex // guards rows, counts and their metrics
 	rows []TrialResult
+	// counts are the rows by state, kept as the rows change.
+	counts map[TrialState]int
+	// changed wakes Run's results writer when a row has changed.
+	changed chan struct{}
+	// pace bounds how often the results files are rewritten. Only their
+	// one writer at a time uses it and writes: PrepareSweep, then Run's
+	// results writer, then Run's end.
+	pace resultsPace
+	// writes counts the rewrites of the results files.
+	writes int
 
 	reportMu sync.Mutex // Report sees one update at a time
 }
@@ -234,7 +245,8 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &SweepRun{cfg: cfg, log: cfg.Logger, file: cfg.Sweep.Path}
+	s := &SweepRun{cfg: cfg, log: cfg.Logger, file: cfg.Sweep.Path, changed: make(chan struct{}, 1),
+		pace: resultsPace{minGap: resultsMinGap, ratio: resultsCostRatio}}
 	changed := func(device string) { s.metrics.budgetBooks(device, s.broker.Books(device)) }
 	if err := setPriorities(cfg.Sweep, cfg.PriorityKey); err != nil {
 		return nil, err
@@ -285,7 +297,7 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	if cfg.Resume {
 		return s, s.loadRows()
 	}
-	return s, s.writeConfigs()
+	return s, s.writeFiles()
 }
 
 // prepareSlurm readies the Slurm launcher: one slot per trial (Slurm's
@@ -347,7 +359,8 @@ func LoadSweepDir(dir string) (*Sweep, Results, error) {
 	if err != nil {
 		return nil, res, configErr(field.Errorf("sweep_dir", "%s is not a sweep directory (%v); give the directory a tolaria sweep wrote", dir, err))
 	}
-	sw, err := ReadSweep(filepath.Join(dir, SweepFileCopy))
+	// Accepted once, at whatever size it was allowed: no limit now.
+	sw, err := ReadSweepMax(filepath.Join(dir, SweepFileCopy), 0)
 	if err != nil {
 		return nil, res, configErr(field.Errorf("sweep_dir", "%s is not a sweep directory: %w", dir, err))
 	}
@@ -381,9 +394,11 @@ func (s *SweepRun) loadRows() error {
 	if err != nil {
 		return err
 	}
-	if s.rows, err = matchRows(s.cfg.Sweep, res); err != nil {
+	rows, err := matchRows(s.cfg.Sweep, res)
+	if err != nil {
 		return configErr(field.Errorf("sweep_dir", "%s: %w", s.dir, err))
 	}
+	s.setRows(rows)
 	s.file = res.SweepFile
 	for _, r := range s.rows {
 		if r.State != TrialSucceeded {
@@ -542,33 +557,50 @@ func (s *SweepRun) claim() error {
 	return nil
 }
 
-// writeConfigs keeps the sweep file, each trial's resolved configuration
-// and results.json with every trial pending.
-func (s *SweepRun) writeConfigs() error {
+// writeFiles keeps the sweep file and writes results.json with every
+// trial pending. Each trial's resolved configuration is written as the
+// trial first starts (writeTrialConfig): written up front, a large
+// sweep's configurations cost minutes and hundreds of megabytes before
+// its first trial started.
+func (s *SweepRun) writeFiles() error {
 	if err := atomicfile.WriteFile(filepath.Join(s.dir, SweepFileCopy), s.cfg.Sweep.Raw, 0o644); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Join(s.dir, TrialConfigDir), 0o755); err != nil {
 		return err
 	}
+	rows := make([]TrialResult, 0, len(s.cfg.Sweep.Trials))
 	for _, t := range s.cfg.Sweep.Trials {
-		spec := t.Spec
-		spec.Device, spec.RunDir = s.slots[0].device, filepath.Join(s.dir, t.Name)
-		raw, err := spec.ConfigFile()
-		if err != nil {
-			return err
-		}
-		path := filepath.Join(s.dir, TrialConfigDir, t.Name+".yaml")
-		if err := atomicfile.WriteFile(path, raw, 0o644); err != nil {
-			return err
-		}
-		over := map[string]any{}
+		over := make(map[string]any, len(t.Overrides))
 		for k, v := range t.Overrides {
 			over[string(k)] = v
 		}
-		s.rows = append(s.rows, TrialResult{Name: t.Name, State: TrialPending, RunDir: spec.RunDir, Config: path, Overrides: over})
+		rows = append(rows, TrialResult{Name: t.Name, State: TrialPending, RunDir: filepath.Join(s.dir, t.Name), Config: s.trialConfigPath(t), Overrides: over})
 	}
+	s.setRows(rows)
 	return s.writeResults()
+}
+
+// trialConfigPath is where trial t's resolved configuration goes.
+func (s *SweepRun) trialConfigPath(t Trial) string {
+	return filepath.Join(s.dir, TrialConfigDir, t.Name+".yaml")
+}
+
+// writeTrialConfig writes the resolved configuration of a trial about to
+// run on spec's device, unless an earlier attempt (or the sweep a resumed
+// one continues) wrote it: it stays the configuration the trial first
+// ran with.
+func (s *SweepRun) writeTrialConfig(t Trial, spec job.Spec) error {
+	path := s.trialConfigPath(t)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	spec.Resume = false
+	raw, err := spec.ConfigFile()
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, raw, 0o644)
 }
 
 // Dir is the sweep directory.
@@ -627,8 +659,97 @@ func (s *SweepRun) Close() error {
 	return errors.Join(errs...)
 }
 
+// writeResults rewrites results.json and results.csv from the rows as
+// they are now; the rows are copied, so trials go on changing them while
+// it writes. Its callers take turns (see SweepRun.pace).
 func (s *SweepRun) writeResults() error {
-	return newResults(s.file, s.cfg.RankBy, s.rows, time.Now()).write(s.dir)
+	s.mu.Lock()
+	rows := slices.Clone(s.rows)
+	s.mu.Unlock()
+	start := time.Now()
+	err := newResults(s.file, s.cfg.RankBy, rows, start).write(s.dir)
+	s.pace.wrote(start, time.Now())
+	s.writes++
+	return err
+}
+
+// How often the results files are rewritten while trials run: each
+// rewrite costs time in the number of trials, so rewriting after every
+// trial's end cost a large sweep time in the square of its trials. The
+// files are rewritten once more when the sweep ends.
+const (
+	// resultsMinGap is the least time between two rewrites.
+	resultsMinGap = time.Second
+	// resultsCostRatio makes the gap at least this many times the last
+	// rewrite's duration, so rewriting takes at most a small part of the
+	// coordinator's time however large the sweep.
+	resultsCostRatio = 10
+)
+
+// resultsPace says when the results files may next be rewritten.
+type resultsPace struct {
+	minGap time.Duration
+	ratio  int
+	last   time.Time     // when the last rewrite ended
+	took   time.Duration // how long it took
+}
+
+// wait is how long after now the next rewrite is due (0 or less: now).
+func (p *resultsPace) wait(now time.Time) time.Duration {
+	gap := max(p.minGap, time.Duration(p.ratio)*p.took)
+	return p.last.Add(gap).Sub(now)
+}
+
+func (p *resultsPace) wrote(start, end time.Time) { p.last, p.took = end, end.Sub(start) }
+
+// writeResultsPaced rewrites the results files after rows change, no
+// sooner than the pace allows, until stop is closed. It returns the first
+// error of a rewrite.
+func (s *SweepRun) writeResultsPaced(stop <-chan struct{}) error {
+	var first error
+	for {
+		select {
+		case <-s.changed:
+		case <-stop:
+			return first
+		}
+		if wait := s.pace.wait(time.Now()); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-stop:
+				t.Stop()
+				return first
+			}
+		}
+		if err := s.writeResults(); err != nil && first == nil {
+			first = err
+		}
+	}
+}
+
+// setRows takes rows as the sweep's and counts them; mu is not held.
+func (s *SweepRun) setRows(rows []TrialResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rows, s.counts = rows, map[TrialState]int{}
+	for _, r := range rows {
+		s.counts[r.State]++
+	}
+	s.metrics.setTrials(s.counts)
+}
+
+// putRow replaces row i, keeping the counts and the metrics, and wakes
+// the results writer; the caller holds mu.
+func (s *SweepRun) putRow(i int, r TrialResult) {
+	s.counts[s.rows[i].State]--
+	s.counts[r.State]++
+	s.rows[i] = r
+	s.metrics.setTrials(s.counts)
+	select {
+	case s.changed <- struct{}{}:
+	default: // a wake-up is pending already
+	}
 }
 
 func (s *SweepRun) report(u TrialUpdate) {
@@ -661,8 +782,10 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 		}
 	}
 	s.mu.Lock()
-	s.metrics.setTrials(s.rows)
+	s.metrics.setTrials(s.counts)
 	s.mu.Unlock()
+	stopWriter, writerDone := make(chan struct{}), make(chan error, 1)
+	go func() { writerDone <- s.writeResultsPaced(stopWriter) }()
 	if s.slurm != nil {
 		for i, t := range s.cfg.Sweep.Trials {
 			if s.rows[i].State != TrialSucceeded {
@@ -672,7 +795,6 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 		defer s.slurm.close(ctx)
 	}
 	var wg sync.WaitGroup
-	var writeErr error
 	for i, t := range s.cfg.Sweep.Trials {
 		if s.rows[i].State == TrialSucceeded {
 			continue
@@ -691,18 +813,17 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 			defer wg.Done()
 			res := s.runTrial(ctx, i, t, sl)
 			s.mu.Lock()
-			s.rows[i] = res
-			s.metrics.setTrials(s.rows)
-			if err := s.writeResults(); err != nil && writeErr == nil {
-				writeErr = err
-			}
+			s.putRow(i, res)
 			s.mu.Unlock()
 			s.report(TrialUpdate{Trial: t.Name, Index: i, State: res.State, Device: res.Device, Attempt: res.Attempts, Result: &res})
 			free <- sl
 		}()
 	}
 	wg.Wait()
-	// Every worker is reaped: what follows runs alone.
+	close(stopWriter)
+	writeErr := <-writerDone
+	// Every worker is reaped and the results writer stopped: what follows
+	// runs alone.
 	var unstarted []TrialUpdate
 	for i := range s.rows {
 		if s.rows[i].State == TrialPending {
@@ -722,9 +843,10 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 
 func (s *SweepRun) setRow(i int, f func(*TrialResult)) {
 	s.mu.Lock()
-	f(&s.rows[i])
-	s.metrics.setTrials(s.rows)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	r := s.rows[i]
+	f(&r)
+	s.putRow(i, r)
 }
 
 // runTrial runs one trial until it succeeds, is interrupted or has failed
@@ -841,6 +963,9 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	}
 	failed := func(err error) outcome {
 		return outcome{state: TrialFailed, reason: err.Error(), why: failureReason(err), logTail: tailOf()}
+	}
+	if err := s.writeTrialConfig(t, spec); err != nil {
+		return failed(fmt.Errorf("writing the trial's configuration: %w", err))
 	}
 	// The sweep reports a trial's start and end itself; of a run's own
 	// log only warnings are news.

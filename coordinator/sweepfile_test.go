@@ -4,8 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
 func writeSweep(t *testing.T, text string) string {
@@ -139,5 +142,37 @@ func TestReadSweepRefuses(t *testing.T) {
 	}
 	if _, err := ReadSweep(filepath.Join(t.TempDir(), "none.yaml")); err == nil || !strings.Contains(err.Error(), "none.yaml") {
 		t.Errorf("a missing file: %v", err)
+	}
+}
+
+// seq is n numbers from 1, as a YAML list.
+func seq(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = strconv.Itoa(i + 1)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// TestReadSweepBoundsTheTrials: a sweep of more trials than the limit is
+// refused, naming max_trials and the count, before its trials are made
+// (a grid of a billion points is refused as fast as one of ten thousand
+// and one); a higher limit accepts it.
+func TestReadSweepBoundsTheTrials(t *testing.T) {
+	over := writeSweep(t, "base: {dataset: synthetic}\ntrials: [{name: a}, {name: b}]\ngrid: {epochs: "+seq(101)+", seed: "+seq(50)+"}\n")
+	_, err := ReadSweep(over)
+	if !errors.Is(err, ErrConfig) || !field.Is(err, "max_trials") || !strings.Contains(err.Error(), "makes 10100 trials, more than 10000; give max_trials 10100") {
+		t.Fatalf("%d trials: %v", 10100, err)
+	}
+	sw, err := ReadSweepMax(over, 10100)
+	if err != nil || len(sw.Trials) != 10100 {
+		t.Fatalf("with max 10100: %v", err)
+	}
+	if _, err := ReadSweepMax(over, 0); err != nil {
+		t.Fatalf("with no limit: %v", err)
+	}
+	huge := writeSweep(t, "base: {dataset: synthetic}\ngrid: {epochs: "+seq(1000)+", seed: "+seq(1000)+", batch_size: "+seq(1000)+", log_every: "+seq(1000)+"}\n")
+	if _, err := ReadSweep(huge); !field.Is(err, "max_trials") || !strings.Contains(err.Error(), "makes 1000000000000 trials") {
+		t.Fatalf("a grid of 10^12 points: %v", err)
 	}
 }

@@ -35,13 +35,15 @@ The file has base: (the keys of tolaria train's --config file), and trials:
 (a list of overrides, each optionally with a name:) and/or grid: (key: [values],
 crossed in the file's order, the last key varying fastest; with trials: too,
 every trial is crossed with every grid point). run_dir, resume and device are
-the sweep's to set. Everything is validated before anything starts.
+the sweep's to set. Everything is validated before anything starts; a file
+that makes more than --max-trials trials (10000) is refused.
 
 The sweep directory (--sweep-dir, default sweeps/<time>) receives sweep.yaml,
-trials/<name>.yaml (each trial's resolved configuration, usable with tolaria
-train --config), one run directory per trial (config.yaml, events.jsonl,
-checkpoint.tlck, summary.json, worker.log) and results.json and results.csv,
-rewritten as each trial ends.
+trials/<name>.yaml (each trial's resolved configuration, written as the trial
+first starts, usable with tolaria train --config), one run directory per trial
+(config.yaml, events.jsonl, checkpoint.tlck, summary.json, worker.log) and
+results.json and results.csv, rewritten atomically as trials start and end (at
+most once a second).
 
 --resume --sweep-dir DIR continues an interrupted or partly failed sweep from
 the sweep.yaml it saved (no FILE then): succeeded trials are kept as they are,
@@ -92,6 +94,7 @@ checkpoints and stops).`,
 	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")
 	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the sweep so the final values are scraped (0: exit at once)")
 	fs.String("priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
+	fs.Int("max-trials", coordinator.DefaultMaxTrials, "the most trials the sweep file may make; a larger sweep is refused before anything is written (a resumed sweep keeps the size it was accepted at)")
 	fs.String("device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB, 512MiB or 16GB (0 or unset: what the device reports free); on the CPU it stands in for a GPU's memory")
 	addLauncherFlags(fs, "trial")
 	return cmd
@@ -139,7 +142,7 @@ func launcherConfig(fs *pflag.FlagSet, launcher string, slurm coordinator.SlurmC
 func sweepFlag(key field.Name) string {
 	switch key {
 	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker", "metrics_addr", "device_memory", "priority",
-		"launcher", "partition", "account", "time_limit", "dry_run":
+		"max_trials", "launcher", "partition", "account", "time_limit", "dry_run":
 		return "--" + strings.ReplaceAll(string(key), "_", "-")
 	case "sbatch_args":
 		return "--sbatch-arg"
@@ -174,7 +177,7 @@ func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error
 			return cfg, usagef("--device-memory: %v", err)
 		}
 	}
-	for _, f := range []string{"per-device", "parallel"} {
+	for _, f := range []string{"per-device", "parallel", "max-trials"} {
 		if fs.Changed(f) && getInt(f) < 1 {
 			return cfg, usagef("--%s must be at least 1, got %d", f, getInt(f))
 		}
@@ -204,7 +207,7 @@ func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error
 		cfg.Launcher, cfg.Slurm, cfg.DryRun, err = launcherConfig(fs, cfg.Sweep.Launcher, cfg.Sweep.Slurm)
 		return cfg, err
 	}
-	if cfg.Sweep, err = coordinator.ReadSweep(path); err != nil {
+	if cfg.Sweep, err = coordinator.ReadSweepMax(path, getInt("max-trials")); err != nil {
 		return cfg, err
 	}
 	cfg.Launcher, cfg.Slurm, cfg.DryRun, err = launcherConfig(fs, cfg.Sweep.Launcher, cfg.Sweep.Slurm)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,5 +58,38 @@ func TestSweepRefusesUnusableFilesWithNothingWritten(t *testing.T) {
 				t.Errorf("a refused sweep wrote %s (%v)", sweepDir, err)
 			}
 		})
+	}
+}
+
+// TestSweepRefusesTooManyTrials: a grid over the limit is bad input that
+// names --max-trials and the count, with nothing written; --max-trials
+// raises the limit.
+func TestSweepRefusesTooManyTrials(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sweep.yaml")
+	values := make([]string, 101)
+	for i := range values {
+		values[i] = strconv.Itoa(i + 1)
+	}
+	grid := "[" + strings.Join(values, ", ") + "]"
+	text := "base: {dataset: synthetic, synthetic_size: 256, batch_size: 8}\ngrid: {epochs: " + grid + ", seed: " + grid + "}\n"
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sweepDir := filepath.Join(dir, "out")
+	code, _, stderr := runTolaria(t, "sweep", file, "--device", "cpu", "--sweep-dir", sweepDir)
+	if code != exitUsage || !strings.Contains(stderr, "--max-trials: the sweep makes 10201 trials, more than 10000; give --max-trials 10201") {
+		t.Errorf("exit %d, want %d\n%s", code, exitUsage, stderr)
+	}
+	if _, err := os.Stat(sweepDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused sweep wrote %s (%v)", sweepDir, err)
+	}
+	if code, _, stderr := runTolaria(t, "sweep", file, "--max-trials", "0"); code != exitUsage || !strings.Contains(stderr, "--max-trials must be at least 1") {
+		t.Errorf("--max-trials 0: exit %d\n%s", code, stderr)
+	}
+	// Allowed, the sweep goes on to look for its worker.
+	code, _, stderr = runTolaria(t, "sweep", file, "--device", "cpu", "--sweep-dir", sweepDir, "--max-trials", "10201", "--worker", filepath.Join(dir, "no-worker"))
+	if code != exitFailure || strings.Contains(stderr, "max-trials") || !strings.Contains(stderr, "no-worker") {
+		t.Errorf("--max-trials 10201: exit %d\n%s", code, stderr)
 	}
 }
