@@ -93,7 +93,7 @@ func (r EvalRequest) Validate() error {
 	if r.Launcher == LauncherSlurm {
 		// The run directory names every shard's spool and log in the
 		// batch script.
-		if err := slurmValue("run_dir", r.RunDir); err != nil {
+		if err := slurmDir("run_dir", r.RunDir); err != nil {
 			return err
 		}
 		return r.Slurm.Validate()

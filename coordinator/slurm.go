@@ -74,6 +74,20 @@ func slurmValue(name field.Name, v string) error {
 		v, rune(v[i]), i))
 }
 
+// slurmDir refuses a directory Slurm cannot write its own output under,
+// besides what slurmValue refuses: in sbatch's --output a backslash means
+// "expand no pattern" and is dropped, so the path names another
+// directory and the task fails to launch.
+func slurmDir(name field.Name, dir string) error {
+	if err := slurmValue(name, dir); err != nil {
+		return err
+	}
+	if strings.Contains(dir, `\`) {
+		return configErr(field.Errorf(name, "%q holds a backslash, which Slurm drops from the path of a task's output (--output), so no task could start; give a directory without one", dir))
+	}
+	return nil
+}
+
 // controlChar is the index of v's first ASCII control character, or -1.
 func controlChar(v string) int {
 	return strings.IndexFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f })
@@ -113,7 +127,7 @@ func (c SlurmConfig) Validate() error {
 // or a trial name (a grid's values make names too) that cannot go into
 // the batch script: each names the paths of a task's spool and log.
 func checkSlurmSweep(dir string, trials []Trial) error {
-	if err := slurmValue("sweep_dir", dir); err != nil {
+	if err := slurmDir("sweep_dir", dir); err != nil {
 		return err
 	}
 	for _, t := range trials {
@@ -187,7 +201,7 @@ func newSlurmLauncher(cfg SlurmConfig, dir, workerPath, device string, parallel 
 	if err := slurmValue("worker", abs); err != nil {
 		return nil, err
 	}
-	if err := slurmValue("dir", dir); err != nil {
+	if err := slurmDir("dir", dir); err != nil {
 		return nil, err
 	}
 	if cfg.Poll == 0 {

@@ -209,7 +209,7 @@ func TestSweepFileLauncher(t *testing.T) {
 var hostile = []string{"$(touch M1)", "`touch M2`", "x'; touch M3; '", `"; touch M4; "`, "a;touch M5", "${IFS}$(touch${IFS}M6)", `\'$(touch M7)`, "*", "100%done"}
 
 // TestSlurmScriptRunsNoHostileValue: a sweep directory, trial names and a
-// worker path made of every hostile value go into the batch script quoted:
+// worker path made of the hostile values go into the batch script quoted:
 // the script, run as Slurm runs it, touches no marker and hands the worker
 // its spool byte for byte; Slurm's own output path keeps a % as %%.
 func TestSlurmScriptRunsNoHostileValue(t *testing.T) {
@@ -221,7 +221,15 @@ func TestSlurmScriptRunsNoHostileValue(t *testing.T) {
 	if err := os.MkdirAll(cwd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sweepDir := filepath.Join(tmp, strings.Join(hostile, "-"))
+	// A backslash goes in trial names only: Slurm cannot take one in the
+	// sweep directory (see TestSlurmRefusesWhatCannotBeQuoted).
+	var inDir []string
+	for _, h := range hostile {
+		if !strings.Contains(h, `\`) {
+			inDir = append(inDir, h)
+		}
+	}
+	sweepDir := filepath.Join(tmp, strings.Join(inDir, "-"))
 	fake := filepath.Join(tmp, "bin "+hostile[0], "worker"+hostile[2])
 	if err := os.MkdirAll(filepath.Dir(fake), 0o755); err != nil {
 		t.Fatal(err)
@@ -330,9 +338,19 @@ func TestSlurmRefusesWhatCannotBeQuoted(t *testing.T) {
 	if err := cfg.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "rename the trial") {
 		t.Errorf("a trial name holding a newline: %v, want a refusal", err)
 	}
+	cfg.Dir, sw.Trials = filepath.Join(tmp, `back\slash`), []Trial{{Name: "a"}}
+	if err := cfg.Validate(); !field.Is(err, "sweep_dir") || !strings.Contains(err.Error(), "backslash") {
+		t.Errorf("a sweep directory holding a backslash: %v, want a refusal of sweep_dir", err)
+	}
+	if _, err := newSlurmLauncher(SlurmConfig{}, filepath.Join(tmp, `back\slash`, "slurm"), "/bin/true", "cpu", 0, true); !errors.Is(err, ErrConfig) {
+		t.Errorf("a launcher's directory holding a backslash: %v, want a refusal", err)
+	}
 	ev := EvalRequest{RunDir: injected, Workers: 2, Launcher: LauncherSlurm}
 	if err := ev.Validate(); !field.Is(err, "run_dir") {
 		t.Errorf("an evaluation's run directory holding a newline: %v, want a refusal of run_dir", err)
+	}
+	if ev.RunDir = filepath.Join(tmp, `run\dir`); !field.Is(ev.Validate(), "run_dir") {
+		t.Errorf("an evaluation's run directory holding a backslash: %v, want a refusal of run_dir", ev.Validate())
 	}
 	if ev.Launcher = LauncherLocal; ev.Validate() != nil {
 		t.Errorf("a local evaluation is no business of Slurm's: %v", ev.Validate())

@@ -419,7 +419,8 @@ func noMarkers(t *testing.T, dir, what string) {
 // sbatch command, run by sh, hands sbatch each value byte for byte, and
 // the printed script, run as a task, touches nothing. What cannot be
 // quoted, a newline in any of them, is refused with exit 2, the setting
-// named, and nothing written.
+// named, and nothing written; so is a backslash in the sweep directory,
+// which Slurm drops from the output path it is given.
 func TestSlurmDryRunRunsNoHostileValue(t *testing.T) {
 	dir := t.TempDir()
 	file := writeSweepFile(t, dir, oneTrialSweep)
@@ -463,17 +464,21 @@ func TestSlurmDryRunRunsNoHostileValue(t *testing.T) {
 	}
 	noMarkers(t, dir, "the dry run's command and script")
 
-	for flag, args := range map[string][]string{
-		"--sweep-dir":  {"--sweep-dir", filepath.Join(dir, "sweep\ntouch INJECTED\n#")},
-		"--partition":  {"--partition", "debug\n#SBATCH --wrap=touch INJECTED"},
-		"--account":    {"--account", "a\x7f"},
-		"--time-limit": {"--time-limit", "1:00\r"},
-		"--sbatch-arg": {"--sbatch-arg=--comment=x\ntouch INJECTED"},
+	for _, c := range []struct {
+		flag, why string
+		args      []string
+	}{
+		{"--sweep-dir", "control character", []string{"--sweep-dir", filepath.Join(dir, "sweep\ntouch INJECTED\n#")}},
+		{"--sweep-dir", "backslash", []string{"--sweep-dir", filepath.Join(dir, `back\slash`)}},
+		{"--partition", "control character", []string{"--partition", "debug\n#SBATCH --wrap=touch INJECTED"}},
+		{"--account", "control character", []string{"--account", "a\x7f"}},
+		{"--time-limit", "control character", []string{"--time-limit", "1:00\r"}},
+		{"--sbatch-arg", "control character", []string{"--sbatch-arg=--comment=x\ntouch INJECTED"}},
 	} {
 		before := snapshot(t, dir)
-		r := tolaria(t, dir, env, append([]string{"sweep", file, "--launcher", "slurm", "--dry-run"}, args...)...)
-		if r.code != 2 || !strings.Contains(r.stderr, flag+": ") || !strings.Contains(r.stderr, "control character") || r.stdout != "" {
-			t.Errorf("%s with a control character: exit %d, want 2 naming it:\n%s%s", flag, r.code, r.stdout, r.stderr)
+		r := tolaria(t, dir, env, append([]string{"sweep", file, "--launcher", "slurm", "--dry-run"}, c.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.flag+": ") || !strings.Contains(r.stderr, c.why) || r.stdout != "" {
+			t.Errorf("%s with a %s: exit %d, want 2 naming it:\n%s%s", c.flag, c.why, r.code, r.stdout, r.stderr)
 		}
 		sameFiles(t, before, snapshot(t, dir))
 	}
