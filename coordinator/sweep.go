@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -229,6 +230,10 @@ type SweepRun struct {
 	pace resultsPace
 	// writes counts the rewrites of the results files.
 	writes int
+	// journal records attempts' starts and trials' ends as they happen;
+	// journalErr is its first failure (guarded by mu).
+	journal    *journal
+	journalErr error
 
 	reportMu sync.Mutex // Report sees one update at a time
 }
@@ -293,6 +298,9 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	}()
 	if err := s.claim(); err != nil {
 		return nil, configErr(field.Errorf("sweep_dir", "%w", err))
+	}
+	if s.journal, err = openJournal(s.dir); err != nil {
+		return nil, err
 	}
 	if cfg.Resume {
 		return s, s.loadRows()
@@ -388,7 +396,10 @@ func matchRows(sw *Sweep, res Results) ([]TrialResult, error) {
 }
 
 // loadRows takes the rows of a resumed sweep from its results.json, read
-// again now that the directory is held.
+// again now that the directory is held, brought up to date with its
+// journal. An attempt that started and never ended (the sweep was killed
+// during it) is recorded interrupted, in the journal and in the results,
+// and counted.
 func (s *SweepRun) loadRows() error {
 	_, res, err := LoadSweepDir(s.dir)
 	if err != nil {
@@ -398,14 +409,67 @@ func (s *SweepRun) loadRows() error {
 	if err != nil {
 		return configErr(field.Errorf("sweep_dir", "%s: %w", s.dir, err))
 	}
+	for i := range rows {
+		rows[i].Rank, rows[i].Value = 0, nil // ranked again as they are written
+	}
+	was := slices.Clone(rows)
+	entries, err := readJournal(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, st := range replayJournal(rows, entries) {
+		if err := s.recordStopped(&rows[st.row], st); err != nil {
+			return err
+		}
+	}
+	for i := range rows {
+		if rows[i].State == TrialRunning { // a sweep's from before journals
+			rows[i].State, rows[i].Reason = TrialInterrupted, "interrupted: the sweep stopped without recording the trial's end"
+		}
+	}
 	s.setRows(rows)
 	s.file = res.SweepFile
+	if !reflect.DeepEqual(was, rows) {
+		if err := s.writeResults(); err != nil {
+			return err
+		}
+	}
 	for _, r := range s.rows {
 		if r.State != TrialSucceeded {
 			return nil
 		}
 	}
 	return fmt.Errorf("%s: %w", s.dir, ErrNothingToResume)
+}
+
+// recordStopped records an attempt that never ended as interrupted: the
+// sweep was stopped (killed) during it. Its time, until its run directory
+// was last written, counts in the trial's.
+func (s *SweepRun) recordStopped(r *TrialResult, st stopped) error {
+	r.State, r.Attempts = TrialInterrupted, max(r.Attempts, st.attempt)
+	r.Reason = fmt.Sprintf("interrupted: the sweep stopped during attempt %d without recording its end (was it killed?)", st.attempt)
+	if _, err := os.Stat(filepath.Join(r.RunDir, trainer.CheckpointFile)); err == nil {
+		r.Reason += "; it resumes from its checkpoint"
+	}
+	if last := lastWritten(r.RunDir); last.After(st.started) && !st.started.IsZero() {
+		r.Seconds += last.Sub(st.started).Seconds()
+	}
+	s.log.Warn("a trial's attempt never ended: the sweep was stopped during it; counted as interrupted", "trial", r.Name, "attempt", st.attempt)
+	return s.journal.add(journalEntry{Time: time.Now().UTC(), Event: journalInterrupted, Trial: r.Name, Attempt: st.attempt, Reason: r.Reason})
+}
+
+// journalAdd appends e to the journal, keeping its first failure for Run
+// to report; a trial goes on without its entry.
+func (s *SweepRun) journalAdd(e journalEntry) {
+	err := s.journal.add(e)
+	if err == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.journalErr == nil {
+		s.journalErr = fmt.Errorf("%s: %w", JournalFile, err)
+	}
 }
 
 // planSweepDir refuses a directory that holds anything; "" names
@@ -652,6 +716,10 @@ func (s *SweepRun) Close() error {
 		errs = append(errs, s.metrics.Close())
 		s.metrics = nil
 	}
+	if s.journal != nil {
+		errs = append(errs, s.journal.close())
+		s.journal = nil
+	}
 	if s.lock != nil {
 		errs = append(errs, s.lock.Close())
 		s.lock = nil
@@ -812,6 +880,7 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 		go func() {
 			defer wg.Done()
 			res := s.runTrial(ctx, i, t, sl)
+			s.journalAdd(journalEntry{Time: time.Now().UTC(), Event: journalEnd, Trial: t.Name, Attempt: res.Attempts, Device: res.Device, Row: &res})
 			s.mu.Lock()
 			s.putRow(i, res)
 			s.mu.Unlock()
@@ -834,6 +903,9 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 	}
 	if err := s.writeResults(); err != nil && writeErr == nil {
 		writeErr = err
+	}
+	if writeErr == nil {
+		writeErr = s.journalErr
 	}
 	for _, u := range unstarted {
 		s.report(u)
@@ -860,6 +932,10 @@ func (s *SweepRun) runTrial(ctx context.Context, i int, t Trial, sl slot) TrialR
 	started := time.Now()
 	for attempt := 1; ; attempt++ {
 		res.Attempts = before + attempt
+		// Recorded before the worker starts: a sweep killed during the
+		// attempt reads it, when resumed, as interrupted.
+		s.journalAdd(journalEntry{Time: time.Now().UTC(), Event: journalStart, Trial: t.Name, Attempt: res.Attempts, Device: sl.String()})
+		s.setRow(i, func(r *TrialResult) { r.State, r.Attempts, r.Device = TrialRunning, res.Attempts, sl.String() })
 		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: res.Attempts})
 		a := s.attempt(ctx, i, t, sl, res.Attempts)
 		res.State, res.Reason, res.LogTail, res.Summary, res.Device = a.state, a.reason, a.logTail, a.summary, sl.String()

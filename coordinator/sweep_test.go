@@ -368,29 +368,85 @@ func TestSweepResumesAnInterruptedSweep(t *testing.T) {
 	}
 }
 
+// TestSweepResumesAKilledSweep: a sweep killed outright leaves its
+// running trials' attempts started in the journal and never ended, and
+// results.json as it last rewrote it (here: those trials pending, as a
+// kill before the first rewrite leaves them). The resumed sweep reads
+// the journal: each such attempt is recorded interrupted, in the journal
+// and results.json, before anything runs, and counted: the trial's next
+// attempt is its second.
 func TestSweepResumesAKilledSweep(t *testing.T) {
 	text := strings.Replace(testSweep, "epochs: 2", "epochs: 150", 1)
 	cfg := sweepConfig(t, text)
 	interruptSweep(t, cfg)
-	// A sweep killed outright leaves its running trials so, on their
-	// first attempt, with their checkpoints.
 	res := readResults(t, cfg.Dir)
+	killed := map[string]bool{}
 	for i, r := range res.Trials {
 		if r.State == TrialInterrupted {
-			res.Trials[i].State, res.Trials[i].Attempts, res.Trials[i].Summary, res.Trials[i].Reason = TrialRunning, 0, nil, ""
+			killed[r.Name] = true
+			res.Trials[i].State, res.Trials[i].Attempts, res.Trials[i].Summary, res.Trials[i].Reason = TrialPending, 0, nil, ""
 		}
+	}
+	if len(killed) != 2 {
+		t.Fatalf("counts after the interrupt %v", res.Counts)
 	}
 	if err := res.write(cfg.Dir); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := runSweep(t, context.Background(), resumeConfig(t, cfg))
-	if got.Counts["succeeded"] != 4 {
-		t.Fatalf("counts after resuming a killed sweep %v: %+v", got.Counts, got.Trials)
+	dropJournalEnds(t, cfg.Dir)
+
+	s, err := PrepareSweep(context.Background(), resumeConfig(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, r := range readResults(t, cfg.Dir).Trials {
+		if killed[r.Name] && (r.State != TrialInterrupted || r.Attempts != 1 || !strings.Contains(r.Reason, "stopped during attempt 1 without recording its end")) {
+			t.Errorf("a killed trial, once the sweep is prepared to resume: %+v", r)
+		}
+	}
+	interrupted := 0
+	entries, _ := readJournal(cfg.Dir)
+	for _, e := range entries {
+		if e.Event == journalInterrupted && killed[e.Trial] && e.Attempt == 1 {
+			interrupted++
+		}
+	}
+	if interrupted != 2 {
+		t.Errorf("the journal records %d interrupted attempts, want 2", interrupted)
+	}
+	got, err := s.Run(context.Background())
+	if err != nil || got.Counts["succeeded"] != 4 {
+		t.Fatalf("counts after resuming a killed sweep %v, %v: %+v", got.Counts, err, got.Trials)
 	}
 	for _, r := range got.Trials {
-		if r.Attempts != 1 {
-			t.Errorf("trial %s: attempts %d", r.Name, r.Attempts)
+		want := 1
+		if killed[r.Name] {
+			want = 2
 		}
+		if r.Attempts != want {
+			t.Errorf("trial %s: attempts %d, want %d", r.Name, r.Attempts, want)
+		}
+	}
+}
+
+// dropJournalEnds removes the ends from a sweep's journal, as a kill
+// during the attempts leaves it, and leaves a line cut short at its end.
+func dropJournalEnds(t *testing.T, dir string) {
+	t.Helper()
+	path := filepath.Join(dir, JournalFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, line := range strings.SplitAfter(string(raw), "\n") {
+		if !strings.Contains(line, `"event":"end"`) {
+			kept = append(kept, line)
+		}
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(kept, "")+`{"time":"2026-01-01T00:00:00Z","event":"sta`), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -63,7 +63,7 @@ const maxNameBytes = 255 - len(".yaml")
 // reservedNames are the sweep directory's own entries: a trial named so
 // would put its run directory in their place.
 func reservedNames() []string {
-	return []string{ResultsJSON, ResultsCSV, SweepFileCopy, TrialConfigDir, sweepSlurmDir, sweepLock}
+	return []string{ResultsJSON, ResultsCSV, SweepFileCopy, TrialConfigDir, JournalFile, sweepSlurmDir, sweepLock}
 }
 
 // checkTrialName refuses a name that cannot be a run directory of its

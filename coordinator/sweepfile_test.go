@@ -117,6 +117,7 @@ func TestReadSweepRefuses(t *testing.T) {
 		{"reserved name results.json", "trials: [{name: results.json}]\n", []string{`trial "results.json"`, "reserved"}},
 		{"reserved name trials", "trials: [{name: trials}]\n", []string{`trial "trials"`, "reserved"}},
 		{"reserved name sweep.yaml", "trials: [{name: sweep.yaml}]\n", []string{`trial "sweep.yaml"`, "reserved"}},
+		{"reserved name journal.jsonl", "trials: [{name: journal.jsonl}]\n", []string{`trial "journal.jsonl"`, "reserved"}},
 		{"reserved name slurm", "trials: [{name: slurm}]\n", []string{`trial "slurm"`, "reserved"}},
 		{"reserved name in another case", "trials: [{name: Results.CSV}]\n", []string{`trial "Results.CSV"`, "reserved"}},
 		{"names differing in case", "trials: [{name: fast}, {name: Fast}]\n", []string{`trial "Fast"`, `"fast"`, "only in case"}},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -258,5 +259,77 @@ func TestSweepRefusesATrialLargerThanTheDevice(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "trial big: failed: trial big needs") || !strings.Contains(r.stderr, "1 of 5 trials failed") {
 		t.Errorf("stderr:\n%s", r.stderr)
+	}
+}
+
+// TestSweepKilledOutrightReadsTrueOnResume: SIGKILL of the coordinator
+// while two trials train leaves no record of their ends. The resumed
+// sweep records each killed attempt as interrupted (in its journal and
+// results.json), counts it, resumes the trial from its checkpoint as its
+// second attempt, and finishes the sweep.
+func TestSweepKilledOutrightReadsTrueOnResume(t *testing.T) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, strings.Replace(e2eSweep, "epochs: 2", "epochs: 1000", 1))
+	sweepDir := filepath.Join(dir, "sweep")
+	cmd, stderr := startRun(t, dir, "sweep", file, "--device", "cpu", "--parallel", "2", "--sweep-dir", sweepDir)
+	waitFor(t, "two trials past their second epoch", func() bool {
+		return strings.Count(stderr.String(), ": epoch 2/1000") >= 2
+	})
+	pids := workerPIDs(t, sweepDir)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = waitWithin(cmd, time.Minute)
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	})
+	// The workers notice their coordinator is gone and stop.
+	waitFor(t, "the killed sweep's workers to stop", func() bool {
+		for _, pid := range pids {
+			if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+	var killed []string
+	for _, m := range regexp.MustCompile(`trial (\S+): epoch 2/1000`).FindAllStringSubmatch(stderr.String(), -1) {
+		if !slices.Contains(killed, m[1]) {
+			killed = append(killed, m[1])
+		}
+	}
+	if len(killed) != 2 || len(pids) != 2 {
+		t.Fatalf("trials %v with workers %v at the kill", killed, pids)
+	}
+
+	r := tolaria(t, dir, nil, "sweep", "--resume", "--sweep-dir", sweepDir, "--device", "cpu", "--parallel", "2")
+	if r.code != 0 {
+		t.Fatalf("--resume: exit %d\n%s", r.code, r.stderr)
+	}
+	res := readSweepResults(t, sweepDir)
+	if res.Counts["succeeded"] != 4 {
+		t.Fatalf("after --resume: counts %v", res.Counts)
+	}
+	journal, err := os.ReadFile(filepath.Join(sweepDir, coordinator.JournalFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range res.Trials {
+		wasKilled := slices.Contains(killed, row.Name)
+		switch {
+		case wasKilled && (row.Attempts != 2 || row.Summary.ResumedFromStep == 0):
+			t.Errorf("killed trial %s: attempts %d, resumed from step %d; want 2 attempts, resumed from its checkpoint", row.Name, row.Attempts, row.Summary.ResumedFromStep)
+		case !wasKilled && row.Attempts != 1:
+			t.Errorf("trial %s: attempts %d, want 1", row.Name, row.Attempts)
+		}
+		if wasKilled != strings.Contains(r.stderr, "trial "+row.Name+": started on cpu (attempt 2)") {
+			t.Errorf("trial %s (killed: %v): the resumed sweep's lines:\n%s", row.Name, wasKilled, r.stderr)
+		}
+		recorded := regexp.MustCompile(`"event":"interrupted","trial":"` + regexp.QuoteMeta(row.Name) + `","attempt":1,.*stopped during attempt 1`)
+		if wasKilled != recorded.Match(journal) {
+			t.Errorf("trial %s (killed: %v): the journal records no interrupted first attempt:\n%s", row.Name, wasKilled, journal)
+		}
 	}
 }

@@ -48,8 +48,10 @@ most once a second).
 --resume --sweep-dir DIR continues an interrupted or partly failed sweep from
 the sweep.yaml it saved (no FILE then): succeeded trials are kept as they are,
 interrupted and failed ones resume from their checkpoints (or start again
-without one) and pending ones start; the ranking covers every trial. A sweep
-whose every trial succeeded has nothing to resume (exit 0).
+without one) and pending ones start; the ranking covers every trial. The
+sweep's journal.jsonl says how a sweep killed outright stood: an attempt that
+started and never ended is recorded interrupted and counted. A sweep whose
+every trial succeeded has nothing to resume (exit 0).
 
 --metrics-addr serves Prometheus metrics for the whole sweep: trials by
 state, failed attempts by reason, retries, each live worker's heartbeat age,
