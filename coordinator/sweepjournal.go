@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 )
 
 // JournalFile is a sweep's journal: each attempt's start and each trial's
@@ -40,7 +42,8 @@ type journalEntry struct {
 }
 
 // journal appends to a sweep's journal; its entries are written whole,
-// one write each, by one process (the sweep directory's lock holder).
+// one write each, and synced, by one process (the sweep directory's lock
+// holder).
 type journal struct {
 	mu sync.Mutex
 	f  *os.File
@@ -61,6 +64,9 @@ func openJournal(dir string) (*journal, error) {
 	if err == nil {
 		_, err = f.Seek(0, io.SeekEnd)
 	}
+	if err == nil {
+		err = atomicfile.SyncDir(dir) // the file's entry, when it is new
+	}
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -79,8 +85,12 @@ func (j *journal) add(e journalEntry) error {
 	if j.f == nil {
 		return errors.New("the sweep's journal is closed")
 	}
-	_, err = j.f.Write(append(raw, '\n'))
-	return err
+	if _, err := j.f.Write(append(raw, '\n')); err != nil {
+		return err
+	}
+	// Synced as results.json and checkpoints are, so a lost machine, not
+	// only a killed process, leaves the entry: two syncs a trial.
+	return j.f.Sync()
 }
 
 func (j *journal) close() error {
