@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,10 +70,8 @@ type RLRequest struct {
 	ActorRestarts    int
 	WorkerStart      time.Duration
 	HeartbeatTimeout time.Duration
-	// MemoryDir is where the agents' memory files go (default shm.Dir).
-	MemoryDir string
-	Env       []string // added to the workers' environment
-	Logger    *slog.Logger
+	Env              []string // added to the workers' environment
+	Logger           *slog.Logger
 	// Report, when set, hears every change of an agent's status, from the
 	// agents' goroutines (one at a time per agent).
 	Report func(AgentStatus)
@@ -139,6 +138,17 @@ type RLRun struct {
 	lock *flock.Flock
 	path string // the worker binary
 	log  *slog.Logger
+	// plans are what each agent of a resumed run continues from, checked
+	// before anything was written.
+	plans []agentPlan
+}
+
+// agentPlan is what an agent of a resumed run goes on from: its learner's
+// checkpoint and its saved buffer, each verified, or nothing.
+type agentPlan struct {
+	finished bool
+	ckStep   int // the checkpoint's learner step; -1: no checkpoint
+	saved    *shm.Saved
 }
 
 // AgentDir is agent i's directory in a run directory.
@@ -161,9 +171,6 @@ func PrepareRL(req RLRequest, now time.Time) (*RLRun, error) {
 	}
 	if req.Logger == nil {
 		req.Logger = slog.New(slog.DiscardHandler)
-	}
-	if req.MemoryDir == "" {
-		req.MemoryDir = shm.Dir
 	}
 	if req.Threads <= 0 {
 		req.Threads = 1
@@ -205,22 +212,114 @@ func PrepareRL(req RLRequest, now time.Time) (*RLRun, error) {
 			_ = lock.Unlock()
 			return nil, err
 		}
-	} else if err := atomicfile.WriteFile(filepath.Join(dir, ConfigFile), req.ConfigYAML, 0o644); err != nil {
+	} else if err := atomicfile.WriteFile(filepath.Join(dir, ConfigFile), sealConfig(req.Config, req.ConfigYAML), 0o644); err != nil {
 		_ = lock.Unlock()
 		return nil, err
 	}
 	return r, nil
 }
 
-// checkResume refuses to resume a run whose agents have all finished.
+// checkResume refuses, before anything is written, to resume a run whose
+// configuration would change, whose agents have all finished, or whose
+// agent has a damaged or foreign checkpoint or buffer; it plans what
+// every agent continues from.
 func (r *RLRun) checkResume() error {
-	for i := range r.req.Config.NumAgents {
-		if st, ok := readAgentSummary(AgentDir(r.dir, i)); !ok || st.State != AgentSucceeded {
-			return nil
+	if err := r.checkConfig(); err != nil {
+		return err
+	}
+	n := r.req.Config.NumAgents
+	r.plans = make([]agentPlan, n)
+	done := 0
+	for i := range n {
+		plan, err := r.planAgent(i)
+		if err != nil {
+			return err
+		}
+		r.plans[i] = plan
+		if plan.finished {
+			done++
 		}
 	}
-	return configErr(field.Errorf("resume", "%s: every agent has finished (their %s say so); there is nothing to resume; start a new run in another %s",
-		r.dir, SummaryFile, field.Name("run_dir")))
+	if done == n {
+		return configErr(field.Errorf("resume", "%s: every agent has finished (their %s say so); there is nothing to resume; start a new run in another %s",
+			r.dir, SummaryFile, field.Name("run_dir")))
+	}
+	return nil
+}
+
+// planAgent checks agent i's checkpoint and saved buffer.
+func (r *RLRun) planAgent(i int) (agentPlan, error) {
+	dir := AgentDir(r.dir, i)
+	if st, ok := readAgentSummary(dir); ok && st.State == AgentSucceeded {
+		return agentPlan{finished: true}, nil
+	}
+	plan := agentPlan{ckStep: -1}
+	cfg := r.req.Config
+	ckPath := filepath.Join(dir, trainer.CheckpointFile)
+	if _, err := os.Stat(ckPath); err == nil {
+		ck, err := dqn.CheckCheckpoint(ckPath, cfg, i)
+		if err != nil {
+			return plan, configErr(field.Errorf("resume", "agent %d: %v; restore that file, or remove it to start agent %d again from step 0", i, err, i))
+		}
+		plan.ckStep = ck.Step
+	}
+	bufPath := filepath.Join(dir, ReplayFile)
+	if _, err := os.Stat(bufPath); err != nil || plan.ckStep < 0 {
+		// No buffer, or no checkpoint to resume it with (the agent
+		// starts again, and its next save replaces a stale buffer).
+		return plan, nil
+	}
+	spec, err := cfg.Spec()
+	if err != nil {
+		return plan, configErr(err)
+	}
+	saved, err := shm.LoadSaved(bufPath, shm.Owner{Agent: i, Config: cfg.Digest()}, cfg.Layout(spec))
+	if err != nil {
+		return plan, configErr(field.Errorf("resume", "agent %d: %v; restore that file, or remove it to resume agent %d from its checkpoint (learner step %d) with an empty buffer that its actor refills",
+			i, err, i, plan.ckStep))
+	}
+	plan.saved = saved
+	return plan, nil
+}
+
+// configDigestPrefix starts config.yaml's first line, which records the
+// digest of the configuration the run began with.
+const configDigestPrefix = "# tolaria rl configuration sha256 "
+
+// sealConfig is config.yaml's contents: the digest line, then the YAML.
+func sealConfig(c dqn.Config, yaml []byte) []byte {
+	return append([]byte(configDigestPrefix+c.Digest()+"; --resume refuses the run once this file is edited\n"), yaml...)
+}
+
+// checkConfig refuses a resume whose configuration is not the one the run
+// began with: config.yaml edited since, or changed by the request.
+func (r *RLRun) checkConfig() error {
+	path := filepath.Join(r.dir, ConfigFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return configErr(field.Errorf("resume", "%v", err))
+	}
+	first, body, _ := strings.Cut(string(raw), "\n")
+	recorded, _, ok := strings.Cut(strings.TrimPrefix(first, configDigestPrefix), ";")
+	switch {
+	case !strings.HasPrefix(first, configDigestPrefix) || !ok:
+		return configErr(field.Errorf("resume", "%s does not start with the configuration digest tolaria rl records; a run is resumed only with the configuration it began with: restore the file, or start a new run with --config in another %s",
+			path, field.Name("run_dir")))
+	case recorded == r.req.Config.Digest():
+		return nil
+	}
+	var changed []string
+	for _, line := range strings.Split(string(r.req.Config.YAML()), "\n") {
+		if !slices.Contains(strings.Split(body, "\n"), line) {
+			changed = append(changed, strings.TrimSpace(line))
+		}
+	}
+	if len(changed) == 0 {
+		return configErr(field.Errorf("resume", "%s was edited after the run began (it no longer matches its recorded digest); a run is resumed only with the configuration it began with: undo the edit, or start a new run with --config in another %s",
+			path, field.Name("run_dir")))
+	}
+	return configErr(field.Errorf("resume", "the run began with the configuration in %s; this one differs in %s: a run is resumed only with the configuration it began with; start a new run in another %s to change it",
+		path, strings.Join(changed, ", "), field.Name("run_dir")))
 }
 
 // Dir is the run directory.
@@ -295,21 +394,26 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 	a := &agentRun{r: r, i: i, dir: dir, started: time.Now(), last: map[string]rateMark{},
 		counts: map[string]*halfCount{jobserver.RoleActor: {}, jobserver.RoleLearner: {}},
 		st:     AgentStatus{Agent: i, State: AgentStarting, SolvedAt: -1, TrainSolvedAt: -1}}
+	plan := agentPlan{ckStep: -1}
 	if r.req.Resume {
-		if st, ok := readAgentSummary(dir); ok && st.State == AgentSucceeded {
+		plan = r.plans[i]
+	}
+	if plan.finished {
+		if st, ok := readAgentSummary(dir); ok {
 			return st, nil // finished before: kept as it was
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return a.fail(err)
 	}
-	_, ckErr := os.Stat(filepath.Join(dir, trainer.CheckpointFile))
-	_, bufErr := os.Stat(filepath.Join(dir, ReplayFile))
-	resume := r.req.Resume && ckErr == nil && bufErr == nil
+	// An agent goes on from its checkpoint, with its saved buffer or,
+	// when that is gone, an empty one: a resume never starts an agent
+	// with a checkpoint again from step 0.
+	resume := plan.ckStep >= 0
 	earlier := ""
 	if r.req.Resume && !resume {
-		// Nothing to continue from (its learner failed, or it was
-		// stopped before its first checkpoint): the agent starts again,
+		// Nothing to continue from (its learner failed before its first
+		// checkpoint, or it was stopped before one): the agent starts again,
 		// and the earlier run's events are kept aside, not counted.
 		earlier = filepath.Join(dir, fmt.Sprintf("events-before-%s.jsonl", time.Now().UTC().Format("20060102-150405")))
 		if err := os.Rename(filepath.Join(dir, EventsFile), earlier); err != nil {
@@ -331,20 +435,24 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 		return a.fail(err)
 	}
 	defer a.events.Close()
-	if err := a.openMemory(resume); err != nil {
+	if err := a.openMemory(plan); err != nil {
 		return a.fail(err)
 	}
 	if r.req.Resume && !resume {
-		r.log.Warn("agent has no checkpoint and replay buffer to resume from; it starts again", "agent", i, "earlier_events", earlier)
+		r.log.Warn("agent has no checkpoint to resume from; it starts again from step 0", "agent", i, "earlier_events", earlier)
 	}
-	memPath := a.mem.Path()
-	defer func() {
-		_ = a.mem.Close()
-		_ = shm.Remove(memPath)
-	}()
+	defer a.mem.Close()
 	start := map[string]any{"event": "start", "resume": resume, "env_steps": a.mem.Appended(), "epoch": a.mem.Epoch()}
 	if earlier != "" {
 		start["earlier_events"] = filepath.Base(earlier)
+	}
+	if resume {
+		start["learner_step"] = plan.ckStep
+		if plan.saved == nil {
+			start["buffer"] = "empty: refilled by the actor"
+			r.log.Warn(fmt.Sprintf("agent %d: no saved replay buffer (%s); it resumes from its checkpoint at learner step %d with an empty buffer: its actor refills %d transitions from environment step %d before its learner trains again",
+				i, filepath.Join(dir, ReplayFile), plan.ckStep, r.req.Config.LearningStarts, a.mem.Appended()))
+		}
 	}
 	a.event(start)
 	a.update(func(st *AgentStatus) { st.State = AgentRunning })
@@ -398,61 +506,58 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 	return st, nil
 }
 
-// openMemory creates the agent's memory file: from its saved replay
-// buffer when resume (then its learner resumes from its checkpoint too),
-// empty otherwise.
-func (a *agentRun) openMemory(resume bool) error {
+// openMemory creates the agent's memory, anonymous so that nothing of it
+// outlives the processes that map it: from its saved buffer when the plan
+// has one, empty otherwise. An agent resumed from its checkpoint without
+// a buffer goes on counting its environment steps and episodes from its
+// events.
+func (a *agentRun) openMemory(plan agentPlan) error {
 	cfg := a.r.req.Config
 	spec, err := cfg.Spec()
 	if err != nil {
 		return err
 	}
-	layout := cfg.Layout(spec)
-	path := filepath.Join(a.r.req.MemoryDir, fmt.Sprintf("tolaria-rl-%d-agent%d", os.Getpid(), a.i))
-	if !resume {
-		if a.mem, err = shm.Create(path, layout); err != nil {
-			return setupErr(fmt.Errorf("agent %d's memory file: %w", a.i, err))
+	name := fmt.Sprintf("tolaria-rl-%d-agent%d", os.Getpid(), a.i)
+	if plan.saved != nil {
+		if a.mem, err = shm.CreateSharedFrom(name, plan.saved); err != nil {
+			return setupErr(fmt.Errorf("agent %d's memory: %w", a.i, err))
 		}
+		a.loadEpisodes()
 		return nil
 	}
-	saved := filepath.Join(a.dir, ReplayFile)
-	raw, err := os.ReadFile(saved)
-	if err != nil {
-		return err
+	if a.mem, err = shm.CreateShared(name, cfg.Layout(spec)); err != nil {
+		return setupErr(fmt.Errorf("agent %d's memory: %w", a.i, err))
 	}
-	if err := atomicfile.WriteFile(path, raw, 0o600); err != nil {
-		return err
+	if plan.ckStep < 0 {
+		return nil
 	}
-	if a.mem, err = shm.Open(path, layout); err != nil {
-		_ = shm.Remove(path)
-		return configErr(field.Errorf("resume", "agent %d's saved replay buffer %s: %v; start a new run in another %s", a.i, saved, err, field.Name("run_dir")))
-	}
-	a.mem.ClearStop()
-	a.loadEpisodes()
-	return nil
+	steps := a.loadEpisodes()
+	a.mem.SetEpoch(uint64(a.status().Episodes))
+	return a.mem.StartAt(uint64(steps))
 }
 
-// saveReplay copies the memory file into the agent's directory, once its
-// processes have stopped.
+// saveReplay saves the agent's memory into its directory (replay.buf),
+// once its processes have stopped.
 func (a *agentRun) saveReplay() error {
-	raw, err := os.ReadFile(a.mem.Path())
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(filepath.Join(a.dir, ReplayFile), raw, 0o600)
+	return a.mem.Save(filepath.Join(a.dir, ReplayFile), shm.Owner{Agent: a.i, Config: a.r.req.Config.Digest()})
 }
 
 // loadEpisodes reads the returns of the episodes an earlier run of the
-// agent finished, from its events.
-func (a *agentRun) loadEpisodes() {
+// agent finished, and its greedy evaluations, from its events; it returns
+// the last environment step they name.
+func (a *agentRun) loadEpisodes() int {
+	steps := 0
 	eps, _ := ReadRLEpisodes(a.r.dir, a.i)
 	for _, e := range eps {
 		a.addEpisode(e, false)
+		steps = max(steps, e.EnvSteps)
 	}
 	evals, _ := ReadRLEvals(a.r.dir, a.i)
 	for _, e := range evals {
 		a.addEval(e)
+		steps = max(steps, e.EnvSteps)
 	}
+	return steps
 }
 
 // actor runs the agent's actor, starting it again after a failure up to

@@ -1,11 +1,17 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +36,7 @@ func rlRequest(t *testing.T) RLRequest {
 	cfg.NumAgents, cfg.Hidden, cfg.TotalSteps, cfg.LearningStarts, cfg.BufferCapacity = 2, []int{16}, 3000, 500, 5000
 	cfg.EvalInterval, cfg.EvalEpisodes = 1000, 20
 	return RLRequest{Config: cfg, ConfigYAML: cfg.YAML(), Dir: filepath.Join(t.TempDir(), "run"), Graphs: true, MaxLead: 50,
-		Worker: exe, ActorRestarts: 1, MemoryDir: t.TempDir()}
+		Worker: exe, ActorRestarts: 1}
 }
 
 // TestRLRunsAgentsInWorkers: each agent's actor and learner run in worker
@@ -79,7 +85,7 @@ func TestRLRunsAgentsInWorkers(t *testing.T) {
 			t.Errorf("agent %d: %d reports", i, reports[i])
 		}
 	}
-	if left, _ := filepath.Glob(filepath.Join(req.MemoryDir, "*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(shm.Dir, fmt.Sprintf("tolaria-rl-%d-*", os.Getpid()))); len(left) > 0 {
 		t.Errorf("memory files left: %v", left)
 	}
 	req.Resume = true
@@ -210,5 +216,238 @@ func TestSolvedEvaluationStopsTheAgent(t *testing.T) {
 			t.Errorf("stop %v: solved at %d, stopped %v, %d evaluations, best %g, last %g", stop, st.SolvedAt, mem.Stopped(), st.Evaluations, st.BestEvalMeanReturn, st.EvalMeanReturn)
 		}
 		_ = mem.Close()
+	}
+}
+
+// interruptedRL runs two agents of 8000 steps and cancels the run once
+// both have trained: each leaves a checkpoint and a saved buffer.
+func interruptedRL(t *testing.T) (RLRequest, RLSummary) {
+	t.Helper()
+	req := rlRequest(t)
+	req.Config.TotalSteps = 8000
+	req.ConfigYAML = req.Config.YAML()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	past := map[int]bool{}
+	req.Report = func(s AgentStatus) {
+		mu.Lock()
+		defer mu.Unlock()
+		if s.EnvSteps > 1000 && s.LearnerSteps > 0 {
+			past[s.Agent] = true
+		}
+		if len(past) == 2 {
+			cancel()
+		}
+	}
+	run, err := PrepareRL(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := run.Run(ctx)
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range sum.Agents {
+		if a.State != AgentInterrupted {
+			t.Fatalf("agent %d after the cancel: %+v", i, a)
+		}
+	}
+	req.Report, req.Resume = nil, true
+	return req, sum
+}
+
+// snapshot is every file of a directory tree with its contents.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		raw, err := os.ReadFile(path)
+		files[path] = string(raw)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// TestRLResumeRefusesWhatItCannotTrust: --resume is refused, with a
+// reason naming the file and what to do and nothing written, when an
+// agent's saved buffer has a flipped byte in a stored transition or is
+// another agent's, when its checkpoint holds NaN (digest recomputed), when
+// config.yaml was edited, and when the request changes the configuration.
+func TestRLResumeRefusesWhatItCannotTrust(t *testing.T) {
+	req, _ := interruptedRL(t)
+	buf0 := filepath.Join(AgentDir(req.Dir, 0), ReplayFile)
+	buf1 := filepath.Join(AgentDir(req.Dir, 1), ReplayFile)
+	ck0 := filepath.Join(AgentDir(req.Dir, 0), trainer.CheckpointFile)
+	cfgPath := filepath.Join(req.Dir, ConfigFile)
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, req *RLRequest)
+		says   []string
+	}{
+		{"a flipped byte in a stored transition", func(t *testing.T, _ *RLRequest) {
+			raw := readFile(t, buf0)
+			raw[len(raw)-4096] ^= 0x01 // in the replay ring, before the digest
+			writeFile(t, buf0, raw)
+		}, []string{"agent 0", ReplayFile, "damaged", "remove it to resume agent 0 from its checkpoint"}},
+		{"agent 1's buffer in agent 0's place", func(t *testing.T, _ *RLRequest) {
+			writeFile(t, buf0, readFile(t, buf1))
+		}, []string{"agent 0", "agent 1's buffer, not agent 0's"}},
+		{"a NaN checkpoint under a recomputed digest", func(t *testing.T, _ *RLRequest) {
+			ck, err := trainer.LoadCheckpoint(ck0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			params := ck.Parameters()
+			params[3] = float32(math.NaN())
+			if err := trainer.SaveCheckpoint(AgentDir(req.Dir, 0), ck, params, ck.State()); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"agent 0", trainer.CheckpointFile, "not finite", "remove it to start agent 0 again"}},
+		{"gamma edited in config.yaml", func(t *testing.T, r *RLRequest) {
+			edited := strings.Replace(string(readFile(t, cfgPath)), "gamma: 0.99", "gamma: 0.5", 1)
+			writeFile(t, cfgPath, []byte(edited))
+			cfg, err := dqn.ParseConfig([]byte(edited))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Config = cfg
+		}, []string{ConfigFile, "edited"}},
+		{"3 agents asked of a 2-agent run", func(t *testing.T, r *RLRequest) {
+			r.Config.NumAgents = 3
+		}, []string{"num_agents: 3", "resumed only with the configuration it began with"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := snapshot(t, req.Dir)
+			r := req
+			c.damage(t, &r)
+			damaged := snapshot(t, req.Dir)
+			run, err := PrepareRL(r, time.Now())
+			if err == nil {
+				_ = run.Close()
+				t.Fatal("resumed")
+			}
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("%v: not a configuration error (exit 2)", err)
+			}
+			for _, s := range c.says {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("the refusal does not say %q: %v", s, err)
+				}
+			}
+			if after := snapshot(t, req.Dir); !maps.Equal(after, damaged) {
+				t.Error("the refused resume wrote into the run directory")
+			}
+			for path, raw := range before { // undo the damage
+				writeFile(t, path, []byte(raw))
+			}
+		})
+	}
+	run, err := PrepareRL(req, time.Now())
+	if err != nil {
+		t.Fatalf("the undamaged run: %v", err)
+	}
+	_ = run.Close()
+}
+
+// TestRLResumeNeverThrowsProgressAway: agent 0's buffer is gone and agent
+// 1's holds NaN observations (its digest recomputed). On resume agent 0
+// goes on from its checkpoint with an empty buffer that its actor
+// refills, from the environment step it had reached, and finishes; agent
+// 1's learner stops at its first publish as not finite and its good
+// checkpoint is kept byte for byte.
+func TestRLResumeNeverThrowsProgressAway(t *testing.T) {
+	req, sum := interruptedRL(t)
+	cfg := req.Config
+	spec, err := cfg.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(AgentDir(req.Dir, 0), ReplayFile)); err != nil {
+		t.Fatal(err)
+	}
+	buf1 := filepath.Join(AgentDir(req.Dir, 1), ReplayFile)
+	owner := shm.Owner{Agent: 1, Config: cfg.Digest()}
+	saved, err := shm.LoadSaved(buf1, owner, cfg.Layout(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := shm.CreateSharedFrom("tolaria-test-agent1", saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nan := make([]float32, cfg.Layout(spec).ObsSize)
+	for i := range nan {
+		nan[i] = float32(math.NaN())
+	}
+	for range cfg.BufferCapacity { // every transition held
+		if err := mem.Append(shm.Transition{Obs: nan, NextObs: nan}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = errors.Join(mem.Save(buf1, owner), mem.Close())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck0, _ := trainer.LoadCheckpoint(filepath.Join(AgentDir(req.Dir, 0), trainer.CheckpointFile))
+	good1 := readFile(t, filepath.Join(AgentDir(req.Dir, 1), trainer.CheckpointFile))
+
+	run, err := PrepareRL(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := run.Run(context.Background())
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	a0, a1 := resumed.Agents[0], resumed.Agents[1]
+	if a0.State != AgentSucceeded || a0.EnvSteps != 8000 || a0.LearnerSteps <= ck0.Step {
+		t.Errorf("agent 0 without its buffer: %+v; want it finished from its checkpoint of step %d", a0, ck0.Step)
+	}
+	var start map[string]any
+	for _, line := range strings.Split(string(readFile(t, filepath.Join(AgentDir(req.Dir, 0), EventsFile))), "\n") {
+		var e map[string]any
+		if json.Unmarshal([]byte(line), &e) == nil && e["event"] == "start" {
+			start = e
+		}
+	}
+	if start["resume"] != true || start["buffer"] == nil || start["learner_step"] != float64(ck0.Step) ||
+		start["env_steps"].(float64) <= 1000 || start["env_steps"].(float64) > float64(sum.Agents[0].EnvSteps) {
+		t.Errorf("agent 0's resumed start: %v; want it from its checkpoint with an empty buffer, from about step %d", start, sum.Agents[0].EnvSteps)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(AgentDir(req.Dir, 0), "events-before-*")); len(aside) > 0 {
+		t.Errorf("agent 0's events were set aside: %v", aside)
+	}
+	if ck, err := trainer.LoadCheckpoint(filepath.Join(AgentDir(req.Dir, 0), trainer.CheckpointFile)); err != nil || ck.Step < ck0.Step {
+		t.Errorf("agent 0's checkpoint after the resume: step %d (%v), was %d", ck.Step, err, ck0.Step)
+	}
+	if a1.State != AgentFailed || !strings.Contains(a1.Reason, "not finite") || !strings.Contains(a1.Reason, "step") {
+		t.Errorf("agent 1 on NaN observations: %s (%s); want failed as not finite", a1.State, a1.Reason)
+	}
+	if now := readFile(t, filepath.Join(AgentDir(req.Dir, 1), trainer.CheckpointFile)); !bytes.Equal(now, good1) {
+		t.Error("agent 1's good checkpoint was replaced")
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func writeFile(t *testing.T, path string, raw []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -250,6 +250,10 @@ func (a *Actor) waitForLearner(ctx context.Context) error {
 	}
 	for {
 		limit := uint64(a.cfg.LearningStarts + (int(a.mem.LearnerSteps())+a.opts.MaxLead)*a.cfg.TrainEvery)
+		// A buffer started again empty (shm.StartAt) must first be
+		// refilled: the learner waits for learning_starts transitions
+		// past its first, so the actor may run that far ahead.
+		limit = max(limit, a.mem.First()+uint64(a.cfg.LearningStarts+a.opts.MaxLead*a.cfg.TrainEvery))
 		if a.mem.Appended() < limit {
 			a.waiting.Store(false)
 			return nil

@@ -123,3 +123,24 @@ func TestSaveKeepsALaterCheckpoint(t *testing.T) {
 		t.Errorf("Save over a damaged checkpoint: %v, want a refusal", err)
 	}
 }
+
+// TestActorRefillsAnEmptiedBuffer: an actor over a buffer started again
+// empty at transition 5000, with a learner at step 100 (so 1,150
+// transitions would be its usual lead), is not held back until it has
+// refilled the learning_starts transitions its learner waits for.
+func TestActorRefillsAnEmptiedBuffer(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Hidden = []int{16}
+	spec, err := cfg.Spec()
+	must(t, err)
+	mem, err := shm.CreateShared("tolaria-test-agent0", cfg.Layout(spec))
+	must(t, err)
+	defer mem.Close()
+	must(t, mem.StartAt(5000))
+	mem.SetLearnerSteps(100)
+	mem.Stop() // a held-back actor returns at once rather than wait
+	a := &Actor{cfg: cfg, opts: ActorOptions{MaxLead: 50}, mem: mem}
+	if err := a.waitForLearner(context.Background()); err != nil {
+		t.Fatalf("the actor is held back at transition %d of a buffer refilled from 5000: %v", mem.Appended(), err)
+	}
+}
