@@ -357,3 +357,69 @@ func TestRLShortRunLearns(t *testing.T) {
 		t.Errorf("--plot: %v", err)
 	}
 }
+
+// TestRLCoordinatorKilledLeavesNoMemory: the agents' memory has no name
+// in /dev/shm (the workers map a memfd), so a SIGKILL of the tolaria rl
+// coordinator leaves no memory file, and it is freed once the workers
+// have gone. The learner, told by its closed input to stop, checkpoints;
+// --resume continues the agent from that checkpoint with an empty buffer
+// rather than from step 0.
+func TestRLCoordinatorKilledLeavesNoMemory(t *testing.T) {
+	dir := t.TempDir()
+	runDir := filepath.Join(dir, "run")
+	cmd, stderr := startRun(t, dir, "rl", "--agents", "1", "--total-steps", "40000", "--stop-when-solved=false", "--run-dir", runDir,
+		"--config", writeRLConfig(t, dir, "model: {hidden: [32, 32]}\nlearning_starts: 500\n"))
+	pid := cmd.Process.Pid
+	var learner int
+	waitFor(t, "the actor past 3,000 steps", func() bool {
+		var steps int
+		learner, _ = rlWorker(runDir, 0, "learner")
+		_, steps = rlWorker(runDir, 0, "actor")
+		return learner > 0 && steps > 3000
+	})
+	maps, err := os.ReadFile("/proc/" + strconv.Itoa(learner) + "/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name := "/memfd:tolaria-rl-" + strconv.Itoa(pid) + "-agent0"; !strings.Contains(string(maps), name) {
+		t.Errorf("the learner maps no %s", name)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitWithin(cmd, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	workers := rlWorkerPIDs(runDir, 1)
+	waitFor(t, "the workers to end", func() bool {
+		for _, w := range workers {
+			if !gone(w) {
+				return false
+			}
+		}
+		return true
+	})
+	if left, _ := filepath.Glob(filepath.Join("/dev/shm", "tolaria-rl-"+strconv.Itoa(pid)+"*")); len(left) > 0 {
+		t.Errorf("memory files left behind by the killed coordinator: %v", left)
+	}
+	ck, err := trainer.LoadCheckpoint(filepath.Join(coordinator.AgentDir(runDir, 0), trainer.CheckpointFile))
+	if err != nil {
+		t.Fatalf("no checkpoint after the coordinator was killed: %v\n%s", err, stderr)
+	}
+	r := tolaria(t, dir, nil, "rl", "--resume", "--run-dir", runDir)
+	if r.code != 0 || !strings.Contains(r.stderr, "empty buffer") {
+		t.Fatalf("--resume without a saved buffer: exit %d\n%s", r.code, r.stderr)
+	}
+	var starts []rlEvent
+	for _, e := range rlEvents(runDir, 0) {
+		if e.Event == "start" {
+			starts = append(starts, e)
+		}
+	}
+	a := readRLSummary(t, runDir).Agents[0]
+	if len(starts) != 2 || !starts[1].Resume || starts[1].EnvSteps < 3000 || a.State != coordinator.AgentSucceeded ||
+		a.EnvSteps != 40000 || a.LearnerSteps <= ck.Step {
+		t.Errorf("after --resume: starts %+v, agent %s at %d env steps and %d learner steps; want it resumed from step %d of its checkpoint",
+			starts, a.State, a.EnvSteps, a.LearnerSteps, ck.Step)
+	}
+}
