@@ -243,6 +243,23 @@ func TestRLInterruptAndResume(t *testing.T) {
 	if r := tolaria(t, dir, nil, "rl", "--resume", "--run-dir", runDir, "--agents", "3"); r.code != 2 || !strings.Contains(r.stderr, "--agents cannot change") {
 		t.Errorf("--resume --agents 3: exit %d\n%s", r.code, r.stderr)
 	}
+	// An edited config.yaml is refused, with nothing written.
+	cfgPath := filepath.Join(runDir, coordinator.ConfigFile)
+	saved, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(saved), "gamma: 0.99", "gamma: 0.5", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := snapshot(t, runDir)
+	if r := tolaria(t, dir, nil, "rl", "--resume", "--run-dir", runDir); r.code != 2 || !strings.Contains(r.stderr, "edited") {
+		t.Errorf("--resume with gamma edited in config.yaml: exit %d\n%s", r.code, r.stderr)
+	}
+	sameFiles(t, files, snapshot(t, runDir))
+	if err := os.WriteFile(cfgPath, saved, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	r := tolaria(t, dir, nil, "rl", "--resume", "--run-dir", runDir)
 	if r.code != 0 {
 		t.Fatalf("--resume: exit %d\n%s", r.code, r.stderr)
@@ -281,6 +298,8 @@ func TestRLRefusesBadInput(t *testing.T) {
 	}{
 		{"num_agent: 2\n", nil, "num_agent"},
 		{"target_update: 0\n", nil, "target_update"},
+		{"seed: 1.5\n", nil, "seed: must be a whole number, got 1.5"},
+		{"model: {hidden: [32.5]}\n", nil, "model.hidden: must be a whole number"},
 		{"", []string{"--agents", "0"}, "--agents (num_agents)"},
 		{"", []string{"--resume"}, "--resume needs --run-dir"},
 		{"", []string{"--device", "tpu"}, "device"},
