@@ -102,6 +102,10 @@ docs/bench.md explains every number.`,
 	rlPlot := newRLPlotCmd()
 	rlPlot.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.AddCommand(rlPlot)
+	for _, sub := range []*cobra.Command{newGPUCheckCmd(), newGPUReportCmd()} {
+		sub.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+		cmd.AddCommand(sub)
+	}
 	return cmd
 }
 

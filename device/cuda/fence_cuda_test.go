@@ -52,8 +52,10 @@ func TestFreeDoesNotStallTheDevice(t *testing.T) {
 	if ok, _ := done.Query(); !ok && again.Allocation().(*deviceAlloc).ptr == c.ptr {
 		t.Fatal("Alloc handed out the freed output while the product still wrote it")
 	}
-	check(t, "Synchronize", done.Synchronize())
-	// Once the work has run, the block is reused.
+	// Once the work has run, the block is reused. The device, not only the
+	// product's event, is waited for: the Free's fence is an event recorded
+	// after it, which completes a moment later.
+	check(t, "Synchronize", d.Synchronize())
 	check(t, "Free", d.Free(again))
 	reused, err := d.Alloc(n * n)
 	check(t, "Alloc", err)

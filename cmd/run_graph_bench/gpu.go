@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tolaria-ml/tolaria/bench"
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// The GPU bundle's run.sh (scripts/gpu-run.sh) has no Go and no jq where it
+// runs: its checks of what each part wrote, and its report, are these
+// subcommands of a binary it carries. They read files only; none opens a
+// device.
+
+// gpuParts are run.sh's parts in the order it runs them.
+var gpuParts = []string{"first-light", "tests", "train", "bench", "peer", "sweep", "rl"}
+
+// Part is one part's outcome, results/parts/NAME.json.
+type Part struct {
+	Name    string  `json:"part"`
+	Status  string  `json:"status"` // passed, failed, skipped or "not run"
+	Seconds float64 `json:"seconds"`
+	Limit   float64 `json:"limit_seconds"`
+	Detail  string  `json:"detail,omitempty"`
+}
+
+func newGPUCheckCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "gpu-check",
+		Short: "check what a part of the GPU bundle's run.sh wrote (used by run.sh)",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(gpuRecordCmd(), gpuTrainCmd(), gpuSweepBudgetCmd(), gpuSweepCmd(), gpuRLCmd())
+	return cmd
+}
+
+func gpuRecordCmd() *cobra.Command {
+	var p Part
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "record",
+		Short: "write a part's outcome to RESULTS/parts/PART.json",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if !slices.Contains(gpuParts, p.Name) {
+				return usagef("--part: one of %s, got %q", strings.Join(gpuParts, ", "), p.Name)
+			}
+			b, err := json.MarshalIndent(p, "", "  ")
+			if err != nil {
+				return err
+			}
+			return atomicfile.WriteFile(filepath.Join(dir, "parts", p.Name+".json"), append(b, '\n'), 0o644)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "results", "results", "run.sh's results directory")
+	f.StringVar(&p.Name, "part", "", "the part")
+	f.StringVar(&p.Status, "status", "", "passed, failed, skipped or not run")
+	f.Float64Var(&p.Seconds, "seconds", 0, "how long it ran")
+	f.Float64Var(&p.Limit, "limit", 0, "its time limit")
+	f.StringVar(&p.Detail, "detail", "", "why it failed or was skipped")
+	return cmd
+}
+
+func gpuTrainCmd() *cobra.Command {
+	var path string
+	var bar float64
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "check a training summary: graphs on, replayed, test accuracy at least --min-accuracy",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			msg, err := checkTrain(path, bar)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&path, "summary", "", "the run's summary.json")
+	cmd.Flags().Float64Var(&bar, "min-accuracy", 0.89, "the test accuracy the run must reach")
+	return cmd
+}
+
+// checkTrain passes a run that trained with graphs, replayed its steps,
+// fell back on none and reached the accuracy bar.
+func checkTrain(path string, bar float64) (string, error) {
+	var s trainer.Summary
+	if err := readJSON(path, &s); err != nil {
+		return "", err
+	}
+	var problems []string
+	if !s.GraphEnabled || s.GraphReplays == 0 {
+		problems = append(problems, fmt.Sprintf("graphs %v with %d replays; want the steps replayed", s.GraphEnabled, s.GraphReplays))
+	}
+	if n := fallbackCount(s.Fallbacks); n > 0 {
+		problems = append(problems, fmt.Sprintf("%d steps fell back to eager (%v)", n, s.Fallbacks))
+	}
+	if s.TestAccuracy < bar {
+		problems = append(problems, fmt.Sprintf("test accuracy %.4f below %.2f", s.TestAccuracy, bar))
+	}
+	msg := fmt.Sprintf("train on %s: test accuracy %.4f (bar %.2f), %d steps (%d replays, %d eager), %.0f samples/s",
+		s.Device, s.TestAccuracy, bar, s.Steps, s.GraphReplays, s.EagerSteps, s.SamplesPerSecond)
+	if len(problems) > 0 {
+		return "", fmt.Errorf("%s: %s", msg, strings.Join(problems, "; "))
+	}
+	return msg, nil
+}
+
+func fallbackCount(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func gpuSweepBudgetCmd() *cobra.Command {
+	var path, fit string
+	cmd := &cobra.Command{
+		Use:   "sweep-budget",
+		Short: "print a --device-memory that grants the --fit trials together (their bills with the broker's headroom) and no more",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := sweepBudget(path, strings.Split(fit, ","))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), n)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&path, "sweep", "", "the sweep file")
+	cmd.Flags().StringVar(&fit, "fit", "", "comma-separated trial names whose bills the budget holds")
+	return cmd
+}
+
+// budgetSlack covers the CUDA pool's rounding, which the CPU device's bill
+// leaves out: every allocation rounded up to 512 bytes, a few dozen of them
+// per trial.
+const budgetSlack = 64 << 10
+
+// sweepBudget is the sum of the named trials' device bills with the
+// broker's headroom (coordinator.Headroom), computed on the CPU device
+// (exact sizes), plus budgetSlack for the CUDA pool's rounding: a
+// --device-memory that grants those trials together and nothing more.
+func sweepBudget(path string, names []string) (int64, error) {
+	sw, err := coordinator.ReadSweep(path)
+	if err != nil {
+		return 0, err
+	}
+	dev, err := cpu.Open(cpu.Config{Threads: 1})
+	if err != nil {
+		return 0, err
+	}
+	defer dev.Close()
+	var total int64
+	for _, name := range names {
+		i := slices.IndexFunc(sw.Trials, func(t coordinator.Trial) bool { return t.Name == name })
+		if i < 0 {
+			return 0, fmt.Errorf("%s has no trial %q", path, name)
+		}
+		spec := sw.Trials[i].Spec
+		train, test, err := spec.LoadData()
+		if err != nil {
+			return 0, fmt.Errorf("trial %s: %w", name, err)
+		}
+		plan, err := spec.Plan(train, test)
+		if err != nil {
+			return 0, fmt.Errorf("trial %s: %w", name, err)
+		}
+		total += int64(float64(plan.Trainer.Bill(dev).DeviceBytes()) * coordinator.Headroom)
+	}
+	return total + budgetSlack, nil
+}
+
+func gpuSweepCmd() *cobra.Command {
+	var dir string
+	var trials, parks int
+	cmd := &cobra.Command{
+		Use:   "sweep",
+		Short: "check a sweep directory: every trial succeeded, at least --min-parks parks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			msg, err := checkSweep(dir, trials, parks)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the sweep directory")
+	cmd.Flags().IntVar(&trials, "trials", 4, "trials that must have succeeded")
+	cmd.Flags().IntVar(&parks, "min-parks", 1, "parks the trials' events must show")
+	return cmd
+}
+
+// sweepRow is what the check reads of a results.json row.
+type sweepRow struct {
+	Name   string `json:"name"`
+	State  string `json:"state"`
+	Device string `json:"device"`
+	RunDir string `json:"run_dir"`
+}
+
+// checkSweep passes a sweep whose trials all succeeded, on a GPU, with at
+// least minParks budget_parked events among them.
+func checkSweep(dir string, trials, minParks int) (string, error) {
+	var res struct {
+		Counts map[string]int `json:"counts"`
+		Trials []sweepRow     `json:"trials"`
+	}
+	if err := readJSON(filepath.Join(dir, "results.json"), &res); err != nil {
+		return "", err
+	}
+	parks, unparks := 0, 0
+	var problems []string
+	for _, r := range res.Trials {
+		if r.State != "succeeded" {
+			problems = append(problems, fmt.Sprintf("trial %s %s", r.Name, r.State))
+		}
+		if !strings.HasPrefix(r.Device, "cuda") {
+			problems = append(problems, fmt.Sprintf("trial %s ran on %q, not a GPU", r.Name, r.Device))
+		}
+		run := r.RunDir
+		if !filepath.IsAbs(run) {
+			run = filepath.Join(dir, run)
+		}
+		kinds, err := eventKinds(filepath.Join(run, "events.jsonl"))
+		if err != nil {
+			return "", err
+		}
+		parks += kinds[coordinator.EventBudgetParked]
+		unparks += kinds[trainer.EventUnpark]
+	}
+	if len(res.Trials) != trials || res.Counts["succeeded"] != trials {
+		problems = append(problems, fmt.Sprintf("%d trials, counts %v; want %d succeeded", len(res.Trials), res.Counts, trials))
+	}
+	if parks < minParks {
+		problems = append(problems, fmt.Sprintf("%d parks; want at least %d", parks, minParks))
+	}
+	msg := fmt.Sprintf("sweep: %d trials succeeded, %d parked and %d unparked", res.Counts["succeeded"], parks, unparks)
+	if len(problems) > 0 {
+		return "", fmt.Errorf("%s: %s", msg, strings.Join(problems, "; "))
+	}
+	return msg, nil
+}
+
+// eventKinds counts the kinds of an events.jsonl file.
+func eventKinds(path string) (map[string]int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	kinds := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var e struct {
+			Kind string `json:"kind"`
+		}
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			kinds[e.Kind]++
+		}
+	}
+	return kinds, sc.Err()
+}
+
+func gpuRLCmd() *cobra.Command {
+	var dir string
+	var agents int
+	cmd := &cobra.Command{
+		Use:   "rl",
+		Short: "check an rl run: every agent succeeded on a GPU",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			msg, err := checkRL(dir, agents)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the rl run directory")
+	cmd.Flags().IntVar(&agents, "agents", 2, "agents that must have succeeded")
+	return cmd
+}
+
+// checkRL passes a run whose agents all succeeded and stepped.
+func checkRL(dir string, agents int) (string, error) {
+	var s struct {
+		Agents []struct {
+			Agent        int     `json:"agent"`
+			State        string  `json:"state"`
+			Reason       string  `json:"reason"`
+			EnvSteps     int     `json:"env_steps"`
+			LearnerSteps int     `json:"learner_steps"`
+			MeanReturn   float64 `json:"mean_return_100"`
+		} `json:"agents"`
+	}
+	if err := readJSON(filepath.Join(dir, "summary.json"), &s); err != nil {
+		return "", err
+	}
+	var problems, parts []string
+	for _, a := range s.Agents {
+		if a.State != coordinator.AgentSucceeded || a.EnvSteps == 0 || a.LearnerSteps == 0 {
+			problems = append(problems, fmt.Sprintf("agent %d %s after %d environment and %d learner steps %s",
+				a.Agent, a.State, a.EnvSteps, a.LearnerSteps, a.Reason))
+		}
+		parts = append(parts, fmt.Sprintf("agent %d: %d steps, mean return %.1f", a.Agent, a.EnvSteps, a.MeanReturn))
+	}
+	if len(s.Agents) != agents {
+		problems = append(problems, fmt.Sprintf("%d agents; want %d", len(s.Agents), agents))
+	}
+	msg := "rl: " + strings.Join(parts, "; ")
+	if len(problems) > 0 {
+		return "", fmt.Errorf("%s: %s", msg, strings.Join(problems, "; "))
+	}
+	return msg, nil
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// readParts reads every part's outcome that run.sh recorded, in run order.
+func readParts(dir string) ([]Part, error) {
+	var parts []Part
+	for _, name := range gpuParts {
+		var p Part
+		err := readJSON(filepath.Join(dir, "parts", name+".json"), &p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, p)
+	}
+	return parts, nil
+}
+
+var driverVersionRE = regexp.MustCompile(`Driver Version:\s*(\S+)`)
+
+// nvidiaDriver is the driver's version as nvidia-smi prints it, or "".
+func nvidiaDriver(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "nvidia-smi.txt"))
+	if err != nil {
+		return ""
+	}
+	if m := driverVersionRE.FindSubmatch(b); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
+// benchPoints reads run.sh's bench reports: a preset's batch 64 (the
+// report's own batch) and its sweep points.
+func benchPoints(dir, preset string) (desc string, points []bench.Point, err error) {
+	var r bench.Report
+	if err := readJSON(filepath.Join(dir, "bench-"+preset+".json"), &r); err != nil {
+		return "", nil, err
+	}
+	points = append([]bench.Point{{BatchSize: r.Summary.BatchSize, Summary: r.Summary}}, r.Sweep...)
+	return r.Model, points, nil
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/bench"
+)
+
+const gpuResults = "testdata/gpu-results"
+
+// TestGPUReport renders report.md from a rehearsal's results and a PyTorch
+// peer's figures: the device and driver, every part, the bench's points and
+// the peer's ratios, computed from the files.
+func TestGPUReport(t *testing.T) {
+	text, err := gpuReport(gpuResults, "gpu", "tolaria abc1234, built 2026-11-27", time.Date(2026, 11, 27, 1, 2, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mlp bench.Report
+	if err := readJSON(filepath.Join(gpuResults, "bench-mlp.json"), &mlp); err != nil {
+		t.Fatal(err)
+	}
+	graph := mlp.Summary.GraphStepMeanMS
+	for _, want := range []string{
+		"# tolaria GPU check, 2026-11-27 01:02 UTC",
+		"Bundle: tolaria abc1234",
+		"compute capability 8.0",
+		"- Driver: CUDA 11.8, driver 580.65.06",
+		"| first-light | passed |",
+		"| peer | skipped |",
+		"| sweep | passed |",
+		"test accuracy 0.8089",
+		fmt.Sprintf("| mlp (784-256-128-10 gelu cross_entropy) | 64 | %.4f | %.4f |", mlp.Summary.EagerStepMeanMS, graph),
+		"| mlp (784-256-128-10 gelu cross_entropy) | 128 |",
+		"| tiny (16-2 gelu cross_entropy) | 64 |",
+		"PyTorch 2.11.0+cu130 (CUDA 13.0) on NVIDIA H100 80GB HBM3",
+		fmt.Sprintf("| mlp | 64 | %.4f | 0.5000 | 0.2500 | failed: RuntimeError: Failed to find C compiler. Please specify via CC environment variable. | %.2fx | %.2fx |  |",
+			graph, graph/0.5, graph/0.25),
+		"| tiny | 64 |",
+		"| 0.4000 | not run | not run |",
+		"- **peer** (skipped): torch_mlp_cuda: skipped: no CUDA for PyTorch",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "Rehearsal") {
+		t.Error("a GPU report calls itself a rehearsal")
+	}
+	reh, err := gpuReport(gpuResults, "rehearsal", "", time.Now())
+	if err != nil || !strings.Contains(reh, "no figure below is a GPU measurement") {
+		t.Errorf("a rehearsal's report does not say its figures mean nothing (%v)", err)
+	}
+}
+
+// A run cut short still gets a report, naming what it lacks.
+func TestGPUReportOfARunCutShort(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "parts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(gpuResults, "parts", "first-light.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "parts", "first-light.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text, err := gpuReport(dir, "gpu", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"No device was opened", "| first-light | passed |", "| tests | not recorded |", "| rl | not recorded |"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report of a run cut short lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestCheckTrain(t *testing.T) {
+	path := filepath.Join(gpuResults, "train.json")
+	if msg, err := checkTrain(path, 0.75); err != nil || !strings.Contains(msg, "test accuracy 0.8089") {
+		t.Errorf("checkTrain at 0.75 = %q, %v; want a pass", msg, err)
+	}
+	if _, err := checkTrain(path, 0.89); err == nil || !strings.Contains(err.Error(), "test accuracy 0.8089 below 0.89") {
+		t.Errorf("checkTrain at 0.89 = %v; want the accuracy named", err)
+	}
+	if _, err := checkTrain(filepath.Join(t.TempDir(), "none.json"), 0.5); err == nil {
+		t.Error("checkTrain of a missing summary passed")
+	}
+}
+
+// writeSweepDir makes a sweep directory of trials whose events hold the
+// kinds given.
+func writeSweepDir(t *testing.T, trials map[string][]string, state string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var rows []string
+	for name, kinds := range trials {
+		run := filepath.Join(dir, "trials", name)
+		if err := os.MkdirAll(run, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for _, k := range kinds {
+			lines = append(lines, fmt.Sprintf(`{"time":"2026-11-27T00:00:00Z","kind":%q,"fields":{}}`, k))
+		}
+		if err := os.WriteFile(filepath.Join(run, "events.jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, fmt.Sprintf(`{"name":%q,"state":%q,"device":"cuda:0","run_dir":"trials/%s"}`, name, state, name))
+	}
+	res := fmt.Sprintf(`{"counts":{%q:%d},"trials":[%s]}`, state, len(trials), strings.Join(rows, ","))
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), []byte(res), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestCheckSweep(t *testing.T) {
+	parked := writeSweepDir(t, map[string][]string{
+		"short": {"start", "done"}, "long-a": {"start", "budget_parked", "unpark", "done"},
+		"long-b": {"start", "done"}, "big": {"start", "budget_wait", "done"},
+	}, "succeeded")
+	if msg, err := checkSweep(parked, 4, 1); err != nil || !strings.Contains(msg, "1 parked and 1 unparked") {
+		t.Errorf("checkSweep of a sweep with a park = %q, %v", msg, err)
+	}
+	if _, err := checkSweep(parked, 4, 2); err == nil || !strings.Contains(err.Error(), "1 parks; want at least 2") {
+		t.Errorf("checkSweep wanting two parks = %v", err)
+	}
+	failed := writeSweepDir(t, map[string][]string{"a": {"start"}}, "failed")
+	if _, err := checkSweep(failed, 1, 0); err == nil || !strings.Contains(err.Error(), "trial a failed") {
+		t.Errorf("checkSweep of a failed trial = %v", err)
+	}
+}
+
+func TestCheckRL(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) {
+		if err := os.WriteFile(filepath.Join(dir, "summary.json"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"agents":[{"agent":0,"state":"succeeded","env_steps":1500,"learner_steps":500,"mean_return_100":20.5},
+		{"agent":1,"state":"succeeded","env_steps":1500,"learner_steps":500,"mean_return_100":18}]}`)
+	if msg, err := checkRL(dir, 2); err != nil || !strings.Contains(msg, "agent 1: 1500 steps") {
+		t.Errorf("checkRL = %q, %v", msg, err)
+	}
+	write(`{"agents":[{"agent":0,"state":"failed","reason":"learner: not finite","env_steps":10}]}`)
+	if _, err := checkRL(dir, 2); err == nil || !strings.Contains(err.Error(), "agent 0 failed") || !strings.Contains(err.Error(), "1 agents; want 2") {
+		t.Errorf("checkRL of a failed agent = %v", err)
+	}
+}

@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# run.sh: tolaria's whole GPU check, carried in the GPU bundle
+# (scripts/gpu-bundle.sh copies this file there as run.sh).
+#
+#   ./run.sh [--quick] [--rehearsal] [--budget SECONDS] [RESULTS_DIR]
+#
+# Runs, in this order, each part under its own time limit, writing its
+# result (results/parts/NAME.json) and log as soon as it ends, so that a run
+# cut short still leaves the most important results:
+#
+#   first-light  open the GPU: device, driver, the kernels' PTX through the JIT
+#   tests        device/cuda's GPU tests (conformance, seed failure, replay =
+#                eager bitwise, trainer captures, step against the CPU device)
+#   train        tolaria train --device cuda --enable-graphs on Fashion-MNIST
+#   bench        run_graph_bench --device cuda: the default MLP and the tiny
+#                preset at batch 64 and 1024 (128 in a rehearsal), eager
+#                against graphs
+#   --quick stops here
+#   peer         PyTorch on the same GPU: the same steps eager, with CUDA graphs
+#                and with torch.compile(mode="reduce-overhead")
+#   sweep        4 trials at --per-device 4 under a device-memory budget that
+#                makes a trial of higher priority park the ones in its way
+#   rl           tolaria rl --device cuda --agents 2 for a bounded number of steps
+#
+# and ends by writing results/report.md (run_graph_bench gpu-report).
+# Exit status: 0 only when every part passed (the peer may be skipped: no
+# PyTorch with CUDA); a machine without a GPU never passes.
+#
+# --rehearsal runs every part at a size the emulated driver finishes in a
+# few minutes (make gpu-rehearsal): one epoch on a tenth of Fashion-MNIST
+# with its own accuracy bar, fewer steps, shorter sweeps and agents. It
+# checks the bundle, not the GPU; its figures mean nothing.
+# --budget bounds the whole run (default 470 s): a part gets at most the
+# time left, and a part with less than 20 s left is reported as not run.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+quick=0
+profile=gpu
+budget=470
+res=
+only=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--quick) quick=1 ;;
+	--rehearsal) profile=rehearsal ;;
+	--part)
+		# Internal: run one part's body (run.sh runs itself so that
+		# timeout can bound the part).
+		shift
+		only=${1:-}
+		;;
+	--budget)
+		shift
+		budget=${1:-}
+		case "$budget" in '' | *[!0-9]*) echo "run.sh: --budget wants whole seconds, got '${budget}'" >&2; exit 2 ;; esac
+		;;
+	-h | --help) sed -n '2,33p' "$0"; exit 0 ;;
+	-*) echo "run.sh: unknown flag $1 (see ./run.sh --help)" >&2; exit 2 ;;
+	*) res=$1 ;;
+	esac
+	shift
+done
+res=${res:-$here/results}
+case "$res" in /*) ;; *) res=$PWD/$res ;; esac
+
+bench=$here/run_graph_bench
+worker=$here/tolaria-worker
+started=$(date +%s)
+failed=()
+
+# The sizes of each part, per profile.
+if [ "$profile" = rehearsal ]; then
+	train_args=(--epochs 1 --world 10)
+	accuracy_bar=0.75
+	bench_args=(--epochs 2 --steps 20 --settle-steps 4 --probe-kernels 20)
+	peer_args=(--steps 20 --warmup-steps 3 --rounds 1)
+	bench_large=128
+	sweep_examples=512
+	sweep_long=20
+	rl_steps=1500
+else
+	train_args=(--epochs 10)
+	accuracy_bar=0.89
+	bench_args=()
+	peer_args=(--steps 200 --warmup-steps 20 --rounds 3)
+	bench_large=1024
+	sweep_examples=4096
+	sweep_long=1000
+	rl_steps=20000
+fi
+
+# part NAME LIMIT: runs the part's body (run.sh --part NAME) under the
+# limit (and the run's budget), its output in NAME.log, and records the
+# outcome. The body exits 0 (passed), 3 (skipped) or anything else
+# (failed; the log's first error lines, or its last lines, are the detail).
+part() {
+	local name=$1 limit=$2
+	shift 2
+	local log=$res/$name.log left=$((budget - ($(date +%s) - started)))
+	if [ "$left" -lt 20 ]; then
+		record "$name" "not run" 0 "$limit" "the run's budget of ${budget}s was spent before this part"
+		failed+=("$name (not run: out of time)")
+		echo "== $name: not run, the run's ${budget}s budget is spent"
+		return 1
+	fi
+	[ "$limit" -gt "$left" ] && limit=$left
+	echo "== $name (limit ${limit}s)"
+	local t0 rc status detail=
+	t0=$(date +%s.%N)
+	timeout --kill-after=10 "$limit" "$0" --part "$name" $([ "$profile" = rehearsal ] && echo --rehearsal) "$res" >"$log" 2>&1
+	rc=$?
+	local secs
+	secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+	case $rc in
+	0) status=passed ;;
+	3) status=skipped; detail=$(tail -n 1 "$log") ;;
+	124 | 137) status=failed; detail="timed out after ${limit}s; last lines: $(tail -n 3 "$log" | tr '\n' ' ')" ;;
+	*) status=failed; detail="exit $rc: $(grep -m 3 -E -- '--- FAIL|FAIL|panic|error|Error' "$log" | tr '\n' ' ')"
+		[ "$detail" = "exit $rc: " ] && detail="exit $rc: $(tail -n 3 "$log" | tr '\n' ' ')" ;;
+	esac
+	record "$name" "$status" "$secs" "$limit" "$detail"
+	echo "   $status in ${secs}s${detail:+: ${detail:0:300}}"
+	[ "$status" = failed ] && failed+=("$name ($log)")
+	[ "$status" != failed ]
+}
+
+# record NAME STATUS SECONDS LIMIT DETAIL writes parts/NAME.json.
+record() {
+	"$bench" gpu-check record --results "$res" --part "$1" --status "$2" --seconds "$3" --limit "$4" --detail "$5" ||
+		echo "{\"part\":\"$1\",\"status\":\"$2\"}" >"$res/parts/$1.json"
+}
+
+first_light() {
+	nvidia-smi >"$res/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed or is missing (see nvidia-smi.txt)"
+	cd "$here/tests" && TOLARIA_FIRST_LIGHT_JSON=$res/first-light.json ./device_cuda.test -test.run '^TestFirstLight$' -test.v -test.count=1 || return 1
+}
+
+gpu_tests() {
+	cd "$here/tests" && ./device_cuda.test -test.v -test.count=1 -test.timeout=10m || return 1
+}
+
+train() {
+	"$here/tolaria" train --device cuda --worker "$worker" --enable-graphs "${train_args[@]}" --data-dir "$here/data" \
+		--run-dir "$res/train" --summary-json "$res/train.json" || return 1
+	"$bench" gpu-check train --summary "$res/train.json" --min-accuracy "$accuracy_bar"
+}
+
+bench_presets() {
+	local p
+	for p in mlp tiny; do
+		"$bench" --device cuda --worker "$worker" --preset "$p" --batch-size 64 --sweep-batch-sizes "$bench_large" "${bench_args[@]}" \
+			--output "$res/bench-$p.json" || return 1
+	done
+}
+
+peer() {
+	if ! command -v python3 >/dev/null 2>&1; then
+		echo "no python3: the PyTorch peer cannot run"
+		return 3
+	fi
+	python3 "$here/peer/torch_mlp_cuda.py" --points mlp:64,mlp:1024,tiny:64,tiny:1024 "${peer_args[@]}" \
+		--data-dir "$here/data" --output "$res/peer.json"
+}
+
+sweep() {
+	# The budget grants the big trial (priority 1) alone. The three small
+	# ones fit in it together; the big one starts when the short one ends
+	# (--parallel 3), finds the two long ones holding memory and parks
+	# them, one at a time, until it fits; they unpark when it ends.
+	# --per-device 4 lets every trial share cuda:0: the budget, not the
+	# slot count, is what binds. The long trials must outlast the big
+	# one's start (its worker's start-up and plan, a second or two):
+	# 1000 epochs of 128 steps are tens of seconds on a GPU at the step
+	# times of such a model.
+	cat >"$res/sweep.yaml" <<EOF
+base:
+  dataset: synthetic
+  synthetic_size: $sweep_examples
+  batch_size: 32
+  log_every: 32
+  enable_graphs: true
+  model: {hidden: [256, 256]}
+trials:
+  - {name: short, epochs: 1}
+  - {name: long-a, epochs: $sweep_long}
+  - {name: long-b, epochs: $sweep_long}
+  - {name: big, epochs: 2, priority: 1, model: {hidden: [512, 512]}}
+EOF
+	local memory
+	memory=$("$bench" gpu-check sweep-budget --sweep "$res/sweep.yaml" --fit big) || return 1
+	echo "sweep: --device-memory $memory (the big trial's bill with headroom)"
+	"$here/tolaria" sweep "$res/sweep.yaml" --devices 0 --per-device 4 --parallel 3 --device-memory "$memory" \
+		--worker "$worker" --sweep-dir "$res/sweep" || return 1
+	"$bench" gpu-check sweep --dir "$res/sweep" --trials 4 --min-parks 1
+}
+
+rl() {
+	"$here/tolaria" rl --device cuda --worker "$worker" --agents 2 --total-steps "$rl_steps" --stop-when-solved=false \
+		--run-dir "$res/rl" || return 1
+	"$bench" gpu-check rl --dir "$res/rl" --agents 2
+}
+
+if [ -n "$only" ]; then
+	case "$only" in
+	first-light) first_light ;;
+	tests) gpu_tests ;;
+	train) train ;;
+	bench) bench_presets ;;
+	peer) peer ;;
+	sweep) sweep ;;
+	rl) rl ;;
+	*) echo "run.sh: no part $only" >&2; exit 2 ;;
+	esac
+	exit
+fi
+
+# An earlier run's results are kept, moved aside, never overwritten.
+if [ -d "$res" ] && [ -n "$(ls -A "$res")" ]; then
+	old=$res.$(date +%Y%m%d-%H%M%S)
+	mv "$res" "$old" || exit 1
+	echo "run.sh: the earlier results are now in $old"
+fi
+mkdir -p "$res/parts" || exit 1
+part first-light 45 first_light
+part tests 150 gpu_tests
+part train 90 train
+part bench 90 bench_presets
+if [ "$quick" = 0 ]; then
+	part peer 150 peer
+	part sweep 120 sweep
+	part rl 60 rl
+fi
+
+"$bench" gpu-report --results "$res" --profile "$profile" --output "$res/report.md" ||
+	failed+=("report ($res/report.md not written)")
+echo "run.sh: report in $res/report.md"
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "run.sh: FAILED: ${#failed[@]} part(s):"
+	printf '  %s\n' "${failed[@]}"
+	exit 1
+fi
+echo "run.sh: every part passed"
