@@ -32,8 +32,9 @@ func newRLCmd() *cobra.Command {
 two tolaria-worker processes: an actor, which steps its environments and picks
 actions with a captured forward pass on its copy of the weights, and a learner,
 which replays its captured training step on minibatches sampled from the
-agent's replay buffer. The two meet only in the agent's memory file under
-/dev/shm: the replay buffer and the published weights. This process never
+agent's replay buffer. The two meet only in the agent's shared memory (a
+memfd, with no name in /dev/shm, freed when the last process holding it
+ends): the replay buffer and the published weights. This process never
 opens a device.
 
 --config takes a YAML file of the keys in docs/rl.md (num_agents,
@@ -48,8 +49,12 @@ summary.json and the actor's and learner's worker logs.
 
 A failed actor is started again (up to --actor-restarts times) and its agent
 goes on from the buffer and weights in shared memory; a failed learner fails
-its agent, with the reason, and the other agents go on. Ctrl-C checkpoints
-every learner and saves every buffer; --resume --run-dir DIR continues.
+its agent, with the reason, and the other agents go on; so does a learner
+whose loss or weights become NaN or infinite, keeping its last good
+checkpoint. Ctrl-C checkpoints every learner and saves every buffer;
+--resume --run-dir DIR continues, after checking config.yaml, every
+checkpoint and every saved buffer (an agent whose buffer is gone resumes
+from its checkpoint with an empty buffer).
 
 Exit status: 0 every agent finished, 3 some failed, 1 none finished, 2 bad
 input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
