@@ -17,8 +17,10 @@ import (
 
 // RunOptions are the in-process run's choices beyond Config.
 type RunOptions struct {
-	Dir    string // where the agents' memory files go; shm.Dir when empty
-	Graphs bool   // capture and replay the learner's step and the actor's policy
+	// Dir is where the agents' memory files go; when empty the memory is
+	// anonymous (shm.CreateShared), so nothing outlives the process.
+	Dir    string
+	Graphs bool // capture and replay the learner's step and the actor's policy
 	// MaxLead bounds how far an actor runs ahead of its learner, in
 	// training steps (see ActorOptions.MaxLead); 0: no bound.
 	MaxLead int
@@ -103,10 +105,6 @@ func RunInProcess(ctx context.Context, dev device.Device, cfg Config, opts RunOp
 		return nil, fmt.Errorf("dqn: an evaluation of eval_episodes %d episodes cannot show a mean over SolvedEpisodes %d consecutive episodes: raise eval_episodes or lower SolvedEpisodes",
 			cfg.EvalEpisodes, opts.SolvedEpisodes)
 	}
-	dir := opts.Dir
-	if dir == "" {
-		dir = shm.Dir
-	}
 	spec, err := cfg.Spec()
 	if err != nil {
 		return nil, err
@@ -124,7 +122,10 @@ func RunInProcess(ctx context.Context, dev device.Device, cfg Config, opts RunOp
 		}
 	}()
 	for i := range agents {
-		path := filepath.Join(dir, fmt.Sprintf("tolaria-%d-agent%d", os.Getpid(), i))
+		path := ""
+		if opts.Dir != "" {
+			path = filepath.Join(opts.Dir, fmt.Sprintf("tolaria-%d-agent%d", os.Getpid(), i))
+		}
 		a, err := newInProcessAgent(dev, shared, path, cfg, cfg.Layout(spec), i, opts, &results[i])
 		if err != nil {
 			return nil, err
@@ -149,17 +150,24 @@ func RunInProcess(ctx context.Context, dev device.Device, cfg Config, opts RunOp
 type inProcessAgent struct {
 	agent   int
 	mem     *shm.Memory
+	named   bool // mem is a file of its own, removed at close
 	learner *Learner
 	actor   *Actor
 	res     *AgentResult
 }
 
 func newInProcessAgent(dev device.Device, shared *Shared, path string, cfg Config, layout shm.Layout, agent int, opts RunOptions, res *AgentResult) (*inProcessAgent, error) {
-	mem, err := shm.Create(path, layout)
+	var mem *shm.Memory
+	var err error
+	if path == "" {
+		mem, err = shm.CreateShared(fmt.Sprintf("tolaria-%d-agent%d", os.Getpid(), agent), layout)
+	} else {
+		mem, err = shm.Create(path, layout)
+	}
 	if err != nil {
 		return nil, err
 	}
-	a := &inProcessAgent{agent: agent, mem: mem, res: res}
+	a := &inProcessAgent{agent: agent, mem: mem, named: path != "", res: res}
 	res.Agent, res.Solved, res.SolvedTraining = agent, -1, -1
 	evaluated := cfg.EvalInterval > 0
 	solved := func(steps int) {
@@ -233,7 +241,10 @@ func (a *inProcessAgent) close() error {
 		errs = append(errs, a.learner.Close())
 	}
 	if a.mem != nil {
-		errs = append(errs, a.mem.Close(), shm.Remove(a.mem.Path()))
+		errs = append(errs, a.mem.Close())
+		if a.named {
+			errs = append(errs, shm.Remove(a.mem.Path()))
+		}
 	}
 	a.actor, a.learner, a.mem = nil, nil, nil
 	return errors.Join(errs...)

@@ -26,7 +26,7 @@ func TestShortRunBeatsRandom(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	res, err := RunInProcess(ctx, dev, cfg, RunOptions{Dir: t.TempDir(), Graphs: true, MaxLead: 50})
+	res, err := RunInProcess(ctx, dev, cfg, RunOptions{Graphs: true, MaxLead: 50})
 	must(t, err)
 	r := res[0]
 	t.Logf("%d env steps, %d learner steps, %d episodes, last-20 mean %.1f, loss %.4f, %d fallbacks, %s",
