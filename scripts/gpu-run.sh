@@ -87,7 +87,7 @@ else
 	bench_large=1024
 	sweep_examples=4096
 	sweep_long=1000
-	rl_steps=20000
+	rl_steps=10000
 fi
 
 # part NAME LIMIT: runs the part's body (run.sh --part NAME) under the
