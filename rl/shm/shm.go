@@ -1,5 +1,6 @@
-// Package shm is an agent's shared memory: one memory-mapped file (under
-// /dev/shm in a run) that the agent's learner and actor processes both map.
+// Package shm is an agent's shared memory: one memory-mapped file (a memfd
+// in a run, see CreateShared) that the agent's learner and actor processes
+// both map.
 // It holds the learner's published weights, the replay buffer the actor
 // fills and the learner samples, and the agent's control words (a stop
 // flag, an epoch and the learner's step count).
@@ -34,8 +35,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Dir is where agent memory lives in a run: a tmpfs, so the pages are
-// never written to disk.
+// Dir is the tmpfs where named agent memory files (Create) belong, so
+// their pages are never written to disk. A run uses anonymous memory
+// (CreateShared), which leaves nothing here.
 const Dir = "/dev/shm"
 
 // Errors a caller can act on.
@@ -254,11 +256,6 @@ func Remove(path string) error {
 		return fmt.Errorf("shm: remove %s: %w", path, err)
 	}
 	return nil
-}
-
-// Path is the agent memory file of agent in the run named run.
-func Path(run string, agent int) string {
-	return filepath.Join(Dir, fmt.Sprintf("tolaria-%s-agent%d", run, agent))
 }
 
 // Close unmaps the memory; a named file stays for other processes, and an
