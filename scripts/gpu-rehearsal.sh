@@ -4,8 +4,9 @@
 # temporary directory as a GPU machine would, and runs its run.sh
 # --rehearsal against the emulated CUDA driver (LD_LIBRARY_PATH). Every part
 # must pass but the PyTorch peer, which must say it was skipped (no CUDA for
-# PyTorch here); report.md must be written. So the bundle is never broken
-# when a GPU comes.
+# PyTorch here); report.md must be written. Then, on a driver that reports
+# no device, run.sh --quick must fail. So the bundle is never broken when a
+# GPU comes, and never passes without one.
 # Usage: scripts/gpu-rehearsal.sh [ARCHIVE]  (default: build dist/tolaria-gpu.tar.xz)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,5 +52,14 @@ if [ "$bad" = 1 ] || [ "$status" != 0 ]; then
 	echo "gpu-rehearsal: FAILED (run.sh exit $status)" >&2
 	exit 1
 fi
-echo "gpu-rehearsal: every part passed on the emulated driver, the peer skipped; report:"
+# A machine without a GPU never passes: the same run on a driver that
+# reports no device must fail every part it runs.
+nogpu=$work/results-nogpu
+if CUDAEMU_DEVICES=0 LD_LIBRARY_PATH=$emu "$work/tolaria-gpu/run.sh" --rehearsal --quick "$nogpu" >"$work/nogpu.log" 2>&1 ||
+	grep -qE '^\| (first-light|tests|train|bench) \| passed \|' "$nogpu/report.md"; then
+	cat "$work/nogpu.log" >&2
+	echo "gpu-rehearsal: run.sh passed something on a driver with no device" >&2
+	exit 1
+fi
+echo "gpu-rehearsal: every part passed on the emulated driver, the peer skipped; without a device every part failed; report:"
 sed -n '/^## Parts/,/^## Training/p' "$report" | sed '$d'

@@ -30,14 +30,15 @@
 # few minutes (make gpu-rehearsal): one epoch on a tenth of Fashion-MNIST
 # with its own accuracy bar, fewer steps, shorter sweeps and agents. It
 # checks the bundle, not the GPU; its figures mean nothing.
-# --budget bounds the whole run (default 470 s): a part gets at most the
-# time left, and a part with less than 20 s left is reported as not run.
+# --budget bounds the whole run (default 470 s, 175 s with --quick): a part
+# gets at most the time left, and a part with less than 20 s left is
+# reported as not run.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 quick=0
 profile=gpu
-budget=470
+budget=
 res=
 only=
 while [ $# -gt 0 ]; do
@@ -55,13 +56,17 @@ while [ $# -gt 0 ]; do
 		budget=${1:-}
 		case "$budget" in '' | *[!0-9]*) echo "run.sh: --budget wants whole seconds, got '${budget}'" >&2; exit 2 ;; esac
 		;;
-	-h | --help) sed -n '2,33p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,35p' "$0"; exit 0 ;;
 	-*) echo "run.sh: unknown flag $1 (see ./run.sh --help)" >&2; exit 2 ;;
 	*) res=$1 ;;
 	esac
 	shift
 done
 res=${res:-$here/results}
+# The whole run within 8 minutes, --quick within 3, unless --budget says.
+if [ -z "$budget" ]; then
+	if [ "$quick" = 1 ]; then budget=175; else budget=470; fi
+fi
 case "$res" in /*) ;; *) res=$PWD/$res ;; esac
 
 bench=$here/run_graph_bench
