@@ -7,6 +7,7 @@ const (
 	ActNone Activation = iota // identity
 	ActReLU                   // max(0, z)
 	ActGELU                   // 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3)))
+	ActTanh                   // tanh(z); its derivative is 1 - tanh²(z)
 )
 
 func (a Activation) String() string {
@@ -17,6 +18,8 @@ func (a Activation) String() string {
 		return "relu"
 	case ActGELU:
 		return "gelu"
+	case ActTanh:
+		return "tanh"
 	}
 	return "unknown"
 }

@@ -41,7 +41,7 @@ func CheckGemm(m, n, k int, a, b, c Buffer) error {
 
 // CheckAct validates an activation.
 func CheckAct(act Activation) error {
-	if act < ActNone || act > ActGELU {
+	if act < ActNone || act > ActTanh {
 		return fmt.Errorf("unknown activation %d", act)
 	}
 	return nil

@@ -50,7 +50,7 @@ var usages = map[field.Name]string{
 	"data_dir":           "directory of the Fashion-MNIST .gz files",
 	"synthetic_size":     "training examples of the synthetic dataset",
 	"model.hidden":       "hidden layer sizes, e.g. 256,128",
-	"model.activation":   "hidden activation: relu, gelu or none",
+	"model.activation":   "hidden activation: relu, gelu, tanh or none",
 	"model.loss":         "cross_entropy or mse",
 	"warmup_batches":     "eager steps before capture",
 	"graph_pool_reuse":   "share the process-wide graph pool",

@@ -29,10 +29,12 @@ func ParseActivation(s string) (device.Activation, error) {
 		return device.ActReLU, nil
 	case "gelu":
 		return device.ActGELU, nil
+	case "tanh":
+		return device.ActTanh, nil
 	case "none", "identity", "linear":
 		return device.ActNone, nil
 	}
-	return 0, fmt.Errorf("unknown activation %q: use relu, gelu or none", s)
+	return 0, fmt.Errorf("unknown activation %q: use relu, gelu, tanh or none", s)
 }
 
 // Spec describes an MLP: Inputs -> Hidden... -> Outputs.

@@ -47,6 +47,11 @@ func biasAct(act device.Activation, rows, cols int, z, bias, y []float32) {
 				v := zr[j] + bias[j]
 				zr[j], yr[j] = v, gelu(v)
 			}
+		case device.ActTanh:
+			for j, b := range bias {
+				v := zr[j] + b
+				zr[j], yr[j] = v, float32(math.Tanh(float64(v)))
+			}
 		}
 	}
 }
@@ -77,6 +82,13 @@ func actGrad(act device.Activation, rows, cols int, z, dy, dz []float32) {
 		}
 		for ; i < len(z); i++ {
 			dz[i] = dy[i] * geluGrad(z[i])
+		}
+	case device.ActTanh:
+		// In float64 and rounded once, as the CUDA kernel does, so the two
+		// backends agree to the last bit but for math libraries' tanh.
+		for i, v := range z {
+			t := math.Tanh(float64(v))
+			dz[i] = float32(float64(dy[i]) * (1 - t*t))
 		}
 	}
 }

@@ -182,7 +182,7 @@ func TestElementwiseAgainstRef(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	const rows, cols = 6, 11
 	z, bias, dy := randSlice(rng, rows*cols), randSlice(rng, cols), randSlice(rng, rows*cols)
-	for _, act := range []device.Activation{device.ActNone, device.ActReLU, device.ActGELU} {
+	for _, act := range []device.Activation{device.ActNone, device.ActReLU, device.ActGELU, device.ActTanh} {
 		zz, y := append([]float32(nil), z...), make([]float32, rows*cols)
 		biasAct(act, rows, cols, zz, bias, y)
 		wantZ, wantY := devicetest.RefBiasAct(act, rows, cols, z, bias)

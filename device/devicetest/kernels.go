@@ -87,7 +87,7 @@ func testGemm(ke *kernelEnv) {
 	})
 }
 
-var activations = []device.Activation{device.ActNone, device.ActReLU, device.ActGELU}
+var activations = []device.Activation{device.ActNone, device.ActReLU, device.ActGELU, device.ActTanh}
 
 func testBiasAct(ke *kernelEnv) {
 	shapes := [][2]int{{1, 1}, {1, 9}, {5, 3}, {64, 130}}
@@ -122,12 +122,13 @@ func testBiasAct(ke *kernelEnv) {
 			return func(s device.Stream) error { return s.BiasAct(act, rows, 3, z, bias, y) }
 		}
 		ke.checkMisuse([]misuseCase{
-			{"unknown activation", y, call(device.ActGELU+1, 2, bias, y)},
+			{"unknown activation", y, call(device.ActTanh+1, 2, bias, y)},
 			{"rows=0", y, call(device.ActReLU, 0, bias, y)},
 			{"bias too short", y, call(device.ActReLU, 2, bias.Slice(0, 2), y)},
 			{"y too short", y.Slice(0, 5), call(device.ActReLU, 2, bias, y.Slice(0, 5))},
 			{"y aliases z for relu", z, call(device.ActReLU, 2, bias, z)},
 			{"y aliases z for gelu", z, call(device.ActGELU, 2, bias, z)},
+			{"y aliases z for tanh", z, call(device.ActTanh, 2, bias, z)},
 		})
 	})
 }
@@ -161,6 +162,7 @@ func testActGrad(ke *kernelEnv) {
 		z, dy, dz := ke.upload(make([]float32, 6)), ke.upload(make([]float32, 6)), ke.upload(make([]float32, 6))
 		ke.checkMisuse([]misuseCase{
 			{"unknown activation", dz, func(s device.Stream) error { return s.ActGrad(-1, 2, 3, z, dy, dz) }},
+			{"activation past tanh", dz, func(s device.Stream) error { return s.ActGrad(device.ActTanh+1, 2, 3, z, dy, dz) }},
 			{"cols=0", dz, func(s device.Stream) error { return s.ActGrad(device.ActReLU, 2, 0, z, dy, dz) }},
 			{"z too short", dz, func(s device.Stream) error { return s.ActGrad(device.ActReLU, 2, 3, z.Slice(0, 5), dy, dz) }},
 			{"dz too short", dz.Slice(0, 5), func(s device.Stream) error { return s.ActGrad(device.ActReLU, 2, 3, z, dy, dz.Slice(0, 5)) }},

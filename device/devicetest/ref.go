@@ -47,6 +47,8 @@ func RefActivation(act device.Activation, z float64) float64 {
 		return math.Max(z, 0)
 	case device.ActGELU:
 		return 0.5 * z * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(z+0.044715*z*z*z)))
+	case device.ActTanh:
+		return math.Tanh(z)
 	}
 	return z
 }
@@ -63,6 +65,9 @@ func RefActivationGrad(act device.Activation, z float64) float64 {
 		c := math.Sqrt(2 / math.Pi)
 		t := math.Tanh(c * (z + 0.044715*z*z*z))
 		return 0.5*(1+t) + 0.5*z*(1-t*t)*c*(1+3*0.044715*z*z)
+	case device.ActTanh:
+		t := math.Tanh(z)
+		return 1 - t*t
 	}
 	return 1
 }

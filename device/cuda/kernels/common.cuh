@@ -22,6 +22,7 @@
 #define TL_ACT_NONE 0
 #define TL_ACT_RELU 1
 #define TL_ACT_GELU 2
+#define TL_ACT_TANH 3
 
 // sqrt(2/pi) for the tanh approximation of GELU.
 #define TL_GELU_S 0.7978845608028654

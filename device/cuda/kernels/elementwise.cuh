@@ -9,6 +9,8 @@ __device__ __forceinline__ double tl_act(int act, double z) {
         return z > 0.0 ? z : 0.0;
     case TL_ACT_GELU:
         return 0.5 * z * (1.0 + tanh(TL_GELU_S * (z + TL_GELU_C * z * z * z)));
+    case TL_ACT_TANH:
+        return tanh(z);
     default:
         return z;
     }
@@ -22,6 +24,10 @@ __device__ __forceinline__ double tl_act_deriv(int act, double z) {
         const double t = tanh(TL_GELU_S * (z + TL_GELU_C * z * z * z));
         const double du = TL_GELU_S * (1.0 + 3.0 * TL_GELU_C * z * z);
         return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * du;
+    }
+    case TL_ACT_TANH: {
+        const double t = tanh(z);
+        return 1.0 - t * t;
     }
     default:
         return 1.0;

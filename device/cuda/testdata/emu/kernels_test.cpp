@@ -72,7 +72,7 @@ void testGemm() {
 
 void testActivations() {
     const int rows = 3, cols = 300, n = rows * cols;
-    for (int act = 0; act <= 2; ++act) {
+    for (int act = 0; act <= 3; ++act) {
         auto z = uniform(n, -3, 3), bias = uniform(cols), dy = uniform(n);
         auto z0 = z;
         std::vector<float> y(n), dz(n);
@@ -81,10 +81,14 @@ void testActivations() {
         for (int i = 0; i < n; ++i) {
             const float zi = z0[i] + bias[i % cols];
             check("bias_act z", i, z[i], zi, 0);
-            const double want = act == 0 ? zi : act == 1 ? std::max<double>(zi, 0) : gelu(zi);
+            const double want = act == 0 ? zi : act == 1 ? std::max<double>(zi, 0) : act == 2 ? gelu(zi) : std::tanh((double)zi);
             check("bias_act y", i, y[i], want, 1e-6);
             const double t = std::tanh(TL_GELU_S * (zi + TL_GELU_C * zi * zi * zi));
-            const double d = act == 0 ? 1 : act == 1 ? (zi > 0) : 0.5 * (1 + t) + 0.5 * zi * (1 - t * t) * TL_GELU_S * (1 + 3 * TL_GELU_C * zi * zi);
+            const double th = std::tanh((double)zi);
+            const double d = act == 0   ? 1
+                             : act == 1 ? (zi > 0)
+                             : act == 2 ? 0.5 * (1 + t) + 0.5 * zi * (1 - t * t) * TL_GELU_S * (1 + 3 * TL_GELU_C * zi * zi)
+                                        : 1 - th * th;
             check("act_grad", i, dz[i], dy[i] * d, 1e-6);
         }
     }
