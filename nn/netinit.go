@@ -1,0 +1,128 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/internal/field"
+)
+
+// Net is the spec's MLP written as layers: input [Inputs], then for each
+// hidden width a linear layer and the activation (none for ActNone), then
+// a linear layer of Outputs. Its Arch lays out the parameters as Layers
+// does and initialises them as InitParams does.
+func (s Spec) Net() Net {
+	var layers []LayerSpec
+	act := LayerKind(s.Act.String())
+	for _, h := range s.Hidden {
+		layers = append(layers, Linear(h))
+		if s.Act != device.ActNone {
+			layers = append(layers, LayerSpec{Kind: act})
+		}
+	}
+	return Net{Input: Shape{s.Inputs}, Layers: append(layers, Linear(s.Outputs)), Loss: s.Loss}
+}
+
+// MLP is the Spec of a net that the MLP step runs: after an optional
+// flatten, linear layers, each but the last followed by the same
+// activation (or each by none). Any other net is refused, naming the first
+// layer that does not fit; n must have passed Validate.
+func (n Net) MLP() (Spec, error) {
+	s := Spec{Inputs: n.Input.Size(), Act: device.ActNone, Loss: n.Loss}
+	refuse := func(i int, why string) (Spec, error) {
+		return Spec{}, field.Errorf("model.layers", "layers[%d] (%s): %s; the training step runs only linear layers with one activation between them (%w)",
+			i, n.Layers[i].Kind, why, ErrNotMLP)
+	}
+	ls := n.Layers
+	i := 0
+	if len(ls) > 0 && ls[0].Kind == KindFlatten {
+		i = 1
+	}
+	first := true
+	for ; i < len(ls); i++ {
+		if ls[i].Kind != KindLinear {
+			return refuse(i, fmt.Sprintf("%s cannot be trained yet", ls[i].Kind))
+		}
+		if i == len(ls)-1 {
+			s.Outputs = ls[i].Out
+			return s, nil
+		}
+		s.Hidden = append(s.Hidden, ls[i].Out)
+		act := device.ActNone
+		if next := ls[i+1]; next.Kind.Activation() {
+			a, err := ParseActivation(string(next.Kind))
+			if err != nil {
+				return refuse(i+1, fmt.Sprintf("%s cannot be trained yet", next.Kind))
+			}
+			act = a
+			i++
+		}
+		if !first && act != s.Act {
+			return refuse(i, fmt.Sprintf("the activations differ (%s, then %s)", s.Act, act))
+		}
+		s.Act, first = act, false
+	}
+	return refuse(len(ls)-1, "the model must end with linear")
+}
+
+// ErrNotMLP marks a net that the MLP step cannot run.
+var ErrNotMLP = fmt.Errorf("not an MLP")
+
+// InitParams returns the net's initial parameters for seed, drawn with
+// the generator and in the order of the MLP's InitParams, so an MLP
+// described as layers starts from the same bits as its Spec. Every linear
+// and conv weight but the last is Kaiming-normal (std sqrt(2/fan_in), as
+// torch.nn.init.kaiming_normal_ with mode fan_in and the ReLU gain); the
+// last linear or conv layer's is Xavier-normal (std sqrt(2/(fan_in +
+// fan_out)), as xavier_normal_); fan_in is In for linear and kh·kw·c_in
+// for conv, fan_out Out and kh·kw·Out. Weights are drawn in their storage
+// order, one layer after another. Biases and batchnorm's beta are 0,
+// batchnorm's gamma 1.
+func (a Arch) InitParams(seed uint64) []float32 {
+	p := make([]float32, a.Params)
+	rng := rand.New(rand.NewPCG(seed, 0x746f6c61726961)) // "tolaria", as InitParams
+	var weighted []Node
+	a.Walk(func(nd Node) {
+		switch nd.Layer.Kind {
+		case KindLinear, KindConv:
+			weighted = append(weighted, nd)
+		case KindBatchNorm:
+			for j := range nd.WeightLen {
+				p[nd.WeightAt+j] = 1
+			}
+		}
+	})
+	for i, nd := range weighted {
+		fanIn := nd.WeightLen / nd.BiasLen
+		std := math.Sqrt(2 / float64(fanIn))
+		if i == len(weighted)-1 {
+			fanOut := nd.BiasLen
+			if nd.Layer.Kind == KindConv {
+				fanOut *= nd.Layer.Kernel * nd.Layer.Kernel
+			}
+			std = math.Sqrt(2 / float64(fanIn+fanOut))
+		}
+		for j := range nd.WeightLen {
+			p[nd.WeightAt+j] = float32(rng.NormFloat64() * std)
+		}
+	}
+	return p
+}
+
+// InitState returns the initial state that is not trained: each
+// batchnorm's running means 0 and running variances 1, as PyTorch starts
+// them.
+func (a Arch) InitState() []float32 {
+	s := make([]float32, a.State)
+	a.Walk(func(nd Node) {
+		if nd.Layer.Kind == KindBatchNorm {
+			c := nd.StateLen / 2
+			for j := range c {
+				s[nd.StateAt+c+j] = 1
+			}
+		}
+	})
+	return s
+}
