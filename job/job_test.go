@@ -30,7 +30,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"optimizer", func(s *Spec) { s.Optimizer = "lion" }},
 		{"dataset", func(s *Spec) { s.Dataset = "mnist" }},
 		{"model.hidden", func(s *Spec) { s.Hidden = []int{10, 0} }},
-		{"model.activation", func(s *Spec) { s.Activation = "tanh" }},
+		{"model.activation", func(s *Spec) { s.Activation = "swish" }},
 		{"model.loss", func(s *Spec) { s.Loss = "hinge" }},
 		{"ragged", func(s *Spec) { s.Ragged = "trim" }},
 		{"staging_slots", func(s *Spec) { s.Slots = 1 }},
