@@ -102,33 +102,9 @@ func TestRLRunsAgentsInWorkers(t *testing.T) {
 // each learner checkpoints and each buffer is saved, and a resumed run
 // goes on from there to the end.
 func TestRLInterruptedSavesAndResumes(t *testing.T) {
-	req := rlRequest(t)
-	req.Config.TotalSteps = 8000
-	req.ConfigYAML = req.Config.YAML()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var mu sync.Mutex
-	past := map[int]bool{}
-	req.Report = func(s AgentStatus) {
-		mu.Lock()
-		defer mu.Unlock()
-		if s.EnvSteps > 1000 && s.LearnerSteps > 0 {
-			past[s.Agent] = true
-		}
-		if len(past) == 2 {
-			cancel()
-		}
-	}
-	run, err := PrepareRL(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := run.Run(ctx)
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	req, sum := interruptedRL(t)
 	for i, a := range sum.Agents {
-		if a.State != AgentInterrupted || a.EnvSteps == 0 || a.EnvSteps >= 8000 {
+		if a.EnvSteps == 0 || a.EnvSteps >= 8000 {
 			t.Fatalf("agent %d after the cancel: %+v", i, a)
 		}
 		for _, f := range []string{ReplayFile, trainer.CheckpointFile} {
@@ -148,8 +124,7 @@ func TestRLInterruptedSavesAndResumes(t *testing.T) {
 	if err := writeJSON(filepath.Join(AgentDir(req.Dir, 0), SummaryFile), earlier); err != nil {
 		t.Fatal(err)
 	}
-	req.Resume, req.Report = true, nil
-	run, err = PrepareRL(req, time.Now())
+	run, err := PrepareRL(req, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/coordinator"
@@ -75,15 +76,15 @@ func gpuRecordCmd() *cobra.Command {
 	return cmd
 }
 
-func gpuTrainCmd() *cobra.Command {
-	var path string
-	var bar float64
+// gpuCheck is a check subcommand: it prints check's message, or fails
+// with its error.
+func gpuCheck(use, short string, flags func(*pflag.FlagSet), check func() (string, error)) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "train",
-		Short: "check a training summary: graphs on, replayed, test accuracy at least --min-accuracy",
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			msg, err := checkTrain(path, bar)
+			msg, err := check()
 			if err != nil {
 				return err
 			}
@@ -91,9 +92,19 @@ func gpuTrainCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&path, "summary", "", "the run's summary.json")
-	cmd.Flags().Float64Var(&bar, "min-accuracy", 0.89, "the test accuracy the run must reach")
+	flags(cmd.Flags())
 	return cmd
+}
+
+func gpuTrainCmd() *cobra.Command {
+	var path string
+	var bar float64
+	return gpuCheck("train", "check a training summary: graphs on, replayed, test accuracy at least --min-accuracy",
+		func(f *pflag.FlagSet) {
+			f.StringVar(&path, "summary", "", "the run's summary.json")
+			f.Float64Var(&bar, "min-accuracy", 0.89, "the test accuracy the run must reach")
+		},
+		func() (string, error) { return checkTrain(path, bar) })
 }
 
 // checkTrain passes a run that trained with graphs, replayed its steps,
@@ -131,22 +142,16 @@ func fallbackCount(m map[string]int) int {
 
 func gpuSweepBudgetCmd() *cobra.Command {
 	var path, fit string
-	cmd := &cobra.Command{
-		Use:   "sweep-budget",
-		Short: "print a --device-memory that grants the --fit trials together (their bills with the broker's headroom) and no more",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, err := sweepBudget(path, strings.Split(fit, ","))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), n)
-			return nil
+	return gpuCheck("sweep-budget",
+		"print a --device-memory that grants the --fit trials together (their bills with the broker's headroom) and no more",
+		func(f *pflag.FlagSet) {
+			f.StringVar(&path, "sweep", "", "the sweep file")
+			f.StringVar(&fit, "fit", "", "comma-separated trial names whose bills the budget holds")
 		},
-	}
-	cmd.Flags().StringVar(&path, "sweep", "", "the sweep file")
-	cmd.Flags().StringVar(&fit, "fit", "", "comma-separated trial names whose bills the budget holds")
-	return cmd
+		func() (string, error) {
+			n, err := sweepBudget(path, strings.Split(fit, ","))
+			return fmt.Sprint(n), err
+		})
 }
 
 // budgetSlack covers the CUDA pool's rounding, which the CPU device's bill
@@ -191,23 +196,13 @@ func sweepBudget(path string, names []string) (int64, error) {
 func gpuSweepCmd() *cobra.Command {
 	var dir string
 	var trials, parks int
-	cmd := &cobra.Command{
-		Use:   "sweep",
-		Short: "check a sweep directory: every trial succeeded, at least --min-parks parks",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			msg, err := checkSweep(dir, trials, parks)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), msg)
-			return nil
+	return gpuCheck("sweep", "check a sweep directory: every trial succeeded, at least --min-parks parks",
+		func(f *pflag.FlagSet) {
+			f.StringVar(&dir, "dir", "", "the sweep directory")
+			f.IntVar(&trials, "trials", 4, "trials that must have succeeded")
+			f.IntVar(&parks, "min-parks", 1, "parks the trials' events must show")
 		},
-	}
-	cmd.Flags().StringVar(&dir, "dir", "", "the sweep directory")
-	cmd.Flags().IntVar(&trials, "trials", 4, "trials that must have succeeded")
-	cmd.Flags().IntVar(&parks, "min-parks", 1, "parks the trials' events must show")
-	return cmd
+		func() (string, error) { return checkSweep(dir, trials, parks) })
 }
 
 // sweepRow is what the check reads of a results.json row.
@@ -285,22 +280,12 @@ func eventKinds(path string) (map[string]int, error) {
 func gpuRLCmd() *cobra.Command {
 	var dir string
 	var agents int
-	cmd := &cobra.Command{
-		Use:   "rl",
-		Short: "check an rl run: every agent succeeded on a GPU",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			msg, err := checkRL(dir, agents)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), msg)
-			return nil
+	return gpuCheck("rl", "check an rl run: every agent succeeded on a GPU",
+		func(f *pflag.FlagSet) {
+			f.StringVar(&dir, "dir", "", "the rl run directory")
+			f.IntVar(&agents, "agents", 2, "agents that must have succeeded")
 		},
-	}
-	cmd.Flags().StringVar(&dir, "dir", "", "the rl run directory")
-	cmd.Flags().IntVar(&agents, "agents", 2, "agents that must have succeeded")
-	return cmd
+		func() (string, error) { return checkRL(dir, agents) })
 }
 
 // checkRL passes a run whose agents all succeeded and stepped.
