@@ -20,7 +20,8 @@ import (
 
 // Spec is a training job as the user configured it. Field names are the
 // configuration keys (flags use dashes, files and TOLARIA_* variables
-// underscores).
+// underscores). The model is Layers on an input of shape Input (see
+// nn.Net), or, when Layers is empty, the MLP of Hidden and Activation.
 type Spec struct {
 	Device           string  `json:"device" yaml:"device"`
 	EnableGraphs     bool    `json:"enable_graphs" yaml:"enable_graphs"`
@@ -39,6 +40,8 @@ type Spec struct {
 	Hidden           []int   `json:"hidden" yaml:"hidden"`
 	Activation       string  `json:"activation" yaml:"activation"`
 	Loss             string  `json:"loss" yaml:"loss"`
+	Input            []int   `json:"input,omitempty" yaml:"input,omitempty"`
+	Layers           Layers  `json:"layers,omitempty" yaml:"layers,omitempty"`
 	WarmupBatches    int     `json:"warmup_batches" yaml:"warmup_batches"`
 	GraphPoolReuse   bool    `json:"graph_pool_reuse" yaml:"graph_pool_reuse"`
 	PrefetchToDevice bool    `json:"prefetch_to_device" yaml:"prefetch_to_device"`
@@ -123,6 +126,9 @@ func (s Spec) Validate() error {
 	}
 	if _, err := nn.ParseActivation(s.Activation); err != nil {
 		return field.Errorf("model.activation", "%w", err)
+	}
+	if err := s.validateModel(); err != nil {
+		return err
 	}
 	if s.Loss != string(nn.LossCrossEntropy) && s.Loss != string(nn.LossMSE) {
 		return field.Errorf("model.loss", "must be cross_entropy or mse, got %q", s.Loss)
@@ -247,9 +253,12 @@ func (s Spec) Config(train, test *data.Dataset, opts Options) (trainer.Config, e
 
 // config builds the trainer configuration, with the schedule's length.
 func (s Spec) config(train, test *data.Dataset) (trainer.Config, error) {
-	act, _ := nn.ParseActivation(s.Activation)
+	spec, net, err := s.model(train.Features, train.Classes)
+	if err != nil {
+		return trainer.Config{}, err
+	}
 	cfg := trainer.Config{
-		Spec:      nn.Spec{Inputs: train.Features, Hidden: s.Hidden, Outputs: train.Classes, Act: act, Loss: nn.Loss(s.Loss)},
+		Spec: spec, Net: net,
 		Optimizer: s.optimizer(), Epochs: s.Epochs, BatchSize: s.BatchSize, Seed: s.Seed, Ragged: data.Ragged(s.Ragged),
 		EnableGraphs: s.EnableGraphs, WarmupBatches: s.WarmupBatches, GraphPoolReuse: s.GraphPoolReuse,
 		PrefetchToDevice: s.PrefetchToDevice, Slots: s.Slots, Loaders: s.Loaders, LogEvery: s.LogEvery,
@@ -265,8 +274,16 @@ func (s Spec) config(train, test *data.Dataset) (trainer.Config, error) {
 	return cfg, nil
 }
 
-// Model describes the spec's model for logs, e.g. "784-256-128-10".
+// Model describes the spec's model for logs, e.g. "784-256-128-10", or
+// its layers' canonical name (nn.Net.String).
 func (s Spec) Model(inputs, outputs int) string {
+	if len(s.Layers) > 0 {
+		input := s.Input
+		if len(input) == 0 {
+			input = []int{inputs}
+		}
+		return s.net(input).String()
+	}
 	parts := []string{fmt.Sprint(inputs)}
 	for _, h := range s.Hidden {
 		parts = append(parts, fmt.Sprint(h))

@@ -52,6 +52,8 @@ var usages = map[field.Name]string{
 	"model.hidden":       "hidden layer sizes, e.g. 256,128",
 	"model.activation":   "hidden activation: relu, gelu, tanh or none",
 	"model.loss":         "cross_entropy or mse",
+	"model.input":        "with model.layers, the input's shape: [C,H,W] for images, [features] for vectors (default: the dataset's features)",
+	"model.layers":       "the model as a YAML list of layers, e.g. '[{conv: {out: 8, kernel: 3}}, {relu: {}}, {flatten: {}}, {linear: {out: 10}}]', in place of model.hidden and model.activation",
 	"warmup_batches":     "eager steps before capture",
 	"graph_pool_reuse":   "share the process-wide graph pool",
 	"prefetch_to_device": "let staging copy ahead without the capture guard (switched off around each capture)",
@@ -69,7 +71,7 @@ var usages = map[field.Name]string{
 }
 
 // modelKeys nest under model: in a configuration file.
-var modelKeys = map[string]bool{"hidden": true, "activation": true, "loss": true}
+var modelKeys = map[string]bool{"hidden": true, "activation": true, "loss": true, "input": true, "layers": true}
 
 // Get is the value of key in s, or nil for a key that is not one of Keys.
 func (s Spec) Get(key field.Name) any {
@@ -90,24 +92,31 @@ func (s *Spec) Set(key field.Name, v any) error {
 		return field.Errorf(key, "is not a setting of a job")
 	}
 	var err error
-	switch f.Kind() {
-	case reflect.Int:
+	switch {
+	case f.Type() == reflect.TypeFor[Layers]():
+		var layers Layers
+		if layers, err = ParseLayers(v); err != nil {
+			return err // it names model.layers and the layer
+		}
+		f.Set(reflect.ValueOf(layers))
+		return nil
+	case f.Kind() == reflect.Int:
 		var n int
 		n, err = strictInt(v)
 		f.SetInt(int64(n))
-	case reflect.Uint64:
+	case f.Kind() == reflect.Uint64:
 		var n uint64
 		n, err = strictUint(v)
 		f.SetUint(n)
-	case reflect.Float64:
+	case f.Kind() == reflect.Float64:
 		var x float64
 		x, err = cast.ToFloat64E(v)
 		f.SetFloat(x)
-	case reflect.Bool:
+	case f.Kind() == reflect.Bool:
 		var b bool
 		b, err = cast.ToBoolE(v)
 		f.SetBool(b)
-	case reflect.String:
+	case f.Kind() == reflect.String:
 		var str string
 		str, err = cast.ToStringE(v)
 		f.SetString(str)
@@ -189,13 +198,13 @@ func layerSizes(v any) ([]int, error) {
 			items = append(items, fmt.Sprint(it))
 		}
 	default:
-		return nil, fmt.Errorf("want a list of layer sizes such as 256,128")
+		return nil, fmt.Errorf("want a list of whole numbers such as 256,128")
 	}
 	sizes := []int{}
 	for _, it := range items {
 		n, err := strictInt(strings.TrimSpace(it))
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a layer size", it)
+			return nil, fmt.Errorf("%q is not a whole number", it)
 		}
 		sizes = append(sizes, n)
 	}
@@ -215,9 +224,17 @@ func (s Spec) ConfigFile() ([]byte, error) {
 		return nil, err
 	}
 	model := map[string]any{}
-	for _, k := range []string{"hidden", "activation", "loss"} {
-		model[k] = m[k]
+	for _, k := range []string{"hidden", "activation", "loss", "input", "layers"} {
+		if v, ok := m[k]; ok {
+			model[k] = v
+		}
 		delete(m, k)
+	}
+	if len(s.Layers) > 0 {
+		// The layers are the model: the shorthand's keys would only
+		// contradict them when the file is read back.
+		delete(model, "hidden")
+		delete(model, "activation")
 	}
 	m["model"] = model
 	return yaml.Marshal(m)
@@ -268,7 +285,7 @@ func CheckConfig(m map[string]any, extra []field.Name, skip ...field.Name) error
 	walk("", m)
 	if len(bad) > 0 {
 		slices.Sort(bad)
-		return fmt.Errorf("unknown keys %s (keys are written with underscores; model.hidden, model.activation and model.loss nest under model:)",
+		return fmt.Errorf("unknown keys %s (keys are written with underscores; model.hidden, model.activation, model.loss, model.input and model.layers nest under model:)",
 			strings.Join(bad, ", "))
 	}
 	return nil

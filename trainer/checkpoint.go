@@ -44,7 +44,7 @@ var ErrCheckpoint = errors.New("checkpoint refused")
 // The data order and the schedule are functions of the seed and the step,
 // so the step is the whole of the data position and the RNG state.
 type Checkpoint struct {
-	Model     string `json:"model"`     // nn.Spec.String()
+	Model     string `json:"model"`     // Config.ModelName()
 	Optimizer string `json:"optimizer"` // kind and every setting that shapes the update
 	BatchSize int    `json:"batch_size"`
 	Seed      uint64 `json:"seed"`
@@ -97,11 +97,21 @@ type EpochFigures struct {
 
 func (c *Config) checkpointHeader() Checkpoint {
 	return Checkpoint{
-		Model: c.Spec.String(), Optimizer: optimizerString(c.Optimizer), BatchSize: c.BatchSize,
+		Model: c.ModelName(), Optimizer: optimizerString(c.Optimizer), BatchSize: c.BatchSize,
 		Seed: c.Seed, Dataset: c.Train.Name, TrainSize: c.Train.Len(),
 		Shard: fmt.Sprintf("%d/%d", c.Rank, c.World), Ragged: string(c.Ragged), Epochs: c.Epochs,
-		Params: c.Spec.ParamCount(), States: c.Optimizer.StateBuffers(),
+		Params: c.paramCount(), States: c.Optimizer.StateBuffers(),
 	}
+}
+
+// paramCount is the number of trained parameters of the run's model.
+func (c *Config) paramCount() int {
+	if len(c.Net.Layers) > 0 {
+		if a, err := c.Net.Resolve(); err == nil {
+			return a.Params
+		}
+	}
+	return c.Spec.ParamCount()
 }
 
 func optimizerString(o nn.Optimizer) string {

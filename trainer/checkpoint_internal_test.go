@@ -7,6 +7,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/nn"
 )
 
 // savedCheckpoint writes a small checkpoint, with totals and training
@@ -108,5 +111,30 @@ func TestCheckpointStateOfAnotherSizeIsNotSaved(t *testing.T) {
 	err := SaveCheckpoint(t.TempDir(), Checkpoint{}, []float32{1, 2}, [][]float32{{1}})
 	if err == nil || !strings.Contains(err.Error(), "optimizer state 0 holds 1 values for 2 parameters") {
 		t.Fatalf("state shorter than the parameters: %v", err)
+	}
+}
+
+// A checkpoint records a model described as layers by its canonical name,
+// so resuming it with another architecture is refused by name.
+func TestCheckpointNamesTheLayers(t *testing.T) {
+	cnn := func(act nn.LayerSpec) Config {
+		return Config{Spec: nn.Spec{Inputs: 784, Outputs: 10, Loss: nn.LossCrossEntropy}, Train: &data.Dataset{Name: "fashion-mnist"}, Net: nn.Net{
+			Input: nn.Shape{1, 28, 28}, Loss: nn.LossCrossEntropy,
+			Layers: []nn.LayerSpec{nn.Conv(8, 3).WithPadding(1), nn.BatchNorm(), act, nn.MaxPool(2), nn.Flatten(), nn.Linear(10)},
+		}}
+	}
+	a, b := cnn(nn.ReLU()), cnn(nn.GELU())
+	ha, hb := a.checkpointHeader(), b.checkpointHeader()
+	if ha.Params != 80+16+14*14*8*10+10 {
+		t.Errorf("header counts %d parameters", ha.Params)
+	}
+	if err := ha.matches(ha); err != nil {
+		t.Fatal(err)
+	}
+	want := "it was written for model [1,28,28] conv(out=8,kernel=3,stride=1,padding=1) batchnorm(eps=1e-05,momentum=0.1) relu maxpool(kernel=2,stride=2,padding=0) flatten linear(out=10) cross_entropy " +
+		"but this run has [1,28,28] conv(out=8,kernel=3,stride=1,padding=1) batchnorm(eps=1e-05,momentum=0.1) gelu maxpool(kernel=2,stride=2,padding=0) flatten linear(out=10) cross_entropy; " +
+		"resume with the original settings or start a new run in another --run-dir"
+	if err := ha.matches(hb); err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
 	}
 }

@@ -19,7 +19,11 @@ import (
 // Config is everything a run needs. Library code takes it as a plain
 // struct; flags and files are the command's business.
 type Config struct {
-	Spec      nn.Spec
+	Spec nn.Spec
+	// Net is the model as the job described it, as layers; zero for the
+	// MLP of Spec given as such. The training step runs Spec, so a Net
+	// must be the MLP Spec is (Net.MLP). The checkpoint records Net's name.
+	Net       nn.Net
 	Optimizer nn.Optimizer
 	Epochs    int
 	BatchSize int
@@ -104,6 +108,9 @@ func (c Config) validate() (steps int, err error) {
 	if err := c.Spec.Validate(); err != nil {
 		return 0, err
 	}
+	if err := c.checkNet(); err != nil {
+		return 0, err
+	}
 	if err := c.Optimizer.Validate(); err != nil {
 		return 0, err
 	}
@@ -152,6 +159,34 @@ func (c Config) validate() (steps int, err error) {
 			c.WarmupBatches, total, field.Name("warmup_batches"))
 	}
 	return steps, nil
+}
+
+// checkNet refuses a Net that is not the MLP of Spec.
+func (c Config) checkNet() error {
+	if len(c.Net.Layers) == 0 {
+		return nil
+	}
+	if err := c.Net.Validate(); err != nil {
+		return err
+	}
+	mlp, err := c.Net.MLP()
+	if err != nil {
+		return err
+	}
+	if mlp.String() != c.Spec.String() {
+		return fmt.Errorf("the layers describe %s but the step was given %s", mlp, c.Spec)
+	}
+	return nil
+}
+
+// ModelName is the name of the run's model that a checkpoint and the
+// summary record: Net's canonical name (nn.Net.String) when the model was
+// described as layers, else Spec's.
+func (c Config) ModelName() string {
+	if len(c.Net.Layers) > 0 {
+		return c.Net.String()
+	}
+	return c.Spec.String()
 }
 
 // Summary is the outcome of a run; the command writes it as summary.json.

@@ -307,7 +307,7 @@ func (r *run) finish() error {
 	r.sum.ParamsSHA256 = nn.ParamsSHA256(params)
 	r.sum.Device = r.dev.Name()
 	r.sum.DeviceDescription = r.dev.Description()
-	r.sum.Model = r.cfg.Spec.String()
+	r.sum.Model = r.cfg.ModelName()
 	r.sum.Epochs = r.cfg.Epochs
 	r.sum.StageCopies = r.stageCopies()
 	r.sum.Finished = time.Now().UTC()

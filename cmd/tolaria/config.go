@@ -60,6 +60,8 @@ func addFlags(fs *pflag.FlagSet) {
 			fs.Float64(flagName(key), def, job.Usage(key))
 		case []int:
 			fs.IntSlice(flagName(key), def, job.Usage(key))
+		case job.Layers:
+			fs.String(flagName(key), "", job.Usage(key))
 		default:
 			fs.String(flagName(key), fmt.Sprint(def), job.Usage(key))
 		}
@@ -108,6 +110,9 @@ func resolve(fs *pflag.FlagSet) (coordinator.Request, settings, error) {
 			return coordinator.Request{}, settings{}, fmt.Errorf("%w: %w (set by %s)", errUsage, err, source(fs, key))
 		}
 	}
+	if err := oneModel(fs, v, req.Spec); err != nil {
+		return coordinator.Request{}, settings{}, err
+	}
 	p := &req.Placement
 	p.Worker = v.GetString("worker")
 	var err error
@@ -155,6 +160,23 @@ func mergeConfigFiles(fs *pflag.FlagSet, v *viper.Viper) error {
 		return err
 	}
 	return mergeConfigFile(v, config)
+}
+
+// oneModel refuses model.layers alongside the model.hidden shorthand (or
+// its activation) set by a flag, a variable or a file: the layers replace
+// them, so one of the two would be silently ignored.
+func oneModel(fs *pflag.FlagSet, v *viper.Viper, spec job.Spec) error {
+	if len(spec.Layers) == 0 {
+		return nil
+	}
+	for _, key := range []field.Name{"model.hidden", "model.activation"} {
+		_, inEnv := os.LookupEnv(job.EnvVar(key))
+		if fs.Changed(flagName(key)) || inEnv || v.InConfig(string(key)) {
+			return fmt.Errorf("%w: %w", errUsage, field.Errorf("model.layers", "describes the whole model, but %s is set too (by %s); give the model either as layers or as %s and %s",
+				key, source(fs, key), field.Name("model.hidden"), field.Name("model.activation")))
+		}
+	}
+	return nil
 }
 
 func source(fs *pflag.FlagSet, key field.Name) string {

@@ -32,8 +32,32 @@ per pixel. The synthetic dataset is standardised the same way.
 
 Configuration: flags > TOLARIA_* environment variables (TOLARIA_BATCH_SIZE,
 TOLARIA_MODEL_HIDDEN, ...) > a YAML --config file (keys as the flags with
-underscores; model.hidden, model.activation and model.loss nest under model:)
-> defaults.
+underscores; model.hidden, model.activation, model.loss, model.input and
+model.layers nest under model:) > defaults.
+
+The model: --hidden and --activation give an MLP (the default is
+784-256-128-10 with GELU on Fashion-MNIST). Any other network is a list of
+layers (--layers, or model.layers in the file) on an input of shape --input:
+[C,H,W] for images, [features] for vectors (default: the dataset's features).
+Each layer is a map of one key, its kind, to its settings; defaults are in
+parentheses. Shapes are checked before anything is allocated; a layer that
+does not fit its input is named by its path, e.g. layers[4].residual[0].
+Images are stored NHWC, so flatten orders an image's values (h, w, c).
+
+` + job.LayersUsage() + `
+For example (docs/models.md and examples/cnn.yaml):
+
+  model:
+    input: [1, 28, 28]
+    layers:
+      - conv: {out: 32, kernel: 3, padding: 1}
+      - batchnorm: {}
+      - relu: {}
+      - maxpool: {kernel: 2}
+      - residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {batchnorm: {}}, {relu: {}}]
+      - flatten: {}
+      - linear: {out: 10}
+    loss: cross_entropy
 
 The run directory (--run-dir, default runs/<time>) receives config.yaml,
 events.jsonl, checkpoint.tlck and summary.json, and worker.log (the worker's

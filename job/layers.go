@@ -1,0 +1,368 @@
+package job
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cast"
+	"gopkg.in/yaml.v3"
+
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/nn"
+)
+
+// Layers are a model's layers as a job carries them. In a configuration
+// file, a flag, an environment variable, a run's config.yaml and on the
+// wire to a worker they are written the same way: a list of maps of one
+// key, the layer's kind, to its settings, e.g.
+//
+//	[{conv: {out: 32, kernel: 3, padding: 1}}, {relu: {}}, {residual: [{linear: {out: 8}}]}]
+type Layers []nn.LayerSpec
+
+// layerKey is one setting of a layer kind: its name, and its default
+// ("" when it must be given).
+type layerKey struct {
+	name, def string
+}
+
+// layerKinds are the kinds in the order the help lists them, with their
+// settings and what they do.
+var layerKinds = []struct {
+	kind nn.LayerKind
+	keys []layerKey
+	does string
+}{
+	{nn.KindLinear, []layerKey{{"out", ""}}, "[F] -> [out]"},
+	{nn.KindConv, []layerKey{{"out", ""}, {"kernel", ""}, {"stride", "1"}, {"padding", "0"}},
+		"[C, H, W] -> [out, H', W']"},
+	{nn.KindMaxPool, []layerKey{{"kernel", ""}, {"stride", "kernel"}, {"padding", "0"}}, "maximum over each window"},
+	{nn.KindAvgPool, []layerKey{{"kernel", ""}, {"stride", "kernel"}, {"padding", "0"}}, "mean over each window, padding as zeros"},
+	{nn.KindGlobalAvgPool, nil, "[C, H, H] -> [C, 1, 1]"},
+	{nn.KindBatchNorm, []layerKey{{"eps", "1e-5"}, {"momentum", "0.1"}}, "per channel (per feature of a vector)"},
+	{nn.KindReLU, nil, "activation"},
+	{nn.KindGELU, nil, "activation (tanh approximation)"},
+	{nn.KindTanh, nil, "activation"},
+	{nn.KindFlatten, nil, "[C, H, W] -> [H·W·C], in (h, w, c) order"},
+	{nn.KindResidual, nil, "the block's output plus its input"},
+	{nn.KindDropout, []layerKey{{"p", ""}}, "zeroes values with probability p in training"},
+}
+
+func keysOf(kind nn.LayerKind) []layerKey {
+	for _, k := range layerKinds {
+		if k.kind == kind {
+			return k.keys
+		}
+	}
+	return nil
+}
+
+// LayersUsage lists every layer kind and its settings with their
+// defaults, one a line, for a command's help.
+func LayersUsage() string {
+	var b strings.Builder
+	for _, k := range layerKinds {
+		var keys []string
+		for _, key := range k.keys {
+			if key.def == "" {
+				keys = append(keys, key.name)
+			} else {
+				keys = append(keys, fmt.Sprintf("%s (%s)", key.name, key.def))
+			}
+		}
+		settings := "{" + strings.Join(keys, ", ") + "}"
+		switch {
+		case k.kind == nn.KindResidual:
+			settings = "[layers...]"
+		case len(keys) == 0:
+			settings = "{}"
+		}
+		fmt.Fprintf(&b, "  %-15s %-41s %s\n", k.kind, settings, k.does)
+	}
+	return b.String()
+}
+
+// ParseLayers reads layers from a configuration value: a list from a file
+// (or a worker's JSON), or text in YAML's flow form from a flag or an
+// environment variable; nil and "" give none. Its errors name the layer
+// by its path (layers[4].residual[0]) and, for an unknown kind or
+// setting, list the valid ones. Settings left out take their defaults.
+func ParseLayers(v any) (Layers, error) {
+	switch x := v.(type) {
+	case Layers:
+		return x, nil
+	case []nn.LayerSpec:
+		return Layers(x), nil
+	}
+	if s, ok := v.(string); ok {
+		if strings.TrimSpace(s) == "" {
+			return nil, nil
+		}
+		var parsed any
+		if err := yaml.Unmarshal([]byte(s), &parsed); err != nil {
+			return nil, field.Errorf("model.layers", "is not valid YAML (%v); write e.g. [{conv: {out: 32, kernel: 3}}, {relu: {}}]", err)
+		}
+		v = parsed
+	}
+	if v == nil {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, field.Errorf("model.layers", "want a list of layers, e.g. [{conv: {out: 32, kernel: 3}}, {relu: {}}], got %v", v)
+	}
+	return parseList(list, "layers")
+}
+
+func parseList(list []any, prefix string) (Layers, error) {
+	out := make(Layers, 0, len(list))
+	for i, item := range list {
+		l, err := parseLayer(item, fmt.Sprintf("%s[%d]", prefix, i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func parseLayer(item any, path string) (nn.LayerSpec, error) {
+	m, ok := item.(map[string]any)
+	if !ok || len(m) != 1 {
+		return nn.LayerSpec{}, field.Errorf("model.layers", "%s: a layer is a map of one key, its kind, to its settings, e.g. {conv: {out: 32, kernel: 3}} or {relu: {}}; got %v", path, item)
+	}
+	var kind nn.LayerKind
+	var settings any
+	for k, v := range m {
+		kind, settings = nn.LayerKind(k), v
+	}
+	if !kind.Known() {
+		return nn.LayerSpec{}, field.Errorf("model.layers", "%s: unknown layer %q; layers are %s", path, kind, kindNames())
+	}
+	bad := func(format string, args ...any) (nn.LayerSpec, error) {
+		return nn.LayerSpec{}, field.Errorf("model.layers", "%s (%s): %s", path, kind, fmt.Sprintf(format, args...))
+	}
+	if kind == nn.KindResidual {
+		body, ok := settings.([]any)
+		if !ok {
+			return bad("give its layers as a list, e.g. residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {relu: {}}]")
+		}
+		layers, err := parseList(body, path+".residual")
+		return nn.Residual(layers...), err
+	}
+	values := map[string]any{}
+	if settings != nil {
+		if values, ok = settings.(map[string]any); !ok {
+			return bad("give its settings as a map, e.g. %s", example(kind))
+		}
+	}
+	l := defaults(kind)
+	valid := keysOf(kind)
+	for _, name := range sortedNames(values) {
+		i := slices.IndexFunc(valid, func(k layerKey) bool { return k.name == name })
+		if i < 0 {
+			return bad("unknown key %q; %s", name, takes(kind))
+		}
+		if err := setLayerKey(&l, name, values[name]); err != nil {
+			return bad("%s: cannot use %v: %v", name, values[name], err)
+		}
+	}
+	for _, k := range valid {
+		if _, given := values[k.name]; k.def == "" && !given {
+			return bad("%s is required, e.g. %s", k.name, example(kind))
+		}
+	}
+	if _, given := values["stride"]; !given && (kind == nn.KindMaxPool || kind == nn.KindAvgPool) {
+		l.Stride = l.Kernel
+	}
+	return l, nil
+}
+
+// defaults is a layer of kind with its settings' defaults.
+func defaults(kind nn.LayerKind) nn.LayerSpec {
+	switch kind {
+	case nn.KindConv:
+		return nn.LayerSpec{Kind: kind, Stride: 1}
+	case nn.KindBatchNorm:
+		return nn.BatchNorm()
+	}
+	return nn.LayerSpec{Kind: kind}
+}
+
+func setLayerKey(l *nn.LayerSpec, name string, v any) error {
+	var err error
+	switch name {
+	case "out":
+		l.Out, err = strictInt(v)
+	case "kernel":
+		l.Kernel, err = strictInt(v)
+	case "stride":
+		l.Stride, err = strictInt(v)
+	case "padding":
+		l.Padding, err = strictInt(v)
+	case "eps":
+		l.Eps, err = cast.ToFloat64E(v)
+	case "momentum":
+		l.Momentum, err = cast.ToFloat64E(v)
+	case "p":
+		l.P, err = cast.ToFloat64E(v)
+	}
+	return err
+}
+
+func takes(kind nn.LayerKind) string {
+	keys := keysOf(kind)
+	if len(keys) == 0 {
+		return fmt.Sprintf("%s has no keys", kind)
+	}
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.name
+	}
+	return fmt.Sprintf("the keys of %s are %s", kind, strings.Join(names, ", "))
+}
+
+func example(kind nn.LayerKind) string {
+	switch kind {
+	case nn.KindLinear:
+		return "linear: {out: 10}"
+	case nn.KindConv:
+		return "conv: {out: 32, kernel: 3}"
+	case nn.KindMaxPool, nn.KindAvgPool:
+		return string(kind) + ": {kernel: 2}"
+	case nn.KindDropout:
+		return "dropout: {p: 0.5}"
+	}
+	return string(kind) + ": {}"
+}
+
+func kindNames() string {
+	names := make([]string, 0, len(nn.LayerKinds()))
+	for _, k := range nn.LayerKinds() {
+		names = append(names, string(k))
+	}
+	return strings.Join(names, ", ")
+}
+
+func sortedNames(m map[string]any) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// value is the layers in the configuration's form, every setting written.
+func (ls Layers) value() []any {
+	out := make([]any, len(ls))
+	for i, l := range ls {
+		var settings any
+		switch l.Kind {
+		case nn.KindResidual:
+			settings = Layers(l.Body).value()
+		default:
+			m := map[string]any{}
+			for _, k := range keysOf(l.Kind) {
+				switch k.name {
+				case "out":
+					m[k.name] = l.Out
+				case "kernel":
+					m[k.name] = l.Kernel
+				case "stride":
+					m[k.name] = l.Stride
+				case "padding":
+					m[k.name] = l.Padding
+				case "eps":
+					m[k.name] = l.Eps
+				case "momentum":
+					m[k.name] = l.Momentum
+				case "p":
+					m[k.name] = l.P
+				}
+			}
+			settings = m
+		}
+		out[i] = map[string]any{string(l.Kind): settings}
+	}
+	return out
+}
+
+// MarshalYAML writes the layers in the configuration's form.
+func (ls Layers) MarshalYAML() (any, error) { return ls.value(), nil }
+
+// UnmarshalYAML reads the layers as ParseLayers does.
+func (ls *Layers) UnmarshalYAML(n *yaml.Node) error {
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	parsed, err := ParseLayers(v)
+	*ls = parsed
+	return err
+}
+
+// MarshalJSON writes the layers in the configuration's form.
+func (ls Layers) MarshalJSON() ([]byte, error) { return json.Marshal(ls.value()) }
+
+// UnmarshalJSON reads the layers as ParseLayers does.
+func (ls *Layers) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	parsed, err := ParseLayers(v)
+	*ls = parsed
+	return err
+}
+
+// validateModel checks the layers' settings, and their shapes when the
+// input's shape is given; without it the shapes are checked by Plan, on
+// the dataset's features. model.input goes with model.layers only.
+func (s Spec) validateModel() error {
+	if len(s.Layers) == 0 {
+		if len(s.Input) > 0 {
+			return field.Errorf("model.input", "goes with %s: the %s shorthand takes the dataset's features as they are; give the layers too, or leave %s out",
+				field.Name("model.layers"), field.Name("model.hidden"), field.Name("model.input"))
+		}
+		return nil
+	}
+	if len(s.Input) == 0 {
+		return nn.ValidateLayers(s.Layers)
+	}
+	return s.net(s.Input).Validate()
+}
+
+func (s Spec) net(input []int) nn.Net {
+	return nn.Net{Input: nn.Shape(input), Layers: []nn.LayerSpec(s.Layers), Loss: nn.Loss(s.Loss)}
+}
+
+// model resolves the spec's model on a dataset of features values per
+// example and classes classes: the MLP the training step runs, and the
+// net it was described as (zero for the model.hidden shorthand). Shapes
+// are inferred and checked here, before anything is allocated; a layer
+// list the MLP step cannot run is refused.
+func (s Spec) model(features, classes int) (nn.Spec, nn.Net, error) {
+	if len(s.Layers) == 0 {
+		act, _ := nn.ParseActivation(s.Activation)
+		return nn.Spec{Inputs: features, Hidden: s.Hidden, Outputs: classes, Act: act, Loss: nn.Loss(s.Loss)}, nn.Net{}, nil
+	}
+	input := s.Input
+	if len(input) == 0 {
+		input = []int{features}
+	}
+	net := s.net(input)
+	arch, err := net.Resolve()
+	if err != nil {
+		return nn.Spec{}, nn.Net{}, err
+	}
+	if err := arch.Fits(features, classes); err != nil {
+		return nn.Spec{}, nn.Net{}, err
+	}
+	mlp, err := net.MLP()
+	if err != nil {
+		return nn.Spec{}, nn.Net{}, err
+	}
+	return mlp, net, nil
+}

@@ -1,0 +1,254 @@
+package job
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/nn"
+)
+
+const cnnYAML = `
+- conv: {out: 32, kernel: 3, padding: 1}
+- batchnorm: {}
+- relu: {}
+- maxpool: {kernel: 2}
+- residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {batchnorm: {}}, {relu: {}}]
+- flatten: {}
+- linear: {out: 10}
+`
+
+func cnnLayers() Layers {
+	return Layers{
+		nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
+		nn.Residual(nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU()),
+		nn.Flatten(), nn.Linear(10),
+	}
+}
+
+func TestParseLayers(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   any
+		want Layers
+	}{
+		{"the example CNN", cnnYAML, cnnLayers()},
+		{"flow text", "[{conv: {out: 8, kernel: 5, stride: 2, padding: 2}}, {avgpool: {kernel: 3, stride: 1, padding: 1}}, {global_avgpool: {}}]",
+			Layers{nn.Conv(8, 5).WithStride(2).WithPadding(2), nn.AvgPool(3).WithStride(1).WithPadding(1), nn.GlobalAvgPool()}},
+		{"settings left out or null", "[{relu: }, {gelu: {}}, {tanh: null}, {flatten: {}}, {dropout: {p: 0.25}}]",
+			Layers{nn.ReLU(), nn.GELU(), nn.Tanh(), nn.Flatten(), nn.Dropout(0.25)}},
+		{"batchnorm settings", "[{batchnorm: {eps: 0.001, momentum: 0}}]", Layers{nn.BatchNorm().WithEps(0.001).WithMomentum(0)}},
+		{"JSON numbers", []any{map[string]any{"linear": map[string]any{"out": float64(10)}}}, Layers{nn.Linear(10)}},
+		{"text numbers", []any{map[string]any{"maxpool": map[string]any{"kernel": "2"}}}, Layers{nn.MaxPool(2)}},
+		{"nothing", "", nil},
+		{"nil", nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := ParseLayers(c.in)
+			must(t, err)
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("got  %v\nwant %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestParseLayersRefuses(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want string
+	}{
+		{"[{convolution: {out: 8}}]",
+			`model.layers: layers[0]: unknown layer "convolution"; layers are avgpool, batchnorm, conv, dropout, flatten, gelu, global_avgpool, linear, maxpool, relu, residual, tanh`},
+		{"[{conv: {out: 8, kernal: 3}}]",
+			`model.layers: layers[0] (conv): unknown key "kernal"; the keys of conv are out, kernel, stride, padding`},
+		{"[{relu: {inplace: true}}]",
+			`model.layers: layers[0] (relu): unknown key "inplace"; relu has no keys`},
+		{"[{relu: {}}, {residual: [{relu: {}}, {batchnorm: {epsilon: 0.1}}]}]",
+			`model.layers: layers[1].residual[1] (batchnorm): unknown key "epsilon"; the keys of batchnorm are eps, momentum`},
+		{"[{conv: {out: 8}}]",
+			"model.layers: layers[0] (conv): kernel is required, e.g. conv: {out: 32, kernel: 3}"},
+		{"[{dropout: {}}]",
+			"model.layers: layers[0] (dropout): p is required, e.g. dropout: {p: 0.5}"},
+		{"[{linear: {out: 2.5}}]",
+			"model.layers: layers[0] (linear): out: cannot use 2.5: 2.5 is not a whole number"},
+		{"[{linear: 10}]",
+			"model.layers: layers[0] (linear): give its settings as a map, e.g. linear: {out: 10}"},
+		{"[{residual: {relu: {}}}]",
+			"model.layers: layers[0] (residual): give its layers as a list, e.g. residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {relu: {}}]"},
+		{"[relu]",
+			"model.layers: layers[0]: a layer is a map of one key, its kind, to its settings, e.g. {conv: {out: 32, kernel: 3}} or {relu: {}}; got relu"},
+		{"[{relu: {}, flatten: {}}]",
+			"model.layers: layers[0]: a layer is a map of one key, its kind, to its settings, e.g. {conv: {out: 32, kernel: 3}} or {relu: {}}; got map[flatten:map[] relu:map[]]"},
+		{"{relu: {}}",
+			"model.layers: want a list of layers, e.g. [{conv: {out: 32, kernel: 3}}, {relu: {}}], got map[relu:map[]]"},
+	} {
+		_, err := ParseLayers(c.in)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s:\n got %v\nwant %s", c.in, err, c.want)
+		}
+		if !field.Is(err, "model.layers") {
+			t.Errorf("%s: not an error of model.layers", c.in)
+		}
+	}
+}
+
+// A spec with layers survives the run's config.yaml and a worker's JSON.
+func TestLayersRoundTrip(t *testing.T) {
+	s := Default()
+	s.Input, s.Layers = []int{1, 28, 28}, cnnLayers()
+	raw, err := s.ConfigFile()
+	must(t, err)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	must(t, os.WriteFile(path, raw, 0o600))
+	m, err := ReadConfigFile(path, nil)
+	must(t, err)
+	model, _ := m["model"].(map[string]any)
+	if _, ok := model["hidden"]; ok {
+		t.Errorf("config.yaml records model.hidden beside model.layers:\n%s", raw)
+	}
+	back := Default()
+	for k, v := range Settings(m) {
+		must(t, back.Set(k, v))
+	}
+	if !reflect.DeepEqual(back, s) {
+		t.Errorf("read back from config.yaml:\n got %+v\nwant %+v\n%s", back, s, raw)
+	}
+	wire, err := json.Marshal(s)
+	must(t, err)
+	var got Spec
+	must(t, json.Unmarshal(wire, &got))
+	if !reflect.DeepEqual(got, s) {
+		t.Errorf("read back from JSON:\n got %+v\nwant %+v", got, s)
+	}
+	// The shorthand's config.yaml is as it was: no input, no layers.
+	raw, err = Default().ConfigFile()
+	must(t, err)
+	m, err = ReadConfigFile(writeFile(t, raw), nil)
+	must(t, err)
+	if model := m["model"].(map[string]any); len(model) != 3 || model["hidden"] == nil {
+		t.Errorf("the default model is recorded as %v", model)
+	}
+}
+
+func writeFile(t *testing.T, raw []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	must(t, os.WriteFile(path, raw, 0o600))
+	return path
+}
+
+func TestSetLayers(t *testing.T) {
+	s := Default()
+	must(t, s.Set("model.layers", "[{linear: {out: 10}}]"))
+	must(t, s.Set("model.input", "1,8,8"))
+	if !reflect.DeepEqual(s.Layers, Layers{nn.Linear(10)}) || !reflect.DeepEqual(s.Input, []int{1, 8, 8}) {
+		t.Errorf("layers %v input %v", s.Layers, s.Input)
+	}
+	err := s.Set("model.layers", "[{linear: {outs: 10}}]")
+	if want := `model.layers: layers[0] (linear): unknown key "outs"; the keys of linear are out`; err == nil || err.Error() != want {
+		t.Errorf("got %v, want %s", err, want)
+	}
+}
+
+// synthetic is the synthetic dataset: 64 features, 10 classes.
+func synthetic(t *testing.T) (Spec, *data.Dataset, *data.Dataset) {
+	t.Helper()
+	s := Default()
+	s.Dataset, s.SyntheticSize, s.Epochs = "synthetic", 200, 1
+	train, test, err := s.LoadData()
+	must(t, err)
+	return s, train, test
+}
+
+func TestPlanChecksTheModel(t *testing.T) {
+	base, train, test := synthetic(t)
+	for _, c := range []struct {
+		name   string
+		input  []int
+		layers string
+		want   string
+	}{
+		{"linear after conv", []int{1, 8, 8}, "[{conv: {out: 4, kernel: 3}}, {linear: {out: 10}}]",
+			"model.layers: layers[1] (linear): takes a vector, got the image [4, 6, 6]; put flatten before it (it gives [144])"},
+		{"conv on the dataset's vector", nil, "[{conv: {out: 4, kernel: 3}}, {flatten: {}}, {linear: {out: 10}}]",
+			"model.layers: layers[0] (conv): takes an image [C, H, W], got the vector [64]; give model.input as [C, H, W]"},
+		{"residual changes the shape", []int{1, 8, 8}, "[{residual: [{conv: {out: 4, kernel: 3, padding: 1}}]}, {flatten: {}}, {linear: {out: 10}}]",
+			"model.layers: layers[0] (residual): its body turns [1, 8, 8] into [4, 8, 8]; a residual block's output is added to its input, so it must keep its shape"},
+		{"pool window too large", []int{1, 8, 8}, "[{maxpool: {kernel: 4}}, {maxpool: {kernel: 4}}, {flatten: {}}, {linear: {out: 10}}]",
+			"model.layers: layers[1] (maxpool): its 4×4 window is larger than its input [1, 2, 2] padded by 0"},
+		{"classes", nil, "[{linear: {out: 32}}, {relu: {}}, {linear: {out: 5}}]",
+			"model.layers: layers[2] (linear): the model ends in [5] but the dataset has 10 classes, so it must end in [10]; give the last layer out: 10"},
+		{"input size", []int{1, 28, 28}, "[{flatten: {}}, {linear: {out: 10}}]",
+			"model.input: [1, 28, 28] holds 784 values per example but the dataset has 64 features"},
+		{"a CNN", []int{1, 8, 8}, "[{conv: {out: 4, kernel: 3}}, {relu: {}}, {flatten: {}}, {linear: {out: 10}}]",
+			"model.layers: layers[0] (conv): conv cannot be trained yet; the training step runs only linear layers with one activation between them (not an MLP)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := base
+			s.Input = c.input
+			must(t, s.Set("model.layers", c.layers))
+			_, err := s.Plan(train, test)
+			if err == nil || err.Error() != c.want {
+				t.Fatalf("Plan:\n got %v\nwant %s", err, c.want)
+			}
+			if c.input != nil && c.name != "input size" && c.name != "a CNN" {
+				// With the input's shape given, Validate finds it before the data is loaded.
+				if err := s.Validate(); err == nil || err.Error() != c.want {
+					t.Errorf("Validate:\n got %v\nwant %s", err, c.want)
+				}
+			}
+		})
+	}
+}
+
+// The MLP written as layers plans the same step as the shorthand, and the
+// checkpoint knows it by the same name.
+func TestLayersOfTheMLP(t *testing.T) {
+	s, train, test := synthetic(t)
+	s.Hidden, s.Activation = []int{32, 16}, "relu"
+	short, err := s.config(train, test)
+	must(t, err)
+	s.Input = []int{1, 8, 8}
+	must(t, s.Set("model.layers", "[{flatten: {}}, {linear: {out: 32}}, {relu: {}}, {linear: {out: 16}}, {relu: {}}, {linear: {out: 10}}]"))
+	long, err := s.config(train, test)
+	must(t, err)
+	if !reflect.DeepEqual(long.Spec, short.Spec) {
+		t.Errorf("layers plan %+v, the shorthand %+v", long.Spec, short.Spec)
+	}
+	if long.ModelName() != short.ModelName() || short.ModelName() != "64-32-16-10 relu cross_entropy" {
+		t.Errorf("names %q and %q", long.ModelName(), short.ModelName())
+	}
+	if len(long.Net.Layers) != 6 || len(short.Net.Layers) != 0 {
+		t.Errorf("Net recorded %v and %v", long.Net, short.Net)
+	}
+	must(t, long.Validate())
+}
+
+func TestInputGoesWithLayers(t *testing.T) {
+	s := Default()
+	s.Input = []int{1, 28, 28}
+	err := s.Validate()
+	want := "model.input: goes with model.layers: the model.hidden shorthand takes the dataset's features as they are; give the layers too, or leave model.input out"
+	if err == nil || err.Error() != want || !field.Is(err, "model.input") {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+	s.Input = []int{1, 28}
+	must(t, s.Set("model.layers", "[{linear: {out: 10}}]"))
+	var fe *field.Error
+	if err := s.Validate(); !errors.As(err, &fe) || fe.Field != "model.input" {
+		t.Errorf("a 2-D input: %v", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
