@@ -131,9 +131,11 @@ func (d *Device) open() error {
 	if d.desc, err = d.dev.Name(); err != nil {
 		return d.wrap(op, err)
 	}
-	if v, r := driverVersion(); r == cuSuccess {
-		d.driverVersion = v
+	v, r := driverVersion()
+	if r != cuSuccess {
+		return d.driver(op, r)
 	}
+	d.driverVersion = v
 	if d.total, err = d.dev.TotalMem(); err != nil {
 		return d.wrap(op, err)
 	}
