@@ -147,9 +147,13 @@ func CheckConvShape(s ConvShape) error {
 	return nil
 }
 
-// CheckIm2Col validates Im2Col's (and Col2Im's) arguments.
+// CheckIm2Col validates Im2Col's (and Col2Im's) arguments. The shape comes
+// first: the sizes divide by its stride.
 func CheckIm2Col(s ConvShape, x, cols Buffer) error {
-	return first(CheckConvShape(s), need("x", x, s.InLen()), need("cols", cols, s.Rows()*s.Cols()))
+	if err := CheckConvShape(s); err != nil {
+		return err
+	}
+	return first(need("x", x, s.InLen()), need("cols", cols, s.Rows()*s.Cols()))
 }
 
 // CheckPoolShape validates a pooling window's geometry.
@@ -169,7 +173,10 @@ func CheckPoolShape(s PoolShape) error {
 // CheckPool validates a pooling kernel's input and output (and arg, when
 // not the zero Buffer).
 func CheckPool(s PoolShape, x, y, arg Buffer) error {
-	if err := first(CheckPoolShape(s), need("x", x, s.InLen()), need("y", y, s.OutLen())); err != nil {
+	if err := CheckPoolShape(s); err != nil {
+		return err // before OutLen, which divides by the stride
+	}
+	if err := first(need("x", x, s.InLen()), need("y", y, s.OutLen())); err != nil {
 		return err
 	}
 	if !arg.IsZero() {

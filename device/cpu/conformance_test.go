@@ -35,3 +35,8 @@ func openLimited(t *testing.T, limit int64) device.Device {
 func TestConformance(t *testing.T) {
 	devicetest.Run(t, open, devicetest.Options{OpenLimited: openLimited})
 }
+
+// TestImageConformance runs the image kernels' suite (device.ImageKernels).
+func TestImageConformance(t *testing.T) {
+	devicetest.RunImage(t, open)
+}

@@ -1,0 +1,340 @@
+package cpu
+
+import "github.com/tolaria-ml/tolaria/device"
+
+// The image kernels of the device contract (device.ImageKernels): im2col
+// and its adjoint, and max and average pooling, over NHWC activations.
+//
+// Every kernel splits only over outputs that do not depend on each other,
+// so its bits never depend on the thread count. The forward kernels split
+// over output pixels. The backward kernels write the input gradient and
+// split over input rows (n, h): a part clears its rows, then walks the
+// output pixels whose windows reach them in increasing (oh, ow) order and
+// adds each contribution that lands in them, so every element receives its
+// terms in the order the contract gives, starting from zero, whichever
+// part runs it. A window's terms are added in float32: the contract asks
+// for double only where a sum runs over more than a window.
+
+var _ device.ImageKernels = (*stream)(nil)
+
+// window is the geometry common to convolution and pooling windows: the
+// input image, the output grid, the window and its placement.
+type window struct {
+	n, h, w, c     int // input
+	oh, ow         int // output grid
+	kh, kw         int // window
+	stride, pad    int
+	outPixels      int // n·oh·ow
+	inRows         int // n·h, the units of the backward kernels
+	imgRow, pixels int // w·c, the elements of an input row; oh·ow per image
+}
+
+func convWindow(s device.ConvShape) window {
+	return newWindow(s.N, s.H, s.W, s.C, s.OutH(), s.OutW(), s.KH, s.KW, s.Stride, s.Pad)
+}
+
+func poolWindow(s device.PoolShape) window {
+	return newWindow(s.N, s.H, s.W, s.C, s.OutH(), s.OutW(), s.K, s.K, s.Stride, s.Pad)
+}
+
+func newWindow(n, h, w, c, oh, ow, kh, kw, stride, pad int) window {
+	return window{n: n, h: h, w: w, c: c, oh: oh, ow: ow, kh: kh, kw: kw, stride: stride, pad: pad,
+		outPixels: n * oh * ow, inRows: n * h, imgRow: w * c, pixels: oh * ow}
+}
+
+// span returns the input coordinates of output pixel (oh, ow)'s top-left
+// corner (negative in the padding) and the ranges of window rows and
+// columns that fall inside the image. The ranges are never empty: the
+// shape checks keep the padding smaller than the window (and, for
+// pooling, at most half of it).
+func (g *window) span(oh, ow int) (y0, x0, kh0, kh1, kw0, kw1 int) {
+	y0, x0 = oh*g.stride-g.pad, ow*g.stride-g.pad
+	return y0, x0, max(0, -y0), min(g.kh, g.h-y0), max(0, -x0), min(g.kw, g.w-x0)
+}
+
+// pixel is the offset of input pixel (n, y, x) in an NHWC buffer.
+func (g *window) pixel(n, y, x int) int { return ((n*g.h+y)*g.w + x) * g.c }
+
+// eachOutPixel calls fn for the output pixels lo..hi in order, with each one's
+// index, image and grid position: the position is stepped, not divided out
+// of the index, as a division per pixel costs more than a small kernel's
+// copy of it.
+func (g *window) eachOutPixel(lo, hi int, fn func(p, n, oh, ow int)) {
+	if lo >= hi {
+		return
+	}
+	n, q := lo/g.pixels, lo%g.pixels
+	oh, ow := q/g.ow, q%g.ow
+	for p := lo; p < hi; p++ {
+		fn(p, n, oh, ow)
+		if ow++; ow == g.ow {
+			ow = 0
+			if oh++; oh == g.oh {
+				oh = 0
+				n++
+			}
+		}
+	}
+}
+
+// outRows returns, for the input rows [h0, h1) of one image, the output
+// rows whose windows reach them: oh·stride-pad+kh in [h0, h1) for some kh.
+func (g *window) outRows(h0, h1 int) (lo, hi int) {
+	if num := h0 + g.pad - g.kh + 1; num > 0 {
+		lo = (num + g.stride - 1) / g.stride
+	}
+	return lo, min(g.oh, (h1-1+g.pad)/g.stride+1)
+}
+
+// eachInputRows calls fn for each image's share of the input rows [lo, hi)
+// (n·h units): the image and its rows [h0, h1).
+func (g *window) eachInputRows(lo, hi int, fn func(n, h0, h1 int)) {
+	for u := lo; u < hi; {
+		n, h0 := u/g.h, u%g.h
+		h1 := min(g.h, h0+hi-u)
+		fn(n, h0, h1)
+		u += h1 - h0
+	}
+}
+
+// zeroRun clears dst; most runs a kernel clears are empty (no padding).
+func zeroRun(dst []float32) {
+	if len(dst) > 0 {
+		clear(dst)
+	}
+}
+
+// copyRun copies a run of a window row; runs are often a few elements
+// (one channel, a 3-wide kernel), where a loop beats memmove's call.
+func copyRun(dst, src []float32) {
+	if len(src) < 16 {
+		dst = dst[:len(src)]
+		//lint:ignore S1001 memmove's call costs more than these few elements
+		for i, v := range src {
+			dst[i] = v
+		}
+		return
+	}
+	copy(dst, src)
+}
+
+// addRun adds src to dst elementwise, over dst's length.
+func addRun(dst, src []float32) {
+	src = src[:len(dst)]
+	for i, v := range dst {
+		dst[i] = v + src[i]
+	}
+}
+
+// im2col writes the rows lo..hi of the im2col matrix: for each window row
+// inside the image, one contiguous run of the input (the window's columns
+// inside the image, all channels), zeros elsewhere.
+func im2col(g *window, x, cols []float32, lo, hi int) {
+	rowLen := g.kw * g.c
+	ncols := g.kh * rowLen
+	g.eachOutPixel(lo, hi, func(p, n, oh, ow int) {
+		y0, x0, kh0, kh1, kw0, kw1 := g.span(oh, ow)
+		out := cols[p*ncols : (p+1)*ncols]
+		zeroRun(out[:kh0*rowLen])
+		for kh := kh0; kh < kh1; kh++ {
+			dst := out[kh*rowLen : (kh+1)*rowLen]
+			zeroRun(dst[:kw0*g.c])
+			src := g.pixel(n, y0+kh, x0+kw0)
+			copyRun(dst[kw0*g.c:], x[src:src+(kw1-kw0)*g.c])
+			zeroRun(dst[kw1*g.c:])
+		}
+		zeroRun(out[kh1*rowLen:])
+	})
+}
+
+// col2im writes the input rows lo..hi (n·h units) of dx from dcols.
+func col2im(g *window, dcols, dx []float32, lo, hi int) {
+	rowLen := g.kw * g.c
+	ncols := g.kh * rowLen
+	g.eachInputRows(lo, hi, func(n, h0, h1 int) {
+		clear(dx[g.pixel(n, h0, 0):g.pixel(n, h1, 0)])
+		oh0, oh1 := g.outRows(h0, h1)
+		for oh := oh0; oh < oh1; oh++ {
+			for ow := range g.ow {
+				y0, x0, kh0, kh1, kw0, kw1 := g.span(oh, ow)
+				p := (n*g.oh+oh)*g.ow + ow
+				row := dcols[p*ncols : (p+1)*ncols]
+				for kh := max(kh0, h0-y0); kh < min(kh1, h1-y0); kh++ {
+					dst := g.pixel(n, y0+kh, x0+kw0)
+					addRun(dx[dst:dst+(kw1-kw0)*g.c], row[kh*rowLen+kw0*g.c:])
+				}
+			}
+		}
+	})
+}
+
+// maxPool writes the output pixels lo..hi of y and arg. A NaN wins over
+// every number and the first NaN over later ones, so that a NaN in the
+// activations reaches the loss rather than vanish in a window.
+func maxPool(g *window, x, y, arg []float32, lo, hi int) {
+	g.eachOutPixel(lo, hi, func(p, n, oh, ow int) {
+		y0, x0, kh0, kh1, kw0, kw1 := g.span(oh, ow)
+		yp, ap := y[p*g.c:(p+1)*g.c], arg[p*g.c:(p+1)*g.c]
+		first := true
+		for kh := kh0; kh < kh1; kh++ {
+			for kw := kw0; kw < kw1; kw++ {
+				src := g.pixel(n, y0+kh, x0+kw)
+				px := x[src : src+g.c]
+				pos := float32(kh*g.kw + kw)
+				if first {
+					copy(yp, px)
+					fill(ap, pos)
+					first = false
+					continue
+				}
+				for c, v := range px[:len(yp)] {
+					if best := yp[c]; v > best || (v != v && best == best) {
+						yp[c], ap[c] = v, pos
+					}
+				}
+			}
+		}
+	})
+}
+
+// maxPoolGrad writes the input rows lo..hi of dx. An arg that is not a
+// window position inside the image (not written by MaxPool) adds nothing.
+func maxPoolGrad(g *window, dy, arg, dx []float32, lo, hi int) {
+	size := float32(g.kh * g.kw)
+	g.eachInputRows(lo, hi, func(n, h0, h1 int) {
+		clear(dx[g.pixel(n, h0, 0):g.pixel(n, h1, 0)])
+		oh0, oh1 := g.outRows(h0, h1)
+		for oh := oh0; oh < oh1; oh++ {
+			for ow := range g.ow {
+				y0, x0, _, _, _, _ := g.span(oh, ow)
+				p := (n*g.oh+oh)*g.ow + ow
+				dp, ap := dy[p*g.c:(p+1)*g.c], arg[p*g.c:(p+1)*g.c]
+				for c, a := range ap[:len(dp)] {
+					if !(a >= 0 && a < size) {
+						continue
+					}
+					pos := int(a)
+					yi, xi := y0+pos/g.kw, x0+pos%g.kw
+					if yi < h0 || yi >= h1 || xi < 0 || xi >= g.w {
+						continue
+					}
+					dx[g.pixel(n, yi, xi)+c] += dp[c]
+				}
+			}
+		}
+	})
+}
+
+// avgPool writes the output pixels lo..hi of y: each window's sum in
+// (kh, kw) order, from zero, divided by the window's size.
+func avgPool(g *window, x, y []float32, lo, hi int) {
+	area := float32(g.kh * g.kw)
+	g.eachOutPixel(lo, hi, func(p, n, oh, ow int) {
+		y0, x0, kh0, kh1, kw0, kw1 := g.span(oh, ow)
+		yp := y[p*g.c : (p+1)*g.c]
+		clear(yp)
+		for kh := kh0; kh < kh1; kh++ {
+			for kw := kw0; kw < kw1; kw++ {
+				src := g.pixel(n, y0+kh, x0+kw)
+				addRun(yp, x[src:])
+			}
+		}
+		for c := range yp {
+			yp[c] /= area
+		}
+	})
+}
+
+// avgPoolGrad writes the input rows lo..hi of dx: each window adds
+// dy/(K·K) to every pixel of it inside the image.
+func avgPoolGrad(g *window, dy, dx []float32, lo, hi int) {
+	area := float32(g.kh * g.kw)
+	g.eachInputRows(lo, hi, func(n, h0, h1 int) {
+		clear(dx[g.pixel(n, h0, 0):g.pixel(n, h1, 0)])
+		oh0, oh1 := g.outRows(h0, h1)
+		for oh := oh0; oh < oh1; oh++ {
+			for ow := range g.ow {
+				y0, x0, kh0, kh1, kw0, kw1 := g.span(oh, ow)
+				p := (n*g.oh+oh)*g.ow + ow
+				dp := dy[p*g.c : (p+1)*g.c]
+				for kh := max(kh0, h0-y0); kh < min(kh1, h1-y0); kh++ {
+					for kw := kw0; kw < kw1; kw++ {
+						dst := dx[g.pixel(n, y0+kh, x0+kw):][:len(dp)]
+						for c, d := range dp {
+							dst[c] += d / area
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// overPixels makes a kernel split over the output pixels of g, each of
+// cost element operations.
+func overPixels(g *window, cost int, fn func(lo, hi int)) func(*team) {
+	r := &rangeTask{total: g.outPixels, align: 1, cost: cost, grain: elemGrain, fn: fn}
+	return r.run
+}
+
+// overInputRows makes a kernel split over the input rows (n, h) of g, each
+// of cost element operations.
+func overInputRows(g *window, cost int, fn func(lo, hi int)) func(*team) {
+	r := &rangeTask{total: g.inRows, align: 1, cost: cost, grain: elemGrain, fn: fn}
+	return r.run
+}
+
+func (s *stream) Im2Col(cs device.ConvShape, x, cols device.Buffer) error {
+	return s.launch("Im2Col", device.CheckIm2Col(cs, x, cols), func(v [][]float32) func(*team) {
+		g, x, cols := convWindow(cs), v[0], v[1]
+		return overPixels(&g, cs.Cols(), func(lo, hi int) { im2col(&g, x, cols, lo, hi) })
+	}, x, cols)
+}
+
+func (s *stream) Col2Im(cs device.ConvShape, dcols, dx device.Buffer) error {
+	return s.launch("Col2Im", device.CheckIm2Col(cs, dx, dcols), func(v [][]float32) func(*team) {
+		g, dcols, dx := convWindow(cs), v[0], v[1]
+		cost := g.imgRow * cs.KH * cs.KW / (cs.Stride * cs.Stride)
+		return overInputRows(&g, max(cost, g.imgRow), func(lo, hi int) { col2im(&g, dcols, dx, lo, hi) })
+	}, dcols, dx)
+}
+
+func (s *stream) MaxPool(ps device.PoolShape, x, y, arg device.Buffer) error {
+	check := device.CheckPool(ps, x, y, arg)
+	if check == nil && arg.IsZero() {
+		check = errorf("arg is the zero Buffer")
+	}
+	return s.launch("MaxPool", check, func(v [][]float32) func(*team) {
+		g, x, y, arg := poolWindow(ps), v[0], v[1], v[2]
+		return overPixels(&g, ps.K*ps.K*ps.C, func(lo, hi int) { maxPool(&g, x, y, arg, lo, hi) })
+	}, x, y, arg)
+}
+
+func (s *stream) MaxPoolGrad(ps device.PoolShape, dy, arg, dx device.Buffer) error {
+	check := device.CheckPool(ps, dx, dy, arg)
+	if check == nil && arg.IsZero() {
+		check = errorf("arg is the zero Buffer")
+	}
+	return s.launch("MaxPoolGrad", check, func(v [][]float32) func(*team) {
+		g, dy, arg, dx := poolWindow(ps), v[0], v[1], v[2]
+		cost := g.imgRow + g.ow*g.c*ceilDiv(ps.K, ps.Stride)
+		return overInputRows(&g, cost, func(lo, hi int) { maxPoolGrad(&g, dy, arg, dx, lo, hi) })
+	}, dy, arg, dx)
+}
+
+func (s *stream) AvgPool(ps device.PoolShape, x, y device.Buffer) error {
+	return s.launch("AvgPool", device.CheckPool(ps, x, y, device.Buffer{}), func(v [][]float32) func(*team) {
+		g, x, y := poolWindow(ps), v[0], v[1]
+		return overPixels(&g, ps.K*ps.K*ps.C, func(lo, hi int) { avgPool(&g, x, y, lo, hi) })
+	}, x, y)
+}
+
+func (s *stream) AvgPoolGrad(ps device.PoolShape, dy, dx device.Buffer) error {
+	return s.launch("AvgPoolGrad", device.CheckPool(ps, dx, dy, device.Buffer{}), func(v [][]float32) func(*team) {
+		g, dy, dx := poolWindow(ps), v[0], v[1]
+		cost := g.imgRow * ceilDiv(ps.K, ps.Stride) * ps.K
+		return overInputRows(&g, cost, func(lo, hi int) { avgPoolGrad(&g, dy, dx, lo, hi) })
+	}, dy, dx)
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

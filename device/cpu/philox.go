@@ -1,0 +1,113 @@
+package cpu
+
+import (
+	"math"
+	"math/bits"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
+
+// Dropout's random numbers: Philox 4x32-10 (Salmon et al., "Parallel
+// random numbers: as easy as 1, 2, 3", SC 2011; the generator of cuRAND
+// and PyTorch's CUDA dropout), a counter-based generator: the numbers for
+// element i are a function of the key and the counter offset + i/4 alone,
+// so any split of the elements draws the same numbers, and a captured
+// dropout draws from the offset that the generator's buffer holds when it
+// runs.
+
+// The Philox 4x32 multipliers and Weyl key increments (Random123).
+const (
+	philoxM0 = 0xD2511F53
+	philoxM1 = 0xCD9E8D57
+	philoxW0 = 0x9E3779B9
+	philoxW1 = 0xBB67AE85
+)
+
+// philox4x32 is Philox 4x32 with 10 rounds: the counter (c0, c1, c2, c3)
+// encrypted under the key (k0, k1).
+func philox4x32(c0, c1, c2, c3, k0, k1 uint32) (uint32, uint32, uint32, uint32) {
+	for round := range 10 {
+		if round > 0 {
+			k0 += philoxW0
+			k1 += philoxW1
+		}
+		hi0, lo0 := bits.Mul32(philoxM0, c0)
+		hi1, lo1 := bits.Mul32(philoxM1, c2)
+		c0, c1, c2, c3 = hi1^c1^k0, lo1, hi0^c3^k1, lo0
+	}
+	return c0, c1, c2, c3
+}
+
+// uniform24 is a generator word as a uniform number in [0, 1): its top 24
+// bits times 2^-24, exact in float32.
+func uniform24(w uint32) float32 { return float32(w>>8) * 0x1p-24 }
+
+// rngState reads a generator buffer: the key (seed) and the counter base
+// (offset), stored as the bits of float32 elements.
+func rngState(rng []float32) (k0, k1 uint32, offset uint64) {
+	k0, k1 = math.Float32bits(rng[device.RNGSeedLo]), math.Float32bits(rng[device.RNGSeedHi])
+	offset = uint64(math.Float32bits(rng[device.RNGOffsetLo])) | uint64(math.Float32bits(rng[device.RNGOffsetHi]))<<32
+	return k0, k1, offset
+}
+
+// dropout writes mask and y = x·mask for the elements lo..hi. Element i
+// takes word i%4 of the block at counter offset + i/4; a part that starts
+// or ends inside a block computes that block for its own elements only.
+// The keep scale 1/(1-p) is one float32 division.
+func dropout(p float32, rng, x, y, mask []float32, lo, hi int) {
+	k0, k1, offset := rngState(rng)
+	keep := 1 / (1 - p)
+	var words [4]uint32
+	for b := lo / 4; b*4 < hi; b++ {
+		c := offset + uint64(b)
+		words[0], words[1], words[2], words[3] = philox4x32(uint32(c), uint32(c>>32), 0, 0, k0, k1)
+		for i := max(lo, b*4); i < min(hi, b*4+4); i++ {
+			m := float32(0)
+			if uniform24(words[i%4]) >= p {
+				m = keep
+			}
+			mask[i] = m
+			y[i] = x[i] * m
+		}
+	}
+}
+
+// advanceRNG adds counters to the generator's 64-bit offset, carrying from
+// the low word into the high one.
+func advanceRNG(rng []float32, counters int) {
+	_, _, offset := rngState(rng)
+	offset += uint64(counters)
+	rng[device.RNGOffsetLo] = math.Float32frombits(uint32(offset))
+	rng[device.RNGOffsetHi] = math.Float32frombits(uint32(offset >> 32))
+}
+
+func mul(x, y, z []float32) {
+	x, y = x[:len(z)], y[:len(z)]
+	for i := range z {
+		z[i] = x[i] * y[i]
+	}
+}
+
+// philoxCost is a dropout element's work in element operations: a quarter
+// of a Philox block's ten rounds.
+const philoxCost = 8
+
+func (s *stream) Dropout(p float32, rng, x, y, mask device.Buffer) error {
+	return s.launch("Dropout", device.CheckDropout(p, rng, x, y, mask), func(v [][]float32) func(*team) {
+		rng, x, y, mask := v[0], v[1], v[2], v[3]
+		return elementwise(len(x), philoxCost, func(lo, hi int) { dropout(p, rng, x, y, mask, lo, hi) })
+	}, rng, x, y, mask)
+}
+
+func (s *stream) AdvanceRNG(rng device.Buffer, counters int) error {
+	return s.launch("AdvanceRNG", device.CheckAdvanceRNG(rng, counters), serial(func(v [][]float32) {
+		advanceRNG(v[0], counters)
+	}), rng)
+}
+
+func (s *stream) Mul(x, y, z device.Buffer) error {
+	return s.launch("Mul", device.CheckMul(x, y, z), func(v [][]float32) func(*team) {
+		x, y, z := v[0], v[1], v[2]
+		return elementwise(len(x), 1, func(lo, hi int) { mul(x[lo:hi], y[lo:hi], z[lo:hi]) })
+	}, x, y, z)
+}
