@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -68,7 +69,7 @@ func (n Net) MLP() (Spec, error) {
 }
 
 // ErrNotMLP marks a net that the MLP step cannot run.
-var ErrNotMLP = fmt.Errorf("not an MLP")
+var ErrNotMLP = errors.New("not an MLP")
 
 // InitParams returns the net's initial parameters for seed, drawn with
 // the generator and in the order of the MLP's InitParams, so an MLP
