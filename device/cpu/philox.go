@@ -26,14 +26,12 @@ const (
 // philox4x32 is Philox 4x32 with 10 rounds: the counter (c0, c1, c2, c3)
 // encrypted under the key (k0, k1).
 func philox4x32(c0, c1, c2, c3, k0, k1 uint32) (uint32, uint32, uint32, uint32) {
-	for round := range 10 {
-		if round > 0 {
-			k0 += philoxW0
-			k1 += philoxW1
-		}
+	for range 10 {
 		hi0, lo0 := bits.Mul32(philoxM0, c0)
 		hi1, lo1 := bits.Mul32(philoxM1, c2)
 		c0, c1, c2, c3 = hi1^c1^k0, lo1, hi0^c3^k1, lo0
+		k0 += philoxW0 // the bump after the last round is unused, and cheaper than a branch
+		k1 += philoxW1
 	}
 	return c0, c1, c2, c3
 }
@@ -54,20 +52,33 @@ func rngState(rng []float32) (k0, k1 uint32, offset uint64) {
 // takes word i%4 of the block at counter offset + i/4; a part that starts
 // or ends inside a block computes that block for its own elements only.
 // The keep scale 1/(1-p) is one float32 division.
+//
+// The draw u = (w>>8)·2^-24 is at least p exactly when w>>8 is at least
+// ceil(p·2^24) (p·2^24 is exact in float64), so the decision is an integer
+// comparison, made into a mask of bits without a branch: at p = 0.5 a
+// branch would be mispredicted on every other element.
 func dropout(p float32, rng, x, y, mask []float32, lo, hi int) {
 	k0, k1, offset := rngState(rng)
-	keep := 1 / (1 - p)
-	var words [4]uint32
+	keep := math.Float32bits(1 / (1 - p))
+	threshold := uint64(math.Ceil(float64(p) * (1 << 24)))
+	pick := func(w uint32) float32 {
+		// 1 when w>>8 >= threshold: the difference does not wrap.
+		kept := uint32((uint64(w>>8)-threshold)>>63) ^ 1
+		return math.Float32frombits(keep & -kept)
+	}
 	for b := lo / 4; b*4 < hi; b++ {
 		c := offset + uint64(b)
-		words[0], words[1], words[2], words[3] = philox4x32(uint32(c), uint32(c>>32), 0, 0, k0, k1)
+		w0, w1, w2, w3 := philox4x32(uint32(c), uint32(c>>32), 0, 0, k0, k1)
+		if i := b * 4; i >= lo && i+4 <= hi {
+			m, xs, ys := mask[i:i+4:i+4], x[i:i+4:i+4], y[i:i+4:i+4]
+			m[0], m[1], m[2], m[3] = pick(w0), pick(w1), pick(w2), pick(w3)
+			ys[0], ys[1], ys[2], ys[3] = xs[0]*m[0], xs[1]*m[1], xs[2]*m[2], xs[3]*m[3]
+			continue
+		}
+		words := [4]uint32{w0, w1, w2, w3}
 		for i := max(lo, b*4); i < min(hi, b*4+4); i++ {
-			m := float32(0)
-			if uniform24(words[i%4]) >= p {
-				m = keep
-			}
-			mask[i] = m
-			y[i] = x[i] * m
+			mask[i] = pick(words[i%4])
+			y[i] = x[i] * mask[i]
 		}
 	}
 }
