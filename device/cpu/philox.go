@@ -36,10 +36,6 @@ func philox4x32(c0, c1, c2, c3, k0, k1 uint32) (uint32, uint32, uint32, uint32) 
 	return c0, c1, c2, c3
 }
 
-// uniform24 is a generator word as a uniform number in [0, 1): its top 24
-// bits times 2^-24, exact in float32.
-func uniform24(w uint32) float32 { return float32(w>>8) * 0x1p-24 }
-
 // rngState reads a generator buffer: the key (seed) and the counter base
 // (offset), stored as the bits of float32 elements.
 func rngState(rng []float32) (k0, k1 uint32, offset uint64) {
