@@ -17,3 +17,9 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+// TestImageConformance runs the image kernels' suite (device.ImageKernels)
+// against the GPU.
+func TestImageConformance(t *testing.T) {
+	devicetest.RunImage(t, func(t *testing.T) device.Device { return openTest(t) })
+}

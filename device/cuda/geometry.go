@@ -14,6 +14,7 @@ const (
 	clipThreads    = 1024 // TL_CLIP_BLOCK
 	tileEdge       = 32   // TL_TILE
 	tileRows       = 8    // TL_TILE_ROWS
+	bnRows         = 32   // TL_BN_ROWS
 	maxStrideGrid  = 2048 // blocks of a grid-stride launch; more buys nothing on an H100
 	maxGridY       = 65535
 	maxKernelParam = 12 // the most parameters any kernel takes
@@ -52,6 +53,12 @@ func colSumDims(cols int) dims {
 	return dims{gridX: ceilDiv(cols, tileEdge), gridY: 1, blockX: tileEdge, blockY: tileRows}
 }
 
+// batchNormDims gives each block 32 whole columns and bnRows row lanes, so
+// that a block computes its columns' statistics and then uses them.
+func batchNormDims(cols int) dims {
+	return dims{gridX: ceilDiv(cols, tileEdge), gridY: 1, blockX: tileEdge, blockY: bnRows}
+}
+
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // kernelThreads is the block size each kernel is launched with.
@@ -70,6 +77,18 @@ var kernelThreads = [numKernels]int{
 	kClipGlobalNorm:  clipThreads,
 	kSGDMomentum:     blockThreads,
 	kAdamW:           blockThreads,
+	kIm2Col:          blockThreads,
+	kCol2Im:          blockThreads,
+	kMaxPool:         blockThreads,
+	kMaxPoolGrad:     blockThreads,
+	kAvgPool:         blockThreads,
+	kAvgPoolGrad:     blockThreads,
+	kBatchNormTrain:  tileEdge * bnRows,
+	kBatchNormEval:   blockThreads,
+	kBatchNormGrad:   tileEdge * bnRows,
+	kDropout:         blockThreads,
+	kAdvanceRNG:      1,
+	kMul:             blockThreads,
 }
 
 // fitInt32 checks that matrix dimensions fit the kernels' int parameters.

@@ -42,6 +42,14 @@ func TestColSumDims(t *testing.T) {
 	}
 }
 
+func TestBatchNormDims(t *testing.T) {
+	for _, k := range []kernel{kBatchNormTrain, kBatchNormGrad} {
+		if d := batchNormDims(33); d.gridX != 2 || d.gridY != 1 || d.blockX != tileEdge || d.threads() != kernelThreads[k] {
+			t.Errorf("%s: batchNormDims(33) = %+v, want 2 blocks of %d threads", k, d, kernelThreads[k])
+		}
+	}
+}
+
 func TestFitInt32(t *testing.T) {
 	if err := fitInt32(1, math.MaxInt32); err != nil {
 		t.Errorf("fitInt32(MaxInt32) = %v", err)
@@ -52,7 +60,7 @@ func TestFitInt32(t *testing.T) {
 }
 
 func TestOneBlockMatchesReductionKernels(t *testing.T) {
-	for _, k := range []kernel{kSoftmaxXent, kMSE, kClipGlobalNorm} {
+	for _, k := range []kernel{kSoftmaxXent, kMSE, kClipGlobalNorm, kAdvanceRNG} {
 		d := oneBlock(kernelThreads[k])
 		if d.gridX != 1 || d.gridY != 1 || d.threads() != kernelThreads[k] {
 			t.Errorf("%s: oneBlock = %+v", k, d)

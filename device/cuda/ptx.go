@@ -31,6 +31,18 @@ const (
 	kClipGlobalNorm
 	kSGDMomentum
 	kAdamW
+	kIm2Col
+	kCol2Im
+	kMaxPool
+	kMaxPoolGrad
+	kAvgPool
+	kAvgPoolGrad
+	kBatchNormTrain
+	kBatchNormEval
+	kBatchNormGrad
+	kDropout
+	kAdvanceRNG
+	kMul
 	numKernels
 )
 
@@ -50,6 +62,18 @@ var kernelNames = [numKernels]string{
 	kClipGlobalNorm:  "tl_clip_global_norm",
 	kSGDMomentum:     "tl_sgd_momentum",
 	kAdamW:           "tl_adamw",
+	kIm2Col:          "tl_im2col",
+	kCol2Im:          "tl_col2im",
+	kMaxPool:         "tl_max_pool",
+	kMaxPoolGrad:     "tl_max_pool_grad",
+	kAvgPool:         "tl_avg_pool",
+	kAvgPoolGrad:     "tl_avg_pool_grad",
+	kBatchNormTrain:  "tl_batchnorm_train",
+	kBatchNormEval:   "tl_batchnorm_eval",
+	kBatchNormGrad:   "tl_batchnorm_grad",
+	kDropout:         "tl_dropout",
+	kAdvanceRNG:      "tl_advance_rng",
+	kMul:             "tl_mul",
 }
 
 func (k kernel) String() string {

@@ -199,6 +199,10 @@ const std::vector<KernelBuild> &kernelBuilds() {
         TL_KERNEL(tl_mse),          TL_KERNEL(tl_mse_grad),   TL_KERNEL(tl_col_sum),
         TL_KERNEL(tl_fill),         TL_KERNEL(tl_scale),      TL_KERNEL(tl_axpy),
         TL_KERNEL(tl_clip_global_norm), TL_KERNEL(tl_sgd_momentum), TL_KERNEL(tl_adamw),
+        TL_KERNEL(tl_im2col),       TL_KERNEL(tl_col2im),     TL_KERNEL(tl_max_pool),
+        TL_KERNEL(tl_max_pool_grad), TL_KERNEL(tl_avg_pool),  TL_KERNEL(tl_avg_pool_grad),
+        TL_KERNEL(tl_batchnorm_train), TL_KERNEL(tl_batchnorm_eval), TL_KERNEL(tl_batchnorm_grad),
+        TL_KERNEL(tl_dropout),      TL_KERNEL(tl_advance_rng), TL_KERNEL(tl_mul),
     };
     return builds;
 }

@@ -12,6 +12,7 @@
 #define TL_CLIP_BLOCK 1024  // the single block of tl_clip_global_norm
 #define TL_TILE 32          // GEMM tile edge and column-sum block width
 #define TL_TILE_ROWS 8      // GEMM and column-sum block height
+#define TL_BN_ROWS 32       // batch-normalisation block height (TL_TILE columns wide)
 
 // Grid-stride loop over n elements.
 #define TL_FOR_EACH(i, n)                                                    \

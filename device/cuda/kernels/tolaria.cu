@@ -1,8 +1,10 @@
 // The one translation unit compiled to tolaria.ptx by scripts/build-ptx.sh.
-// Every kernel of device.Kernels lives in the headers included here.
+// Every kernel of device.Kernels and device.ImageKernels lives in the
+// headers included here.
 #include "common.cuh"
 #include "elementwise.cuh"
 #include "gemm.cuh"
+#include "image.cuh"
 #include "loss.cuh"
 #include "optim.cuh"
 #include "reduce.cuh"

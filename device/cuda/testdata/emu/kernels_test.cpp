@@ -3,10 +3,12 @@
 // Prints one line per failure and exits non-zero when any check fails.
 #include "emu.h"
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "tolaria.cu"
 
@@ -243,6 +245,203 @@ void testOptimizers() {
     }
 }
 
+
+// Image kernels (image.cuh), NHWC. The references loop over the whole
+// output grid for each input element, the definitions in device/image.go.
+struct Img {
+    int N, H, W, C;
+    int at(int n, int y, int x, int c) const { return ((n * H + y) * W + x) * C + c; }
+    bool inside(int y, int x) const { return y >= 0 && y < H && x >= 0 && x < W; }
+};
+
+void testIm2ColCol2Im() {
+    // N, H, W, C, KH, KW, stride, pad
+    const int shapes[][8] = {{2, 5, 4, 3, 3, 3, 1, 1}, {1, 7, 6, 2, 3, 2, 2, 1}, {3, 4, 4, 1, 1, 1, 1, 0}, {1, 6, 5, 4, 4, 4, 3, 2}};
+    for (auto &s : shapes) {
+        const Img im{s[0], s[1], s[2], s[3]};
+        const int KH = s[4], KW = s[5], st = s[6], pad = s[7];
+        const int OH = (im.H + 2 * pad - KH) / st + 1, OW = (im.W + 2 * pad - KW) / st + 1;
+        const int ncols = KH * KW * im.C, rows = im.N * OH * OW, inLen = im.N * im.H * im.W * im.C;
+        auto x = uniform(inLen), dcols = uniform(rows * ncols);
+        std::vector<float> cols(rows * ncols, NAN), dx(inLen, NAN);
+        launch(stride((long long)rows * ncols), lineBlock, [&] { tl_im2col(im.N, im.H, im.W, im.C, KH, KW, st, pad, x.data(), cols.data()); });
+        auto run = [&] {
+            auto d = dx;
+            launch(stride(inLen), lineBlock, [&] { tl_col2im(im.N, im.H, im.W, im.C, KH, KW, st, pad, dcols.data(), d.data()); });
+            return d;
+        };
+        dx = run();
+        sameBits("col2im", dx, run());
+        std::vector<double> want(inLen, 0.0);
+        for (int n = 0; n < im.N; ++n)
+            for (int oh = 0; oh < OH; ++oh)
+                for (int ow = 0; ow < OW; ++ow)
+                    for (int kh = 0; kh < KH; ++kh)
+                        for (int kw = 0; kw < KW; ++kw)
+                            for (int c = 0; c < im.C; ++c) {
+                                const int row = (n * OH + oh) * OW + ow, col = (kh * KW + kw) * im.C + c;
+                                const int y = oh * st - pad + kh, xx = ow * st - pad + kw;
+                                const bool in = im.inside(y, xx);
+                                check("im2col", row * ncols + col, cols[row * ncols + col], in ? x[im.at(n, y, xx, c)] : 0.0, 0);
+                                if (in) want[im.at(n, y, xx, c)] += dcols[row * ncols + col];
+                            }
+        for (int i = 0; i < inLen; ++i) check("col2im", i, dx[i], want[i], 1e-6);
+    }
+}
+
+void testPooling() {
+    // N, H, W, C, K, stride, pad
+    const int shapes[][7] = {{2, 5, 5, 3, 2, 2, 0}, {1, 7, 6, 2, 3, 2, 1}, {2, 4, 4, 5, 4, 1, 0}, {1, 6, 5, 3, 3, 1, 1}, {1, 1, 1, 2, 1, 1, 0}};
+    for (auto &s : shapes) {
+        const Img im{s[0], s[1], s[2], s[3]};
+        const int K = s[4], st = s[5], pad = s[6];
+        const int OH = (im.H + 2 * pad - K) / st + 1, OW = (im.W + 2 * pad - K) / st + 1;
+        const int inLen = im.N * im.H * im.W * im.C, outLen = im.N * OH * OW * im.C;
+        auto x = uniform(inLen), dy = uniform(outLen);
+        if (im.W > 1) x[im.at(0, 0, 1, 0)] = x[im.at(0, 0, 0, 0)];  // a tie: the first position wins
+        std::vector<float> y(outLen, NAN), arg(outLen, NAN), avg(outLen, NAN), dxMax(inLen, NAN), dxAvg(inLen, NAN);
+        launch(stride(outLen), lineBlock, [&] { tl_max_pool(im.N, im.H, im.W, im.C, K, st, pad, x.data(), y.data(), arg.data()); });
+        launch(stride(outLen), lineBlock, [&] { tl_avg_pool(im.N, im.H, im.W, im.C, K, st, pad, x.data(), avg.data()); });
+        auto grads = [&] {
+            auto a = dxMax, b = dxAvg;
+            launch(stride(inLen), lineBlock, [&] { tl_max_pool_grad(im.N, im.H, im.W, im.C, K, st, pad, dy.data(), arg.data(), a.data()); });
+            launch(stride(inLen), lineBlock, [&] { tl_avg_pool_grad(im.N, im.H, im.W, im.C, K, st, pad, dy.data(), b.data()); });
+            return std::make_pair(a, b);
+        };
+        auto [gm, ga] = grads();
+        auto [gm2, ga2] = grads();
+        sameBits("max_pool_grad", gm, gm2);
+        sameBits("avg_pool_grad", ga, ga2);
+        std::vector<double> wantMax(inLen, 0.0), wantAvg(inLen, 0.0);
+        for (int n = 0; n < im.N; ++n)
+            for (int oh = 0; oh < OH; ++oh)
+                for (int ow = 0; ow < OW; ++ow)
+                    for (int c = 0; c < im.C; ++c) {
+                        const int o = ((n * OH + oh) * OW + ow) * im.C + c;
+                        double best = -INFINITY, sum = 0;
+                        int pos = -1;
+                        for (int kh = 0; kh < K; ++kh)
+                            for (int kw = 0; kw < K; ++kw) {
+                                const int yy = oh * st - pad + kh, xx = ow * st - pad + kw;
+                                if (!im.inside(yy, xx)) continue;
+                                const double v = x[im.at(n, yy, xx, c)];
+                                sum += v;
+                                wantAvg[im.at(n, yy, xx, c)] += dy[o] / double(K * K);
+                                if (v > best) best = v, pos = kh * K + kw;
+                            }
+                        check("max_pool", o, y[o], best, 0);
+                        check("max_pool arg", o, arg[o], pos, 0);
+                        check("avg_pool", o, avg[o], sum / (K * K), 1e-6);
+                        wantMax[im.at(n, oh * st - pad + pos / K, ow * st - pad + pos % K, c)] += dy[o];
+                    }
+        for (int i = 0; i < inLen; ++i) {
+            check("max_pool_grad", i, gm[i], wantMax[i], 1e-6);
+            check("avg_pool_grad", i, ga[i], wantAvg[i], 1e-6);
+        }
+    }
+}
+
+void testBatchNorm() {
+    const dim3 bnBlock{TL_TILE, TL_BN_ROWS};
+    for (auto [rows, cols] : {std::pair{2, 1}, std::pair{37, 5}, std::pair{300, 40}}) {
+        const float eps = 1e-5f, momentum = 0.1f;
+        auto x = uniform(rows * cols, 2, 5), params = uniform(2 * cols, 0.5f, 1.5f), running = uniform(2 * cols, 0.5f, 1);
+        auto dy = uniform(rows * cols);
+        const auto running0 = running;
+        std::vector<float> stats(2 * cols, NAN), xhat(rows * cols, NAN), y(rows * cols, NAN), ye(rows * cols, NAN);
+        std::vector<float> dx(rows * cols, NAN), dparams(2 * cols, NAN);
+        const dim3 grid{(unsigned)((cols + TL_TILE - 1) / TL_TILE), 1};
+        launch(grid, bnBlock, [&] { tl_batchnorm_train(rows, cols, eps, momentum, x.data(), params.data(), stats.data(), xhat.data(), y.data(), running.data()); });
+        launch(stride((long long)rows * cols), lineBlock, [&] { tl_batchnorm_eval(rows, cols, eps, x.data(), params.data(), running.data(), ye.data()); });
+        auto grad = [&] {
+            auto d = dx, dp = dparams;
+            launch(grid, bnBlock, [&] { tl_batchnorm_grad(rows, cols, dy.data(), xhat.data(), params.data(), stats.data(), d.data(), dp.data()); });
+            return std::make_pair(d, dp);
+        };
+        auto [g1, dp1] = grad();
+        auto [g2, dp2] = grad();
+        sameBits("batchnorm_grad dx", g1, g2);
+        sameBits("batchnorm_grad dparams", dp1, dp2);
+        for (int c = 0; c < cols; ++c) {
+            double mean = 0, var = 0;
+            for (int r = 0; r < rows; ++r) mean += x[r * cols + c];
+            mean /= rows;
+            for (int r = 0; r < rows; ++r) var += (x[r * cols + c] - mean) * (x[r * cols + c] - mean);
+            var /= rows;
+            const double inv = 1 / std::sqrt(var + eps);
+            check("batchnorm mean", c, stats[c], mean, 1e-6);
+            check("batchnorm invstd", c, stats[cols + c], inv, 1e-6);
+            const double rm = (1 - momentum) * running0[c] + momentum * mean;
+            const double rv = (1 - momentum) * running0[cols + c] + momentum * var * rows / (rows - 1);
+            check("batchnorm running mean", c, running[c], rm, 1e-6);
+            check("batchnorm running var", c, running[cols + c], rv, 1e-6);
+            const double g = params[c], b = params[cols + c], rinv = 1 / std::sqrt((double)running[cols + c] + eps);
+            double dg = 0, db = 0;
+            for (int r = 0; r < rows; ++r) {
+                const int i = r * cols + c;
+                const double h = (x[i] - mean) * inv;
+                check("batchnorm xhat", i, xhat[i], h, 1e-5);
+                check("batchnorm y", i, y[i], g * h + b, 1e-5);
+                check("batchnorm eval", i, ye[i], g * (x[i] - running[c]) * rinv + b, 1e-5);
+                dg += (double)dy[i] * xhat[i];
+                db += dy[i];
+            }
+            check("batchnorm dgamma", c, dp1[c], dg, 1e-6);
+            check("batchnorm dbeta", c, dp1[cols + c], db, 1e-6);
+            for (int r = 0; r < rows; ++r) {
+                const int i = r * cols + c;
+                check("batchnorm dx", i, g1[i], g * stats[cols + c] * (dy[i] - db / rows - xhat[i] * dg / rows), 1e-5);
+            }
+        }
+    }
+}
+
+// philox is Random123's Philox 4x32-10, the reference for tl_philox.
+std::array<uint32_t, 4> philox(std::array<uint32_t, 4> c, uint32_t k0, uint32_t k1) {
+    for (int r = 0; r < 10; ++r, k0 += 0x9E3779B9u, k1 += 0xBB67AE85u) {
+        const uint64_t p0 = uint64_t(0xD2511F53u) * c[0], p1 = uint64_t(0xCD9E8D57u) * c[2];
+        c = {uint32_t(p1 >> 32) ^ c[1] ^ k0, uint32_t(p1), uint32_t(p0 >> 32) ^ c[3] ^ k1, uint32_t(p0)};
+    }
+    return c;
+}
+
+void testDropout() {
+    // Random123's known answers.
+    if (philox({0, 0, 0, 0}, 0, 0) != std::array<uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8} ||
+        philox({~0u, ~0u, ~0u, ~0u}, ~0u, ~0u) != std::array<uint32_t, 4>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}) {
+        failures++;
+        std::printf("FAIL philox reference: known answers differ\n");
+    }
+    unsigned kat[4] = {0, 0, 0, 0};
+    tl_philox(kat, 0, 0);
+    for (int j = 0; j < 4; ++j) check("tl_philox known answer", j, kat[j], philox({0, 0, 0, 0}, 0, 0)[j], 0);
+    for (auto [n, p, seed, offset] : {std::tuple{1LL, 0.5f, 1ULL, 0ULL}, std::tuple{1003LL, 0.3f, 0x0123456789abcdefULL, 12345ULL},
+                                      std::tuple{200LL, 0.5f, 7ULL, 0x1fffffff0ULL}, std::tuple{64LL, 0.5f, 7ULL, ~0ULL - 3}}) {
+        auto x = uniform(n);
+        std::vector<uint32_t> rng = {uint32_t(seed), uint32_t(seed >> 32), uint32_t(offset), uint32_t(offset >> 32)};
+        std::vector<float> y(n, NAN), mask(n, NAN);
+        launch(stride((n + 3) / 4), lineBlock, [&] { tl_dropout(n, p, rng.data(), x.data(), y.data(), mask.data()); });
+        const float keep = 1.0f / (1.0f - p);
+        for (long long i = 0; i < n; ++i) {
+            const uint64_t c = offset + uint64_t(i / 4);
+            const uint32_t w = philox({uint32_t(c), uint32_t(c >> 32), 0, 0}, uint32_t(seed), uint32_t(seed >> 32))[i % 4];
+            const double m = double(w >> 8) / 16777216.0 >= p ? keep : 0;
+            check("dropout mask", (int)i, mask[i], m, 0);
+            check("dropout y", (int)i, y[i], x[i] * m, 1e-6);
+        }
+        launch(one, one, [&] { tl_advance_rng(rng.data(), 5); });
+        const uint64_t next = offset + 5;
+        check("advance_rng seed lo", 0, rng[0], uint32_t(seed), 0);
+        check("advance_rng seed hi", 1, rng[1], uint32_t(seed >> 32), 0);
+        check("advance_rng offset lo", 2, rng[2], uint32_t(next), 0);
+        check("advance_rng offset hi", 3, rng[3], uint32_t(next >> 32), 0);
+    }
+    const int n = 1001;
+    auto a = uniform(n), b = uniform(n), z = a;
+    launch(stride(n), lineBlock, [&] { tl_mul(n, a.data(), b.data(), z.data()); });
+    for (int i = 0; i < n; ++i) check("mul", i, z[i], (double)(a[i] * b[i]), 0);
+}
+
 }  // namespace
 
 int main() {
@@ -254,6 +453,10 @@ int main() {
     testVectors();
     testClip();
     testOptimizers();
+    testIm2ColCol2Im();
+    testPooling();
+    testBatchNorm();
+    testDropout();
     if (failures) {
         std::printf("%d check(s) failed\n", failures);
         return 1;
