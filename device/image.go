@@ -98,8 +98,9 @@ type ImageKernels interface {
 
 	// BatchNormTrain normalises x (rows×cols, a column per channel) with
 	// its batch statistics: per column the mean and the biased variance,
-	// summed in double in row order; stats (2·cols) receives the means and
-	// then invstd = 1/sqrt(var+eps); xhat = (x-mean)·invstd; y =
+	// summed in double in a fixed order (row order on the CPU device, a
+	// fixed split over row lanes and a fixed tree on CUDA); stats (2·cols)
+	// receives the means and then invstd = 1/sqrt(var+eps); xhat = (x-mean)·invstd; y =
 	// gamma·xhat + beta, with params (2·cols) holding gamma then beta. It
 	// also updates running (2·cols: running means, then running
 	// variances): r = (1-momentum)·r + momentum·batch, the variance taken
@@ -111,7 +112,8 @@ type ImageKernels interface {
 	BatchNormEval(rows, cols int, eps float32, x, params, running, y Buffer) error
 	// BatchNormGrad writes dx and dparams (2·cols: dgamma, then dbeta,
 	// overwritten) from dy, the forward pass's xhat and stats and params:
-	// dbeta = Σ dy, dgamma = Σ dy·xhat (column sums in double, row order),
+	// dbeta = Σ dy, dgamma = Σ dy·xhat (column sums in double, in a fixed
+	// order as BatchNormTrain's),
 	// dx = gamma·invstd·(dy - dbeta/rows - xhat·dgamma/rows).
 	BatchNormGrad(rows, cols int, dy, xhat, params, stats, dx, dparams Buffer) error
 
