@@ -100,12 +100,12 @@ type ImageKernels interface {
 	// its batch statistics: per column the mean and the biased variance,
 	// summed in double in a fixed order (row order on the CPU device, a
 	// fixed split over row lanes and a fixed tree on CUDA); stats (2·cols)
-	// receives the means and then invstd = 1/sqrt(var+eps); xhat = (x-mean)·invstd; y =
-	// gamma·xhat + beta, with params (2·cols) holding gamma then beta. It
-	// also updates running (2·cols: running means, then running
-	// variances): r = (1-momentum)·r + momentum·batch, the variance taken
-	// unbiased (times rows/(rows-1); rows must be at least 2), as PyTorch's
-	// BatchNorm does.
+	// receives the means and then invstd = 1/sqrt(var+eps); xhat =
+	// (x-mean)·invstd; y = gamma·xhat + beta, with params (2·cols) holding
+	// gamma then beta. It also updates running (2·cols: running means,
+	// then running variances): r = (1-momentum)·r + momentum·batch, the
+	// variance taken unbiased (times rows/(rows-1); rows must be at least
+	// 2), as PyTorch's BatchNorm does.
 	BatchNormTrain(rows, cols int, eps, momentum float32, x, params, stats, xhat, y, running Buffer) error
 	// BatchNormEval writes y = gamma·(x-rmean)/sqrt(rvar+eps) + beta with
 	// the running statistics (running as BatchNormTrain's).
