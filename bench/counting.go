@@ -11,7 +11,7 @@ import "github.com/tolaria-ml/tolaria/device"
 // type-assert its own streams.
 type CountingStream struct {
 	device.Stream
-	// Kernels counts device.Kernels calls, Copies the three copy methods,
+	// Kernels counts device.Kernels and device.ImageKernels calls, Copies the three copy methods,
 	// Launches graph launches, Syncs the events recorded and waited on.
 	Kernels, Copies, Launches, Syncs int
 }
@@ -80,6 +80,52 @@ func (c *CountingStream) SGDMomentum(p, g, vel, hyper device.Buffer, momentum, w
 func (c *CountingStream) AdamW(p, g, m, v, hyper device.Buffer, beta1, beta2, eps, weightDecay float32) error {
 	return c.kernel(c.Stream.AdamW(p, g, m, v, hyper, beta1, beta2, eps, weightDecay))
 }
+
+func (c *CountingStream) Im2Col(s device.ConvShape, x, cols device.Buffer) error {
+	return c.kernel(c.Stream.Im2Col(s, x, cols))
+}
+
+func (c *CountingStream) Col2Im(s device.ConvShape, dcols, dx device.Buffer) error {
+	return c.kernel(c.Stream.Col2Im(s, dcols, dx))
+}
+
+func (c *CountingStream) MaxPool(s device.PoolShape, x, y, arg device.Buffer) error {
+	return c.kernel(c.Stream.MaxPool(s, x, y, arg))
+}
+
+func (c *CountingStream) MaxPoolGrad(s device.PoolShape, dy, arg, dx device.Buffer) error {
+	return c.kernel(c.Stream.MaxPoolGrad(s, dy, arg, dx))
+}
+
+func (c *CountingStream) AvgPool(s device.PoolShape, x, y device.Buffer) error {
+	return c.kernel(c.Stream.AvgPool(s, x, y))
+}
+
+func (c *CountingStream) AvgPoolGrad(s device.PoolShape, dy, dx device.Buffer) error {
+	return c.kernel(c.Stream.AvgPoolGrad(s, dy, dx))
+}
+
+func (c *CountingStream) BatchNormTrain(rows, cols int, eps, momentum float32, x, params, stats, xhat, y, running device.Buffer) error {
+	return c.kernel(c.Stream.BatchNormTrain(rows, cols, eps, momentum, x, params, stats, xhat, y, running))
+}
+
+func (c *CountingStream) BatchNormEval(rows, cols int, eps float32, x, params, running, y device.Buffer) error {
+	return c.kernel(c.Stream.BatchNormEval(rows, cols, eps, x, params, running, y))
+}
+
+func (c *CountingStream) BatchNormGrad(rows, cols int, dy, xhat, params, stats, dx, dparams device.Buffer) error {
+	return c.kernel(c.Stream.BatchNormGrad(rows, cols, dy, xhat, params, stats, dx, dparams))
+}
+
+func (c *CountingStream) Dropout(p float32, rng, x, y, mask device.Buffer) error {
+	return c.kernel(c.Stream.Dropout(p, rng, x, y, mask))
+}
+
+func (c *CountingStream) AdvanceRNG(rng device.Buffer, counters int) error {
+	return c.kernel(c.Stream.AdvanceRNG(rng, counters))
+}
+
+func (c *CountingStream) Mul(x, y, z device.Buffer) error { return c.kernel(c.Stream.Mul(x, y, z)) }
 
 func (c *CountingStream) CopyHtoD(dst device.Buffer, src device.HostBuffer) error {
 	c.Copies++

@@ -102,6 +102,7 @@ type Device interface {
 // goroutines, but work is ordered by the order of the calls.
 type Stream interface {
 	Kernels
+	ImageKernels
 
 	// CopyHtoD copies pinned host memory to the device. len(src) must equal
 	// dst.Len().
