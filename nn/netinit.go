@@ -127,3 +127,42 @@ func (a Arch) InitState() []float32 {
 	})
 	return s
 }
+
+// Outline is the Spec that lays out a batch for the net: its inputs per
+// example, its classes and its loss (no hidden layers: it names no MLP).
+func (a Arch) Outline() Spec {
+	return Spec{Inputs: a.Net.Input.Size(), Outputs: a.Out.Size(), Act: device.ActNone, Loss: a.Net.Loss}
+}
+
+// HasDropout reports whether the net has a dropout layer.
+func (a Arch) HasDropout() bool {
+	found := false
+	a.Walk(func(nd Node) { found = found || nd.Layer.Kind == KindDropout })
+	return found
+}
+
+// RunningLen is the length of the net's running state: the batchnorm
+// statistics (State values), then device.RNGLen words of the dropout
+// generator when the net has dropout.
+func (a Arch) RunningLen() int {
+	if a.HasDropout() {
+		return a.State + device.RNGLen
+	}
+	return a.State
+}
+
+// InitRunning returns the initial running state: InitState, then, with
+// dropout, the generator keyed by a function of seed at offset 0. The
+// generator's words are uint32 bit patterns (device.RNGSeedLo ...), not
+// numbers.
+func (a Arch) InitRunning(seed uint64) []float32 {
+	v := a.InitState()
+	if !a.HasDropout() {
+		return v
+	}
+	key := seed ^ 0x64726f706f7574 // "dropout": not the initialisation's stream
+	rng := make([]float32, device.RNGLen)
+	rng[device.RNGSeedLo] = math.Float32frombits(uint32(key))
+	rng[device.RNGSeedHi] = math.Float32frombits(uint32(key >> 32))
+	return append(v, rng...)
+}

@@ -1,9 +1,10 @@
 // Package nn describes models and their training step against the device
-// contract: an MLP's layers, its seeded initialisation, the loss, the
-// optimizers and the learning-rate schedule. A Step enqueues the whole
-// iteration (zero gradients, forward, loss, backward, clipping, update,
-// metric accumulation) with no allocation and no host synchronisation, so
-// it can be captured into a graph.
+// contract: a net's layers (or the MLP shorthand), its seeded
+// initialisation, the loss, the optimizers and the learning-rate schedule.
+// A Step (an MLP's) or a NetStep (any net's) enqueues the whole iteration
+// (forward, loss, backward, clipping, update, metric accumulation, a net's
+// running statistics and dropout generator) with no allocation and no host
+// synchronisation, so it can be captured into one graph.
 package nn
 
 import (

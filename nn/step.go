@@ -176,18 +176,24 @@ func (st *Step) backward(s device.Stream, x device.Buffer) error {
 }
 
 func (st *Step) update(s device.Stream, hyper device.Buffer) error {
-	o := st.M.Opt
+	return update(s, st.M, st.W.Grads, st.W.Norm, hyper)
+}
+
+// update enqueues the global-norm clipping of g into norm, when m's
+// optimizer clips, and its update of m's parameters.
+func update(s device.Stream, m *Model, g, norm, hyper device.Buffer) error {
+	o := m.Opt
 	if o.ClipNorm > 0 {
-		if err := s.ClipGlobalNorm(st.W.Grads, float32(o.ClipNorm), st.W.Norm); err != nil {
+		if err := s.ClipGlobalNorm(g, float32(o.ClipNorm), norm); err != nil {
 			return err
 		}
 	}
-	p, g := st.M.Params, st.W.Grads
+	p := m.Params
 	if o.Kind == AdamW {
-		return s.AdamW(p, g, st.M.State[0], st.M.State[1], hyper,
+		return s.AdamW(p, g, m.State[0], m.State[1], hyper,
 			float32(o.Beta1), float32(o.Beta2), float32(o.Eps), float32(o.WeightDecay))
 	}
-	return s.SGDMomentum(p, g, st.M.State[0], hyper, float32(o.Momentum), float32(o.WeightDecay), o.Nesterov)
+	return s.SGDMomentum(p, g, m.State[0], hyper, float32(o.Momentum), float32(o.WeightDecay), o.Nesterov)
 }
 
 // Train enqueues one full training iteration reading the staged batch:
