@@ -74,7 +74,6 @@ type netPlan struct {
 	sizes   []int // every workspace buffer, netWorkspaceHead first
 	zeroLen int   // the zero bias of activation layers: the widest cols
 	acts    bool  // some op is an activation layer (reads the zero bias)
-	images  bool  // some op needs device.ImageKernels
 }
 
 // The head of a net's workspace: the gradients, the gradient norm, the
@@ -134,7 +133,7 @@ func (p *netPlan) layers(nodes []Node, in int) int {
 		case KindLinear, KindConv:
 			o := op{kind: opLinear, nd: nd, in: in, act: device.ActNone}
 			if nd.Layer.Kind == KindConv {
-				o.kind, p.images = opConv, true
+				o.kind = opConv
 				cs := nd.Conv(1)
 				o.scratch = []int{p.place(cs.Rows() * cs.Cols())}
 			}
@@ -148,7 +147,6 @@ func (p *netPlan) layers(nodes []Node, in int) int {
 			p.ops = append(p.ops, o)
 			in = o.out
 		case KindMaxPool, KindAvgPool, KindGlobalAvgPool:
-			p.images = true
 			p.needGrad(in)
 			o := op{kind: opAvgPool, nd: nd, in: in, out: p.newValue(nd.Out, true)}
 			if nd.Layer.Kind == KindMaxPool {
@@ -158,7 +156,6 @@ func (p *netPlan) layers(nodes []Node, in int) int {
 			p.ops = append(p.ops, o)
 			in = o.out
 		case KindBatchNorm:
-			p.images = true
 			p.needGrad(in)
 			o := op{kind: opBatchNorm, nd: nd, in: in, out: p.newValue(nd.Out, true)}
 			o.scratch = []int{p.place(nd.In.Size()), len(p.sizes)}
@@ -174,7 +171,6 @@ func (p *netPlan) layers(nodes []Node, in int) int {
 			p.ops = append(p.ops, o)
 			in = o.out
 		case KindDropout:
-			p.images = true
 			p.needGrad(in)
 			o := op{kind: opDropout, nd: nd, in: in, out: p.newValue(nd.Out, true)}
 			o.scratch = []int{p.place(nd.In.Size())}

@@ -124,27 +124,6 @@ func (st *NetStep) WithBatch(n int) Stepper {
 	return &c
 }
 
-// CheckStream refuses a stream without the kernels the net needs: the
-// image kernels (device.ImageKernels) for conv, pooling, batchnorm and
-// dropout layers.
-func (st *NetStep) CheckStream(s device.Stream) error {
-	_, err := st.images(s)
-	return err
-}
-
-func (st *NetStep) images(s device.Stream) (device.ImageKernels, error) {
-	ik, ok := s.(device.ImageKernels)
-	if ok || !st.plan.images {
-		return ik, nil
-	}
-	name := "this"
-	if st.M.dev != nil {
-		name = st.M.dev.Name()
-	}
-	return nil, device.Errorf(name, "nn.NetStep", device.ErrMisuse,
-		"the %s backend's streams (%T) have no image kernels (device.ImageKernels), which the net's conv, pooling, batchnorm and dropout layers need; train it on another device", name, s)
-}
-
 // Train enqueues one training iteration on the staged batch (see
 // Stepper.Train). Every gradient is overwritten (beta 0), so nothing is
 // zeroed first.
@@ -192,21 +171,16 @@ func (st *NetStep) pass(s device.Stream, x device.Buffer, train bool) (pass, err
 	if st.Batch < 1 || st.Batch > st.plan.batch {
 		return pass{}, fmt.Errorf("nn: a step of %s made for batch %d cannot run %d rows", st.M.Arch.Net, st.plan.batch, st.Batch)
 	}
-	ik, err := st.images(s)
-	if err != nil {
-		return pass{}, err
-	}
 	if want := st.Batch * st.M.Arch.Net.Input.Size(); x.Len() < want {
 		return pass{}, fmt.Errorf("nn: the input holds %d values, %d rows of %s need %d", x.Len(), st.Batch, st.M.Arch.Net.Input, want)
 	}
-	return pass{st: st, s: s, ik: ik, x: x, n: st.Batch, train: train}, nil
+	return pass{st: st, s: s, x: x, n: st.Batch, train: train}, nil
 }
 
 // pass is one forward (and backward) over n rows.
 type pass struct {
 	st    *NetStep
 	s     device.Stream
-	ik    device.ImageKernels
 	x     device.Buffer
 	n     int
 	train bool
@@ -270,7 +244,7 @@ func (p *pass) forwardOp(o *op) error {
 		w, b := p.weights(nd)
 		cs := nd.Conv(n)
 		cols, z := p.scratch(o.scratch[0], cs.Rows()*cs.Cols()), p.act(o.z)
-		if err := p.ik.Im2Col(cs, x, cols); err != nil {
+		if err := p.s.Im2Col(cs, x, cols); err != nil {
 			return err
 		}
 		if err := s.Gemm(false, false, cs.Rows(), nd.Layer.Out, cs.Cols(), 1, cols, w, 0, z); err != nil {
@@ -278,19 +252,19 @@ func (p *pass) forwardOp(o *op) error {
 		}
 		return s.BiasAct(o.act, cs.Rows(), nd.Layer.Out, z, b, y)
 	case opMaxPool:
-		return p.ik.MaxPool(nd.Pool(n), x, y, p.scratch(o.scratch[0], y.Len()))
+		return p.s.MaxPool(nd.Pool(n), x, y, p.scratch(o.scratch[0], y.Len()))
 	case opAvgPool:
-		return p.ik.AvgPool(nd.Pool(n), x, y)
+		return p.s.AvgPool(nd.Pool(n), x, y)
 	case opBatchNorm:
 		rows, cols := rowsCols(nd.In)
 		params := p.st.M.Params.Slice(nd.WeightAt, 2*cols)
 		running := p.st.M.Running.Slice(nd.StateAt, nd.StateLen)
 		eps := float32(nd.Layer.Eps)
 		if !p.train {
-			return p.ik.BatchNormEval(n*rows, cols, eps, x, params, running, y)
+			return p.s.BatchNormEval(n*rows, cols, eps, x, params, running, y)
 		}
 		xhat, stats := p.scratch(o.scratch[0], x.Len()), p.scratch(o.scratch[1], 2*cols)
-		return p.ik.BatchNormTrain(n*rows, cols, eps, float32(nd.Layer.Momentum), x, params, stats, xhat, y, running)
+		return p.s.BatchNormTrain(n*rows, cols, eps, float32(nd.Layer.Momentum), x, params, stats, xhat, y, running)
 	case opAct:
 		rows, cols := rowsCols(nd.In)
 		return s.BiasAct(o.act, n*rows, cols, x, p.st.W.Zero.Slice(0, cols), y)
@@ -299,10 +273,10 @@ func (p *pass) forwardOp(o *op) error {
 			return s.CopyDtoD(y, x)
 		}
 		rng := p.st.M.rng()
-		if err := p.ik.Dropout(float32(nd.Layer.P), rng, x, y, p.scratch(o.scratch[0], x.Len())); err != nil {
+		if err := p.s.Dropout(float32(nd.Layer.P), rng, x, y, p.scratch(o.scratch[0], x.Len())); err != nil {
 			return err
 		}
-		return p.ik.AdvanceRNG(rng, (x.Len()+3)/4)
+		return p.s.AdvanceRNG(rng, (x.Len()+3)/4)
 	case opResStart:
 		return nil
 	case opResAdd:
@@ -392,22 +366,22 @@ func (p *pass) backwardOp(o *op) error {
 		if err := s.Gemm(false, true, rows, k, out, 1, dz, w, 0, cols); err != nil {
 			return err
 		}
-		return p.ik.Col2Im(cs, cols, dx)
+		return p.s.Col2Im(cs, cols, dx)
 	case opMaxPool:
-		return p.ik.MaxPoolGrad(nd.Pool(n), dy, p.scratch(o.scratch[0], dy.Len()), dx)
+		return p.s.MaxPoolGrad(nd.Pool(n), dy, p.scratch(o.scratch[0], dy.Len()), dx)
 	case opAvgPool:
-		return p.ik.AvgPoolGrad(nd.Pool(n), dy, dx)
+		return p.s.AvgPoolGrad(nd.Pool(n), dy, dx)
 	case opBatchNorm:
 		rows, cols := rowsCols(nd.In)
 		params := p.st.M.Params.Slice(nd.WeightAt, 2*cols)
 		dparams := p.st.W.Grads.Slice(nd.WeightAt, 2*cols)
 		xhat, stats := p.scratch(o.scratch[0], x.Len()), p.scratch(o.scratch[1], 2*cols)
-		return p.ik.BatchNormGrad(n*rows, cols, dy, xhat, params, stats, dx, dparams)
+		return p.s.BatchNormGrad(n*rows, cols, dy, xhat, params, stats, dx, dparams)
 	case opAct:
 		rows, cols := rowsCols(nd.In)
 		return s.ActGrad(o.act, n*rows, cols, x, dy, dx)
 	case opDropout:
-		return p.ik.Mul(dy, p.scratch(o.scratch[0], dy.Len()), dx)
+		return p.s.Mul(dy, p.scratch(o.scratch[0], dy.Len()), dx)
 	case opResStart:
 		if !hasDx {
 			return nil
