@@ -1,6 +1,10 @@
 package cpu
 
-import "github.com/tolaria-ml/tolaria/device"
+import (
+	"math"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
 
 // The image kernels of the device contract (device.ImageKernels): im2col
 // and its adjoint, and max and average pooling, over NHWC activations.
@@ -104,10 +108,13 @@ func zeroRun(dst []float32) {
 	}
 }
 
+// shortRun is the length below which a loop copies faster than memmove.
+const shortRun = 16
+
 // copyRun copies a run of a window row; runs are often a few elements
 // (one channel, a 3-wide kernel), where a loop beats memmove's call.
 func copyRun(dst, src []float32) {
-	if len(src) < 16 {
+	if len(src) < shortRun {
 		dst = dst[:len(src)]
 		//lint:ignore S1001 memmove's call costs more than these few elements
 		for i, v := range src {
@@ -126,15 +133,30 @@ func addRun(dst, src []float32) {
 	}
 }
 
-// im2col writes the rows lo..hi of the im2col matrix: for each window row
-// inside the image, one contiguous run of the input (the window's columns
-// inside the image, all channels), zeros elsewhere.
-func im2col(g *window, x, cols []float32, lo, hi int) {
+// im2col writes the rows lo..hi of the im2col matrix. A window inside the
+// image is KH runs of the input, one per window row; with table, made by
+// windowTable when those runs are short, it is gathered element by element
+// instead, which takes a third of the time for one channel. A window over
+// the padding is copied run by run (its columns inside the image, all
+// channels) with zeros elsewhere.
+func im2col(g *window, x, cols []float32, table []int, lo, hi int) {
 	rowLen := g.kw * g.c
 	ncols := g.kh * rowLen
 	g.eachOutPixel(lo, hi, func(p, n, oh, ow int) {
 		y0, x0, kh0, kh1, kw0, kw1 := g.span(oh, ow)
 		out := cols[p*ncols : (p+1)*ncols]
+		if kh0 == 0 && kh1 == g.kh && kw0 == 0 && kw1 == g.kw {
+			src := g.pixel(n, y0, x0)
+			if table != nil {
+				gather(out, x[src:], table)
+				return
+			}
+			for kh := range g.kh {
+				copy(out[kh*rowLen:(kh+1)*rowLen], x[src:src+rowLen])
+				src += g.imgRow
+			}
+			return
+		}
 		zeroRun(out[:kh0*rowLen])
 		for kh := kh0; kh < kh1; kh++ {
 			dst := out[kh*rowLen : (kh+1)*rowLen]
@@ -145,6 +167,32 @@ func im2col(g *window, x, cols []float32, lo, hi int) {
 		}
 		zeroRun(out[kh1*rowLen:])
 	})
+}
+
+// windowTable returns, when a window's rows are shorter than copyRun's
+// threshold, the offset of each of its elements from its first, in
+// im2col's column order; else nil.
+func windowTable(g *window) []int {
+	if g.kw*g.c >= shortRun {
+		return nil
+	}
+	table := make([]int, 0, g.kh*g.kw*g.c)
+	for kh := range g.kh {
+		for kw := range g.kw {
+			for c := range g.c {
+				table = append(table, g.pixel(0, kh, kw)+c)
+			}
+		}
+	}
+	return table
+}
+
+// gather writes dst[j] = src[table[j]].
+func gather(dst, src []float32, table []int) {
+	dst = dst[:len(table)]
+	for j, off := range table {
+		dst[j] = src[off]
+	}
 }
 
 // col2im writes the input rows lo..hi (n·h units) of dx from dcols.
@@ -168,33 +216,65 @@ func col2im(g *window, dcols, dx []float32, lo, hi int) {
 	})
 }
 
+// poolBlock is how many channels maxPool keeps its running maxima of at
+// once, on the stack.
+const poolBlock = 64
+
 // maxPool writes the output pixels lo..hi of y and arg. A NaN wins over
 // every number and the first NaN over later ones, so that a NaN in the
 // activations reaches the loss rather than vanish in a window.
+//
+// The running maximum and its position are chosen by masks of bits rather
+// than branches: on activations the comparison goes either way at random,
+// and with a branch per element the 2×2 pool of a 64×28×28×32 input took
+// 6.6 ms on one thread of the development machine, against 4.1 ms so.
 func maxPool(g *window, x, y, arg []float32, lo, hi int) {
+	var bestBlock [poolBlock]float32
+	var posBlock [poolBlock]uint32
 	g.eachOutPixel(lo, hi, func(p, n, oh, ow int) {
 		y0, x0, kh0, kh1, kw0, kw1 := g.span(oh, ow)
-		yp, ap := y[p*g.c:(p+1)*g.c], arg[p*g.c:(p+1)*g.c]
-		first := true
-		for kh := kh0; kh < kh1; kh++ {
-			for kw := kw0; kw < kw1; kw++ {
-				src := g.pixel(n, y0+kh, x0+kw)
-				px := x[src : src+g.c]
-				pos := float32(kh*g.kw + kw)
-				if first {
-					copy(yp, px)
-					fill(ap, pos)
-					first = false
-					continue
-				}
-				for c, v := range px[:len(yp)] {
-					if best := yp[c]; v > best || (v != v && best == best) {
-						yp[c], ap[c] = v, pos
+		for c0 := 0; c0 < g.c; c0 += poolBlock {
+			w := min(poolBlock, g.c-c0)
+			best, pos := bestBlock[:w], posBlock[:w]
+			first := true
+			for kh := kh0; kh < kh1; kh++ {
+				for kw := kw0; kw < kw1; kw++ {
+					src := g.pixel(n, y0+kh, x0+kw) + c0
+					px := x[src : src+w]
+					at := uint32(kh*g.kw + kw)
+					if first {
+						copy(best, px)
+						for c := range pos {
+							pos[c] = at
+						}
+						first = false
+						continue
+					}
+					for c, v := range px {
+						b := best[c]
+						// All ones when v takes over: larger, or the first NaN.
+						take := -(bit(v > b) | bit(v != v)&bit(b == b))
+						best[c] = math.Float32frombits(math.Float32bits(v)&take | math.Float32bits(b)&^take)
+						pos[c] = at&take | pos[c]&^take
 					}
 				}
 			}
+			out := p*g.c + c0
+			copy(y[out:out+w], best)
+			ap := arg[out : out+w]
+			for c, at := range pos {
+				ap[c] = float32(at)
+			}
 		}
 	})
+}
+
+// bit is 1 for true and 0 for false, set from the flags without a branch.
+func bit(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // maxPoolGrad writes the input rows lo..hi of dx. An arg that is not a
@@ -287,7 +367,8 @@ func overInputRows(g *window, cost int, fn func(lo, hi int)) func(*team) {
 func (s *stream) Im2Col(cs device.ConvShape, x, cols device.Buffer) error {
 	return s.launch("Im2Col", device.CheckIm2Col(cs, x, cols), func(v [][]float32) func(*team) {
 		g, x, cols := convWindow(cs), v[0], v[1]
-		return overPixels(&g, cs.Cols(), func(lo, hi int) { im2col(&g, x, cols, lo, hi) })
+		table := windowTable(&g)
+		return overPixels(&g, cs.Cols(), func(lo, hi int) { im2col(&g, x, cols, table, lo, hi) })
 	}, x, cols)
 }
 

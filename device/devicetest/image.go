@@ -291,6 +291,7 @@ var poolCases = []poolCase{
 	{device.PoolShape{N: 2, H: 1, W: 1, C: 3, K: 1, Stride: 1}, "uniform"},
 	{device.PoolShape{N: 3, H: 7, W: 7, C: 4, K: 7, Stride: 1}, "uniform"}, // global
 	{device.PoolShape{N: 8, H: 28, W: 28, C: 8, K: 2, Stride: 2}, "uniform"},
+	{device.PoolShape{N: 1, H: 5, W: 4, C: 70, K: 2, Stride: 2, Pad: 1}, "ties"}, // many channels
 }
 
 func (c poolCase) String() string {
