@@ -339,10 +339,10 @@ func (s Spec) net(input []int) nn.Net {
 }
 
 // model resolves the spec's model on a dataset of features values per
-// example and classes classes: the MLP the training step runs, and the
-// net it was described as (zero for the model.hidden shorthand). Shapes
-// are inferred and checked here, before anything is allocated; a layer
-// list the MLP step cannot run is refused.
+// example and classes classes: the MLP the training step runs (for a net
+// that is not an MLP, its outline: inputs, classes and loss), and the net
+// it was described as (zero for the model.hidden shorthand). Shapes are
+// inferred and checked here, before anything is allocated.
 func (s Spec) model(features, classes int) (nn.Spec, nn.Net, error) {
 	if len(s.Layers) == 0 {
 		act, _ := nn.ParseActivation(s.Activation)
@@ -360,9 +360,8 @@ func (s Spec) model(features, classes int) (nn.Spec, nn.Net, error) {
 	if err := arch.Fits(features, classes); err != nil {
 		return nn.Spec{}, nn.Net{}, err
 	}
-	mlp, err := net.MLP()
-	if err != nil {
-		return nn.Spec{}, nn.Net{}, err
+	if mlp, err := net.MLP(); err == nil {
+		return mlp, net, nil
 	}
-	return mlp, net, nil
+	return arch.Outline(), net, nil
 }

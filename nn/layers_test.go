@@ -206,13 +206,13 @@ func TestMLPOfLayers(t *testing.T) {
 		{"no activation", nn.Net{Input: nn.Shape{64}, Layers: []nn.LayerSpec{nn.Linear(8), nn.Linear(10)}},
 			"64-8-10 none cross_entropy"},
 		{"a CNN", exampleCNN(),
-			"model.layers: layers[0] (conv): conv cannot be trained yet; the training step runs only linear layers with one activation between them (not an MLP)"},
+			"model.layers: layers[0] (conv): conv is not a linear layer; the MLP step runs only linear layers with one activation between them (not an MLP)"},
 		{"mixed activations", nn.Net{Input: nn.Shape{64}, Layers: []nn.LayerSpec{nn.Linear(8), nn.ReLU(), nn.Linear(8), nn.GELU(), nn.Linear(10)}},
-			"model.layers: layers[3] (gelu): the activations differ (relu, then gelu); the training step runs only linear layers with one activation between them (not an MLP)"},
+			"model.layers: layers[3] (gelu): the activations differ (relu, then gelu); the MLP step runs only linear layers with one activation between them (not an MLP)"},
 		{"ends with an activation", nn.Net{Input: nn.Shape{64}, Layers: []nn.LayerSpec{nn.Linear(8), nn.ReLU()}},
-			"model.layers: layers[1] (relu): the model must end with linear; the training step runs only linear layers with one activation between them (not an MLP)"},
+			"model.layers: layers[1] (relu): the model must end with linear; the MLP step runs only linear layers with one activation between them (not an MLP)"},
 		{"dropout", nn.Net{Input: nn.Shape{64}, Layers: []nn.LayerSpec{nn.Linear(8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(10)}},
-			"model.layers: layers[2] (dropout): dropout cannot be trained yet; the training step runs only linear layers with one activation between them (not an MLP)"},
+			"model.layers: layers[2] (dropout): dropout is not a linear layer; the MLP step runs only linear layers with one activation between them (not an MLP)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.net.Loss = nn.LossCrossEntropy

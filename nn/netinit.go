@@ -26,14 +26,15 @@ func (s Spec) Net() Net {
 	return Net{Input: Shape{s.Inputs}, Layers: append(layers, Linear(s.Outputs)), Loss: s.Loss}
 }
 
-// MLP is the Spec of a net that the MLP step runs: after an optional
-// flatten, linear layers, each but the last followed by the same
-// activation (or each by none). Any other net is refused, naming the first
-// layer that does not fit; n must have passed Validate.
+// MLP is the Spec of a net that the MLP step (Step) runs: after an
+// optional flatten, linear layers, each but the last followed by the same
+// activation (or each by none). Any other net (which NetStep runs) is
+// refused with ErrNotMLP, naming the first layer that does not fit; n must
+// have passed Validate.
 func (n Net) MLP() (Spec, error) {
 	s := Spec{Inputs: n.Input.Size(), Act: device.ActNone, Loss: n.Loss}
 	refuse := func(i int, why string) (Spec, error) {
-		return Spec{}, field.Errorf("model.layers", "layers[%d] (%s): %s; the training step runs only linear layers with one activation between them (%w)",
+		return Spec{}, field.Errorf("model.layers", "layers[%d] (%s): %s; the MLP step runs only linear layers with one activation between them (%w)",
 			i, n.Layers[i].Kind, why, ErrNotMLP)
 	}
 	ls := n.Layers
@@ -44,7 +45,7 @@ func (n Net) MLP() (Spec, error) {
 	first := true
 	for ; i < len(ls); i++ {
 		if ls[i].Kind != KindLinear {
-			return refuse(i, fmt.Sprintf("%s cannot be trained yet", ls[i].Kind))
+			return refuse(i, fmt.Sprintf("%s is not a linear layer", ls[i].Kind))
 		}
 		if i == len(ls)-1 {
 			s.Outputs = ls[i].Out
@@ -55,7 +56,7 @@ func (n Net) MLP() (Spec, error) {
 		if next := ls[i+1]; next.Kind.Activation() {
 			a, err := ParseActivation(string(next.Kind))
 			if err != nil {
-				return refuse(i+1, fmt.Sprintf("%s cannot be trained yet", next.Kind))
+				return refuse(i+1, fmt.Sprintf("%s is not an activation", next.Kind))
 			}
 			act = a
 			i++
@@ -68,7 +69,7 @@ func (n Net) MLP() (Spec, error) {
 	return refuse(len(ls)-1, "the model must end with linear")
 }
 
-// ErrNotMLP marks a net that the MLP step cannot run.
+// ErrNotMLP marks a net that the MLP step cannot run (NetStep runs it).
 var ErrNotMLP = errors.New("not an MLP")
 
 // InitParams returns the net's initial parameters for seed, drawn with

@@ -16,12 +16,18 @@ type Bill struct {
 	Parameters     int64 `json:"parameters"`      // the model's weights and biases
 	Gradients      int64 `json:"gradients"`       // one per parameter, in the graph pool's workspace
 	OptimizerState int64 `json:"optimizer_state"` // momentum, Adam's moments: each as large as the parameters
-	// Activations are the captured steps' per-layer pre-activations,
-	// activations and their gradients, in the graph pool's workspace.
+	// RunningState is a net's state that is not trained: batchnorm's
+	// running statistics and the dropout generator (0 for an MLP).
+	RunningState int64 `json:"running_state,omitempty"`
+	// Activations are the captured steps' per-layer buffers in the graph
+	// pool's workspace: pre-activations, activations and their gradients,
+	// and a net's per-layer scratch (a conv's im2col columns, a maxpool's
+	// arg-max, a batchnorm's normalised input and batch statistics, a
+	// dropout's mask).
 	Activations int64 `json:"activations"`
 	// Workspace is the captured steps' scratch: the gradient norm, the
-	// training and evaluation accumulators (graph pool) and the
-	// accumulators' snapshot for the log-interval reads.
+	// training and evaluation accumulators, a net's zero bias (graph
+	// pool) and the accumulators' snapshot for the log-interval reads.
 	Workspace int64 `json:"workspace"`
 	// StagingInputs are the static device input buffers the staging
 	// stream copies batches into (two for training, two for evaluation).
@@ -34,7 +40,7 @@ type Bill struct {
 // DeviceBytes is the device memory the bill covers: every kind but
 // PinnedHost.
 func (b Bill) DeviceBytes() int64 {
-	return b.Parameters + b.Gradients + b.OptimizerState + b.Activations + b.Workspace + b.StagingInputs
+	return b.Parameters + b.Gradients + b.OptimizerState + b.RunningState + b.Activations + b.Workspace + b.StagingInputs
 }
 
 // GraphPoolBytes is the part of the bill the graph pool holds as the
@@ -43,12 +49,13 @@ func (b Bill) DeviceBytes() int64 {
 func (b Bill) GraphPoolBytes() int64 { return b.Gradients + b.Activations + b.Workspace }
 
 // Kinds lists the bill's device kinds in a fixed order with their bytes,
-// for messages and events.
+// for messages and events; running_state only when there is one.
 func (b Bill) Kinds() []BillKind {
-	return []BillKind{
-		{"parameters", b.Parameters}, {"gradients", b.Gradients}, {"optimizer_state", b.OptimizerState},
-		{"activations", b.Activations}, {"workspace", b.Workspace}, {"staging_inputs", b.StagingInputs},
+	kinds := []BillKind{{"parameters", b.Parameters}, {"gradients", b.Gradients}, {"optimizer_state", b.OptimizerState}}
+	if b.RunningState > 0 {
+		kinds = append(kinds, BillKind{"running_state", b.RunningState})
 	}
+	return append(kinds, BillKind{"activations", b.Activations}, BillKind{"workspace", b.Workspace}, BillKind{"staging_inputs", b.StagingInputs})
 }
 
 // BillKind is one line of a bill.
@@ -90,24 +97,35 @@ func (p *Plan) Bill(dev device.Device) Bill { return BillFor(p.cfg, dev) }
 
 // BillFor computes cfg's bill from the shapes the run allocates, each
 // allocation rounded as dev rounds it (device.AllocBytes): the model
-// (nn.NewModel), the pooled workspace (nn.WorkspaceSizes), the stagers'
-// input buffers and pinned slots, and the trainer's own buffers. A change
-// to what set-up allocates must change this too; the test that compares it
-// with the device's count after set-up fails otherwise.
+// (nn.NewModel, nn.NewNetModel), the pooled workspace (nn.WorkspaceSizes,
+// nn.NetWorkspaceSizes), the stagers' input buffers and pinned slots, and
+// the trainer's own buffers. A change to what set-up allocates must change
+// this too; the test that compares it with the device's count after
+// set-up fails otherwise.
 func BillFor(cfg Config, dev device.Device) Bill {
 	bytes := func(n int) int64 { return device.AllocBytes(dev, n) }
 	params := cfg.Spec.ParamCount()
-	var b Bill
-	b.Parameters = bytes(params)
-	b.OptimizerState = int64(cfg.Optimizer.StateBuffers()) * bytes(params)
-	sizes := nn.WorkspaceSizes(cfg.Spec, cfg.BatchSize)
 	// The order of nn.WorkspaceSizes: gradients, norm, the two
 	// accumulators, then the per-layer buffers.
+	sizes, head := nn.WorkspaceSizes(cfg.Spec, cfg.BatchSize), 4
+	var b Bill
+	if arch, ok := cfg.netArch(); ok {
+		params, head = arch.Params, nn.NetWorkspaceHead
+		var err error
+		if sizes, err = nn.NetWorkspaceSizes(arch, cfg.BatchSize); err != nil {
+			return Bill{} // refused by Validate
+		}
+		if n := arch.RunningLen(); n > 0 {
+			b.RunningState = bytes(n)
+		}
+	}
+	b.Parameters = bytes(params)
+	b.OptimizerState = int64(cfg.Optimizer.StateBuffers()) * bytes(params)
 	b.Gradients = bytes(sizes[0])
-	for _, n := range sizes[1:4] {
+	for _, n := range sizes[1:head] {
 		b.Workspace += bytes(n)
 	}
-	for _, n := range sizes[4:] {
+	for _, n := range sizes[head:] {
 		b.Activations += bytes(n)
 	}
 	b.Workspace += bytes(2 * device.StatsLen) // the accumulators' snapshot

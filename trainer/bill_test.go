@@ -15,7 +15,8 @@ import (
 // billModels are the built-in models (the job's default MLP, the bench's
 // mlp and tiny presets) and the variations that change what set-up
 // allocates: each optimizer's state, mean squared error's one-hot labels,
-// clipping, a deep narrow net, a wide batch, more staging slots.
+// clipping, a deep narrow net, a wide batch, more staging slots; the
+// example CNN and a net with every kind of layer.
 func billModels() map[string]trainer.Config {
 	mlp := nn.Spec{Inputs: 784, Hidden: []int{256, 128}, Outputs: 10, Act: device.ActGELU, Loss: nn.LossCrossEntropy}
 	tiny := nn.Spec{Inputs: 16, Outputs: 2, Act: device.ActNone, Loss: nn.LossCrossEntropy}
@@ -31,7 +32,25 @@ func billModels() map[string]trainer.Config {
 		return trainer.Config{Spec: s, Optimizer: o, Epochs: 1, BatchSize: batch, Seed: 3, Ragged: data.RaggedPad,
 			EnableGraphs: true, WarmupBatches: 1, Slots: slots, Loaders: 1, LogEvery: 1, World: 1, MaxSteps: 3}
 	}
+	withNet := func(c trainer.Config, n nn.Net) trainer.Config {
+		a, err := n.Resolve()
+		if err != nil {
+			panic(err)
+		}
+		c.Net, c.Spec = n, a.Outline()
+		return c
+	}
+	cnn := nn.Net{Input: nn.Shape{1, 28, 28}, Loss: nn.LossCrossEntropy, Layers: []nn.LayerSpec{
+		nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
+		nn.Residual(nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU()),
+		nn.Flatten(), nn.Linear(10)}}
+	every := nn.Net{Input: nn.Shape{3, 8, 8}, Loss: nn.LossMSE, Layers: []nn.LayerSpec{
+		nn.Conv(4, 3).WithStride(2), nn.GELU(), nn.AvgPool(2).WithPadding(1), nn.BatchNorm(), nn.Tanh(),
+		nn.Dropout(0.3), nn.GlobalAvgPool(), nn.Flatten(), nn.Residual(nn.Flatten()),
+		nn.Residual(nn.Linear(4), nn.ReLU()), nn.Linear(5)}}
 	return map[string]trainer.Config{
+		"example cnn":             withNet(cfg(mlp, adamw, 64, 4), cnn),
+		"every layer sgd":         withNet(cfg(mlp, momentum, 16, 2), every),
 		"default mlp adamw":       cfg(mlp, adamw, 64, 4),
 		"bench mlp preset":        cfg(mlp, adamw, 64, 4),
 		"bench tiny preset":       cfg(tiny, adamw, 8, 4),

@@ -19,21 +19,26 @@ import (
 // CheckpointFile is the checkpoint's name inside the run directory.
 const CheckpointFile = "checkpoint.tlck"
 
-// A checkpoint file (format v2) is, in order:
+// A checkpoint file (format v3) is, in order:
 //
-//	magic        "TOLARIA-CKPT\x00v2\n" (16 bytes; the format version is in it)
+//	magic        "TOLARIA-CKPT\x00v3\n" (16 bytes; the format version is in it)
 //	header size  uint32, little-endian
 //	header       JSON (Checkpoint)
-//	payload      float32 little-endian: the parameters, then each optimizer state buffer
+//	payload      float32 little-endian: the parameters, then each optimizer state buffer,
+//	             then the net's running state (Checkpoint.Running values: batchnorm's
+//	             running statistics, the dropout generator's words as bit patterns)
 //	digest       SHA-256 of every byte before it (32 bytes)
 //
+// Format v2 is v3 without the running state (an MLP has none), and is
+// read as such.
 // The digest sits at a fixed place (the last 32 bytes) and covers the
 // exact bytes of everything else, so no byte of the file, header included,
 // can change unnoticed, and verification needs no parsing first.
 const (
 	checkpointMagicPrefix = "TOLARIA-CKPT\x00v"
-	checkpointFormat      = "2"
+	checkpointFormat      = "3"
 	checkpointMagic       = checkpointMagicPrefix + checkpointFormat + "\n"
+	checkpointMagicV2     = checkpointMagicPrefix + "2\n" // read: no running state
 	checkpointDigestSize  = sha256.Size
 )
 
@@ -56,6 +61,9 @@ type Checkpoint struct {
 	Step      int    `json:"step"` // steps completed (the next sequence number)
 	Params    int    `json:"params"`
 	States    int    `json:"states"`
+	// Running is the number of values of the net's running state (see
+	// nn.Model.Running), 0 for a model without one.
+	Running int `json:"running,omitempty"`
 
 	// Totals are the run's counters up to Step, so that a resumed run's
 	// summary describes the whole run.
@@ -64,9 +72,21 @@ type Checkpoint struct {
 	// epoch's loss and accuracy cover its steps from before the stop.
 	TrainStats []float64 `json:"train_stats,omitempty"`
 
-	params []float32
-	state  [][]float32
+	params  []float32
+	state   [][]float32
+	running []float32
 }
+
+// WithRunning returns the checkpoint holding the net's running state v
+// (nn.Model.SnapshotRunning), written after the optimizer state.
+func (h Checkpoint) WithRunning(v []float32) Checkpoint {
+	h.running, h.Running = v, len(v)
+	return h
+}
+
+// RunningState is the net's running state the checkpoint holds (nil for
+// none).
+func (h Checkpoint) RunningState() []float32 { return h.running }
 
 // Totals are the counters of a run that a resume carries on from.
 type Totals struct {
@@ -100,7 +120,7 @@ func (c *Config) checkpointHeader() Checkpoint {
 		Model: c.ModelName(), Optimizer: optimizerString(c.Optimizer), BatchSize: c.BatchSize,
 		Seed: c.Seed, Dataset: c.Train.Name, TrainSize: c.Train.Len(),
 		Shard: fmt.Sprintf("%d/%d", c.Rank, c.World), Ragged: string(c.Ragged), Epochs: c.Epochs,
-		Params: c.paramCount(), States: c.Optimizer.StateBuffers(),
+		Params: c.paramCount(), States: c.Optimizer.StateBuffers(), Running: c.runningLen(),
 	}
 }
 
@@ -112,6 +132,23 @@ func (c *Config) paramCount() int {
 		}
 	}
 	return c.Spec.ParamCount()
+}
+
+// runningStats is the number of batchnorm statistics at the start of the
+// run's running state: 0 for an MLP.
+func (c *Config) runningStats() int {
+	if a, ok := c.netArch(); ok {
+		return a.State
+	}
+	return 0
+}
+
+// runningLen is the length of the run's running state: 0 for an MLP.
+func (c *Config) runningLen() int {
+	if a, ok := c.netArch(); ok {
+		return a.RunningLen()
+	}
+	return 0
 }
 
 func optimizerString(o nn.Optimizer) string {
@@ -139,9 +176,9 @@ func (h Checkpoint) matches(want Checkpoint) error {
 	// by hand (its digest recomputed) differs here; checked now, with the
 	// header, so the refusal comes before a run writes anything rather
 	// than when the model is restored.
-	if h.Params != want.Params || h.States != want.States {
-		return fmt.Errorf("it holds %d parameters and %d optimizer state vectors but this run's model has %d and %d; it was not written by tolaria for this run: resume from an intact copy or start a new run in another --run-dir",
-			h.Params, h.States, want.Params, want.States)
+	if h.Params != want.Params || h.States != want.States || h.Running != want.Running {
+		return fmt.Errorf("it holds %d parameters, %d optimizer state vectors and %d running-state values but this run's model has %d, %d and %d; it was not written by tolaria for this run: resume from an intact copy or start a new run in another --run-dir",
+			h.Params, h.States, h.Running, want.Params, want.States, want.Running)
 	}
 	return nil
 }
@@ -158,7 +195,7 @@ func encodeFloats(w io.Writer, v []float32) error {
 // encodeCheckpoint lays out a checkpoint file: magic, header size,
 // header, payload and the SHA-256 of all of it.
 func encodeCheckpoint(ck Checkpoint, params []float32, state [][]float32) ([]byte, error) {
-	ck.Params, ck.States = len(params), len(state)
+	ck.Params, ck.States, ck.Running = len(params), len(state), len(ck.running)
 	for i, s := range state {
 		if len(s) != len(params) {
 			return nil, fmt.Errorf("checkpoint: optimizer state %d holds %d values for %d parameters", i, len(s), len(params))
@@ -174,7 +211,7 @@ func encodeCheckpoint(ck Checkpoint, params []float32, state [][]float32) ([]byt
 	binary.LittleEndian.PutUint32(size[:], uint32(len(header)))
 	file.Write(size[:])
 	file.Write(header)
-	for _, v := range append([][]float32{params}, state...) {
+	for _, v := range append(append([][]float32{params}, state...), ck.running) {
 		if err := encodeFloats(&file, v); err != nil {
 			return nil, err
 		}
@@ -185,7 +222,8 @@ func encodeCheckpoint(ck Checkpoint, params []float32, state [][]float32) ([]byt
 }
 
 // SaveCheckpoint writes ck atomically (see atomicfile): a crash at any
-// point leaves either the old checkpoint or the new one, never a mix.
+// point leaves either the old checkpoint or the new one, never a mix. A
+// net's running state goes with ck (Checkpoint.WithRunning).
 func SaveCheckpoint(dir string, ck Checkpoint, params []float32, state [][]float32) error {
 	file, err := encodeCheckpoint(ck, params, state)
 	if err != nil {
@@ -212,7 +250,8 @@ func LoadCheckpoint(path string) (Checkpoint, error) {
 	if !bytes.HasPrefix(raw, []byte(checkpointMagicPrefix)) {
 		return refuse("not a tolaria checkpoint (bad magic); point --run-dir at a tolaria run directory")
 	}
-	if !bytes.HasPrefix(raw, []byte(checkpointMagic)) {
+	v2 := bytes.HasPrefix(raw, []byte(checkpointMagicV2))
+	if !v2 && !bytes.HasPrefix(raw, []byte(checkpointMagic)) {
 		return refuse("%s", unsupportedFormat(raw[len(checkpointMagicPrefix):]))
 	}
 	const damaged = "the file is damaged or was edited; resume from an intact copy or start a new run in another --run-dir"
@@ -235,7 +274,10 @@ func LoadCheckpoint(path string) (Checkpoint, error) {
 		return refuse("unreadable header (%v); %s", err, damaged)
 	}
 	payload := body[4+n:]
-	if want := 4 * ck.Params * (1 + ck.States); len(payload) != want || ck.Params <= 0 || ck.States < 0 {
+	if v2 && ck.Running != 0 {
+		return refuse("a format v2 header promises %d running-state values, which v2 does not hold; %s", ck.Running, damaged)
+	}
+	if want := 4 * (ck.Params*(1+ck.States) + ck.Running); len(payload) != want || ck.Params <= 0 || ck.States < 0 || ck.Running < 0 {
 		return refuse("payload is %d bytes, header promises %d; %s", len(payload), want, damaged)
 	}
 	decode := func(b []byte) []float32 {
@@ -250,6 +292,9 @@ func LoadCheckpoint(path string) (Checkpoint, error) {
 	for i := range ck.States {
 		ck.state = append(ck.state, decode(payload[step*(i+1):step*(i+2)]))
 	}
+	if ck.Running > 0 {
+		ck.running = decode(payload[step*(1+ck.States):])
+	}
 	return ck, nil
 }
 
@@ -260,7 +305,7 @@ func unsupportedFormat(rest []byte) string {
 	if i := bytes.IndexByte(rest, '\n'); i > 0 && i <= 8 && isDigits(rest[:i]) {
 		version = string(rest[:i])
 	}
-	msg := fmt.Sprintf("checkpoint format v%s is not read by this tolaria (it reads v%s)", version, checkpointFormat)
+	msg := fmt.Sprintf("checkpoint format v%s is not read by this tolaria (it reads v2 and v%s)", version, checkpointFormat)
 	if version == "1" {
 		msg += "; format v1, from an earlier tolaria, checksummed only its payload, so its header cannot be verified"
 	}

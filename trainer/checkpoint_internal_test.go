@@ -1,10 +1,13 @@
 package trainer
 
 import (
+	"crypto/sha256"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,8 +94,8 @@ func TestCheckpointOfAnotherFormatIsRefused(t *testing.T) {
 	for _, c := range []struct {
 		magic, want string
 	}{
-		{"TOLARIA-CKPT\x00v1\n", "format v1 is not read by this tolaria (it reads v2); format v1, from an earlier tolaria"},
-		{"TOLARIA-CKPT\x00v3\n", "format v3 is not read by this tolaria (it reads v2); start a new run"},
+		{"TOLARIA-CKPT\x00v1\n", "format v1 is not read by this tolaria (it reads v2 and v3); format v1, from an earlier tolaria"},
+		{"TOLARIA-CKPT\x00v4\n", "format v4 is not read by this tolaria (it reads v2 and v3); start a new run"},
 		{"TOLARIA-CKPT\x00vX\n", "format v? is not read"},
 		{"NOT-A-CHECKPOINT", "not a tolaria checkpoint"},
 	} {
@@ -104,6 +107,48 @@ func TestCheckpointOfAnotherFormatIsRefused(t *testing.T) {
 		if !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("magic %q: %v, want a refusal saying %q", c.magic, err, c.want)
 		}
+	}
+}
+
+// TestCheckpointV2IsRead: a file of format v2, which an MLP run of an
+// earlier tolaria wrote (v3 without the running state), is read as it
+// was written; one whose header promises a running state is refused.
+func TestCheckpointV2IsRead(t *testing.T) {
+	params, state := []float32{1, 2, 3}, [][]float32{{4, 5, 6}}
+	v2 := func(h Checkpoint) []byte {
+		file, err := encodeCheckpoint(h, params, state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := append([]byte(checkpointMagicV2), file[len(checkpointMagic):len(file)-checkpointDigestSize]...)
+		sum := sha256.Sum256(body)
+		return append(body, sum[:]...)
+	}
+	path := filepath.Join(t.TempDir(), CheckpointFile)
+	if err := os.WriteFile(path, v2(Checkpoint{Model: "mlp", Step: 7}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := LoadCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.Step != 7 || !slices.Equal(ck.params, params) || !slices.Equal(ck.state[0], state[0]) || ck.Running != 0 || ck.running != nil {
+		t.Errorf("read %+v", ck)
+	}
+	// A v3 file holds the running state after the optimizer state, bit
+	// patterns included.
+	running := []float32{0.5, math.Float32frombits(0x7fc00001), 2}
+	if err := SaveCheckpoint(filepath.Dir(path), Checkpoint{Model: "net"}.WithRunning(running), params, state); err != nil {
+		t.Fatal(err)
+	}
+	if ck, err = LoadCheckpoint(path); err != nil || ck.Running != 3 || math.Float32bits(ck.running[1]) != 0x7fc00001 || !slices.Equal(ck.state[0], state[0]) {
+		t.Fatalf("v3 with a running state: %+v, %v", ck, err)
+	}
+	if err := os.WriteFile(path, v2(Checkpoint{Model: "net"}.WithRunning(running)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCheckpoint(path); !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), "format v2 header promises 3 running-state values") {
+		t.Errorf("v2 with a running state: %v", err)
 	}
 }
 

@@ -21,8 +21,10 @@ import (
 type Config struct {
 	Spec nn.Spec
 	// Net is the model as the job described it, as layers; zero for the
-	// MLP of Spec given as such. The training step runs Spec, so a Net
-	// must be the MLP Spec is (Net.MLP). The checkpoint records Net's name.
+	// MLP of Spec given as such. A Net that is an MLP (Net.MLP) is trained
+	// by the MLP step, and Spec must be that MLP; any other is trained by
+	// nn.NetStep, and Spec must be its outline (nn.Arch.Outline: inputs,
+	// classes and loss). The checkpoint records Net's name.
 	Net       nn.Net
 	Optimizer nn.Optimizer
 	Epochs    int
@@ -161,22 +163,38 @@ func (c Config) validate() (steps int, err error) {
 	return steps, nil
 }
 
-// checkNet refuses a Net that is not the MLP of Spec.
+// checkNet checks Net against Spec: a Net that is an MLP must be Spec's
+// MLP; any other Net is trained by nn.NetStep, and Spec must be its
+// outline (nn.Arch.Outline), which lays out the batches.
 func (c Config) checkNet() error {
 	if len(c.Net.Layers) == 0 {
 		return nil
 	}
-	if err := c.Net.Validate(); err != nil {
-		return err
-	}
-	mlp, err := c.Net.MLP()
+	arch, err := c.Net.Resolve()
 	if err != nil {
 		return err
 	}
-	if mlp.String() != c.Spec.String() {
-		return fmt.Errorf("the layers describe %s but the step was given %s", mlp, c.Spec)
+	want := arch.Outline()
+	if mlp, err := c.Net.MLP(); err == nil {
+		want = mlp
+	}
+	if want.String() != c.Spec.String() {
+		return fmt.Errorf("the layers describe %s but the step was given %s", want, c.Spec)
 	}
 	return nil
+}
+
+// netArch is the resolved Net when the run's model is a net that is not
+// an MLP (nn.NetStep trains it); ok is false for an MLP.
+func (c Config) netArch() (a nn.Arch, ok bool) {
+	if len(c.Net.Layers) == 0 {
+		return nn.Arch{}, false
+	}
+	if _, err := c.Net.MLP(); err == nil {
+		return nn.Arch{}, false
+	}
+	a, err := c.Net.Resolve()
+	return a, err == nil
 }
 
 // ModelName is the name of the run's model that a checkpoint and the

@@ -17,11 +17,11 @@ import (
 // marker after that copy. Nothing waits for it. No read may be in flight:
 // its copy would race the new snapshot.
 func (r *run) issueStatsRead() error {
-	ws := r.step.W
+	train, eval := r.step.Accumulators()
 	n := device.StatsLen
 	return errors.Join(
-		r.compute.CopyDtoD(r.snap.Slice(0, n), ws.TrainStats.Slice(0, n)),
-		r.compute.CopyDtoD(r.snap.Slice(n, n), ws.EvalStats.Slice(0, n)),
+		r.compute.CopyDtoD(r.snap.Slice(0, n), train.Slice(0, n)),
+		r.compute.CopyDtoD(r.snap.Slice(n, n), eval.Slice(0, n)),
 		r.compute.Record(r.marker),
 		r.side.Wait(r.marker),
 		r.side.CopyDtoH(r.host, r.snap),
@@ -184,7 +184,8 @@ func (r *run) endEpoch(seq int, epochStart time.Time, samples int, intervalStart
 	// resumed epoch's accumulators also hold those from before the stop.
 	trained := train[device.StatCount] - r.carried
 	r.lastStats, r.carried = [device.StatsLen]float64{}, 0
-	if err := errors.Join(r.compute.Fill(r.step.W.TrainStats, 0), r.compute.Fill(r.step.W.EvalStats, 0)); err != nil {
+	trainStats, evalStats := r.step.Accumulators()
+	if err := errors.Join(r.compute.Fill(trainStats, 0), r.compute.Fill(evalStats, 0)); err != nil {
 		return err
 	}
 	if err := r.checkpoint(seq+1, nil); err != nil {
@@ -259,16 +260,24 @@ func (r *run) checkpoint(next int, trainStats []float64) error {
 	if err != nil {
 		return err
 	}
-	return r.saveCheckpoint(next, trainStats, params, state)
+	running, err := r.model.SnapshotRunning()
+	if err != nil {
+		return err
+	}
+	return r.saveCheckpoint(next, trainStats, params, state, running)
 }
 
-// saveCheckpoint saves params and state as the state after next-1 steps.
-func (r *run) saveCheckpoint(next int, trainStats []float64, params []float32, state [][]float32) error {
+// saveCheckpoint saves params, state and the net's running state as the
+// state after next-1 steps.
+func (r *run) saveCheckpoint(next int, trainStats []float64, params []float32, state [][]float32, running []float32) error {
 	if r.cfg.RunDir == "" {
 		return nil
 	}
 	// A diverged model is never saved: the last good checkpoint stays.
-	for _, v := range append([][]float32{params}, state...) {
+	// The running state's numbers are the batchnorm statistics; the
+	// dropout generator's words after them are bit patterns.
+	stats := running[:min(len(running), r.cfg.runningStats())]
+	for _, v := range append([][]float32{params, stats}, state...) {
 		if i := firstNonFinite(v); i >= 0 {
 			return fmt.Errorf("training %w: the model holds %v before step %d; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
 				ErrNonFinite, v[i], next+1)
@@ -278,7 +287,7 @@ func (r *run) saveCheckpoint(next int, trainStats []float64, params []float32, s
 	h.Step = next
 	h.Totals = r.totals()
 	h.TrainStats = trainStats
-	if err := SaveCheckpoint(r.cfg.RunDir, h, params, state); err != nil {
+	if err := SaveCheckpoint(r.cfg.RunDir, h.WithRunning(running), params, state); err != nil {
 		return err
 	}
 	r.advance(StageCheckpoint)

@@ -46,7 +46,8 @@ func (p *Plan) WithParker(pk Parker) *Plan {
 type parked struct {
 	params     device.HostBuffer
 	state      []device.HostBuffer
-	trainStats []float32 // the training accumulators, mid-epoch
+	running    device.HostBuffer // a net's running state; zero when it has none
+	trainStats []float32         // the training accumulators, mid-epoch
 }
 
 // park parks the run before step seq and sets it up again when the
@@ -99,7 +100,7 @@ func (r *run) park(ctx context.Context, seq, startSeq, done int) error {
 	}
 	r.unparking = true
 	defer func() { r.unparking = false }()
-	ck := &Checkpoint{params: kept.params.Data()}
+	ck := &Checkpoint{params: kept.params.Data(), running: kept.running.Data()}
 	for _, s := range kept.state {
 		ck.state = append(ck.state, s.Data())
 	}
@@ -109,7 +110,8 @@ func (r *run) park(ctx context.Context, seq, startSeq, done int) error {
 	if err := r.compute.Synchronize(); err != nil {
 		return err
 	}
-	if err := r.dev.Upload(r.step.W.TrainStats.Slice(0, device.StatsLen), kept.trainStats); err != nil {
+	trainStats, _ := r.step.Accumulators()
+	if err := r.dev.Upload(trainStats.Slice(0, device.StatsLen), kept.trainStats); err != nil {
 		return err
 	}
 	r.warmFrom = done
@@ -132,13 +134,14 @@ func (r *run) stopParked(seq, startSeq int, kept *parked) error {
 	for i, s := range kept.state {
 		state[i] = slices.Clone(s.Data())
 	}
+	running := slices.Clone(kept.running.Data())
 	r.stopped = params
 	r.log.Info("stopped while parked: checkpointing from pinned host memory", "step", seq)
 	if seq == startSeq {
 		return nil
 	}
 	if seq%r.trainSrc.steps == 0 {
-		return r.saveCheckpoint(seq, nil, params, state)
+		return r.saveCheckpoint(seq, nil, params, state, running)
 	}
 	train := make([]float64, device.StatsLen)
 	for i, v := range kept.trainStats {
@@ -151,11 +154,11 @@ func (r *run) stopParked(seq, startSeq int, kept *parked) error {
 	if n := train[device.StatCount]; n > 0 {
 		r.sum.TrainLoss, r.sum.TrainAccuracy = train[device.StatLossSum]/n, train[device.StatCorrect]/n
 	}
-	return r.saveCheckpoint(seq, train, params, state)
+	return r.saveCheckpoint(seq, train, params, state, running)
 }
 
-// toHost copies the parameters, the optimizer state and the training
-// accumulators (train) to pinned host memory.
+// toHost copies the parameters, the optimizer state, a net's running
+// state and the training accumulators (train) to pinned host memory.
 func (r *run) toHost(train [device.StatsLen]float64) (*parked, error) {
 	k := &parked{trainStats: make([]float32, device.StatsLen)}
 	for i, v := range train {
@@ -183,6 +186,12 @@ func (r *run) toHost(train [device.StatsLen]float64) (*parked, error) {
 			return nil, err
 		}
 	}
+	if !r.model.Running.IsZero() {
+		if k.running, err = copyOut(r.model.Running); err != nil {
+			k.free(r.dev)
+			return nil, err
+		}
+	}
 	if err := r.compute.Synchronize(); err != nil {
 		k.free(r.dev)
 		return nil, err
@@ -191,7 +200,7 @@ func (r *run) toHost(train [device.StatsLen]float64) (*parked, error) {
 }
 
 func (k *parked) bytes() int64 {
-	n := int64(k.params.Len())
+	n := int64(k.params.Len() + k.running.Len())
 	for _, s := range k.state {
 		n += int64(s.Len())
 	}
@@ -206,8 +215,11 @@ func (k *parked) free(dev device.Device) {
 	for _, s := range k.state {
 		errs = append(errs, dev.FreeHost(s))
 	}
+	if !k.running.IsZero() {
+		errs = append(errs, dev.FreeHost(k.running))
+	}
 	_ = errors.Join(errs...)
-	k.params, k.state = device.HostBuffer{}, nil
+	k.params, k.state, k.running = device.HostBuffer{}, nil, device.HostBuffer{}
 }
 
 // teardown releases everything setup made (close) and forgets it, so that

@@ -44,7 +44,7 @@ type run struct {
 	model             *nn.Model
 	lease             *graphs.Lease
 	engine            *graphs.Engine
-	step              nn.Step
+	step              nn.Stepper // nn.Step for an MLP, nn.NetStep for any other net
 	layout            nn.Layout
 	compute           device.Stream
 	side              device.Stream
@@ -136,8 +136,8 @@ func (r *run) fits() error {
 	need := bill.DeviceBytes()
 	m := r.dev.MemoryStats()
 	if m.DeviceLimit > 0 && m.DeviceInUse+need > m.DeviceLimit {
-		return fmt.Errorf("%w: the model %s at batch %d needs about %.1f GiB of device memory (%s), and device %s has %.1f GiB free; use a smaller model (--hidden) or batch (--batch-size)",
-			device.ErrOutOfMemory, c.Spec, c.BatchSize, float64(need)/(1<<30), bill, r.dev.Name(), float64(m.DeviceLimit-m.DeviceInUse)/(1<<30))
+		return fmt.Errorf("%w: the model %s at batch %d needs about %.1f GiB of device memory (%s), and device %s has %.1f GiB free; use a smaller model (--hidden, --layers) or batch (--batch-size)",
+			device.ErrOutOfMemory, c.ModelName(), c.BatchSize, float64(need)/(1<<30), bill, r.dev.Name(), float64(m.DeviceLimit-m.DeviceInUse)/(1<<30))
 	}
 	return nil
 }
@@ -167,31 +167,14 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	if err := r.fits(); err != nil {
 		return err
 	}
-	var err error
-	if r.model, err = nn.NewModel(r.dev, c.Spec, c.Optimizer, c.Seed); err != nil {
+	if err := r.newModel(ck, startSeq); err != nil {
 		return err
-	}
-	if r.unparking {
-		if err := r.model.Restore(ck.params, ck.state); err != nil {
-			return err
-		}
-	} else if c.Resume {
-		if err := r.model.Restore(ck.params, ck.state); err != nil {
-			return fmt.Errorf("%w: %v", ErrCheckpoint, err)
-		}
-		r.sum.ResumedFromStep = startSeq
-		r.obs.Observe(Event{Time: time.Now(), Kind: EventResume, Fields: map[string]any{"step": startSeq}})
 	}
 	r.layout = nn.NewLayout(c.Spec, c.BatchSize)
-	sig := nn.Signature(c.Spec, c.Optimizer, c.BatchSize)
-	if r.lease, err = r.pool.Acquire(r.dev, sig, nn.WorkspaceSizes(c.Spec, c.BatchSize)); err != nil {
+	if err := r.newStep(); err != nil {
 		return err
 	}
-	ws, err := nn.NewWorkspace(c.Spec, r.lease.Workspace())
-	if err != nil {
-		return err
-	}
-	r.step = nn.Step{M: r.model, W: ws, Batch: c.BatchSize}
+	var err error
 	if r.compute, err = r.dev.NewStream(); err != nil {
 		return err
 	}
@@ -216,13 +199,72 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	if err := r.newEngine(); err != nil {
 		return err
 	}
-	if err := errors.Join(r.compute.Fill(ws.TrainStats, 0), r.compute.Fill(ws.EvalStats, 0)); err != nil {
+	trainStats, evalStats := r.step.Accumulators()
+	if err := errors.Join(r.compute.Fill(trainStats, 0), r.compute.Fill(evalStats, 0)); err != nil {
 		return err
 	}
 	r.advance(StageSetup)
 	if c.Resume && !r.unparking {
 		return r.carryOn(ck, startSeq)
 	}
+	return nil
+}
+
+// newModel allocates the model, an MLP's or a net's, and restores it from
+// ck when the run resumes or unparks.
+func (r *run) newModel(ck *Checkpoint, startSeq int) error {
+	c := &r.cfg
+	var err error
+	if arch, ok := c.netArch(); ok {
+		r.model, err = nn.NewNetModel(r.dev, arch, c.Optimizer, c.Seed)
+	} else {
+		r.model, err = nn.NewModel(r.dev, c.Spec, c.Optimizer, c.Seed)
+	}
+	if err != nil {
+		return err
+	}
+	if !r.unparking && !c.Resume {
+		return nil
+	}
+	err = r.model.Restore(ck.params, ck.state)
+	if err == nil {
+		err = r.model.RestoreRunning(ck.running)
+	}
+	if r.unparking {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	r.sum.ResumedFromStep = startSeq
+	r.obs.Observe(Event{Time: time.Now(), Kind: EventResume, Fields: map[string]any{"step": startSeq}})
+	return nil
+}
+
+// newStep leases the step's workspace from the graph pool and binds the
+// step: the MLP's, or a net's.
+func (r *run) newStep() error {
+	c := &r.cfg
+	var err error
+	if arch, ok := c.netArch(); ok {
+		sizes, err := nn.NetWorkspaceSizes(arch, c.BatchSize)
+		if err != nil {
+			return err
+		}
+		if r.lease, err = r.pool.Acquire(r.dev, nn.NetSignature(arch, c.Optimizer, c.BatchSize), sizes); err != nil {
+			return err
+		}
+		r.step, err = nn.NewNetStep(r.model, r.lease.Workspace(), c.BatchSize)
+		return err
+	}
+	if r.lease, err = r.pool.Acquire(r.dev, nn.Signature(c.Spec, c.Optimizer, c.BatchSize), nn.WorkspaceSizes(c.Spec, c.BatchSize)); err != nil {
+		return err
+	}
+	ws, err := nn.NewWorkspace(c.Spec, r.lease.Workspace())
+	if err != nil {
+		return err
+	}
+	r.step = &nn.Step{M: r.model, W: ws, Batch: c.BatchSize}
 	return nil
 }
 
@@ -260,7 +302,8 @@ func (r *run) carryOn(ck *Checkpoint, startSeq int) error {
 	if err := r.compute.Synchronize(); err != nil {
 		return err
 	}
-	return r.dev.Upload(r.step.W.TrainStats.Slice(0, device.StatsLen), v)
+	trainStats, _ := r.step.Accumulators()
+	return r.dev.Upload(trainStats.Slice(0, device.StatsLen), v)
 }
 
 // totals are the run's counters so far, for a checkpoint.
@@ -492,9 +535,7 @@ func (r *run) trainOn(b staging.Staged, in nn.Batch) error {
 			r.obs.Observe(Event{Time: time.Now(), Kind: EventShapeChange, Fields: map[string]any{"rows": b.Valid, "batch": c.BatchSize}})
 		}
 		r.sum.EagerSteps++
-		short := r.step
-		short.Batch = b.Valid
-		return short.Train(r.compute, nn.Batch{X: in.X.Slice(0, b.Valid*c.Spec.Inputs),
+		return r.step.WithBatch(b.Valid).Train(r.compute, nn.Batch{X: in.X.Slice(0, b.Valid*c.Spec.Inputs),
 			Y: in.Y.Slice(0, b.Valid*c.Spec.LabelLen()), Mask: in.Mask.Slice(0, b.Valid), Hyper: in.Hyper})
 	}
 	timed := r.engine.Replays(b.K)
