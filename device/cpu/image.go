@@ -19,8 +19,6 @@ import (
 // part runs it. A window's terms are added in float32: the contract asks
 // for double only where a sum runs over more than a window.
 
-var _ device.ImageKernels = (*stream)(nil)
-
 // window is the geometry common to convolution and pooling windows: the
 // input image, the output grid, the window and its placement.
 type window struct {

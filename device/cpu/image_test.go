@@ -81,21 +81,21 @@ func newImageRig(t testing.TB, threads int) *imageRig {
 
 // step enqueues every image kernel once, in the order of a layer's forward
 // and backward passes.
-func (r *imageRig) step(ik device.ImageKernels) error {
+func (r *imageRig) step(s device.Stream) error {
 	b := r.bufs
 	return first(
-		ik.Im2Col(rigConv, b["x"], b["cols"]),
-		ik.Col2Im(rigConv, b["dcols"], b["dx"]),
-		ik.MaxPool(rigPool, b["x"], b["pooled"], b["arg"]),
-		ik.MaxPoolGrad(rigPool, b["dpooled"], b["arg"], b["dxmax"]),
-		ik.AvgPool(rigPool, b["x"], b["avg"]),
-		ik.AvgPoolGrad(rigPool, b["dpooled"], b["dxavg"]),
-		ik.BatchNormTrain(rigRows, rigCols, 1e-5, 0.1, b["bnx"], b["params"], b["stats"], b["xhat"], b["bny"], b["running"]),
-		ik.BatchNormEval(rigRows, rigCols, 1e-5, b["bnx"], b["params"], b["running"], b["bneval"]),
-		ik.BatchNormGrad(rigRows, rigCols, b["bndy"], b["xhat"], b["params"], b["stats"], b["bndx"], b["dparams"]),
-		ik.Dropout(0.3, b["rng"], b["dropx"], b["dropy"], b["mask"]),
-		ik.AdvanceRNG(b["rng"], (rigN+3)/4),
-		ik.Mul(b["dropy"], b["mask"], b["prod"]),
+		s.Im2Col(rigConv, b["x"], b["cols"]),
+		s.Col2Im(rigConv, b["dcols"], b["dx"]),
+		s.MaxPool(rigPool, b["x"], b["pooled"], b["arg"]),
+		s.MaxPoolGrad(rigPool, b["dpooled"], b["arg"], b["dxmax"]),
+		s.AvgPool(rigPool, b["x"], b["avg"]),
+		s.AvgPoolGrad(rigPool, b["dpooled"], b["dxavg"]),
+		s.BatchNormTrain(rigRows, rigCols, 1e-5, 0.1, b["bnx"], b["params"], b["stats"], b["xhat"], b["bny"], b["running"]),
+		s.BatchNormEval(rigRows, rigCols, 1e-5, b["bnx"], b["params"], b["running"], b["bneval"]),
+		s.BatchNormGrad(rigRows, rigCols, b["bndy"], b["xhat"], b["params"], b["stats"], b["bndx"], b["dparams"]),
+		s.Dropout(0.3, b["rng"], b["dropx"], b["dropy"], b["mask"]),
+		s.AdvanceRNG(b["rng"], (rigN+3)/4),
+		s.Mul(b["dropy"], b["mask"], b["prod"]),
 	)
 }
 
@@ -118,7 +118,7 @@ func TestImageKernelsSameBitsAtAnyThreadCount(t *testing.T) {
 	run := func(threads int) ([]string, [][]float32) {
 		r := newImageRig(t, threads)
 		for range 2 { // the second step sees the first's running statistics and generator
-			must(t, r.step(r.s.(device.ImageKernels)))
+			must(t, r.step(r.s))
 		}
 		return r.names, r.contents(t)
 	}
@@ -141,7 +141,7 @@ func TestReplayedImageKernelsAllocateNothing(t *testing.T) {
 	for _, threads := range []int{1, 2, 3} {
 		r := newImageRig(t, threads)
 		must(t, r.s.BeginCapture(device.CaptureGlobal))
-		err := r.step(r.s.(device.ImageKernels))
+		err := r.step(r.s)
 		g, endErr := r.s.EndCapture()
 		must(t, err)
 		must(t, endErr)
@@ -172,7 +172,7 @@ func first(errs ...error) error {
 
 // benchDevice opens a device at the machine's thread count and allocates
 // buffers of the given lengths, filled with values in [-1, 1).
-func benchDevice(b *testing.B, lens ...int) (device.Stream, device.ImageKernels, []device.Buffer) {
+func benchDevice(b *testing.B, lens ...int) (device.Stream, []device.Buffer) {
 	d := openWith(b, cpu.Config{})
 	s, err := d.NewStream()
 	must(b, err)
@@ -188,7 +188,7 @@ func benchDevice(b *testing.B, lens ...int) (device.Stream, device.ImageKernels,
 		must(b, err)
 		must(b, d.Upload(bufs[i], v))
 	}
-	return s, s.(device.ImageKernels), bufs
+	return s, bufs
 }
 
 // benchConv is a small CNN's first layer at batch 64: 28×28×1 images, 32
@@ -203,23 +203,23 @@ func BenchmarkConvForward(b *testing.B) {
 	cs := benchConv
 	cases := []struct {
 		name string
-		run  func(s device.Stream, ik device.ImageKernels, x, cols, w, y device.Buffer) error
+		run  func(s device.Stream, x, cols, w, y device.Buffer) error
 	}{
-		{"im2col+gemm", func(s device.Stream, ik device.ImageKernels, x, cols, w, y device.Buffer) error {
-			return first(ik.Im2Col(cs, x, cols), s.Gemm(false, false, cs.Rows(), out, cs.Cols(), 1, cols, w, 0, y))
+		{"im2col+gemm", func(s device.Stream, x, cols, w, y device.Buffer) error {
+			return first(s.Im2Col(cs, x, cols), s.Gemm(false, false, cs.Rows(), out, cs.Cols(), 1, cols, w, 0, y))
 		}},
-		{"im2col", func(s device.Stream, ik device.ImageKernels, x, cols, _, _ device.Buffer) error {
-			return ik.Im2Col(cs, x, cols)
+		{"im2col", func(s device.Stream, x, cols, _, _ device.Buffer) error {
+			return s.Im2Col(cs, x, cols)
 		}},
-		{"gemm", func(s device.Stream, _ device.ImageKernels, _, cols, w, y device.Buffer) error {
+		{"gemm", func(s device.Stream, _, cols, w, y device.Buffer) error {
 			return s.Gemm(false, false, cs.Rows(), out, cs.Cols(), 1, cols, w, 0, y)
 		}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			s, ik, bufs := benchDevice(b, cs.InLen(), cs.Rows()*cs.Cols(), cs.Cols()*out, cs.Rows()*out)
+			s, bufs := benchDevice(b, cs.InLen(), cs.Rows()*cs.Cols(), cs.Cols()*out, cs.Rows()*out)
 			for b.Loop() {
-				must(b, c.run(s, ik, bufs[0], bufs[1], bufs[2], bufs[3]))
+				must(b, c.run(s, bufs[0], bufs[1], bufs[2], bufs[3]))
 				must(b, s.Synchronize())
 			}
 		})
@@ -227,9 +227,9 @@ func BenchmarkConvForward(b *testing.B) {
 	// The second layer's backward: 32 channels in, 3×3, so 288 columns.
 	b.Run("col2im_32ch", func(b *testing.B) {
 		cs := device.ConvShape{N: 64, H: 14, W: 14, C: 32, KH: 3, KW: 3, Stride: 1, Pad: 1}
-		s, ik, bufs := benchDevice(b, cs.Rows()*cs.Cols(), cs.InLen())
+		s, bufs := benchDevice(b, cs.Rows()*cs.Cols(), cs.InLen())
 		for b.Loop() {
-			must(b, ik.Col2Im(cs, bufs[0], bufs[1]))
+			must(b, s.Col2Im(cs, bufs[0], bufs[1]))
 			must(b, s.Synchronize())
 		}
 	})
@@ -239,16 +239,16 @@ func BenchmarkConvForward(b *testing.B) {
 // output (64·28·28 rows of 32 channels): training, evaluation, gradient.
 func BenchmarkBatchNorm(b *testing.B) {
 	const rows, cols = 64 * 28 * 28, 32
-	s, ik, bufs := benchDevice(b, rows*cols, 2*cols, 2*cols, rows*cols, rows*cols, 2*cols, rows*cols, rows*cols, 2*cols)
+	s, bufs := benchDevice(b, rows*cols, 2*cols, 2*cols, rows*cols, rows*cols, 2*cols, rows*cols, rows*cols, 2*cols)
 	x, params, stats, xhat, y, running, dy, dx, dparams := bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6], bufs[7], bufs[8]
 	must(b, s.Fill(running, 1))
 	for _, c := range []struct {
 		name string
 		run  func() error
 	}{
-		{"train", func() error { return ik.BatchNormTrain(rows, cols, 1e-5, 0.1, x, params, stats, xhat, y, running) }},
-		{"eval", func() error { return ik.BatchNormEval(rows, cols, 1e-5, x, params, running, y) }},
-		{"grad", func() error { return ik.BatchNormGrad(rows, cols, dy, xhat, params, stats, dx, dparams) }},
+		{"train", func() error { return s.BatchNormTrain(rows, cols, 1e-5, 0.1, x, params, stats, xhat, y, running) }},
+		{"eval", func() error { return s.BatchNormEval(rows, cols, 1e-5, x, params, running, y) }},
+		{"grad", func() error { return s.BatchNormGrad(rows, cols, dy, xhat, params, stats, dx, dparams) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
@@ -264,15 +264,15 @@ func BenchmarkBatchNorm(b *testing.B) {
 // and backward, and dropout over its output.
 func BenchmarkPoolAndDropout(b *testing.B) {
 	ps := device.PoolShape{N: 64, H: 28, W: 28, C: 32, K: 2, Stride: 2}
-	s, ik, bufs := benchDevice(b, ps.InLen(), ps.OutLen(), ps.OutLen(), ps.InLen(), device.RNGLen, ps.InLen())
+	s, bufs := benchDevice(b, ps.InLen(), ps.OutLen(), ps.OutLen(), ps.InLen(), device.RNGLen, ps.InLen())
 	x, y, arg, dx, rng, mask := bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5]
 	for _, c := range []struct {
 		name string
 		run  func() error
 	}{
-		{"maxpool", func() error { return ik.MaxPool(ps, x, y, arg) }},
-		{"maxpool_grad", func() error { return ik.MaxPoolGrad(ps, y, arg, dx) }},
-		{fmt.Sprintf("dropout_%d", ps.InLen()), func() error { return ik.Dropout(0.5, rng, x, dx, mask) }},
+		{"maxpool", func() error { return s.MaxPool(ps, x, y, arg) }},
+		{"maxpool_grad", func() error { return s.MaxPoolGrad(ps, y, arg, dx) }},
+		{fmt.Sprintf("dropout_%d", ps.InLen()), func() error { return s.Dropout(0.5, rng, x, dx, mask) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {

@@ -9,22 +9,16 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 )
 
-// RunImage checks every kernel of device.ImageKernels, which the backend's
-// streams must implement: each against the float64 references of
-// imageref.go on several shapes (odd sizes, stride 2, padding, windows
-// wider than the stride, a 1×1 image, a global pool), each case run twice
-// eagerly and once captured and replayed with the same bits every time;
-// the backward kernels against finite differences of the forward ones (and
-// Col2Im as Im2Col's adjoint); dropout's generator against Philox's known
-// answers, its statistics, and fresh masks on each replay; and bad
-// arguments failing with ErrMisuse without enqueueing anything.
+// RunImage checks every kernel of device.ImageKernels: each against the
+// float64 references of imageref.go on several shapes (odd sizes, stride
+// 2, padding, windows wider than the stride, a 1×1 image, a global pool),
+// each case run twice eagerly and once captured and replayed with the same
+// bits every time; the backward kernels against finite differences of the
+// forward ones (and Col2Im as Im2Col's adjoint); dropout's generator
+// against Philox's known answers, its statistics, and fresh masks on each
+// replay; and bad arguments failing with ErrMisuse without enqueueing
+// anything.
 func RunImage(t *testing.T, open Opener) {
-	t.Run("streams implement ImageKernels", func(t *testing.T) {
-		ke := newKernelEnv(t, open)
-		if _, ok := ke.s.(device.ImageKernels); !ok {
-			t.Fatalf("%s: stream %T does not implement device.ImageKernels", ke.dev.Name(), ke.s)
-		}
-	})
 	t.Run("Philox known answers", testPhiloxKnownAnswers)
 	kernels := []struct {
 		name string
@@ -44,19 +38,9 @@ func RunImage(t *testing.T, open Opener) {
 		{"Mul", testMul},
 	}
 	for _, k := range kernels {
-		t.Run(k.name, func(t *testing.T) {
-			ke := newKernelEnv(t, open)
-			if _, ok := ke.s.(device.ImageKernels); !ok {
-				t.Skipf("stream %T does not implement device.ImageKernels", ke.s)
-			}
-			k.test(ke)
-		})
+		t.Run(k.name, func(t *testing.T) { k.test(newKernelEnv(t, open)) })
 	}
 }
-
-// images returns a stream's image kernels; RunImage has checked that the
-// backend's streams have them.
-func images(s device.Stream) device.ImageKernels { return s.(device.ImageKernels) }
 
 // imageCall is a kernel call on fresh buffers holding ins (guarded views,
 // as kernelEnv.upload makes them).
@@ -90,7 +74,7 @@ func (ke *kernelEnv) outputs(c imageCall) [][]float32 {
 	ke.t.Helper()
 	first := checkRepeatable(ke.t, func() [][]float32 {
 		b := ke.uploadAll(c.ins)
-		ke.must(c.call(images(ke.s), b))
+		ke.must(c.call(ke.s, b))
 		return ke.downloadAll(b)
 	})
 	b := ke.uploadAll(c.ins)
@@ -107,7 +91,7 @@ func (ke *kernelEnv) outputs(c imageCall) [][]float32 {
 func (ke *kernelEnv) replay(enqueue func(ik device.ImageKernels) error, bufs []device.Buffer, launches int) []device.Buffer {
 	ke.t.Helper()
 	ke.must(ke.s.BeginCapture(device.CaptureGlobal))
-	err := enqueue(images(ke.s))
+	err := enqueue(ke.s)
 	g, endErr := ke.s.EndCapture() // always, so that a failure leaves no capture behind
 	ke.must(err)
 	ke.must(endErr)
@@ -217,7 +201,7 @@ func testIm2Col(ke *kernelEnv) {
 		s := device.ConvShape{N: 1, H: 4, W: 4, C: 2, KH: 3, KW: 3, Stride: 1, Pad: 1}
 		x, cols := ke.upload(make([]float32, s.InLen())), ke.upload(make([]float32, s.Rows()*s.Cols()))
 		call := func(s device.ConvShape, x, cols device.Buffer) func(device.Stream) error {
-			return func(st device.Stream) error { return images(st).Im2Col(s, x, cols) }
+			return func(st device.Stream) error { return st.Im2Col(s, x, cols) }
 		}
 		with := func(f func(*device.ConvShape)) device.ConvShape { c := s; f(&c); return c }
 		ke.checkMisuse([]misuseCase{
@@ -249,8 +233,8 @@ func testCol2Im(ke *kernelEnv) {
 			rng := newRand("Col2Im adjoint", i)
 			x, d := uniform(rng, s.InLen(), -1, 1), uniform(rng, s.Rows()*s.Cols(), -1, 1)
 			xb, cols, db, dx := ke.upload(x), ke.upload(nans(len(d))), ke.upload(d), ke.upload(nans(len(x)))
-			ke.must(images(ke.s).Im2Col(s, xb, cols))
-			ke.must(images(ke.s).Col2Im(s, db, dx))
+			ke.must(ke.s.Im2Col(s, xb, cols))
+			ke.must(ke.s.Col2Im(s, db, dx))
 			lhs, rhs := dot(ke.download(cols), d), dot(x, ke.download(dx))
 			if bound := sumTol * dot(absAll(ke.download(cols)), absAll(d)); math.Abs(lhs-rhs) > bound {
 				ke.t.Errorf("<Im2Col(x), d> = %.9g, <x, Col2Im(d)> = %.9g: differ by more than %.2g", lhs, rhs, bound)
@@ -261,7 +245,7 @@ func testCol2Im(ke *kernelEnv) {
 		s := device.ConvShape{N: 1, H: 4, W: 4, C: 2, KH: 3, KW: 3, Stride: 2, Pad: 1}
 		dcols, dx := ke.upload(make([]float32, s.Rows()*s.Cols())), ke.upload(make([]float32, s.InLen()))
 		call := func(s device.ConvShape, dcols, dx device.Buffer) func(device.Stream) error {
-			return func(st device.Stream) error { return images(st).Col2Im(s, dcols, dx) }
+			return func(st device.Stream) error { return st.Col2Im(s, dcols, dx) }
 		}
 		bad := s
 		bad.KW = 0
@@ -341,7 +325,7 @@ func poolMisuse(ke *kernelEnv, name string, withArg bool, call func(ik device.Im
 		keep = out
 	}
 	c := func(s device.PoolShape, in, out, arg device.Buffer) func(device.Stream) error {
-		return func(st device.Stream) error { return call(images(st), s, in, out, arg) }
+		return func(st device.Stream) error { return call(st, s, in, out, arg) }
 	}
 	with := func(f func(*device.PoolShape)) device.PoolShape { c := s; f(&c); return c }
 	cases := []misuseCase{
@@ -404,12 +388,12 @@ func testMaxPoolGrad(ke *kernelEnv) {
 			s := c.s
 			x, w := distinct(i, s.InLen(), 0.01), uniform(newRand("MaxPoolGrad fd", i), s.OutLen(), -1, 1)
 			xb, y, arg := ke.upload(x), ke.upload(nans(s.OutLen())), ke.upload(nans(s.OutLen()))
-			ke.must(images(ke.s).MaxPool(s, xb, y, arg))
+			ke.must(ke.s.MaxPool(s, xb, y, arg))
 			dx := ke.upload(nans(s.InLen()))
-			ke.must(images(ke.s).MaxPoolGrad(s, ke.upload(w), arg, dx))
+			ke.must(ke.s.MaxPoolGrad(s, ke.upload(w), arg, dx))
 			numeric := numericGrad(x, 2e-3, func(xp []float32) float64 {
 				ke.must(ke.dev.Upload(xb, xp))
-				ke.must(images(ke.s).MaxPool(s, xb, y, arg))
+				ke.must(ke.s.MaxPool(s, xb, y, arg))
 				return dot(w, ke.download(y))
 			})
 			checkGrad(ke.t, "dx", ke.download(dx), numeric)
@@ -455,11 +439,11 @@ func testAvgPoolGrad(ke *kernelEnv) {
 			rng := newRand("AvgPoolGrad fd", i)
 			x, w := uniform(rng, s.InLen(), -1, 1), uniform(rng, s.OutLen(), -1, 1)
 			dx := ke.upload(nans(s.InLen()))
-			ke.must(images(ke.s).AvgPoolGrad(s, ke.upload(w), dx))
+			ke.must(ke.s.AvgPoolGrad(s, ke.upload(w), dx))
 			xb, y := ke.upload(x), ke.upload(nans(s.OutLen()))
 			numeric := numericGrad(x, 0.1, func(xp []float32) float64 {
 				ke.must(ke.dev.Upload(xb, xp))
-				ke.must(images(ke.s).AvgPool(s, xb, y))
+				ke.must(ke.s.AvgPool(s, xb, y))
 				return dot(w, ke.download(y))
 			})
 			checkGrad(ke.t, "dx", ke.download(dx), numeric)
@@ -555,7 +539,7 @@ func testBatchNormTrain(ke *kernelEnv) {
 		x, params, stats, xhat, y, running := m(), pc(), pc(), m(), m(), pc()
 		call := func(rows int, eps, momentum float32, stats, y, running device.Buffer) func(device.Stream) error {
 			return func(s device.Stream) error {
-				return images(s).BatchNormTrain(rows, cols, eps, momentum, x, params, stats, xhat, y, running)
+				return s.BatchNormTrain(rows, cols, eps, momentum, x, params, stats, xhat, y, running)
 			}
 		}
 		ke.checkMisuse([]misuseCase{
@@ -593,7 +577,7 @@ func testBatchNormEval(ke *kernelEnv) {
 		const rows, cols = 4, 3
 		x, params, running, y := ke.upload(make([]float32, rows*cols)), ke.upload(make([]float32, 2*cols)), ke.upload(ones(2*cols)), ke.upload(make([]float32, rows*cols))
 		call := func(rows int, running, y device.Buffer) func(device.Stream) error {
-			return func(s device.Stream) error { return images(s).BatchNormEval(rows, cols, bnEps, x, params, running, y) }
+			return func(s device.Stream) error { return s.BatchNormEval(rows, cols, bnEps, x, params, running, y) }
 		}
 		ke.checkMisuse([]misuseCase{
 			{"rows=0", y, call(0, running, y)},
@@ -652,7 +636,7 @@ func testBatchNormGrad(ke *kernelEnv) {
 		dy, xhat, params, stats, dx, dparams := m(), m(), pc(), pc(), m(), pc()
 		call := func(cols int, xhat, dparams device.Buffer) func(device.Stream) error {
 			return func(s device.Stream) error {
-				return images(s).BatchNormGrad(rows, cols, dy, xhat, params, stats, dx, dparams)
+				return s.BatchNormGrad(rows, cols, dy, xhat, params, stats, dx, dparams)
 			}
 		}
 		ke.checkMisuse([]misuseCase{
@@ -670,7 +654,7 @@ func bnFiniteDifferences(ke *kernelEnv, c bnCase, seed int) {
 	w := uniform(newRand("BatchNormGrad fd", seed), c.rows*c.cols, -1, 1)
 	n := c.rows * c.cols
 	xb, pb, stats, xhat, y, rb := ke.upload(x), ke.upload(params), ke.upload(nans(2*c.cols)), ke.upload(nans(n)), ke.upload(nans(n)), ke.upload(running)
-	ik := images(ke.s)
+	ik := ke.s
 	ke.must(ik.BatchNormTrain(c.rows, c.cols, bnEps, bnMomentum, xb, pb, stats, xhat, y, rb))
 	dx, dparams := ke.upload(nans(n)), ke.upload(nans(2*c.cols))
 	ke.must(ik.BatchNormGrad(c.rows, c.cols, ke.upload(w), xhat, pb, stats, dx, dparams))
@@ -756,7 +740,7 @@ func testDropout(ke *kernelEnv) {
 			u := float32(word>>8) / (1 << 24)
 			for _, p := range []float32{u, math.Nextafter32(u, 1)} {
 				b := ke.uploadAll(dropoutCall(p, 0, 0, x).ins)
-				ke.must(images(ke.s).Dropout(p, b[0], b[1], b[2], b[3]))
+				ke.must(ke.s.Dropout(p, b[0], b[1], b[2], b[3]))
 				mask := ke.download(b[3])
 				if kept := mask[k] != 0; kept != (p == u) {
 					ke.t.Errorf("p = %v: element %d kept = %v, want %v (Philox word %#x)", p, k, kept, p == u, word)
@@ -795,7 +779,7 @@ func testDropout(ke *kernelEnv) {
 	ke.run("misuse", func(ke *kernelEnv) {
 		rng, x, y, mask := ke.upload(RNGState(1, 0)), ke.upload(ones(8)), ke.upload(ones(8)), ke.upload(ones(8))
 		call := func(p float32, rng, y, mask device.Buffer) func(device.Stream) error {
-			return func(s device.Stream) error { return images(s).Dropout(p, rng, x, y, mask) }
+			return func(s device.Stream) error { return s.Dropout(p, rng, x, y, mask) }
 		}
 		ke.checkMisuse([]misuseCase{
 			{"p=1", y, call(1, rng, y, mask)},
@@ -827,7 +811,7 @@ func testDropoutSequence(ke *kernelEnv) {
 		if replayed {
 			ke.must(ke.s.Synchronize())
 			ke.must(ke.s.BeginCapture(device.CaptureGlobal))
-			err := step(images(ke.s), b[0], b[1], b[2], b[3])
+			err := step(ke.s, b[0], b[1], b[2], b[3])
 			g, endErr := ke.s.EndCapture()
 			ke.must(err)
 			ke.must(endErr)
@@ -840,7 +824,7 @@ func testDropoutSequence(ke *kernelEnv) {
 			}
 		} else {
 			for range 3 {
-				ke.must(step(images(ke.s), b[0], b[1], b[2], b[3]))
+				ke.must(step(ke.s, b[0], b[1], b[2], b[3]))
 				out = append(out, ke.download(b[3]), ke.download(b[2]))
 			}
 		}
@@ -894,10 +878,10 @@ func testAdvanceRNG(ke *kernelEnv) {
 	ke.run("misuse", func(ke *kernelEnv) {
 		rng := ke.upload(RNGState(1, 2))
 		ke.checkMisuse([]misuseCase{
-			{"counters=0", rng, func(s device.Stream) error { return images(s).AdvanceRNG(rng, 0) }},
-			{"negative counters", rng, func(s device.Stream) error { return images(s).AdvanceRNG(rng, -4) }},
-			{"rng too short", rng, func(s device.Stream) error { return images(s).AdvanceRNG(rng.Slice(0, 3), 1) }},
-			{"zero rng", rng, func(s device.Stream) error { return images(s).AdvanceRNG(device.Buffer{}, 1) }},
+			{"counters=0", rng, func(s device.Stream) error { return s.AdvanceRNG(rng, 0) }},
+			{"negative counters", rng, func(s device.Stream) error { return s.AdvanceRNG(rng, -4) }},
+			{"rng too short", rng, func(s device.Stream) error { return s.AdvanceRNG(rng.Slice(0, 3), 1) }},
+			{"zero rng", rng, func(s device.Stream) error { return s.AdvanceRNG(device.Buffer{}, 1) }},
 		})
 	})
 }
@@ -917,7 +901,7 @@ func testMul(ke *kernelEnv) {
 			checkElems(ke.t, "z", out[2], want)
 			for _, into := range []int{0, 1} { // z = x, then z = y
 				b := ke.uploadAll([][]float32{x, y})
-				ke.must(images(ke.s).Mul(b[0], b[1], b[into]))
+				ke.must(ke.s.Mul(b[0], b[1], b[into]))
 				checkSameBits(ke.t, fmt.Sprintf("z in place of operand %d", into+1), ke.download(b[into]), out[2])
 			}
 		})
@@ -925,9 +909,9 @@ func testMul(ke *kernelEnv) {
 	ke.run("misuse", func(ke *kernelEnv) {
 		x, y, z := ke.upload(ones(5)), ke.upload(ones(5)), ke.upload(ones(5))
 		ke.checkMisuse([]misuseCase{
-			{"y too short", z, func(s device.Stream) error { return images(s).Mul(x, y.Slice(0, 4), z) }},
-			{"z too short", z.Slice(0, 4), func(s device.Stream) error { return images(s).Mul(x, y, z.Slice(0, 4)) }},
-			{"zero x", z, func(s device.Stream) error { return images(s).Mul(device.Buffer{}, y, z) }},
+			{"y too short", z, func(s device.Stream) error { return s.Mul(x, y.Slice(0, 4), z) }},
+			{"z too short", z.Slice(0, 4), func(s device.Stream) error { return s.Mul(x, y, z.Slice(0, 4)) }},
+			{"zero x", z, func(s device.Stream) error { return s.Mul(device.Buffer{}, y, z) }},
 		})
 	})
 }
