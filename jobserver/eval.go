@@ -125,7 +125,7 @@ func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, a
 	if sha != ej.CheckpointSHA256 {
 		return EvalResult{}, fmt.Errorf("%w: %s changed since the evaluation began (SHA-256 %s, want %s)", trainer.ErrCheckpoint, ej.Checkpoint, sha, ej.CheckpointSHA256)
 	}
-	ec := trainer.EvalConfig{Spec: tc.Spec, BatchSize: tc.BatchSize, Data: ds, Params: ck.Parameters(),
+	ec := trainer.EvalConfig{Spec: tc.Spec, Net: tc.Net, BatchSize: tc.BatchSize, Data: ds, Params: ck.Parameters(), Running: ck.RunningState(),
 		Shard: ej.Shard, Shards: ej.Shards, Loaders: ej.Spec.Loaders, Logger: cfg.Logger, Advance: advance}
 	if cfg.AfterEvalBatch != nil {
 		ec.AfterBatch = func(n int) { cfg.AfterEvalBatch(ej, n) }

@@ -157,6 +157,13 @@ func (st *NetStep) Eval(s device.Stream, in Batch) error {
 	return p.loss(in, st.W.EvalStats, false)
 }
 
+// Logits is where Eval and Forward leave the logits: Batch×classes values
+// at the start of the buffer.
+func (st *NetStep) Logits() device.Buffer {
+	v := st.plan.vals[len(st.plan.vals)-1]
+	return st.W.Bufs[v.buf].Slice(0, st.Batch*v.per)
+}
+
 // Forward enqueues the evaluation forward pass of x (Batch examples) and
 // returns the logits (Batch×classes), which the next pass overwrites.
 func (st *NetStep) Forward(s device.Stream, x device.Buffer) (device.Buffer, error) {

@@ -186,14 +186,16 @@ func (c Config) checkNet() error {
 
 // netArch is the resolved Net when the run's model is a net that is not
 // an MLP (nn.NetStep trains it); ok is false for an MLP.
-func (c Config) netArch() (a nn.Arch, ok bool) {
-	if len(c.Net.Layers) == 0 {
+func (c Config) netArch() (a nn.Arch, ok bool) { return netArch(c.Net) }
+
+func netArch(net nn.Net) (a nn.Arch, ok bool) {
+	if len(net.Layers) == 0 {
 		return nn.Arch{}, false
 	}
-	if _, err := c.Net.MLP(); err == nil {
+	if _, err := net.MLP(); err == nil {
 		return nn.Arch{}, false
 	}
-	a, err := c.Net.Resolve()
+	a, err := net.Resolve()
 	return a, err == nil
 }
 

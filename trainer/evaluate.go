@@ -17,10 +17,15 @@ import (
 // checkpoint's parameters: examples Shard, Shard+Shards, Shard+2*Shards,
 // ... of Data, in that order.
 type EvalConfig struct {
-	Spec      nn.Spec
+	Spec nn.Spec
+	// Net is the model as layers, as in Config: zero for an MLP given as
+	// Spec; a net that is not an MLP is evaluated by nn.NetStep, Spec its
+	// outline.
+	Net       nn.Net
 	BatchSize int
 	Data      *data.Dataset
 	Params    []float32 // the model's parameters (Checkpoint.Parameters)
+	Running   []float32 // a net's running state (Checkpoint.RunningState); nil for an MLP
 	Shard     int
 	Shards    int
 	Loaders   int // loader goroutines; 0 means 1
@@ -44,13 +49,34 @@ func (c EvalConfig) Validate() error {
 		return fmt.Errorf("trainer: evaluation: shard %d of %d; want 0 <= shard < shards", c.Shard, c.Shards)
 	case c.Shards > c.Data.Len():
 		return fmt.Errorf("trainer: evaluation: %d shards for %d examples; want at most one shard per example", c.Shards, c.Data.Len())
-	case len(c.Params) != c.Spec.ParamCount():
-		return fmt.Errorf("%w: %d parameters for the model %s, which has %d", ErrCheckpoint, len(c.Params), c.Spec, c.Spec.ParamCount())
+	case c.paramCount() != len(c.Params):
+		return fmt.Errorf("%w: %d parameters for the model %s, which has %d", ErrCheckpoint, len(c.Params), c.modelName(), c.paramCount())
+	case c.runningLen() != len(c.Running):
+		return fmt.Errorf("%w: %d running-state values for the model %s, which has %d", ErrCheckpoint, len(c.Running), c.modelName(), c.runningLen())
 	case c.Spec.Inputs != c.Data.Features || c.Spec.Outputs != c.Data.Classes:
 		return fmt.Errorf("trainer: evaluation: the model %s does not fit dataset %s (%d features, %d classes)", c.Spec, c.Data.Name, c.Data.Features, c.Data.Classes)
 	}
-	return c.Spec.Validate()
+	if err := c.Spec.Validate(); err != nil {
+		return err
+	}
+	return Config{Spec: c.Spec, Net: c.Net}.checkNet()
 }
+
+func (c EvalConfig) paramCount() int {
+	if a, ok := netArch(c.Net); ok {
+		return a.Params
+	}
+	return c.Spec.ParamCount()
+}
+
+func (c EvalConfig) runningLen() int {
+	if a, ok := netArch(c.Net); ok {
+		return a.RunningLen()
+	}
+	return 0
+}
+
+func (c EvalConfig) modelName() string { return Config{Spec: c.Spec, Net: c.Net}.ModelName() }
 
 // Scored is one example's evaluation.
 type Scored struct {
@@ -103,7 +129,7 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 			err = errors.Join(err, cleanup[i]())
 		}
 	}()
-	step, err := evalStep(dev, cfg, &cleanup)
+	step, last, err := evalStep(dev, cfg, &cleanup)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +153,6 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 	}
 	advance(StageSetup)
 	logits := make([]float32, cfg.BatchSize*cfg.Spec.Outputs)
-	last := step.W.Z[len(step.W.Z)-1]
 	out := make([]Scored, 0, (cfg.Data.Len()-cfg.Shard+cfg.Shards-1)/cfg.Shards)
 	for n := 1; ; n++ {
 		b, err := stager.Next(ctx)
@@ -166,38 +191,67 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 	return out, nil
 }
 
-// evalStep puts the parameters and a workspace for one batch on the
-// device; cleanup receives what frees them.
-func evalStep(dev device.Device, cfg EvalConfig, cleanup *[]func() error) (*nn.Step, error) {
+// evalStep puts the parameters (and a net's running state) and a
+// workspace for one batch on the device, and returns the step and where
+// its evaluation leaves the logits; cleanup receives what frees them.
+func evalStep(dev device.Device, cfg EvalConfig, cleanup *[]func() error) (nn.Stepper, device.Buffer, error) {
 	// The optimizer is never used; SGD without momentum holds the least state.
 	opt := nn.DefaultOptimizer()
 	opt.Kind, opt.Momentum = nn.SGD, 0
-	m, err := nn.NewModel(dev, cfg.Spec, opt, 0)
+	arch, isNet := netArch(cfg.Net)
+	var m *nn.Model
+	var err error
+	if isNet {
+		m, err = nn.NewNetModel(dev, arch, opt, 0)
+	} else {
+		m, err = nn.NewModel(dev, cfg.Spec, opt, 0)
+	}
 	if err != nil {
-		return nil, err
+		return nil, device.Buffer{}, err
 	}
 	*cleanup = append(*cleanup, m.Free)
 	if err := dev.Upload(m.Params, cfg.Params); err != nil {
-		return nil, err
+		return nil, device.Buffer{}, err
+	}
+	if err := m.RestoreRunning(cfg.Running); err != nil {
+		return nil, device.Buffer{}, err
+	}
+	sizes := nn.WorkspaceSizes(cfg.Spec, cfg.BatchSize)
+	if isNet {
+		if sizes, err = nn.NetWorkspaceSizes(arch, cfg.BatchSize); err != nil {
+			return nil, device.Buffer{}, err
+		}
 	}
 	var bufs []device.Buffer
-	for _, n := range nn.WorkspaceSizes(cfg.Spec, cfg.BatchSize) {
+	for _, n := range sizes {
 		b, err := dev.Alloc(n)
 		if err != nil {
-			return nil, err
+			return nil, device.Buffer{}, err
 		}
 		*cleanup = append(*cleanup, func() error { return dev.Free(b) })
 		bufs = append(bufs, b)
 	}
-	ws, err := nn.NewWorkspace(cfg.Spec, bufs)
-	if err != nil {
-		return nil, err
+	var step nn.Stepper
+	var logits device.Buffer
+	if isNet {
+		st, err := nn.NewNetStep(m, bufs, cfg.BatchSize)
+		if err != nil {
+			return nil, device.Buffer{}, err
+		}
+		step, logits = st, st.Logits()
+	} else {
+		ws, err := nn.NewWorkspace(cfg.Spec, bufs)
+		if err != nil {
+			return nil, device.Buffer{}, err
+		}
+		step, logits = &nn.Step{M: m, W: ws, Batch: cfg.BatchSize}, ws.Z[len(ws.Z)-1]
 	}
 	// The statistics accumulate in place; start them from zero.
-	if err := dev.Upload(ws.EvalStats, make([]float32, device.StatsLen)); err != nil {
-		return nil, err
+	_, eval := step.Accumulators()
+	if err := dev.Upload(eval, make([]float32, device.StatsLen)); err != nil {
+		return nil, device.Buffer{}, err
 	}
-	return &nn.Step{M: m, W: ws, Batch: cfg.BatchSize}, nil
+	return step, logits, nil
 }
 
 // CheckpointFor loads the checkpoint at path and verifies it as a resumed

@@ -17,7 +17,14 @@ import (
 // precision (the trainer accumulates batch sums in a float32 on the
 // device), and a shard's figures do not depend on the number of shards.
 func TestEvaluateAgreesWithTraining(t *testing.T) {
-	cfg := smallConfig(t)
+	for name, cfg := range map[string]trainer.Config{"mlp": smallConfig(t), "cnn": cnnConfig(t)} {
+		t.Run(name, func(t *testing.T) { evaluateAgreesWithTraining(t, cfg) })
+	}
+}
+
+// evaluateAgreesWithTraining checks one model; a CNN's evaluation uses
+// the checkpoint's running statistics.
+func evaluateAgreesWithTraining(t *testing.T, cfg trainer.Config) {
 	cfg.RunDir = t.TempDir()
 	sum := run(t, cfg)
 	ck, err := trainer.CheckpointFor(cfg, filepath.Join(cfg.RunDir, trainer.CheckpointFile))
@@ -32,7 +39,8 @@ func TestEvaluateAgreesWithTraining(t *testing.T) {
 		correct := 0
 		for s := range shards {
 			got, err := trainer.Evaluate(context.Background(), openCPU(t), newShared(t), trainer.EvalConfig{
-				Spec: cfg.Spec, BatchSize: cfg.BatchSize, Data: cfg.Test, Params: ck.Parameters(), Shard: s, Shards: shards})
+				Spec: cfg.Spec, Net: cfg.Net, BatchSize: cfg.BatchSize, Data: cfg.Test, Params: ck.Parameters(), Running: ck.RunningState(),
+				Shard: s, Shards: shards})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,6 +90,11 @@ func TestEvaluateRefuses(t *testing.T) {
 		},
 		"parameters of another model": func(c *trainer.EvalConfig) { c.Params = c.Params[1:] },
 		"model not of the data":       func(c *trainer.EvalConfig) { c.Spec = nn.Spec{Inputs: 3, Outputs: 4, Loss: nn.LossCrossEntropy} },
+		"a net without its running state": func(c *trainer.EvalConfig) {
+			cnn := cnnConfig(t)
+			a, _ := cnn.Net.Resolve()
+			c.Spec, c.Net, c.Params = cnn.Spec, cnn.Net, make([]float32, a.Params)
+		},
 	} {
 		c := good
 		edit(&c)
