@@ -23,7 +23,7 @@ type netRig struct {
 	arch nn.Arch
 }
 
-func newNetRig(t *testing.T, dev device.Device, net nn.Net, opt nn.Optimizer, b int, seed uint64) *netRig {
+func newNetRig(t testing.TB, dev device.Device, net nn.Net, opt nn.Optimizer, b int, seed uint64) *netRig {
 	t.Helper()
 	arch, err := net.Resolve()
 	must(t, err)
@@ -538,4 +538,23 @@ func TestNetWorkspaceSizes(t *testing.T) {
 	if _, err := nn.NetWorkspaceSizes(arch, 0); err == nil {
 		t.Error("batch 0 accepted")
 	}
+}
+
+// BenchmarkNetStep is one eager training step of the example CNN
+// (examples/cnn.yaml) at batch 64 on the CPU device.
+func BenchmarkNetStep(b *testing.B) {
+	net := nn.Net{Input: nn.Shape{1, 28, 28}, Loss: nn.LossCrossEntropy, Layers: []nn.LayerSpec{
+		nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
+		nn.Residual(nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU()),
+		nn.Flatten(), nn.Linear(10)}}
+	r := newNetRig(b, nil, net, nn.DefaultOptimizer(), 64, 1)
+	for b.Loop() {
+		if err := r.st.Train(r.s, r.in); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.s.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(64*b.N)/b.Elapsed().Seconds(), "samples/s")
 }
