@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -18,16 +19,44 @@ const (
 	// PresetTiny is the predecessor's workload: one Linear 16->2 layer at
 	// batch 8, where launch cost dominates the step.
 	PresetTiny Preset = "tiny"
+	// PresetCNN is examples/cnn.yaml's model (CNN): two convolution blocks,
+	// the second a residual block, and a linear classifier, batch 64.
+	PresetCNN Preset = "cnn"
 )
 
 // Presets lists the presets in the order the command documents them.
-func Presets() []Preset { return []Preset{PresetMLP, PresetTiny} }
+func Presets() []Preset { return []Preset{PresetMLP, PresetTiny, PresetCNN} }
 
-// Workload is a preset's model and default batch size.
+// CNN is examples/cnn.yaml's model on Fashion-MNIST's 1×28×28 images (a
+// test in cmd/run_graph_bench keeps the two the same).
+func CNN() nn.Net {
+	return nn.Net{
+		Input: nn.Shape{1, 28, 28},
+		Layers: []nn.LayerSpec{
+			nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
+			nn.Residual(nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU()),
+			nn.Flatten(), nn.Linear(10),
+		},
+		Loss: nn.LossCrossEntropy,
+	}
+}
+
+// Workload is a preset's model and default batch size. A model described
+// as layers (Net set) trains through nn.NetStep, its Spec then being the
+// net's outline (inputs, outputs, loss), which sizes the batches.
 type Workload struct {
 	Spec      nn.Spec
+	Net       *nn.Net
 	Optimizer nn.Optimizer
 	BatchSize int
+}
+
+// Name is the model's description: the Spec's, or the net's.
+func (w Workload) Name() string {
+	if w.Net != nil {
+		return w.Net.String()
+	}
+	return w.Spec.String()
 }
 
 // Workload returns the preset's model and default batch size.
@@ -40,8 +69,15 @@ func (p Preset) Workload() (Workload, error) {
 	case PresetTiny:
 		return Workload{Spec: nn.Spec{Inputs: 16, Outputs: 2, Act: device.ActGELU, Loss: nn.LossCrossEntropy},
 			Optimizer: opt, BatchSize: 8}, nil
+	case PresetCNN:
+		net := CNN()
+		arch, err := net.Resolve()
+		if err != nil {
+			return Workload{}, fmt.Errorf("preset cnn: %w", err)
+		}
+		return Workload{Spec: arch.Outline(), Net: &net, Optimizer: opt, BatchSize: 64}, nil
 	}
-	return Workload{}, fmt.Errorf("preset: unknown preset %q: use mlp or tiny", p)
+	return Workload{}, fmt.Errorf("preset: unknown preset %q: use mlp, tiny or cnn", p)
 }
 
 // Defaults for the zero fields of Config.
@@ -53,6 +89,7 @@ const (
 	// tiny steps (a few µs each) that a phase outlasts scheduler noise.
 	DefaultStepsMLP     = 100
 	DefaultStepsTiny    = 5000
+	DefaultStepsCNN     = 20
 	DefaultSettleSteps  = 4
 	DefaultProbeKernels = 1000
 	DefaultProbeRepeats = 15
@@ -106,9 +143,13 @@ func (c Config) WithDefaults() Config {
 		c.Epochs = DefaultEpochs
 	}
 	if c.Steps == 0 {
-		c.Steps = DefaultStepsMLP
-		if c.Preset == PresetTiny {
+		switch c.Preset {
+		case PresetTiny:
 			c.Steps = DefaultStepsTiny
+		case PresetCNN:
+			c.Steps = DefaultStepsCNN
+		default:
+			c.Steps = DefaultStepsMLP
 		}
 	}
 	if c.SettleSteps == 0 {
@@ -160,9 +201,15 @@ func (c Config) Validate() error {
 			return fmt.Errorf("sweep-batch-sizes: each batch size must be in 1..%d, got %d", MaxBatchSize, b)
 		}
 	}
+	if c.HiddenSet && c.Preset == PresetCNN {
+		return errors.New("hidden: the cnn preset is described as layers (examples/cnn.yaml); hidden widths are for mlp and tiny")
+	}
 	w, err := c.workload(0)
 	if err != nil {
 		return err
+	}
+	if w.Net != nil {
+		return nil
 	}
 	if err := w.Spec.Validate(); err != nil {
 		return fmt.Errorf("hidden: %w", err)

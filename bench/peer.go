@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/staging"
 )
 
@@ -70,6 +71,13 @@ type PeerConfig struct {
 	// on a busy one). Empty: one peer run per round with the peer's own
 	// default.
 	WaitPolicies []string `json:"wait_policies,omitempty"`
+	// Net, when set, is the model of every point instead of the MLP of
+	// each width: a net described as layers (the cnn preset's), which the
+	// peer builds from NetArgs (torch_net.py's --layers and --input).
+	// Widths and EpochWidths are then left empty.
+	Net     *nn.Net  `json:"-"`
+	NetName string   `json:"net,omitempty"`
+	NetArgs []string `json:"net_args,omitempty"`
 	// DataDir holds the Fashion-MNIST files the peer reads.
 	DataDir string
 	Seed    uint64
@@ -90,8 +98,11 @@ func (c PeerConfig) WithDefaults() PeerConfig {
 	if len(c.BatchSizes) == 0 {
 		c.BatchSizes = slices.Clone(DefaultPeerBatchSizes)
 	}
-	if len(c.Widths) == 0 {
+	if len(c.Widths) == 0 && c.Net == nil {
 		c.Widths = slices.Clone(DefaultPeerWidths)
+	}
+	if c.Net != nil {
+		c.NetName = c.Net.String()
 	}
 	if c.Steps == 0 {
 		c.Steps = DefaultPeerSteps
@@ -123,6 +134,12 @@ func (c PeerConfig) Validate() error {
 		return fmt.Errorf("settle-steps: must be in 1..1000, got %d", c.SettleSteps)
 	case c.Rounds < 1 || c.Rounds > 100:
 		return fmt.Errorf("peer-rounds: must be in 1..100, got %d", c.Rounds)
+	case c.Net != nil && len(c.Widths) > 0:
+		return errors.New("peer-widths: a model described as layers has no width to vary")
+	case c.Net != nil && len(c.EpochWidths) > 0:
+		return errors.New("peer-epoch-widths: whole epochs are timed for the mlp's widths only")
+	case c.Net != nil && len(c.NetArgs) == 0:
+		return errors.New("peer-command: a model described as layers needs its layers passed to the peer (NetArgs)")
 	case len(c.EpochWidths) > 0 && c.Epoch == nil:
 		return errors.New("peer-epoch-widths: epochs are asked for but nothing times tolaria's epoch")
 	}
@@ -164,6 +181,16 @@ func PeerWorkload(b, w int) Workload {
 	return wl
 }
 
+// NetWorkload is net at batch size b, with the mlp preset's optimizer.
+func NetWorkload(net *nn.Net, b int) (Workload, error) {
+	arch, err := net.Resolve()
+	if err != nil {
+		return Workload{}, err
+	}
+	wl, _ := PresetMLP.Workload()
+	return Workload{Spec: arch.Outline(), Net: net, Optimizer: wl.Optimizer, BatchSize: b}, nil
+}
+
 // PeerArgs are the flags RunPeer gives the peer for one measurement: the
 // model, batch and thread count, and every hyper-parameter of w's
 // optimizer and schedule, so that the two sides cannot drift apart.
@@ -174,14 +201,19 @@ func PeerArgs(c PeerConfig, w Workload, epoch bool, waitPolicy string) []string 
 		hidden[i] = strconv.Itoa(h)
 	}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	args := []string{
-		"--batch-size", strconv.Itoa(w.BatchSize), "--hidden", strings.Join(hidden, ","),
+	args := []string{"--batch-size", strconv.Itoa(w.BatchSize)}
+	if w.Net != nil {
+		args = append(args, c.NetArgs...)
+	} else {
+		args = append(args, "--hidden", strings.Join(hidden, ","))
+	}
+	args = append(args,
 		"--threads", strconv.Itoa(c.Threads), "--steps", strconv.Itoa(c.Steps),
-		"--warmup-steps", strconv.Itoa(c.WarmupSteps + c.SettleSteps), "--seed", strconv.FormatUint(c.Seed, 10),
+		"--warmup-steps", strconv.Itoa(c.WarmupSteps+c.SettleSteps), "--seed", strconv.FormatUint(c.Seed, 10),
 		"--lr", f(o.LR), "--beta1", f(o.Beta1), "--beta2", f(o.Beta2), "--eps", f(o.Eps),
 		"--weight-decay", f(o.WeightDecay), "--clip-norm", f(o.ClipNorm),
 		"--lr-warmup-steps", strconv.Itoa(PeerLRWarmupSteps), "--min-lr-ratio", f(o.MinLRRatio),
-	}
+	)
 	if c.DataDir != "" {
 		args = append(args, "--data-dir", c.DataDir)
 	}
@@ -365,12 +397,16 @@ func RunPeer(ctx context.Context, guard *staging.Guard, open Opener, c PeerConfi
 	rep := &PeerReport{Threads: c.Threads, Settings: c, Host: hostInfo(), Started: time.Now().UTC(),
 		Optimizer: fmt.Sprintf("%s lr=%g betas=%g,%g eps=%g weight_decay=%g clip=%g", wl.Optimizer.Kind, wl.Optimizer.LR,
 			wl.Optimizer.Beta1, wl.Optimizer.Beta2, wl.Optimizer.Eps, wl.Optimizer.WeightDecay, wl.Optimizer.ClipNorm)}
+	widths := c.Widths
+	if c.Net != nil {
+		widths = []int{0}
+	}
 	i := 0
 	for _, b := range c.BatchSizes {
-		for _, w := range c.Widths {
+		for _, w := range widths {
 			pt, err := c.runPoint(ctx, guard, open, rep, b, w, i)
 			if err != nil {
-				return nil, fmt.Errorf("bench: peer: batch size %d, width %d: %w", b, w, err)
+				return nil, fmt.Errorf("bench: peer: %s: %w", c.pointName(b, w), err)
 			}
 			rep.Points = append(rep.Points, pt)
 			i++
@@ -386,7 +422,13 @@ func RunPeer(ctx context.Context, guard *staging.Guard, open Opener, c PeerConfi
 // point to point.
 func (c PeerConfig) runPoint(ctx context.Context, guard *staging.Guard, open Opener, rep *PeerReport, b, w, index int) (PeerPoint, error) {
 	wl := PeerWorkload(b, w)
-	epoch := slices.Contains(c.EpochWidths, w)
+	if c.Net != nil {
+		var err error
+		if wl, err = NetWorkload(c.Net, b); err != nil {
+			return PeerPoint{}, err
+		}
+	}
+	epoch := c.Net == nil && slices.Contains(c.EpochWidths, w)
 	load := hostInfo().LoadAvg
 	policies := c.WaitPolicies
 	if len(policies) == 0 {
@@ -427,16 +469,24 @@ func (c PeerConfig) runPoint(ctx context.Context, guard *staging.Guard, open Ope
 	e := bySide[bestEpoch].Side
 	peer.EpochSeconds, peer.EpochSamplesPerSecond, peer.Epochs = e.EpochSeconds, e.EpochSamplesPerSecond, e.Epochs
 	pt := ComparePoint(b, w, tolSide, peer)
-	pt.Model, pt.LoadAvg = wl.Spec.String(), load
+	pt.Model, pt.LoadAvg = wl.Name(), load
 	if len(policies) > 1 {
 		pt.PeerWaitPolicy, pt.ByWaitPolicy = policies[bestStep], bySide
 		if epoch {
 			pt.PeerEpochWaitPolicy = policies[bestEpoch]
 		}
 	}
-	c.progress("batch %d width %d: step tolaria %.3f ms, %s %.3f ms%s: %.2fx%s", b, w, pt.Tolaria.StepMS, rep.Peer,
+	c.progress("%s: step tolaria %.3f ms, %s %.3f ms%s: %.2fx%s", c.pointName(b, w), pt.Tolaria.StepMS, rep.Peer,
 		pt.Peer.StepMS, policyNote(pt), pt.StepRatio, epochNote(pt))
 	return pt, nil
+}
+
+// pointName names a point in progress lines and errors.
+func (c PeerConfig) pointName(b, w int) string {
+	if c.Net != nil {
+		return fmt.Sprintf("batch %d", b)
+	}
+	return fmt.Sprintf("batch %d width %d", b, w)
 }
 
 // policyNote names the wait policy of the peer's figure and the others'
@@ -490,7 +540,7 @@ func (c PeerConfig) measurePeer(ctx context.Context, rep *PeerReport, wl Workloa
 		return err
 	}
 	switch {
-	case out.BatchSize != wl.BatchSize || !slices.Equal(out.Hidden, wl.Spec.Hidden):
+	case out.BatchSize != wl.BatchSize || (wl.Net == nil && !slices.Equal(out.Hidden, wl.Spec.Hidden)):
 		return fmt.Errorf("peer: trained batch %d with hidden layers %v, asked for batch %d with %v",
 			out.BatchSize, out.Hidden, wl.BatchSize, wl.Spec.Hidden)
 	case out.Threads != c.Threads:

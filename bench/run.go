@@ -36,7 +36,7 @@ func Run(ctx context.Context, guard *staging.Guard, open Opener, cfg Config) (*R
 	w, _ := cfg.workload(0)
 	rep := &Report{
 		Preset:    string(cfg.Preset),
-		Model:     w.Spec.String(),
+		Model:     w.Name(),
 		Optimizer: fmt.Sprintf("%s clip=%g", w.Optimizer.Kind, w.Optimizer.ClipNorm),
 		BatchSize: w.BatchSize,
 		Settings: Settings{Epochs: cfg.Epochs, WarmupBatches: cfg.WarmupBatches, Steps: cfg.Steps,

@@ -32,13 +32,14 @@ type setup struct {
 	layout  nn.Layout
 	model   *nn.Model
 	lease   *graphs.Lease
-	step    nn.Step
+	step    nn.Stepper
 	compute device.Stream
 	stager  *staging.Stager
 	engine  *graphs.Engine
 	src     *source
 	copies  *copyLog
-	nodes   int // nodes in the captured step graph
+	nodes   int    // nodes in the captured step graph
+	seed    uint64 // the parameters' (and the synthetic batches')
 }
 
 // copyLog collects the stager's copy times (OnCopy runs on the stager's
@@ -64,24 +65,16 @@ func (c *copyLog) take() []float64 {
 }
 
 func newSetup(ctx context.Context, dev device.Device, pool *graphs.Pool, guard *staging.Guard, w Workload, seed uint64) (s *setup, err error) {
-	s = &setup{dev: dev, w: w, layout: nn.NewLayout(w.Spec, w.BatchSize), copies: new(copyLog)}
+	s = &setup{dev: dev, w: w, seed: seed, layout: nn.NewLayout(w.Spec, w.BatchSize), copies: new(copyLog)}
 	defer func() {
 		if err != nil {
 			_ = s.close()
 		}
 	}()
-	if s.model, err = nn.NewModel(dev, w.Spec, w.Optimizer, seed); err != nil {
+	if err := s.newStep(pool); err != nil {
 		return nil, err
 	}
-	sig := nn.Signature(w.Spec, w.Optimizer, w.BatchSize)
-	if s.lease, err = pool.Acquire(dev, sig, nn.WorkspaceSizes(w.Spec, w.BatchSize)); err != nil {
-		return nil, err
-	}
-	ws, err := nn.NewWorkspace(w.Spec, s.lease.Workspace())
-	if err != nil {
-		return nil, err
-	}
-	s.step = nn.Step{M: s.model, W: ws, Batch: w.BatchSize}
+	train, eval := s.step.Accumulators()
 	if s.compute, err = dev.NewStream(); err != nil {
 		return nil, err
 	}
@@ -92,13 +85,51 @@ func newSetup(ctx context.Context, dev device.Device, pool *graphs.Pool, guard *
 		return nil, err
 	}
 	s.stager.Start(ctx)
-	if err := errors.Join(s.compute.Fill(ws.TrainStats, 0), s.compute.Fill(ws.EvalStats, 0)); err != nil {
+	if err := errors.Join(s.compute.Fill(train, 0), s.compute.Fill(eval, 0)); err != nil {
 		return nil, err
 	}
 	if s.engine, err = s.newEngine(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// newStep makes the model with fresh parameters and its step over a
+// workspace leased from pool: the MLP's nn.Step, or a net's nn.NetStep.
+func (s *setup) newStep(pool *graphs.Pool) error {
+	w := s.w
+	if w.Net != nil {
+		arch, err := w.Net.Resolve()
+		if err != nil {
+			return err
+		}
+		if s.model, err = nn.NewNetModel(s.dev, arch, w.Optimizer, s.seed); err != nil {
+			return err
+		}
+		sizes, err := nn.NetWorkspaceSizes(arch, w.BatchSize)
+		if err != nil {
+			return err
+		}
+		if s.lease, err = pool.Acquire(s.dev, nn.NetSignature(arch, w.Optimizer, w.BatchSize), sizes); err != nil {
+			return err
+		}
+		s.step, err = nn.NewNetStep(s.model, s.lease.Workspace(), w.BatchSize)
+		return err
+	}
+	var err error
+	if s.model, err = nn.NewModel(s.dev, w.Spec, w.Optimizer, s.seed); err != nil {
+		return err
+	}
+	sig := nn.Signature(w.Spec, w.Optimizer, w.BatchSize)
+	if s.lease, err = pool.Acquire(s.dev, sig, nn.WorkspaceSizes(w.Spec, w.BatchSize)); err != nil {
+		return err
+	}
+	ws, err := nn.NewWorkspace(w.Spec, s.lease.Workspace())
+	if err != nil {
+		return err
+	}
+	s.step = &nn.Step{M: s.model, W: ws, Batch: w.BatchSize}
+	return nil
 }
 
 // newEngine makes the step engine: the training step on staging input

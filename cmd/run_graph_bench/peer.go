@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -21,28 +23,31 @@ import (
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // torchScript is the peer --peer torch runs, relative to the repository
 // root, under Debian's python (the python3-torch package).
 const (
-	torchPython = "/usr/bin/python3"
-	torchScript = "bench/peer/torch_mlp.py"
+	torchPython    = "/usr/bin/python3"
+	torchScript    = "bench/peer/torch_mlp.py"
+	torchNetScript = "bench/peer/torch_net.py"
 )
 
 // peerOptions are the flags of the side-by-side mode.
 type peerOptions struct {
-	peer, command, epochWidths, dataDir string
-	batches, widths                     []int
-	waitPolicies                        []string
-	rounds, threads                     int
+	peer, model, command, epochWidths, dataDir string
+	batches, widths                            []int
+	waitPolicies                               []string
+	rounds, threads                            int
 }
 
 func addPeerFlags(cmd *cobra.Command, p *peerOptions) {
 	f := cmd.Flags()
 	f.StringVar(&p.peer, "peer", "", "run side by side with a peer instead: torch (PyTorch on the CPU, bench/peer/torch_mlp.py), graphs on, same model, data and threads")
-	f.StringVar(&p.command, "peer-command", torchPython+" "+torchScript, "the peer's command line (split at spaces); the point's flags are appended")
+	f.StringVar(&p.model, "peer-model", "mlp", `the model of the side-by-side run: mlp (784-w-(w/2)-10 at each --peer-widths) or cnn (examples/cnn.yaml's, bench/peer/torch_net.py)`)
+	f.StringVar(&p.command, "peer-command", torchPython+" "+torchScript, "the peer's command line (split at spaces); the point's flags are appended (default for --peer-model cnn: "+torchPython+" "+torchNetScript+")")
 	f.IntSliceVar(&p.batches, "peer-batch-sizes", bench.DefaultPeerBatchSizes, "batch sizes of the side-by-side run")
 	f.IntSliceVar(&p.widths, "peer-widths", bench.DefaultPeerWidths, "hidden widths w of the side-by-side run: the model is 784-w-(w/2)-10")
 	f.StringVar(&p.epochWidths, "peer-epoch-widths", "256", `widths at which a whole Fashion-MNIST epoch is timed on both sides too: a list, "all" or "none"`)
@@ -54,7 +59,7 @@ func addPeerFlags(cmd *cobra.Command, p *peerOptions) {
 }
 
 // peerOnly are the flags of the side-by-side run alone.
-var peerOnly = []string{"peer-command", "peer-batch-sizes", "peer-widths", "peer-epoch-widths", "peer-rounds", "peer-wait-policies", "threads", "data-dir"}
+var peerOnly = []string{"peer-model", "peer-command", "peer-batch-sizes", "peer-widths", "peer-epoch-widths", "peer-rounds", "peer-wait-policies", "threads", "data-dir"}
 
 // peerConflicts are the flags that mean nothing in the side-by-side run.
 var peerConflicts = []string{"preset", "batch-size", "hidden", "sweep-batch-sizes", "reuse-trainer", "epochs",
@@ -82,6 +87,22 @@ func (o options) peerConfig(cmd *cobra.Command, shared *trainer.Shared) (bench.P
 	case p.threads < 0:
 		return cfg, usagef("--threads: must be positive (0: the cores available), got %d", p.threads)
 	}
+	script := torchScript
+	switch p.model {
+	case "mlp":
+	case "cnn":
+		for _, name := range []string{"peer-widths", "peer-epoch-widths"} {
+			if cmd.Flags().Changed(name) {
+				return cfg, usagef("--%s: not used with --peer-model cnn (its model has no width; epochs are timed for the mlp)", name)
+			}
+		}
+		p.widths, p.epochWidths, script = nil, "none", torchNetScript
+		if !cmd.Flags().Changed("peer-command") {
+			p.command = torchPython + " " + torchNetScript
+		}
+	default:
+		return cfg, usagef("--peer-model: mlp or cnn, got %q", p.model)
+	}
 	cfg = bench.PeerConfig{Command: strings.Fields(p.command), BatchSizes: p.batches, Widths: p.widths,
 		Threads: p.threads, WarmupSteps: o.warmup, SettleSteps: o.settle, Steps: o.steps, Rounds: p.rounds,
 		DataDir: p.dataDir, Seed: o.seed, WaitPolicies: p.waitPolicies}
@@ -101,19 +122,36 @@ func (o options) peerConfig(cmd *cobra.Command, shared *trainer.Shared) (bench.P
 		}
 		cfg.EpochWidths = ws
 	}
+	if p.model == "cnn" {
+		net := bench.CNN()
+		layers, err := json.Marshal(job.Layers(net.Layers))
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Net, cfg.NetArgs = &net, []string{"--layers", string(layers), "--input", shapeFlag(net.Input)}
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return cfg, usagef("--%v", err)
 	}
 	if !cmd.Flags().Changed("peer-command") {
-		if _, err := os.Stat(torchScript); err != nil {
-			return cfg, usagef("--peer torch: %s not found: run from the repository root, or give --peer-command", torchScript)
+		if _, err := os.Stat(script); err != nil {
+			return cfg, usagef("--peer torch: %s not found: run from the repository root, or give --peer-command", script)
 		}
 		if _, err := os.Stat(torchPython); err != nil {
 			return cfg, usagef("--peer torch: %s not found: install Debian's python3 and python3-torch (make bench-peer does), or give --peer-command", torchPython)
 		}
 	}
 	return cfg, nil
+}
+
+// shapeFlag is a shape as torch_net.py's --input takes it: "1,28,28".
+func shapeFlag(s nn.Shape) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = strconv.Itoa(d)
+	}
+	return strings.Join(parts, ",")
 }
 
 // runPeerBench runs the side-by-side mode.

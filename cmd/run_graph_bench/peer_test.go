@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"image/png"
@@ -11,6 +12,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tolaria-ml/tolaria/bench"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/nn"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // fakePeerArgs run the side by side with bench's fake peer (steps of
@@ -178,5 +186,63 @@ func TestPeerFailureIsReported(t *testing.T) {
 	code, _, stderr := runArgs(t, args...)
 	if code != exitFailure || !strings.Contains(stderr, "PyTorch is not importable") {
 		t.Errorf("exit %d, stderr %q; want exit 1 with the peer's message", code, stderr)
+	}
+}
+
+// TestCNNPresetIsTheExample: the cnn preset and the side-by-side run's
+// cnn are examples/cnn.yaml's model, layer for layer.
+func TestCNNPresetIsTheExample(t *testing.T) {
+	raw, err := os.ReadFile("../../examples/cnn.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Model struct {
+			Input  []int `yaml:"input"`
+			Layers any   `yaml:"layers"`
+		} `yaml:"model"`
+	}
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	layers, err := job.ParseLayers(file.Model.Layers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := nn.Net{Input: nn.Shape(file.Model.Input), Layers: layers, Loss: nn.LossCrossEntropy}
+	if got, want := bench.CNN().String(), example.String(); got != want {
+		t.Errorf("bench.CNN() = %s\nexamples/cnn.yaml = %s", got, want)
+	}
+}
+
+// TestPeerModelCNN: --peer-model cnn runs torch_net.py with the model's
+// layers and input, and refuses the mlp's width flags.
+func TestPeerModelCNN(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), trainer.NewShared(), []string{"--peer", "torch", "--peer-model", "cnn", "--peer-widths", "64"}, &stdout, &stderr)
+	if code != exitUsage || !strings.Contains(stderr.String(), "--peer-widths: not used with --peer-model cnn") {
+		t.Errorf("--peer-model cnn --peer-widths 64: exit %d, %s", code, stderr.String())
+	}
+	stderr.Reset()
+	code = run(context.Background(), trainer.NewShared(), []string{"--peer", "torch", "--peer-model", "rnn"}, &stdout, &stderr)
+	if code != exitUsage || !strings.Contains(stderr.String(), `--peer-model: mlp or cnn, got "rnn"`) {
+		t.Errorf("--peer-model rnn: exit %d, %s", code, stderr.String())
+	}
+	net := bench.CNN()
+	wl, err := bench.NetWorkload(&net, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := bench.PeerConfig{Command: []string{"python3"}, Net: &net, NetArgs: []string{"--layers", "[...]", "--input", "1,28,28"}, Threads: 2}.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(bench.PeerArgs(cfg, wl, false, ""), " ")
+	if !strings.Contains(args, "--batch-size 64 --layers [...] --input 1,28,28 --threads 2") || strings.Contains(args, "--hidden") {
+		t.Errorf("PeerArgs for the cnn = %s", args)
+	}
+	cfg.Widths = []int{256}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "no width") {
+		t.Errorf("a net with widths: %v", err)
 	}
 }
