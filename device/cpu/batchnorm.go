@@ -18,9 +18,10 @@ import (
 // stored, rounded to float32, as a second CUDA kernel would.
 
 // bnAlign is how many columns a part of a statistics pass takes at least:
-// eight float32, half a cache line per row, so that two threads share the
-// 32 channels of a small CNN's activations.
-const bnAlign = 8
+// sixteen float32, a cache line of each row (so that no two parts read
+// the same lines) and a block of the AVX-512 loops (image_amd64.s); two
+// threads share the 32 channels of a small CNN's activations.
+const bnAlign = 16
 
 // overColumns makes the statistics pass, split over the columns, each a
 // sum over rows of cost operations per element.
@@ -53,18 +54,30 @@ func bnStats(rows, cols, lo, hi int, eps, momentum float32, x, stats, running []
 		s, q := sum[:min(colBlock, hi-j0)], sq[:min(colBlock, hi-j0)]
 		clear(s)
 		clear(q)
-		for r := range rows {
-			for j, v := range x[r*cols+j0:][:len(s)] {
-				s[j] += float64(v)
+		k := 0
+		if haveImageKernel() {
+			for ; k+16 <= len(s); k += 16 {
+				colSum16(&x[j0+k], uintptr(4*cols), rows, &s[k])
+			}
+		}
+		for r := 0; k < len(s) && r < rows; r++ {
+			for j, v := range x[r*cols+j0+k:][:len(s)-k] {
+				s[k+j] += float64(v)
 			}
 		}
 		for j := range s {
 			s[j] /= n
 		}
-		for r := range rows {
-			for j, v := range x[r*cols+j0:][:len(s)] {
-				d := float64(v) - s[j]
-				q[j] += d * d
+		k = 0
+		if haveImageKernel() {
+			for ; k+16 <= len(s); k += 16 {
+				colSqDev16(&x[j0+k], uintptr(4*cols), rows, &s[k], &q[k])
+			}
+		}
+		for r := 0; k < len(s) && r < rows; r++ {
+			for j, v := range x[r*cols+j0+k:][:len(s)-k] {
+				d := float64(v) - s[k+j]
+				q[k+j] += d * d
 			}
 		}
 		for j, mean := range s {
@@ -84,12 +97,17 @@ func bnStats(rows, cols, lo, hi int, eps, momentum float32, x, stats, running []
 func bnNormalize(cols, lo, hi int, x, params, stats, xhat, y []float32) {
 	mean, inv := stats[:cols], stats[cols:2*cols]
 	gamma, beta := params[:cols], params[cols:2*cols]
+	if haveImageKernel() && cols%16 == 0 {
+		x, xhat, y = x[lo*cols:hi*cols], xhat[lo*cols:hi*cols], y[lo*cols:hi*cols]
+		bnNormRows(&x[0], &xhat[0], &y[0], hi-lo, cols, &stats[0], &params[0])
+		return
+	}
 	for r := lo; r < hi; r++ {
 		xr, xh, yr := x[r*cols:(r+1)*cols], xhat[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
 		for j, v := range xr {
-			h := (v - mean[j]) * inv[j]
+			h := float32((v - mean[j]) * inv[j])
 			xh[j] = h
-			yr[j] = gamma[j]*h + beta[j]
+			yr[j] = float32(gamma[j]*h) + beta[j]
 		}
 	}
 }
@@ -117,48 +135,55 @@ func bnEval(cols, lo, hi int, eps float32, x, params, running, y []float32) {
 }
 
 // bnGradSums writes dgamma = Σ dy·xhat and dbeta = Σ dy for the columns
-// lo..hi, in float64 in row order, to dparams.
-func bnGradSums(rows, cols, lo, hi int, dy, xhat, dparams []float32) {
+// lo..hi, in float64 in row order, to dparams, and the factors of
+// bnGradInput for those columns to kab (cols each): k = gamma·invstd,
+// a = dbeta/rows and b = dgamma/rows, from the stored dparams, each
+// rounded once to float32.
+func bnGradSums(rows, cols, lo, hi int, dy, xhat, params, stats, dparams, kab []float32) {
 	var dg, db [colBlock]float64
+	n := float64(rows)
 	for j0 := lo; j0 < hi; j0 += colBlock {
 		w := min(colBlock, hi-j0)
 		g, b := dg[:w], db[:w]
 		clear(g)
 		clear(b)
-		for r := range rows {
-			xh := xhat[r*cols+j0:][:w]
-			for j, d := range dy[r*cols+j0:][:w] {
-				b[j] += float64(d)
-				g[j] += float64(d) * float64(xh[j])
+		k := 0
+		if haveImageKernel() {
+			for ; k+16 <= w; k += 16 {
+				colDot16(&dy[j0+k], &xhat[j0+k], uintptr(4*cols), rows, &b[k], &g[k])
+			}
+		}
+		for r := 0; k < w && r < rows; r++ {
+			xh := xhat[r*cols+j0+k:][:w-k]
+			for j, d := range dy[r*cols+j0+k:][:w-k] {
+				b[k+j] += float64(d)
+				g[k+j] += float64(d) * float64(xh[j])
 			}
 		}
 		for j := range g {
-			dparams[j0+j] = float32(g[j])
-			dparams[cols+j0+j] = float32(b[j])
+			c := j0 + j
+			dparams[c] = float32(g[j])
+			dparams[cols+c] = float32(b[j])
+			kab[c] = float32(float64(params[c]) * float64(stats[cols+c]))
+			kab[cols+c] = float32(float64(dparams[cols+c]) / n)
+			kab[2*cols+c] = float32(float64(dparams[c]) / n)
 		}
 	}
 }
 
-// bnGradInput writes dx = k·((dy - dbeta/rows) - xhat·dgamma/rows), with
-// k = gamma·invstd, for the rows lo..hi: the per-column factors from the
-// stored dparams, rounded once to float32, then float32 per element.
-func bnGradInput(rows, cols, lo, hi int, dy, xhat, params, stats, dparams, dx []float32) {
-	var kf, af, bf [colBlock]float32
-	n := float64(rows)
-	for j0 := 0; j0 < cols; j0 += colBlock {
-		w := min(colBlock, cols-j0)
-		k, a, b := kf[:w], af[:w], bf[:w]
-		for j := range k {
-			c := j0 + j
-			k[j] = float32(float64(params[c]) * float64(stats[cols+c]))
-			a[j] = float32(float64(dparams[cols+c]) / n)
-			b[j] = float32(float64(dparams[c]) / n)
-		}
-		for r := lo; r < hi; r++ {
-			xh, out := xhat[r*cols+j0:][:w], dx[r*cols+j0:][:w]
-			for j, d := range dy[r*cols+j0:][:w] {
-				out[j] = k[j] * ((d - a[j]) - xh[j]*b[j])
-			}
+// bnGradInput writes dx = k·((dy - a) - xhat·b) for the rows lo..hi, in
+// float32 per element, with the factors bnGradSums left in kab.
+func bnGradInput(cols, lo, hi int, dy, xhat, kab, dx []float32) {
+	if haveImageKernel() && cols%16 == 0 {
+		dy, xhat, dx = dy[lo*cols:hi*cols], xhat[lo*cols:hi*cols], dx[lo*cols:hi*cols]
+		bnGradRows(&dy[0], &xhat[0], &dx[0], hi-lo, cols, &kab[0])
+		return
+	}
+	k, a, b := kab[:cols], kab[cols:2*cols], kab[2*cols:3*cols]
+	for r := lo; r < hi; r++ {
+		xh, out := xhat[r*cols:(r+1)*cols], dx[r*cols:(r+1)*cols]
+		for j, d := range dy[r*cols : (r+1)*cols] {
+			out[j] = k[j] * ((d - a[j]) - float32(xh[j]*b[j]))
 		}
 	}
 }
@@ -185,8 +210,9 @@ func (s *stream) BatchNormGrad(rows, cols int, dy, xhat, params, stats, dx, dpar
 	check := device.CheckBatchNorm(rows, cols, []device.Buffer{dy, xhat, dx}, []device.Buffer{params, stats, dparams})
 	return s.launch("BatchNormGrad", check, func(v [][]float32) func(*team) {
 		dy, xhat, params, stats, dx, dparams := v[0], v[1], v[2], v[3], v[4], v[5]
+		kab := make([]float32, 3*cols)
 		return twoPasses(
-			overColumns(rows, cols, 2, func(lo, hi int) { bnGradSums(rows, cols, lo, hi, dy, xhat, dparams) }),
-			overRows(rows, cols, func(lo, hi int) { bnGradInput(rows, cols, lo, hi, dy, xhat, params, stats, dparams, dx) }))
+			overColumns(rows, cols, 2, func(lo, hi int) { bnGradSums(rows, cols, lo, hi, dy, xhat, params, stats, dparams, kab) }),
+			overRows(rows, cols, func(lo, hi int) { bnGradInput(cols, lo, hi, dy, xhat, kab, dx) }))
 	}, dy, xhat, params, stats, dx, dparams)
 }

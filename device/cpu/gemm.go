@@ -43,11 +43,14 @@ type gemmTask struct {
 const gemmGrain = 1 << 15
 
 func newGemmTask(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) *gemmTask {
-	g := &gemmTask{transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, byRows: m >= n && !transB, tile: 16}
+	g := &gemmTask{transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, tile: 16}
 	if haveWideKernel() && n >= 32 {
 		// A narrower C would leave most of a 32-wide tile's lanes idle.
 		g.tile = 32
 	}
+	// C no wider than a tile has one column of tiles, so only its rows
+	// split (a convolution's weight gradient: a few rows, long sums).
+	g.byRows = !transB && (m >= n || n <= g.tile)
 	g.narrow = haveWideKernel() && g.tile == 16
 	if transB && g.blocked() {
 		g.bt = make([]float32, n*k)
@@ -177,7 +180,21 @@ func (g *gemmTask) block(i0, i1, j0, j1 int, s *scratch) {
 			}
 		}
 		for ; i < i1; i++ {
-			g.row(i, jt, jt+w, b)
+			if !kernel {
+				g.row(i, jt, jt+w, b)
+				continue
+			}
+			// The rows under a tile's height: a 4-row tile whose rows are
+			// all row i (A's row step and C's are 0) computes it four
+			// times, each time with the same bits, faster than g.row.
+			a, c := &g.a[i*aAt], &g.c[i*n+jt]
+			if tw == 32 {
+				kern4x32(a, 0, uintptr(cs), &b[jt], uintptr(4*n), c, 0, k, load, columns(w))
+			} else if w == 16 {
+				kern4x16(a, 0, uintptr(cs), &b[jt], uintptr(4*n), c, 0, k, load)
+			} else {
+				kern4x16Masked(a, 0, uintptr(cs), &b[jt], uintptr(4*n), c, 0, k, load, &mask[16-w])
+			}
 		}
 	}
 }
@@ -189,8 +206,14 @@ func (g *gemmTask) block(i0, i1, j0, j1 int, s *scratch) {
 // read at a constant stride the prefetchers follow) run faster in the
 // plain tiles, packing costing more than it saves.
 func (g *gemmTask) packs(rows int) bool {
-	return rows >= packRows && (g.n >= 1024 || g.transA && g.m >= 1024)
+	return rows >= packRows && (g.n >= 1024 || g.transA && (g.m >= 1024 || g.k >= longK))
 }
+
+// longK is the length of sum from which a transposed A's product runs in
+// packed blocks whatever its size: a convolution's weight gradient sums
+// over every output pixel of the batch, and without k-blocks each row of
+// tiles reads the whole of B (the output gradient, megabytes) again.
+const longK = 4096
 
 // blockPacked is block for parts tall enough to pack panels of B (see
 // gemmKC); b is op(B) in k×n order.

@@ -24,6 +24,10 @@ import (
 // which may be z itself for ActNone, in one pass over each row.
 func biasAct(act device.Activation, rows, cols int, z, bias, y []float32) {
 	z, y, bias = z[:rows*cols], y[:rows*cols], bias[:cols]
+	if (act == device.ActNone || act == device.ActReLU) && rows > 0 && cols%16 == 0 && haveImageKernel() {
+		biasActRows(&z[0], &y[0], &bias[0], rows, cols, act == device.ActReLU)
+		return
+	}
 	for r := 0; r < rows; r++ {
 		zr, yr := z[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
 		switch act {
@@ -67,8 +71,13 @@ func actGrad(act device.Activation, rows, cols int, z, dy, dz []float32) {
 	case device.ActNone:
 		copy(dz, dy)
 	case device.ActReLU:
-		for i, v := range z {
-			if v > 0 {
+		i := 0
+		if n := len(z) &^ 15; n > 0 && haveImageKernel() {
+			reluGrad16(&z[0], &dy[0], &dz[0], n)
+			i = n
+		}
+		for ; i < len(z); i++ {
+			if v := z[i]; v > 0 {
 				dz[i] = dy[i]
 			} else {
 				dz[i] = 0
@@ -327,10 +336,16 @@ func colSum(rows, cols, lo, hi int, x []float32, beta float32, out []float32) {
 	for j0 := lo; j0 < hi; j0 += colBlock {
 		sums := acc[:min(colBlock, hi-j0)]
 		clear(sums)
-		for r := 0; r < rows; r++ {
-			row := x[r*cols+j0:]
-			for j := range sums {
-				sums[j] += float64(row[j])
+		k := 0
+		if haveImageKernel() && rows > 0 {
+			for ; k+16 <= len(sums); k += 16 {
+				colSum16(&x[j0+k], uintptr(4*cols), rows, &sums[k])
+			}
+		}
+		for r := 0; k < len(sums) && r < rows; r++ {
+			row := x[r*cols+j0+k:]
+			for j := range sums[k:] {
+				sums[k+j] += float64(row[j])
 			}
 		}
 		for j, s := range sums {

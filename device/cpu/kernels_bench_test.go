@@ -72,3 +72,26 @@ func BenchmarkGemmThreads(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGemmConv times the device's GEMM on 2 threads on the products
+// of the example CNN's convolutions at batch 64 (examples/cnn.yaml): the
+// first conv's forward and weight gradient (k = 9, then a sum over 50,176
+// pixels), and the second's forward, weight gradient and column gradient.
+func BenchmarkGemmConv(b *testing.B) {
+	for _, s := range []gemmShape{
+		{m: 50176, k: 9, n: 32}, {m: 9, k: 50176, n: 32, transA: true},
+		{m: 12544, k: 288, n: 32}, {m: 288, k: 12544, n: 32, transA: true}, {m: 12544, k: 32, n: 288, transB: true},
+	} {
+		b.Run(s.String(), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			x, y, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
+			task := newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, x, y, 0, c)
+			withTeam(2, func(t *team) {
+				for b.Loop() {
+					task.run(t)
+				}
+			})
+			b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

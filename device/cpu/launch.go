@@ -135,7 +135,9 @@ func (s *stream) MSEGrad(rows, cols int, pred, target, mask, dpred device.Buffer
 func (s *stream) ColSum(rows, cols int, x device.Buffer, beta float32, out device.Buffer) error {
 	return s.launch("ColSum", device.CheckColSum(rows, cols, x, out), func(v [][]float32) func(*team) {
 		x, out := v[0], v[1]
-		r := &rangeTask{total: cols, align: colBlock, cost: rows, grain: elemGrain, fn: func(lo, hi int) {
+		// Parts of 16 columns: a cache line of each row, and a block of
+		// the AVX-512 sums.
+		r := &rangeTask{total: cols, align: 16, cost: rows, grain: elemGrain, fn: func(lo, hi int) {
 			colSum(rows, cols, lo, hi, x, beta, out)
 		}}
 		return r.run
