@@ -304,6 +304,13 @@ func (e *Evaluation) Run(ctx context.Context) (*EvalReport, error) {
 		}
 	}
 	if e.slurm != nil {
+		// A Ctrl-C reaches the shards only once no queued task can start
+		// a worker any more (see holdBack).
+		var stop func()
+		ctx, stop = e.slurm.holdBack(ctx, func(err error) {
+			e.log.Warn("interrupted, and the mark that keeps Slurm tasks from starting their workers could not be made: a queued task may still start one, which stops at once", "err", err)
+		})
+		defer stop()
 		defer e.slurm.close(ctx)
 	}
 	n := e.req.Workers

@@ -161,13 +161,23 @@ type slurmLauncher struct {
 	parallel int    // the arrays' % limit
 	token    string // tells this sweep run's spools from earlier runs'
 
-	mu         sync.Mutex
-	first      map[int]slurmTask  // the first attempts, submitted together
-	firstState map[int]firstState // where each of them is
-	arrayID    string             // of the first attempts, once submitted
-	submits    int
-	jobs       map[string]*slurmJobState
+	mu          sync.Mutex
+	first       map[int]slurmTask  // the first attempts, submitted together
+	firstState  map[int]firstState // where each of them is
+	arrayID     string             // of the first attempts, once submitted
+	submits     int
+	jobs        map[string]*slurmJobState
+	interrupted bool // set by interrupt: nothing more is submitted
 }
+
+// noStart is the file interrupt creates: a task of this launcher that
+// Slurm starts once it exists exits without running its worker. It is
+// named by the token, so a resumed sweep's tasks do not see an earlier
+// run's.
+func (l *slurmLauncher) noStart() string { return filepath.Join(l.dir, "interrupted-"+l.token) }
+
+// errSlurmInterrupted refuses a submission asked for after interrupt.
+var errSlurmInterrupted = errors.New("not submitted to Slurm: tolaria was interrupted")
 
 // firstState is where a first attempt's task is.
 type firstState int
@@ -243,6 +253,10 @@ func (l *slurmLauncher) transport(index int, spools, log string, attempt int, he
 	}
 	r := &worker.Remote{Dir: t.spool, Log: t.log, HelloTimeout: hello, HeartbeatTimeout: heartbeat, Poll: min(l.cfg.Poll, time.Second)}
 	r.Start = func(ctx context.Context) (worker.Task, error) {
+		// After interrupt nothing is submitted (see submitLocked), but a
+		// task of the first array, already in, is claimed and followed
+		// to its end: cancelled in the queue, or exiting at the noStart
+		// mark when it comes up, it runs no worker.
 		var id string
 		var err error
 		if first {
@@ -276,6 +290,47 @@ func (l *slurmLauncher) release(ctx context.Context, index int) {
 	l.mu.Unlock()
 	if cancel && id != "" {
 		_ = scancel(ctx, fmt.Sprintf("%s_%d", id, index))
+	}
+}
+
+// interrupt is a sweep's (or an evaluation's) first Ctrl-C: it creates
+// the noStart mark, so that a task Slurm starts from now on runs no
+// worker, and refuses every later submission. A task already running has
+// its worker asked to stop through its spool, by the caller's context
+// (see holdBack).
+func (l *slurmLauncher) interrupt() error {
+	l.mu.Lock()
+	l.interrupted = true
+	l.mu.Unlock()
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(l.noStart(), os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// holdBack returns the context the attempts run under: ctx's
+// cancellation (a Ctrl-C) reaches it, with ctx's cause, only once
+// interrupt has made its mark. So a worker is told to stop only after no
+// task can start one any more: the task an array's % limit holds in the
+// queue, which Slurm starts as soon as a stopping worker's task ends,
+// finds the mark and exits without training. warn hears a mark that
+// could not be made. stop releases the context; call it once the
+// attempts are over.
+func (l *slurmLauncher) holdBack(ctx context.Context, warn func(error)) (_ context.Context, stop func()) {
+	inner, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	after := context.AfterFunc(ctx, func() {
+		if err := l.interrupt(); err != nil && warn != nil {
+			warn(err)
+		}
+		cancel(context.Cause(ctx))
+	})
+	return inner, func() {
+		after()
+		cancel(context.Canceled)
 	}
 }
 
@@ -321,6 +376,9 @@ func (l *slurmLauncher) submit(ctx context.Context, tasks []slurmTask) (string, 
 }
 
 func (l *slurmLauncher) submitLocked(ctx context.Context, tasks []slurmTask) (string, error) {
+	if l.interrupted {
+		return "", errSlurmInterrupted
+	}
 	for _, t := range tasks {
 		// Checked when the sweep (or evaluation) was planned; checked
 		// again here, as nothing else stands between them and the script.
@@ -412,8 +470,12 @@ while [ ! -e "$spool/%s" ]; do
 	sleep 1
 done
 echo "=== $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ) tolaria-worker: slurm job ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} on $(hostname)" >>"$log"
+if [ -e %s ]; then
+	echo "tolaria: not started: tolaria was interrupted before this task came up" >>"$log"
+	exit 0
+fi
 exec %s serve --spool "$spool" >>"$log" 2>&1
-`, worker.SpoolIn, spoolWait, spoolWait, shellQuote(l.worker))
+`, worker.SpoolIn, spoolWait, spoolWait, shellQuote(l.noStart()), shellQuote(l.worker))
 	return b.String()
 }
 

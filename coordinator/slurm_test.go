@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -354,5 +356,138 @@ func TestSlurmRefusesWhatCannotBeQuoted(t *testing.T) {
 	}
 	if ev.Launcher = LauncherLocal; ev.Validate() != nil {
 		t.Errorf("a local evaluation is no business of Slurm's: %v", ev.Validate())
+	}
+}
+
+// TestSlurmInterruptHoldsBackQueuedTasks: a Ctrl-C makes the launcher's
+// mark before the attempts hear of it, so that the task an array's %
+// limit kept queued, which Slurm starts as soon as a stopping worker's
+// task ends, runs no worker; after it nothing is submitted, but a task of
+// the array already in is claimed (and followed to its end); an earlier
+// run's mark stops none of a resumed sweep's tasks.
+func TestSlurmInterruptHoldsBackQueuedTasks(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "fake-worker")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"serving $*\"\n: >\"$3/served\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	launcher := func() *slurmLauncher {
+		l, err := newSlurmLauncher(SlurmConfig{}, filepath.Join(dir, "slurm"), fake, "cpu", 1, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, name := range []string{"running", "queued"} {
+			l.planTrial(i, filepath.Join(dir, name))
+		}
+		return l
+	}
+	l := launcher()
+	spool := filepath.Join(dir, "queued", "spool", l.token+"-1")
+	if err := os.MkdirAll(spool, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spool, worker.SpoolIn), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script, _ := l.dryRun()
+	path := filepath.Join(dir, "script.sh")
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runTask := func() string {
+		t.Helper()
+		_ = os.Remove(filepath.Join(spool, "served"))
+		run := exec.Command("sh", path)
+		run.Env = append(os.Environ(), "SLURM_ARRAY_TASK_ID=1", "SLURM_ARRAY_JOB_ID=12")
+		if out, err := run.CombinedOutput(); err != nil {
+			t.Fatalf("the queued task: %v: %s", err, out)
+		}
+		if _, err := os.Stat(filepath.Join(spool, "served")); err == nil {
+			return "served"
+		}
+		log, _ := os.ReadFile(filepath.Join(dir, "queued", "worker.log"))
+		return string(log)
+	}
+	l.arrayID = "12" // the array is in: the running trial's attempt submitted it
+	if _, err := l.transport(0, filepath.Join(dir, "running", "spool"), filepath.Join(dir, "running", "worker.log"), 1, 0, 0).Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	parent, cancel := context.WithCancelCause(context.Background())
+	ctx, stop := l.holdBack(parent, func(err error) { t.Errorf("making the mark: %v", err) })
+	defer stop()
+	marked := make(chan bool, 1)
+	context.AfterFunc(ctx, func() {
+		_, err := os.Stat(l.noStart())
+		marked <- err == nil
+	})
+	if got := runTask(); got != "served" {
+		t.Fatalf("before any interrupt the task did not run its worker; its log:\n%s", got)
+	}
+	cause := errors.New("stopped by interrupt")
+	cancel(cause)
+	select {
+	case m := <-marked:
+		if !m {
+			t.Fatal("the attempts heard of the interrupt before the mark was made")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the attempts never heard of the interrupt")
+	}
+	if context.Cause(ctx) != cause {
+		t.Errorf("the attempts' context ended by %v, want the interrupt's cause", context.Cause(ctx))
+	}
+	// The queued task, started now, exits without its worker.
+	if got := runTask(); got == "served" || !strings.Contains(got, "not started: tolaria was interrupted") {
+		t.Fatalf("the queued task after the interrupt: %s; want no worker", got)
+	}
+	// Its trial's attempt, begun after the interrupt, claims its task of
+	// the array (sbatch is not run: this launcher is a dry run's).
+	if task, err := l.transport(1, filepath.Join(dir, "queued", "spool"), filepath.Join(dir, "queued", "worker.log"), 1, 0, 0).Start(ctx); err != nil || task.String() != "slurm job 12_1" {
+		t.Errorf("the first array's task after the interrupt: %v, %v; want it claimed", task, err)
+	}
+	// A retry submits nothing.
+	if _, err := l.transport(0, filepath.Join(dir, "running", "spool"), filepath.Join(dir, "running", "worker.log"), 2, 0, 0).Start(ctx); !errors.Is(err, errSlurmInterrupted) {
+		t.Errorf("a retry after the interrupt: %v, want %v", err, errSlurmInterrupted)
+	}
+	// A resumed sweep's launcher has a token of its own.
+	time.Sleep(time.Microsecond)
+	l2 := launcher()
+	if l2.noStart() == l.noStart() {
+		t.Fatalf("two runs share the mark %s", l.noStart())
+	}
+	spool = filepath.Join(dir, "queued", "spool", l2.token+"-1")
+	if err := os.MkdirAll(spool, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spool, worker.SpoolIn), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script, _ = l2.dryRun()
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := runTask(); got != "served" {
+		t.Fatalf("a resumed sweep's task did not run its worker; its log:\n%s", got)
+	}
+}
+
+// TestSlurmHoldBackWithoutInterrupt: a sweep that ends without a Ctrl-C
+// makes no mark, and its attempts' context ends with it.
+func TestSlurmHoldBackWithoutInterrupt(t *testing.T) {
+	l, err := newSlurmLauncher(SlurmConfig{}, filepath.Join(t.TempDir(), "slurm"), "/bin/true", "cpu", 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := l.holdBack(context.Background(), nil)
+	stop()
+	if ctx.Err() == nil {
+		t.Error("the attempts' context outlives stop")
+	}
+	if _, err := os.Stat(l.noStart()); err == nil || l.interrupted {
+		t.Errorf("a sweep never interrupted made its mark (%v) or counts as interrupted (%v)", err == nil, l.interrupted)
 	}
 }

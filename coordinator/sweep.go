@@ -860,6 +860,13 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 				s.slurm.planTrial(i, filepath.Join(s.dir, t.Name))
 			}
 		}
+		// A Ctrl-C reaches the trials only once no queued task can start
+		// a worker any more (see holdBack).
+		var stop func()
+		ctx, stop = s.slurm.holdBack(ctx, func(err error) {
+			s.log.Warn("interrupted, and the mark that keeps Slurm tasks from starting their workers could not be made: a queued task may still start one, which stops at once", "err", err)
+		})
+		defer stop()
 		defer s.slurm.close(ctx)
 	}
 	var wg sync.WaitGroup
@@ -938,7 +945,12 @@ func (s *SweepRun) runTrial(ctx context.Context, i int, t Trial, sl slot) TrialR
 		s.setRow(i, func(r *TrialResult) { r.State, r.Attempts, r.Device = TrialRunning, res.Attempts, sl.String() })
 		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: res.Attempts})
 		a := s.attempt(ctx, i, t, sl, res.Attempts)
+		prev := res.Summary
 		res.State, res.Reason, res.LogTail, res.Summary, res.Device = a.state, a.reason, a.logTail, a.summary, sl.String()
+		if a.unstarted {
+			// Nothing ran: the trial's figures stay its earlier attempt's.
+			res.Summary = prev
+		}
 		if res.State == TrialFailed {
 			s.metrics.trialFailed(a.why)
 		}
@@ -959,6 +971,8 @@ type outcome struct {
 	why     string // a failure's reason in a word, for the metrics (see failureReason)
 	logTail string
 	summary *trainer.Summary
+	// unstarted: the attempt's worker never ran, so nothing trained.
+	unstarted bool
 }
 
 // Reasons a sweep counts a failed attempt by besides the worker's own
@@ -1025,9 +1039,11 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	place.Env = sl.env()
 	tailOf := logTail.String
 	var budget *TrialBudget
+	var remote *worker.Remote
 	if s.slurm != nil {
 		// The task writes worker.log itself, on its node.
-		place.Transport = s.slurm.transport(i, filepath.Join(spec.RunDir, "spool"), filepath.Join(spec.RunDir, "worker.log"), n, place.WorkerStart, place.HeartbeatTimeout)
+		remote = s.slurm.transport(i, filepath.Join(spec.RunDir, "spool"), filepath.Join(spec.RunDir, "worker.log"), n, place.WorkerStart, place.HeartbeatTimeout)
+		place.Transport = remote
 		place.Stderr = io.Discard
 		defer s.slurm.release(ctx, i)
 		workerLog := filepath.Join(spec.RunDir, "worker.log")
@@ -1059,6 +1075,11 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Progress: &p})
 	}
 	sum, err := run.Train(ctx, progress)
+	if err != nil && remote != nil && (ctx.Err() != nil || errors.Is(err, errSlurmInterrupted)) && !workerSpoke(remote.Dir) {
+		// Its task was still queued, or came up after the Ctrl-C and
+		// found the interrupt's mark (see holdBack): no worker ran.
+		return outcome{state: TrialInterrupted, reason: "interrupted before its worker started (its Slurm task had not run it); nothing trained", unstarted: true}
+	}
 	if err != nil {
 		if we := (*worker.Error)(nil); ctx.Err() != nil && errors.As(err, &we) && we.Kind == worker.KindBudget {
 			return outcome{state: TrialInterrupted, reason: "interrupted while waiting for device memory: " + we.Message}
@@ -1082,6 +1103,13 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", why: failureStopped, logTail: tailOf(), summary: &sum}
 	}
 	return outcome{state: TrialSucceeded, summary: &sum}
+}
+
+// workerSpoke says whether the worker of the spool in dir wrote anything
+// (its hello comes before any work).
+func workerSpoke(dir string) bool {
+	st, err := os.Stat(filepath.Join(dir, worker.SpoolOut))
+	return err == nil && st.Size() > 0
 }
 
 // tail keeps the last max bytes written to it, from a line's start.

@@ -211,9 +211,10 @@ func slurmTaskOf(t *testing.T, env []string, i int) string {
 }
 
 // TestSlurmSweepInterrupted: Ctrl-C checkpoints the running trial through
-// its spool and cancels the task still queued, leaving nothing of the
-// array in Slurm's queue (exit 130); --resume finishes both trials with
-// the parameters of a sweep never interrupted.
+// its spool, and the task still queued runs no worker (it trains nothing,
+// even when Slurm starts it as the running one's task ends), leaving
+// nothing of the array in Slurm's queue (exit 130); --resume finishes
+// both trials with the parameters of a sweep never interrupted.
 func TestSlurmSweepInterrupted(t *testing.T) {
 	env := slurmEnv(t)
 	dir := t.TempDir()
@@ -238,12 +239,23 @@ func TestSlurmSweepInterrupted(t *testing.T) {
 	if out, err := squeue.Output(); err != nil || strings.TrimSpace(string(out)) != "" {
 		t.Fatalf("Slurm still queues or runs after the sweep ended: %q, %v", out, err)
 	}
+	var second coordinator.TrialResult
 	for _, tr := range readSweepResults(t, sweepDir).Trials {
-		// The second trial's task was queued; it may have started as the
-		// first one's ended, but not trained.
 		if tr.State != coordinator.TrialInterrupted || (tr.Name == "first") != strings.Contains(tr.Reason, "checkpoint saved") {
 			t.Errorf("trial %s: %s (%s), want interrupted, and the running one checkpointed", tr.Name, tr.State, tr.Reason)
 		}
+		if tr.Name == "second" {
+			second = tr
+		}
+	}
+	// The second trial's task was queued behind the first (--parallel 1):
+	// cancelled in the queue, or started by Slurm as the first one's ended
+	// and then exiting at the interrupt's mark, it ran no worker.
+	log, _ := os.ReadFile(filepath.Join(sweepDir, "second", "worker.log"))
+	_, ckErr := os.Stat(filepath.Join(sweepDir, "second", "checkpoint.tlck"))
+	if !strings.Contains(second.Reason, "before its worker started") || ckErr == nil || strings.Contains(string(log), "serving through the spool") {
+		t.Errorf("the queued trial: %q, checkpoint %v; want interrupted before its worker started, with no checkpoint and no worker in its log:\n%s",
+			second.Reason, ckErr == nil, log)
 	}
 	r := tolaria(t, dir, env, "sweep", "--resume", "--sweep-dir", sweepDir, "--launcher", "slurm")
 	if r.code != 0 {
