@@ -126,8 +126,13 @@ func copyRun(dst, src []float32) {
 // addRun adds src to dst elementwise, over dst's length.
 func addRun(dst, src []float32) {
 	src = src[:len(dst)]
-	for i, v := range dst {
-		dst[i] = v + src[i]
+	i := 0
+	if n := len(dst) &^ 15; n > 0 && haveImageKernel() {
+		add16(&dst[0], &src[0], n)
+		i = n
+	}
+	for ; i < len(dst); i++ {
+		dst[i] += src[i]
 	}
 }
 
@@ -285,7 +290,10 @@ func bit(b bool) uint32 {
 
 // maxPoolGrad writes the input rows lo..hi of dx. An arg that is not a
 // window position inside the image (not written by MaxPool) adds nothing.
-func maxPoolGrad(g *window, dy, arg, dx []float32, lo, hi int) {
+//
+// at holds each window position's row and column (kh, kw), so that no
+// element divides its position.
+func maxPoolGrad(g *window, dy, arg, dx []float32, at []int, lo, hi int) {
 	size := float32(g.kh * g.kw)
 	g.eachInputRows(lo, hi, func(n, h0, h1 int) {
 		clear(dx[g.pixel(n, h0, 0):g.pixel(n, h1, 0)])
@@ -299,8 +307,8 @@ func maxPoolGrad(g *window, dy, arg, dx []float32, lo, hi int) {
 					if !(a >= 0 && a < size) {
 						continue
 					}
-					pos := int(a)
-					yi, xi := y0+pos/g.kw, x0+pos%g.kw
+					pos := 2 * int(a)
+					yi, xi := y0+at[pos], x0+at[pos+1]
 					if yi < h0 || yi >= h1 || xi < 0 || xi >= g.w {
 						continue
 					}
@@ -309,6 +317,16 @@ func maxPoolGrad(g *window, dy, arg, dx []float32, lo, hi int) {
 			}
 		}
 	})
+}
+
+// windowPositions lists each position kh·k+kw of a k×k window as its row
+// and column: kh, kw.
+func windowPositions(k int) []int {
+	at := make([]int, 0, 2*k*k)
+	for pos := range k * k {
+		at = append(at, pos/k, pos%k)
+	}
+	return at
 }
 
 // avgPool writes the output pixels lo..hi of y: each window's sum in
@@ -405,7 +423,8 @@ func (s *stream) MaxPoolGrad(ps device.PoolShape, dy, arg, dx device.Buffer) err
 	return s.launch("MaxPoolGrad", check, func(v [][]float32) func(*team) {
 		g, dy, arg, dx := poolWindow(ps), v[0], v[1], v[2]
 		cost := g.imgRow + g.ow*g.c*ceilDiv(ps.K, ps.Stride)
-		return overInputRows(&g, cost, func(lo, hi int) { maxPoolGrad(&g, dy, arg, dx, lo, hi) })
+		at := windowPositions(ps.K)
+		return overInputRows(&g, cost, func(lo, hi int) { maxPoolGrad(&g, dy, arg, dx, at, lo, hi) })
 	}, dy, arg, dx)
 }
 

@@ -32,3 +32,9 @@ func biasActRows(z, y, bias *float32, rows, cols int, relu bool)
 
 //go:noescape
 func maxPool16(x *float32, pix, row uintptr, nh, nw int, at0, kw float32, y, arg *float32, blocks int)
+
+//go:noescape
+func add16(dst, src *float32, n int)
+
+//go:noescape
+func axpy16(alpha float32, x, y *float32, n int)

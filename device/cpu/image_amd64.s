@@ -282,3 +282,39 @@ maxpool_pixel:
 	JNZ maxpool_block
 	VZEROUPPER
 	RET
+
+// func add16(dst, src *float32, n int)
+// dst[i] += src[i] for i < n, n a positive multiple of 16.
+TEXT ·add16(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+add_loop:
+	VMOVUPS (DI), Z0
+	VADDPS (SI), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JNZ add_loop
+	VZEROUPPER
+	RET
+
+// func axpy16(alpha float32, x, y *float32, n int)
+// y[i] += alpha*x[i], the product rounded before the addition, for i < n,
+// n a positive multiple of 16.
+TEXT ·axpy16(SB), NOSPLIT, $0-32
+	VBROADCASTSS alpha+0(FP), Z1
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+axpy_loop:
+	VMULPS (SI), Z1, Z0
+	VADDPS (DI), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JNZ axpy_loop
+	VZEROUPPER
+	RET

@@ -47,7 +47,7 @@ func TestMaxPoolGradIgnoresForeignArgs(t *testing.T) {
 	dy := []float32{1, 2, 3, 4}
 	arg := []float32{0, 9, -1, float32(math.NaN())}
 	dx := make([]float32, s.InLen())
-	maxPoolGrad(&g, dy, arg, dx, 0, g.inRows)
+	maxPoolGrad(&g, dy, arg, dx, windowPositions(s.K), 0, g.inRows)
 	for i, v := range dx {
 		if v != 0 {
 			t.Errorf("dx[%d] = %g, want 0", i, v)

@@ -150,6 +150,17 @@ func TestImageLoopsMatchGo(t *testing.T) {
 					t.Fatalf("cols %d: relu gradient %d: %v, want %v", cols, i, dz[i], want)
 				}
 			}
+			acc, want := append([]float32(nil), dy[:n-5]...), make([]float32, n-5)
+			addRun(acc, z)
+			for i := range want {
+				want[i] = dy[i] + z[i]
+			}
+			sameBits(t, "addRun", acc, want)
+			axpy(0.3, z, acc)
+			for i := range want {
+				want[i] += float32(0.3 * z[i])
+			}
+			sameBits(t, "axpy", acc, want)
 			sums := make([]float32, cols)
 			colSum(rows, cols, 0, cols, z, 0, sums)
 			for j := range cols {

@@ -375,8 +375,13 @@ func scale(x []float32, alpha float32) {
 
 func axpy(alpha float32, x, y []float32) {
 	x = x[:len(y)]
-	for i, v := range x {
-		y[i] += alpha * v
+	i := 0
+	if n := len(y) &^ 15; n > 0 && haveImageKernel() {
+		axpy16(alpha, &x[0], &y[0], n)
+		i = n
+	}
+	for ; i < len(y); i++ {
+		y[i] += float32(alpha * x[i])
 	}
 }
 
