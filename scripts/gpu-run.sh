@@ -13,8 +13,9 @@
 #                eager bitwise, trainer captures, step against the CPU device)
 #   train        tolaria train --device cuda --enable-graphs on Fashion-MNIST
 #   bench        run_graph_bench --device cuda: the default MLP and the tiny
-#                preset at batch 64 and 1024 (128 in a rehearsal), eager
-#                against graphs
+#                preset at batch 64 and 1024 (128 in a rehearsal), and the
+#                CNN of examples/cnn.yaml at 64 and 256 (8 in a rehearsal),
+#                eager against graphs
 #   --quick stops here
 #   peer         PyTorch on the same GPU: the same steps eager, with CUDA graphs
 #                and with torch.compile(mode="reduce-overhead")
@@ -81,6 +82,8 @@ if [ "$profile" = rehearsal ]; then
 	bench_args=(--epochs 2 --steps 20 --settle-steps 4 --probe-kernels 20)
 	peer_args=(--steps 20 --warmup-steps 3 --rounds 1)
 	bench_large=128
+	cnn_batch=8
+	cnn_args=(--epochs 1 --steps 8 --settle-steps 2 --probe-kernels -1)
 	sweep_examples=512
 	sweep_long=20
 	rl_steps=1500
@@ -90,6 +93,8 @@ else
 	bench_args=()
 	peer_args=(--steps 200 --warmup-steps 20 --rounds 3)
 	bench_large=1024
+	cnn_batch=64
+	cnn_args=(--sweep-batch-sizes 256)
 	sweep_examples=4096
 	sweep_long=1000
 	rl_steps=10000
@@ -157,6 +162,10 @@ bench_presets() {
 		"$bench" --device cuda --worker "$worker" --preset "$p" --batch-size 64 --sweep-batch-sizes "$bench_large" "${bench_args[@]}" \
 			--output "$res/bench-$p.json" || return 1
 	done
+	# The CNN (examples/cnn.yaml): the image kernels on the GPU, captured
+	# whole like the MLP's step.
+	"$bench" --device cuda --worker "$worker" --preset cnn --batch-size "$cnn_batch" "${cnn_args[@]}" \
+		--output "$res/bench-cnn.json"
 }
 
 peer() {

@@ -170,7 +170,7 @@ type tolariaPoint struct{ eager, graph float64 }
 func reportBench(b *strings.Builder, dir string) map[string]tolariaPoint {
 	figures := map[string]tolariaPoint{}
 	header := false
-	for _, preset := range []string{"mlp", "tiny"} {
+	for _, preset := range []string{"mlp", "tiny", "cnn"} {
 		model, points, err := benchPoints(dir, preset)
 		if err != nil {
 			continue
