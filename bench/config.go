@@ -19,8 +19,8 @@ const (
 	// PresetTiny is the predecessor's workload: one Linear 16->2 layer at
 	// batch 8, where launch cost dominates the step.
 	PresetTiny Preset = "tiny"
-	// PresetCNN is examples/cnn.yaml's model (CNN): two convolution blocks,
-	// the second a residual block, and a linear classifier, batch 64.
+	// PresetCNN is examples/cnn.yaml's model (CNN): two pooled convolution
+	// blocks, a residual block and a classifier with a hidden layer, batch 64.
 	PresetCNN Preset = "cnn"
 )
 
@@ -34,8 +34,10 @@ func CNN() nn.Net {
 		Input: nn.Shape{1, 28, 28},
 		Layers: []nn.LayerSpec{
 			nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
-			nn.Residual(nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU()),
-			nn.Flatten(), nn.Linear(10),
+			nn.Conv(64, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
+			nn.Residual(nn.Conv(64, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(),
+				nn.Conv(64, 3).WithPadding(1), nn.BatchNorm()),
+			nn.ReLU(), nn.Flatten(), nn.Linear(128), nn.ReLU(), nn.Dropout(0.3), nn.Linear(10),
 		},
 		Loss: nn.LossCrossEntropy,
 	}

@@ -11,8 +11,9 @@ import (
 	"github.com/tolaria-ml/tolaria/nn"
 )
 
-// exampleCNN is examples/cnn.yaml's model.
-func exampleCNN() nn.Net {
+// blockCNN is a conv block, a residual block and a linear classifier
+// (72,426 parameters): the layout tests' fixture.
+func blockCNN() nn.Net {
 	return nn.Net{
 		Input: nn.Shape{1, 28, 28},
 		Layers: []nn.LayerSpec{
@@ -24,8 +25,41 @@ func exampleCNN() nn.Net {
 	}
 }
 
+// exampleCNN is examples/cnn.yaml's model.
+func exampleCNN() nn.Net {
+	return nn.Net{
+		Input: nn.Shape{1, 28, 28},
+		Layers: []nn.LayerSpec{
+			nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
+			nn.Conv(64, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
+			nn.Residual(nn.Conv(64, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(),
+				nn.Conv(64, 3).WithPadding(1), nn.BatchNorm()),
+			nn.ReLU(), nn.Flatten(), nn.Linear(128), nn.ReLU(), nn.Dropout(0.3), nn.Linear(10),
+		},
+		Loss: nn.LossCrossEntropy,
+	}
+}
+
 func TestExampleCNNResolves(t *testing.T) {
 	a, err := exampleCNN().Resolve()
+	must(t, err)
+	// By hand: conv 3·3·1·32 + 32 and batchnorm 2·32; conv 3·3·32·64 + 64
+	// and batchnorm 2·64; the residual body's two convs 3·3·64·64 + 64 and
+	// batchnorms 2·64; linear 7·7·64·128 + 128; linear 128·10 + 10.
+	wantParams := (9*1*32 + 32) + 2*32 + (9*32*64 + 64) + 2*64 + 2*((9*64*64+64)+2*64) + (7*7*64*128 + 128) + (128*10 + 10)
+	if wantParams != 495946 || a.Params != wantParams {
+		t.Fatalf("Params = %d, want %d (495946)", a.Params, wantParams)
+	}
+	// Running means and variances of 32 + 3·64 channels, then the dropout
+	// generator's words.
+	if want := 2 * (32 + 3*64); a.State != want || a.RunningLen() != want+device.RNGLen {
+		t.Errorf("State = %d, RunningLen = %d, want %d and %d", a.State, a.RunningLen(), want, want+device.RNGLen)
+	}
+	must(t, a.Fits(784, 10))
+}
+
+func TestSmallCNNResolves(t *testing.T) {
+	a, err := blockCNN().Resolve()
 	must(t, err)
 	// By hand: conv 3·3·1·32 + 32; batchnorm 2·32; residual conv
 	// 3·3·32·32 + 32 and batchnorm 2·32; linear 14·14·32·10 + 10.
@@ -139,7 +173,7 @@ func TestResolveErrors(t *testing.T) {
 }
 
 func TestFits(t *testing.T) {
-	a, err := exampleCNN().Resolve()
+	a, err := blockCNN().Resolve()
 	must(t, err)
 	for _, c := range []struct {
 		features, classes int
@@ -205,7 +239,7 @@ func TestMLPOfLayers(t *testing.T) {
 			"784-256-128-10 gelu cross_entropy"},
 		{"no activation", nn.Net{Input: nn.Shape{64}, Layers: []nn.LayerSpec{nn.Linear(8), nn.Linear(10)}},
 			"64-8-10 none cross_entropy"},
-		{"a CNN", exampleCNN(),
+		{"a CNN", blockCNN(),
 			"model.layers: layers[0] (conv): conv is not a linear layer; the MLP step runs only linear layers with one activation between them (not an MLP)"},
 		{"mixed activations", nn.Net{Input: nn.Shape{64}, Layers: []nn.LayerSpec{nn.Linear(8), nn.ReLU(), nn.Linear(8), nn.GELU(), nn.Linear(10)}},
 			"model.layers: layers[3] (gelu): the activations differ (relu, then gelu); the MLP step runs only linear layers with one activation between them (not an MLP)"},
@@ -235,10 +269,10 @@ func TestMLPOfLayers(t *testing.T) {
 func TestNetString(t *testing.T) {
 	want := "[1,28,28] conv(out=32,kernel=3,stride=1,padding=1) batchnorm(eps=1e-05,momentum=0.1) relu maxpool(kernel=2,stride=2,padding=0) " +
 		"residual(conv(out=32,kernel=3,stride=1,padding=1) batchnorm(eps=1e-05,momentum=0.1) relu) flatten linear(out=10) cross_entropy"
-	if got := exampleCNN().String(); got != want {
+	if got := blockCNN().String(); got != want {
 		t.Errorf("String()\n got %s\nwant %s", got, want)
 	}
-	other := exampleCNN()
+	other := blockCNN()
 	other.Layers[4] = nn.Residual(nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.GELU())
 	if other.String() == want {
 		t.Error("two architectures share a name")
@@ -246,7 +280,7 @@ func TestNetString(t *testing.T) {
 }
 
 func TestCNNInitialisation(t *testing.T) {
-	a, err := exampleCNN().Resolve()
+	a, err := blockCNN().Resolve()
 	must(t, err)
 	p, q := a.InitParams(7), a.InitParams(7)
 	if !slices.Equal(p, q) {

@@ -540,8 +540,9 @@ func TestNetWorkspaceSizes(t *testing.T) {
 	}
 }
 
-// BenchmarkNetStep is one eager training step of the example CNN
-// (examples/cnn.yaml) at batch 64 on the CPU device.
+// BenchmarkNetStep is one eager training step of a small CNN (a conv
+// block, a residual block and a linear classifier: 72,426 parameters) at
+// batch 64 on the CPU device.
 func BenchmarkNetStep(b *testing.B) {
 	net := nn.Net{Input: nn.Shape{1, 28, 28}, Loss: nn.LossCrossEntropy, Layers: []nn.LayerSpec{
 		nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),

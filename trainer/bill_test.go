@@ -15,8 +15,9 @@ import (
 // billModels are the built-in models (the job's default MLP, the bench's
 // mlp and tiny presets) and the variations that change what set-up
 // allocates: each optimizer's state, mean squared error's one-hot labels,
-// clipping, a deep narrow net, a wide batch, more staging slots; the
-// example CNN and a net with every kind of layer.
+// clipping, a deep narrow net, a wide batch, more staging slots; a small
+// CNN (a conv block and a residual block) and a net with every kind of
+// layer.
 func billModels() map[string]trainer.Config {
 	mlp := nn.Spec{Inputs: 784, Hidden: []int{256, 128}, Outputs: 10, Act: device.ActGELU, Loss: nn.LossCrossEntropy}
 	tiny := nn.Spec{Inputs: 16, Outputs: 2, Act: device.ActNone, Loss: nn.LossCrossEntropy}

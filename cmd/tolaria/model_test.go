@@ -93,7 +93,10 @@ func TestExampleCNN(t *testing.T) {
 	if err := a.Fits(784, 10); err != nil {
 		t.Fatal(err)
 	}
-	if a.Params != 72426 {
-		t.Errorf("examples/cnn.yaml has %d parameters, docs/models.md counts 72426", a.Params)
+	// By hand (docs/models.md): convs 3·3·1·32 + 32 and 3·3·32·64 + 64, the
+	// residual body's two 3·3·64·64 + 64, batchnorms 2·(32 + 3·64), linears
+	// 7·7·64·128 + 128 and 128·10 + 10.
+	if want := (9*32 + 32) + (9*32*64 + 64) + 2*(9*64*64+64) + 2*(32+3*64) + (7*7*64*128 + 128) + (128*10 + 10); want != 495946 || a.Params != want {
+		t.Errorf("examples/cnn.yaml has %d parameters, docs/models.md counts 495946", a.Params)
 	}
 }

@@ -54,8 +54,17 @@ For example (docs/models.md and examples/cnn.yaml):
       - batchnorm: {}
       - relu: {}
       - maxpool: {kernel: 2}
-      - residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {batchnorm: {}}, {relu: {}}]
+      - conv: {out: 64, kernel: 3, padding: 1}
+      - batchnorm: {}
+      - relu: {}
+      - maxpool: {kernel: 2}
+      - residual: [{conv: {out: 64, kernel: 3, padding: 1}}, {batchnorm: {}}, {relu: {}},
+                   {conv: {out: 64, kernel: 3, padding: 1}}, {batchnorm: {}}]
+      - relu: {}
       - flatten: {}
+      - linear: {out: 128}
+      - relu: {}
+      - dropout: {p: 0.3}
       - linear: {out: 10}
     loss: cross_entropy
 
