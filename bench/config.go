@@ -27,21 +27,8 @@ const (
 // Presets lists the presets in the order the command documents them.
 func Presets() []Preset { return []Preset{PresetMLP, PresetTiny, PresetCNN} }
 
-// CNN is examples/cnn.yaml's model on Fashion-MNIST's 1×28×28 images (a
-// test in cmd/run_graph_bench keeps the two the same).
-func CNN() nn.Net {
-	return nn.Net{
-		Input: nn.Shape{1, 28, 28},
-		Layers: []nn.LayerSpec{
-			nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
-			nn.Conv(64, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
-			nn.Residual(nn.Conv(64, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(),
-				nn.Conv(64, 3).WithPadding(1), nn.BatchNorm()),
-			nn.ReLU(), nn.Flatten(), nn.Linear(128), nn.ReLU(), nn.Dropout(0.3), nn.Linear(10),
-		},
-		Loss: nn.LossCrossEntropy,
-	}
-}
+// CNN is examples/cnn.yaml's model (nn.ExampleCNN).
+func CNN() nn.Net { return nn.ExampleCNN() }
 
 // Workload is a preset's model and default batch size. A model described
 // as layers (Net set) trains through nn.NetStep, its Spec then being the

@@ -251,3 +251,22 @@ func firstErr(errs ...error) error {
 	}
 	return nil
 }
+
+// ExampleCNN is examples/cnn.yaml's model on Fashion-MNIST's 1×28×28
+// images: two convolution blocks with max pools, a residual block of two
+// convolutions, and a classifier with a hidden layer and dropout. The
+// cnn benchmark preset trains it; a test in cmd/run_graph_bench keeps it
+// equal to the example file.
+func ExampleCNN() Net {
+	return Net{
+		Input: Shape{1, 28, 28},
+		Layers: []LayerSpec{
+			Conv(32, 3).WithPadding(1), BatchNorm(), ReLU(), MaxPool(2),
+			Conv(64, 3).WithPadding(1), BatchNorm(), ReLU(), MaxPool(2),
+			Residual(Conv(64, 3).WithPadding(1), BatchNorm(), ReLU(),
+				Conv(64, 3).WithPadding(1), BatchNorm()),
+			ReLU(), Flatten(), Linear(128), ReLU(), Dropout(0.3), Linear(10),
+		},
+		Loss: LossCrossEntropy,
+	}
+}

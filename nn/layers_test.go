@@ -26,19 +26,7 @@ func blockCNN() nn.Net {
 }
 
 // exampleCNN is examples/cnn.yaml's model.
-func exampleCNN() nn.Net {
-	return nn.Net{
-		Input: nn.Shape{1, 28, 28},
-		Layers: []nn.LayerSpec{
-			nn.Conv(32, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
-			nn.Conv(64, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(), nn.MaxPool(2),
-			nn.Residual(nn.Conv(64, 3).WithPadding(1), nn.BatchNorm(), nn.ReLU(),
-				nn.Conv(64, 3).WithPadding(1), nn.BatchNorm()),
-			nn.ReLU(), nn.Flatten(), nn.Linear(128), nn.ReLU(), nn.Dropout(0.3), nn.Linear(10),
-		},
-		Loss: nn.LossCrossEntropy,
-	}
-}
+func exampleCNN() nn.Net { return nn.ExampleCNN() }
 
 func TestExampleCNNResolves(t *testing.T) {
 	a, err := exampleCNN().Resolve()
