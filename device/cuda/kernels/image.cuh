@@ -22,6 +22,15 @@ __device__ __forceinline__ void tl_out_range(int i, int k, int stride, int pad, 
     *hi = min(out, (i + pad) / stride + 1);
 }
 
+// tl_nhwc splits the index i of an N×H×W×C tensor into its image n, row
+// y, column x and channel c.
+__device__ __forceinline__ void tl_nhwc(long long i, int H, int W, int C, long long *n, int *y, int *x, int *c) {
+    *c = (int)(i % C);
+    *x = (int)(i / C % W);
+    *y = (int)(i / ((long long)C * W) % H);
+    *n = i / ((long long)C * W * H);
+}
+
 // cols[(n, oh, ow), (kh, kw, c)] = x[n, oh·stride-pad+kh, ow·stride-pad+kw, c],
 // 0 outside the image.
 extern "C" __global__ void __launch_bounds__(TL_BLOCK)
@@ -47,8 +56,9 @@ tl_col2im(int N, int H, int W, int C, int KH, int KW, int stride, int pad, const
     const long long ncols = (long long)KH * KW * C;
     const long long total = (long long)N * H * W * C;
     TL_FOR_EACH(i, total) {
-        const int c = (int)(i % C), xx = (int)(i / C % W), y = (int)(i / ((long long)C * W) % H);
-        const long long n = i / ((long long)C * W * H);
+        long long n;
+        int y, xx, c;
+        tl_nhwc(i, H, W, C, &n, &y, &xx, &c);
         int oh0, oh1, ow0, ow1;
         tl_out_range(y, KH, stride, pad, OH, &oh0, &oh1);
         tl_out_range(xx, KW, stride, pad, OW, &ow0, &ow1);
@@ -74,8 +84,9 @@ tl_max_pool(int N, int H, int W, int C, int K, int stride, int pad, const float 
     const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
     const long long total = (long long)N * OH * OW * C;
     TL_FOR_EACH(i, total) {
-        const int c = (int)(i % C), ow = (int)(i / C % OW), oh = (int)(i / ((long long)C * OW) % OH);
-        const long long n = i / ((long long)C * OW * OH);
+        long long n;
+        int oh, ow, c;
+        tl_nhwc(i, OH, OW, C, &n, &oh, &ow, &c);
         const int y0 = oh * stride - pad, x0 = ow * stride - pad;
         const int kh0 = max(0, -y0), kh1 = min(K, H - y0), kw0 = max(0, -x0), kw1 = min(K, W - x0);
         float best = 0.0f;
@@ -104,8 +115,9 @@ tl_max_pool_grad(int N, int H, int W, int C, int K, int stride, int pad, const f
     const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
     const long long total = (long long)N * H * W * C;
     TL_FOR_EACH(i, total) {
-        const int c = (int)(i % C), xx = (int)(i / C % W), y = (int)(i / ((long long)C * W) % H);
-        const long long n = i / ((long long)C * W * H);
+        long long n;
+        int y, xx, c;
+        tl_nhwc(i, H, W, C, &n, &y, &xx, &c);
         int oh0, oh1, ow0, ow1;
         tl_out_range(y, K, stride, pad, OH, &oh0, &oh1);
         tl_out_range(xx, K, stride, pad, OW, &ow0, &ow1);
@@ -130,8 +142,9 @@ tl_avg_pool(int N, int H, int W, int C, int K, int stride, int pad, const float 
     const long long total = (long long)N * OH * OW * C;
     const float area = (float)(K * K);
     TL_FOR_EACH(i, total) {
-        const int c = (int)(i % C), ow = (int)(i / C % OW), oh = (int)(i / ((long long)C * OW) % OH);
-        const long long n = i / ((long long)C * OW * OH);
+        long long n;
+        int oh, ow, c;
+        tl_nhwc(i, OH, OW, C, &n, &oh, &ow, &c);
         const int y0 = oh * stride - pad, x0 = ow * stride - pad;
         const int kh0 = max(0, -y0), kh1 = min(K, H - y0), kw0 = max(0, -x0), kw1 = min(K, W - x0);
         float s = 0.0f;
@@ -149,8 +162,9 @@ tl_avg_pool_grad(int N, int H, int W, int C, int K, int stride, int pad, const f
     const long long total = (long long)N * H * W * C;
     const float area = (float)(K * K);
     TL_FOR_EACH(i, total) {
-        const int c = (int)(i % C), xx = (int)(i / C % W), y = (int)(i / ((long long)C * W) % H);
-        const long long n = i / ((long long)C * W * H);
+        long long n;
+        int y, xx, c;
+        tl_nhwc(i, H, W, C, &n, &y, &xx, &c);
         int oh0, oh1, ow0, ow1;
         tl_out_range(y, K, stride, pad, OH, &oh0, &oh1);
         tl_out_range(xx, K, stride, pad, OW, &ow0, &ow1);
