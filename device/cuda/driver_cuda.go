@@ -6,15 +6,17 @@ package cuda
 // calling thread in one call, pinned allocation, stream capture and graphs.
 // Written against the CUDA 11.8 headers (cuStreamBeginCapture_v2 with a mode,
 // cuGraphExecUpdate with error-node and result out-parameters); newer drivers
-// keep these symbols for binaries built against 11.x. With CUDA 12 headers the
-// update goes through cuGraphExecUpdate_v2 (make cuda-emulated builds and runs
-// the tests against testdata/cuda12, the 11.8 header with the 12.x prototype).
+// keep these symbols for binaries built against 11.x. The graph update goes
+// through cuGraphExecUpdate_v2 wherever the driver exports it
+// (tl_graph_exec_update); make cuda-emulated also builds and runs the tests
+// against testdata/cuda12, the 11.8 header with the 12.x prototype.
 
 /*
-#cgo LDFLAGS: -lcuda
+#cgo LDFLAGS: -lcuda -ldl
 #cgo linux LDFLAGS: -L/usr/local/cuda/lib64
 #cgo linux CFLAGS: -I/usr/local/cuda/include
 #include <cuda.h>
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,22 +71,61 @@ static CUresult tl_graph_node_count(CUgraph g, size_t *n) {
 	return cuGraphGetNodes(g, NULL, n);
 }
 
-// tl_graph_exec_update reports the CUgraphExecUpdateResult in *result. CUDA
-// 12 headers map cuGraphExecUpdate to cuGraphExecUpdate_v2, which takes a
-// result structure instead of the 11.x error-node and result out-parameters.
-static CUresult tl_graph_exec_update(CUgraphExec e, CUgraph g, int *result) {
+// tl_graph_exec_update reports the CUgraphExecUpdateResult in *result and
+// which entry point answered in *entry (1: cuGraphExecUpdate, the 11.x
+// prototype with error-node and result out-parameters; 2:
+// cuGraphExecUpdate_v2, which fills a result structure). CUDA 12 headers
+// map cuGraphExecUpdate to the _v2 entry point. Built against 11.x headers,
+// the update still goes through cuGraphExecUpdate_v2 when the driver
+// exports it (every 12.x and 13.x driver): a newer driver keeps the 11.x
+// symbol only for old binaries, and the reasons it gives there need not be
+// the ones its documentation lists for the current entry point.
+typedef struct {
+	int result;
+	CUgraphNode errorNode;
+	CUgraphNode errorFromNode;
+} tl_update_info;
+typedef CUresult (*tl_update_v2_fn)(CUgraphExec, CUgraph, tl_update_info *);
+
+// tl_update_v2 is cuGraphExecUpdate_v2 as the driver exports it, or NULL.
+static tl_update_v2_fn tl_update_v2(void) {
+	static tl_update_v2_fn fn;
+	static int looked;
+	if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+		void *sym = dlsym(RTLD_DEFAULT, "cuGraphExecUpdate_v2");
+		__atomic_store_n(&fn, (tl_update_v2_fn)sym, __ATOMIC_RELAXED);
+		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+	}
+	return __atomic_load_n(&fn, __ATOMIC_RELAXED);
+}
+
+// legacy set asks for the 11.x entry point where the headers have it.
+static CUresult tl_graph_exec_update(CUgraphExec e, CUgraph g, int legacy, int *result, int *entry) {
 #if CUDA_VERSION >= 12000
+	(void)legacy;
 	CUgraphExecUpdateResultInfo info;
 	memset(&info, 0, sizeof info);
 	CUresult r = cuGraphExecUpdate(e, g, &info);
 	*result = (int)info.result;
+	*entry = 2;
+	return r;
 #else
+	tl_update_v2_fn v2 = legacy ? NULL : tl_update_v2();
+	if (v2 != NULL) {
+		tl_update_info info;
+		memset(&info, 0, sizeof info);
+		CUresult r = v2(e, g, &info);
+		*result = info.result;
+		*entry = 2;
+		return r;
+	}
 	CUgraphNode errNode = NULL;
 	CUgraphExecUpdateResult res = CU_GRAPH_EXEC_UPDATE_SUCCESS;
 	CUresult r = cuGraphExecUpdate(e, g, &errNode, &res);
 	*result = (int)res;
-#endif
+	*entry = 1;
 	return r;
+#endif
 }
 */
 import "C"
@@ -247,10 +288,24 @@ func graphInstantiate(g C.CUgraph) (C.CUgraphExec, cuResult) {
 }
 
 // graphExecUpdate returns the driver result and the CUgraphExecUpdateResult.
-func graphExecUpdate(e C.CUgraphExec, g C.CUgraph) (cuResult, int) {
-	var result C.int
-	r := C.tl_graph_exec_update(e, g, &result)
-	return res(r), int(result)
+// graphExecUpdate returns the driver's result, the CUgraphExecUpdateResult
+// and the entry point that answered (graphUpdateEntry). legacy asks for the
+// 11.x entry point where the headers have it (the tests compare the two).
+func graphExecUpdate(e C.CUgraphExec, g C.CUgraph, legacy bool) (cuResult, int, string) {
+	var result, entry C.int
+	l := C.int(0)
+	if legacy {
+		l = 1
+	}
+	r := C.tl_graph_exec_update(e, g, l, &result, &entry)
+	return res(r), int(result), graphUpdateEntry(int(entry))
+}
+
+func graphUpdateEntry(entry int) string {
+	if entry == 2 {
+		return "cuGraphExecUpdate_v2"
+	}
+	return "cuGraphExecUpdate"
 }
 
 func graphUpload(e C.CUgraphExec, s cu.Stream) cuResult {

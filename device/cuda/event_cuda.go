@@ -241,9 +241,9 @@ func (x *Exec) Update(g device.Graph) error {
 		return err
 	}
 	defer gr.mu.Unlock()
-	r, result := graphExecUpdate(x.e, gr.g)
+	r, result, entry := graphExecUpdate(x.e, gr.g, false)
 	if r == cuErrGraphExecUpdateFailure || (r == cuSuccess && result != 0) {
-		return device.Errorf(d.name, op, device.ErrTopologyChanged, "%s", graphUpdateResultName(result))
+		return device.Errorf(d.name, op, device.ErrTopologyChanged, "%s (%s)", graphUpdateResultName(result), entry)
 	}
 	if r != cuSuccess {
 		return d.driver(op, r)
