@@ -42,6 +42,8 @@ type Device struct {
 	ctl    *controlThread
 	pool   *pool
 	legacy *Stream
+	// profile times eager launches when ProfileEnv names a file, else nil.
+	profile *kernelProfile
 
 	// life is held shared by every call and exclusively by Close, so that
 	// Close never destroys a handle a call in flight is using.
@@ -89,6 +91,7 @@ func Open(cfg Config) (*Device, error) {
 		hosts:   map[*hostAlloc]struct{}{},
 	}
 	d.legacy = &Stream{dev: d, legacy: true}
+	d.profile = profileFromEnv(cfg.Ordinal)
 	d.pool = newPool(cfg.MemoryLimit, memAlloc, memFree)
 	d.ctl = startControl()
 	if err := d.ctl.do(d.open); err != nil {
@@ -683,6 +686,11 @@ func (d *Device) teardown() error {
 	d.captures = nil
 	d.globalCaptures.Store(0)
 	keep(codeOf(cu.Synchronize()))
+	if d.profile != nil {
+		if err := d.profile.close(d.name, d.desc); err != nil && first == nil {
+			first = d.wrap(op, fmt.Errorf("writing the kernel profile (%s): %w", ProfileEnv, err))
+		}
+	}
 	// No call is in flight (Close holds the lifetime lock), so no handle's
 	// lock is held; taking each one orders the flag before any later use.
 	for x := range d.execs {

@@ -56,6 +56,12 @@ func (s *Stream) launch(op string, k kernel, g dims, a *kargs) error {
 	}
 	// The launch binds the context itself, in its one cgo call.
 	return s.enqueueBinding(op, false, func() error {
+		if p := s.dev.profile; p != nil && !s.legacy && s.capture.Load() == nil {
+			if r := profiledLaunch(s.dev, p, s.dev.ctx, k, &s.dev.fns[k], g, s.cu, &a.slots, a.n); r != cuSuccess {
+				return s.dev.driver(op, r)
+			}
+			return nil
+		}
 		if r := launchKernel(s.dev.ctx, &s.dev.fns[k], g, s.cu, &a.slots, a.n); r != cuSuccess {
 			return s.dev.driver(op, r)
 		}
