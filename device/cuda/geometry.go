@@ -15,6 +15,7 @@ const (
 	tileEdge       = 32   // TL_TILE
 	tileRows       = 8    // TL_TILE_ROWS
 	bnRows         = 32   // TL_BN_ROWS
+	kLanes         = 16   // TL_KLANES
 	maxStrideGrid  = 2048 // blocks of a grid-stride launch; more buys nothing on an H100
 	maxGridY       = 65535
 	maxKernelParam = 12 // the most parameters any kernel takes
@@ -46,6 +47,29 @@ func gemmDims(m, n int) (dims, error) {
 		return dims{}, fmt.Errorf("m = %d needs %d tile rows, the grid allows %d", m, gy, maxGridY)
 	}
 	return dims{gridX: gx, gridY: gy, blockX: tileEdge, blockY: tileRows}, nil
+}
+
+// klanesMaxTiles and klanesMinK choose tl_gemm_klanes over tl_gemm: an
+// output of at most klanesMaxTiles 32×32 tiles (too few blocks to fill a
+// GPU's SMs) with k of at least klanesMinK (each thread of tl_gemm would
+// walk all of it). A convolution's weight gradient at batch 64 is such a
+// product: 9×32 or 288×64 outputs over k = 50176 or 12544 terms.
+const (
+	klanesMaxTiles = 64
+	klanesMinK     = 2048
+)
+
+// useKLanes reports whether an m×n×k product goes to tl_gemm_klanes. The
+// choice depends on the shape alone, so a shape sums in one order always.
+func useKLanes(m, n, k int) bool {
+	return k >= klanesMinK && ceilDiv(m, tileEdge)*ceilDiv(n, tileEdge) <= klanesMaxTiles
+}
+
+// klanesDims is gemmDims for tl_gemm_klanes: the same tiles, 32×kLanes threads.
+func klanesDims(m, n int) (dims, error) {
+	g, err := gemmDims(m, n)
+	g.blockY = kLanes
+	return g, err
 }
 
 // colSumDims gives each block 32 columns and 8 row lanes.
@@ -89,6 +113,7 @@ var kernelThreads = [numKernels]int{
 	kDropout:         blockThreads,
 	kAdvanceRNG:      1,
 	kMul:             blockThreads,
+	kGemmKLanes:      tileEdge * kLanes,
 }
 
 // fitInt32 checks that matrix dimensions fit the kernels' int parameters.

@@ -71,19 +71,24 @@ func (s *Stream) launch(op string, k kernel, g dims, a *kargs) error {
 
 func (s *Stream) args(op string) *kargs { return &kargs{d: s.dev, s: s, op: op} }
 
-// Gemm computes C = alpha*op(A)*op(B) + beta*C (tl_gemm).
+// Gemm computes C = alpha*op(A)*op(B) + beta*C (tl_gemm; tl_gemm_klanes for
+// a small output over a long k, useKLanes).
 func (s *Stream) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b device.Buffer, beta float32, c device.Buffer) error {
 	const op = "Stream.Gemm"
 	if err := first(device.CheckGemm(m, n, k, a, b, c), fitInt32(m, n, k)); err != nil {
 		return s.dev.misuse(op, "%v", err)
 	}
-	g, err := gemmDims(m, n)
+	kern, dimsOf := kGemm, gemmDims
+	if useKLanes(m, n, k) {
+		kern, dimsOf = kGemmKLanes, klanesDims
+	}
+	g, err := dimsOf(m, n)
 	if err != nil {
 		return s.dev.misuse(op, "%v", err)
 	}
 	args := s.args(op).flag(transA).flag(transB).i32(m).i32(n).i32(k).f32(alpha).
 		buf("A", a).buf("B", b).f32(beta).buf("C", c)
-	return s.launch(op, kGemm, g, args)
+	return s.launch(op, kern, g, args)
 }
 
 // BiasAct adds bias to every row of z, then writes act(z) to y (tl_bias_act).

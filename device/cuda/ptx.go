@@ -43,6 +43,7 @@ const (
 	kDropout
 	kAdvanceRNG
 	kMul
+	kGemmKLanes
 	numKernels
 )
 
@@ -74,6 +75,7 @@ var kernelNames = [numKernels]string{
 	kDropout:         "tl_dropout",
 	kAdvanceRNG:      "tl_advance_rng",
 	kMul:             "tl_mul",
+	kGemmKLanes:      "tl_gemm_klanes",
 }
 
 func (k kernel) String() string {

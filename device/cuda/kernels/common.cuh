@@ -13,6 +13,7 @@
 #define TL_TILE 32          // GEMM tile edge and column-sum block width
 #define TL_TILE_ROWS 8      // GEMM and column-sum block height
 #define TL_BN_ROWS 32       // batch-normalisation block height (TL_TILE columns wide)
+#define TL_KLANES 16        // k lanes of tl_gemm_klanes (TL_TILE columns wide)
 
 // Grid-stride loop over n elements.
 #define TL_FOR_EACH(i, n)                                                    \

@@ -60,3 +60,64 @@ tl_gemm(int transA, int transB, int m, int n, int k, float alpha,
         C[idx] = (float)v;
     }
 }
+
+// tl_gemm_klanes computes the same C as tl_gemm for outputs too few to keep
+// a GPU busy with one thread per element and k too long for one thread to
+// walk alone: the weight gradients of a convolution (op(A) the im2col
+// matrix transposed, k = batch × output pixels) are a few hundred outputs
+// summed over tens of thousands of terms. A block of 32×TL_KLANES threads
+// owns a 32×32 tile of C; thread (tx, ty) owns column tx of the tile and
+// k lane ty: it sums, for the tile's 32 rows, the terms of k ≡ ty (mod
+// TL_KLANES) in increasing k, each product exact in double and added in
+// double. The lanes' sums are then added in a fixed tree (lane ty + h into
+// lane ty, h = 8, 4, 2, 1), so the result depends on the shape alone, not
+// on timing; it is rounded to float32 once. Each step stages TL_KLANES rows
+// of op(A)'s tile in shared memory (as doubles), every thread loading one
+// element, the loads consecutive in memory across tx when A is stored k×m.
+extern "C" __global__ void __launch_bounds__(TL_TILE * TL_KLANES)
+tl_gemm_klanes(int transA, int transB, int m, int n, int k, float alpha,
+               const float *__restrict__ A, const float *__restrict__ B, float beta,
+               float *__restrict__ C) {
+    __shared__ double As[TL_KLANES][TL_TILE];  // As[l][i] = op(A)[row0+i][k0+l]
+    __shared__ double red[TL_KLANES][TL_TILE];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int row0 = blockIdx.y * TL_TILE, col0 = blockIdx.x * TL_TILE;
+    const int i = row0 + tx, j = col0 + tx;
+    double acc[TL_TILE];
+#pragma unroll
+    for (int q = 0; q < TL_TILE; ++q) acc[q] = 0.0;
+
+    for (int k0 = 0; k0 < k; k0 += TL_KLANES) {
+        const int kk = k0 + ty;
+        float a = 0.0f, b = 0.0f;
+        if (kk < k) {
+            if (i < m) a = transA ? A[(long long)kk * m + i] : A[(long long)i * k + kk];
+            if (j < n) b = transB ? B[(long long)j * k + kk] : B[(long long)kk * n + j];
+        }
+        As[ty][tx] = (double)a;
+        __syncthreads();
+        const double bd = (double)b;
+#pragma unroll
+        for (int q = 0; q < TL_TILE; ++q) acc[q] += As[ty][q] * bd;
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int q = 0; q < TL_TILE; ++q) {
+        red[ty][tx] = acc[q];
+        __syncthreads();
+#pragma unroll
+        for (int h = TL_KLANES / 2; h > 0; h >>= 1) {
+            if (ty < h) red[ty][tx] += red[ty + h][tx];
+            __syncthreads();
+        }
+        const int row = row0 + q;
+        if (ty == 0 && row < m && j < n) {
+            const long long idx = (long long)row * n + j;
+            double v = (double)alpha * red[0][tx];
+            if (beta != 0.0f) v += (double)beta * (double)C[idx];  // beta == 0: C is not read
+            C[idx] = (float)v;
+        }
+        __syncthreads();
+    }
+}

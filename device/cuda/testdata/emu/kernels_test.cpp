@@ -72,6 +72,40 @@ void testGemm() {
     }
 }
 
+// tl_gemm_klanes against the float64 sum, for every transposition, with k
+// long and not a multiple of TL_KLANES, outputs over one tile and partial
+// tiles; a repeated launch gives the same bits.
+void testGemmKLanes() {
+    const int shapes[][3] = {{9, 32, 2053}, {33, 5, 2050}};
+    const dim3 block{TL_TILE, TL_KLANES};
+    for (auto &s : shapes) {
+        for (int tA = 0; tA < 2; ++tA) {
+            for (int tB = 0; tB < 2; ++tB) {
+                const int m = s[0], n = s[1], k = s[2];
+                auto A = uniform(m * k), B = uniform(k * n), C0 = uniform(m * n);
+                const float alpha = 0.75f, beta = (tA ^ tB) ? -0.5f : 0.0f;
+                if (beta == 0) std::fill(C0.begin(), C0.end(), NAN);  // must not be read
+                auto run = [&] {
+                    auto C = C0;
+                    launch(tiles(m, n), block, [&] { tl_gemm_klanes(tA, tB, m, n, k, alpha, A.data(), B.data(), beta, C.data()); });
+                    return C;
+                };
+                auto C = run();
+                sameBits("gemm_klanes", C, run());
+                for (int i = 0; i < m; ++i) {
+                    for (int j = 0; j < n; ++j) {
+                        double sum = 0;
+                        for (int l = 0; l < k; ++l)
+                            sum += (double)(tA ? A[l * m + i] : A[i * k + l]) * (double)(tB ? B[j * k + l] : B[l * n + j]);
+                        double want = alpha * sum + (beta != 0 ? beta * (double)C0[i * n + j] : 0);
+                        check("gemm_klanes", i * n + j, C[i * n + j], want, 1e-6);
+                    }
+                }
+            }
+        }
+    }
+}
+
 void testActivations() {
     const int rows = 3, cols = 300, n = rows * cols;
     for (int act = 0; act <= 3; ++act) {
@@ -446,6 +480,7 @@ void testDropout() {
 
 int main() {
     testGemm();
+    testGemmKLanes();
     testActivations();
     testSoftmaxXent();
     testMSE();
