@@ -36,6 +36,20 @@ type gemmTask struct {
 	// narrow runs 16-wide tiles of 8 rows in AVX-512 (kern8x16): for C
 	// under 32 columns on a CPU that has it.
 	narrow bool
+	// ct is C transposed (n×m), where a weight gradient runs as Cᵀ =
+	// op(B)ᵀ·op(A)ᵀ (see transposedProduct); nil otherwise.
+	ct []float32
+	// packer packs all of a transposed B before a split by rows.
+	packer *gemmPacker
+}
+
+// gemmPacker is the first pass of a product with a transposed B split by
+// rows: parts of op(B)'s columns, packed into gemmTask.bt.
+type gemmPacker struct{ g *gemmTask }
+
+func (p *gemmPacker) part(i, parts int, _ *scratch) {
+	lo, hi := span(i, parts, p.g.n, 8)
+	p.g.pack(lo, hi)
 }
 
 // gemmGrain is the least work (multiply-adds) worth a part of its own:
@@ -54,6 +68,13 @@ func newGemmTask(transA, transB bool, m, n, k int, alpha float32, a, b []float32
 	g.narrow = haveWideKernel() && g.tile == 16
 	if transB && g.blocked() {
 		g.bt = make([]float32, n*k)
+		// A product in bands (a convolution's column gradient) splits
+		// by rows too, once the whole of op(B) is packed.
+		g.byRows = g.bands()
+		g.packer = &gemmPacker{g}
+	}
+	if g.transposedProduct() {
+		g.ct = make([]float32, m*n)
 	}
 	return g
 }
@@ -74,14 +95,25 @@ func (g *gemmTask) run(t *team) {
 	if g.beta != 0 && g.beta != 1 {
 		scale(g.c[:m*n], g.beta)
 	}
-	dim, align := n, g.tile
-	if g.byRows {
+	dim, align, most := n, g.tile, m*n
+	switch {
+	case g.ct != nil:
+		dim, align, most = m, 32, transposedParts*t.threads()
+	case g.byRows:
 		dim, align = m, 4
+		if g.transB {
+			t.run(g.packer, min(t.parts(n*g.k, elemGrain), (n+7)/8))
+		}
 	}
-	t.run(g, min(t.parts(m*n*g.k, gemmGrain), (dim+align-1)/align))
+	t.run(g, min(t.parts(m*n*g.k, gemmGrain), (dim+align-1)/align, most))
 }
 
 func (g *gemmTask) part(i, parts int, s *scratch) {
+	if g.ct != nil {
+		lo, hi := span(i, parts, g.m, 32)
+		g.blockTransposed(lo, hi, s)
+		return
+	}
 	if g.byRows {
 		lo, hi := span(i, parts, g.m, 4)
 		g.block(lo, hi, 0, g.n, s)
@@ -139,7 +171,7 @@ func (g *gemmTask) pack(j0, j1 int) {
 // block computes the rows i0..i1 and columns j0..j1 of C, with s as
 // scratch for packed panels.
 func (g *gemmTask) block(i0, i1, j0, j1 int, s *scratch) {
-	m, n, k := g.m, g.n, g.k
+	m, k := g.m, g.k
 	b := g.b
 	if g.transB {
 		b = g.bt
@@ -159,42 +191,147 @@ func (g *gemmTask) block(i0, i1, j0, j1 int, s *scratch) {
 		g.blockPacked(i0, i1, j0, j1, b, s, aAt, rs, cs, load, &mask)
 		return
 	}
-	tw := g.tile
-	for jt := j0; jt < j1; jt += tw {
-		w := min(tw, j1-jt)
-		i := i0
-		for ; kernel && tw == 32 && i+8 <= i1; i += 8 {
-			kern8x32(&g.a[i*aAt], uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), &g.c[i*n+jt], uintptr(4*n), k, load, columns(w))
+	// A tall product whose B fits in the L2 cache runs in bands of rows,
+	// each band's columns one after another, so that the band's rows of A
+	// stay in L1 for all of B's columns rather than coming from memory
+	// once for every column of tiles.
+	band := i1 - i0
+	if g.bands() {
+		band = max(8, bandFloats/k/8*8)
+	}
+	for ib := i0; ib < i1; ib += band {
+		ie := min(i1, ib+band)
+		for jt := j0; jt < j1; jt += g.tile {
+			g.column(ib, ie, jt, min(g.tile, j1-jt), b, aAt, rs, cs, load, &mask)
 		}
-		for ; kernel && tw == 16 && g.narrow && i+8 <= i1; i += 8 {
-			kern8x16(&g.a[i*aAt], uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), &g.c[i*n+jt], uintptr(4*n), k, load, columns(w))
+	}
+}
+
+// bandFloats is the size of a band of A's rows (16 KiB), half the L1 data
+// cache; bandB is the most of B (512 KiB) that bands leave in the L2 cache
+// of 1 MiB, and bandA the least of A (1 MiB) for which bands pay: under
+// it, A stays in L2 whatever the order.
+const (
+	bandFloats = 4096
+	bandB      = 1 << 17
+	bandA      = 1 << 16
+)
+
+// bands says whether block runs in bands of rows: for products of A taller
+// than L2 and B within it, with more than one column of tiles (a
+// convolution's forward product and its columns' gradient).
+func (g *gemmTask) bands() bool {
+	return g.m*g.k >= bandA && g.k*g.n <= bandB && g.n > g.tile
+}
+
+// column computes the rows i0..i1 of C's tile of w columns at jt, in the
+// widest tiles this machine has, then one row at a time.
+func (g *gemmTask) column(i0, i1, jt, w int, b []float32, aAt, rs, cs int, load bool, mask *[32]int32) {
+	n, k, tw := g.n, g.k, g.tile
+	kernel := haveKernel()
+	i := i0
+	for ; kernel && tw == 32 && i+8 <= i1; i += 8 {
+		kern8x32(&g.a[i*aAt], uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), &g.c[i*n+jt], uintptr(4*n), k, load, columns(w))
+	}
+	for ; kernel && tw == 16 && g.narrow && i+8 <= i1; i += 8 {
+		kern8x16(&g.a[i*aAt], uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), &g.c[i*n+jt], uintptr(4*n), k, load, columns(w))
+	}
+	for ; kernel && i+4 <= i1; i += 4 {
+		a, c := &g.a[i*aAt], &g.c[i*n+jt]
+		if tw == 32 {
+			kern4x32(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load, columns(w))
+		} else if w == 16 {
+			kern4x16(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load)
+		} else {
+			kern4x16Masked(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load, &mask[16-w])
 		}
-		for ; kernel && i+4 <= i1; i += 4 {
-			a, c := &g.a[i*aAt], &g.c[i*n+jt]
-			if tw == 32 {
-				kern4x32(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load, columns(w))
-			} else if w == 16 {
-				kern4x16(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load)
-			} else {
-				kern4x16Masked(a, uintptr(rs), uintptr(cs), &b[jt], uintptr(4*n), c, uintptr(4*n), k, load, &mask[16-w])
+	}
+	for ; i < i1; i++ {
+		if !kernel {
+			g.row(i, jt, jt+w, b)
+			continue
+		}
+		// The rows under a tile's height: a 4-row tile whose rows are
+		// all row i (A's row step and C's are 0) computes it four
+		// times, each time with the same bits, faster than g.row.
+		a, c := &g.a[i*aAt], &g.c[i*n+jt]
+		if tw == 32 {
+			kern4x32(a, 0, uintptr(cs), &b[jt], uintptr(4*n), c, 0, k, load, columns(w))
+		} else if w == 16 {
+			kern4x16(a, 0, uintptr(cs), &b[jt], uintptr(4*n), c, 0, k, load)
+		} else {
+			kern4x16Masked(a, 0, uintptr(cs), &b[jt], uintptr(4*n), c, 0, k, load, &mask[16-w])
+		}
+	}
+}
+
+// A convolution's weight gradient, Xᵀ·dY (X the m columns of im2col, dY
+// the n output channels, k = every output pixel of the batch), is a long
+// sum into a small C. As op(A)·op(B) its tiles broadcast A's elements from
+// columns m floats apart and need B's panels packed, once for every part.
+// So it runs as its transpose, Cᵀ = dYᵀ·X: a tile broadcasts 8 channels of
+// a row of dY (one cache line) and multiplies 32 contiguous columns of a
+// row of X, both read in place, and each part, a range of X's columns,
+// reads its stripe of X once. Each element still adds the same products
+// (dY[l,j]·X[l,i] is X[l,i]·dY[l,j]: a float32 product does not depend on
+// its operands' order) in l order, so the bits are gemmLoop's.
+//
+// transposedKC is the length of a k-block: a tile's panel of X (kc×32
+// floats) and the packed dY (kc×n) stay in the L1 cache for all of Cᵀ. transposedParts
+// bounds the parts per thread, as every part reads the whole of dY.
+const (
+	transposedKC    = 128
+	transposedParts = 2
+)
+
+// transposedProduct says whether the product runs as Cᵀ = op(B)ᵀ·op(A)ᵀ:
+// a transposed A with a long sum, on a machine with the 32-wide tiles,
+// and C at least as tall as it is wide, so that Cᵀ's rows fill the tiles.
+func (g *gemmTask) transposedProduct() bool {
+	return g.transA && !g.transB && g.k >= longK && g.m >= g.n && haveWideKernel() && g.blocked()
+}
+
+// blockTransposed computes the rows i0..i1 of C (columns of Cᵀ) in ct,
+// with s as scratch for each k-block's dY, packed 8 channels by kc: in
+// place, a tile's 8 channels run down dY's rows n floats apart (256 bytes
+// for 64 channels), where the L1 cache keeps only a sixteenth of its sets.
+func (g *gemmTask) blockTransposed(i0, i1 int, s *scratch) {
+	m, n, k, ct := g.m, g.n, g.k, g.ct
+	if g.beta != 0 {
+		for i := i0; i < i1; i++ {
+			for j, v := range g.c[i*n : (i+1)*n] {
+				ct[j*m+i] = v
 			}
 		}
-		for ; i < i1; i++ {
-			if !kernel {
-				g.row(i, jt, jt+w, b)
-				continue
+	}
+	ldx, lda := uintptr(4*m), uintptr(4*n)
+	n8 := n / 8 * 8
+	for l0 := 0; l0 < k; l0 += transposedKC {
+		kc := min(transposedKC, k-l0)
+		load := g.beta != 0 || l0 > 0
+		// Tile j's 8 channels go to pack[j*kc:], l by l.
+		pack := s.packA
+		for l := range kc {
+			row := g.b[(l0+l)*n : (l0+l)*n+n8]
+			for j := 0; j < n8; j += 8 {
+				*(*[8]float32)(pack[j*kc+l*8:]) = *(*[8]float32)(row[j:])
 			}
-			// The rows under a tile's height: a 4-row tile whose rows are
-			// all row i (A's row step and C's are 0) computes it four
-			// times, each time with the same bits, faster than g.row.
-			a, c := &g.a[i*aAt], &g.c[i*n+jt]
-			if tw == 32 {
-				kern4x32(a, 0, uintptr(cs), &b[jt], uintptr(4*n), c, 0, k, load, columns(w))
-			} else if w == 16 {
-				kern4x16(a, 0, uintptr(cs), &b[jt], uintptr(4*n), c, 0, k, load)
-			} else {
-				kern4x16Masked(a, 0, uintptr(cs), &b[jt], uintptr(4*n), c, 0, k, load, &mask[16-w])
+		}
+		for it := i0; it < i1; it += 32 {
+			mask, x := columns(min(32, i1-it)), &g.a[l0*m+it]
+			for j := 0; j < n8; j += 8 {
+				kern8x32(&pack[j*kc], 4, 32, x, ldx, &ct[j*m+it], ldx, kc, load, mask)
 			}
+			dy := g.b[l0*n:]
+			for j := n8; j < n; j++ {
+				kern4x32(&dy[j], 0, lda, x, ldx, &ct[j*m+it], 0, kc, load, mask)
+			}
+		}
+	}
+	for i := i0; i < i1; i++ {
+		c := g.c[i*n : (i+1)*n]
+		for j := range c {
+			c[j] = ct[j*m+i]
 		}
 	}
 }

@@ -73,25 +73,31 @@ func BenchmarkGemmThreads(b *testing.B) {
 	}
 }
 
-// BenchmarkGemmConv times the device's GEMM on 2 threads on the products
+// BenchmarkGemmConv times the device's GEMM on 1 and 2 threads on the products
 // of the example CNN's convolutions at batch 64 (examples/cnn.yaml): the
 // first conv's forward and weight gradient (k = 9, then a sum over 50,176
-// pixels), and the second's forward, weight gradient and column gradient.
+// pixels); the second's (32→64 at 14×14) and a residual one's (64→64 at
+// 7×7) forward, weight gradient and column gradient; and the linear
+// layer's column gradient (3136 inputs).
 func BenchmarkGemmConv(b *testing.B) {
 	for _, s := range []gemmShape{
 		{m: 50176, k: 9, n: 32}, {m: 9, k: 50176, n: 32, transA: true},
-		{m: 12544, k: 288, n: 32}, {m: 288, k: 12544, n: 32, transA: true}, {m: 12544, k: 32, n: 288, transB: true},
+		{m: 12544, k: 288, n: 64}, {m: 288, k: 12544, n: 64, transA: true}, {m: 12544, k: 64, n: 288, transB: true},
+		{m: 3136, k: 576, n: 64}, {m: 576, k: 3136, n: 64, transA: true}, {m: 3136, k: 64, n: 576, transB: true},
+		{m: 64, k: 128, n: 3136, transB: true}, {m: 3136, k: 64, n: 128, transA: true}, {m: 64, k: 3136, n: 128},
 	} {
-		b.Run(s.String(), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(1, 2))
-			x, y, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
-			task := newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, x, y, 0, c)
-			withTeam(2, func(t *team) {
-				for b.Loop() {
-					task.run(t)
-				}
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", s, threads), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				x, y, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
+				task := newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, x, y, 0, c)
+				withTeam(threads, func(t *team) {
+					for b.Loop() {
+						task.run(t)
+					}
+				})
+				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
-			b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+		}
 	}
 }

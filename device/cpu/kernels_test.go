@@ -81,6 +81,14 @@ var gemmShapes = slices.Concat(benchShapes, []gemmShape{
 	{m: 256, k: 128, n: 10},
 	{m: 131, k: 64, n: 10, transA: true},
 	{m: 70, k: 300, n: 17, transB: true},
+	// Products that run in bands of rows (gemmTask.bands), transposed B
+	// packed before the split by rows, with rows left over.
+	{m: 1100, k: 70, n: 100},
+	{m: 1030, k: 70, n: 100, transB: true},
+	// Long sums with a transposed A that run as Cᵀ (transposedProduct):
+	// k-blocks, columns and rows of Cᵀ left over.
+	{m: 100, k: 4500, n: 19, transA: true},
+	{m: 70, k: 4200, n: 64, transA: true},
 })
 
 // TestGemmAgainstNaive checks that the device's GEMM, split across 1 to 3
@@ -108,6 +116,28 @@ func TestGemmAgainstNaive(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGemmShapesReachPaths checks that gemmShapes reach the paths chosen by
+// shape, so that TestGemmAgainstNaive checks their bits.
+func TestGemmShapesReachPaths(t *testing.T) {
+	if !haveWideKernel() {
+		t.Skip("the transposed product needs the AVX-512 tiles")
+	}
+	paths := map[string]func(g *gemmTask) bool{
+		"bands":               func(g *gemmTask) bool { return !g.transB && g.bands() },
+		"bands, transposed B": func(g *gemmTask) bool { return g.transB && g.byRows },
+		"transposed product":  func(g *gemmTask) bool { return g.ct != nil },
+		"packed blocks":       func(g *gemmTask) bool { return g.packs(g.m) },
+		"split by columns":    func(g *gemmTask) bool { return !g.byRows && g.ct == nil },
+	}
+	for name, reached := range paths {
+		if !slices.ContainsFunc(gemmShapes, func(s gemmShape) bool {
+			return reached(newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, nil, nil, 0, nil))
+		}) {
+			t.Errorf("no shape of gemmShapes runs in %s", name)
+		}
 	}
 }
 
