@@ -324,6 +324,32 @@ TEXT ·kern8x32(SB), NOSPLIT, $0-72
 	VMOVUPS.Z 64(BX), K2, Z15
 	JMP kern8x32_rows
 kern8x32_zero:
+	// C is written, not read: ask for its lines now, so that their
+	// misses overlap the products instead of holding up the stores.
+	MOVQ DI, BX
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	ADDQ DX, BX
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	ADDQ DX, BX
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	ADDQ DX, BX
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	ADDQ DX, BX
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	ADDQ DX, BX
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	ADDQ DX, BX
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	ADDQ DX, BX
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
