@@ -386,6 +386,11 @@ kern8x32_rows:
 kern8x32_loop:
 	VMOVUPS.Z (SI), K1, Z16
 	VMOVUPS.Z 64(SI), K2, Z17
+	// The next 32 columns of this row of B: the next tile's, which its
+	// first rows of tiles would otherwise wait for (B's rows read in
+	// place, far apart: a convolution's columns, its weights).
+	PREFETCHT0 128(SI)
+	PREFETCHT0 192(SI)
 	VMULPS.BCST (R8)(BX*1), Z16, Z19
 	VMULPS.BCST (R8)(BX*1), Z17, Z20
 	VADDPS Z19, Z0, Z0
