@@ -34,7 +34,7 @@ go build -trimpath -ldflags='-s -w' -o "$b/" ./cmd/tolaria ./cmd/run_graph_bench
 go build -trimpath -ldflags='-s -w' -tags cuda -o "$b/tolaria-worker" ./cmd/tolaria-worker
 go test -trimpath -tags cuda -c -ldflags='-s -w' -o "$b/tests/device_cuda.test" ./device/cuda
 cp "$data"/*-ubyte.gz "$b/data/"
-cp bench/peer/torch_mlp.py bench/peer/torch_mlp_cuda.py "$b/peer/"
+cp bench/peer/torch_mlp.py bench/peer/torch_mlp_cuda.py bench/peer/torch_cnn_cuda.py "$b/peer/"
 cp scripts/gpu-run.sh "$b/run.sh"
 chmod +x "$b/run.sh"
 {

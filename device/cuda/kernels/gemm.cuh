@@ -74,6 +74,8 @@ tl_gemm(int transA, int transB, int m, int n, int k, float alpha,
 // on timing; it is rounded to float32 once. Each step stages TL_KLANES rows
 // of op(A)'s tile in shared memory (as doubles), every thread loading one
 // element, the loads consecutive in memory across tx when A is stored k×m.
+// A tile's rows past m are skipped, not summed as zeros: a first conv's
+// weight gradient has 9 rows.
 extern "C" __global__ void __launch_bounds__(TL_TILE * TL_KLANES)
 tl_gemm_klanes(int transA, int transB, int m, int n, int k, float alpha,
                const float *__restrict__ A, const float *__restrict__ B, float beta,
@@ -83,6 +85,7 @@ tl_gemm_klanes(int transA, int transB, int m, int n, int k, float alpha,
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int row0 = blockIdx.y * TL_TILE, col0 = blockIdx.x * TL_TILE;
     const int i = row0 + tx, j = col0 + tx;
+    const int rows = min(TL_TILE, m - row0);  // a tile's rows inside C: 9 for a 3×3 conv on one channel
     double acc[TL_TILE];
 #pragma unroll
     for (int q = 0; q < TL_TILE; ++q) acc[q] = 0.0;
@@ -98,7 +101,8 @@ tl_gemm_klanes(int transA, int transB, int m, int n, int k, float alpha,
         __syncthreads();
         const double bd = (double)b;
 #pragma unroll
-        for (int q = 0; q < TL_TILE; ++q) acc[q] += As[ty][q] * bd;
+        for (int q = 0; q < TL_TILE; ++q)
+            if (q < rows) acc[q] += As[ty][q] * bd;  // rows is the same for the whole block
         __syncthreads();
     }
 
