@@ -294,6 +294,16 @@ func bit(b bool) uint32 {
 // at holds each window position's row and column (kh, kw), so that no
 // element divides its position.
 func maxPoolGrad(g *window, dy, arg, dx []float32, at []int, lo, hi int) {
+	if g.tiles() {
+		maxPoolGradTiled(g, dy, arg, dx, lo, hi, haveImageKernel() && g.c%16 == 0)
+		return
+	}
+	maxPoolGradWindows(g, dy, arg, dx, at, lo, hi)
+}
+
+// maxPoolGradWindows is maxPoolGrad for any windows: it clears its rows
+// of dx and adds each window's term where arg names a position in them.
+func maxPoolGradWindows(g *window, dy, arg, dx []float32, at []int, lo, hi int) {
 	size := float32(g.kh * g.kw)
 	g.eachInputRows(lo, hi, func(n, h0, h1 int) {
 		clear(dx[g.pixel(n, h0, 0):g.pixel(n, h1, 0)])
@@ -313,6 +323,45 @@ func maxPoolGrad(g *window, dy, arg, dx []float32, at []int, lo, hi int) {
 						continue
 					}
 					dx[g.pixel(n, yi, xi)+c] += dp[c]
+				}
+			}
+		}
+	})
+}
+
+// tiles says whether the windows tile the image: stride the window's
+// size, no padding, and the image a whole number of windows, so that each
+// input pixel lies in one window exactly (the CNN's 2×2 pools).
+func (g *window) tiles() bool {
+	return g.kh == g.kw && g.stride == g.kh && g.pad == 0 && g.oh*g.kh == g.h && g.ow*g.kw == g.w
+}
+
+// maxPoolGradTiled is maxPoolGrad where the windows tile the image: each
+// element of dx gets its window's term, 0 + dy, where arg names its
+// position, and 0 otherwise, with the same tests of arg. It writes each
+// element of dx once, in order, rather than clearing dx and adding the
+// terms; the bits are the same. wide runs the rows in AVX-512
+// (maxPoolGradRow16), for channels a multiple of 16.
+func maxPoolGradTiled(g *window, dy, arg, dx []float32, lo, hi int, wide bool) {
+	k, size := g.kh, float32(g.kh*g.kw)
+	g.eachInputRows(lo, hi, func(n, h0, h1 int) {
+		for y := h0; y < h1; y++ {
+			oh, kh := y/k, y%k
+			p0 := (n*g.oh + oh) * g.ow
+			out := dx[g.pixel(n, y, 0):g.pixel(n, y+1, 0)]
+			if wide {
+				maxPoolGradRow16(&dy[p0*g.c], &arg[p0*g.c], &out[0], g.ow, k, kh*k, g.c/16)
+				continue
+			}
+			for x := range g.w {
+				p, pos := p0+x/k, kh*k+x%k
+				dp, ap, dxp := dy[p*g.c:(p+1)*g.c], arg[p*g.c:(p+1)*g.c], out[x*g.c:(x+1)*g.c]
+				for c, a := range ap {
+					var v float32
+					if a >= 0 && a < size && int(a) == pos {
+						v += dp[c]
+					}
+					dxp[c] = v
 				}
 			}
 		}

@@ -38,3 +38,6 @@ func add16(dst, src *float32, n int)
 
 //go:noescape
 func axpy16(alpha float32, x, y *float32, n int)
+
+//go:noescape
+func maxPoolGradRow16(dy, arg, dx *float32, ow, k, at0, blocks int)

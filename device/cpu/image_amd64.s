@@ -318,3 +318,54 @@ axpy_loop:
 	JNZ axpy_loop
 	VZEROUPPER
 	RET
+
+// func maxPoolGradRow16(dy, arg, dx *float32, ow, k, at0, blocks int)
+// One input row of the max-pool gradient where the k×k windows tile the
+// image (stride k, no padding): for each of the row's ow windows and each
+// of its k pixels (positions at0..at0+k-1), 16 channels a block for blocks
+// blocks, dx = 0 + dy where arg >= 0 and int(arg) is the pixel's position
+// (truncated, as Go converts), else 0: the one term maxPoolGrad adds to
+// the cleared pixel, or none. ow, k, blocks > 0.
+TEXT ·maxPoolGradRow16(SB), NOSPLIT, $0-56
+	MOVQ dy+0(FP), SI
+	MOVQ arg+8(FP), R8
+	MOVQ dx+16(FP), DI
+	MOVQ ow+24(FP), CX
+	MOVQ k+32(FP), R9
+	MOVQ blocks+48(FP), R11
+	MOVQ R11, R12
+	SHLQ $6, R12
+	VPXORD Z0, Z0, Z0
+maxpoolgrad_window:
+	XORQ BX, BX
+	MOVQ R11, DX
+maxpoolgrad_block:
+	VMOVUPS (R8)(BX*1), Z1
+	VMOVUPS (SI)(BX*1), Z2
+	VADDPS Z2, Z0, Z2
+	VCMPPS $0x1d, Z0, Z1, K1
+	VCVTTPS2DQ Z1, Z3
+	MOVQ at0+40(FP), AX
+	LEAQ (DI)(BX*1), R13
+	MOVQ R9, R14
+maxpoolgrad_pixel:
+	VPBROADCASTD AX, Z4
+	VPCMPEQD Z4, Z3, K1, K2
+	VMOVAPS.Z Z2, K2, Z5
+	VMOVUPS Z5, (R13)
+	INCQ AX
+	ADDQ R12, R13
+	DECQ R14
+	JNZ maxpoolgrad_pixel
+	ADDQ $64, BX
+	DECQ DX
+	JNZ maxpoolgrad_block
+	ADDQ R12, SI
+	ADDQ R12, R8
+	MOVQ R12, AX
+	IMULQ R9, AX
+	ADDQ AX, DI
+	DECQ CX
+	JNZ maxpoolgrad_window
+	VZEROUPPER
+	RET

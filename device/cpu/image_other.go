@@ -26,6 +26,8 @@ func maxPool16(x *float32, pix, row uintptr, nh, nw int, at0, kw float32, y, arg
 	panic(noImageKernel)
 }
 
+func maxPoolGradRow16(dy, arg, dx *float32, ow, k, at0, blocks int) { panic(noImageKernel) }
+
 func add16(dst, src *float32, n int) { panic(noImageKernel) }
 
 func axpy16(alpha float32, x, y *float32, n int) { panic(noImageKernel) }
