@@ -42,29 +42,34 @@ const dim3 tileBlock{TL_TILE, TL_TILE_ROWS}, lineBlock{TL_BLOCK, 1}, one{1, 1};
 
 double gelu(double z) { return 0.5 * z * (1 + std::tanh(TL_GELU_S * (z + TL_GELU_C * z * z * z))); }
 
-void testGemm() {
-    const int shapes[][3] = {{4, 3, 5}, {37, 29, 45}, {64, 130, 100}, {33, 1, 70}, {1, 65, 33}};
+// gemmAgainstDouble checks a GEMM kernel against the float64 sum for every
+// transposition of each shape (m, n, k), beta zero (C must not be read) and
+// not, and that a repeated launch gives the same bits. kernel launches one
+// product: (tA, tB, m, n, k, alpha, A, B, beta, C).
+template <class Kernel>
+void gemmAgainstDouble(const char *what, const std::vector<std::array<int, 3>> &shapes, float alpha, float betaT,
+                       Kernel kernel) {
     for (auto &s : shapes) {
         for (int tA = 0; tA < 2; ++tA) {
             for (int tB = 0; tB < 2; ++tB) {
                 const int m = s[0], n = s[1], k = s[2];
                 auto A = uniform(m * k), B = uniform(k * n), C0 = uniform(m * n);
-                const float alpha = 1.5f, beta = (tA ^ tB) ? 0.5f : 0.0f;
+                const float beta = (tA ^ tB) ? betaT : 0.0f;
                 if (beta == 0) std::fill(C0.begin(), C0.end(), NAN);  // must not be read
                 auto run = [&] {
                     auto C = C0;
-                    launch(tiles(m, n), tileBlock, [&] { tl_gemm(tA, tB, m, n, k, alpha, A.data(), B.data(), beta, C.data()); });
+                    kernel(tA, tB, m, n, k, alpha, A.data(), B.data(), beta, C.data());
                     return C;
                 };
                 auto C = run();
-                sameBits("gemm", C, run());
+                sameBits(what, C, run());
                 for (int i = 0; i < m; ++i) {
                     for (int j = 0; j < n; ++j) {
                         double sum = 0;
                         for (int l = 0; l < k; ++l)
                             sum += (double)(tA ? A[l * m + i] : A[i * k + l]) * (double)(tB ? B[j * k + l] : B[l * n + j]);
                         double want = alpha * sum + (beta != 0 ? beta * (double)C0[i * n + j] : 0);
-                        check("gemm", i * n + j, C[i * n + j], want, 1e-6);
+                        check(what, i * n + j, C[i * n + j], want, 1e-6);
                     }
                 }
             }
@@ -72,38 +77,19 @@ void testGemm() {
     }
 }
 
-// tl_gemm_klanes against the float64 sum, for every transposition, with k
-// long and not a multiple of TL_KLANES, outputs over one tile and partial
-// tiles; a repeated launch gives the same bits.
+void testGemm() {
+    gemmAgainstDouble("gemm", {{4, 3, 5}, {37, 29, 45}, {64, 130, 100}, {33, 1, 70}, {1, 65, 33}}, 1.5f, 0.5f,
+                      [](int tA, int tB, int m, int n, int k, float alpha, const float *A, const float *B, float beta,
+                         float *C) { launch(tiles(m, n), tileBlock, [&] { tl_gemm(tA, tB, m, n, k, alpha, A, B, beta, C); }); });
+}
+
+// tl_gemm_klanes with k long and not a multiple of TL_KLANES, a tile's rows
+// past m (9 of 32) and partial tiles.
 void testGemmKLanes() {
-    const int shapes[][3] = {{9, 32, 2053}, {33, 5, 2050}};
     const dim3 block{TL_TILE, TL_KLANES};
-    for (auto &s : shapes) {
-        for (int tA = 0; tA < 2; ++tA) {
-            for (int tB = 0; tB < 2; ++tB) {
-                const int m = s[0], n = s[1], k = s[2];
-                auto A = uniform(m * k), B = uniform(k * n), C0 = uniform(m * n);
-                const float alpha = 0.75f, beta = (tA ^ tB) ? -0.5f : 0.0f;
-                if (beta == 0) std::fill(C0.begin(), C0.end(), NAN);  // must not be read
-                auto run = [&] {
-                    auto C = C0;
-                    launch(tiles(m, n), block, [&] { tl_gemm_klanes(tA, tB, m, n, k, alpha, A.data(), B.data(), beta, C.data()); });
-                    return C;
-                };
-                auto C = run();
-                sameBits("gemm_klanes", C, run());
-                for (int i = 0; i < m; ++i) {
-                    for (int j = 0; j < n; ++j) {
-                        double sum = 0;
-                        for (int l = 0; l < k; ++l)
-                            sum += (double)(tA ? A[l * m + i] : A[i * k + l]) * (double)(tB ? B[j * k + l] : B[l * n + j]);
-                        double want = alpha * sum + (beta != 0 ? beta * (double)C0[i * n + j] : 0);
-                        check("gemm_klanes", i * n + j, C[i * n + j], want, 1e-6);
-                    }
-                }
-            }
-        }
-    }
+    gemmAgainstDouble("gemm_klanes", {{9, 32, 2053}, {33, 5, 2050}}, 0.75f, -0.5f,
+                      [&](int tA, int tB, int m, int n, int k, float alpha, const float *A, const float *B, float beta,
+                          float *C) { launch(tiles(m, n), block, [&] { tl_gemm_klanes(tA, tB, m, n, k, alpha, A, B, beta, C); }); });
 }
 
 void testActivations() {
