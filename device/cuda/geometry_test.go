@@ -36,6 +36,37 @@ func TestGemmDims(t *testing.T) {
 	}
 }
 
+// A small output over a long k goes to tl_gemm_klanes, with gemmDims's
+// tiles and 32×16 threads; a large output or a short k stays on tl_gemm.
+func TestKLanesChoice(t *testing.T) {
+	for _, tt := range []struct {
+		m, n, k int
+		want    bool
+	}{
+		{9, 32, 50176, true},    // a first conv's weight gradient at batch 64
+		{288, 64, 12544, true},  // a second conv's: 18 tiles
+		{256, 256, 2048, true},  // 64 tiles, the most
+		{288, 256, 4096, false}, // 72 tiles: enough blocks for tl_gemm
+		{9, 32, 2047, false},    // k too short
+		{50176, 32, 9, false},   // a conv's forward product
+		{3136, 128, 64, false},  // a linear layer's weight gradient at batch 64
+	} {
+		if got := useKLanes(tt.m, tt.n, tt.k); got != tt.want {
+			t.Errorf("useKLanes(%d, %d, %d) = %v, want %v", tt.m, tt.n, tt.k, got, tt.want)
+		}
+	}
+	d, err := klanesDims(288, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (dims{gridX: 2, gridY: 9, blockX: tileEdge, blockY: kLanes}); d != want || d.threads() != kernelThreads[kGemmKLanes] {
+		t.Errorf("klanesDims(288, 64) = %+v, want %+v", d, want)
+	}
+	if _, err := klanesDims(maxGridY*tileEdge+1, 1); err == nil {
+		t.Error("klanesDims with too many tile rows: no error")
+	}
+}
+
 func TestColSumDims(t *testing.T) {
 	if d := colSumDims(33); d.gridX != 2 || d.threads() != kernelThreads[kColSum] {
 		t.Errorf("colSumDims(33) = %+v", d)
