@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tolaria needs on Debian 12, idempotently.
 #   install-deps.sh train   the Fashion-MNIST dataset (package dataset-fashion-mnist)
-#   install-deps.sh test    the dataset, Prometheus/promtool, gcc/g++ (cgo, the kernel
+#   install-deps.sh test    the dataset, the fortunes text corpus (package fortunes),
+#                           Prometheus/promtool, gcc/g++ (cgo, the kernel
 #                           emulation test), OpenBLAS (the CPU GEMM benchmark's
 #                           reference, -tags openblas), Slurm and munge (the one-node
 #                           cluster of the Slurm launcher's tests, scripts/slurm-up.sh),
@@ -57,8 +58,9 @@ test)
 	# kernels' CPU emulation test (device/cuda), git for the format check,
 	# libopenblas-dev for the GEMM benchmark's reference (make gemm-ratio),
 	# which make vet builds; slurm-wlm and munge for the Slurm launcher's
-	# end-to-end tests (scripts/slurm-up.sh).
-	apt_install dataset-fashion-mnist prometheus gcc g++ libc6-dev git libopenblas-dev slurm-wlm munge
+	# end-to-end tests (scripts/slurm-up.sh); fortunes for the text dataset's
+	# test on a real English corpus (data/text_test.go).
+	apt_install dataset-fashion-mnist fortunes prometheus gcc g++ libc6-dev git libopenblas-dev slurm-wlm munge
 	"$root/scripts/install-cuda.sh"
 	# staticcheck, at a pinned version, into $(go env GOPATH)/bin.
 	sc="$(go env GOPATH)/bin/staticcheck"
