@@ -37,6 +37,7 @@ type Spec struct {
 	Dataset          string  `json:"dataset" yaml:"dataset"`
 	DataDir          string  `json:"data_dir" yaml:"data_dir"`
 	SyntheticSize    int     `json:"synthetic_size" yaml:"synthetic_size"`
+	Context          int     `json:"context,omitempty" yaml:"context,omitempty"`
 	Hidden           []int   `json:"hidden" yaml:"hidden"`
 	Activation       string  `json:"activation" yaml:"activation"`
 	Loss             string  `json:"loss" yaml:"loss"`
@@ -90,10 +91,16 @@ func (s Spec) Validate() error {
 		return field.Errorf("lr", "must be in (0, 10], got %g", s.LR)
 	case s.Optimizer != string(nn.SGD) && s.Optimizer != string(nn.AdamW):
 		return field.Errorf("optimizer", "must be sgd or adamw, got %q", s.Optimizer)
-	case s.Dataset != "fashion-mnist" && s.Dataset != "synthetic":
-		return field.Errorf("dataset", "must be fashion-mnist or synthetic, got %q", s.Dataset)
+	case s.Dataset != "fashion-mnist" && s.Dataset != "synthetic" && s.Dataset != "text":
+		return field.Errorf("dataset", "must be fashion-mnist, synthetic or text, got %q", s.Dataset)
 	case s.Dataset == "synthetic" && (s.SyntheticSize < 20 || s.SyntheticSize > 1<<22):
 		return field.Errorf("synthetic_size", "must be in 20..4194304, got %d", s.SyntheticSize)
+	case s.Context < 0 || s.Context > maxContext:
+		return field.Errorf("context", "must be in 0..%d (0: %d), got %d", maxContext, data.DefaultTextContext, s.Context)
+	case s.Dataset == "text" && s.DataDir == "":
+		return field.Errorf("data_dir", "must name a text file or a directory of them for dataset text, e.g. %s", data.DefaultFortunesDir)
+	case s.Dataset == "text":
+		return errNoSequenceModel()
 	case len(s.Hidden) > 16:
 		return field.Errorf("model.hidden", "at most 16 layers, got %d", len(s.Hidden))
 	case s.WarmupBatches < 0 || s.WarmupBatches > 1000:
@@ -139,6 +146,18 @@ func (s Spec) Validate() error {
 	return s.optimizer().Validate()
 }
 
+// maxContext bounds context: a window is one example of a batch record.
+const maxContext = 1 << 16
+
+// errNoSequenceModel refuses dataset text until a model trains on
+// sequences: the trainer's batches carry one vector and one class per
+// example, and a text example is a window with a target at each position.
+func errNoSequenceModel() error {
+	return field.Errorf("dataset", "text serves byte sequences (windows of %s+1 bytes, the next byte the target at each position), "+
+		"and no model of this build trains on sequences yet: the MLP (%s) and %s models take one vector and one class per example, "+
+		"so they train on fashion-mnist or synthetic", field.Name("context"), field.Name("model.hidden"), field.Name("model.layers"))
+}
+
 func (s Spec) optimizer() nn.Optimizer {
 	o := nn.DefaultOptimizer()
 	o.Kind, o.LR, o.Momentum, o.WeightDecay, o.ClipNorm = nn.OptimizerKind(s.Optimizer), s.LR, s.Momentum, s.WeightDecay, s.ClipNorm
@@ -163,6 +182,8 @@ func (s Spec) LoadDataAdvancing(advance func(stage string)) (train, test *data.D
 		tick = func() { advance(StageDataLoad) }
 	}
 	switch s.Dataset {
+	case "text":
+		return nil, nil, errNoSequenceModel()
 	case "synthetic":
 		all, err := data.Synthetic(data.SyntheticConfig{N: s.SyntheticSize + s.SyntheticSize/5, Features: 64, Classes: 10, Seed: s.Seed, Noise: 2})
 		if err != nil {
@@ -184,6 +205,21 @@ func (s Spec) LoadDataAdvancing(advance func(stage string)) (train, test *data.D
 		tick()
 	}
 	return train, test, nil
+}
+
+// TextConfig is the text dataset the spec names: data_dir's corpus in
+// windows of context+1 bytes, its last tenth held out for validation.
+func (s Spec) TextConfig() data.TextConfig {
+	return data.TextConfig{Path: s.DataDir, Context: s.Context}
+}
+
+// LoadText loads the training and validation texts of dataset text (see
+// data.LoadText), for a trainer that consumes sequences.
+func (s Spec) LoadText() (train, valid *data.Text, err error) {
+	if s.Dataset != "text" {
+		return nil, nil, field.Errorf("dataset", "is %q, not text", s.Dataset)
+	}
+	return data.LoadText(s.TextConfig())
 }
 
 // Options are the parts of a run that are not configuration: where it

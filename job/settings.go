@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cast"
 	"gopkg.in/yaml.v3"
 
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
@@ -46,9 +47,10 @@ var usages = map[field.Name]string{
 	"clip_norm":          "clip gradients to this global norm (0: off)",
 	"lr_warmup_steps":    "linear learning-rate warm-up steps before cosine decay",
 	"seed":               "random seed (initialisation and data order)",
-	"dataset":            "fashion-mnist or synthetic",
-	"data_dir":           "directory of the Fashion-MNIST .gz files",
+	"dataset":            "fashion-mnist, synthetic or text (byte windows of a text corpus, for sequence models)",
+	"data_dir":           "directory of the Fashion-MNIST .gz files; for dataset text, a text file or a directory of them (e.g. " + data.DefaultFortunesDir + ")",
 	"synthetic_size":     "training examples of the synthetic dataset",
+	"context":            "input bytes per example of dataset text; the targets are the next bytes (0: " + strconv.Itoa(data.DefaultTextContext) + ")",
 	"model.hidden":       "hidden layer sizes, e.g. 256,128",
 	"model.activation":   "hidden activation: relu, gelu, tanh or none",
 	"model.loss":         "cross_entropy or mse",
