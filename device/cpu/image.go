@@ -150,6 +150,10 @@ func im2col(g *window, x, cols []float32, table []int, lo, hi int) {
 		out := cols[p*ncols : (p+1)*ncols]
 		if kh0 == 0 && kh1 == g.kh && kw0 == 0 && kw1 == g.kw {
 			src := g.pixel(n, y0, x0)
+			if g.c == 1 && g.kh == 3 && g.kw == 3 {
+				window3(out, x[src:], g.imgRow)
+				return
+			}
 			if table != nil {
 				gather(out, x[src:], table)
 				return
@@ -188,6 +192,16 @@ func windowTable(g *window) []int {
 		}
 	}
 	return table
+}
+
+// window3 writes a 3×3 window of one channel, its rows w apart in src:
+// gather's copy for a first convolution's window, without its table.
+func window3(dst, src []float32, w int) {
+	dst = dst[:9:9]
+	r0, r1, r2 := src[:3:3], src[w:w+3:w+3], src[2*w:2*w+3:2*w+3]
+	dst[0], dst[1], dst[2] = r0[0], r0[1], r0[2]
+	dst[3], dst[4], dst[5] = r1[0], r1[1], r1[2]
+	dst[6], dst[7], dst[8] = r2[0], r2[1], r2[2]
 }
 
 // gather writes dst[j] = src[table[j]].

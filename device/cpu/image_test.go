@@ -282,3 +282,40 @@ func BenchmarkPoolAndDropout(b *testing.B) {
 		})
 	}
 }
+
+// TestIm2ColOneChannel: the 3×3 windows of one channel (a first
+// convolution's, copied without a table) give devicetest's reference
+// columns, interior and padded windows, on 1 and 2 threads.
+func TestIm2ColOneChannel(t *testing.T) {
+	for _, cs := range []device.ConvShape{
+		{N: 2, H: 5, W: 6, C: 1, KH: 3, KW: 3, Stride: 1, Pad: 1},
+		{N: 3, H: 28, W: 28, C: 1, KH: 3, KW: 3, Stride: 1, Pad: 1},
+		{N: 1, H: 9, W: 7, C: 1, KH: 3, KW: 3, Stride: 2, Pad: 0},
+	} {
+		x := make([]float32, cs.InLen())
+		for i := range x {
+			x[i] = float32(i%97) - 48.5
+		}
+		want := devicetest.RefIm2Col(cs, x)
+		for _, threads := range []int{1, 2} {
+			d := openWith(t, cpu.Config{Threads: threads})
+			s, err := d.NewStream()
+			must(t, err)
+			xb, err := d.Alloc(len(x))
+			must(t, err)
+			cb, err := d.Alloc(cs.Rows() * cs.Cols())
+			must(t, err)
+			must(t, d.Upload(xb, x))
+			must(t, s.Im2Col(cs, xb, cb))
+			must(t, s.Synchronize())
+			got := make([]float32, cb.Len())
+			must(t, d.Download(got, cb))
+			for i, v := range got {
+				if float64(v) != want[i] {
+					t.Fatalf("%+v, %d threads: cols[%d] = %g, want %g", cs, threads, i, v, want[i])
+				}
+			}
+			must(t, s.Destroy())
+		}
+	}
+}
