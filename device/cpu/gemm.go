@@ -120,10 +120,19 @@ func (g *gemmTask) part(i, parts int, s *scratch) {
 		return
 	}
 	lo, hi := span(i, parts, g.n, g.tile)
-	if g.transB {
+	if g.transB && !g.packsFromB() {
 		g.pack(lo, hi)
 	}
 	g.block(0, g.m, lo, hi, s)
+}
+
+// packsFromB says whether a split by columns with a transposed B packs its
+// panels straight from B, transposing kc×32 blocks, with no copy into bt:
+// where all of C's rows run in packed blocks of 4-row tiles, none left to
+// g.row. bt's copy writes each l of a column 4n bytes apart, a page or
+// more for the n of packed blocks, once more than the panels need.
+func (g *gemmTask) packsFromB() bool {
+	return haveKernel() && g.packs(g.m) && g.m%4 == 0
 }
 
 // The cache blocking of large products. A tile reads its 16 columns of B
@@ -387,6 +396,12 @@ func (g *gemmTask) blockPacked(i0, i1, j0, j1 int, b []float32, s *scratch, aAt,
 			for jt := j0; jt < j1; jt += tw {
 				w := min(tw, j1-jt)
 				switch {
+				case g.transB && g.packsFromB():
+					for jj := range w {
+						for l, v := range g.b[(jt+jj)*k+l0 : (jt+jj)*k+l0+kc] {
+							pack[l*tw+jj] = v
+						}
+					}
 				case w == 16 && tw == 16:
 					for l := range kc {
 						*(*[16]float32)(pack[l*16:]) = *(*[16]float32)(b[(l0+l)*n+jt:])

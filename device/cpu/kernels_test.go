@@ -74,7 +74,8 @@ var gemmShapes = slices.Concat(benchShapes, []gemmShape{
 	// k-blocks and row blocks, with rows and columns left over.
 	{m: 518, k: 530, n: 1030},
 	{m: 22, k: 300, n: 1037, transA: true},
-	{m: 36, k: 270, n: 1040, transB: true},
+	{m: 36, k: 270, n: 1040, transB: true}, // panels straight from B
+	{m: 38, k: 270, n: 1040, transB: true}, // rows left over: through bt
 	{m: 1030, k: 300, n: 80, transA: true}, // packs A too
 	// Narrow products (the output layer's), in 8-row tiles and the rows
 	// left over.
