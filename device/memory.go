@@ -130,6 +130,15 @@ func AllocBytes(dev Device, n int) int64 {
 	return bytes
 }
 
+// StreamScratch is implemented by a backend whose NewStream allocates
+// device memory of its own (the CUDA device: a scratch for reductions
+// split over blocks), so that a bill counts it for each stream a run makes.
+type StreamScratch interface {
+	// StreamScratchBytes is the device memory one NewStream holds until
+	// the stream is destroyed.
+	StreamScratchBytes() int64
+}
+
 // DriverMemory is implemented by a backend whose driver reports the free
 // and total memory of the whole device (cuMemGetInfo): what every process
 // and the driver itself hold, not only this Device's allocations. A

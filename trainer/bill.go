@@ -32,6 +32,10 @@ type Bill struct {
 	// StagingInputs are the static device input buffers the staging
 	// stream copies batches into (two for training, two for evaluation).
 	StagingInputs int64 `json:"staging_inputs"`
+	// StreamScratch is what the device allocates with each of the run's
+	// streams (device.StreamScratch: the CUDA device's scratch for
+	// reductions split over blocks); 0 on a device without it.
+	StreamScratch int64 `json:"stream_scratch,omitempty"`
 	// PinnedHost is the staging rings' pinned slots and the pinned
 	// buffer the accumulators are read through.
 	PinnedHost int64 `json:"pinned_host"`
@@ -40,7 +44,8 @@ type Bill struct {
 // DeviceBytes is the device memory the bill covers: every kind but
 // PinnedHost.
 func (b Bill) DeviceBytes() int64 {
-	return b.Parameters + b.Gradients + b.OptimizerState + b.RunningState + b.Activations + b.Workspace + b.StagingInputs
+	return b.Parameters + b.Gradients + b.OptimizerState + b.RunningState + b.Activations + b.Workspace + b.StagingInputs +
+		b.StreamScratch
 }
 
 // GraphPoolBytes is the part of the bill the graph pool holds as the
@@ -49,13 +54,18 @@ func (b Bill) DeviceBytes() int64 {
 func (b Bill) GraphPoolBytes() int64 { return b.Gradients + b.Activations + b.Workspace }
 
 // Kinds lists the bill's device kinds in a fixed order with their bytes,
-// for messages and events; running_state only when there is one.
+// for messages and events; running_state and stream_scratch only when
+// there is one.
 func (b Bill) Kinds() []BillKind {
 	kinds := []BillKind{{"parameters", b.Parameters}, {"gradients", b.Gradients}, {"optimizer_state", b.OptimizerState}}
 	if b.RunningState > 0 {
 		kinds = append(kinds, BillKind{"running_state", b.RunningState})
 	}
-	return append(kinds, BillKind{"activations", b.Activations}, BillKind{"workspace", b.Workspace}, BillKind{"staging_inputs", b.StagingInputs})
+	kinds = append(kinds, BillKind{"activations", b.Activations}, BillKind{"workspace", b.Workspace}, BillKind{"staging_inputs", b.StagingInputs})
+	if b.StreamScratch > 0 {
+		kinds = append(kinds, BillKind{"stream_scratch", b.StreamScratch})
+	}
+	return kinds
 }
 
 // BillKind is one line of a bill.
@@ -133,6 +143,11 @@ func BillFor(cfg Config, dev device.Device) Bill {
 	const stagers, inputs = 2, 2 // training and evaluation, two input buffers each
 	b.StagingInputs = stagers * inputs * bytes(batch)
 	b.PinnedHost = int64(stagers*cfg.Slots*batch)*4 + 2*device.StatsLen*4
+	if sc, ok := dev.(device.StreamScratch); ok {
+		// The compute and side streams, and each stager's.
+		const streams = 2 + stagers
+		b.StreamScratch = streams * sc.StreamScratchBytes()
+	}
 	return b
 }
 

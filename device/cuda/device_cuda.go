@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -68,7 +69,8 @@ type Device struct {
 	hosts      map[*hostAlloc]struct{}
 	hostPinned int64
 	hostAllocs uint64
-	tails      []*streamTail // last events of destroyed streams (fence_cuda.go)
+	tails      []*streamTail   // last events of destroyed streams (fence_cuda.go)
+	orphans    []device.Buffer // scratch of streams destroyed during a capture (freeOrphan)
 }
 
 // Open opens the GPU cfg.Ordinal: it retains the device's primary context,
@@ -270,6 +272,11 @@ func (d *Device) Free(b device.Buffer) error {
 	if err := d.checkUnsafe(op); err != nil {
 		return err
 	}
+	return d.free(op, b)
+}
+
+// free is Free after its capture-safety check, inside a device call.
+func (d *Device) free(op string, b device.Buffer) error {
 	if _, err := d.devPtr(op, "the buffer", b); err != nil {
 		return err
 	}
@@ -435,6 +442,59 @@ func (d *Device) Download(dst []float32, src device.Buffer) error {
 // NewStream creates a non-blocking stream (CU_STREAM_NON_BLOCKING).
 func (d *Device) NewStream() (device.Stream, error) {
 	const op = "NewStream"
+	if err := d.freeOrphans(); err != nil {
+		return nil, err
+	}
+	// The stream's scratch first (Alloc is capture-unsafe, as a stream's
+	// creation is not). Under a memory limit too small for it the stream
+	// goes without: its long reductions run in one part (gemmKLanes), the
+	// same on every run with that limit.
+	scratch, err := d.Alloc(ScratchFloats)
+	if err != nil && !errors.Is(err, device.ErrOutOfMemory) {
+		return nil, err
+	}
+	s, err := d.newStream(op, scratch)
+	if err != nil {
+		if scratch.Len() > 0 {
+			err = errors.Join(err, d.Free(scratch))
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// freeOrphan frees a destroyed stream's scratch, or keeps it for later
+// while a capture is in progress (freeOrphans, Close): a Free then would
+// break a global-mode capture on another stream.
+func (d *Device) freeOrphan(b device.Buffer) error {
+	const op = "Stream.Destroy"
+	if err := d.enter(op); err != nil {
+		return err
+	}
+	defer d.exit()
+	if d.capturing() {
+		d.mu.Lock()
+		d.orphans = append(d.orphans, b)
+		d.mu.Unlock()
+		return nil
+	}
+	return d.free(op, b)
+}
+
+// freeOrphans frees the scratch of streams destroyed during a capture.
+func (d *Device) freeOrphans() error {
+	d.mu.Lock()
+	list := d.orphans
+	d.orphans = nil
+	d.mu.Unlock()
+	var err error
+	for _, b := range list {
+		err = errors.Join(err, d.freeOrphan(b))
+	}
+	return err
+}
+
+func (d *Device) newStream(op string, scratch device.Buffer) (*Stream, error) {
 	if err := d.enter(op); err != nil {
 		return nil, err
 	}
@@ -443,7 +503,7 @@ func (d *Device) NewStream() (device.Stream, error) {
 	if err != nil {
 		return nil, d.wrap(op, err)
 	}
-	s := &Stream{dev: d, cu: st, id: d.nextStream.Add(1)}
+	s := &Stream{dev: d, cu: st, id: d.nextStream.Add(1), scratch: scratch}
 	d.mu.Lock()
 	d.streams[s] = struct{}{}
 	d.mu.Unlock()

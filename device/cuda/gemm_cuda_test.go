@@ -6,18 +6,21 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/tolaria-ml/tolaria/device"
 )
 
-// A small output over a long k goes to tl_gemm_klanes (useKLanes): on the
-// device it matches the float64 sum for every transposition, and a second
-// launch gives the same bits.
+// A small output over a long k goes to tl_gemm_klanes (useKLanes), split
+// into parts over the stream's scratch (klanesParts: 3 for the first shape):
+// on the device it matches the float64 sum for every transposition, a
+// second launch gives the same bits, and so does a replay of its capture.
 func TestGemmKLanes(t *testing.T) {
 	d := openTest(t)
 	s := mustStream(t, d)
 	rng := rand.New(rand.NewPCG(7, 11))
-	for _, sh := range []struct{ m, n, k int }{{9, 32, 4100}, {288, 64, 2050}, {3, 70, 2048}} {
-		if !useKLanes(sh.m, sh.n, sh.k) {
-			t.Fatalf("%+v does not go to tl_gemm_klanes", sh)
+	for _, sh := range []struct{ m, n, k int }{{9, 32, 4100}, {288, 64, 2050}, {3, 70, 6000}} {
+		if !useKLanes(sh.m, sh.n, sh.k) || klanesParts(sh.m, sh.n, sh.k) < 2 {
+			t.Fatalf("%+v does not go to tl_gemm_klanes in parts", sh)
 		}
 		for _, tA := range []bool{false, true} {
 			for _, tB := range []bool{false, true} {
@@ -33,6 +36,25 @@ func TestGemmKLanes(t *testing.T) {
 					return out
 				}
 				got, again := run(), run()
+				// Captured and replayed: the same bits as eager.
+				cb := mustUpload(t, d, c0)
+				check(t, "BeginCapture", s.BeginCapture(device.CaptureGlobal))
+				check(t, "Gemm in a capture", s.Gemm(tA, tB, sh.m, sh.n, sh.k, alpha, ab, bb, beta, cb))
+				g, err := s.EndCapture()
+				check(t, "EndCapture", err)
+				ex, err := d.Instantiate(g)
+				check(t, "Instantiate", err)
+				check(t, "Launch", s.Launch(ex))
+				replayed := make([]float32, len(c0))
+				check(t, "Download", d.Download(replayed, cb))
+				for e := range replayed {
+					if math.Float32bits(replayed[e]) != math.Float32bits(got[e]) {
+						t.Fatalf("%+v transA=%v transB=%v: element %d replayed %g, eager %g", sh, tA, tB, e, replayed[e], got[e])
+					}
+				}
+				check(t, "Exec.Destroy", ex.Destroy())
+				check(t, "Graph.Destroy", g.Destroy())
+				check(t, "Free", d.Free(cb))
 				for i := range sh.m {
 					for j := range sh.n {
 						sum := 0.0

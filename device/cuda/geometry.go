@@ -65,11 +65,40 @@ func useKLanes(m, n, k int) bool {
 	return k >= klanesMinK && ceilDiv(m, tileEdge)*ceilDiv(n, tileEdge) <= klanesMaxTiles
 }
 
-// klanesDims is gemmDims for tl_gemm_klanes: the same tiles, 32×kLanes threads.
-func klanesDims(m, n int) (dims, error) {
+// ScratchFloats is the float32 elements of the scratch each stream but the
+// legacy one allocates when it is created (1 MiB); the memory bill counts it
+// per stream (Device.StreamScratchBytes).
+const ScratchFloats = 1 << 18
+
+// klanesSpan and klanesMaxParts split a tl_gemm_klanes product's k into
+// parts, each its own blocks: a part sums at least klanesSpan terms, there
+// are at most klanesMaxParts, and the parts' double sums (parts × m × n)
+// fit a stream's scratch. The first conv's weight gradient at batch 64
+// (9×32 over 50,176 terms, one tile) becomes 25 blocks instead of one.
+const (
+	klanesSpan     = 2048
+	klanesMaxParts = 64
+)
+
+// klanesParts is how many parts an m×n×k product of tl_gemm_klanes is
+// split into on a stream with a scratch; a function of the shape alone.
+func klanesParts(m, n, k int) int {
+	return max(1, min(ceilDiv(k, klanesSpan), klanesMaxParts, ScratchFloats/2/(m*n)))
+}
+
+// klanesDims is gemmDims for tl_gemm_klanes: the same tiles, each tile row
+// repeated for every part, 32×kLanes threads.
+func klanesDims(m, n, parts int) (dims, error) {
 	g, err := gemmDims(m, n)
+	if err != nil {
+		return g, err
+	}
+	if g.gridY*parts > maxGridY {
+		return dims{}, fmt.Errorf("m = %d in %d parts needs %d tile rows, the grid allows %d", m, parts, g.gridY*parts, maxGridY)
+	}
+	g.gridY *= parts
 	g.blockY = kLanes
-	return g, err
+	return g, nil
 }
 
 // colSumDims gives each block 32 columns and 8 row lanes.
@@ -114,6 +143,7 @@ var kernelThreads = [numKernels]int{
 	kAdvanceRNG:      1,
 	kMul:             blockThreads,
 	kGemmKLanes:      tileEdge * kLanes,
+	kGemmPartsSum:    blockThreads,
 }
 
 // fitInt32 checks that matrix dimensions fit the kernels' int parameters.

@@ -55,15 +55,33 @@ func TestKLanesChoice(t *testing.T) {
 			t.Errorf("useKLanes(%d, %d, %d) = %v, want %v", tt.m, tt.n, tt.k, got, tt.want)
 		}
 	}
-	d, err := klanesDims(288, 64)
+	for _, tt := range []struct{ m, n, k, parts int }{
+		{9, 32, 50176, 25},     // 2048 terms a part
+		{9, 32, 200704, 64},    // at most 64 parts
+		{288, 64, 12544, 7},    // 7 × 288 × 64 doubles fit the scratch
+		{576, 64, 3136, 2},     // 2 parts of 1568
+		{256, 256, 1 << 20, 2}, // the scratch bounds it
+		{9, 32, 2048, 1},
+	} {
+		if got := klanesParts(tt.m, tt.n, tt.k); got != tt.parts {
+			t.Errorf("klanesParts(%d, %d, %d) = %d, want %d", tt.m, tt.n, tt.k, got, tt.parts)
+		}
+		if got := klanesParts(tt.m, tt.n, tt.k); got*tt.m*tt.n > ScratchFloats/2 {
+			t.Errorf("klanesParts(%d, %d, %d) = %d parts of doubles overflow the scratch", tt.m, tt.n, tt.k, got)
+		}
+	}
+	d, err := klanesDims(288, 64, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (dims{gridX: 2, gridY: 9, blockX: tileEdge, blockY: kLanes}); d != want || d.threads() != kernelThreads[kGemmKLanes] {
-		t.Errorf("klanesDims(288, 64) = %+v, want %+v", d, want)
+	if want := (dims{gridX: 2, gridY: 63, blockX: tileEdge, blockY: kLanes}); d != want || d.threads() != kernelThreads[kGemmKLanes] {
+		t.Errorf("klanesDims(288, 64, 7) = %+v, want %+v", d, want)
 	}
-	if _, err := klanesDims(maxGridY*tileEdge+1, 1); err == nil {
+	if _, err := klanesDims(maxGridY*tileEdge+1, 1, 1); err == nil {
 		t.Error("klanesDims with too many tile rows: no error")
+	}
+	if _, err := klanesDims(1000*tileEdge, 1, 66); err == nil {
+		t.Error("klanesDims with too many tile rows once split: no error")
 	}
 }
 

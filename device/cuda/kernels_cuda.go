@@ -78,17 +78,39 @@ func (s *Stream) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b devi
 	if err := first(device.CheckGemm(m, n, k, a, b, c), fitInt32(m, n, k)); err != nil {
 		return s.dev.misuse(op, "%v", err)
 	}
-	kern, dimsOf := kGemm, gemmDims
 	if useKLanes(m, n, k) {
-		kern, dimsOf = kGemmKLanes, klanesDims
+		return s.gemmKLanes(transA, transB, m, n, k, alpha, a, b, beta, c)
 	}
-	g, err := dimsOf(m, n)
+	g, err := gemmDims(m, n)
 	if err != nil {
 		return s.dev.misuse(op, "%v", err)
 	}
 	args := s.args(op).flag(transA).flag(transB).i32(m).i32(n).i32(k).f32(alpha).
 		buf("A", a).buf("B", b).f32(beta).buf("C", c)
-	return s.launch(op, kern, g, args)
+	return s.launch(op, kGemm, g, args)
+}
+
+// gemmKLanes is Gemm through tl_gemm_klanes, its k split into parts over
+// the stream's scratch (klanesParts) and finished by tl_gemm_parts_sum. The
+// legacy stream has no scratch: it runs one part, so its bits for such a
+// shape differ from another stream's.
+func (s *Stream) gemmKLanes(transA, transB bool, m, n, k int, alpha float32, a, b device.Buffer, beta float32, c device.Buffer) error {
+	const op = "Stream.Gemm"
+	parts, ws := 1, c // ws is not written with one part
+	if s.scratch.Len() > 0 {
+		parts, ws = klanesParts(m, n, k), s.scratch
+	}
+	g, err := klanesDims(m, n, parts)
+	if err != nil {
+		return s.dev.misuse(op, "%v", err)
+	}
+	args := s.args(op).flag(transA).flag(transB).i32(m).i32(n).i32(k).f32(alpha).
+		buf("A", a).buf("B", b).f32(beta).buf("C", c).i32(parts).buf("ws", ws)
+	if err := s.launch(op, kGemmKLanes, g, args); err != nil || parts == 1 {
+		return err
+	}
+	sum := s.args(op).i32(m).i32(n).i32(parts).f32(alpha).buf("ws", ws).f32(beta).buf("C", c)
+	return s.launch(op, kGemmPartsSum, strideDims(int64(m)*int64(n)), sum)
 }
 
 // BiasAct adds bias to every row of z, then writes act(z) to y (tl_bias_act).

@@ -44,6 +44,7 @@ const (
 	kAdvanceRNG
 	kMul
 	kGemmKLanes
+	kGemmPartsSum
 	numKernels
 )
 
@@ -76,6 +77,7 @@ var kernelNames = [numKernels]string{
 	kAdvanceRNG:      "tl_advance_rng",
 	kMul:             "tl_mul",
 	kGemmKLanes:      "tl_gemm_klanes",
+	kGemmPartsSum:    "tl_gemm_parts_sum",
 }
 
 func (k kernel) String() string {

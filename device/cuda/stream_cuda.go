@@ -28,7 +28,21 @@ type Stream struct {
 	// that comes after it finds destroyed set and makes no driver call.
 	mu        sync.RWMutex
 	destroyed bool // guarded by mu
+
+	// scratch holds the partial sums of the kernels that split a long
+	// reduction over blocks (tl_gemm_klanes over parts of k): allocated
+	// with the stream, freed with it, used only by work on this stream, so
+	// two streams' kernels never share it. Zero for the legacy stream and
+	// for a stream made under a memory limit too small for it: their
+	// reductions are not split.
+	scratch device.Buffer
 }
+
+// StreamScratchBytes is the device memory each NewStream allocates besides
+// the driver's stream (device.StreamScratch; the trainer's bill counts it).
+func (d *Device) StreamScratchBytes() int64 { return device.AllocBytes(d, ScratchFloats) }
+
+var _ device.StreamScratch = (*Device)(nil)
 
 // use takes s.mu shared for a call on the stream, or fails with ErrClosed
 // when the stream was destroyed. On success the caller calls s.mu.RUnlock.
@@ -449,22 +463,34 @@ func (s *Stream) Launch(x device.Exec) error {
 // calls on the stream in progress on other goroutines; calls after it fail
 // with ErrClosed. Destroying it again is a no-op.
 func (s *Stream) Destroy() error {
+	destroyed, err := s.destroy()
+	if destroyed && s.scratch.Len() > 0 {
+		// Work still queued or captured may use it: Free waits for the
+		// stream's work (fence_cuda.go) and for the graphs that hold it.
+		// A capture in progress elsewhere defers it (freeOrphan).
+		err = errors.Join(err, s.dev.freeOrphan(s.scratch))
+	}
+	return err
+}
+
+// destroy destroys the driver's stream; destroyed is true when this call did.
+func (s *Stream) destroy() (destroyed bool, err error) {
 	const op = "Stream.Destroy"
 	d := s.dev
 	if s.legacy {
-		return d.misuse(op, "the legacy default stream cannot be destroyed")
+		return false, d.misuse(op, "the legacy default stream cannot be destroyed")
 	}
 	if err := d.enter(op); err != nil {
-		return err
+		return false, err
 	}
 	defer d.exit()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {
-		return nil
+		return false, nil
 	}
 	if s.capture.Load() != nil {
-		return d.misuse(op, "the stream is capturing; end the capture first")
+		return false, d.misuse(op, "the stream is capturing; end the capture first")
 	}
 	s.destroyed = true
 	d.mu.Lock()
@@ -474,5 +500,5 @@ func (s *Stream) Destroy() error {
 	// Its queued work runs on after cuStreamDestroy: freed blocks wait for
 	// it (fence_cuda.go).
 	retireErr := d.retire(s)
-	return d.wrap(op, errors.Join(retireErr, st.Destroy()))
+	return true, d.wrap(op, errors.Join(retireErr, st.Destroy()))
 }

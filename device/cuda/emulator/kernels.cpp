@@ -203,7 +203,7 @@ const std::vector<KernelBuild> &kernelBuilds() {
         TL_KERNEL(tl_max_pool_grad), TL_KERNEL(tl_avg_pool),  TL_KERNEL(tl_avg_pool_grad),
         TL_KERNEL(tl_batchnorm_train), TL_KERNEL(tl_batchnorm_eval), TL_KERNEL(tl_batchnorm_grad),
         TL_KERNEL(tl_dropout),      TL_KERNEL(tl_advance_rng), TL_KERNEL(tl_mul),
-        TL_KERNEL(tl_gemm_klanes),
+        TL_KERNEL(tl_gemm_klanes),  TL_KERNEL(tl_gemm_parts_sum),
     };
     return builds;
 }

@@ -66,34 +66,41 @@ tl_gemm(int transA, int transB, int m, int n, int k, float alpha,
 // walk alone: the weight gradients of a convolution (op(A) the im2col
 // matrix transposed, k = batch × output pixels) are a few hundred outputs
 // summed over tens of thousands of terms. A block of 32×TL_KLANES threads
-// owns a 32×32 tile of C; thread (tx, ty) owns column tx of the tile and
-// k lane ty: it sums, for the tile's 32 rows, the terms of k ≡ ty (mod
-// TL_KLANES) in increasing k, each product exact in double and added in
-// double. The lanes' sums are then added in a fixed tree (lane ty + h into
-// lane ty, h = 8, 4, 2, 1), so the result depends on the shape alone, not
-// on timing; it is rounded to float32 once. Each step stages TL_KLANES rows
-// of op(A)'s tile in shared memory (as doubles), every thread loading one
-// element, the loads consecutive in memory across tx when A is stored k×m.
-// A tile's rows past m are skipped, not summed as zeros: a first conv's
-// weight gradient has 9 rows.
+// owns a 32×32 tile of C and one of parts consecutive ranges of k (blockIdx.y
+// = tile row + tile rows × part); thread (tx, ty) owns column tx of the tile
+// and k lane ty: it sums, for the tile's rows, the terms of its range with
+// k ≡ ty (mod TL_KLANES) in increasing k, each product exact in double and
+// added in double. The lanes' sums are then added in a fixed tree (lane
+// ty + h into lane ty, h = 8, 4, 2, 1). With one part the block writes C
+// (rounded to float32 once); with more it writes its double sums to ws
+// (parts × m × n, part-major) and tl_gemm_parts_sum finishes. Every order is
+// fixed by the shape and parts, so the bits do not depend on timing. Each
+// step stages TL_KLANES rows of op(A)'s tile in shared memory (as doubles),
+// every thread loading one element, the loads consecutive in memory across
+// tx when A is stored k×m. A tile's rows past m are skipped, not summed as
+// zeros: a first conv's weight gradient has 9 rows.
 extern "C" __global__ void __launch_bounds__(TL_TILE * TL_KLANES)
 tl_gemm_klanes(int transA, int transB, int m, int n, int k, float alpha,
                const float *__restrict__ A, const float *__restrict__ B, float beta,
-               float *__restrict__ C) {
+               float *__restrict__ C, int parts, double *__restrict__ ws) {
     __shared__ double As[TL_KLANES][TL_TILE];  // As[l][i] = op(A)[row0+i][k0+l]
     __shared__ double red[TL_KLANES][TL_TILE];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int row0 = blockIdx.y * TL_TILE, col0 = blockIdx.x * TL_TILE;
+    const int tileRows = (m + TL_TILE - 1) / TL_TILE;
+    const int part = blockIdx.y / tileRows;
+    const int row0 = (blockIdx.y - part * tileRows) * TL_TILE, col0 = blockIdx.x * TL_TILE;
+    const int span = (k + parts - 1) / parts;
+    const int kBegin = part * span, kEnd = min(k, kBegin + span);
     const int i = row0 + tx, j = col0 + tx;
-    const int rows = min(TL_TILE, m - row0);  // a tile's rows inside C: 9 for a 3×3 conv on one channel
+    const int rows = min(TL_TILE, m - row0);  // the same for the whole block
     double acc[TL_TILE];
 #pragma unroll
     for (int q = 0; q < TL_TILE; ++q) acc[q] = 0.0;
 
-    for (int k0 = 0; k0 < k; k0 += TL_KLANES) {
+    for (int k0 = kBegin; k0 < kEnd; k0 += TL_KLANES) {
         const int kk = k0 + ty;
         float a = 0.0f, b = 0.0f;
-        if (kk < k) {
+        if (kk < kEnd) {
             if (i < m) a = transA ? A[(long long)kk * m + i] : A[(long long)i * k + kk];
             if (j < n) b = transB ? B[(long long)j * k + kk] : B[(long long)kk * n + j];
         }
@@ -102,26 +109,48 @@ tl_gemm_klanes(int transA, int transB, int m, int n, int k, float alpha,
         const double bd = (double)b;
 #pragma unroll
         for (int q = 0; q < TL_TILE; ++q)
-            if (q < rows) acc[q] += As[ty][q] * bd;  // rows is the same for the whole block
+            if (q < rows) acc[q] += As[ty][q] * bd;
         __syncthreads();
     }
 
 #pragma unroll
     for (int q = 0; q < TL_TILE; ++q) {
-        red[ty][tx] = acc[q];
-        __syncthreads();
+        if (q < rows) {
+            red[ty][tx] = acc[q];
+            __syncthreads();
 #pragma unroll
-        for (int h = TL_KLANES / 2; h > 0; h >>= 1) {
-            if (ty < h) red[ty][tx] += red[ty + h][tx];
+            for (int h = TL_KLANES / 2; h > 0; h >>= 1) {
+                if (ty < h) red[ty][tx] += red[ty + h][tx];
+                __syncthreads();
+            }
+            const int row = row0 + q;
+            if (ty == 0 && j < n) {
+                const long long idx = (long long)row * n + j;
+                if (parts > 1) {
+                    ws[((long long)part * m + row) * n + j] = red[0][tx];
+                } else {
+                    double v = (double)alpha * red[0][tx];
+                    if (beta != 0.0f) v += (double)beta * (double)C[idx];  // beta == 0: C is not read
+                    C[idx] = (float)v;
+                }
+            }
             __syncthreads();
         }
-        const int row = row0 + q;
-        if (ty == 0 && row < m && j < n) {
-            const long long idx = (long long)row * n + j;
-            double v = (double)alpha * red[0][tx];
-            if (beta != 0.0f) v += (double)beta * (double)C[idx];  // beta == 0: C is not read
-            C[idx] = (float)v;
-        }
-        __syncthreads();
+    }
+}
+
+// tl_gemm_parts_sum finishes a tl_gemm_klanes split into parts: C = alpha ×
+// (the parts' sums of ws added in part order, in double) + beta × C, rounded
+// to float32 once; one thread per element of C.
+extern "C" __global__ void __launch_bounds__(TL_BLOCK)
+tl_gemm_parts_sum(int m, int n, int parts, float alpha, const double *__restrict__ ws, float beta,
+                  float *__restrict__ C) {
+    const long long total = (long long)m * n;
+    TL_FOR_EACH(e, total) {
+        double s = 0.0;
+        for (int p = 0; p < parts; ++p) s += ws[(long long)p * total + e];
+        double v = (double)alpha * s;
+        if (beta != 0.0f) v += (double)beta * (double)C[e];  // beta == 0: C is not read
+        C[e] = (float)v;
     }
 }

@@ -84,12 +84,28 @@ void testGemm() {
 }
 
 // tl_gemm_klanes with k long and not a multiple of TL_KLANES, a tile's rows
-// past m (9 of 32) and partial tiles.
+// past m (9 of 32) and partial tiles; in one part, and in three finished by
+// tl_gemm_parts_sum.
 void testGemmKLanes() {
     const dim3 block{TL_TILE, TL_KLANES};
-    gemmAgainstDouble("gemm_klanes", {{9, 32, 2053}, {33, 5, 2050}}, 0.75f, -0.5f,
-                      [&](int tA, int tB, int m, int n, int k, float alpha, const float *A, const float *B, float beta,
-                          float *C) { launch(tiles(m, n), block, [&] { tl_gemm_klanes(tA, tB, m, n, k, alpha, A, B, beta, C); }); });
+    for (int parts : {1, 3}) {
+        // (The emulation runs a GPU thread as a fiber: a few shapes only.)
+        const std::vector<std::array<int, 3>> shapes =
+            parts == 1 ? std::vector<std::array<int, 3>>{{9, 32, 2053}, {33, 5, 2050}} : std::vector<std::array<int, 3>>{{9, 32, 2053}};
+        gemmAgainstDouble(parts == 1 ? "gemm_klanes" : "gemm_klanes in 3 parts", shapes, 0.75f, -0.5f,
+                          [&](int tA, int tB, int m, int n, int k, float alpha, const float *A, const float *B, float beta,
+                              float *C) {
+                              std::vector<double> ws((size_t)parts * m * n, NAN);
+                              dim3 grid = tiles(m, n);
+                              grid.y *= parts;
+                              launch(grid, block, [&] {
+                                  tl_gemm_klanes(tA, tB, m, n, k, alpha, A, B, beta, C, parts, ws.data());
+                              });
+                              if (parts > 1)
+                                  launch(stride((long long)m * n), lineBlock,
+                                         [&] { tl_gemm_parts_sum(m, n, parts, alpha, ws.data(), beta, C); });
+                          });
+    }
 }
 
 void testActivations() {
