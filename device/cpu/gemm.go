@@ -287,11 +287,14 @@ func (g *gemmTask) column(i0, i1, jt, w int, b []float32, aAt, rs, cs int, load 
 //
 // transposedKC is the length of a k-block: a tile's panel of X (kc×32
 // floats) and the packed dY (kc×n) stay in the L1 cache for all of Cᵀ;
-// measured on the CNN's two shapes, 64 ran 5-10% faster than 128. transposedParts
-// bounds the parts per thread, as every part reads the whole of dY.
+// measured on the CNN's two shapes, 64 ran 5-10% faster than 128.
+// transposedParts bounds the parts per thread, as every part reads the
+// whole of dY: on 2 threads of the development machine, busy with other
+// work, one part per thread ran the batch-256 288×50176×64 in 33-38 ms,
+// against 42-44 with two and 59-61 with four.
 const (
 	transposedKC    = 64
-	transposedParts = 2
+	transposedParts = 1
 )
 
 // transposedProduct says whether the product runs as Cᵀ = op(B)ᵀ·op(A)ᵀ:
