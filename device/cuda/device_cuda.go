@@ -70,7 +70,7 @@ type Device struct {
 	hostPinned int64
 	hostAllocs uint64
 	tails      []*streamTail   // last events of destroyed streams (fence_cuda.go)
-	orphans    []device.Buffer // scratch of streams destroyed during a capture (freeOrphan)
+	orphans    []device.Buffer // scratch of destroyed streams, for freeOrphans
 }
 
 // Open opens the GPU cfg.Ordinal: it retains the device's primary context,
@@ -248,6 +248,9 @@ func (d *Device) Alloc(n int) (device.Buffer, error) {
 	}
 	defer d.exit()
 	if err := d.checkUnsafe(op); err != nil {
+		return device.Buffer{}, err
+	}
+	if err := d.freeOrphans(op); err != nil {
 		return device.Buffer{}, err
 	}
 	addr, err := d.pool.get(int64(n) * 4)
@@ -442,13 +445,15 @@ func (d *Device) Download(dst []float32, src device.Buffer) error {
 // NewStream creates a non-blocking stream (CU_STREAM_NON_BLOCKING).
 func (d *Device) NewStream() (device.Stream, error) {
 	const op = "NewStream"
-	if err := d.freeOrphans(); err != nil {
-		return nil, err
+	// The stream's scratch first. Allocating is capture-unsafe, so a
+	// stream is not made while a stream captures (Alloc would break a
+	// global-mode capture). Under a memory limit too small for it the
+	// stream goes without: its long reductions run in one part
+	// (gemmKLanes), the same on every run with that limit.
+	if d.capturing() {
+		return nil, device.Errorf(d.name, op, device.ErrCaptureViolation,
+			"NewStream allocates the stream's scratch, which a capture in progress forbids; make streams before capturing")
 	}
-	// The stream's scratch first (Alloc is capture-unsafe, as a stream's
-	// creation is not). Under a memory limit too small for it the stream
-	// goes without: its long reductions run in one part (gemmKLanes), the
-	// same on every run with that limit.
 	scratch, err := d.Alloc(ScratchFloats)
 	if err != nil && !errors.Is(err, device.ErrOutOfMemory) {
 		return nil, err
@@ -463,35 +468,35 @@ func (d *Device) NewStream() (device.Stream, error) {
 	return s, nil
 }
 
-// freeOrphan frees a destroyed stream's scratch, or keeps it for later
-// while a capture is in progress (freeOrphans, Close): a Free then would
-// break a global-mode capture on another stream.
-func (d *Device) freeOrphan(b device.Buffer) error {
-	const op = "Stream.Destroy"
-	if err := d.enter(op); err != nil {
-		return err
-	}
-	defer d.exit()
-	if d.capturing() {
-		d.mu.Lock()
-		d.orphans = append(d.orphans, b)
-		d.mu.Unlock()
-		return nil
-	}
-	return d.free(op, b)
+// orphan keeps a destroyed stream's scratch for freeOrphans: Destroy makes
+// no capture-unsafe call (freeing records fences on every stream, which
+// would break a capture that another goroutine is beginning).
+func (d *Device) orphan(b device.Buffer) {
+	d.mu.Lock()
+	d.orphans = append(d.orphans, b)
+	d.mu.Unlock()
 }
 
-// freeOrphans frees the scratch of streams destroyed during a capture.
-func (d *Device) freeOrphans() error {
+// freeOrphans frees the scratch of destroyed streams, inside a
+// capture-unsafe device call (Alloc, Trim) with no capture in progress;
+// Close frees what is left with the pool.
+func (d *Device) freeOrphans(op string) error {
+	if d.capturing() {
+		return nil
+	}
 	d.mu.Lock()
 	list := d.orphans
 	d.orphans = nil
 	d.mu.Unlock()
-	var err error
-	for _, b := range list {
-		err = errors.Join(err, d.freeOrphan(b))
+	for i, b := range list {
+		if err := d.free(op, b); err != nil {
+			d.mu.Lock()
+			d.orphans = append(d.orphans, list[i+1:]...)
+			d.mu.Unlock()
+			return err
+		}
 	}
-	return err
+	return nil
 }
 
 func (d *Device) newStream(op string, scratch device.Buffer) (*Stream, error) {
@@ -643,8 +648,9 @@ func (d *Device) Instantiate(g device.Graph) (device.Exec, error) {
 }
 
 // Trim gives the pool's cached blocks back to the driver, so that other
-// processes on the GPU can have the memory (a parked worker's). Blocks
-// still in use, or held by a live graph, stay.
+// processes on the GPU can have the memory (a parked worker's), the
+// scratch of destroyed streams first. Blocks still in use, or held by a
+// live graph, stay.
 func (d *Device) Trim() error {
 	const op = "Trim"
 	if err := d.enter(op); err != nil {
@@ -652,6 +658,9 @@ func (d *Device) Trim() error {
 	}
 	defer d.exit()
 	if err := d.checkUnsafe(op); err != nil {
+		return err
+	}
+	if err := d.freeOrphans(op); err != nil {
 		return err
 	}
 	if err := d.pool.trim(); err != nil {

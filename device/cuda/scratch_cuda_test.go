@@ -3,21 +3,25 @@
 package cuda
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/device"
 )
 
 // Every stream but the legacy one holds a scratch of ScratchFloats from
-// NewStream to Destroy; one destroyed while another stream captures is
-// freed once no capture is in progress (the Free would break the capture).
+// NewStream on. Destroy makes no capture-unsafe call, so the scratch is
+// freed by the next Alloc or NewStream (or Close), and a Destroy during
+// another stream's global-mode capture leaves that capture intact. NewStream
+// during a capture is refused without breaking the capture.
 func TestStreamScratchLifetime(t *testing.T) {
 	d := openTest(t)
-	base := d.MemoryStats().DeviceInUse
 	scratch := device.AllocBytes(d, ScratchFloats)
 	if got := d.StreamScratchBytes(); got != scratch {
 		t.Fatalf("StreamScratchBytes = %d, want %d", got, scratch)
 	}
+	x := mustUpload(t, d, make([]float32, 64))
+	base := d.MemoryStats().DeviceInUse
 	inUse := func(want int64, when string) {
 		t.Helper()
 		if got := d.MemoryStats().DeviceInUse; got != want {
@@ -26,20 +30,26 @@ func TestStreamScratchLifetime(t *testing.T) {
 	}
 	a, b := mustStream(t, d), mustStream(t, d)
 	inUse(base+2*scratch, "two streams")
-	x := mustUpload(t, d, make([]float32, 64))
-	base = d.MemoryStats().DeviceInUse - 2*scratch
 	check(t, "BeginCapture", a.BeginCapture(device.CaptureGlobal))
 	check(t, "Scale", a.Scale(x, 2))
 	check(t, "Destroy during another stream's capture", b.Destroy())
+	if _, err := d.NewStream(); !errors.Is(err, device.ErrCaptureViolation) {
+		t.Fatalf("NewStream during a capture = %v, want ErrCaptureViolation", err)
+	}
 	inUse(base+2*scratch, "a stream destroyed during a capture")
 	g, err := a.EndCapture()
-	check(t, "EndCapture", err)
+	check(t, "EndCapture (the capture survived the Destroy and the refused NewStream)", err)
 	check(t, "Graph.Destroy", g.Destroy())
-	c := mustStream(t, d) // frees the orphaned scratch first
-	inUse(base+2*scratch, "the orphan freed, a third stream made")
+	c := mustStream(t, d) // frees the destroyed stream's scratch first
+	inUse(base+2*scratch, "the destroyed stream's scratch freed, a third stream made")
 	check(t, "Destroy", c.Destroy())
 	check(t, "Destroy", a.Destroy())
-	inUse(base, "every stream destroyed")
+	y := mustUpload(t, d, make([]float32, 64)) // Alloc frees their scratch first
+	if held := d.MemoryStats().DeviceInUse - base; held >= scratch {
+		t.Fatalf("after an Alloc, %d bytes are held besides x: the destroyed streams' scratch was not freed", held)
+	}
+	check(t, "Free", d.Free(y))
+	inUse(base, "every stream destroyed, the buffers after x freed")
 }
 
 // Under a memory limit too small for a scratch, NewStream still succeeds:

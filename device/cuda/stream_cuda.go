@@ -465,10 +465,10 @@ func (s *Stream) Launch(x device.Exec) error {
 func (s *Stream) Destroy() error {
 	destroyed, err := s.destroy()
 	if destroyed && s.scratch.Len() > 0 {
-		// Work still queued or captured may use it: Free waits for the
-		// stream's work (fence_cuda.go) and for the graphs that hold it.
-		// A capture in progress elsewhere defers it (freeOrphan).
-		err = errors.Join(err, s.dev.freeOrphan(s.scratch))
+		// Freed by the next Alloc, NewStream or Close (freeOrphans):
+		// then it waits for the stream's queued work (fence_cuda.go) and
+		// for the graphs that hold it, as any freed buffer does.
+		s.dev.orphan(s.scratch)
 	}
 	return err
 }
