@@ -12,6 +12,13 @@ import (
 	"github.com/tolaria-ml/tolaria/rl/env"
 )
 
+// EpisodeRecord is one finished episode of an agent.
+type EpisodeRecord struct {
+	Return   float64
+	Length   int
+	EnvSteps int // the agent's environment steps when it ended
+}
+
 // EvalResult is one greedy evaluation of an actor's weights.
 type EvalResult struct {
 	EnvSteps   int    // the actor's environment steps when it ran

@@ -1,5 +1,11 @@
 package dqn
 
+// The package's tests train agents in one process (RunInProcess): a
+// learner and an actor per agent on their own goroutines, meeting only in
+// the memory file as the worker processes do. A real run starts them as
+// processes (jobserver's rl learner and actor); this harness ships in no
+// binary.
+
 import (
 	"context"
 	"errors"
@@ -34,13 +40,6 @@ type RunOptions struct {
 	SolvedReturn   float64
 	SolvedEpisodes int
 	Logger         *slog.Logger
-}
-
-// EpisodeRecord is one finished episode of an agent.
-type EpisodeRecord struct {
-	Return   float64
-	Length   int
-	EnvSteps int // the agent's environment steps when it ended
 }
 
 // AgentResult is what one agent did.
