@@ -41,7 +41,7 @@ func emulatedCUDA(t *testing.T) string {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the emulated CUDA driver: %v\n%s", err, out)
 	}
-	worker := exec.Command("go", "build", "-tags", "cuda", "-o", filepath.Join(dir, "tolaria-worker"), "./cmd/tolaria-worker")
+	worker := exec.Command("go", "build", "-tags", "cuda,testhooks", "-o", filepath.Join(dir, "tolaria-worker"), "./cmd/tolaria-worker")
 	worker.Dir = repoRoot()
 	if out, err := worker.CombinedOutput(); err != nil {
 		t.Fatalf("building the CUDA worker: %v\n%s", err, out)

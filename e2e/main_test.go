@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/tolaria", "./cmd/tolaria-worker", "./cmd/run_graph_bench")
+	build := exec.Command("go", "build", "-tags", "testhooks", "-o", dir+"/", "./cmd/tolaria", "./cmd/tolaria-worker", "./cmd/run_graph_bench")
 	build.Dir = repoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)

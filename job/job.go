@@ -59,7 +59,8 @@ type Spec struct {
 	// means the cores Go may use (GOMAXPROCS).
 	CPUThreads int `json:"cpu_threads,omitempty" yaml:"cpu_threads,omitempty"`
 	// SlowStageCopy is a test-only option: the CPU device pauses this many
-	// milliseconds in every host-to-device copy.
+	// milliseconds in every host-to-device copy. Only builds with -tags
+	// testhooks accept a non-zero value (TestHooks).
 	SlowStageCopyMS float64 `json:"slow_stage_copy_ms,omitempty" yaml:"slow_stage_copy_ms,omitempty"`
 }
 
@@ -125,6 +126,8 @@ func (s Spec) Validate() error {
 		return field.Errorf("cpu_threads", "must be in 0..1024 (0: the cores Go may use), got %d", s.CPUThreads)
 	case !(s.SlowStageCopyMS >= 0 && s.SlowStageCopyMS <= 10000):
 		return field.Errorf("slow_stage_copy_ms", "must be in 0..10000, got %g", s.SlowStageCopyMS)
+	case s.SlowStageCopyMS != 0 && !TestHooks:
+		return field.Errorf("slow_stage_copy_ms", "is a test switch, and this build has none (tolaria's tests build with -tags testhooks); remove it")
 	}
 	for i, h := range s.Hidden {
 		if h < 1 || h > 65536 {

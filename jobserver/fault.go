@@ -12,7 +12,8 @@ import (
 
 // FaultEnv names tolaria-worker's test-only fault switch: an environment
 // variable that makes the worker fail on purpose, so the tests of the
-// coordinator can see a worker die mid-run. It is never set in use.
+// coordinator can see a worker die mid-run. Only a worker built with
+// -tags testhooks reads it; a release build ignores it.
 //
 //	TOLARIA_E2E_WORKER_FAULT="step=K,exit=C[,run=NAME]"  exit with code C after step K
 //	TOLARIA_E2E_WORKER_FAULT="step=K,kill[,run=NAME]"    SIGKILL itself after step K

@@ -19,7 +19,6 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/job"
@@ -52,22 +51,9 @@ func main() {
 	shared := trainer.NewShared()
 	defer shared.Close()
 	cfg := jobserver.Config{Build: build, Open: open, Shared: shared, Logger: log}
-	if v := os.Getenv(jobserver.FaultEnv); v != "" {
-		f, err := jobserver.ParseFault(v)
-		if err != nil {
-			log.Error("test-only fault switch", "err", err)
-			os.Exit(2)
-		}
-		cfg.AfterStep = func(spec job.Spec, steps int) {
-			if f.Hits(spec, steps) {
-				fault(f, steps, log)
-			}
-		}
-		cfg.AfterEvalBatch = func(ej jobserver.EvalJob, batches int) {
-			if f.HitsEval(ej, batches) {
-				fault(f, batches, log)
-			}
-		}
+	if err := installFaults(&cfg, log); err != nil {
+		log.Error("test-only fault switch", "err", err)
+		os.Exit(2)
 	}
 	var in io.Reader = os.Stdin
 	var out io.Writer = protocolOut()
@@ -87,34 +73,6 @@ func main() {
 		log.Error("worker failed", "err", err)
 		os.Exit(1)
 	}
-}
-
-// fault carries out the test-only fault switch (jobserver.FaultEnv) once
-// it fires.
-func fault(f jobserver.Fault, steps int, log *slog.Logger) {
-	if f.Kill {
-		log.Error("test-only fault switch: killing myself", "step", steps)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // the signal is on its way
-	}
-	if f.Wedge {
-		// Only the goroutine that trains (or evaluates) stops, as one in a
-		// deadlock or an endless loop does; the heartbeat's goroutine goes
-		// on, so only the work counter shows that nothing moves.
-		log.Error("test-only fault switch: wedging the work", "step", steps)
-		select {}
-	}
-	if f.Hang {
-		// The whole process stops, the heartbeat's goroutine with it, as a
-		// process frozen by a debugger or wedged in a driver would.
-		log.Error("test-only fault switch: stopping myself", "step", steps)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-		for { // the signal is on its way; once continued, the run stays wedged
-			time.Sleep(time.Hour)
-		}
-	}
-	log.Error("test-only fault switch: exiting", "step", steps, "code", f.Exit)
-	os.Exit(f.Exit)
 }
 
 // protocolOut is where the protocol's answers go: the descriptor the
