@@ -1,6 +1,8 @@
 package telemetry
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,5 +103,52 @@ type eventObserver struct{ log *EventLog }
 func (o eventObserver) Observe(m trainer.Measurement) {
 	if e, ok := m.(trainer.Event); ok {
 		_ = o.log.Write(e)
+	}
+}
+
+// ErrBadEvent is a line of an events log that is not an event written by
+// EventLog.
+var ErrBadEvent = errors.New("not an event")
+
+// DecodeEvent decodes one line of an events log: a JSON object with a
+// time, a kind and, optionally, fields, and nothing else. Numbers among
+// the fields come back as float64, as encoding/json reads them.
+func DecodeEvent(line []byte) (trainer.Event, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	var e trainer.Event
+	if err := dec.Decode(&e); err != nil {
+		return trainer.Event{}, fmt.Errorf("%w: %v", ErrBadEvent, err)
+	}
+	switch {
+	case dec.More():
+		return trainer.Event{}, fmt.Errorf("%w: more than one JSON value on the line", ErrBadEvent)
+	case e.Kind == "":
+		return trainer.Event{}, fmt.Errorf("%w: no kind", ErrBadEvent)
+	case e.Time.IsZero():
+		return trainer.Event{}, fmt.Errorf("%w: no time", ErrBadEvent)
+	}
+	return e, nil
+}
+
+// ReadEvents reads an events log, a training run's or a reinforcement-
+// learning agent's, and calls each for every event in order. A last line
+// without its newline (a process stopped while writing it) is ignored; any
+// other line that is not an event is an error naming its line number.
+func ReadEvents(r io.Reader, each func(trainer.Event)) error {
+	br := bufio.NewReader(r)
+	for n := 1; ; n++ {
+		line, err := br.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			return nil // nothing more, or a torn last line
+		}
+		if err != nil {
+			return fmt.Errorf("telemetry: events log: %w", err)
+		}
+		e, err := DecodeEvent(line)
+		if err != nil {
+			return fmt.Errorf("telemetry: events log line %d: %w", n, err)
+		}
+		each(e)
 	}
 }

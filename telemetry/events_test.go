@@ -133,3 +133,53 @@ func TestTeeFeedsMetricsAndEvents(t *testing.T) {
 		t.Errorf("events through Tee = %+v", events)
 	}
 }
+
+// TestReadEventsReadsWhatEventLogWrites: ReadEvents gives back every event
+// EventLog wrote, ignores a torn last line and names a line that is not
+// an event.
+func TestReadEventsReadsWhatEventLogWrites(t *testing.T) {
+	var buf bytes.Buffer
+	l := NewEventLog(&buf)
+	want := []trainer.Event{
+		{Kind: trainer.EventCapture, Fields: map[string]any{"seconds": 0.5, "pooled": false}},
+		{Kind: "episode", Fields: map[string]any{"return": 21.0, "agent": 1.0}},
+		{Kind: trainer.EventDone},
+	}
+	for _, e := range want {
+		if err := l.Write(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []trainer.Event
+	read := func(data string) error {
+		got = nil
+		return ReadEvents(strings.NewReader(data), func(e trainer.Event) { got = append(got, e) })
+	}
+	if err := read(buf.String() + `{"time":"2026-01-01T00:00:00Z","ki`); err != nil {
+		t.Fatalf("ReadEvents: %v", err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d events, want %d: %+v", len(got), len(want), got)
+	}
+	for i, e := range got {
+		if e.Kind != want[i].Kind || e.Time.IsZero() || len(e.Fields) != len(want[i].Fields) {
+			t.Errorf("event %d = %+v, want %+v", i, e, want[i])
+		}
+		for k, v := range want[i].Fields {
+			if e.Fields[k] != v {
+				t.Errorf("event %d field %s = %v, want %v", i, k, e.Fields[k], v)
+			}
+		}
+	}
+	for _, bad := range []string{
+		`{"time":"2026-01-01T00:00:00Z","event":"episode","return":9}`, // RL's earlier lines
+		`{"time":"2026-01-01T00:00:00Z","fields":{}}`,
+		`{"kind":"done"}`,
+		`not json`,
+	} {
+		err := read(buf.String() + bad + "\n")
+		if !errors.Is(err, ErrBadEvent) || !strings.Contains(err.Error(), "line 4") {
+			t.Errorf("%s: err = %v, want ErrBadEvent on line 4", bad, err)
+		}
+	}
+}

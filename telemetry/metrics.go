@@ -11,8 +11,9 @@ import (
 )
 
 // Metric family names. Every family except MetricBuildInfo carries the
-// labels LabelDevice and LabelWorker, and on a sweep's metrics
-// (NewTrialMetrics) LabelTrial too.
+// labels LabelDevice and LabelWorker, on a sweep's metrics
+// (NewTrialMetrics) LabelTrial too, and on a reinforcement-learning run's
+// (NewAgentMetrics) LabelAgent.
 const (
 	MetricBuildInfo         = "tolaria_build_info"
 	MetricGraphEnabled      = "tolaria_graph_enabled"
@@ -100,6 +101,8 @@ type Metrics struct {
 	reg *prometheus.Registry
 	// perTrial adds LabelTrial to every family a job reports into.
 	perTrial bool
+	// perAgent adds LabelAgent to every family a job reports into.
+	perAgent bool
 
 	graphEnabled     *prometheus.GaugeVec
 	captureSeconds   *prometheus.HistogramVec
@@ -122,18 +125,31 @@ type Metrics struct {
 
 // NewMetrics creates the metrics on a new registry. version is the build
 // version reported by tolaria_build_info.
-func NewMetrics(version string) *Metrics { return newMetrics(version, false) }
+func NewMetrics(version string) *Metrics { return newMetrics(version, false, false) }
 
 // NewTrialMetrics creates the metrics of a sweep: every family a job
 // reports into carries LabelTrial besides the device and worker, so the
 // trials of one coordinator keep series of their own (see
 // Metrics.SeriesObserver). Sweep adds the sweep's own families.
-func NewTrialMetrics(version string) *Metrics { return newMetrics(version, true) }
+func NewTrialMetrics(version string) *Metrics { return newMetrics(version, true, false) }
 
-func newMetrics(version string, perTrial bool) *Metrics {
+// NewAgentMetrics creates the metrics of a reinforcement-learning run:
+// every family a job reports into carries LabelAgent besides the device
+// and the worker (an agent's half: RLActor or RLLearner), so the graph
+// families keep each agent's halves apart and join the run's own families
+// (Metrics.RL) on the agent. Only the graph families are fed (see
+// Metrics.SeriesObserver). Training's metrics (NewMetrics,
+// NewTrialMetrics) have no agent label at all, so their series are those
+// they always were.
+func NewAgentMetrics(version string) *Metrics { return newMetrics(version, false, true) }
+
+func newMetrics(version string, perTrial, perAgent bool) *Metrics {
 	dw := []string{LabelDevice, LabelWorker}
 	if perTrial {
 		dw = append(dw, LabelTrial)
+	}
+	if perAgent {
+		dw = append(dw, LabelAgent)
 	}
 	with := func(extra ...string) []string { return append(slices.Clone(dw), extra...) }
 	gauge := func(name, help string, labels []string) *prometheus.GaugeVec {
@@ -151,6 +167,7 @@ func newMetrics(version string, perTrial bool) *Metrics {
 	m := &Metrics{
 		reg:              prometheus.NewRegistry(),
 		perTrial:         perTrial,
+		perAgent:         perAgent,
 		graphEnabled:     gauge(MetricGraphEnabled, "1 while training steps are replayed from CUDA graphs, 0 while they run eagerly.", dw),
 		captureSeconds:   histogram(MetricCaptureSeconds, "Time to capture and instantiate (or update) a step graph.", captureBase),
 		replaySeconds:    histogram(MetricReplaySeconds, "Device time of one graph replay, measured with device events.", replayBase),

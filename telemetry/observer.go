@@ -11,17 +11,31 @@ import (
 
 // Series names the labelled series one job reports into: its device, its
 // worker (the job's rank; "0" for a single run) and, on a sweep's metrics
-// (NewTrialMetrics), its trial. Trial is ignored by metrics made with
-// NewMetrics.
+// (NewTrialMetrics), its trial, or on a reinforcement-learning run's
+// (NewAgentMetrics), its agent. Trial and Agent are ignored by metrics
+// made without them.
 type Series struct {
 	Device, Worker, Trial string
+	// Agent is the index of the agent whose half reports; its Worker is
+	// then the half (RLActor or RLLearner).
+	Agent string
 }
+
+// The workers of a reinforcement-learning agent: its two halves, each a
+// process of its own that reports its graph activity.
+const (
+	RLActor   = "actor"
+	RLLearner = "learner"
+)
 
 // values are the label values of s, in the families' label order.
 func (m *Metrics) values(s Series, extra ...string) []string {
 	v := []string{s.Device, s.Worker}
 	if m.perTrial {
 		v = append(v, s.Trial)
+	}
+	if m.perAgent {
+		v = append(v, s.Agent)
 	}
 	return append(v, extra...)
 }
@@ -48,38 +62,49 @@ func (m *Metrics) EndSeries(s Series) {
 // visible, and increase() and the stall alert work, before its first step.
 // Loss, accuracy and device memory appear when first reported.
 //
+// On a reinforcement-learning run's metrics (NewAgentMetrics) the observer
+// is an agent's half: it creates and feeds the graph families only
+// (tolaria_graph_*), and ignores the training steps, loss, accuracy and
+// epochs (an agent's progress has families of its own, Metrics.RL, and its
+// own stall alert, which the training last-step timestamp must not
+// duplicate).
+//
 // Observers for the same labels share their series. The returned Observer
 // is safe for concurrent use and never blocks. Durations that are negative
 // or NaN are dropped rather than recorded.
 func (m *Metrics) SeriesObserver(s Series) trainer.Observer {
 	lv := m.values(s)
 	o := &metricsObserver{
-		m:                m,
-		series:           s,
-		graphEnabled:     m.graphEnabled.WithLabelValues(lv...),
-		captureSeconds:   m.captureSeconds.WithLabelValues(lv...),
-		replaySeconds:    m.replaySeconds.WithLabelValues(lv...),
-		stageCopySeconds: m.stageCopySeconds.WithLabelValues(lv...),
-		replaysTotal:     m.replaysTotal.WithLabelValues(lv...),
-		capturedPooled:   m.capturesTotal.WithLabelValues(m.values(s, "true")...),
-		capturedFresh:    m.capturesTotal.WithLabelValues(m.values(s, "false")...),
-		poolReserved:     m.poolReserved.WithLabelValues(lv...),
-		execUpdates:      m.execUpdates.WithLabelValues(lv...),
-		prefetchDisabled: m.prefetchDisabled.WithLabelValues(lv...),
-		stepSeconds:      m.stepSeconds.WithLabelValues(lv...),
-		samplesTotal:     m.samplesTotal.WithLabelValues(lv...),
-		trainEpoch:       m.trainEpoch.WithLabelValues(lv...),
-		lastStep:         m.lastStep.WithLabelValues(lv...),
-		fallback:         make(map[string]prometheus.Counter),
+		m:              m,
+		series:         s,
+		graphEnabled:   m.graphEnabled.WithLabelValues(lv...),
+		captureSeconds: m.captureSeconds.WithLabelValues(lv...),
+		replaySeconds:  m.replaySeconds.WithLabelValues(lv...),
+		replaysTotal:   m.replaysTotal.WithLabelValues(lv...),
+		capturedPooled: m.capturesTotal.WithLabelValues(m.values(s, "true")...),
+		capturedFresh:  m.capturesTotal.WithLabelValues(m.values(s, "false")...),
+		poolReserved:   m.poolReserved.WithLabelValues(lv...),
+		execUpdates:    m.execUpdates.WithLabelValues(lv...),
+		fallback:       make(map[string]prometheus.Counter),
 	}
 	for _, reason := range FallbackReasons() {
 		o.fallback[reason] = m.fallbackTotal.WithLabelValues(m.values(s, reason)...)
 	}
 	o.graphEnabled.Set(0)
 	o.poolReserved.Set(0)
-	o.prefetchDisabled.Set(0)
-	o.trainEpoch.Set(0)
-	o.lastStep.SetToCurrentTime()
+	if !m.perAgent {
+		o.job = &jobSeries{
+			stageCopySeconds: m.stageCopySeconds.WithLabelValues(lv...),
+			prefetchDisabled: m.prefetchDisabled.WithLabelValues(lv...),
+			stepSeconds:      m.stepSeconds.WithLabelValues(lv...),
+			samplesTotal:     m.samplesTotal.WithLabelValues(lv...),
+			trainEpoch:       m.trainEpoch.WithLabelValues(lv...),
+			lastStep:         m.lastStep.WithLabelValues(lv...),
+		}
+		o.job.prefetchDisabled.Set(0)
+		o.job.trainEpoch.Set(0)
+		o.job.lastStep.SetToCurrentTime()
+	}
 	return o
 }
 
@@ -89,21 +114,27 @@ type metricsObserver struct {
 	m      *Metrics
 	series Series
 
-	graphEnabled     prometheus.Gauge
-	captureSeconds   prometheus.Observer
-	replaySeconds    prometheus.Observer
+	graphEnabled   prometheus.Gauge
+	captureSeconds prometheus.Observer
+	replaySeconds  prometheus.Observer
+	replaysTotal   prometheus.Counter
+	capturedPooled prometheus.Counter
+	capturedFresh  prometheus.Counter
+	poolReserved   prometheus.Gauge
+	execUpdates    prometheus.Counter
+	fallback       map[string]prometheus.Counter // read-only after creation
+	// job is nil for an agent's half, which feeds the graph families only.
+	job *jobSeries
+}
+
+// jobSeries are the series of a training job beyond the graph families.
+type jobSeries struct {
 	stageCopySeconds prometheus.Observer
-	replaysTotal     prometheus.Counter
-	capturedPooled   prometheus.Counter
-	capturedFresh    prometheus.Counter
-	poolReserved     prometheus.Gauge
-	execUpdates      prometheus.Counter
 	prefetchDisabled prometheus.Gauge
 	stepSeconds      prometheus.Observer
 	samplesTotal     prometheus.Counter
 	trainEpoch       prometheus.Gauge
 	lastStep         prometheus.Gauge
-	fallback         map[string]prometheus.Counter // read-only after creation
 }
 
 func validSeconds(s float64) bool { return s >= 0 && !math.IsInf(s, 1) }
@@ -139,8 +170,8 @@ func (o *metricsObserver) record(m trainer.Measurement) bool {
 			o.replaySeconds.Observe(m.Seconds)
 		}
 	case trainer.StageCopied:
-		if validSeconds(m.Seconds) {
-			o.stageCopySeconds.Observe(m.Seconds)
+		if o.job != nil && validSeconds(m.Seconds) {
+			o.job.stageCopySeconds.Observe(m.Seconds)
 		}
 	case trainer.Fallback:
 		c, ok := o.fallback[m.Reason]
@@ -152,22 +183,10 @@ func (o *metricsObserver) record(m trainer.Measurement) bool {
 		o.execUpdates.Inc()
 	case trainer.PoolReserved:
 		o.poolReserved.Set(float64(m.Bytes))
-	case trainer.PrefetchDisabled:
-		o.prefetchDisabled.Set(boolValue(m.Disabled))
-	case trainer.Stepped:
-		if validSeconds(m.Seconds) {
-			o.stepSeconds.Observe(m.Seconds)
+	case trainer.PrefetchDisabled, trainer.Stepped, trainer.TrainLoss, trainer.EvalAccuracy, trainer.Epoch:
+		if o.job != nil {
+			o.recordJob(m)
 		}
-		if m.Samples > 0 {
-			o.samplesTotal.Add(float64(m.Samples))
-		}
-		o.lastStep.SetToCurrentTime()
-	case trainer.TrainLoss:
-		o.m.trainLoss.WithLabelValues(o.m.values(o.series)...).Set(m.Loss)
-	case trainer.EvalAccuracy:
-		o.m.evalAccuracy.WithLabelValues(o.m.values(o.series)...).Set(m.Accuracy)
-	case trainer.Epoch:
-		o.trainEpoch.Set(float64(m.Epoch))
 	case trainer.DeviceMemory:
 		o.m.deviceMemory.WithLabelValues(o.m.values(o.series, m.What)...).Set(float64(m.Bytes))
 	case trainer.TrainBatch:
@@ -183,11 +202,36 @@ func (o *metricsObserver) record(m trainer.Measurement) bool {
 	return true
 }
 
+// recordJob records a measurement of a training job's own families.
+func (o *metricsObserver) recordJob(m trainer.Measurement) {
+	switch m := m.(type) {
+	case trainer.PrefetchDisabled:
+		o.job.prefetchDisabled.Set(boolValue(m.Disabled))
+	case trainer.Stepped:
+		if validSeconds(m.Seconds) {
+			o.job.stepSeconds.Observe(m.Seconds)
+		}
+		if m.Samples > 0 {
+			o.job.samplesTotal.Add(float64(m.Samples))
+		}
+		o.job.lastStep.SetToCurrentTime()
+	case trainer.TrainLoss:
+		o.m.trainLoss.WithLabelValues(o.m.values(o.series)...).Set(m.Loss)
+	case trainer.EvalAccuracy:
+		o.m.evalAccuracy.WithLabelValues(o.m.values(o.series)...).Set(m.Accuracy)
+	case trainer.Epoch:
+		o.job.trainEpoch.Set(float64(m.Epoch))
+	}
+}
+
 // String names the observer's labels, for logs and test failures.
 func (o *metricsObserver) String() string {
 	s := "telemetry.Observer(device=" + strconv.Quote(o.series.Device) + ", worker=" + strconv.Quote(o.series.Worker)
 	if o.m.perTrial {
 		s += ", trial=" + strconv.Quote(o.series.Trial)
+	}
+	if o.m.perAgent {
+		s += ", agent=" + strconv.Quote(o.series.Agent)
 	}
 	return s + ")"
 }

@@ -1,10 +1,13 @@
 package telemetry
 
 import (
+	"errors"
 	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // A reinforcement-learning run's families, each with an agent label
@@ -71,8 +74,10 @@ type RLAgent struct {
 	Publishes, Syncs int64
 }
 
-// RLMetrics are a reinforcement-learning run's families.
+// RLMetrics are a reinforcement-learning run's families, and through
+// Observer the graph families of its agents' halves.
 type RLMetrics struct {
+	m                             *Metrics
 	agents, agentState            *prometheus.GaugeVec
 	episodes, restarts            *prometheus.CounterVec
 	publishes, syncs              *prometheus.CounterVec
@@ -88,9 +93,17 @@ type RLMetrics struct {
 	last   map[int][2]int64 // publishes, syncs as last told
 }
 
+// errNotAgentMetrics refuses RL on metrics whose graph families have no
+// agent label, where two agents' captures would add up in one series.
+var errNotAgentMetrics = errors.New("telemetry: a reinforcement-learning run's metrics are made with NewAgentMetrics")
+
 // RL registers a reinforcement-learning run's families on m's registry,
-// with every state in states at 0. Call it once per Metrics.
+// with every state in states at 0. Call it once per Metrics, made with
+// NewAgentMetrics.
 func (m *Metrics) RL(states []string) (*RLMetrics, error) {
+	if !m.perAgent {
+		return nil, errNotAgentMetrics
+	}
 	agent := []string{LabelAgent}
 	gauge := func(name, help string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, agent)
@@ -99,6 +112,7 @@ func (m *Metrics) RL(states []string) (*RLMetrics, error) {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, agent)
 	}
 	r := &RLMetrics{
+		m: m,
 		agents: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRLAgents,
 			Help: "Agents of the run by state (starting, running, succeeded, failed, interrupted)."}, []string{LabelState}),
 		agentState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRLAgentState,
@@ -190,4 +204,13 @@ func (r *RLMetrics) Set(s RLAgent) {
 	r.lag.WithLabelValues(a).Set(float64(s.Lag))
 	r.epsilon.WithLabelValues(a).Set(s.Epsilon)
 	r.loss.WithLabelValues(a).Set(s.Loss)
+}
+
+// Observer returns the observer of agent's half (RLActor or RLLearner) on
+// device: its captures, replays and fallbacks go to the graph families
+// (tolaria_graph_*) under the agent's labels, as a training job's do under
+// its own (see Metrics.SeriesObserver). Observers of the same half share
+// their series, so a half started again counts on.
+func (r *RLMetrics) Observer(agent int, half, device string) trainer.Observer {
+	return r.m.SeriesObserver(Series{Device: device, Worker: half, Agent: strconv.Itoa(agent)})
 }

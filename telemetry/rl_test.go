@@ -5,13 +5,16 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 var rlStates = []string{"starting", "running", "succeeded", "failed", "interrupted"}
 
 func newRL(t *testing.T) (*Metrics, *RLMetrics) {
 	t.Helper()
-	m := NewMetrics("test")
+	m := NewAgentMetrics("test")
 	r, err := m.RL(rlStates)
 	if err != nil {
 		t.Fatal(err)
@@ -219,5 +222,96 @@ func TestRLGreedyReturnAbsentBeforeAnEvaluation(t *testing.T) {
 	r.Set(RLAgent{Agent: 0, State: "running", MeanReturn: 30, EvalMeanReturn: 212.5, Evaluated: true})
 	if v, ok := greedy(); !ok || v != 212.5 {
 		t.Fatalf("greedy return %g (%v), want 212.5", v, ok)
+	}
+}
+
+// TestRLNeedsAgentMetrics: RL refuses metrics whose graph families have no
+// agent label.
+func TestRLNeedsAgentMetrics(t *testing.T) {
+	if _, err := NewMetrics("test").RL(rlStates); err == nil {
+		t.Error("RL on NewMetrics registered its families")
+	}
+}
+
+// TestRLHalvesFeedTheGraphFamilies: an agent's halves report captures,
+// replays and fallbacks into tolaria_graph_* under their agent and half,
+// two agents' series stay apart, and a half started again counts on; a
+// half feeds no training family (no step time, no last-step timestamp for
+// the stall alert).
+func TestRLHalvesFeedTheGraphFamilies(t *testing.T) {
+	m, r := newRL(t)
+	for agent := range 2 {
+		for range 2 { // a half started again shares its series
+			learner := r.Observer(agent, RLLearner, "cpu")
+			learner.Observe(trainer.Captured{Seconds: 0.01})
+			learner.Observe(trainer.Replayed{Seconds: 0.001})
+			learner.Observe(trainer.Fallback{Reason: graphs.ReasonCaptureFailed})
+			learner.Observe(trainer.Stepped{Seconds: 0.01, Samples: 64})
+			learner.Observe(trainer.Epoch{Epoch: 3})
+		}
+		actor := r.Observer(agent, RLActor, "cpu")
+		for range 3 + agent {
+			actor.Observe(trainer.Replayed{Seconds: 0.0001})
+		}
+		actor.Observe(trainer.Captured{Seconds: 0.002, Pooled: true})
+	}
+	fams := gather(t, m)
+	half := func(agent, worker string, extra ...string) map[string]string {
+		l := map[string]string{LabelAgent: agent, LabelWorker: worker, LabelDevice: "cpu"}
+		for i := 0; i+1 < len(extra); i += 2 {
+			l[extra[i]] = extra[i+1]
+		}
+		return l
+	}
+	for _, tt := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{MetricCapturesTotal, half("0", RLLearner, LabelPooled, "false"), 2},
+		{MetricCapturesTotal, half("1", RLActor, LabelPooled, "true"), 1},
+		{MetricCaptureSeconds, half("1", RLLearner), 2},
+		{MetricReplaysTotal, half("0", RLLearner), 2},
+		{MetricReplaysTotal, half("0", RLActor), 3},
+		{MetricReplaysTotal, half("1", RLActor), 4},
+		{MetricReplaySeconds, half("1", RLActor), 4},
+		{MetricFallbackTotal, half("1", RLLearner, LabelReason, graphs.ReasonCaptureFailed), 2},
+		{MetricFallbackTotal, half("1", RLActor, LabelReason, graphs.ReasonCaptureFailed), 0},
+		{MetricGraphEnabled, half("0", RLActor), 0},
+	} {
+		if got := value(t, fams, tt.name, tt.labels); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+	for _, name := range []string{MetricStepSeconds, MetricSamplesTotal, MetricTrainEpoch, MetricLastStepTimestamp,
+		MetricPrefetchDisabled, MetricStageCopySeconds} {
+		if n := len(fams[name].GetMetric()); n != 0 {
+			t.Errorf("%s has %d series from agents' halves, want none", name, n)
+		}
+	}
+	for name, mf := range fams {
+		if !strings.HasPrefix(name, "tolaria_graph_") {
+			continue
+		}
+		for _, metric := range mf.GetMetric() {
+			if l := labels(metric); l[LabelAgent] == "" || l[LabelWorker] == "" || l[LabelDevice] == "" {
+				t.Errorf("%s%v lacks its agent, worker or device", name, l)
+			}
+		}
+	}
+}
+
+// TestTrainingMetricsHaveNoAgentLabel: a run's and a sweep's series are
+// those they were before agents had graph series.
+func TestTrainingMetricsHaveNoAgentLabel(t *testing.T) {
+	for _, m := range []*Metrics{NewMetrics("test"), NewTrialMetrics("test")} {
+		exercise(m.SeriesObserver(Series{Device: "cpu", Worker: "0", Trial: "a", Agent: "ignored"}))
+		for name, mf := range gather(t, m) {
+			for _, metric := range mf.GetMetric() {
+				if _, ok := labels(metric)[LabelAgent]; ok {
+					t.Errorf("%s carries an agent label outside a reinforcement-learning run", name)
+				}
+			}
+		}
 	}
 }
