@@ -1221,6 +1221,18 @@ bool capturedEvent(Event *e) {
            e->capture->id == e->captureId;
 }
 
+// refuseCapturedEvent answers a host query of, wait for or timing of an
+// event last recorded in a capture still in progress: the call is refused
+// (CUDA_ERROR_CAPTURED_EVENT) and, as for cuStreamQuery on a capturing
+// stream, the capture is invalidated. An H100 with driver 580 did so when
+// another thread queried an event it had recorded into a relaxed-mode
+// capture: the capture's next call failed with
+// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. Call with the driver lock held.
+CUresult refuseCapturedEvent(Event *e) {
+    invalidate(e->capture, CUDA_ERROR_CAPTURED_EVENT);
+    return CUDA_ERROR_CAPTURED_EVENT;
+}
+
 EXPORT CUresult cuEventQuery(CUevent ev) {
     FAULT("cuEventQuery");
     NEED_CONTEXT();
@@ -1228,7 +1240,7 @@ EXPORT CUresult cuEventQuery(CUevent ev) {
     std::lock_guard<std::mutex> l(d.mu);
     auto *e = reinterpret_cast<Event *>(ev);
     if (!d.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
-    if (capturedEvent(e)) return CUDA_ERROR_CAPTURED_EVENT;
+    if (capturedEvent(e)) return refuseCapturedEvent(e);
     return eventComplete(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -1242,7 +1254,7 @@ EXPORT CUresult cuEventSynchronize(CUevent ev) {
         std::lock_guard<std::mutex> l(d.mu);
         auto *e = reinterpret_cast<Event *>(ev);
         if (!d.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
-        if (capturedEvent(e)) return CUDA_ERROR_CAPTURED_EVENT;
+        if (capturedEvent(e)) return refuseCapturedEvent(e);
         if (!e->recorded) return CUDA_SUCCESS;
         s = e->stream;
         t = e->ticket;
@@ -1260,7 +1272,8 @@ EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
     if (!ms) return CUDA_ERROR_INVALID_VALUE;
     if (!d.events.count(a) || !d.events.count(b)) return CUDA_ERROR_INVALID_HANDLE;
     if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
-    if (capturedEvent(a) || capturedEvent(b)) return CUDA_ERROR_CAPTURED_EVENT;
+    if (capturedEvent(a)) return refuseCapturedEvent(a);
+    if (capturedEvent(b)) return refuseCapturedEvent(b);
     if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
     if (!eventComplete(a) || !eventComplete(b)) return CUDA_ERROR_NOT_READY;
     *ms = std::chrono::duration<float, std::milli>(b->stamp->at - a->stamp->at).count();

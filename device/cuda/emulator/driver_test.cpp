@@ -243,13 +243,18 @@ void testCaptureEvents() {
     OK(cuGraphDestroy(g));
     OK(cuEventDestroy_v2(never));
 
-    // A captured event cannot be queried or waited for by the host.
+    // A captured event cannot be queried or waited for by the host, and
+    // asking invalidates its capture.
     OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
     OK(launchFill(s, x, N, 1.0f));
     OK(cuEventRecord(fork, s));
     EXPECT(cuEventQuery(fork), CUDA_ERROR_CAPTURED_EVENT);
     EXPECT(cuEventSynchronize(fork), CUDA_ERROR_CAPTURED_EVENT);
+    EXPECT(launchFill(s, x, N, 1.0f), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
     // Waiting on an event recorded outside the capture crosses its boundary.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(launchFill(s, x, N, 1.0f));
     EXPECT(cuStreamWaitEvent(s, outside, 0), CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
     EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
 
