@@ -31,8 +31,8 @@ type SequenceKernels interface {
 	EmbeddingGrad(n, vocab, dim int, ids, dy, dtable Buffer) error
 
 	// LayerNorm normalises each row of x (rows×cols) with its own
-	// statistics: the mean and then the biased variance around it, each
-	// summed in double in column order; stats (2·rows) receives the means,
+	// statistics: the mean and then the biased variance around that
+	// (double) mean, each summed in double in column order; stats (2·rows) receives the means,
 	// then invstd = 1/sqrt(var+eps), each rounded to float32; xhat =
 	// (x-mean)·invstd and y = gamma·xhat + beta in float32 from the stored
 	// statistics, params (2·cols) holding gamma then beta. y and xhat may
@@ -42,7 +42,9 @@ type SequenceKernels interface {
 	// dgamma = Σ_rows dy·xhat, then dbeta = Σ_rows dy, column sums in double
 	// in row order) from dy and the forward pass's xhat, stats and params:
 	// with g = gamma·dy, dx = invstd·(g - mean_cols(g) - xhat·mean_cols(g·xhat)),
-	// the row means summed in double in column order.
+	// the row means summed in double in column order, every product and
+	// the difference in double, dx rounded to float32 once. dx may not
+	// overlap dy or xhat.
 	LayerNormGrad(rows, cols int, dy, xhat, params, stats, dx, dparams Buffer) error
 
 	// SplitHeads writes y (batch×heads×seq×size) from x (batch×seq×width,
@@ -59,10 +61,11 @@ type SequenceKernels interface {
 	BatchedGemm(transA, transB bool, count, m, n, k int, alpha float32, a Buffer, strideA int, b Buffer, strideB int,
 		beta float32, c Buffer, strideC int) error
 	// CausalSoftmax writes y (groups×seq×seq) from the score matrices x:
-	// row t of group g is softmax over j <= t of scale·x[g, t, j] (the
-	// maximum subtracted first, the exponentials summed in double in
-	// increasing j), and 0 for j > t, so position t attends to itself and
-	// the positions before it. x may be y.
+	// row t of group g is softmax over j <= t of scale·x[g, t, j], computed
+	// as exp(scale·(x - max)) in double with max the row's largest x over
+	// j <= t, the exponentials summed in double in increasing j and y
+	// rounded to float32 once; 0 for j > t, so position t attends to itself
+	// and the positions before it. x may be y (the same view).
 	CausalSoftmax(groups, seq int, scale float32, x, y Buffer) error
 	// CausalSoftmaxGrad writes dx, the gradient of CausalSoftmax's input
 	// from its output y and dy: for j <= t, dx[g, t, j] = scale·y·(dy -
