@@ -43,8 +43,7 @@ type SequenceKernels interface {
 	// in row order) from dy and the forward pass's xhat, stats and params:
 	// with g = gamma·dy, dx = invstd·(g - mean_cols(g) - xhat·mean_cols(g·xhat)),
 	// the row means summed in double in column order, every product and
-	// the difference in double, dx rounded to float32 once. dx may not
-	// overlap dy or xhat.
+	// the difference in double, dx rounded to float32 once.
 	LayerNormGrad(rows, cols int, dy, xhat, params, stats, dx, dparams Buffer) error
 
 	// SplitHeads writes y (batch×heads×seq×size) from x (batch×seq×width,
