@@ -182,8 +182,9 @@ func (r *Metrics) budgetParked(device string) {
 }
 
 // ServeRLMetrics is ServeMetrics for a reinforcement-learning run: the
-// run's own families (RLMetrics) on the registry; "" serves nothing and
-// returns no RLMetrics.
+// run's own families (RLMetrics) on the registry, and the graph families
+// of its agents' halves with an agent label (telemetry.NewAgentMetrics);
+// "" serves nothing and returns no RLMetrics.
 func ServeRLMetrics(ctx context.Context, addr, version string, log *slog.Logger) (*Metrics, *telemetry.RLMetrics, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -191,7 +192,8 @@ func ServeRLMetrics(ctx context.Context, addr, version string, log *slog.Logger)
 	if addr == "" {
 		return &Metrics{log: log}, nil, nil
 	}
-	r := &Metrics{m: telemetry.NewMetrics(version), log: log}
+	// The graph families carry the agent, as the run's own do.
+	r := &Metrics{m: telemetry.NewAgentMetrics(version), log: log}
 	rl, err := r.m.RL([]string{AgentStarting, AgentRunning, AgentSucceeded, AgentFailed, AgentInterrupted})
 	if err != nil {
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +39,20 @@ const (
 	// return of 475 over 100 consecutive episodes.
 	SolvedReturn   = telemetry.RLSolvedReturn
 	SolvedEpisodes = 100
+)
+
+// Event kinds of an agent's events.jsonl, which is written through
+// telemetry.EventLog as a training run's is (time, kind, fields; every
+// event's fields name its agent). Its halves add the graph events a
+// training run writes, trainer.EventCapture and trainer.EventFallback,
+// with their role and graph among the fields.
+const (
+	EventAgentStart   = trainer.EventStart // the agent starts or resumes
+	EventWorker       = "worker"           // a half's worker said hello
+	EventEpisode      = "episode"          // the actor finished an episode
+	EventEval         = "eval"             // a greedy evaluation
+	EventActorRestart = "actor_restart"    // the actor failed and is started again
+	EventAgentEnd     = "end"              // the agent ended, with its state
 )
 
 // Agent states.
@@ -354,7 +369,7 @@ type agentRun struct {
 	i       int
 	dir     string
 	mem     *shm.Memory
-	events  *os.File
+	events  *telemetry.EventLog
 	started time.Time
 	// earlier is the seconds the agent ran in the runs this one resumes.
 	earlier float64
@@ -431,7 +446,7 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 		}
 	}
 	var err error
-	if a.events, err = os.OpenFile(filepath.Join(dir, EventsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
+	if a.events, err = telemetry.CreateEventLog(filepath.Join(dir, EventsFile)); err != nil {
 		return a.fail(err)
 	}
 	defer a.events.Close()
@@ -442,7 +457,7 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 		r.log.Warn("agent has no checkpoint to resume from; it starts again from step 0", "agent", i, "earlier_events", earlier)
 	}
 	defer a.mem.Close()
-	start := map[string]any{"event": "start", "resume": resume, "env_steps": a.mem.Appended(), "epoch": a.mem.Epoch()}
+	start := map[string]any{"resume": resume, "env_steps": a.mem.Appended(), "epoch": a.mem.Epoch()}
 	if earlier != "" {
 		start["earlier_events"] = filepath.Base(earlier)
 	}
@@ -454,7 +469,7 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 				i, filepath.Join(dir, ReplayFile), plan.ckStep, r.req.Config.LearningStarts, a.mem.Appended()))
 		}
 	}
-	a.event(start)
+	a.event(EventAgentStart, start)
 	a.update(func(st *AgentStatus) { st.State = AgentRunning })
 
 	var wg sync.WaitGroup
@@ -499,7 +514,7 @@ func (r *RLRun) agent(ctx context.Context, i int) (AgentStatus, error) {
 		// Nothing to resume: a buffer saved by an earlier stop is stale.
 		_ = os.Remove(filepath.Join(dir, ReplayFile))
 	}
-	a.event(map[string]any{"event": "end", "state": st.State, "reason": st.Reason, "env_steps": st.EnvSteps, "learner_steps": st.LearnerSteps})
+	a.event(EventAgentEnd, map[string]any{"state": st.State, "reason": st.Reason, "env_steps": st.EnvSteps, "learner_steps": st.LearnerSteps})
 	if err := writeJSON(filepath.Join(dir, SummaryFile), st); err != nil {
 		return st, err
 	}
@@ -582,7 +597,7 @@ func (a *agentRun) actor(ctx context.Context) error {
 			return fmt.Errorf("actor failed %d times (--actor-restarts %d); last: %w", attempt, a.r.req.ActorRestarts, err)
 		}
 		a.r.log.Warn("actor failed; starting it again", "agent", a.i, "attempt", attempt, "err", err)
-		a.event(map[string]any{"event": "actor_restart", "attempt": attempt + 1, "reason": err.Error(), "env_steps": a.mem.Appended()})
+		a.event(EventActorRestart, map[string]any{"attempt": attempt + 1, "reason": err.Error(), "env_steps": a.mem.Appended()})
 		a.update(func(st *AgentStatus) { st.ActorRestarts++ })
 		if m := a.r.req.Metrics; m != nil {
 			m.ActorRestarted(a.i)
@@ -608,13 +623,41 @@ func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt i
 	}
 	j := jobserver.RLJob{Role: role, Agent: a.i, Config: req.Config, Memory: a.mem.Path(), Dir: a.dir, Resume: resume,
 		Graphs: req.Graphs, MaxLead: req.MaxLead, Threads: req.Threads}
+	obs := a.halfObserver(role, dev)
 	_, res, err := jobserver.RL(ctx, &hookHello{Transport: t, hello: func(h worker.Hello) {
-		a.event(map[string]any{"event": "worker", "role": role, "pid": h.PID, "device": h.Device, "attempt": attempt})
-	}}, dev, j, func(p jobserver.RLProgress) { a.progress(p, attempt) })
+		a.event(EventWorker, map[string]any{"role": role, "pid": h.PID, "device": h.Device, "attempt": attempt})
+	}}, dev, j, func(p jobserver.RLProgress) { a.progress(p, attempt) }, obs)
 	if err != nil {
 		return res, fmt.Errorf("%s (attempt %d): %w (worker log %s)", role, attempt, err, logPath)
 	}
 	return res, nil
+}
+
+// halfObserver is where the measurements of the agent's half role (on
+// device dev) go: its events to the agent's events log, named by agent
+// and role, and its graph activity to the run's metrics when they are
+// served.
+func (a *agentRun) halfObserver(role, dev string) trainer.Observer {
+	events := trainer.ObserverFunc(func(m trainer.Measurement) {
+		e, ok := m.(trainer.Event)
+		if !ok {
+			return
+		}
+		fields := make(map[string]any, len(e.Fields)+2)
+		maps.Copy(fields, e.Fields)
+		fields["agent"], fields["role"] = a.i, role
+		e.Fields = fields
+		_ = a.events.Write(e)
+	})
+	m := a.r.req.Metrics
+	if m == nil {
+		return events
+	}
+	half := telemetry.RLLearner
+	if role == jobserver.RoleActor {
+		half = telemetry.RLActor
+	}
+	return trainer.Tee(events, m.Observer(a.i, half, dev))
 }
 
 // hookHello tells a function the worker's hello.
@@ -637,11 +680,11 @@ func (h *hookHello) Call(ctx context.Context, req worker.Request, sink worker.Si
 // progress takes in a report of attempt of an actor or a learner.
 func (a *agentRun) progress(p jobserver.RLProgress, attempt int) {
 	for _, e := range p.Episodes {
-		a.event(map[string]any{"event": "episode", "return": e.Return, "length": e.Length, "env_steps": e.EnvSteps})
+		a.event(EventEpisode, map[string]any{"return": e.Return, "length": e.Length, "env_steps": e.EnvSteps})
 		a.addEpisode(e, true)
 	}
 	for _, e := range p.Evals {
-		a.event(map[string]any{"event": "eval", "mean_return": e.MeanReturn, "episodes": e.Episodes, "env_steps": e.EnvSteps,
+		a.event(EventEval, map[string]any{"mean_return": e.MeanReturn, "episodes": e.Episodes, "env_steps": e.EnvSteps,
 			"version": e.Version, "seconds": e.Seconds})
 		a.addEval(e)
 	}
@@ -760,17 +803,11 @@ func (a *agentRun) fail(err error) (AgentStatus, error) {
 	return a.status(), err
 }
 
-// event appends one line to the agent's events.jsonl.
-func (a *agentRun) event(e map[string]any) {
-	e["time"] = time.Now().UTC().Format(time.RFC3339Nano)
-	e["agent"] = a.i
-	line, err := json.Marshal(e)
-	if err != nil {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, _ = a.events.Write(append(line, '\n'))
+// event appends an event of kind to the agent's events.jsonl. A write
+// error is kept by the log and does not stop the agent.
+func (a *agentRun) event(kind string, fields map[string]any) {
+	fields["agent"] = a.i
+	_ = a.events.Write(trainer.Event{Kind: kind, Fields: fields})
 }
 
 func readAgentSummary(dir string) (AgentStatus, bool) {
@@ -794,9 +831,10 @@ func writeJSON(path string, v any) error {
 // events: the environment step it ended at and its return.
 func ReadRLEpisodes(runDir string, i int) ([]dqn.EpisodeRecord, error) {
 	var out []dqn.EpisodeRecord
-	err := readRLEvents(runDir, i, func(e rlEventLine) {
-		if e.Event == "episode" {
-			out = append(out, dqn.EpisodeRecord{Return: e.Return, Length: e.Length, EnvSteps: e.EnvSteps})
+	err := readRLEvents(runDir, i, func(e trainer.Event) {
+		if e.Kind == EventEpisode {
+			f := eventFields(e.Fields)
+			out = append(out, dqn.EpisodeRecord{Return: f.float("return"), Length: f.int("length"), EnvSteps: f.int("env_steps")})
 		}
 	})
 	return out, err
@@ -806,39 +844,66 @@ func ReadRLEpisodes(runDir string, i int) ([]dqn.EpisodeRecord, error) {
 // events.
 func ReadRLEvals(runDir string, i int) ([]jobserver.RLEval, error) {
 	var out []jobserver.RLEval
-	err := readRLEvents(runDir, i, func(e rlEventLine) {
-		if e.Event == "eval" {
-			out = append(out, jobserver.RLEval{EnvSteps: e.EnvSteps, Version: e.Version, MeanReturn: e.MeanReturn,
-				Episodes: e.Episodes, Seconds: e.Seconds})
+	err := readRLEvents(runDir, i, func(e trainer.Event) {
+		if e.Kind == EventEval {
+			f := eventFields(e.Fields)
+			out = append(out, jobserver.RLEval{EnvSteps: f.int("env_steps"), Version: uint64(f.int("version")),
+				MeanReturn: f.float("mean_return"), Episodes: f.int("episodes"), Seconds: f.float("seconds")})
 		}
 	})
 	return out, err
 }
 
-// rlEventLine is what the readers take from a line of an agent's events.
-type rlEventLine struct {
-	Event      string  `json:"event"`
-	Return     float64 `json:"return"`
-	Length     int     `json:"length"`
-	EnvSteps   int     `json:"env_steps"`
-	MeanReturn float64 `json:"mean_return"`
-	Episodes   int     `json:"episodes"`
-	Version    uint64  `json:"version"`
-	Seconds    float64 `json:"seconds"`
+// fields reads an event's numbers, which JSON gives back as float64.
+type eventFields map[string]any
+
+func (f eventFields) float(k string) float64 {
+	v, _ := f[k].(float64)
+	return v
 }
 
-func readRLEvents(runDir string, i int, each func(rlEventLine)) error {
+func (f eventFields) int(k string) int { return int(f.float(k)) }
+
+// readRLEvents calls each for every event of agent i's events.jsonl. A
+// line that is no event (a torn last line) is skipped.
+func readRLEvents(runDir string, i int, each func(trainer.Event)) error {
 	f, err := os.Open(filepath.Join(AgentDir(runDir, i), EventsFile))
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20) // a failed capture's event carries its error
 	for sc.Scan() {
-		var e rlEventLine
-		if json.Unmarshal(sc.Bytes(), &e) == nil {
+		if e, ok := decodeRLEvent(sc.Bytes()); ok {
 			each(e)
 		}
 	}
 	return sc.Err()
+}
+
+// decodeRLEvent decodes a line of an agent's events: an event of the
+// events log, or a line as agents wrote them before they used its schema
+// (the kind under "event", the fields beside it), which a run begun by an
+// earlier tolaria holds when this one resumes it.
+func decodeRLEvent(line []byte) (trainer.Event, bool) {
+	if e, err := telemetry.DecodeEvent(line); err == nil {
+		return e, true
+	}
+	var flat map[string]any
+	if json.Unmarshal(line, &flat) != nil {
+		return trainer.Event{}, false
+	}
+	kind, ok := flat["event"].(string)
+	if !ok {
+		return trainer.Event{}, false
+	}
+	e := trainer.Event{Kind: kind}
+	if ts, ok := flat["time"].(string); ok {
+		e.Time, _ = time.Parse(time.RFC3339Nano, ts)
+	}
+	delete(flat, "event")
+	delete(flat, "time")
+	e.Fields = flat
+	return e, true
 }

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,7 +44,8 @@ func rlRequest(t *testing.T) RLRequest {
 // the memory files are removed, and a finished run is not resumed.
 func TestRLRunsAgentsInWorkers(t *testing.T) {
 	req := rlRequest(t)
-	m, err := telemetry.NewMetrics("test").RL([]string{AgentStarting, AgentRunning, AgentSucceeded, AgentFailed, AgentInterrupted})
+	metrics := telemetry.NewAgentMetrics("test")
+	m, err := metrics.RL([]string{AgentStarting, AgentRunning, AgentSucceeded, AgentFailed, AgentInterrupted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,9 @@ func TestRLRunsAgentsInWorkers(t *testing.T) {
 		if reports[i] < 3 {
 			t.Errorf("agent %d: %d reports", i, reports[i])
 		}
+		checkAgentEvents(t, req.Dir, i)
 	}
+	checkAgentGraphSeries(t, metrics, len(sum.Agents))
 	if left, _ := filepath.Glob(filepath.Join(shm.Dir, fmt.Sprintf("tolaria-rl-%d-*", os.Getpid()))); len(left) > 0 {
 		t.Errorf("memory files left: %v", left)
 	}
@@ -388,9 +390,8 @@ func TestRLResumeNeverThrowsProgressAway(t *testing.T) {
 	}
 	var start map[string]any
 	for _, line := range strings.Split(string(readFile(t, filepath.Join(AgentDir(req.Dir, 0), EventsFile))), "\n") {
-		var e map[string]any
-		if json.Unmarshal([]byte(line), &e) == nil && e["event"] == "start" {
-			start = e
+		if e, err := telemetry.DecodeEvent([]byte(line)); err == nil && e.Kind == EventAgentStart {
+			start = e.Fields
 		}
 	}
 	if start["resume"] != true || start["buffer"] == nil || start["learner_step"] != float64(ck0.Step) ||
@@ -424,5 +425,76 @@ func writeFile(t *testing.T, path string, raw []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkAgentEvents: agent i's events.jsonl is an events log as a training
+// run writes it, every line of it, with the agent's own kinds and the
+// capture events of both its halves.
+func checkAgentEvents(t *testing.T, runDir string, i int) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(AgentDir(runDir, i), EventsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	kinds := map[string]int{}
+	captures := map[string]int{}
+	err = telemetry.ReadEvents(f, func(e trainer.Event) {
+		kinds[e.Kind]++
+		if e.Fields["agent"] != float64(i) {
+			t.Errorf("agent %d: a %s event of agent %v", i, e.Kind, e.Fields["agent"])
+		}
+		if e.Kind == trainer.EventCapture {
+			captures[fmt.Sprint(e.Fields["role"], "/", e.Fields["graph"])]++
+		}
+	})
+	if err != nil {
+		t.Errorf("agent %d's events do not read as an events log: %v", i, err)
+	}
+	for _, kind := range []string{EventAgentStart, EventWorker, EventEpisode, EventEval, EventAgentEnd, trainer.EventCapture} {
+		if kinds[kind] == 0 {
+			t.Errorf("agent %d's events have no %s event: %v", i, kind, kinds)
+		}
+	}
+	for _, g := range []string{"learner/" + dqn.GraphLearner, "actor/" + dqn.GraphPolicy, "actor/" + dqn.GraphEval} {
+		if captures[g] == 0 {
+			t.Errorf("agent %d's events have no capture of %s: %v", i, g, captures)
+		}
+	}
+}
+
+// checkAgentGraphSeries: each agent's halves reported their captures and
+// replays into the graph families, under the agent and the half, and no
+// step fell back.
+func checkAgentGraphSeries(t *testing.T, m *telemetry.Metrics, agents int) {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{} // family agent half [reason]
+	for _, mf := range mfs {
+		for _, metric := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range metric.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			key := strings.Join([]string{mf.GetName(), l[telemetry.LabelAgent], l[telemetry.LabelWorker]}, " ")
+			got[key] += metric.GetCounter().GetValue()
+		}
+	}
+	for i := range agents {
+		for _, half := range []string{telemetry.RLLearner, telemetry.RLActor} {
+			key := func(name string) string { return fmt.Sprintf("%s %d %s", name, i, half) }
+			if got[key(telemetry.MetricCapturesTotal)] == 0 || got[key(telemetry.MetricReplaysTotal)] == 0 {
+				t.Errorf("agent %d %s: %s = %v, %s = %v; want captures and replays", i, half,
+					telemetry.MetricCapturesTotal, got[key(telemetry.MetricCapturesTotal)],
+					telemetry.MetricReplaysTotal, got[key(telemetry.MetricReplaysTotal)])
+			}
+			if v, ok := got[key(telemetry.MetricFallbackTotal)]; !ok || v != 0 {
+				t.Errorf("agent %d %s: %s = %v (present %v), want 0", i, half, telemetry.MetricFallbackTotal, v, ok)
+			}
+		}
 	}
 }

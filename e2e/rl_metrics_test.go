@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/telemetry/infragen"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // rlSteps is each agent's environment steps in TestPrometheusScrapesRL: a
@@ -33,8 +35,10 @@ type rlAgentSummary struct {
 // TestPrometheusScrapesRL: a real Prometheus scrapes `tolaria rl` with two
 // agents to the end and, in the --metrics-linger after it, holds every RL
 // family for both agents with the run's final figures (those of
-// summary.json), no RL alert is active, and every query of the dashboard's
-// Reinforcement learning row returns numbers.
+// summary.json), the graph families for each agent's actor and learner
+// (captures and replays, no fallback), no RL alert is active, every query
+// of the dashboard's Reinforcement learning row returns numbers, and each
+// agent's events.jsonl reads as a training run's events log.
 func TestPrometheusScrapesRL(t *testing.T) {
 	dir := t.TempDir()
 	run := filepath.Join(dir, "run")
@@ -128,6 +132,10 @@ func TestPrometheusScrapesRL(t *testing.T) {
 			}
 		}
 	}
+	checkRLGraphSeries(t, prom, len(summary.Agents))
+	for i := range summary.Agents {
+		checkRLEventsLog(t, run, i)
+	}
 	for st, want := range map[string]float64{"succeeded": 2, "running": 0, "failed": 0} {
 		r := prom.query(fmt.Sprintf(`%s{state=%q}`, telemetry.MetricRLAgents, st))
 		if len(r) != 1 || r[0].float() != want {
@@ -165,5 +173,61 @@ func TestPrometheusScrapesRL(t *testing.T) {
 	}
 	if n == 0 {
 		t.Errorf("the dashboard has no %s row", infragen.RLRowTitle)
+	}
+}
+
+// checkRLGraphSeries: Prometheus holds the graph families of each agent's
+// actor and learner, told apart by the agent and worker labels, with
+// captures and replays and every fallback reason at 0.
+func checkRLGraphSeries(t *testing.T, prom *prometheus, agents int) {
+	t.Helper()
+	byHalf := func(expr string) map[string]float64 {
+		got := map[string]float64{}
+		for _, s := range prom.query(expr) {
+			got[s.Metric[telemetry.LabelAgent]+"/"+s.Metric[telemetry.LabelWorker]] = s.float()
+		}
+		return got
+	}
+	captures := byHalf(fmt.Sprintf("sum by (%s, %s) (%s)", telemetry.LabelAgent, telemetry.LabelWorker, telemetry.MetricCapturesTotal))
+	replays := byHalf(telemetry.MetricReplaysTotal)
+	timed := byHalf(telemetry.MetricReplaySeconds + "_count")
+	fallbacks := byHalf(fmt.Sprintf("sum by (%s, %s) (%s)", telemetry.LabelAgent, telemetry.LabelWorker, telemetry.MetricFallbackTotal))
+	for i := range agents {
+		for _, half := range []string{telemetry.RLActor, telemetry.RLLearner} {
+			k := fmt.Sprintf("%d/%s", i, half)
+			if captures[k] <= 0 || replays[k] <= 0 || timed[k] <= 0 {
+				t.Errorf("agent %d %s: captures %v, replays %v (timed %v); want both above 0", i, half, captures[k], replays[k], timed[k])
+			}
+			if v, ok := fallbacks[k]; !ok || v != 0 {
+				t.Errorf("agent %d %s: %s = %v (present %v), want 0", i, half, telemetry.MetricFallbackTotal, v, ok)
+			}
+		}
+	}
+	for _, name := range []string{telemetry.MetricLastStepTimestamp, telemetry.MetricTrainEpoch} {
+		if r := prom.query(name); len(r) != 0 {
+			t.Errorf("%s has series in a reinforcement-learning run: %v", name, r)
+		}
+	}
+}
+
+// checkRLEventsLog: agent i's events.jsonl reads, every line of it, with
+// the reader of a training run's events log, and holds the agent's
+// episodes and its halves' captures.
+func checkRLEventsLog(t *testing.T, runDir string, i int) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(coordinator.AgentDir(runDir, i), coordinator.EventsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	kinds := map[string]int{}
+	if err := telemetry.ReadEvents(f, func(e trainer.Event) { kinds[e.Kind]++ }); err != nil {
+		t.Errorf("agent %d's events.jsonl is not an events log: %v", i, err)
+	}
+	for _, kind := range []string{coordinator.EventAgentStart, coordinator.EventWorker, coordinator.EventEpisode,
+		coordinator.EventAgentEnd, trainer.EventCapture} {
+		if kinds[kind] == 0 {
+			t.Errorf("agent %d's events.jsonl has no %s event: %v", i, kind, kinds)
+		}
 	}
 }

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// rlEvent is a line of an agent's events.jsonl.
+// rlEvent is an event of an agent's events.jsonl: its kind (Event) and
+// the fields the tests read.
 type rlEvent struct {
-	Event    string  `json:"event"`
+	Event    string  `json:"-"`
 	Role     string  `json:"role"`
 	PID      int     `json:"pid"`
 	Device   string  `json:"device"`
@@ -28,6 +30,8 @@ type rlEvent struct {
 	State    string  `json:"state"`
 }
 
+// rlEvents reads an agent's events.jsonl as the events log it is (a line
+// torn by a killed coordinator is skipped).
 func rlEvents(runDir string, agent int) []rlEvent {
 	f, err := os.Open(filepath.Join(coordinator.AgentDir(runDir, agent), coordinator.EventsFile))
 	if err != nil {
@@ -36,10 +40,19 @@ func rlEvents(runDir string, agent int) []rlEvent {
 	defer f.Close()
 	var out []rlEvent
 	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
-		var e rlEvent
-		if json.Unmarshal(sc.Bytes(), &e) == nil {
-			out = append(out, e)
+		e, err := telemetry.DecodeEvent(sc.Bytes())
+		if err != nil {
+			continue
+		}
+		raw, err := json.Marshal(e.Fields)
+		if err != nil {
+			continue
+		}
+		r := rlEvent{Event: e.Kind}
+		if json.Unmarshal(raw, &r) == nil {
+			out = append(out, r)
 		}
 	}
 	return out

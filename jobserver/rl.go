@@ -106,13 +106,15 @@ type RLResult struct {
 }
 
 // RL runs one half of an agent through t on the named device;
-// progress, when set, hears its reports.
-func RL(ctx context.Context, t worker.Transport, deviceName string, j RLJob, progress func(RLProgress)) (worker.Hello, RLResult, error) {
+// progress, when set, hears its reports, and obs, when set, the half's
+// graph activity (captures, replays, fallbacks and their events) as the
+// trainer's measurements.
+func RL(ctx context.Context, t worker.Transport, deviceName string, j RLJob, progress func(RLProgress), obs trainer.Observer) (worker.Hello, RLResult, error) {
 	body, err := json.Marshal(j)
 	if err != nil {
 		return worker.Hello{}, RLResult{}, fmt.Errorf("worker: encoding the %s's job: %w", j.Role, err)
 	}
-	sink := worker.Sink{}
+	sink := Sink{Observer: obs}.raw()
 	if progress != nil {
 		sink.Progress = func(body json.RawMessage) error {
 			var p RLProgress
@@ -160,6 +162,9 @@ func serveRL(ctx context.Context, conn *worker.Conn, j RLJob, dev device.Device,
 	}
 	defer mem.Close()
 	shared := &dqn.Shared{Pool: cfg.Shared.Pool(), Guard: cfg.Shared.Guard()}
+	// The graph activity crosses as a training job's does: one observe
+	// message per measurement.
+	obs := remoteObserver{conn}
 	res := RLResult{Role: j.Role}
 	rep := &rlReporter{conn: conn, mem: mem, cfg: c, role: j.Role, now: make(chan struct{}, 1)}
 	var half rlHalf
@@ -167,10 +172,10 @@ func serveRL(ctx context.Context, conn *worker.Conn, j RLJob, dev device.Device,
 	var learner *dqn.Learner
 	if j.Role == RoleActor {
 		actor, err = dqn.NewActor(dev, shared, mem, c, j.Agent, dqn.ActorOptions{Graphs: j.Graphs, MaxLead: j.MaxLead,
-			OnEpisode: rep.episode, OnEval: rep.eval})
+			OnEpisode: rep.episode, OnEval: rep.eval, Observer: obs})
 		half, rep.actor = actor, actor
 	} else {
-		learner, err = dqn.NewLearner(dev, shared, mem, c, j.Agent, dqn.LearnerOptions{Graphs: j.Graphs, Logger: cfg.Logger})
+		learner, err = dqn.NewLearner(dev, shared, mem, c, j.Agent, dqn.LearnerOptions{Graphs: j.Graphs, Logger: cfg.Logger, Observer: obs})
 		half, rep.learner = learner, learner
 		if err == nil && j.Resume {
 			err = learner.Restore(filepath.Join(j.Dir, trainer.CheckpointFile), j.Agent)

@@ -12,6 +12,7 @@ import (
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/rl/env"
 	"github.com/tolaria-ml/tolaria/rl/shm"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // ActorOptions are the actor's runtime choices beyond Config.
@@ -28,6 +29,11 @@ type ActorOptions struct {
 	// OnEval, when set, is told every greedy evaluation (every
 	// EvalInterval environment steps; see Evaluator).
 	OnEval func(EvalResult)
+	// Observer, when set, is told the graph activity of the policy
+	// (GraphPolicy) and of the evaluator (GraphEval) as a training run
+	// reports its own: captures, replays, fallbacks and their events.
+	// It is called from the goroutine that runs the actor.
+	Observer trainer.Observer
 }
 
 // Actor plays one agent's vector of environments with its local copy of
@@ -87,7 +93,8 @@ func NewActor(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, ag
 		rng:     rand.New(rand.NewPCG(seed, 0x6163746f72^steps)), // "actor"
 		actions: make([]int, cfg.NumEnvs), next: make([]float32, cfg.NumEnvs*spec.Inputs),
 		out: make([]env.Transition, cfg.NumEnvs)}
-	if a.pol, err = newGreedy(dev, shared, "dqn actor", spec, cfg.NumEnvs, device.Buffer{}); err != nil {
+	if a.pol, err = newGreedy(dev, shared, "dqn actor", spec, cfg.NumEnvs, device.Buffer{},
+		newGraphReport(opts.Observer, shared.Pool, GraphPolicy, true)); err != nil {
 		return nil, err
 	}
 	if a.wHost, err = dev.AllocHost(spec.ParamCount()); err != nil {
@@ -97,7 +104,7 @@ func NewActor(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, ag
 		// The next multiple of the interval: an actor that takes over
 		// an agent keeps its predecessors' evaluation steps.
 		a.evalAt = (a.steps/cfg.EvalInterval + 1) * cfg.EvalInterval
-		if a.eval, err = NewEvaluator(dev, shared, cfg, agent, a.pol.params, opts.Graphs); err != nil {
+		if a.eval, err = NewEvaluator(dev, shared, cfg, agent, a.pol.params, opts.Graphs, opts.Observer); err != nil {
 			return nil, errors.Join(err, a.Close())
 		}
 	}

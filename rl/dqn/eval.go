@@ -10,6 +10,7 @@ import (
 	"github.com/tolaria-ml/tolaria/graphs"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/rl/env"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // EpisodeRecord is one finished episode of an agent.
@@ -61,8 +62,9 @@ func evalSeeds(cfg Config, agent, n int) []uint64 {
 
 // NewEvaluator makes agent's evaluator of cfg.EvalEpisodes episodes over
 // params, a parameter vector of cfg's network on dev. With useGraphs,
-// Capture captures its forward pass.
-func NewEvaluator(dev device.Device, shared *Shared, cfg Config, agent int, params device.Buffer, useGraphs bool) (*Evaluator, error) {
+// Capture captures its forward pass. obs, when not nil, is told its
+// captures, replays and fallbacks (the graph GraphEval).
+func NewEvaluator(dev device.Device, shared *Shared, cfg Config, agent int, params device.Buffer, useGraphs bool, obs trainer.Observer) (*Evaluator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -83,7 +85,7 @@ func NewEvaluator(dev device.Device, shared *Shared, cfg Config, agent int, para
 	for range n {
 		e.envs = append(e.envs, f())
 	}
-	if e.pol, err = newGreedy(dev, shared, "dqn eval", spec, n, params); err != nil {
+	if e.pol, err = newGreedy(dev, shared, "dqn eval", spec, n, params, newGraphReport(obs, shared.Pool, GraphEval, false)); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -91,7 +93,7 @@ func NewEvaluator(dev device.Device, shared *Shared, cfg Config, agent int, para
 
 // Capture captures the forward pass, when graphs are on. Like the
 // actor's, call it while no other device work of the process is in
-// flight. A failed capture leaves the evaluation eager.
+// flight. A failed capture leaves the evaluation eager (and is reported).
 func (e *Evaluator) Capture() error {
 	if !e.graphs {
 		return nil

@@ -51,7 +51,7 @@ func evaluate(t *testing.T, dev device.Device, cfg Config, params []float32, use
 	must(t, dev.Upload(buf, params))
 	shared := NewShared()
 	defer shared.Pool.Close()
-	ev, err := NewEvaluator(dev, shared, cfg, 0, buf, useGraphs)
+	ev, err := NewEvaluator(dev, shared, cfg, 0, buf, useGraphs, nil)
 	must(t, err)
 	defer func() { must(t, ev.Close()) }()
 	must(t, ev.Capture())

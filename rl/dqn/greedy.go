@@ -17,6 +17,8 @@ import (
 type greedy struct {
 	dev    device.Device
 	params device.Buffer // the weights the forward pass reads
+	report *graphReport
+	timer  *replayTimer // from the first capture on
 
 	lease   *graphs.Lease
 	engine  *graphs.Engine
@@ -46,9 +48,10 @@ func greedySizes(spec nn.Spec, n int, ownWeights bool) []int {
 // newGreedy makes a policy of spec over n observations on dev, its memory
 // leased from shared's pool under the signature who (with spec and n).
 // It reads params, a parameter vector of spec; a zero params gives it a
-// weights buffer of its own (greedy.params) for the caller to fill.
-func newGreedy(dev device.Device, shared *Shared, who string, spec nn.Spec, n int, params device.Buffer) (*greedy, error) {
-	g := &greedy{dev: dev, params: params}
+// weights buffer of its own (greedy.params) for the caller to fill. Its
+// graph activity goes to report.
+func newGreedy(dev device.Device, shared *Shared, who string, spec nn.Spec, n int, params device.Buffer, report *graphReport) (*greedy, error) {
+	g := &greedy{dev: dev, params: params, report: report}
 	if err := g.build(shared, who, spec, n); err != nil {
 		return nil, errors.Join(err, g.close())
 	}
@@ -117,19 +120,43 @@ func (g *greedy) policy(s device.Stream) error {
 }
 
 // capture captures the policy when the engine has not yet; a failed
-// capture is a *graphs.CaptureError and leaves the policy eager.
+// capture is a *graphs.CaptureError, reported as a fallback, and leaves
+// the policy eager.
 func (g *greedy) capture() error {
 	if !g.engine.Due(false) {
 		return nil
 	}
-	_, err := g.engine.Capture(g.stream)
+	results, err := g.engine.Capture(g.stream)
+	var failed *graphs.CaptureError
+	switch {
+	case errors.As(err, &failed):
+		g.report.captureFailed(err)
+		return err
+	case err != nil:
+		return err
+	}
+	g.report.captured(results)
+	if g.timer == nil {
+		// The policy waits for its actions at every step, so two pairs
+		// never wait for a replay in flight.
+		g.timer, err = newReplayTimer(g.dev, g.report.obs, 2)
+	}
 	return err
 }
 
 // act runs the policy on the observations in obsHost and returns the
 // actions, as floats in actHost, once they are there.
 func (g *greedy) act() ([]float32, error) {
-	if _, err := g.engine.Run(g.stream, 0); err != nil {
+	step := func() (graphs.Result, error) { return g.engine.Run(g.stream, 0) }
+	var res graphs.Result
+	var err error
+	if g.timer != nil {
+		res, err = g.timer.run(g.stream, g.engine.Replays(0), step)
+	} else {
+		res, err = step()
+	}
+	g.report.ran(res)
+	if err != nil {
 		return nil, err
 	}
 	if err := errors.Join(g.stream.Record(g.done), g.done.Synchronize()); err != nil {
@@ -142,7 +169,14 @@ func (g *greedy) act() ([]float32, error) {
 func (g *greedy) close() error {
 	var errs []error
 	if g.stream != nil {
-		errs = append(errs, g.stream.Synchronize(), g.stream.Destroy())
+		errs = append(errs, g.stream.Synchronize())
+	}
+	if g.timer != nil {
+		errs = append(errs, g.timer.flush(), g.timer.destroy())
+		g.timer = nil
+	}
+	if g.stream != nil {
+		errs = append(errs, g.stream.Destroy())
 	}
 	if g.done != nil {
 		errs = append(errs, g.done.Destroy())

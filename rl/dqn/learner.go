@@ -16,6 +16,7 @@ import (
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/rl/shm"
 	"github.com/tolaria-ml/tolaria/staging"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // ErrNotFinite: the learner's loss or parameters became NaN or infinite.
@@ -48,6 +49,11 @@ type LearnerOptions struct {
 	// step runs eagerly.
 	Graphs bool
 	Logger *slog.Logger
+	// Observer, when set, is told the graph activity of the training
+	// step (GraphLearner) as a training run reports its own: captures,
+	// replays with their device time, fallbacks and their events. It is
+	// called from the goroutine that runs the learner.
+	Observer trainer.Observer
 }
 
 // Learner trains one agent's online network on minibatches sampled from
@@ -74,11 +80,13 @@ type Learner struct {
 	stats   device.HostBuffer
 	done    device.Event
 
+	report *graphReport
+	timer  *replayTimer // from the first capture on
+
 	src       *replaySource
 	steps     atomic.Int64
 	loss      atomic.Uint64 // float64 bits of the last interval's mean loss
 	publishes atomic.Int64
-	fallbacks int
 }
 
 // NewLearner makes agent's learner on dev over its shared memory: the
@@ -96,7 +104,8 @@ func NewLearner(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, 
 		return nil, fmt.Errorf("dqn: learner: %w: memory %s is laid out as %+v, the configuration needs %+v",
 			shm.ErrMismatch, mem.Path(), mem.Layout(), cfg.Layout(spec))
 	}
-	l := &Learner{cfg: cfg, opts: opts, dev: dev, mem: mem, log: opts.Logger, shared: shared, layout: NewLayout(spec, cfg.BatchSize)}
+	l := &Learner{cfg: cfg, opts: opts, dev: dev, mem: mem, log: opts.Logger, shared: shared, layout: NewLayout(spec, cfg.BatchSize),
+		report: newGraphReport(opts.Observer, shared.Pool, GraphLearner, true)}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -168,23 +177,37 @@ func (l *Learner) Publishes() int64 { return l.publishes.Load() }
 // rather than trains; safe from any goroutine.
 func (l *Learner) Waiting() bool { return l.src.waiting.Load() }
 
-// Fallbacks is the number of steps that ran eagerly although graphs were on.
-func (l *Learner) Fallbacks() int { return l.fallbacks }
+// Fallbacks is the number of steps that ran eagerly although graphs were
+// on; LearnerOptions.Observer hears each with its reason.
+func (l *Learner) Fallbacks() int {
+	if l.report == nil { // closed
+		return 0
+	}
+	return l.report.eager
+}
 
 // Capture captures the training step, when graphs are on. Every buffer
 // the step uses exists from NewLearner on, so no warm-up is needed. A
-// failed capture is logged and the steps run eagerly (Fallbacks counts
-// them). Call it before Run, while no other device work of the process
-// is in flight: a capture is global.
+// failed capture is logged and reported, and the steps run eagerly
+// (Fallbacks counts them). Call it before Run, while no other device work
+// of the process is in flight: a capture is global.
 func (l *Learner) Capture() error {
 	if !l.opts.Graphs || !l.engine.Due(false) {
 		return nil
 	}
-	_, err := l.engine.Capture(l.compute)
+	results, err := l.engine.Capture(l.compute)
 	var failed *graphs.CaptureError
-	if errors.As(err, &failed) {
+	switch {
+	case errors.As(err, &failed):
 		l.log.Error("learner capture failed; steps run eagerly", "err", err)
+		l.report.captureFailed(err)
 		return nil
+	case err != nil:
+		return err
+	}
+	l.report.captured(results)
+	if l.timer == nil {
+		l.timer, err = newReplayTimer(l.dev, l.report.obs, 4)
 	}
 	return err
 }
@@ -222,12 +245,17 @@ func (l *Learner) train(b staging.Staged) error {
 	if err := l.compute.Wait(b.CopyDone); err != nil {
 		return err
 	}
-	res, err := l.engine.Run(l.compute, b.K)
+	step := func() (graphs.Result, error) { return l.engine.Run(l.compute, b.K) }
+	var res graphs.Result
+	var err error
+	if l.timer != nil {
+		res, err = l.timer.run(l.compute, l.engine.Replays(b.K), step)
+	} else {
+		res, err = step()
+	}
+	l.report.ran(res)
 	if err != nil {
 		return fmt.Errorf("dqn: learner step %d: %w", n+1, err)
-	}
-	if res.Reason != "" {
-		l.fallbacks++
 	}
 	if err := l.compute.Record(l.stager.StepDone(b.K)); err != nil {
 		return err
@@ -294,7 +322,13 @@ func (l *Learner) Close() error {
 		errs = append(errs, l.stager.Stop())
 	}
 	if l.compute != nil {
-		errs = append(errs, l.compute.Synchronize(), l.compute.Destroy())
+		errs = append(errs, l.compute.Synchronize())
+	}
+	if l.timer != nil {
+		errs = append(errs, l.timer.flush(), l.timer.destroy())
+	}
+	if l.compute != nil {
+		errs = append(errs, l.compute.Destroy())
 	}
 	if l.done != nil {
 		errs = append(errs, l.done.Destroy())
