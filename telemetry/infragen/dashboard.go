@@ -70,8 +70,8 @@ func quantiles(metric, w string) []Query {
 	var qs []Query
 	for _, q := range []struct{ quantile, name string }{{"0.5", "p50"}, {"0.99", "p99"}} {
 		qs = append(qs, Query{
-			Expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le, worker, trial) (rate(%s_bucket{%s}[%s])))", q.quantile, metric, worker, w),
-			Legend: q.name + " {{worker}} {{trial}}",
+			Expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le, worker, trial, agent) (rate(%s_bucket{%s}[%s])))", q.quantile, metric, worker, w),
+			Legend: q.name + " {{worker}} {{trial}}{{agent}}",
 		})
 	}
 	return qs
@@ -84,8 +84,8 @@ func quantilesSinceStart(metric string) []Query {
 	var qs []Query
 	for _, q := range []struct{ quantile, name string }{{"0.5", "p50"}, {"0.99", "p99"}} {
 		qs = append(qs, Query{
-			Expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le, worker, trial) (%s_bucket{%s}))", q.quantile, metric, worker),
-			Legend: q.name + " {{worker}} {{trial}}",
+			Expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le, worker, trial, agent) (%s_bucket{%s}))", q.quantile, metric, worker),
+			Legend: q.name + " {{worker}} {{trial}}{{agent}}",
 		})
 	}
 	return qs
@@ -237,7 +237,8 @@ func rlPanels() []PanelSpec {
 // Captures and fallbacks happen mostly at a job's start, before
 // Prometheus's first scrape, where rate() and increase() cannot see them:
 // their panels show totals. Series are kept apart by worker and, in a
-// sweep, by trial (a label that a single run's series lack).
+// sweep, by trial, or under tolaria rl by agent (labels that a single
+// training run's series lack, so grouping by them changes nothing there).
 func jobPanels() []PanelSpec {
 	stageW := window("TolariaStageCopySlow")
 	replayW := window("TolariaGraphReplaySlow")
@@ -245,7 +246,7 @@ func jobPanels() []PanelSpec {
 	sel := func(metric string) string { return metric + "{" + worker + "}" }
 	return []PanelSpec{
 		{ID: 1, Title: "Graphs enabled and prefetch-to-device disabled", Unit: "bool", Queries: []Query{
-			{Expr: sel(telemetry.MetricGraphEnabled), Legend: "graphs enabled {{worker}} {{trial}} ({{device}})"},
+			{Expr: sel(telemetry.MetricGraphEnabled), Legend: "graphs enabled {{worker}} {{trial}}{{agent}} ({{device}})"},
 			{Expr: sel(telemetry.MetricPrefetchDisabled), Legend: "prefetch off {{worker}} {{trial}}"},
 		}},
 		{ID: 2, Title: "Eager fallbacks by reason (since start)", Unit: "short", Queries: []Query{
@@ -262,11 +263,11 @@ func jobPanels() []PanelSpec {
 				Legend: "mean {{worker}} {{trial}}",
 			})},
 		{ID: 6, Title: "Graph replays per second", Unit: "ops", Queries: []Query{
-			{Expr: fmt.Sprintf("sum by (worker, trial) (rate(%s[%s]))", sel(telemetry.MetricReplaysTotal), rateW), Legend: "{{worker}} {{trial}}"},
+			{Expr: fmt.Sprintf("sum by (worker, trial, agent) (rate(%s[%s]))", sel(telemetry.MetricReplaysTotal), rateW), Legend: "{{worker}} {{trial}}{{agent}}"},
 		}},
 		{ID: 7, Title: "Captures and executable updates (since start)", Unit: "short", Queries: []Query{
-			{Expr: fmt.Sprintf("sum by (worker, trial, %s) (%s)", telemetry.LabelPooled, sel(telemetry.MetricCapturesTotal)), Legend: "captures {{worker}} {{trial}} pooled={{" + telemetry.LabelPooled + "}}"},
-			{Expr: fmt.Sprintf("sum by (worker, trial) (%s)", sel(telemetry.MetricExecUpdatesTotal)), Legend: "exec updates {{worker}} {{trial}}"},
+			{Expr: fmt.Sprintf("sum by (worker, trial, agent, %s) (%s)", telemetry.LabelPooled, sel(telemetry.MetricCapturesTotal)), Legend: "captures {{worker}} {{trial}}{{agent}} pooled={{" + telemetry.LabelPooled + "}}"},
+			{Expr: fmt.Sprintf("sum by (worker, trial, agent) (%s)", sel(telemetry.MetricExecUpdatesTotal)), Legend: "exec updates {{worker}} {{trial}}{{agent}}"},
 		}},
 		{ID: 8, Title: "Training samples per second", Unit: "short", Queries: []Query{
 			{Expr: fmt.Sprintf("sum by (worker, trial) (rate(%s[%s]))", sel(telemetry.MetricSamplesTotal), rateW), Legend: "{{worker}} {{trial}}"},
