@@ -23,3 +23,9 @@ func TestConformance(t *testing.T) {
 func TestImageConformance(t *testing.T) {
 	devicetest.RunImage(t, func(t *testing.T) device.Device { return openTest(t) })
 }
+
+// TestSequenceConformance runs the sequence kernels' suite
+// (device.SequenceKernels) against the GPU.
+func TestSequenceConformance(t *testing.T) {
+	devicetest.RunSequence(t, func(t *testing.T) device.Device { return openTest(t) })
+}

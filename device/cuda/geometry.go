@@ -112,38 +112,68 @@ func batchNormDims(cols int) dims {
 	return dims{gridX: ceilDiv(cols, tileEdge), gridY: 1, blockX: tileEdge, blockY: bnRows}
 }
 
+// rowLaneDims gives each row of a layer normalisation tileEdge lanes,
+// tileRows rows a block.
+func rowLaneDims(rows int) dims {
+	return dims{gridX: ceilDiv(rows, tileRows), gridY: 1, blockX: tileEdge, blockY: tileRows}
+}
+
+// batchedGemmDims is gemmDims for count products in one launch: each
+// product's tile columns side by side in x (tl_gemm_batched).
+func batchedGemmDims(count, m, n int) (dims, error) {
+	g, err := gemmDims(m, n)
+	if err != nil {
+		return g, err
+	}
+	if int64(g.gridX)*int64(count) > math.MaxInt32 {
+		return dims{}, fmt.Errorf("%d products of %d tile columns need more than %d blocks in x", count, g.gridX, math.MaxInt32)
+	}
+	g.gridX *= count
+	return g, nil
+}
+
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // kernelThreads is the block size each kernel is launched with.
 var kernelThreads = [numKernels]int{
-	kGemm:            tileEdge * tileRows,
-	kBiasAct:         blockThreads,
-	kActGrad:         blockThreads,
-	kSoftmaxXent:     blockThreads,
-	kSoftmaxXentGrad: blockThreads,
-	kMSE:             blockThreads,
-	kMSEGrad:         blockThreads,
-	kColSum:          tileEdge * tileRows,
-	kFill:            blockThreads,
-	kScale:           blockThreads,
-	kAxpy:            blockThreads,
-	kClipGlobalNorm:  clipThreads,
-	kSGDMomentum:     blockThreads,
-	kAdamW:           blockThreads,
-	kIm2Col:          blockThreads,
-	kCol2Im:          blockThreads,
-	kMaxPool:         blockThreads,
-	kMaxPoolGrad:     blockThreads,
-	kAvgPool:         blockThreads,
-	kAvgPoolGrad:     blockThreads,
-	kBatchNormTrain:  tileEdge * bnRows,
-	kBatchNormEval:   blockThreads,
-	kBatchNormGrad:   tileEdge * bnRows,
-	kDropout:         blockThreads,
-	kAdvanceRNG:      1,
-	kMul:             blockThreads,
-	kGemmKLanes:      tileEdge * kLanes,
-	kGemmPartsSum:    blockThreads,
+	kGemm:               tileEdge * tileRows,
+	kBiasAct:            blockThreads,
+	kActGrad:            blockThreads,
+	kSoftmaxXent:        blockThreads,
+	kSoftmaxXentGrad:    blockThreads,
+	kMSE:                blockThreads,
+	kMSEGrad:            blockThreads,
+	kColSum:             tileEdge * tileRows,
+	kFill:               blockThreads,
+	kScale:              blockThreads,
+	kAxpy:               blockThreads,
+	kClipGlobalNorm:     clipThreads,
+	kSGDMomentum:        blockThreads,
+	kAdamW:              blockThreads,
+	kIm2Col:             blockThreads,
+	kCol2Im:             blockThreads,
+	kMaxPool:            blockThreads,
+	kMaxPoolGrad:        blockThreads,
+	kAvgPool:            blockThreads,
+	kAvgPoolGrad:        blockThreads,
+	kBatchNormTrain:     tileEdge * bnRows,
+	kBatchNormEval:      blockThreads,
+	kBatchNormGrad:      tileEdge * bnRows,
+	kDropout:            blockThreads,
+	kAdvanceRNG:         1,
+	kMul:                blockThreads,
+	kGemmKLanes:         tileEdge * kLanes,
+	kGemmPartsSum:       blockThreads,
+	kEmbedding:          blockThreads,
+	kEmbeddingGrad:      blockThreads,
+	kLayerNorm:          tileEdge * tileRows,
+	kLayerNormGrad:      tileEdge * tileRows,
+	kLayerNormParamGrad: tileEdge * bnRows,
+	kSplitHeads:         blockThreads,
+	kMergeHeads:         blockThreads,
+	kGemmBatched:        tileEdge * tileRows,
+	kCausalSoftmax:      blockThreads,
+	kCausalSoftmaxGrad:  blockThreads,
 }
 
 // fitInt32 checks that matrix dimensions fit the kernels' int parameters.

@@ -36,6 +36,28 @@ func TestGemmDims(t *testing.T) {
 	}
 }
 
+// tl_gemm_batched puts each product's tile columns side by side in x and
+// refuses a grid wider than a launch allows; layer normalisation's rows go
+// tileRows to a block.
+func TestSequenceDims(t *testing.T) {
+	d, err := batchedGemmDims(3, 64, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (dims{gridX: 12, gridY: 2, blockX: tileEdge, blockY: tileRows}); d != want {
+		t.Errorf("batchedGemmDims(3, 64, 100) = %+v, want %+v", d, want)
+	}
+	if _, err := batchedGemmDims(math.MaxInt32/2, 1, 3*tileEdge); err == nil {
+		t.Error("batchedGemmDims with more than MaxInt32 blocks in x: no error")
+	}
+	if _, err := batchedGemmDims(1, maxGridY*tileEdge+1, 1); err == nil {
+		t.Error("batchedGemmDims with too many tile rows: no error")
+	}
+	if d, want := rowLaneDims(19), (dims{gridX: 3, gridY: 1, blockX: tileEdge, blockY: tileRows}); d != want {
+		t.Errorf("rowLaneDims(19) = %+v, want %+v", d, want)
+	}
+}
+
 // A small output over a long k goes to tl_gemm_klanes, with gemmDims's
 // tiles and 32×16 threads; a large output or a short k stays on tl_gemm.
 func TestKLanesChoice(t *testing.T) {

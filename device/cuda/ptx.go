@@ -45,39 +45,59 @@ const (
 	kMul
 	kGemmKLanes
 	kGemmPartsSum
+	kEmbedding
+	kEmbeddingGrad
+	kLayerNorm
+	kLayerNormGrad
+	kLayerNormParamGrad
+	kSplitHeads
+	kMergeHeads
+	kGemmBatched
+	kCausalSoftmax
+	kCausalSoftmaxGrad
 	numKernels
 )
 
 // kernelNames are the extern "C" entry names in kernels/*.cuh.
 var kernelNames = [numKernels]string{
-	kGemm:            "tl_gemm",
-	kBiasAct:         "tl_bias_act",
-	kActGrad:         "tl_act_grad",
-	kSoftmaxXent:     "tl_softmax_xent",
-	kSoftmaxXentGrad: "tl_softmax_xent_grad",
-	kMSE:             "tl_mse",
-	kMSEGrad:         "tl_mse_grad",
-	kColSum:          "tl_col_sum",
-	kFill:            "tl_fill",
-	kScale:           "tl_scale",
-	kAxpy:            "tl_axpy",
-	kClipGlobalNorm:  "tl_clip_global_norm",
-	kSGDMomentum:     "tl_sgd_momentum",
-	kAdamW:           "tl_adamw",
-	kIm2Col:          "tl_im2col",
-	kCol2Im:          "tl_col2im",
-	kMaxPool:         "tl_max_pool",
-	kMaxPoolGrad:     "tl_max_pool_grad",
-	kAvgPool:         "tl_avg_pool",
-	kAvgPoolGrad:     "tl_avg_pool_grad",
-	kBatchNormTrain:  "tl_batchnorm_train",
-	kBatchNormEval:   "tl_batchnorm_eval",
-	kBatchNormGrad:   "tl_batchnorm_grad",
-	kDropout:         "tl_dropout",
-	kAdvanceRNG:      "tl_advance_rng",
-	kMul:             "tl_mul",
-	kGemmKLanes:      "tl_gemm_klanes",
-	kGemmPartsSum:    "tl_gemm_parts_sum",
+	kGemm:               "tl_gemm",
+	kBiasAct:            "tl_bias_act",
+	kActGrad:            "tl_act_grad",
+	kSoftmaxXent:        "tl_softmax_xent",
+	kSoftmaxXentGrad:    "tl_softmax_xent_grad",
+	kMSE:                "tl_mse",
+	kMSEGrad:            "tl_mse_grad",
+	kColSum:             "tl_col_sum",
+	kFill:               "tl_fill",
+	kScale:              "tl_scale",
+	kAxpy:               "tl_axpy",
+	kClipGlobalNorm:     "tl_clip_global_norm",
+	kSGDMomentum:        "tl_sgd_momentum",
+	kAdamW:              "tl_adamw",
+	kIm2Col:             "tl_im2col",
+	kCol2Im:             "tl_col2im",
+	kMaxPool:            "tl_max_pool",
+	kMaxPoolGrad:        "tl_max_pool_grad",
+	kAvgPool:            "tl_avg_pool",
+	kAvgPoolGrad:        "tl_avg_pool_grad",
+	kBatchNormTrain:     "tl_batchnorm_train",
+	kBatchNormEval:      "tl_batchnorm_eval",
+	kBatchNormGrad:      "tl_batchnorm_grad",
+	kDropout:            "tl_dropout",
+	kAdvanceRNG:         "tl_advance_rng",
+	kMul:                "tl_mul",
+	kGemmKLanes:         "tl_gemm_klanes",
+	kGemmPartsSum:       "tl_gemm_parts_sum",
+	kEmbedding:          "tl_embedding",
+	kEmbeddingGrad:      "tl_embedding_grad",
+	kLayerNorm:          "tl_layernorm",
+	kLayerNormGrad:      "tl_layernorm_grad",
+	kLayerNormParamGrad: "tl_layernorm_param_grad",
+	kSplitHeads:         "tl_split_heads",
+	kMergeHeads:         "tl_merge_heads",
+	kGemmBatched:        "tl_gemm_batched",
+	kCausalSoftmax:      "tl_causal_softmax",
+	kCausalSoftmaxGrad:  "tl_causal_softmax_grad",
 }
 
 func (k kernel) String() string {

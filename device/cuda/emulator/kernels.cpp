@@ -204,6 +204,10 @@ const std::vector<KernelBuild> &kernelBuilds() {
         TL_KERNEL(tl_batchnorm_train), TL_KERNEL(tl_batchnorm_eval), TL_KERNEL(tl_batchnorm_grad),
         TL_KERNEL(tl_dropout),      TL_KERNEL(tl_advance_rng), TL_KERNEL(tl_mul),
         TL_KERNEL(tl_gemm_klanes),  TL_KERNEL(tl_gemm_parts_sum),
+        TL_KERNEL(tl_embedding),    TL_KERNEL(tl_embedding_grad), TL_KERNEL(tl_layernorm),
+        TL_KERNEL(tl_layernorm_grad), TL_KERNEL(tl_layernorm_param_grad), TL_KERNEL(tl_split_heads),
+        TL_KERNEL(tl_merge_heads),  TL_KERNEL(tl_gemm_batched), TL_KERNEL(tl_causal_softmax),
+        TL_KERNEL(tl_causal_softmax_grad),
     };
     return builds;
 }

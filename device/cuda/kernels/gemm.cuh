@@ -6,14 +6,14 @@
 #pragma once
 #include "common.cuh"
 
-extern "C" __global__ void __launch_bounds__(TL_TILE * TL_TILE_ROWS)
-tl_gemm(int transA, int transB, int m, int n, int k, float alpha,
-        const float *__restrict__ A, const float *__restrict__ B, float beta,
-        float *__restrict__ C) {
-    __shared__ float As[TL_TILE][TL_TILE + 1];  // As[i][kk] = op(A)[row0+i][k0+kk]
-    __shared__ float Bs[TL_TILE][TL_TILE + 1];  // Bs[kk][j] = op(B)[k0+kk][col0+j]
+// tl_gemm_tile is one block's work on the tile of C at (row0, col0), for
+// tl_gemm and tl_gemm_batched; As and Bs are the block's shared tiles.
+__device__ __forceinline__ void tl_gemm_tile(int transA, int transB, int m, int n, int k, float alpha,
+                                             const float *__restrict__ A, const float *__restrict__ B, float beta,
+                                             float *__restrict__ C, int row0, int col0,
+                                             float (*As)[TL_TILE + 1], float (*Bs)[TL_TILE + 1]) {
+    // As[i][kk] = op(A)[row0+i][k0+kk], Bs[kk][j] = op(B)[k0+kk][col0+j].
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int row0 = blockIdx.y * TL_TILE, col0 = blockIdx.x * TL_TILE;
     const int per = TL_TILE / TL_TILE_ROWS;
     double acc[TL_TILE / TL_TILE_ROWS];
 #pragma unroll
@@ -59,6 +59,33 @@ tl_gemm(int transA, int transB, int m, int n, int k, float alpha,
         if (beta != 0.0f) v += (double)beta * (double)C[idx];  // beta == 0: C is not read
         C[idx] = (float)v;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(TL_TILE * TL_TILE_ROWS)
+tl_gemm(int transA, int transB, int m, int n, int k, float alpha,
+        const float *__restrict__ A, const float *__restrict__ B, float beta,
+        float *__restrict__ C) {
+    __shared__ float As[TL_TILE][TL_TILE + 1];
+    __shared__ float Bs[TL_TILE][TL_TILE + 1];
+    tl_gemm_tile(transA, transB, m, n, k, alpha, A, B, beta, C, blockIdx.y * TL_TILE, blockIdx.x * TL_TILE, As, Bs);
+}
+
+// tl_gemm_batched is count tl_gemms in one launch (device.SequenceKernels'
+// BatchedGemm): product i reads A + i·strideA and B + i·strideB and writes
+// C + i·strideC. The launch has count·(n's tiles) blocks in x (block x =
+// i·tiles + tile column) and m's tiles in y; each block is tl_gemm's, so
+// each product sums exactly as tl_gemm does. trans holds transA in bit 0
+// and transB in bit 1, which keeps the launch within 12 parameters.
+extern "C" __global__ void __launch_bounds__(TL_TILE * TL_TILE_ROWS)
+tl_gemm_batched(int trans, int m, int n, int k, float alpha, const float *__restrict__ A, long long strideA,
+                const float *__restrict__ B, long long strideB, float beta, float *__restrict__ C, long long strideC) {
+    __shared__ float As[TL_TILE][TL_TILE + 1];
+    __shared__ float Bs[TL_TILE][TL_TILE + 1];
+    const int tileCols = (n + TL_TILE - 1) / TL_TILE;
+    const long long i = blockIdx.x / tileCols;
+    const int col0 = (int)(blockIdx.x - i * tileCols) * TL_TILE;
+    tl_gemm_tile(trans & 1, (trans >> 1) & 1, m, n, k, alpha, A + i * strideA, B + i * strideB, beta, C + i * strideC,
+                 blockIdx.y * TL_TILE, col0, As, Bs);
 }
 
 // tl_gemm_klanes computes the same C as tl_gemm for outputs too few to keep

@@ -1,6 +1,6 @@
 // The one translation unit compiled to tolaria.ptx by scripts/build-ptx.sh.
-// Every kernel of device.Kernels and device.ImageKernels lives in the
-// headers included here.
+// Every kernel of device.Kernels, device.ImageKernels and
+// device.SequenceKernels lives in the headers included here.
 #include "common.cuh"
 #include "elementwise.cuh"
 #include "gemm.cuh"
@@ -8,3 +8,4 @@
 #include "loss.cuh"
 #include "optim.cuh"
 #include "reduce.cuh"
+#include "sequence.cuh"

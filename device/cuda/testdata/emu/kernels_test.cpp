@@ -478,6 +478,213 @@ void testDropout() {
     for (int i = 0; i < n; ++i) check("mul", i, z[i], (double)(a[i] * b[i]), 0);
 }
 
+// Embedding rows by id (an invalid id gives NaN), and its gradient
+// gathered per table element: exactly the float32 sums from zero in
+// increasing position, an unnamed row zero, invalid ids adding nothing.
+void testEmbedding() {
+    const int n = 37, vocab = 11, dim = 40;
+    std::uniform_int_distribution<int> tok(0, vocab - 2);  // row vocab-1 is never named
+    std::vector<float> ids(n);
+    for (auto &id : ids) id = (float)tok(rng);
+    ids[3] = -1;
+    ids[7] = (float)vocab;
+    ids[8] = 2.5f;
+    ids[9] = NAN;
+    auto table = uniform(vocab * dim), dy = uniform(n * dim);
+    std::vector<float> y(n * dim, 7), dtable(vocab * dim, 7);
+    launch(stride((long long)n * dim), lineBlock, [&] { tl_embedding(n, vocab, dim, ids.data(), table.data(), y.data()); });
+    auto grad = [&] {
+        auto d = dtable;
+        launch(stride((long long)vocab * dim), lineBlock, [&] { tl_embedding_grad(n, vocab, dim, ids.data(), dy.data(), d.data()); });
+        return d;
+    };
+    auto g = grad();
+    sameBits("embedding_grad", g, grad());
+    std::vector<float> want(vocab * dim, 0.0f);
+    for (int i = 0; i < n; ++i) {
+        const float id = ids[i];
+        const bool valid = id >= 0 && id < vocab && id == (float)(int)id;
+        for (int d = 0; d < dim; ++d) {
+            check("embedding", i * dim + d, y[i * dim + d], valid ? table[(int)id * dim + d] : NAN, 0);
+            if (valid) want[(int)id * dim + d] += dy[i * dim + d];
+        }
+    }
+    for (int e = 0; e < vocab * dim; ++e) check("embedding_grad", e, g[e], want[e], 0);
+}
+
+// Layer normalisation against double statistics, its input gradient
+// against the double formula (also in place, dx = dy, with the same bits)
+// and its parameter gradient against double column sums.
+void testLayerNorm() {
+    const dim3 rowBlock{TL_TILE, TL_TILE_ROWS}, colBlock{TL_TILE, TL_BN_ROWS};
+    for (auto [rows, cols] : {std::pair{1, 1}, std::pair{5, 7}, std::pair{19, 70}, std::pair{70, 37}}) {
+        const float eps = 1e-5f;
+        auto x = uniform(rows * cols, -2, 3), params = uniform(2 * cols, 0.5f, 1.5f), dy = uniform(rows * cols);
+        std::vector<float> stats(2 * rows, NAN), xhat(rows * cols, NAN), y(rows * cols, NAN);
+        const dim3 rowGrid{(unsigned)((rows + TL_TILE_ROWS - 1) / TL_TILE_ROWS), 1};
+        const dim3 colGrid{(unsigned)((cols + TL_TILE - 1) / TL_TILE), 1};
+        auto forward = [&] {
+            launch(rowGrid, rowBlock, [&] { tl_layernorm(rows, cols, eps, x.data(), params.data(), stats.data(), xhat.data(), y.data()); });
+            return y;
+        };
+        auto y1 = forward();
+        sameBits("layernorm", y1, forward());
+        std::vector<float> dx(rows * cols, NAN), dparams(2 * cols, NAN);
+        auto grad = [&] {
+            auto d = dx, dp = dparams;
+            launch(colGrid, colBlock, [&] { tl_layernorm_param_grad(rows, cols, dy.data(), xhat.data(), dp.data()); });
+            launch(rowGrid, rowBlock, [&] { tl_layernorm_grad(rows, cols, dy.data(), xhat.data(), params.data(), stats.data(), d.data()); });
+            return std::make_pair(d, dp);
+        };
+        auto [g1, dp1] = grad();
+        auto [g2, dp2] = grad();
+        sameBits("layernorm_grad dx", g1, g2);
+        sameBits("layernorm_param_grad", dp1, dp2);
+        auto inPlace = dy;
+        launch(rowGrid, rowBlock, [&] { tl_layernorm_grad(rows, cols, inPlace.data(), xhat.data(), params.data(), stats.data(), inPlace.data()); });
+        sameBits("layernorm_grad in place", g1, inPlace);
+        for (int r = 0; r < rows; ++r) {
+            double mean = 0, var = 0;
+            for (int c = 0; c < cols; ++c) mean += x[r * cols + c];
+            mean /= cols;
+            for (int c = 0; c < cols; ++c) var += (x[r * cols + c] - mean) * (x[r * cols + c] - mean);
+            var /= cols;
+            const double inv = 1 / std::sqrt(var + eps);
+            check("layernorm mean", r, stats[r], mean, 1e-6);
+            check("layernorm invstd", r, stats[rows + r], inv, 1e-6);
+            double a = 0, b = 0;
+            for (int c = 0; c < cols; ++c) {
+                const int i = r * cols + c;
+                const double h = (x[i] - mean) * inv;
+                check("layernorm xhat", i, xhat[i], h, 1e-5);
+                check("layernorm y", i, y[i], params[c] * h + params[cols + c], 1e-5);
+                const double g = (double)params[c] * dy[i];
+                a += g;
+                b += g * xhat[i];
+            }
+            a /= cols;
+            b /= cols;
+            for (int c = 0; c < cols; ++c) {
+                const int i = r * cols + c;
+                check("layernorm_grad dx", i, g1[i], stats[rows + r] * ((double)params[c] * dy[i] - a - xhat[i] * b), 1e-5);
+            }
+        }
+        for (int c = 0; c < cols; ++c) {
+            double dg = 0, db = 0;
+            for (int r = 0; r < rows; ++r) {
+                dg += (double)dy[r * cols + c] * xhat[r * cols + c];
+                db += dy[r * cols + c];
+            }
+            check("layernorm dgamma", c, dp1[c], dg, 1e-6);
+            check("layernorm dbeta", c, dp1[cols + c], db, 1e-6);
+        }
+    }
+}
+
+// The head split moves every element where its index says, and the merge
+// undoes it.
+void testHeads() {
+    const int batch = 2, seq = 3, heads = 4, size = 5, total = batch * seq * heads * size;
+    auto x = uniform(total);
+    std::vector<float> y(total, NAN), back(total, NAN);
+    launch(stride(total), lineBlock, [&] { tl_split_heads(batch, seq, heads, size, x.data(), y.data()); });
+    launch(stride(total), lineBlock, [&] { tl_merge_heads(batch, seq, heads, size, y.data(), back.data()); });
+    for (int b = 0; b < batch; ++b)
+        for (int h = 0; h < heads; ++h)
+            for (int t = 0; t < seq; ++t)
+                for (int d = 0; d < size; ++d) {
+                    const int i = ((b * heads + h) * seq + t) * size + d;
+                    check("split_heads", i, y[i], x[(b * seq + t) * heads * size + h * size + d], 0);
+                }
+    sameBits("merge_heads undoes split_heads", x, back);
+}
+
+// tl_gemm_batched: each product has tl_gemm's bits on the same operands
+// (and is within rounding of the double sum), with gaps between the
+// matrices (left untouched in C), a shared B (strideB 0) and every
+// transposition.
+void testGemmBatched() {
+    for (auto [m, n, k] : {std::tuple{5, 7, 9}, std::tuple{33, 40, 35}}) {
+        for (int tA = 0; tA < 2; ++tA) {
+            for (int tB = 0; tB < 2; ++tB) {
+                const int count = 3;
+                const long long sA = m * k + 3, sB = (tA ^ tB) ? 0 : k * n + 1, sC = m * n + 2;
+                const float alpha = 1.25f, beta = tB ? 0.5f : 0.0f;
+                auto A = uniform((int)(sA * count)), B = uniform((int)(sB * (count - 1) + k * n)), C0 = uniform((int)(sC * count));
+                if (beta == 0)
+                    for (int i = 0; i < count; ++i) std::fill(C0.begin() + i * sC, C0.begin() + i * sC + m * n, NAN);
+                auto run = [&] {
+                    auto C = C0;
+                    dim3 grid = tiles(m, n);
+                    grid.x *= count;
+                    launch(grid, tileBlock, [&] {
+                        tl_gemm_batched(tA | tB << 1, m, n, k, alpha, A.data(), sA, B.data(), sB, beta, C.data(), sC);
+                    });
+                    return C;
+                };
+                auto C = run();
+                sameBits("gemm_batched", C, run());
+                for (int i = 0; i < count; ++i) {
+                    std::vector<float> one(C0.begin() + i * sC, C0.begin() + i * sC + m * n);
+                    launch(tiles(m, n), tileBlock, [&] {
+                        tl_gemm(tA, tB, m, n, k, alpha, A.data() + i * sA, B.data() + i * sB, beta, one.data());
+                    });
+                    sameBits("gemm_batched as tl_gemm", one, std::vector<float>(C.begin() + i * sC, C.begin() + i * sC + m * n));
+                    for (int r = 0; r < m; ++r)
+                        for (int c = 0; c < n; ++c) {
+                            const float *a = A.data() + i * sA, *b = B.data() + i * sB;
+                            double sum = 0;
+                            for (int l = 0; l < k; ++l)
+                                sum += (double)(tA ? a[l * m + r] : a[r * k + l]) * (double)(tB ? b[c * k + l] : b[l * n + c]);
+                            const double want = alpha * sum + (beta != 0 ? beta * (double)C0[i * sC + r * n + c] : 0);
+                            check("gemm_batched", (int)(i * sC) + r * n + c, C[i * sC + r * n + c], want, 1e-6);
+                        }
+                    for (long long g = i * sC + m * n; g < (i + 1) * sC; ++g) check("gemm_batched gap", (int)g, C[g], C0[g], 0);
+                }
+            }
+        }
+    }
+}
+
+// The causal softmax and its gradient against double references, zeros
+// above the diagonal, and in place (x = y, dx = dy) with the same bits.
+void testCausalSoftmax() {
+    for (auto [groups, seq] : {std::pair{3, 1}, std::pair{2, 7}, std::pair{3, 40}}) {
+        const float scale = 0.35f;
+        const int total = groups * seq * seq;
+        auto x = uniform(total, -4, 4), dy = uniform(total);
+        std::vector<float> y(total, NAN), dx(total, NAN);
+        const long long rows = (long long)groups * seq;
+        launch(stride(rows), lineBlock, [&] { tl_causal_softmax(groups, seq, scale, x.data(), y.data()); });
+        launch(stride(rows), lineBlock, [&] { tl_causal_softmax_grad(groups, seq, scale, y.data(), dy.data(), dx.data()); });
+        auto yIn = x, dxIn = dy;
+        launch(stride(rows), lineBlock, [&] { tl_causal_softmax(groups, seq, scale, yIn.data(), yIn.data()); });
+        launch(stride(rows), lineBlock, [&] { tl_causal_softmax_grad(groups, seq, scale, y.data(), dxIn.data(), dxIn.data()); });
+        sameBits("causal_softmax in place", y, yIn);
+        sameBits("causal_softmax_grad in place", dx, dxIn);
+        for (long long row = 0; row < rows; ++row) {
+            const int t = (int)(row % seq);
+            const float *xr = x.data() + row * seq;
+            double top = -INFINITY, sum = 0, s = 0;
+            for (int j = 0; j <= t; ++j) top = std::max(top, (double)scale * xr[j]);
+            for (int j = 0; j <= t; ++j) sum += std::exp((double)scale * xr[j] - top);
+            for (int j = 0; j <= t; ++j) s += (double)dy[row * seq + j] * y[row * seq + j];
+            for (int j = 0; j < seq; ++j) {
+                const long long i = row * seq + j;
+                const double p = j <= t ? std::exp((double)scale * xr[j] - top) / sum : 0;
+                check("causal_softmax", (int)i, y[i], p, 1e-6);
+                check("causal_softmax_grad", (int)i, dx[i], j <= t ? scale * (double)y[i] * (dy[i] - s) : 0, 1e-6);
+            }
+        }
+    }
+    std::vector<float> x = {1, 5, NAN, 3}, y(4, 7);
+    launch(one, lineBlock, [&] { tl_causal_softmax(1, 2, 1.0f, x.data(), y.data()); });
+    check("causal_softmax row 0 before a NaN", 0, y[0], 1, 0);
+    check("causal_softmax above the diagonal", 1, y[1], 0, 0);
+    check("causal_softmax NaN row", 2, y[2], NAN, 0);
+    check("causal_softmax NaN row", 3, y[3], NAN, 0);
+}
+
 }  // namespace
 
 int main() {
@@ -494,6 +701,11 @@ int main() {
     testPooling();
     testBatchNorm();
     testDropout();
+    testEmbedding();
+    testLayerNorm();
+    testHeads();
+    testGemmBatched();
+    testCausalSoftmax();
     if (failures) {
         std::printf("%d check(s) failed\n", failures);
         return 1;
