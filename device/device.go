@@ -103,6 +103,7 @@ type Device interface {
 type Stream interface {
 	Kernels
 	ImageKernels
+	SequenceKernels
 
 	// CopyHtoD copies pinned host memory to the device. len(src) must equal
 	// dst.Len().

@@ -32,7 +32,8 @@ type SequenceKernels interface {
 
 	// LayerNorm normalises each row of x (rows×cols) with its own
 	// statistics: the mean and then the biased variance around that
-	// (double) mean, each summed in double in column order; stats (2·rows) receives the means,
+	// (double) mean, each summed in double in a fixed order (column order
+	// on the CPU device, a fixed tree over a row's lanes on CUDA); stats (2·rows) receives the means,
 	// then invstd = 1/sqrt(var+eps), each rounded to float32; xhat =
 	// (x-mean)·invstd and y = gamma·xhat + beta in float32 from the stored
 	// statistics, params (2·cols) holding gamma then beta. y and xhat may
@@ -40,9 +41,10 @@ type SequenceKernels interface {
 	LayerNorm(rows, cols int, eps float32, x, params, stats, xhat, y Buffer) error
 	// LayerNormGrad writes dx (rows×cols) and dparams (2·cols, overwritten:
 	// dgamma = Σ_rows dy·xhat, then dbeta = Σ_rows dy, column sums in double
-	// in row order) from dy and the forward pass's xhat, stats and params:
-	// with g = gamma·dy, dx = invstd·(g - mean_cols(g) - xhat·mean_cols(g·xhat)),
-	// the row means summed in double in column order, every product and
+	// in a fixed order) from dy and the forward pass's xhat, stats and
+	// params: with g = gamma·dy, dx = invstd·(g - mean_cols(g) -
+	// xhat·mean_cols(g·xhat)), the row means summed in double in a fixed
+	// order as LayerNorm's, every product and
 	// the difference in double, dx rounded to float32 once.
 	LayerNormGrad(rows, cols int, dy, xhat, params, stats, dx, dparams Buffer) error
 
@@ -55,8 +57,10 @@ type SequenceKernels interface {
 	// BatchedGemm is count independent Gemms: for i < count, C_i =
 	// alpha·op(A_i)·op(B_i) + beta·C_i, where A_i, B_i and C_i start at
 	// elements i·strideA, i·strideB and i·strideC of a, b and c and are laid
-	// out as Gemm's operands. Each product sums as Gemm does; the C_i may
-	// not overlap.
+	// out as Gemm's operands. Each product has the bits Gemm gives the same
+	// matrices on the same device, except where CUDA's Gemm splits a long k
+	// over blocks (a small output over k >= 2048): BatchedGemm never
+	// splits. The C_i may not overlap.
 	BatchedGemm(transA, transB bool, count, m, n, k int, alpha float32, a Buffer, strideA int, b Buffer, strideB int,
 		beta float32, c Buffer, strideC int) error
 	// CausalSoftmax writes y (groups×seq×seq) from the score matrices x:
