@@ -65,7 +65,7 @@ func TestParseLayersRefuses(t *testing.T) {
 		want string
 	}{
 		{"[{convolution: {out: 8}}]",
-			`model.layers: layers[0]: unknown layer "convolution"; layers are avgpool, batchnorm, conv, dropout, flatten, gelu, global_avgpool, linear, maxpool, relu, residual, tanh`},
+			`model.layers: layers[0]: unknown layer "convolution"; layers are attention, avgpool, batchnorm, conv, dropout, embedding, flatten, gelu, global_avgpool, layernorm, linear, lm_head, maxpool, positional, relu, residual, tanh, transformer_block`},
 		{"[{conv: {out: 8, kernal: 3}}]",
 			`model.layers: layers[0] (conv): unknown key "kernal"; the keys of conv are out, kernel, stride, padding`},
 		{"[{relu: {inplace: true}}]",

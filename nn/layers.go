@@ -24,12 +24,21 @@ const (
 	KindFlatten       LayerKind = "flatten"  // [C, H, W] -> [H·W·C], in (h, w, c) order
 	KindResidual      LayerKind = "residual" // Body's output added to its input
 	KindDropout       LayerKind = "dropout"  // zero each value with probability P in training
+
+	// Sequence layers (nn/seqlayers.go).
+	KindEmbedding        LayerKind = "embedding"         // token ids [T] -> [T, Dim], a row of a Vocab×Dim table each
+	KindPositional       LayerKind = "positional"        // a learned T×D table added to every sequence
+	KindLayerNorm        LayerKind = "layernorm"         // normalisation of each position over its features
+	KindAttention        LayerKind = "attention"         // causal multi-head self-attention of Heads heads
+	KindTransformerBlock LayerKind = "transformer_block" // pre-norm attention and MLP, each a residual block
+	KindLMHead           LayerKind = "lm_head"           // per position, logits over the embedding's vocabulary
 )
 
 // LayerKinds lists every kind, sorted by name.
 func LayerKinds() []LayerKind {
-	return []LayerKind{KindAvgPool, KindBatchNorm, KindConv, KindDropout, KindFlatten, KindGELU,
-		KindGlobalAvgPool, KindLinear, KindMaxPool, KindReLU, KindResidual, KindTanh}
+	return []LayerKind{KindAttention, KindAvgPool, KindBatchNorm, KindConv, KindDropout, KindEmbedding,
+		KindFlatten, KindGELU, KindGlobalAvgPool, KindLayerNorm, KindLinear, KindLMHead, KindMaxPool,
+		KindPositional, KindReLU, KindResidual, KindTanh, KindTransformerBlock}
 }
 
 // Known reports whether k is one of LayerKinds.
@@ -59,7 +68,12 @@ type LayerSpec struct {
 	Eps      float64 // batchnorm: added to the variance
 	Momentum float64 // batchnorm: weight of the batch in the running statistics
 
-	P float64 // dropout: the probability of zeroing a value, in [0, 1)
+	P float64 // dropout: the probability of zeroing a value, in [0, 1); attention, transformer_block: their dropout's
+
+	Vocab int // embedding: token ids 0..Vocab-1
+	Dim   int // embedding: features per position
+	Heads int // attention, transformer_block: attention heads, dividing the features
+	MLP   int // transformer_block: the position-wise MLP's hidden width
 
 	Body []LayerSpec // residual: the layers whose output is added to the input
 }
@@ -138,6 +152,8 @@ func (l LayerSpec) String() string {
 		return fmt.Sprintf("dropout(p=%s)", g(l.P))
 	case KindResidual:
 		return "residual(" + layersString(l.Body) + ")"
+	case KindEmbedding, KindLayerNorm, KindAttention, KindTransformerBlock, KindAttentionCore:
+		return l.seqString()
 	}
 	return string(l.Kind)
 }
@@ -228,7 +244,9 @@ func (l LayerSpec) validate(path string) error {
 		if len(l.Body) == 0 {
 			return bad("has no layers; give the block's layers, e.g. residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {relu: {}}]")
 		}
-	case KindGlobalAvgPool, KindReLU, KindGELU, KindTanh, KindFlatten:
+	case KindEmbedding, KindLayerNorm, KindAttention, KindTransformerBlock:
+		return l.validateSeq(bad, inRange)
+	case KindGlobalAvgPool, KindReLU, KindGELU, KindTanh, KindFlatten, KindPositional, KindLMHead:
 	default:
 		return modelErr("%s: unknown layer %q; layers are %s", path, l.Kind, kindList())
 	}

@@ -80,26 +80,40 @@ var ErrNotMLP = errors.New("not an MLP")
 // last linear or conv layer's is Xavier-normal (std sqrt(2/(fan_in +
 // fan_out)), as xavier_normal_); fan_in is In for linear and kh·kw·c_in
 // for conv, fan_out Out and kh·kw·Out. Weights are drawn in their storage
-// order, one layer after another. Biases and batchnorm's beta are 0,
-// batchnorm's gamma 1.
+// order, one layer after another. Biases and batchnorm's and layernorm's
+// beta are 0, their gamma 1. Embedding and positional tables are normal
+// with standard deviation EmbeddingStd (0.02), drawn in their place in
+// that order; lm_head and the linear projections inside attention and
+// transformer_block are linear layers (the last weighted layer of a
+// sequence model is its lm_head or final linear, Xavier-normal).
 func (a Arch) InitParams(seed uint64) []float32 {
 	p := make([]float32, a.Params)
 	rng := rand.New(rand.NewPCG(seed, 0x746f6c61726961)) // "tolaria", as InitParams
 	var weighted []Node
+	last := -1 // the last linear, conv or lm_head in weighted
 	a.Walk(func(nd Node) {
 		switch nd.Layer.Kind {
-		case KindLinear, KindConv:
+		case KindLinear, KindConv, KindLMHead:
+			last = len(weighted)
 			weighted = append(weighted, nd)
-		case KindBatchNorm:
+		case KindEmbedding, KindPositional:
+			weighted = append(weighted, nd)
+		case KindBatchNorm, KindLayerNorm:
 			for j := range nd.WeightLen {
 				p[nd.WeightAt+j] = 1
 			}
 		}
 	})
 	for i, nd := range weighted {
+		if k := nd.Layer.Kind; k == KindEmbedding || k == KindPositional {
+			for j := range nd.WeightLen {
+				p[nd.WeightAt+j] = float32(rng.NormFloat64() * EmbeddingStd)
+			}
+			continue
+		}
 		fanIn := nd.WeightLen / nd.BiasLen
 		std := math.Sqrt(2 / float64(fanIn))
-		if i == len(weighted)-1 {
+		if i == last {
 			fanOut := nd.BiasLen
 			if nd.Layer.Kind == KindConv {
 				fanOut *= nd.Layer.Kernel * nd.Layer.Kernel
@@ -131,14 +145,22 @@ func (a Arch) InitState() []float32 {
 
 // Outline is the Spec that lays out a batch for the net: its inputs per
 // example, its classes and its loss (no hidden layers: it names no MLP).
+// A net that ends in a sequence [T, V] is outlined with V outputs and T
+// positions, each with its own label.
 func (a Arch) Outline() Spec {
+	if a.Out.Sequence() {
+		return Spec{Inputs: a.Net.Input.Size(), Outputs: a.Out[1], Positions: a.Out[0], Act: device.ActNone, Loss: a.Net.Loss}
+	}
 	return Spec{Inputs: a.Net.Input.Size(), Outputs: a.Out.Size(), Act: device.ActNone, Loss: a.Net.Loss}
 }
 
-// HasDropout reports whether the net has a dropout layer.
+// HasDropout reports whether the net draws dropout masks: a dropout
+// layer, or attention with dropout on its probabilities.
 func (a Arch) HasDropout() bool {
 	found := false
-	a.Walk(func(nd Node) { found = found || nd.Layer.Kind == KindDropout })
+	a.Walk(func(nd Node) {
+		found = found || nd.Layer.Kind == KindDropout || (nd.Layer.Kind == KindAttentionCore && nd.Layer.P > 0)
+	})
 	return found
 }
 

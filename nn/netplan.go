@@ -36,6 +36,12 @@ const (
 	opResStart                // a residual block's start: its backward adds the block's output gradient to its input's
 	opResAdd                  // a residual block's end: its input added into its body's output
 	opCopy                    // a copy (a residual body that only reshapes)
+
+	// Sequence ops (nn/seqstep.go).
+	opEmbedding  // Embedding / EmbeddingGrad
+	opPositional // a copy and the positions' table added per example
+	opLayerNorm  // LayerNorm / LayerNormGrad
+	opAttention  // the attention core: heads, scores, causal softmax, context
 )
 
 // value is an activation: per values per example, and where it and its
@@ -46,10 +52,13 @@ type value struct {
 }
 
 // rowsCols is shape s as the kernels see one example: rows of a column per
-// channel, H·W×C for an image, 1×F for a vector.
+// channel, H·W×C for an image, 1×F for a vector, T×D for a sequence.
 func rowsCols(s Shape) (rows, cols int) {
-	if s.Image() {
+	switch {
+	case s.Image():
 		return s.H() * s.W(), s.C()
+	case s.Sequence():
+		return s[0], s[1]
 	}
 	return 1, s[0]
 }
@@ -62,7 +71,7 @@ type op struct {
 	act     device.Activation
 	in, out int
 	z       int
-	scratch []int // conv: im2col columns; maxpool: arg-max; batchnorm: xhat, stats; dropout: mask
+	scratch []int // conv: im2col columns; maxpool: arg-max; batchnorm, layernorm: xhat, stats; dropout: mask; attention: see seqstep.go
 }
 
 // netPlan is a net's ops and values, and the workspace sizes at batch.
@@ -74,6 +83,16 @@ type netPlan struct {
 	sizes   []int // every workspace buffer, netWorkspaceHead first
 	zeroLen int   // the zero bias of activation layers: the widest cols
 	acts    bool  // some op is an activation layer (reads the zero bias)
+
+	// owners names, for every workspace buffer after the head, the node
+	// that placed it (see NetWorkspaceByLayer); cur is the node being
+	// planned.
+	owners []Node
+	cur    Node
+	// ones and rowMask are the token-level loss's buffers (a net that ends
+	// in a sequence): T ones, and the batch's mask spread over its
+	// positions. -1 for any other net.
+	ones, rowMask int
 }
 
 // The head of a net's workspace: the gradients, the gradient norm, the
@@ -85,12 +104,17 @@ func planNet(a Arch, b int) (*netPlan, error) {
 	if b < 1 {
 		return nil, fmt.Errorf("nn: batch size must be positive, got %d", b)
 	}
-	p := &netPlan{arch: a, batch: b, zeroLen: 1}
+	p := &netPlan{arch: a, batch: b, zeroLen: 1, ones: -1, rowMask: -1}
 	p.sizes = []int{a.Params, 1, device.StatsLen, device.StatsLen, 0}
 	in := p.newValue(a.Net.Input, false)
 	out := p.layers(a.Layers, in)
 	if p.vals[out].buf < 0 {
 		return nil, fmt.Errorf("nn: the net %s computes nothing: its output is its input", a.Net)
+	}
+	if a.Out.Sequence() {
+		p.cur = Node{Path: "loss"}
+		p.ones = p.placeFixed(a.Out[0])
+		p.rowMask = p.place(a.Out[0])
 	}
 	p.sizes[4] = p.zeroLen
 	return p, nil
@@ -113,7 +137,13 @@ func (p *netPlan) newValue(s Shape, grad bool) int {
 
 // place adds a workspace buffer of per values per example.
 func (p *netPlan) place(per int) int {
-	p.sizes = append(p.sizes, p.batch*per)
+	return p.placeFixed(p.batch * per)
+}
+
+// placeFixed adds a workspace buffer of n values, whatever the batch.
+func (p *netPlan) placeFixed(n int) int {
+	p.sizes = append(p.sizes, n)
+	p.owners = append(p.owners, p.cur)
 	return len(p.sizes) - 1
 }
 
@@ -129,8 +159,9 @@ func (p *netPlan) needGrad(i int) {
 func (p *netPlan) layers(nodes []Node, in int) int {
 	for i := 0; i < len(nodes); i++ {
 		nd := nodes[i]
+		p.cur = nd
 		switch nd.Layer.Kind {
-		case KindLinear, KindConv:
+		case KindLinear, KindConv, KindLMHead:
 			o := op{kind: opLinear, nd: nd, in: in, act: device.ActNone}
 			if nd.Layer.Kind == KindConv {
 				o.kind = opConv
@@ -158,8 +189,7 @@ func (p *netPlan) layers(nodes []Node, in int) int {
 		case KindBatchNorm:
 			p.needGrad(in)
 			o := op{kind: opBatchNorm, nd: nd, in: in, out: p.newValue(nd.Out, true)}
-			o.scratch = []int{p.place(nd.In.Size()), len(p.sizes)}
-			p.sizes = append(p.sizes, 2*nd.In.Channels()) // stats: per step, not per example
+			o.scratch = []int{p.place(nd.In.Size()), p.placeFixed(2 * nd.In.Channels())} // stats: per step, not per example
 			p.ops = append(p.ops, o)
 			in = o.out
 		case KindReLU, KindGELU, KindTanh:
@@ -183,6 +213,7 @@ func (p *netPlan) layers(nodes []Node, in int) int {
 			start := len(p.ops)
 			p.ops = append(p.ops, op{kind: opResStart, nd: nd, in: in})
 			body := p.layers(nd.Body, in)
+			p.cur = nd
 			if body == in {
 				// The body only reshapes: its output needs its own buffer.
 				p.needGrad(in)
@@ -192,6 +223,10 @@ func (p *netPlan) layers(nodes []Node, in int) int {
 			p.ops[start].out = body
 			p.ops = append(p.ops, op{kind: opResAdd, nd: nd, in: in, out: body})
 			in = body
+		case KindAttention, KindTransformerBlock:
+			in = p.layers(nd.Body, in)
+		case KindEmbedding, KindPositional, KindLayerNorm, KindAttentionCore:
+			in = p.seqOp(nd, in)
 		}
 	}
 	return in

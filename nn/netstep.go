@@ -243,10 +243,11 @@ func (p *pass) forwardOp(o *op) error {
 	case opLinear:
 		w, b := p.weights(nd)
 		z := p.act(o.z)
-		if err := s.Gemm(false, false, n, nd.Layer.Out, nd.In.Size(), 1, x, w, 0, z); err != nil {
+		rows, in := rowsCols(nd.In) // a sequence's positions are rows
+		if err := s.Gemm(false, false, n*rows, nd.Layer.Out, in, 1, x, w, 0, z); err != nil {
 			return err
 		}
-		return s.BiasAct(o.act, n, nd.Layer.Out, z, b, y)
+		return s.BiasAct(o.act, n*rows, nd.Layer.Out, z, b, y)
 	case opConv:
 		w, b := p.weights(nd)
 		cs := nd.Conv(n)
@@ -291,7 +292,7 @@ func (p *pass) forwardOp(o *op) error {
 	case opCopy:
 		return s.CopyDtoD(y, x)
 	}
-	return fmt.Errorf("nn: unknown op %d", o.kind)
+	return p.seqForward(o)
 }
 
 // loss accumulates the loss metrics and, when grad, writes the logits'
@@ -300,19 +301,27 @@ func (p *pass) loss(in Batch, stats device.Buffer, grad bool) error {
 	last := len(p.st.plan.vals) - 1
 	logits := p.act(last)
 	dlogits, _ := p.grad(last)
-	classes, s, n := p.st.M.Arch.Out.Size(), p.s, p.n
+	out, s, n := p.st.M.Arch.Out, p.s, p.n
+	rows, classes := n, out.Size()
 	y, mask := in.Y.Slice(0, n*p.st.M.Spec.LabelLen()), in.Mask.Slice(0, n)
-	if p.st.M.Arch.Net.Loss == LossMSE {
-		if err := s.MSE(n, classes, logits, y, mask, stats); err != nil || !grad {
+	if out.Sequence() { // a label per position: the loss is over n·T rows
+		rows, classes = n*out[0], out[1]
+		var err error
+		if mask, err = p.tokenMask(mask, out[0]); err != nil {
 			return err
 		}
-		return s.MSEGrad(n, classes, logits, y, mask, dlogits)
+	}
+	if p.st.M.Arch.Net.Loss == LossMSE {
+		if err := s.MSE(rows, classes, logits, y, mask, stats); err != nil || !grad {
+			return err
+		}
+		return s.MSEGrad(rows, classes, logits, y, mask, dlogits)
 	}
 	// The probabilities go to the gradient, which overwrites them next.
-	if err := s.SoftmaxXent(n, classes, logits, y, mask, dlogits, stats); err != nil || !grad {
+	if err := s.SoftmaxXent(rows, classes, logits, y, mask, dlogits, stats); err != nil || !grad {
 		return err
 	}
-	return s.SoftmaxXentGrad(n, classes, dlogits, y, mask, dlogits)
+	return s.SoftmaxXentGrad(rows, classes, dlogits, y, mask, dlogits)
 }
 
 func (p *pass) backward() error {
@@ -334,21 +343,22 @@ func (p *pass) backwardOp(o *op) error {
 	case opLinear:
 		w, _ := p.weights(nd)
 		gw, gb := p.grads(nd)
-		in, out := nd.In.Size(), nd.Layer.Out
-		dz, err := p.preActGrad(o, n, out, dy)
+		rows, in := rowsCols(nd.In)
+		rows, out := n*rows, nd.Layer.Out
+		dz, err := p.preActGrad(o, rows, out, dy)
 		if err != nil {
 			return err
 		}
-		if err := s.Gemm(true, false, in, out, n, 1, x, dz, 0, gw); err != nil {
+		if err := s.Gemm(true, false, in, out, rows, 1, x, dz, 0, gw); err != nil {
 			return err
 		}
-		if err := s.ColSum(n, out, dz, 0, gb); err != nil {
+		if err := s.ColSum(rows, out, dz, 0, gb); err != nil {
 			return err
 		}
 		if !hasDx {
 			return nil
 		}
-		return s.Gemm(false, true, n, in, out, 1, dz, w, 0, dx)
+		return s.Gemm(false, true, rows, in, out, 1, dz, w, 0, dx)
 	case opConv:
 		w, _ := p.weights(nd)
 		gw, gb := p.grads(nd)
@@ -399,7 +409,7 @@ func (p *pass) backwardOp(o *op) error {
 	case opCopy:
 		return s.CopyDtoD(dx, dy)
 	}
-	return fmt.Errorf("nn: unknown op %d", o.kind)
+	return p.seqBackward(o)
 }
 
 // preActGrad is the gradient of a linear or conv layer's pre-activation:

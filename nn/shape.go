@@ -10,7 +10,8 @@ import (
 
 // Shape is one example's activation shape, written as a model's input is:
 // [C, H, W] for an image of C channels of H×W pixels, [F] for a vector of
-// F features. Whatever the writing, an image is stored NHWC on the device
+// F features, [T, D] for a sequence of T positions of D features each (a
+// sequence model's activations; its input is [T] token ids). Whatever the writing, an image is stored NHWC on the device
 // (channels fastest; see device/image.go), so [C, H, W] names the sizes,
 // not the order in memory.
 type Shape []int
@@ -33,8 +34,13 @@ func (s Shape) H() int { return s[1] }
 func (s Shape) W() int { return s[2] }
 
 // Channels is the number of per-channel statistics batchnorm keeps: an
-// image's C, or a vector's features.
-func (s Shape) Channels() int { return s[0] }
+// image's C, a vector's features, or a sequence's features per position.
+func (s Shape) Channels() int {
+	if s.Sequence() {
+		return s[1]
+	}
+	return s[0]
+}
 
 // String writes s as the configuration does, e.g. "[32, 14, 14]".
 func (s Shape) String() string {
@@ -166,9 +172,12 @@ func (nd Node) Pool(n int) device.PoolShape {
 type Arch struct {
 	Net    Net
 	Layers []Node
-	Out    Shape // the net's output, a vector
-	Params int   // trained parameters (weights, biases, gamma, beta)
+	Out    Shape // the net's output, a vector, or [T, V] logits per position
+	Params int   // trained parameters (weights, biases, gamma, beta, tables)
 	State  int   // state that is not trained (batchnorm's running statistics)
+	// Tokens: the input is Net.Input[0] token ids per example (the net
+	// starts with embedding), not values.
+	Tokens bool
 }
 
 // Walk calls f on every node in order, a residual block before its body.
@@ -209,10 +218,14 @@ func (n Net) Resolve() (Arch, error) {
 	if out.Image() {
 		return Arch{}, shapeErr(last, lastKind, "the model ends in the image %s; a model ends in a vector of one value per class: end it with flatten and linear", out)
 	}
-	if n.Loss == LossCrossEntropy && out.Size() < 2 {
+	if out.Sequence() && n.Loss != LossCrossEntropy {
+		return Arch{}, shapeErr(last, lastKind, "the model ends in the sequence %s, logits per position; a sequence's loss is cross_entropy", out)
+	}
+	if n.Loss == LossCrossEntropy && out[len(out)-1] < 2 {
 		return Arch{}, shapeErr(last, lastKind, "the model ends in %s; cross_entropy needs at least 2 outputs", out)
 	}
-	return Arch{Net: n, Layers: nodes, Out: out, Params: r.params, State: r.state}, nil
+	tokens := n.Layers[0].Kind == KindEmbedding
+	return Arch{Net: n, Layers: nodes, Out: out, Params: r.params, State: r.state, Tokens: tokens}, nil
 }
 
 // Fits checks the resolved net against a dataset of features values per
@@ -220,7 +233,16 @@ func (n Net) Resolve() (Arch, error) {
 // output give one value per class.
 func (a Arch) Fits(features, classes int) error {
 	if a.Net.Input.Size() != features {
-		return field.Errorf("model.input", "%s holds %d values per example but the dataset has %d features", a.Net.Input, a.Net.Input.Size(), features)
+		what := "values"
+		if a.Tokens {
+			what = "token ids"
+		}
+		return field.Errorf("model.input", "%s holds %d %s per example but the dataset has %d features", a.Net.Input, a.Net.Input.Size(), what, features)
+	}
+	if a.Out.Sequence() {
+		last := a.Layers[len(a.Layers)-1]
+		return shapeErr(last.Path, last.Layer.Kind, "the model ends in the sequence %s, logits per position, but the dataset has one class per example; end it in [%d] (e.g. flatten and linear: {out: %d})",
+			a.Out, classes, classes)
 	}
 	if want := (Shape{classes}); !a.Out.Equal(want) {
 		last := a.Layers[len(a.Layers)-1]
@@ -230,8 +252,9 @@ func (a Arch) Fits(features, classes int) error {
 	return nil
 }
 
-// resolver counts the parameters and the state as layers are placed.
-type resolver struct{ params, state int }
+// resolver counts the parameters and the state as layers are placed, and
+// keeps the embedding's vocabulary for lm_head.
+type resolver struct{ params, state, vocab int }
 
 func (r *resolver) layers(ls []LayerSpec, prefix string, in Shape) ([]Node, Shape, error) {
 	nodes := make([]Node, 0, len(ls))
@@ -258,10 +281,13 @@ func (r *resolver) layer(l LayerSpec, path string, in Shape) (Node, error) {
 			return bad("takes a vector, got the image %s; put flatten before it (it gives [%d])", in, in.Size())
 		}
 		nd.Out = Shape{l.Out}
-		r.place(&nd, in.Size()*l.Out, l.Out)
+		if in.Sequence() { // per position
+			nd.Out = Shape{in[0], l.Out}
+		}
+		r.place(&nd, in.Channels()*l.Out, l.Out)
 	case KindConv:
 		if !in.Image() {
-			return bad("takes an image [C, H, W], got the vector %s; give model.input as [C, H, W]", in)
+			return bad("takes an image [C, H, W], got %s; give model.input as [C, H, W]", in.describe())
 		}
 		if in.H()+2*l.Padding < l.Kernel || in.W()+2*l.Padding < l.Kernel {
 			return bad("its %d×%d kernel is larger than its input %s padded by %d", l.Kernel, l.Kernel, in, l.Padding)
@@ -270,7 +296,7 @@ func (r *resolver) layer(l LayerSpec, path string, in Shape) (Node, error) {
 		r.place(&nd, l.Kernel*l.Kernel*in.C()*l.Out, l.Out)
 	case KindMaxPool, KindAvgPool:
 		if !in.Image() {
-			return bad("takes an image [C, H, W], got the vector %s", in)
+			return bad("takes an image [C, H, W], got %s", in.describe())
 		}
 		if in.H()+2*l.Padding < l.Kernel || in.W()+2*l.Padding < l.Kernel {
 			return bad("its %d×%d window is larger than its input %s padded by %d", l.Kernel, l.Kernel, in, l.Padding)
@@ -278,7 +304,7 @@ func (r *resolver) layer(l LayerSpec, path string, in Shape) (Node, error) {
 		nd.Out = Shape{in.C(), (in.H()+2*l.Padding-l.Kernel)/l.Stride + 1, (in.W()+2*l.Padding-l.Kernel)/l.Stride + 1}
 	case KindGlobalAvgPool:
 		if !in.Image() {
-			return bad("takes an image [C, H, W], got the vector %s", in)
+			return bad("takes an image [C, H, W], got %s", in.describe())
 		}
 		if in.H() != in.W() {
 			return bad("averages a square image, got %s", in)
@@ -300,6 +326,10 @@ func (r *resolver) layer(l LayerSpec, path string, in Shape) (Node, error) {
 			return bad("its body turns %s into %s; a residual block's output is added to its input, so it must keep its shape", in, out)
 		}
 		nd.Body, nd.Out = body, out
+	case KindEmbedding, KindPositional, KindLayerNorm, KindAttention, KindAttentionCore, KindTransformerBlock, KindLMHead:
+		if err := r.seqLayer(&nd, path, in); err != nil {
+			return Node{}, err
+		}
 	default: // activations, dropout
 		nd.Out = in
 	}

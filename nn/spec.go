@@ -45,6 +45,10 @@ type Spec struct {
 	Outputs int
 	Act     device.Activation // hidden-layer activation
 	Loss    Loss
+	// Positions is a sequence model's positions per example, each with
+	// its own label (Outputs logits each); 0: one label per example. Only
+	// a net's outline (Arch.Outline) sets it.
+	Positions int
 }
 
 // Validate reports a malformed spec.
@@ -106,7 +110,7 @@ func (s Spec) LabelLen() int {
 	if s.Loss == LossMSE {
 		return s.Outputs
 	}
-	return 1
+	return max(1, s.Positions)
 }
 
 // String is a compact description, e.g. "784-256-128-10 gelu cross_entropy".
@@ -116,6 +120,9 @@ func (s Spec) String() string {
 		parts = append(parts, fmt.Sprint(h))
 	}
 	parts = append(parts, fmt.Sprint(s.Outputs))
+	if s.Positions > 0 {
+		return fmt.Sprintf("%s %s %s per position of %d", strings.Join(parts, "-"), s.Act, s.Loss, s.Positions)
+	}
 	return fmt.Sprintf("%s %s %s", strings.Join(parts, "-"), s.Act, s.Loss)
 }
 
