@@ -34,7 +34,7 @@ var layerKinds = []struct {
 	keys []layerKey
 	does string
 }{
-	{nn.KindLinear, []layerKey{{"out", ""}}, "[F] -> [out]"},
+	{nn.KindLinear, []layerKey{{"out", ""}}, "[F] -> [out]; [T, F] -> [T, out], per position"},
 	{nn.KindConv, []layerKey{{"out", ""}, {"kernel", ""}, {"stride", "1"}, {"padding", "0"}},
 		"[C, H, W] -> [out, H', W']"},
 	{nn.KindMaxPool, []layerKey{{"kernel", ""}, {"stride", "kernel"}, {"padding", "0"}}, "maximum over each window"},
@@ -47,6 +47,12 @@ var layerKinds = []struct {
 	{nn.KindFlatten, nil, "[C, H, W] -> [H·W·C], in (h, w, c) order"},
 	{nn.KindResidual, nil, "the block's output plus its input"},
 	{nn.KindDropout, []layerKey{{"p", ""}}, "zeroes values with probability p in training"},
+	{nn.KindEmbedding, []layerKey{{"vocab", ""}, {"dim", ""}}, "[T] token ids -> [T, dim]; the first layer"},
+	{nn.KindPositional, nil, "adds a learned vector per position to [T, D]"},
+	{nn.KindLayerNorm, []layerKey{{"eps", "1e-5"}}, "each position over its features"},
+	{nn.KindAttention, []layerKey{{"heads", ""}, {"dropout", "0"}}, "causal multi-head self-attention on [T, D]"},
+	{nn.KindTransformerBlock, []layerKey{{"heads", ""}, {"mlp", ""}, {"dropout", "0"}}, "pre-norm attention, then MLP, each residual"},
+	{nn.KindLMHead, nil, "[T, D] -> [T, vocab], logits per position"},
 }
 
 func keysOf(kind nn.LayerKind) []layerKey {
@@ -186,6 +192,8 @@ func defaults(kind nn.LayerKind) nn.LayerSpec {
 		return nn.LayerSpec{Kind: kind, Stride: 1}
 	case nn.KindBatchNorm:
 		return nn.BatchNorm()
+	case nn.KindLayerNorm:
+		return nn.LayerNorm()
 	}
 	return nn.LayerSpec{Kind: kind}
 }
@@ -205,8 +213,16 @@ func setLayerKey(l *nn.LayerSpec, name string, v any) error {
 		l.Eps, err = cast.ToFloat64E(v)
 	case "momentum":
 		l.Momentum, err = cast.ToFloat64E(v)
-	case "p":
+	case "p", "dropout":
 		l.P, err = cast.ToFloat64E(v)
+	case "vocab":
+		l.Vocab, err = strictInt(v)
+	case "dim":
+		l.Dim, err = strictInt(v)
+	case "heads":
+		l.Heads, err = strictInt(v)
+	case "mlp":
+		l.MLP, err = strictInt(v)
 	}
 	return err
 }
@@ -233,6 +249,12 @@ func example(kind nn.LayerKind) string {
 		return string(kind) + ": {kernel: 2}"
 	case nn.KindDropout:
 		return "dropout: {p: 0.5}"
+	case nn.KindEmbedding:
+		return "embedding: {vocab: 256, dim: 128}"
+	case nn.KindAttention:
+		return "attention: {heads: 4}"
+	case nn.KindTransformerBlock:
+		return "transformer_block: {heads: 4, mlp: 512}"
 	}
 	return string(kind) + ": {}"
 }
@@ -278,8 +300,16 @@ func (ls Layers) value() []any {
 					m[k.name] = l.Eps
 				case "momentum":
 					m[k.name] = l.Momentum
-				case "p":
+				case "p", "dropout":
 					m[k.name] = l.P
+				case "vocab":
+					m[k.name] = l.Vocab
+				case "dim":
+					m[k.name] = l.Dim
+				case "heads":
+					m[k.name] = l.Heads
+				case "mlp":
+					m[k.name] = l.MLP
 				}
 			}
 			settings = m

@@ -202,6 +202,9 @@ func forward64(nodes []nn.Node, p, x []float64, n int) []float64 {
 }
 
 func layer64(nd nn.Node, p, x []float64, n int) []float64 {
+	if y, ok := seqLayer64(nd, p, x, n); ok {
+		return y
+	}
 	in, out := nd.In, nd.Out
 	act := func(f func(float64) float64) []float64 {
 		y := make([]float64, len(x))

@@ -30,7 +30,9 @@ const DefaultLayerNormEps = 1e-5
 const EmbeddingStd = 0.02
 
 // Embedding maps token ids 0..vocab-1 to learned vectors of dim features.
-func Embedding(vocab, dim int) LayerSpec { return LayerSpec{Kind: KindEmbedding, Vocab: vocab, Dim: dim} }
+func Embedding(vocab, dim int) LayerSpec {
+	return LayerSpec{Kind: KindEmbedding, Vocab: vocab, Dim: dim}
+}
 
 // Positional adds a learned vector per position to every sequence.
 func Positional() LayerSpec { return LayerSpec{Kind: KindPositional} }
