@@ -70,7 +70,7 @@ func TestHalvesReportTheirGraphs(t *testing.T) {
 	l, err := NewLearner(dev, shared, mem, cfg, 0, LearnerOptions{Graphs: true, Observer: &learnObs})
 	must(t, err)
 	defer l.Close()
-	a, err := NewActor(dev, shared, mem, cfg, 0, ActorOptions{Graphs: true, Observer: &actObs})
+	a, err := NewActor(dev, shared, mem, cfg, 0, ActorOptions{Graphs: true, MaxLead: 50, Observer: &actObs})
 	must(t, err)
 	defer a.Close()
 	must(t, errors.Join(l.Capture(), a.Capture()))
