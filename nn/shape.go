@@ -137,11 +137,13 @@ type Node struct {
 	In, Out Shape
 
 	// Parameters, in the flat parameter buffer: linear weights In×Out
-	// row-major; conv weights (kh, kw, c_in)×c_out row-major, the columns
+	// row-major (a sequence's features × Out, applied per position; as
+	// lm_head's); conv weights (kh, kw, c_in)×c_out row-major, the columns
 	// of device.ImageKernels.Im2Col times the output channels, so the
-	// forward pass is Gemm(cols, W); batchnorm gamma (C values). Bias:
-	// linear and conv Out values, batchnorm beta (C values) right after
-	// gamma, as BatchNormTrain's params want them.
+	// forward pass is Gemm(cols, W); batchnorm and layernorm gamma (C or D
+	// values); embedding's vocab×dim and positional's T×D tables (no
+	// bias). Bias: linear and conv Out values, batchnorm and layernorm
+	// beta right after gamma, as their kernels' params want them.
 	WeightAt, WeightLen int
 	BiasAt, BiasLen     int
 
@@ -150,7 +152,7 @@ type Node struct {
 	// BatchNormTrain's running wants them.
 	StateAt, StateLen int
 
-	Body []Node // residual: the block's layers
+	Body []Node // residual, attention, transformer_block: the block's layers
 }
 
 // Conv is the node's convolution geometry at batch size n (conv only).
