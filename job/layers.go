@@ -84,7 +84,7 @@ func LayersUsage() string {
 		case len(keys) == 0:
 			settings = "{}"
 		}
-		fmt.Fprintf(&b, "  %-15s %-41s %s\n", k.kind, settings, k.does)
+		fmt.Fprintf(&b, "  %-17s %-41s %s\n", k.kind, settings, k.does)
 	}
 	return b.String()
 }
