@@ -446,3 +446,22 @@ func TestTransformerWorkspaceByLayer(t *testing.T) {
 		}
 	}
 }
+
+// TestTransformerShortBatch: a step on the first rows of its batch (a
+// short last batch run eagerly) lays out heads, scores and the loss's
+// mask for those rows only: its loss is the host's on them.
+func TestTransformerShortBatch(t *testing.T) {
+	const b, n = 4, 2
+	r := newTokenRig(t, tinyTransformer(0), nn.DefaultOptimizer(), b, b, 5)
+	params, _, err := r.m.Snapshot()
+	must(t, err)
+	must(t, r.st.WithBatch(n).Eval(r.s, r.in))
+	stats := r.download(t, r.st.W.EvalStats)
+	want := seqLoss64(r.arch, toFloat64(params), toFloat64(r.x[:n*tinyT]), r.y, n, n)
+	if stats[device.StatCount] != n*tinyT {
+		t.Fatalf("counted %v positions, want %d", stats[device.StatCount], n*tinyT)
+	}
+	if got := float64(stats[device.StatLossSum]) / (n * tinyT); math.Abs(got-want) > 1e-5*math.Max(1, want) {
+		t.Errorf("loss on %d of %d rows %.8g, the host's %.8g", n, b, got, want)
+	}
+}
