@@ -626,7 +626,10 @@ func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt i
 	obs := a.halfObserver(role, dev)
 	_, res, err := jobserver.RL(ctx, &hookHello{Transport: t, hello: func(h worker.Hello) {
 		a.event(EventWorker, map[string]any{"role": role, "pid": h.PID, "device": h.Device, "attempt": attempt})
-	}}, dev, j, func(p jobserver.RLProgress) { a.progress(p, attempt) }, obs)
+	}}, dev, j, func(p jobserver.RLProgress) {
+		jobserver.ObserveReplays(obs, p)
+		a.progress(p, attempt)
+	}, obs)
 	if err != nil {
 		return res, fmt.Errorf("%s (attempt %d): %w (worker log %s)", role, attempt, err, logPath)
 	}

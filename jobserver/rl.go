@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -79,6 +81,32 @@ type RLProgress struct {
 	Publishes    int64               `json:"publishes"` // a learner's publishes
 	Loss         float64             `json:"loss"`
 	Waiting      bool                `json:"waiting"`
+	// Replays is the half's graph replays since its last report, and
+	// ReplaySeconds the device times of up to MaxReplaySamples of them,
+	// drawn at random: replays come thousands a second, too many for an
+	// observe message each (see replayTally).
+	Replays       int64     `json:"replays,omitempty"`
+	ReplaySeconds []float64 `json:"replay_seconds,omitempty"`
+}
+
+// MaxReplaySamples is the most replay device times one progress report
+// carries.
+const MaxReplaySamples = 128
+
+// Untimed is the Seconds of a Replayed that stands for a replay whose
+// device time was not sampled: the replay is counted, no time recorded
+// (telemetry drops negative durations).
+const Untimed = -1
+
+// ObserveReplays tells obs the replays a half's report counts: a Replayed
+// for each, with its device time where it was sampled.
+func ObserveReplays(obs trainer.Observer, p RLProgress) {
+	for _, s := range p.ReplaySeconds {
+		obs.Observe(trainer.Replayed{Seconds: s})
+	}
+	for range p.Replays - int64(len(p.ReplaySeconds)) {
+		obs.Observe(trainer.Replayed{Seconds: Untimed})
+	}
 }
 
 // RLEval is one greedy evaluation of the actor's weights (see
@@ -162,11 +190,15 @@ func serveRL(ctx context.Context, conn *worker.Conn, j RLJob, dev device.Device,
 	}
 	defer mem.Close()
 	shared := &dqn.Shared{Pool: cfg.Shared.Pool(), Guard: cfg.Shared.Guard()}
-	// The graph activity crosses as a training job's does: one observe
-	// message per measurement.
-	obs := remoteObserver{conn}
+	// The graph activity crosses as a training job's does, one observe
+	// message per measurement, except the replays, which the progress
+	// reports carry; those no report carried go last, once the half has
+	// closed (this defer runs after its Close).
+	tally := &replayTally{next: remoteObserver{conn}}
+	defer tally.flush()
+	var obs trainer.Observer = tally
 	res := RLResult{Role: j.Role}
-	rep := &rlReporter{conn: conn, mem: mem, cfg: c, role: j.Role, now: make(chan struct{}, 1)}
+	rep := &rlReporter{conn: conn, mem: mem, cfg: c, role: j.Role, now: make(chan struct{}, 1), replays: tally}
 	var half rlHalf
 	var actor *dqn.Actor
 	var learner *dqn.Learner
@@ -239,6 +271,7 @@ type rlReporter struct {
 	role    string
 	actor   *dqn.Actor
 	learner *dqn.Learner
+	replays *replayTally
 
 	// now asks for a report at once (an evaluation: a solving one stops
 	// the agent, and it must not wait for the next tick, nor be lost
@@ -303,6 +336,7 @@ func (r *rlReporter) report(last *RLProgress, half rlHalf) {
 	r.mu.Unlock()
 	p := RLProgress{Role: r.role, EnvSteps: int(r.mem.Appended()), LearnerSteps: int(r.mem.LearnerSteps()),
 		Episodes: eps, Evals: evals, Epoch: r.mem.Epoch(), Published: r.mem.Version(), Waiting: half.Waiting()}
+	p.Replays, p.ReplaySeconds = r.replays.take()
 	if r.actor != nil {
 		p.Version, p.Syncs, p.Epsilon = r.actor.Version(), r.actor.Syncs(), r.cfg.Epsilon(p.EnvSteps)
 	} else {
@@ -330,4 +364,55 @@ func (r *rlReporter) report(last *RLProgress, half rlHalf) {
 // rlDescribe names the half a worker serves, for its log.
 func rlDescribe(j RLJob) string {
 	return fmt.Sprintf("agent %d %s (memory %s, pid %d)", j.Agent, j.Role, j.Memory, os.Getpid())
+}
+
+// replayTally stands between a half and the worker protocol. A half
+// replays thousands of times a second, and an observe message for each
+// slowed a two-agent run on two cores by a quarter; so its replays travel
+// in its progress reports instead (a count, and the device times of up to
+// MaxReplaySamples of them drawn at random), and the coordinator observes
+// them as Replayed (ObserveReplays). Every other measurement goes at once.
+type replayTally struct {
+	next trainer.Observer
+
+	mu      sync.Mutex
+	count   int64
+	seconds []float64
+}
+
+func (t *replayTally) Observe(m trainer.Measurement) {
+	r, ok := m.(trainer.Replayed)
+	if !ok {
+		t.next.Observe(m)
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.count++
+	if !(r.Seconds >= 0) || math.IsInf(r.Seconds, 1) {
+		return // counted; a time JSON cannot carry is not kept
+	}
+	// A reservoir: every replay of the interval is as likely to be kept.
+	if len(t.seconds) < MaxReplaySamples {
+		t.seconds = append(t.seconds, r.Seconds)
+	} else if k := rand.Int64N(t.count); k < MaxReplaySamples {
+		t.seconds[k] = r.Seconds
+	}
+}
+
+// take returns the replays since the last take and the kept times.
+func (t *replayTally) take() (int64, []float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, s := t.count, t.seconds
+	t.count, t.seconds = 0, nil
+	return n, s
+}
+
+// flush sends the replays no report carried (those the half reported as
+// it closed), an observe message each.
+func (t *replayTally) flush() {
+	n, seconds := t.take()
+	p := RLProgress{Replays: n, ReplaySeconds: seconds}
+	ObserveReplays(t.next, p)
 }
