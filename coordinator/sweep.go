@@ -526,13 +526,17 @@ func checkPathLengths(dir string, trials []Trial) error {
 // training set or missing data files are refused before anything starts.
 // Trials that name the same data share one load.
 func checkTrials(sw *Sweep) error {
-	type sets struct{ train, test *data.Dataset }
+	type sets struct{ train, test data.Examples }
 	loaded := map[string]sets{}
 	for _, t := range sw.Trials {
 		spec := t.Spec
 		key := fmt.Sprint(spec.Dataset, "\x00", spec.DataDir)
-		if spec.Dataset == "synthetic" {
+		switch spec.Dataset {
+		case "synthetic":
 			key = fmt.Sprint(spec.Dataset, "\x00", spec.SyntheticSize, "\x00", spec.Seed)
+		case "text":
+			// A text's windows are its context's.
+			key = fmt.Sprint(spec.Dataset, "\x00", spec.DataDir, "\x00", spec.TextConfig().Context)
 		}
 		d, ok := loaded[key]
 		if !ok {

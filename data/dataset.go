@@ -17,6 +17,9 @@ type Dataset struct {
 // Len returns the number of examples.
 func (d *Dataset) Len() int { return len(d.Y) }
 
+// Shape is an example's: Features values and one class.
+func (d *Dataset) Shape() Shape { return Shape{Name: d.Name, Inputs: d.Features, Classes: d.Classes} }
+
 // Validate checks that the slices agree with Features and that every label is a class.
 func (d *Dataset) Validate() error {
 	if d.Features < 1 {

@@ -38,7 +38,26 @@ const hintFortunesMissing = "install with: apt-get install fortunes"
 type Examples interface {
 	Len() int
 	Fill(indices []int, x, y, mask []float32) (int, error)
+	// Shape says how many values one example fills, so a trainer can check
+	// a model against the data before it lays out a batch.
+	Shape() Shape
 }
+
+// Shape is what one example of an Examples fills in a batch: Inputs x
+// values and, for a dataset of one class per example (Positions 0), one
+// label, else Positions labels, one per position; labels are classes in
+// [0, Classes). Tokens marks x values that are token ids, which are never
+// normalised.
+type Shape struct {
+	Name      string // the dataset's name, for messages and checkpoints
+	Inputs    int
+	Positions int
+	Classes   int
+	Tokens    bool
+}
+
+// Labels is the number of y values one example fills.
+func (s Shape) Labels() int { return max(1, s.Positions) }
 
 var (
 	_ Examples = (*Dataset)(nil)
@@ -130,6 +149,12 @@ func (t *Text) Validate() error {
 			ErrInvalid, t.Name, len(t.Bytes), t.Context+1)
 	}
 	return nil
+}
+
+// Shape is a window's: Context token ids in, Context next-byte targets
+// out, over TextVocab classes.
+func (t *Text) Shape() Shape {
+	return Shape{Name: t.Name, Inputs: t.Context, Positions: t.Context, Classes: TextVocab, Tokens: true}
 }
 
 // Len returns the number of windows: the examples of an epoch.

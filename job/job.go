@@ -100,8 +100,6 @@ func (s Spec) Validate() error {
 		return field.Errorf("context", "must be in 0..%d (0: %d), got %d", maxContext, data.DefaultTextContext, s.Context)
 	case s.Dataset == "text" && s.DataDir == "":
 		return field.Errorf("data_dir", "must name a text file or a directory of them for dataset text, e.g. %s", data.DefaultFortunesDir)
-	case s.Dataset == "text":
-		return errNoSequenceModel()
 	case len(s.Hidden) > 16:
 		return field.Errorf("model.hidden", "at most 16 layers, got %d", len(s.Hidden))
 	case s.WarmupBatches < 0 || s.WarmupBatches > 1000:
@@ -140,6 +138,9 @@ func (s Spec) Validate() error {
 	if err := s.validateModel(); err != nil {
 		return err
 	}
+	if err := s.validateTokens(); err != nil {
+		return err
+	}
 	if s.Loss != string(nn.LossCrossEntropy) && s.Loss != string(nn.LossMSE) {
 		return field.Errorf("model.loss", "must be cross_entropy or mse, got %q", s.Loss)
 	}
@@ -152,13 +153,30 @@ func (s Spec) Validate() error {
 // maxContext bounds context: a window is one example of a batch record.
 const maxContext = 1 << 16
 
-// errNoSequenceModel refuses dataset text until a model trains on
-// sequences: the trainer's batches carry one vector and one class per
-// example, and a text example is a window with a target at each position.
-func errNoSequenceModel() error {
-	return field.Errorf("dataset", "text serves byte sequences (windows of %s+1 bytes, the next byte the target at each position), "+
-		"and no model of this build trains on sequences yet: the MLP (%s) and %s models take one vector and one class per example, "+
-		"so they train on fashion-mnist or synthetic", field.Name("context"), field.Name("model.hidden"), field.Name("model.layers"))
+// validateTokens pairs models that read token ids with the dataset that
+// serves them: dataset text is windows of byte ids with the next byte the
+// target at each position, which only a model starting with embedding
+// reads; fashion-mnist and synthetic are feature vectors, which no such
+// model reads. Shapes (the model's input T against context, its vocab)
+// are checked when the spec is planned (nn.Arch.FitsTokens).
+func (s Spec) validateTokens() error {
+	tokens := len(s.Layers) > 0 && s.Layers[0].Kind == nn.KindEmbedding
+	switch {
+	case s.Dataset == "text" && len(s.Layers) == 0:
+		return field.Errorf("model.layers", "is required for dataset text: its examples are windows of %s byte ids with the next byte the target at each position, "+
+			"which the %s MLP cannot read; give layers starting with embedding: {vocab: %d, ...} and ending in lm_head (e.g. examples/char-transformer.yaml)",
+			field.Name("context"), field.Name("model.hidden"), data.TextVocab)
+	case s.Dataset == "text" && !tokens:
+		return field.Errorf("model.layers", "starts with %s, but dataset text serves byte ids, which only a model starting with embedding reads; "+
+			"start it with embedding: {vocab: %d, dim: ...} (e.g. examples/char-transformer.yaml)", s.Layers[0].Kind, data.TextVocab)
+	case s.Dataset != "text" && tokens:
+		return field.Errorf("dataset", "%s serves feature vectors, but %s starts with embedding, a model of token ids; train it on dataset text, "+
+			"or start the model with a layer that reads features", s.Dataset, field.Name("model.layers"))
+	case s.Dataset == "text" && s.Context != 0 && len(s.Input) == 1 && s.Input[0] != s.Context:
+		return field.Errorf("context", "is %d, but %s is [%d]: the model reads %d token ids per example; give both the same length, or leave %s out to take the model's",
+			s.Context, field.Name("model.input"), s.Input[0], s.Input[0], field.Name("context"))
+	}
+	return nil
 }
 
 func (s Spec) optimizer() nn.Optimizer {
@@ -168,9 +186,11 @@ func (s Spec) optimizer() nn.Optimizer {
 	return o
 }
 
-// LoadData loads the train and test sets the spec names, normalised with
-// the training set's statistics.
-func (s Spec) LoadData() (train, test *data.Dataset, err error) { return s.LoadDataAdvancing(nil) }
+// LoadData loads the train and test sets the spec names: Fashion-MNIST
+// or synthetic vectors normalised with the training set's statistics
+// (*data.Dataset), or text windows of byte ids as they are (*data.Text),
+// its validation text the test set.
+func (s Spec) LoadData() (train, test data.Examples, err error) { return s.LoadDataAdvancing(nil) }
 
 // StageDataLoad names the data load's progress (see LoadDataAdvancing).
 const StageDataLoad = "data load"
@@ -179,14 +199,31 @@ const StageDataLoad = "data load"
 // StageDataLoad as the load moves: every MiB or so of a Fashion-MNIST
 // file read, each set built and the normalisation done. A worker shows
 // with it that a load of seconds is progress (worker.Conn.Advance).
-func (s Spec) LoadDataAdvancing(advance func(stage string)) (train, test *data.Dataset, err error) {
+func (s Spec) LoadDataAdvancing(advance func(stage string)) (train, test data.Examples, err error) {
+	if s.Dataset == "text" {
+		tr, te, err := s.LoadText()
+		if err != nil {
+			return nil, nil, err
+		}
+		if advance != nil {
+			advance(StageDataLoad)
+		}
+		return tr, te, nil
+	}
+	tr, te, err := s.loadVectors(advance)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tr, te, nil
+}
+
+// loadVectors loads fashion-mnist or synthetic, normalised.
+func (s Spec) loadVectors(advance func(stage string)) (train, test *data.Dataset, err error) {
 	var tick func()
 	if advance != nil {
 		tick = func() { advance(StageDataLoad) }
 	}
 	switch s.Dataset {
-	case "text":
-		return nil, nil, errNoSequenceModel()
 	case "synthetic":
 		all, err := data.Synthetic(data.SyntheticConfig{N: s.SyntheticSize + s.SyntheticSize/5, Features: 64, Classes: 10, Seed: s.Seed, Noise: 2})
 		if err != nil {
@@ -212,8 +249,27 @@ func (s Spec) LoadDataAdvancing(advance func(stage string)) (train, test *data.D
 
 // TextConfig is the text dataset the spec names: data_dir's corpus in
 // windows of context+1 bytes, its last tenth held out for validation.
+// Context 0 takes the model's: model.input's T when it is given, else
+// data.DefaultTextContext.
 func (s Spec) TextConfig() data.TextConfig {
-	return data.TextConfig{Path: s.DataDir, Context: s.Context}
+	return data.TextConfig{Path: s.DataDir, Context: s.textContext()}
+}
+
+// textContext is context, or model.input's length when context is 0.
+func (s Spec) textContext() int {
+	if s.Context == 0 && len(s.Input) == 1 {
+		return s.Input[0]
+	}
+	return s.Context
+}
+
+// DefaultDataDir is where dataset's files are when data_dir is not given:
+// the fortunes for text, else Fashion-MNIST's directory (Default's).
+func DefaultDataDir(dataset string) string {
+	if dataset == "text" {
+		return data.DefaultFortunesDir
+	}
+	return data.DefaultFashionMNISTDir
 }
 
 // LoadText loads the training and validation texts of dataset text (see
@@ -249,7 +305,7 @@ type Plan struct {
 // Plan resolves a spec that Validate accepted, on the data it names
 // (loaded with LoadData, or handed over by a caller that loaded it): the
 // spec is not validated again.
-func (s Spec) Plan(train, test *data.Dataset) (*Plan, error) {
+func (s Spec) Plan(train, test data.Examples) (*Plan, error) {
 	cfg, err := s.config(train, test)
 	if err != nil {
 		return nil, err
@@ -281,7 +337,7 @@ func (p *Plan) Run(ctx context.Context, dev device.Device, shared *trainer.Share
 
 // Config builds and validates the trainer configuration for already
 // loaded data.
-func (s Spec) Config(train, test *data.Dataset, opts Options) (trainer.Config, error) {
+func (s Spec) Config(train, test data.Examples, opts Options) (trainer.Config, error) {
 	cfg, err := s.config(train, test)
 	if err != nil {
 		return cfg, err
@@ -291,8 +347,8 @@ func (s Spec) Config(train, test *data.Dataset, opts Options) (trainer.Config, e
 }
 
 // config builds the trainer configuration, with the schedule's length.
-func (s Spec) config(train, test *data.Dataset) (trainer.Config, error) {
-	spec, net, err := s.model(train.Features, train.Classes)
+func (s Spec) config(train, test data.Examples) (trainer.Config, error) {
+	spec, net, err := s.model(train.Shape())
 	if err != nil {
 		return trainer.Config{}, err
 	}

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/nn"
 )
 
 func TestDefaultIsValidAndIsTheDocumentedModel(t *testing.T) {
@@ -31,7 +33,12 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"lr", func(s *Spec) { s.LR = -1 }},
 		{"optimizer", func(s *Spec) { s.Optimizer = "lion" }},
 		{"dataset", func(s *Spec) { s.Dataset = "mnist" }},
-		{"dataset", func(s *Spec) { s.Dataset = "text" }},
+		{"model.layers", func(s *Spec) { s.Dataset = "text" }},
+		{"model.layers", func(s *Spec) { s.Dataset, s.Layers = "text", Layers{nn.Linear(10)} }},
+		{"dataset", func(s *Spec) { s.Layers = Layers{nn.Embedding(256, 8), nn.LMHead()} }},
+		{"context", func(s *Spec) {
+			s.Dataset, s.Context, s.Input, s.Layers = "text", 32, []int{64}, Layers{nn.Embedding(256, 8), nn.LMHead()}
+		}},
 		{"data_dir", func(s *Spec) { s.Dataset, s.DataDir = "text", "" }},
 		{"context", func(s *Spec) { s.Context = -1 }},
 		{"context", func(s *Spec) { s.Dataset, s.Context = "text", 1<<16+1 }},
@@ -73,7 +80,7 @@ func TestConfigSetsTheSchedule(t *testing.T) {
 	if cfg.Optimizer.TotalSteps != 30 || cfg.Optimizer.WarmupSteps != 15 {
 		t.Fatalf("total %d warm-up %d; want 30 and a warm-up capped at half the run", cfg.Optimizer.TotalSteps, cfg.Optimizer.WarmupSteps)
 	}
-	if cfg.Spec.Inputs != train.Features || cfg.Spec.Outputs != train.Classes {
+	if d := train.Shape(); cfg.Spec.Inputs != d.Inputs || cfg.Spec.Outputs != d.Classes {
 		t.Fatalf("model %+v does not fit the data", cfg.Spec)
 	}
 }
@@ -100,27 +107,88 @@ func TestConfigCarriesTheShard(t *testing.T) {
 	}
 }
 
-// TestTextNeedsASequenceModel: dataset text is refused, by Validate and by
-// LoadData, with a message that says which models train on what, until a
-// model trains on sequences.
-func TestTextNeedsASequenceModel(t *testing.T) {
-	s := Default()
-	s.Dataset, s.DataDir, s.Context = "text", t.TempDir(), 64
-	err := s.Validate()
-	if !field.Is(err, "dataset") {
-		t.Fatalf("Validate: got %v; want a refusal of dataset", err)
-	}
-	for _, want := range []string{"byte sequences", "no model", "model.hidden", "model.layers", "fashion-mnist or synthetic"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("Validate: %q does not say %q", err, want)
+// TestTextNeedsATokenModel: dataset text and a model that reads token
+// ids go together, and a refusal says which key to change and how.
+func TestTextNeedsATokenModel(t *testing.T) {
+	for _, c := range []struct {
+		name, key string
+		edit      func(*Spec)
+		says      []string
+	}{
+		{"the MLP on text", "model.layers", func(s *Spec) { s.Dataset = "text" },
+			[]string{"required for dataset text", "embedding", "model.hidden"}},
+		{"a vector model on text", "model.layers", func(s *Spec) { s.Dataset, s.Layers = "text", Layers{nn.Linear(256)} }, []string{"starts with linear"}},
+		{"a token model on fashion-mnist", "dataset", func(s *Spec) { s.Layers = Layers{nn.Embedding(256, 8), nn.LMHead()} },
+			[]string{"fashion-mnist serves feature vectors", "model.layers starts with embedding", "dataset text"}},
+		{"a token model on synthetic", "dataset", func(s *Spec) { s.Dataset, s.Layers = "synthetic", Layers{nn.Embedding(256, 8), nn.LMHead()} }, nil},
+		{"context against model.input", "context", func(s *Spec) {
+			s.Dataset, s.Context, s.Input, s.Layers = "text", 32, []int{64}, Layers{nn.Embedding(256, 8), nn.LMHead()}
+		}, []string{"is 32", "model.input is [64]"}},
+	} {
+		s := Default()
+		c.edit(&s)
+		err := s.Validate()
+		if !field.Is(err, field.Name(c.key)) {
+			t.Errorf("%s: got %v; want a refusal of %s", c.name, err, c.key)
+			continue
+		}
+		for _, want := range c.says {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %q does not say %q", c.name, err, want)
+			}
 		}
 	}
-	flags := field.Render(err, func(n field.Name) string { return "--" + strings.TrimPrefix(string(n), "model.") })
-	if !strings.Contains(flags, "--dataset: text") || !strings.Contains(flags, "--hidden") {
+	s := Default()
+	s.Dataset = "text"
+	flags := field.Render(s.Validate(), func(n field.Name) string { return "--" + strings.TrimPrefix(string(n), "model.") })
+	if !strings.HasPrefix(flags, "--layers: ") || !strings.Contains(flags, "--hidden") {
 		t.Errorf("a command cannot respell the keys: %q", flags)
 	}
-	if _, _, err := s.LoadData(); !field.Is(err, "dataset") {
-		t.Errorf("LoadData: got %v; want the same refusal, not another dataset", err)
+}
+
+// A token model plans on a text corpus when its input T, context and
+// vocabulary agree; where they do not, the key to change is named.
+func TestPlanTokenModel(t *testing.T) {
+	corpus := filepath.Join(t.TempDir(), "corpus.txt")
+	if err := os.WriteFile(corpus, []byte(strings.Repeat("the quick brown fox jumps over the lazy dog. ", 20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := Default()
+	base.Dataset, base.DataDir, base.BatchSize, base.Epochs = "text", corpus, 4, 1
+	model := "[{embedding: {vocab: 256, dim: 16}}, {positional: {}}, {transformer_block: {heads: 2, mlp: 32}}, {lm_head: {}}]"
+	for _, c := range []struct {
+		name    string
+		input   []int
+		context int
+		layers  string
+		want    string // "" plans
+	}{
+		{"input and context", []int{16}, 16, model, ""},
+		{"context from the input", []int{16}, 0, model, ""},
+		{"input from the context", nil, 8, model, ""},
+		{"a vocabulary other than bytes", []int{16}, 0, strings.Replace(model, "vocab: 256", "vocab: 100", 1),
+			"model.layers: layers[3] (lm_head): the model ends in [16, 100] but the dataset has 256 tokens, so it must end in [16, 256], logits per position"},
+		{"one class per example", []int{16}, 0, "[{embedding: {vocab: 256, dim: 16}}, {flatten: {}}, {linear: {out: 256}}]",
+			"model.layers: layers[2] (linear): the model ends in [256] but the dataset has 256 tokens, so it must end in [16, 256], logits per position"},
+	} {
+		s := base
+		s.Input, s.Context = c.input, c.context
+		must(t, s.Set("model.layers", c.layers))
+		must(t, s.Validate())
+		train, test, err := s.LoadData()
+		must(t, err)
+		if d := train.Shape(); !d.Tokens || d.Classes != data.TextVocab || d.Positions != s.TextConfig().Context {
+			t.Fatalf("%s: text shape %+v", c.name, d)
+		}
+		p, err := s.Plan(train, test)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want == "" && p.Trainer.Config().Spec.Positions != train.Shape().Positions:
+			t.Errorf("%s: planned %s", c.name, p.Trainer.Config().Spec)
+		case c.want != "" && (err == nil || err.Error() != c.want):
+			t.Errorf("%s:\n got %v\nwant %s", c.name, err, c.want)
+		}
 	}
 }
 

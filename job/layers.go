@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cast"
 	"gopkg.in/yaml.v3"
 
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/nn"
 )
@@ -368,13 +369,18 @@ func (s Spec) net(input []int) nn.Net {
 	return nn.Net{Input: nn.Shape(input), Layers: []nn.LayerSpec(s.Layers), Loss: nn.Loss(s.Loss)}
 }
 
-// model resolves the spec's model on a dataset of features values per
-// example and classes classes: the MLP the training step runs (for a net
-// that is not an MLP, its outline: inputs, classes and loss), and the net
-// it was described as (zero for the model.hidden shorthand). Shapes are
-// inferred and checked here, before anything is allocated.
-func (s Spec) model(features, classes int) (nn.Spec, nn.Net, error) {
+// model resolves the spec's model on a dataset of examples of shape d:
+// the MLP the training step runs (for a net that is not an MLP, its
+// outline: inputs, classes, loss and positions), and the net it was
+// described as (zero for the model.hidden shorthand). Shapes are inferred
+// and checked here, before anything is allocated: a token dataset's
+// against the model's input T and vocabulary (nn.Arch.FitsTokens).
+func (s Spec) model(d data.Shape) (nn.Spec, nn.Net, error) {
+	features, classes := d.Inputs, d.Classes
 	if len(s.Layers) == 0 {
+		if d.Tokens {
+			return nn.Spec{}, nn.Net{}, field.Errorf("model.layers", "is required for dataset %s of token ids: give layers starting with embedding", d.Name)
+		}
 		act, _ := nn.ParseActivation(s.Activation)
 		return nn.Spec{Inputs: features, Hidden: s.Hidden, Outputs: classes, Act: act, Loss: nn.Loss(s.Loss)}, nn.Net{}, nil
 	}
@@ -387,7 +393,12 @@ func (s Spec) model(features, classes int) (nn.Spec, nn.Net, error) {
 	if err != nil {
 		return nn.Spec{}, nn.Net{}, err
 	}
-	if err := arch.Fits(features, classes); err != nil {
+	if d.Tokens {
+		err = arch.FitsTokens(d.Positions, d.Classes)
+	} else {
+		err = arch.Fits(features, classes)
+	}
+	if err != nil {
 		return nn.Spec{}, nn.Net{}, err
 	}
 	if mlp, err := net.MLP(); err == nil {

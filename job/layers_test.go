@@ -158,7 +158,7 @@ func TestSetLayers(t *testing.T) {
 }
 
 // synthetic is the synthetic dataset: 64 features, 10 classes.
-func synthetic(t *testing.T) (Spec, *data.Dataset, *data.Dataset) {
+func synthetic(t *testing.T) (Spec, data.Examples, data.Examples) {
 	t.Helper()
 	s := Default()
 	s.Dataset, s.SyntheticSize, s.Epochs = "synthetic", 200, 1

@@ -39,7 +39,7 @@ func TestParseSequenceLayers(t *testing.T) {
 		t.Errorf("read back from JSON %s:\n got %v", wire, back)
 	}
 	s := Default()
-	s.Input, s.Layers = []int{128}, got
+	s.Dataset, s.Input, s.Layers = "text", []int{128}, got
 	must(t, s.Validate())
 	for in, want := range map[string]string{
 		"[{embedding: {vocab: 256}}]":              "model.layers: layers[0] (embedding): dim is required, e.g. embedding: {vocab: 256, dim: 128}",

@@ -48,7 +48,7 @@ var usages = map[field.Name]string{
 	"lr_warmup_steps":    "linear learning-rate warm-up steps before cosine decay",
 	"seed":               "random seed (initialisation and data order)",
 	"dataset":            "fashion-mnist, synthetic or text (byte windows of a text corpus, for sequence models)",
-	"data_dir":           "directory of the Fashion-MNIST .gz files; for dataset text, a text file or a directory of them (e.g. " + data.DefaultFortunesDir + ")",
+	"data_dir":           "directory of the Fashion-MNIST .gz files; for dataset text, a text file or a directory of them (left unset: " + data.DefaultFortunesDir + ")",
 	"synthetic_size":     "training examples of the synthetic dataset",
 	"context":            "input bytes per example of dataset text; the targets are the next bytes (0: " + strconv.Itoa(data.DefaultTextContext) + ")",
 	"model.hidden":       "hidden layer sizes, e.g. 256,128",

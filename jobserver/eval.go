@@ -81,10 +81,16 @@ func evalData(spec job.Spec, split string, advance func(stage string)) (*data.Da
 	if err != nil {
 		return nil, trainer.Config{}, err
 	}
+	ds := test
 	if split == SplitTrain {
-		return train, cfg, nil
+		ds = train
 	}
-	return test, cfg, nil
+	// Scores are one label per example; a text window has one per position.
+	vectors, ok := ds.(*data.Dataset)
+	if !ok {
+		return nil, trainer.Config{}, usage(fmt.Sprintf("dataset %s: evaluation scores one class per example, and a text window has a target per position; its loss and accuracy are in the run's summary", spec.Dataset))
+	}
+	return vectors, cfg, nil
 }
 
 // Evaluate runs one evaluation shard through t and returns its result.

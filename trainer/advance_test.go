@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -68,7 +69,7 @@ func TestEvaluateAdvancesPerBatch(t *testing.T) {
 	}
 	var got stages
 	scores, err := trainer.Evaluate(context.Background(), openCPU(t), newShared(t), trainer.EvalConfig{
-		Spec: cfg.Spec, BatchSize: cfg.BatchSize, Data: cfg.Test, Params: ck.Parameters(), Shard: 0, Shards: 1, Advance: got.advance})
+		Spec: cfg.Spec, BatchSize: cfg.BatchSize, Data: cfg.Test.(*data.Dataset), Params: ck.Parameters(), Shard: 0, Shards: 1, Advance: got.advance})
 	if err != nil {
 		t.Fatal(err)
 	}

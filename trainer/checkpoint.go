@@ -118,7 +118,7 @@ type EpochFigures struct {
 func (c *Config) checkpointHeader() Checkpoint {
 	return Checkpoint{
 		Model: c.ModelName(), Optimizer: optimizerString(c.Optimizer), BatchSize: c.BatchSize,
-		Seed: c.Seed, Dataset: c.Train.Name, TrainSize: c.Train.Len(),
+		Seed: c.Seed, Dataset: c.Train.Shape().Name, TrainSize: c.Train.Len(),
 		Shard: fmt.Sprintf("%d/%d", c.Rank, c.World), Ragged: string(c.Ragged), Epochs: c.Epochs,
 		Params: c.paramCount(), States: c.Optimizer.StateBuffers(), Running: c.runningLen(),
 	}

@@ -46,7 +46,10 @@ type Config struct {
 
 	Rank, World int // stride shard of the training set
 
-	Train, Test *data.Dataset
+	// Train and Test are the examples: a Dataset of vectors and classes,
+	// or a Text of token windows for a model that reads token ids (Spec's
+	// Positions labels per example). Their Shape must be Spec's.
+	Train, Test data.Examples
 
 	// MaxSteps stops the run (with a checkpoint) after this many steps in
 	// total; 0 means no limit. It lets tests interrupt runs at a chosen
@@ -143,12 +146,9 @@ func (c Config) validate() (steps int, err error) {
 	if _, err := data.ParseRagged(string(c.Ragged)); err != nil {
 		return 0, field.Errorf("ragged", "%w", err)
 	}
-	for _, d := range []*data.Dataset{c.Train, c.Test} {
-		if d.Features != c.Spec.Inputs {
-			return 0, fmt.Errorf("dataset %s has %d features but the model takes %d inputs", d.Name, d.Features, c.Spec.Inputs)
-		}
-		if d.Classes != c.Spec.Outputs {
-			return 0, fmt.Errorf("dataset %s has %d classes but the model has %d outputs", d.Name, d.Classes, c.Spec.Outputs)
+	for _, d := range []data.Examples{c.Train, c.Test} {
+		if err := fits(c.Spec, d.Shape()); err != nil {
+			return 0, err
 		}
 	}
 	if steps, err = StepsPerEpoch(c); err != nil {
@@ -161,6 +161,27 @@ func (c Config) validate() (steps int, err error) {
 			c.WarmupBatches, total, field.Name("warmup_batches"))
 	}
 	return steps, nil
+}
+
+// fits checks that a batch laid out for spec (nn.NewLayout) holds the
+// examples of a dataset of shape d: as many x values, as many labels, and
+// a logit per class.
+func fits(spec nn.Spec, d data.Shape) error {
+	switch {
+	case d.Inputs != spec.Inputs:
+		what := "features"
+		if d.Tokens {
+			what = "token ids per example"
+		}
+		return fmt.Errorf("dataset %s has %d %s but the model takes %d inputs", d.Name, d.Inputs, what, spec.Inputs)
+	case d.Classes != spec.Outputs:
+		return fmt.Errorf("dataset %s has %d classes but the model has %d outputs", d.Name, d.Classes, spec.Outputs)
+	case d.Positions != spec.Positions:
+		return fmt.Errorf("dataset %s has %d labels per example but the model %s scores %d", d.Name, d.Labels(), spec, max(1, spec.Positions))
+	case d.Positions > 0 && spec.Loss != nn.LossCrossEntropy:
+		return fmt.Errorf("dataset %s has a label per position, which only %s scores, not %s", d.Name, nn.LossCrossEntropy, spec.Loss)
+	}
+	return nil
 }
 
 // checkNet checks Net against Spec: a Net that is an MLP must be Spec's

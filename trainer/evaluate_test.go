@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -39,7 +40,7 @@ func evaluateAgreesWithTraining(t *testing.T, cfg trainer.Config) {
 		correct := 0
 		for s := range shards {
 			got, err := trainer.Evaluate(context.Background(), openCPU(t), newShared(t), trainer.EvalConfig{
-				Spec: cfg.Spec, Net: cfg.Net, BatchSize: cfg.BatchSize, Data: cfg.Test, Params: ck.Parameters(), Running: ck.RunningState(),
+				Spec: cfg.Spec, Net: cfg.Net, BatchSize: cfg.BatchSize, Data: cfg.Test.(*data.Dataset), Params: ck.Parameters(), Running: ck.RunningState(),
 				Shard: s, Shards: shards})
 			if err != nil {
 				t.Fatal(err)
@@ -49,8 +50,8 @@ func evaluateAgreesWithTraining(t *testing.T, cfg trainer.Config) {
 					t.Fatalf("%d shards: shard %d's record %d is example %d", shards, s, j, r.Index)
 				}
 				seen[r.Index]++
-				if r.Label != int(cfg.Test.Y[r.Index]) {
-					t.Fatalf("example %d: label %d, want %d", r.Index, r.Label, cfg.Test.Y[r.Index])
+				if r.Label != int(cfg.Test.(*data.Dataset).Y[r.Index]) {
+					t.Fatalf("example %d: label %d, want %d", r.Index, r.Label, cfg.Test.(*data.Dataset).Y[r.Index])
 				}
 				if r.Label == r.Predicted {
 					correct++
@@ -81,7 +82,7 @@ func evaluateAgreesWithTraining(t *testing.T, cfg trainer.Config) {
 
 func TestEvaluateRefuses(t *testing.T) {
 	cfg := smallConfig(t)
-	good := trainer.EvalConfig{Spec: cfg.Spec, BatchSize: 8, Data: cfg.Test, Params: make([]float32, cfg.Spec.ParamCount()), Shards: 1}
+	good := trainer.EvalConfig{Spec: cfg.Spec, BatchSize: 8, Data: cfg.Test.(*data.Dataset), Params: make([]float32, cfg.Spec.ParamCount()), Shards: 1}
 	for name, edit := range map[string]func(*trainer.EvalConfig){
 		"no data":           func(c *trainer.EvalConfig) { c.Data = nil },
 		"shard past shards": func(c *trainer.EvalConfig) { c.Shard, c.Shards = 2, 2 },

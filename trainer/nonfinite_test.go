@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -26,8 +27,8 @@ func poisonedResume(t *testing.T, cfg trainer.Config, poison float32) (trainer.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	train := *cfg.Train
-	train.X = make([]float32, len(cfg.Train.X))
+	train := *cfg.Train.(*data.Dataset)
+	train.X = make([]float32, len(train.X))
 	for i := range train.X {
 		train.X[i] = poison
 	}
@@ -80,8 +81,8 @@ func TestNonFiniteTestLossStops(t *testing.T) {
 		for _, poison := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
 			cfg := smallConfig(t)
 			cfg.EnableGraphs, cfg.RunDir = graphsOn, t.TempDir()
-			test := *cfg.Test
-			test.X = make([]float32, len(cfg.Test.X))
+			test := *cfg.Test.(*data.Dataset)
+			test.X = make([]float32, len(test.X))
 			for i := range test.X {
 				test.X[i] = poison
 			}

@@ -15,7 +15,7 @@ import (
 // it belongs to follows from the sequence number alone, so loaders work in
 // parallel and a resumed run produces exactly the batches it would have.
 type source struct {
-	ds      *data.Dataset
+	ds      data.Examples
 	layout  nn.Layout
 	spec    nn.Spec
 	opt     *nn.Optimizer // nil for evaluation: no hyper-parameters
@@ -33,7 +33,7 @@ type source struct {
 	plans map[int][]data.Batch
 }
 
-func newSource(ds *data.Dataset, layout nn.Layout, spec nn.Spec, opt *nn.Optimizer, seed uint64,
+func newSource(ds data.Examples, layout nn.Layout, spec nn.Spec, opt *nn.Optimizer, seed uint64,
 	shuffle bool, policy data.Ragged, rank, world, epochs int) (*source, error) {
 	s := &source{ds: ds, layout: layout, spec: spec, opt: opt, seed: seed, shuffle: shuffle, policy: policy,
 		rank: rank, world: world, epochs: epochs, plans: make(map[int][]data.Batch)}
@@ -44,7 +44,7 @@ func newSource(ds *data.Dataset, layout nn.Layout, spec nn.Spec, opt *nn.Optimiz
 	}
 	if steps == 0 {
 		return nil, fmt.Errorf("dataset %s has too few examples (%d) for one batch of %d in shard %d of %d with ragged policy %s",
-			ds.Name, ds.Len(), layout.Batch, rank, world, policy)
+			ds.Shape().Name, ds.Len(), layout.Batch, rank, world, policy)
 	}
 	s.steps = steps
 	return s, nil
@@ -87,9 +87,10 @@ func (s *source) Fill(seq int, dst []float32) (staging.Meta, error) {
 	}
 	l := s.layout
 	x, y, mask := dst[l.X:l.X+l.XLen], dst[l.Y:l.Y+l.YLen], dst[l.Mask:l.Mask+l.MaskLen]
-	// Labels go to the start of y; for MSE they are then expanded into
-	// one-hot targets in place.
-	labels := y[:l.Batch]
+	// Labels go to the start of y: one per example, or one per position
+	// of a sequence (then y is exactly the labels). For MSE they are then
+	// expanded into one-hot targets in place.
+	labels := y[:l.Batch*max(1, s.spec.Positions)]
 	valid, err := s.ds.Fill(b.Indices, x, labels, mask)
 	if err != nil {
 		return staging.Meta{}, err

@@ -388,7 +388,7 @@ func StepsPerEpoch(cfg Config) (int, error) {
 	}
 	if n == 0 {
 		return 0, field.Errorf("batch_size", "dataset %s has too few examples (%d) for one batch of %d in shard %d of %d with ragged policy %s",
-			cfg.Train.Name, cfg.Train.Len(), cfg.BatchSize, cfg.Rank, cfg.World, cfg.Ragged)
+			cfg.Train.Shape().Name, cfg.Train.Len(), cfg.BatchSize, cfg.Rank, cfg.World, cfg.Ragged)
 	}
 	return n, nil
 }

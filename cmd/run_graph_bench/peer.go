@@ -204,7 +204,7 @@ func openCPU(threads int) bench.Opener {
 func epochRunner(shared *trainer.Shared, open bench.Opener, dataDir string, threads int) bench.EpochFunc {
 	var (
 		once        sync.Once
-		train, test *data.Dataset
+		train, test data.Examples
 		loadErr     error
 	)
 	return func(ctx context.Context, w bench.Workload, seed uint64) (bench.PeerEpoch, error) {
