@@ -113,6 +113,9 @@ func resolve(fs *pflag.FlagSet) (coordinator.Request, settings, error) {
 	if err := oneModel(fs, v, req.Spec); err != nil {
 		return coordinator.Request{}, settings{}, err
 	}
+	if !isSet(fs, v, "data_dir") {
+		req.Spec.DataDir = job.DefaultDataDir(req.Spec.Dataset)
+	}
 	p := &req.Placement
 	p.Worker = v.GetString("worker")
 	var err error
@@ -170,13 +173,19 @@ func oneModel(fs *pflag.FlagSet, v *viper.Viper, spec job.Spec) error {
 		return nil
 	}
 	for _, key := range []field.Name{"model.hidden", "model.activation"} {
-		_, inEnv := os.LookupEnv(job.EnvVar(key))
-		if fs.Changed(flagName(key)) || inEnv || v.InConfig(string(key)) {
+		if isSet(fs, v, key) {
 			return fmt.Errorf("%w: %w", errUsage, field.Errorf("model.layers", "describes the whole model, but %s is set too (by %s); give the model either as layers or as %s and %s",
 				key, source(fs, key), field.Name("model.hidden"), field.Name("model.activation")))
 		}
 	}
 	return nil
+}
+
+// isSet reports whether key was given by a flag, a TOLARIA_* variable or
+// a configuration file, rather than left at its default.
+func isSet(fs *pflag.FlagSet, v *viper.Viper, key field.Name) bool {
+	_, inEnv := os.LookupEnv(job.EnvVar(key))
+	return fs.Changed(flagName(key)) || inEnv || v.InConfig(string(key))
 }
 
 func source(fs *pflag.FlagSet, key field.Name) string {
