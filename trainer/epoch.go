@@ -182,7 +182,8 @@ func (r *run) endEpoch(seq int, epochStart time.Time, samples int, intervalStart
 	r.obs.Observe(EvalAccuracy{Accuracy: r.sum.TestAccuracy})
 	// The epoch's rate counts only the samples this invocation trained: a
 	// resumed epoch's accumulators also hold those from before the stop.
-	trained := train[device.StatCount] - r.carried
+	// The accumulators count labels: a sequence model's T per example.
+	trained := (train[device.StatCount] - r.carried) / float64(max(1, r.cfg.Spec.Positions))
 	r.lastStats, r.carried = [device.StatsLen]float64{}, 0
 	trainStats, evalStats := r.step.Accumulators()
 	if err := errors.Join(r.compute.Fill(trainStats, 0), r.compute.Fill(evalStats, 0)); err != nil {

@@ -57,9 +57,11 @@ func tokenConfig(t *testing.T) trainer.Config {
 // its accuracy that of every position.
 func TestTokenModelGraphsMatchEager(t *testing.T) {
 	cfg := tokenConfig(t)
-	var losses []float64
+	var losses, epochSamples []float64
 	cfg.Progress = func(p trainer.Progress) {
-		if !p.EpochDone {
+		if p.EpochDone {
+			epochSamples = append(epochSamples, p.SamplesPerSecond*p.EpochSeconds)
+		} else {
 			losses = append(losses, p.Loss)
 		}
 	}
@@ -84,6 +86,12 @@ func TestTokenModelGraphsMatchEager(t *testing.T) {
 	}
 	if !(last < first && g.TestLoss < math.Log(data.TextVocab)-1) {
 		t.Fatalf("loss from %.3f to %.3f, test loss %.3f: not falling from chance %.3f", first, last, g.TestLoss, math.Log(data.TextVocab))
+	}
+	// An epoch's rate counts windows, not the positions the loss averages.
+	for i, n := range epochSamples {
+		if math.Abs(n-float64(cfg.Train.Len())) > 1e-6*n {
+			t.Errorf("epoch %d: rate times time is %.3f samples; the epoch trained %d windows", i+1, n, cfg.Train.Len())
+		}
 	}
 	if !(g.TestAccuracy > 0.2 && g.TestAccuracy <= 1) {
 		t.Fatalf("per-position test accuracy %.3f", g.TestAccuracy)
