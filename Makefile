@@ -102,7 +102,7 @@ e2e:
 # The accuracy bars: default MLP, 10 epochs, graphs on, CPU device, >= 0.89;
 # examples/cnn.yaml's CNN, 5 epochs, graphs on, CPU device, >= 0.92.
 accuracy:
-	TOLARIA_E2E_ACCURACY=1 $(GO) test -count=1 -timeout 20m -run '^Test(CNN)?Accuracy$$' -v ./e2e/
+	TOLARIA_E2E_ACCURACY=1 $(GO) test -count=1 -timeout 20m -run '^Test(CNN|CharTransformer)?Accuracy$$' -v ./e2e/
 
 worker-cuda:
 	$(GO) build -tags cuda -o $(BIN)/tolaria-worker ./cmd/tolaria-worker
