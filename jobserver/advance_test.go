@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
 
@@ -54,7 +55,7 @@ func serveRaw(t *testing.T, start worker.Message) []worker.Message {
 // that grows as the job trains, naming what moved.
 func TestJobHeartbeatsCarryItsProgress(t *testing.T) {
 	spec := smallSpec()
-	spec.Epochs = 4
+	spec.Epochs = 16 // long enough for several 1 ms heartbeats on a loaded machine
 	body, err := json.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -85,13 +86,15 @@ func TestJobHeartbeatsCarryItsProgress(t *testing.T) {
 			t.Fatalf("the work counter went back: %v", work)
 		}
 	}
-	// Steps alone are 4 epochs of 512/64 = 32.
-	if top := work[len(work)-1]; top < 32 {
-		t.Errorf("the last heartbeat's counter is %d; want at least the job's 32 steps", top)
+	// Heartbeats come on a timer, so the last one may precede the job's
+	// last steps (4 epochs of 512/64 = 32): what holds on any machine is
+	// that the counter moved while the job ran and that a training step
+	// is among what moved it.
+	if work[len(work)-1] <= work[0] {
+		t.Errorf("the work counter did not move between the first and the last heartbeat: %v", work)
 	}
-	delete(stages, "")
-	if len(stages) == 0 {
-		t.Error("no heartbeat names what moved")
+	if !stages[trainer.StageTrainStep] {
+		t.Errorf("no heartbeat names a training step; stages seen %v", stages)
 	}
 	t.Logf("%d heartbeats, counter up to %d, stages seen %v", len(work), work[len(work)-1], stages)
 }
