@@ -12,48 +12,48 @@ import (
 	"github.com/tolaria-ml/tolaria/device/cpu"
 )
 
-// imagePair runs the same image kernel on the GPU and on the CPU device.
-type imagePair struct {
+// devicePair runs the same kernel on the GPU and on the CPU device.
+type devicePair struct {
 	t        *testing.T
 	gpu, ref device.Device
 	gs, cs   device.Stream
 }
 
-func newImagePair(t *testing.T) *imagePair {
+func newDevicePair(t *testing.T) *devicePair {
 	gpu := openTest(t)
 	ref, err := cpu.Open(cpu.Config{})
 	check(t, "cpu.Open", err)
 	t.Cleanup(func() { ref.Close() })
-	return &imagePair{t: t, gpu: gpu, ref: ref, gs: mustStream(t, gpu), cs: mustStream(t, ref)}
+	return &devicePair{t: t, gpu: gpu, ref: ref, gs: mustStream(t, gpu), cs: mustStream(t, ref)}
 }
 
 // run uploads ins to fresh buffers on each device, calls the kernel on them
 // and returns every buffer's contents afterwards, the GPU's then the CPU's.
-func (p *imagePair) run(ins [][]float32, call func(ik device.ImageKernels, b []device.Buffer) error) (gpu, ref [][]float32) {
+func (p *devicePair) run(ins [][]float32, call func(s device.Stream, b []device.Buffer) error) (gpu, ref [][]float32) {
 	p.t.Helper()
-	side := func(dev device.Device, s device.Stream) [][]float32 {
-		ik, ok := s.(device.ImageKernels)
-		if !ok {
-			p.t.Fatalf("%T does not implement device.ImageKernels", s)
-		}
-		bufs := make([]device.Buffer, len(ins))
-		for i, v := range ins {
-			b, err := dev.Alloc(len(v))
-			check(p.t, "Alloc", err)
-			check(p.t, "Upload", dev.Upload(b, v))
-			bufs[i] = b
-		}
-		check(p.t, "kernel", call(ik, bufs))
-		check(p.t, "Synchronize", s.Synchronize())
-		out := make([][]float32, len(ins))
-		for i, b := range bufs {
-			out[i] = make([]float32, b.Len())
-			check(p.t, "Download", dev.Download(out[i], b))
-			check(p.t, "Free", dev.Free(b))
-		}
-		return out
+	return runOn(p.t, p.gpu, p.gs, ins, call), runOn(p.t, p.ref, p.cs, ins, call)
+}
+
+// runOn uploads ins to fresh buffers on d, calls the kernel on them on s
+// and returns every buffer's contents afterwards.
+func runOn(t *testing.T, d device.Device, s device.Stream, ins [][]float32, call func(s device.Stream, b []device.Buffer) error) [][]float32 {
+	t.Helper()
+	bufs := make([]device.Buffer, len(ins))
+	for i, v := range ins {
+		b, err := d.Alloc(len(v))
+		check(t, "Alloc", err)
+		check(t, "Upload", d.Upload(b, v))
+		bufs[i] = b
 	}
-	return side(p.gpu, p.gs), side(p.ref, p.cs)
+	check(t, "kernel", call(s, bufs))
+	check(t, "Synchronize", s.Synchronize())
+	out := make([][]float32, len(ins))
+	for i, b := range bufs {
+		out[i] = make([]float32, b.Len())
+		check(t, "Download", d.Download(out[i], b))
+		check(t, "Free", d.Free(b))
+	}
+	return out
 }
 
 // sameBitsAs fails unless the GPU's buffers hold the CPU device's bits.
@@ -136,7 +136,7 @@ func nanFloats(n int) []float32 {
 // Batch normalisation sums in double in another (fixed) order, so it
 // agrees to within rounding.
 func TestImageKernelsMatchCPUDevice(t *testing.T) {
-	p := newImagePair(t)
+	p := newDevicePair(t)
 	rng := rand.New(rand.NewPCG(23, 1))
 	convs := []device.ConvShape{
 		{N: 2, H: 7, W: 6, C: 3, KH: 3, KW: 3, Stride: 1, Pad: 1},
@@ -146,12 +146,12 @@ func TestImageKernelsMatchCPUDevice(t *testing.T) {
 	for _, cs := range convs {
 		name := fmt.Sprintf("%+v", cs)
 		x := randFloats(rng, cs.InLen(), -1, 1)
-		g, c := p.run([][]float32{x, nanFloats(cs.Rows() * cs.Cols())}, func(ik device.ImageKernels, b []device.Buffer) error {
+		g, c := p.run([][]float32{x, nanFloats(cs.Rows() * cs.Cols())}, func(ik device.Stream, b []device.Buffer) error {
 			return ik.Im2Col(cs, b[0], b[1])
 		})
 		sameBitsAs(t, "Im2Col "+name, g, c)
 		dcols := randFloats(rng, cs.Rows()*cs.Cols(), -1, 1)
-		g, c = p.run([][]float32{dcols, nanFloats(cs.InLen())}, func(ik device.ImageKernels, b []device.Buffer) error {
+		g, c = p.run([][]float32{dcols, nanFloats(cs.InLen())}, func(ik device.Stream, b []device.Buffer) error {
 			return ik.Col2Im(cs, b[0], b[1])
 		})
 		sameBitsAs(t, "Col2Im "+name, g, c)
@@ -167,21 +167,21 @@ func TestImageKernelsMatchCPUDevice(t *testing.T) {
 		x := randFloats(rng, ps.InLen(), -1, 1)
 		x[ps.C] = x[0] // a tie in the first window
 		x[2*ps.C+1] = float32(math.NaN())
-		g, c := p.run([][]float32{x, nanFloats(ps.OutLen()), nanFloats(ps.OutLen())}, func(ik device.ImageKernels, b []device.Buffer) error {
+		g, c := p.run([][]float32{x, nanFloats(ps.OutLen()), nanFloats(ps.OutLen())}, func(ik device.Stream, b []device.Buffer) error {
 			return ik.MaxPool(ps, b[0], b[1], b[2])
 		})
 		sameBitsAs(t, "MaxPool "+name, g, c)
 		arg := g[2]
 		dy := randFloats(rng, ps.OutLen(), -1, 1)
-		g, c = p.run([][]float32{dy, arg, nanFloats(ps.InLen())}, func(ik device.ImageKernels, b []device.Buffer) error {
+		g, c = p.run([][]float32{dy, arg, nanFloats(ps.InLen())}, func(ik device.Stream, b []device.Buffer) error {
 			return ik.MaxPoolGrad(ps, b[0], b[1], b[2])
 		})
 		sameBitsAs(t, "MaxPoolGrad "+name, g, c)
-		g, c = p.run([][]float32{x, nanFloats(ps.OutLen())}, func(ik device.ImageKernels, b []device.Buffer) error {
+		g, c = p.run([][]float32{x, nanFloats(ps.OutLen())}, func(ik device.Stream, b []device.Buffer) error {
 			return ik.AvgPool(ps, b[0], b[1])
 		})
 		sameBitsNaNAsNaN(t, "AvgPool "+name, g, c)
-		g, c = p.run([][]float32{dy, nanFloats(ps.InLen())}, func(ik device.ImageKernels, b []device.Buffer) error {
+		g, c = p.run([][]float32{dy, nanFloats(ps.InLen())}, func(ik device.Stream, b []device.Buffer) error {
 			return ik.AvgPoolGrad(ps, b[0], b[1])
 		})
 		sameBitsAs(t, "AvgPoolGrad "+name, g, c)
@@ -192,18 +192,18 @@ func TestImageKernelsMatchCPUDevice(t *testing.T) {
 		x := randFloats(rng, rows*cols, 1, 4)
 		params, running := randFloats(rng, 2*cols, 0.5, 1.5), randFloats(rng, 2*cols, 0.5, 1)
 		g, c := p.run([][]float32{x, params, nanFloats(2 * cols), nanFloats(rows * cols), nanFloats(rows * cols), running},
-			func(ik device.ImageKernels, b []device.Buffer) error {
+			func(ik device.Stream, b []device.Buffer) error {
 				return ik.BatchNormTrain(rows, cols, 1e-5, 0.1, b[0], b[1], b[2], b[3], b[4], b[5])
 			})
 		within(t, "BatchNormTrain "+name, g, c, 1e-5)
 		stats, xhat := c[2], c[3]
-		g, c = p.run([][]float32{x, params, running, nanFloats(rows * cols)}, func(ik device.ImageKernels, b []device.Buffer) error {
+		g, c = p.run([][]float32{x, params, running, nanFloats(rows * cols)}, func(ik device.Stream, b []device.Buffer) error {
 			return ik.BatchNormEval(rows, cols, 1e-5, b[0], b[1], b[2], b[3])
 		})
 		sameBitsAs(t, "BatchNormEval "+name, g, c)
 		dy := randFloats(rng, rows*cols, -1, 1)
 		g, c = p.run([][]float32{dy, xhat, params, stats, nanFloats(rows * cols), nanFloats(2 * cols)},
-			func(ik device.ImageKernels, b []device.Buffer) error {
+			func(ik device.Stream, b []device.Buffer) error {
 				return ik.BatchNormGrad(rows, cols, b[0], b[1], b[2], b[3], b[4], b[5])
 			})
 		within(t, "BatchNormGrad "+name, g, c, 1e-5)
@@ -219,7 +219,7 @@ func TestImageKernelsMatchCPUDevice(t *testing.T) {
 			math.Float32frombits(uint32(d.offset)), math.Float32frombits(uint32(d.offset >> 32)),
 		}
 		x := randFloats(rng, d.n, -2, 2)
-		g, c := p.run([][]float32{state, x, nanFloats(d.n), nanFloats(d.n)}, func(ik device.ImageKernels, b []device.Buffer) error {
+		g, c := p.run([][]float32{state, x, nanFloats(d.n), nanFloats(d.n)}, func(ik device.Stream, b []device.Buffer) error {
 			if err := ik.Dropout(d.p, b[0], b[1], b[2], b[3]); err != nil {
 				return err
 			}
@@ -228,7 +228,7 @@ func TestImageKernelsMatchCPUDevice(t *testing.T) {
 		sameBitsAs(t, "Dropout and AdvanceRNG "+name, g, c)
 	}
 	x, y := randFloats(rng, 1001, -2, 2), randFloats(rng, 1001, -2, 2)
-	g, c := p.run([][]float32{x, y, nanFloats(1001)}, func(ik device.ImageKernels, b []device.Buffer) error {
+	g, c := p.run([][]float32{x, y, nanFloats(1001)}, func(ik device.Stream, b []device.Buffer) error {
 		return ik.Mul(b[0], b[1], b[2])
 	})
 	sameBitsAs(t, "Mul", g, c)

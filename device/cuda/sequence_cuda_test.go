@@ -9,52 +9,7 @@ import (
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/device"
-	"github.com/tolaria-ml/tolaria/device/cpu"
 )
-
-// seqPair runs the same sequence kernel on the GPU and on the CPU device.
-type seqPair struct {
-	t        *testing.T
-	gpu, ref device.Device
-	gs, cs   device.Stream
-}
-
-func newSeqPair(t *testing.T) *seqPair {
-	gpu := openTest(t)
-	ref, err := cpu.Open(cpu.Config{})
-	check(t, "cpu.Open", err)
-	t.Cleanup(func() { ref.Close() })
-	return &seqPair{t: t, gpu: gpu, ref: ref, gs: mustStream(t, gpu), cs: mustStream(t, ref)}
-}
-
-// run uploads ins to fresh buffers on each device, calls the kernel on them
-// and returns every buffer's contents afterwards, the GPU's then the CPU's.
-func (p *seqPair) run(ins [][]float32, call func(sk device.SequenceKernels, b []device.Buffer) error) (gpu, ref [][]float32) {
-	p.t.Helper()
-	return seqRun(p.t, p.gpu, p.gs, ins, call), seqRun(p.t, p.ref, p.cs, ins, call)
-}
-
-// seqRun uploads ins to fresh buffers on d, calls the kernel on them and
-// returns every buffer's contents afterwards.
-func seqRun(t *testing.T, d device.Device, s device.Stream, ins [][]float32, call func(sk device.SequenceKernels, b []device.Buffer) error) [][]float32 {
-	t.Helper()
-	sk, ok := s.(device.SequenceKernels)
-	if !ok {
-		t.Fatalf("%T does not implement device.SequenceKernels", s)
-	}
-	bufs := make([]device.Buffer, len(ins))
-	for i, v := range ins {
-		bufs[i] = mustUpload(t, d, v)
-	}
-	check(t, "kernel", call(sk, bufs))
-	check(t, "Synchronize", s.Synchronize())
-	out := make([][]float32, len(ins))
-	for i, b := range bufs {
-		out[i] = mustDownload(t, d, b)
-		check(t, "Free", d.Free(b))
-	}
-	return out
-}
 
 // identicalBits fails unless got holds want's bits, both computed on the
 // GPU.
@@ -88,7 +43,7 @@ func tokenIDs(rng *rand.Rand, n, vocab int) []float32 {
 // many differ); BatchedGemm sums in double where the CPU device sums in
 // float32, as Gemm does.
 func TestSequenceKernelsMatchCPUDevice(t *testing.T) {
-	p := newSeqPair(t)
+	p := newDevicePair(t)
 	rng := rand.New(rand.NewPCG(29, 3))
 
 	for _, sh := range [][3]int{{1, 1, 1}, {37, 11, 40}, {70, 5, 33}} {
@@ -96,11 +51,11 @@ func TestSequenceKernelsMatchCPUDevice(t *testing.T) {
 		name := fmt.Sprintf("n=%d vocab=%d dim=%d", n, vocab, dim)
 		ids := tokenIDs(rng, n, vocab)
 		table, dy := randFloats(rng, vocab*dim, -1, 1), randFloats(rng, n*dim, -1, 1)
-		g, c := p.run([][]float32{ids, table, nanFloats(n * dim)}, func(sk device.SequenceKernels, b []device.Buffer) error {
+		g, c := p.run([][]float32{ids, table, nanFloats(n * dim)}, func(sk device.Stream, b []device.Buffer) error {
 			return sk.Embedding(n, vocab, dim, b[0], b[1], b[2])
 		})
 		sameBitsNaNAsNaN(t, "Embedding "+name, g, c)
-		g, c = p.run([][]float32{ids, dy, nanFloats(vocab * dim)}, func(sk device.SequenceKernels, b []device.Buffer) error {
+		g, c = p.run([][]float32{ids, dy, nanFloats(vocab * dim)}, func(sk device.Stream, b []device.Buffer) error {
 			return sk.EmbeddingGrad(n, vocab, dim, b[0], b[1], b[2])
 		})
 		sameBitsNaNAsNaN(t, "EmbeddingGrad "+name, g, c)
@@ -112,20 +67,20 @@ func TestSequenceKernelsMatchCPUDevice(t *testing.T) {
 		const eps = 1e-5
 		x, params := randFloats(rng, rows*cols, -2, 3), randFloats(rng, 2*cols, 0.5, 1.5)
 		g, c := p.run([][]float32{x, params, nanFloats(2 * rows), nanFloats(rows * cols), nanFloats(rows * cols)},
-			func(sk device.SequenceKernels, b []device.Buffer) error {
+			func(sk device.Stream, b []device.Buffer) error {
 				return sk.LayerNorm(rows, cols, eps, b[0], b[1], b[2], b[3], b[4])
 			})
 		within(t, "LayerNorm "+name, g, c, 1e-5)
 		stats, xhat := c[2], c[3]
 		dy := randFloats(rng, rows*cols, -1, 1)
 		g, c = p.run([][]float32{dy, xhat, params, stats, nanFloats(rows * cols), nanFloats(2 * cols)},
-			func(sk device.SequenceKernels, b []device.Buffer) error {
+			func(sk device.Stream, b []device.Buffer) error {
 				return sk.LayerNormGrad(rows, cols, b[0], b[1], b[2], b[3], b[4], b[5])
 			})
 		within(t, "LayerNormGrad "+name, g, c, 1e-5)
 		dx := g[4]
 		g, _ = p.run([][]float32{dy, xhat, params, stats, nanFloats(2 * cols)},
-			func(sk device.SequenceKernels, b []device.Buffer) error {
+			func(sk device.Stream, b []device.Buffer) error {
 				return sk.LayerNormGrad(rows, cols, b[0], b[1], b[2], b[3], b[0], b[4])
 			})
 		sameBitsAs(t, "LayerNormGrad with dx = dy, against dx apart "+name, g[:1], [][]float32{dx})
@@ -135,7 +90,7 @@ func TestSequenceKernelsMatchCPUDevice(t *testing.T) {
 		batch, seq, heads, size := sh[0], sh[1], sh[2], sh[3]
 		name := fmt.Sprintf("%v", sh)
 		x := randFloats(rng, batch*seq*heads*size, -1, 1)
-		g, c := p.run([][]float32{x, nanFloats(len(x)), nanFloats(len(x))}, func(sk device.SequenceKernels, b []device.Buffer) error {
+		g, c := p.run([][]float32{x, nanFloats(len(x)), nanFloats(len(x))}, func(sk device.Stream, b []device.Buffer) error {
 			if err := sk.SplitHeads(batch, seq, heads, size, b[0], b[1]); err != nil {
 				return err
 			}
@@ -150,7 +105,7 @@ func TestSequenceKernelsMatchCPUDevice(t *testing.T) {
 		name := fmt.Sprintf("groups=%d seq=%d", groups, seq)
 		const scale = 0.35
 		x, dy := randFloats(rng, groups*seq*seq, -4, 4), randFloats(rng, groups*seq*seq, -1, 1)
-		g, c := p.run([][]float32{x, nanFloats(len(x)), x}, func(sk device.SequenceKernels, b []device.Buffer) error {
+		g, c := p.run([][]float32{x, nanFloats(len(x)), x}, func(sk device.Stream, b []device.Buffer) error {
 			if err := sk.CausalSoftmax(groups, seq, scale, b[0], b[1]); err != nil {
 				return err
 			}
@@ -159,7 +114,7 @@ func TestSequenceKernelsMatchCPUDevice(t *testing.T) {
 		within(t, "CausalSoftmax "+name, g, c, 1e-6)
 		sameBitsAs(t, "CausalSoftmax in place "+name, g[2:], g[1:2])
 		y := c[1]
-		g, c = p.run([][]float32{y, dy, nanFloats(len(y)), dy}, func(sk device.SequenceKernels, b []device.Buffer) error {
+		g, c = p.run([][]float32{y, dy, nanFloats(len(y)), dy}, func(sk device.Stream, b []device.Buffer) error {
 			if err := sk.CausalSoftmaxGrad(groups, seq, scale, b[0], b[1], b[2]); err != nil {
 				return err
 			}
@@ -172,7 +127,7 @@ func TestSequenceKernelsMatchCPUDevice(t *testing.T) {
 		const count, m, n, k = 3, 9, 33, 40
 		sA, sB, sC := m*k+1, k*n+2, m*n+3
 		a, b, cv := randFloats(rng, sA*count, -1, 1), randFloats(rng, sB*count, -1, 1), randFloats(rng, sC*count, -1, 1)
-		g, c := p.run([][]float32{a, b, cv}, func(sk device.SequenceKernels, bufs []device.Buffer) error {
+		g, c := p.run([][]float32{a, b, cv}, func(sk device.Stream, bufs []device.Buffer) error {
 			return sk.BatchedGemm(tr[0], tr[1], count, m, n, k, 0.5, bufs[0], sA, bufs[1], sB, 0.25, bufs[2], sC)
 		})
 		within(t, fmt.Sprintf("BatchedGemm trans %v", tr), g, c, 1e-5)
@@ -202,7 +157,7 @@ func TestBatchedGemmMatchesGemm(t *testing.T) {
 			a := randFloats(rng, sA*count, -1, 1)
 			b := randFloats(rng, sB*(count-1)+k*n, -1, 1)
 			c := randFloats(rng, sC*count, -1, 1)
-			out := seqRun(t, d, s, [][]float32{a, b, c}, func(sk device.SequenceKernels, bufs []device.Buffer) error {
+			out := runOn(t, d, s, [][]float32{a, b, c}, func(sk device.Stream, bufs []device.Buffer) error {
 				return sk.BatchedGemm(tr[0], tr[1], count, m, n, k, alpha, bufs[0], sA, bufs[1], sB, beta, bufs[2], sC)
 			})
 			got := out[2]
