@@ -122,6 +122,13 @@ func TestImageKernelsSameBitsAtAnyThreadCount(t *testing.T) {
 		}
 		return r.names, r.contents(t)
 	}
+	sameBitsAtAnyThreadCount(t, run)
+}
+
+// sameBitsAtAnyThreadCount fails unless run at 2, 3 and 5 threads leaves
+// every named buffer with the bits run at one thread leaves.
+func sameBitsAtAnyThreadCount(t *testing.T, run func(threads int) ([]string, [][]float32)) {
+	t.Helper()
 	names, one := run(1)
 	for _, threads := range []int{2, 3, 5} {
 		_, got := run(threads)

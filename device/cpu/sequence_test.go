@@ -141,17 +141,7 @@ func TestSequenceKernelsSameBitsAtAnyThreadCount(t *testing.T) {
 		}
 		return r.names, r.contents(t)
 	}
-	names, one := run(1)
-	for _, threads := range []int{2, 3, 5} {
-		_, got := run(threads)
-		for i := range one {
-			for j := range one[i] {
-				if math.Float32bits(got[i][j]) != math.Float32bits(one[i][j]) {
-					t.Fatalf("%d threads: %s[%d] = %g, one thread gives %g", threads, names[i], j, got[i][j], one[i][j])
-				}
-			}
-		}
-	}
+	sameBitsAtAnyThreadCount(t, run)
 }
 
 // TestReplayedSequenceKernelsAllocateNothing: a captured graph of every
