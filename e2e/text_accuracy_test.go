@@ -1,11 +1,7 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,27 +28,9 @@ func TestCharTransformerAccuracy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	run := filepath.Join(dir, "run")
 	// Two minutes on the quiet 2-core development machine, more under load.
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "tolaria"), "train",
-		"--config", filepath.Join(repoRoot(), "examples", "char-transformer.yaml"),
-		"--device", "cpu", "--run-dir", run)
-	cmd.Dir = dir
-	cmd.Env = cleanEnv()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%v: %s", err, errb.String())
-	}
-	s := readSummary(t, filepath.Join(run, "summary.json"))
-	t.Logf("%s", out.String())
+	s := trainExample(t, "char-transformer.yaml", 12*time.Minute)
 	t.Logf("validation loss %.4f nats/byte; unigram %.4f, bigram %.4f", s.TestLoss, base.Unigram, base.Bigram)
-	if !s.GraphEnabled || s.GraphReplays < s.Steps-10 {
-		t.Fatalf("graphs were not used: %+v", s)
-	}
 	if want := base.Unigram - 1; !(s.TestLoss <= want) {
 		t.Fatalf("validation loss %.4f nats/byte after one epoch, want <= %.4f (the unigram model's %.4f less 1)", s.TestLoss, want, base.Unigram)
 	}

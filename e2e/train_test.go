@@ -512,15 +512,25 @@ func TestCNNAccuracy(t *testing.T) {
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist"); err != nil {
 		t.Fatal("dataset-fashion-mnist is not installed: run scripts/install-deps.sh train")
 	}
-	dir := t.TempDir()
-	run := filepath.Join(dir, "run")
 	// Longer than tolaria()'s 5 minutes: the CNN's 5 epochs take 3 minutes
 	// on the quiet 2-core development machine, over 8 under other load.
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	s := trainExample(t, "cnn.yaml", 15*time.Minute, "--enable-graphs", "--epochs", "5")
+	if s.TestAccuracy < 0.92 {
+		t.Fatalf("test accuracy %.4f after 5 epochs, want >= 0.92", s.TestAccuracy)
+	}
+}
+
+// trainExample runs tolaria train --config examples/NAME --device cpu with
+// args, within limit, and returns its summary after checking that graphs
+// carried the run.
+func trainExample(t *testing.T, name string, limit time.Duration, args ...string) trainer.Summary {
+	t.Helper()
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "tolaria"), "train",
-		"--config", filepath.Join(repoRoot(), "examples", "cnn.yaml"),
-		"--device", "cpu", "--enable-graphs", "--epochs", "5", "--run-dir", run)
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "tolaria"), append([]string{"train",
+		"--config", filepath.Join(repoRoot(), "examples", name), "--device", "cpu", "--run-dir", run}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = cleanEnv()
 	var out, errb bytes.Buffer
@@ -533,9 +543,7 @@ func TestCNNAccuracy(t *testing.T) {
 	if !s.GraphEnabled || s.GraphReplays < s.Steps-10 {
 		t.Fatalf("graphs were not used: %+v", s)
 	}
-	if s.TestAccuracy < 0.92 {
-		t.Fatalf("test accuracy %.4f after 5 epochs, want >= 0.92", s.TestAccuracy)
-	}
+	return s
 }
 
 func TestRunDirectoriesAreNotShared(t *testing.T) {
