@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -22,13 +21,50 @@ const (
 	// PresetCNN is examples/cnn.yaml's model (CNN): two pooled convolution
 	// blocks, a residual block and a classifier with a hidden layer, batch 64.
 	PresetCNN Preset = "cnn"
+	// PresetTransformer is examples/char-transformer.yaml's model
+	// (Transformer): 64 byte ids, two pre-norm blocks of width 64 with 4
+	// heads, logits per position, batch 32, on synthetic token windows.
+	PresetTransformer Preset = "transformer"
+	// PresetTinyTransformer is a transformer small enough that launch cost
+	// dominates its step (TinyTransformer), batch 8.
+	PresetTinyTransformer Preset = "tiny-transformer"
 )
 
 // Presets lists the presets in the order the command documents them.
-func Presets() []Preset { return []Preset{PresetMLP, PresetTiny, PresetCNN} }
+func Presets() []Preset {
+	return []Preset{PresetMLP, PresetTiny, PresetCNN, PresetTransformer, PresetTinyTransformer}
+}
 
 // CNN is examples/cnn.yaml's model (nn.ExampleCNN).
 func CNN() nn.Net { return nn.ExampleCNN() }
+
+// Transformer is examples/char-transformer.yaml's model: a byte-level
+// (vocabulary 256) transformer over 64 positions, embedding and learned
+// positions of width 64, two pre-norm blocks with 4 heads and an MLP of
+// 256, a final layer norm and the per-position head.
+func Transformer() nn.Net { return charTransformer(64, 64, 2, 4, 256) }
+
+// TinyTransformer is Transformer shrunk until its kernels are tiny: 16
+// positions, width 16, one block with 2 heads and an MLP of 64.
+func TinyTransformer() nn.Net { return charTransformer(16, 16, 1, 2, 64) }
+
+// charTransformer is a byte-level transformer over context positions.
+func charTransformer(context, dim, blocks, heads, mlp int) nn.Net {
+	layers := []nn.LayerSpec{nn.Embedding(256, dim), nn.Positional()}
+	for range blocks {
+		layers = append(layers, nn.TransformerBlock(heads, mlp))
+	}
+	return nn.Net{Input: nn.Shape{context}, Layers: append(layers, nn.LayerNorm(), nn.LMHead()), Loss: nn.LossCrossEntropy}
+}
+
+// netWorkload is net's outline and net at batch size b.
+func netWorkload(p Preset, net nn.Net, opt nn.Optimizer, b int) (Workload, error) {
+	arch, err := net.Resolve()
+	if err != nil {
+		return Workload{}, fmt.Errorf("preset %s: %w", p, err)
+	}
+	return Workload{Spec: arch.Outline(), Net: &net, Optimizer: opt, BatchSize: b}, nil
+}
 
 // Workload is a preset's model and default batch size. A model described
 // as layers (Net set) trains through nn.NetStep, its Spec then being the
@@ -59,14 +95,13 @@ func (p Preset) Workload() (Workload, error) {
 		return Workload{Spec: nn.Spec{Inputs: 16, Outputs: 2, Act: device.ActGELU, Loss: nn.LossCrossEntropy},
 			Optimizer: opt, BatchSize: 8}, nil
 	case PresetCNN:
-		net := CNN()
-		arch, err := net.Resolve()
-		if err != nil {
-			return Workload{}, fmt.Errorf("preset cnn: %w", err)
-		}
-		return Workload{Spec: arch.Outline(), Net: &net, Optimizer: opt, BatchSize: 64}, nil
+		return netWorkload(p, CNN(), opt, 64)
+	case PresetTransformer:
+		return netWorkload(p, Transformer(), opt, 32)
+	case PresetTinyTransformer:
+		return netWorkload(p, TinyTransformer(), opt, 8)
 	}
-	return Workload{}, fmt.Errorf("preset: unknown preset %q: use mlp, tiny or cnn", p)
+	return Workload{}, fmt.Errorf("preset: unknown preset %q: use mlp, tiny, cnn, transformer or tiny-transformer", p)
 }
 
 // Defaults for the zero fields of Config.
@@ -76,12 +111,14 @@ const (
 	// DefaultStepsMLP and DefaultStepsTiny are the measured steps per
 	// phase: about a second of an mlp phase on a laptop core, and enough
 	// tiny steps (a few µs each) that a phase outlasts scheduler noise.
-	DefaultStepsMLP     = 100
-	DefaultStepsTiny    = 5000
-	DefaultStepsCNN     = 20
-	DefaultSettleSteps  = 4
-	DefaultProbeKernels = 1000
-	DefaultProbeRepeats = 15
+	DefaultStepsMLP  = 100
+	DefaultStepsTiny = 5000
+	DefaultStepsCNN  = 20
+	// DefaultStepsTinyTransformer: its step is well under a millisecond.
+	DefaultStepsTinyTransformer = 500
+	DefaultSettleSteps          = 4
+	DefaultProbeKernels         = 1000
+	DefaultProbeRepeats         = 15
 )
 
 // Config is one benchmark run. Zero numeric fields take the defaults above
@@ -135,8 +172,10 @@ func (c Config) WithDefaults() Config {
 		switch c.Preset {
 		case PresetTiny:
 			c.Steps = DefaultStepsTiny
-		case PresetCNN:
+		case PresetCNN, PresetTransformer:
 			c.Steps = DefaultStepsCNN
+		case PresetTinyTransformer:
+			c.Steps = DefaultStepsTinyTransformer
 		default:
 			c.Steps = DefaultStepsMLP
 		}
@@ -190,8 +229,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("sweep-batch-sizes: each batch size must be in 1..%d, got %d", MaxBatchSize, b)
 		}
 	}
-	if c.HiddenSet && c.Preset == PresetCNN {
-		return errors.New("hidden: the cnn preset is described as layers (examples/cnn.yaml); hidden widths are for mlp and tiny")
+	if w, _ := c.Preset.Workload(); c.HiddenSet && w.Net != nil {
+		return fmt.Errorf("hidden: the %s preset is described as layers; hidden widths are for mlp and tiny", c.Preset)
 	}
 	w, err := c.workload(0)
 	if err != nil {

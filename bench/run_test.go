@@ -12,6 +12,7 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/graphs"
+	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/staging"
 )
 
@@ -303,5 +304,51 @@ func TestStepLaunchCost(t *testing.T) {
 					s.KernelsPerStep, s.EagerStepMS, s.GraphStepMS, s.StepLaunchCostMeasured(), tt.eager, tt.graph, tt.measured)
 			}
 		})
+	}
+}
+
+// TestRunTinyTransformer: the sequence presets train through NetStep on
+// token windows, eagerly and replayed, without a fallback.
+func TestRunTinyTransformer(t *testing.T) {
+	cfg := quick(PresetTinyTransformer)
+	cfg.Epochs = 1
+	rep := runQuick(t, cfg, openCPU)
+	if rep.BatchSize != 8 || !strings.Contains(rep.Model, "transformer_block(heads=2,mlp=64") || !strings.Contains(rep.Model, "lm_head") {
+		t.Errorf("batch %d, model %q; want 8 and the tiny transformer", rep.BatchSize, rep.Model)
+	}
+	s := rep.Summary
+	if s.KernelsPerStep == 0 || s.GraphNodes == 0 || len(s.Fallbacks) != 0 || !(s.EagerStepMS > 0) || !(s.GraphStepMS > 0) {
+		t.Errorf("summary: %d kernels, %d nodes, fallbacks %v, eager %g ms, graph %g ms", s.KernelsPerStep, s.GraphNodes,
+			s.Fallbacks, s.EagerStepMS, s.GraphStepMS)
+	}
+}
+
+// TestTokenSource: a net that reads token ids gets integer ids below its
+// vocabulary and a label below it at every position.
+func TestTokenSource(t *testing.T) {
+	for _, p := range []Preset{PresetTransformer, PresetTinyTransformer} {
+		w, err := p.Workload()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.vocab() != 256 || w.Spec.Positions != w.Net.Input[0] {
+			t.Fatalf("%s: vocab %d, %d positions; want 256 and %d", p, w.vocab(), w.Spec.Positions, w.Net.Input[0])
+		}
+		l := nn.NewLayout(w.Spec, w.BatchSize)
+		src := newSource(w.Spec, w.Optimizer, l, w.vocab(), 1)
+		b := make([]float32, l.Len)
+		if _, err := src.Fill(0, b); err != nil {
+			t.Fatal(err)
+		}
+		for name, vs := range map[string][]float32{"id": b[l.X : l.X+l.XLen], "label": b[l.Y : l.Y+l.YLen]} {
+			for i, v := range vs {
+				if v != float32(int(v)) || v < 0 || v >= 256 {
+					t.Fatalf("%s: %s %d = %g, want an integer in [0, 256)", p, name, i, v)
+				}
+			}
+		}
+		if l.YLen != w.BatchSize*w.Spec.Positions {
+			t.Errorf("%s: %d labels, want one per position (%d)", p, l.YLen, w.BatchSize*w.Spec.Positions)
+		}
 	}
 }

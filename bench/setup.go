@@ -80,7 +80,7 @@ func newSetup(ctx context.Context, dev device.Device, pool *graphs.Pool, guard *
 	}
 	cfg := staging.Config{BatchLen: s.layout.Len, Slots: stagingSlots, Buffers: stagingBuffers,
 		Loaders: stagingLoaders, Guard: guard, OnCopy: s.copies.add}
-	s.src = newSource(w.Spec, w.Optimizer, s.layout, seed)
+	s.src = newSource(w.Spec, w.Optimizer, s.layout, w.vocab(), seed)
 	if s.stager, err = staging.New(dev, cfg, s.src); err != nil {
 		return nil, err
 	}
@@ -92,6 +92,15 @@ func newSetup(ctx context.Context, dev device.Device, pool *graphs.Pool, guard *
 		return nil, err
 	}
 	return s, nil
+}
+
+// vocab is the vocabulary of a net that reads token ids (its first layer
+// an embedding), else 0.
+func (w Workload) vocab() int {
+	if w.Net == nil || len(w.Net.Layers) == 0 || w.Net.Layers[0].Kind != nn.KindEmbedding {
+		return 0
+	}
+	return w.Net.Layers[0].Vocab
 }
 
 // newStep makes the model with fresh parameters and its step over a

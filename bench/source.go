@@ -13,7 +13,9 @@ import (
 const syntheticBatches = 4
 
 // source feeds the stager synthetic batches of the right shape: random
-// inputs, random class labels, a full mask and the optimizer's
+// inputs (standard normal values, or for a net that reads token ids
+// uniform ids below its vocabulary), random class labels (one per
+// position for a sequence model), a full mask and the optimizer's
 // hyper-parameters for the step. The bench measures time, not accuracy,
 // so the batches are made once and cycled; Fill is a copy, which keeps
 // the loader far from being the bottleneck. It never ends: the bench stops
@@ -26,19 +28,28 @@ type source struct {
 
 var _ staging.Source = (*source)(nil)
 
-func newSource(spec nn.Spec, opt nn.Optimizer, layout nn.Layout, seed uint64) *source {
+// newSource makes the batches; vocab > 0 makes the inputs token ids
+// below vocab.
+func newSource(spec nn.Spec, opt nn.Optimizer, layout nn.Layout, vocab int, seed uint64) *source {
 	rng := rand.New(rand.NewPCG(seed, 0x62656e6368)) // "bench"
 	s := &source{layout: layout, opt: opt}
+	labels := spec.LabelLen()
 	for range syntheticBatches {
 		b := make([]float32, layout.Len)
 		for i := range layout.XLen {
-			b[layout.X+i] = float32(rng.NormFloat64())
+			if vocab > 0 {
+				b[layout.X+i] = float32(rng.IntN(vocab))
+			} else {
+				b[layout.X+i] = float32(rng.NormFloat64())
+			}
 		}
 		for r := range layout.Batch {
 			if spec.Loss == nn.LossMSE {
 				b[layout.Y+r*spec.Outputs+rng.IntN(spec.Outputs)] = 1
 			} else {
-				b[layout.Y+r] = float32(rng.IntN(spec.Outputs))
+				for j := range labels {
+					b[layout.Y+r*labels+j] = float32(rng.IntN(spec.Outputs))
+				}
 			}
 			b[layout.Mask+r] = 1
 		}

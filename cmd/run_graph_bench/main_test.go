@@ -37,7 +37,7 @@ func TestFlagValidation(t *testing.T) {
 		want string
 	}{
 		{"unknown device", []string{"--device", "gpu"}, `--device: must be auto, cpu or cuda, got "gpu"`},
-		{"unknown preset", []string{"--preset", "huge"}, `unknown preset "huge": use mlp, tiny or cnn`},
+		{"unknown preset", []string{"--preset", "huge"}, `unknown preset "huge": use mlp, tiny, cnn, transformer or tiny-transformer`},
 		{"zero epochs", []string{"--epochs", "0"}, "--epochs: must be in 1..1000, got 0"},
 		{"negative warm-up", []string{"--warmup-batches", "-1"}, "--warmup-batches"},
 		{"too few steps", []string{"--steps", "3"}, "--steps: must be in 8..100000, got 3"},

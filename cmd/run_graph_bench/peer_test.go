@@ -189,29 +189,35 @@ func TestPeerFailureIsReported(t *testing.T) {
 	}
 }
 
-// TestCNNPresetIsTheExample: the cnn preset and the side-by-side run's
-// cnn are examples/cnn.yaml's model, layer for layer.
-func TestCNNPresetIsTheExample(t *testing.T) {
-	raw, err := os.ReadFile("../../examples/cnn.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var file struct {
-		Model struct {
-			Input  []int `yaml:"input"`
-			Layers any   `yaml:"layers"`
-		} `yaml:"model"`
-	}
-	if err := yaml.Unmarshal(raw, &file); err != nil {
-		t.Fatal(err)
-	}
-	layers, err := job.ParseLayers(file.Model.Layers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	example := nn.Net{Input: nn.Shape(file.Model.Input), Layers: layers, Loss: nn.LossCrossEntropy}
-	if got, want := bench.CNN().String(), example.String(); got != want {
-		t.Errorf("bench.CNN() = %s\nexamples/cnn.yaml = %s", got, want)
+// TestPresetsAreTheExamples: the cnn and transformer presets (and the
+// side-by-side run's models) are their example files' models, layer for
+// layer.
+func TestPresetsAreTheExamples(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		net  nn.Net
+	}{{"cnn.yaml", bench.CNN()}, {"char-transformer.yaml", bench.Transformer()}} {
+		raw, err := os.ReadFile(filepath.Join("..", "..", "examples", tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var file struct {
+			Model struct {
+				Input  []int `yaml:"input"`
+				Layers any   `yaml:"layers"`
+			} `yaml:"model"`
+		}
+		if err := yaml.Unmarshal(raw, &file); err != nil {
+			t.Fatal(err)
+		}
+		layers, err := job.ParseLayers(file.Model.Layers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		example := nn.Net{Input: nn.Shape(file.Model.Input), Layers: layers, Loss: nn.LossCrossEntropy}
+		if got, want := tc.net.String(), example.String(); got != want {
+			t.Errorf("bench's model = %s\nexamples/%s = %s", got, tc.file, want)
+		}
 	}
 }
 

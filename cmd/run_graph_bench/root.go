@@ -86,7 +86,7 @@ docs/bench.md explains every number.`,
 	f.IntVar(&o.warmup, "warmup-batches", bench.DefaultWarmupBatches, "eager steps a new setup runs before measuring or capturing")
 	f.StringVar(&o.device, "device", "auto", "auto, cpu or cuda (cuda runs in the tolaria-worker built with -tags cuda)")
 	f.StringVar(&o.worker, "worker", os.Getenv("TOLARIA_WORKER"), "path of the tolaria-worker binary for --device cuda (default: next to run_graph_bench)")
-	f.StringVar(&o.preset, "preset", string(bench.PresetMLP), "mlp (784-256-128-10 GELU, AdamW, batch 64), tiny (Linear 16->2, batch 8) or cnn (examples/cnn.yaml, batch 64)")
+	f.StringVar(&o.preset, "preset", string(bench.PresetMLP), "mlp (784-256-128-10 GELU, AdamW, batch 64), tiny (Linear 16->2, batch 8), cnn (examples/cnn.yaml, batch 64), transformer (examples/char-transformer.yaml on synthetic token windows, batch 32) or tiny-transformer (context 16, width 16, 1 block of 2 heads, batch 8)")
 	f.IntVar(&o.batch, "batch-size", 0, "batch size (0: the preset's)")
 	f.StringVar(&o.hidden, "hidden", "", `hidden layer widths, e.g. "256,128", or "none" (default: the preset's)`)
 	f.BoolVar(&o.reuse, "reuse-trainer", false, "keep one setup for every epoch: capture once, replay in every epoch")
