@@ -202,6 +202,8 @@ class Trainer:
         self.t += 1
         self.opt.zero_grad()
         logits = self.model(x)
+        if logits.dim() == 3:  # a sequence model: a label per position, the loss their mean
+            logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
         loss = F.cross_entropy(logits, y)
         with self.torch.no_grad():
             self.loss_sum += loss.detach() * y.shape[0]
@@ -216,9 +218,9 @@ class Trainer:
         self.opt.step()
 
 
-def timed_steps(torch, args, xtr, ytr):
+def timed_steps(torch, args, xtr, ytr, classes=10):
     """Warm-up steps, then the timed ones, on batches of a shuffled training set."""
-    model, opt = build(torch, args, xtr.shape[1], 10)
+    model, opt = build(torch, args, xtr.shape[1], classes)
     n = args.warmup_steps + args.steps
     tr = Trainer(torch, args, model, opt, n)
     g = torch.Generator().manual_seed(args.seed)

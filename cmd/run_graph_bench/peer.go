@@ -46,8 +46,8 @@ type peerOptions struct {
 func addPeerFlags(cmd *cobra.Command, p *peerOptions) {
 	f := cmd.Flags()
 	f.StringVar(&p.peer, "peer", "", "run side by side with a peer instead: torch (PyTorch on the CPU, bench/peer/torch_mlp.py), graphs on, same model, data and threads")
-	f.StringVar(&p.model, "peer-model", "mlp", `the model of the side-by-side run: mlp (784-w-(w/2)-10 at each --peer-widths) or cnn (examples/cnn.yaml's, bench/peer/torch_net.py)`)
-	f.StringVar(&p.command, "peer-command", torchPython+" "+torchScript, "the peer's command line (split at spaces); the point's flags are appended (default for --peer-model cnn: "+torchPython+" "+torchNetScript+")")
+	f.StringVar(&p.model, "peer-model", "mlp", `the model of the side-by-side run: mlp (784-w-(w/2)-10 at each --peer-widths), cnn (examples/cnn.yaml's, bench/peer/torch_net.py) or transformer (examples/char-transformer.yaml's on synthetic token windows, bench/peer/torch_net.py)`)
+	f.StringVar(&p.command, "peer-command", torchPython+" "+torchScript, "the peer's command line (split at spaces); the point's flags are appended (default for --peer-model cnn and transformer: "+torchPython+" "+torchNetScript+")")
 	f.IntSliceVar(&p.batches, "peer-batch-sizes", bench.DefaultPeerBatchSizes, "batch sizes of the side-by-side run")
 	f.IntSliceVar(&p.widths, "peer-widths", bench.DefaultPeerWidths, "hidden widths w of the side-by-side run: the model is 784-w-(w/2)-10")
 	f.StringVar(&p.epochWidths, "peer-epoch-widths", "256", `widths at which a whole Fashion-MNIST epoch is timed on both sides too: a list, "all" or "none"`)
@@ -88,20 +88,26 @@ func (o options) peerConfig(cmd *cobra.Command, shared *trainer.Shared) (bench.P
 		return cfg, usagef("--threads: must be positive (0: the cores available), got %d", p.threads)
 	}
 	script := torchScript
+	var net *nn.Net
 	switch p.model {
 	case "mlp":
-	case "cnn":
+	case "cnn", "transformer":
 		for _, name := range []string{"peer-widths", "peer-epoch-widths"} {
 			if cmd.Flags().Changed(name) {
-				return cfg, usagef("--%s: not used with --peer-model cnn (its model has no width; epochs are timed for the mlp)", name)
+				return cfg, usagef("--%s: not used with --peer-model %s (its model has no width; epochs are timed for the mlp)", name, p.model)
 			}
 		}
 		p.widths, p.epochWidths, script = nil, "none", torchNetScript
 		if !cmd.Flags().Changed("peer-command") {
 			p.command = torchPython + " " + torchNetScript
 		}
+		n := bench.CNN()
+		if p.model == "transformer" {
+			n = bench.Transformer()
+		}
+		net = &n
 	default:
-		return cfg, usagef("--peer-model: mlp or cnn, got %q", p.model)
+		return cfg, usagef("--peer-model: mlp, cnn or transformer, got %q", p.model)
 	}
 	cfg = bench.PeerConfig{Command: strings.Fields(p.command), BatchSizes: p.batches, Widths: p.widths,
 		Threads: p.threads, WarmupSteps: o.warmup, SettleSteps: o.settle, Steps: o.steps, Rounds: p.rounds,
@@ -122,13 +128,12 @@ func (o options) peerConfig(cmd *cobra.Command, shared *trainer.Shared) (bench.P
 		}
 		cfg.EpochWidths = ws
 	}
-	if p.model == "cnn" {
-		net := bench.CNN()
+	if net != nil {
 		layers, err := json.Marshal(job.Layers(net.Layers))
 		if err != nil {
 			return cfg, err
 		}
-		cfg.Net, cfg.NetArgs = &net, []string{"--layers", string(layers), "--input", shapeFlag(net.Input)}
+		cfg.Net, cfg.NetArgs = net, []string{"--layers", string(layers), "--input", shapeFlag(net.Input)}
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {

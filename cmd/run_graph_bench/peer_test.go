@@ -231,7 +231,7 @@ func TestPeerModelCNN(t *testing.T) {
 	}
 	stderr.Reset()
 	code = run(context.Background(), trainer.NewShared(), []string{"--peer", "torch", "--peer-model", "rnn"}, &stdout, &stderr)
-	if code != exitUsage || !strings.Contains(stderr.String(), `--peer-model: mlp or cnn, got "rnn"`) {
+	if code != exitUsage || !strings.Contains(stderr.String(), `--peer-model: mlp, cnn or transformer, got "rnn"`) {
 		t.Errorf("--peer-model rnn: exit %d, %s", code, stderr.String())
 	}
 	net := bench.CNN()
@@ -250,5 +250,47 @@ func TestPeerModelCNN(t *testing.T) {
 	cfg.Widths = []int{256}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "no width") {
 		t.Errorf("a net with widths: %v", err)
+	}
+}
+
+// TestPeerModelTransformer: --peer-model transformer gives torch_net.py
+// the example's layers and its [64] token input, refuses the mlp's width
+// flags, and runs end to end against the fake peer with tolaria's real
+// step on token windows.
+func TestPeerModelTransformer(t *testing.T) {
+	code, _, stderr := runArgs(t, "--peer", "torch", "--peer-model", "transformer", "--peer-epoch-widths", "256")
+	if code != exitUsage || !strings.Contains(stderr, "--peer-epoch-widths: not used with --peer-model transformer") {
+		t.Errorf("--peer-model transformer --peer-epoch-widths 256: exit %d, %s", code, stderr)
+	}
+	net := bench.Transformer()
+	layers, err := json.Marshal(job.Layers(net.Layers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{`"embedding":{"dim":64,"vocab":256}`, `"positional"`, `"transformer_block":{"dropout":0,"heads":4,"mlp":256}`, `"lm_head"`} {
+		if !strings.Contains(string(layers), kind) {
+			t.Errorf("the layers passed to the peer, %s, lack %s", layers, kind)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "peer.json")
+	args := append(fakePeerArgs(t), "--peer-model", "transformer", "--peer-batch-sizes", "2", "--peer-rounds", "1",
+		"--peer-wait-policies", "passive", "--output", out)
+	code, stdout, stderr := runArgs(t, args...)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, stderr)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.PeerReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Points) != 1 || !strings.Contains(rep.Points[0].Model, "transformer_block") || !(rep.Points[0].Tolaria.StepMS > 0) {
+		t.Fatalf("points %+v; want one transformer point with a tolaria step time\n%s", rep.Points, stdout)
+	}
+	if !strings.Contains(strings.Join(rep.Settings.NetArgs, " "), "--input 64") {
+		t.Errorf("net args %v, want --input 64", rep.Settings.NetArgs)
 	}
 }
