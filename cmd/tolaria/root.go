@@ -21,7 +21,7 @@ func newRoot(ctx context.Context, proc process, stdout, stderr io.Writer) *cobra
 	root.SetContext(ctx)
 	// Flag errors (unknown flag, a value that does not parse) are usage.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
-	root.AddCommand(newTrainCmd(proc), newSweepCmd(), newEvalCmd(), newRLCmd(), &cobra.Command{
+	root.AddCommand(newTrainCmd(proc), newSweepCmd(), newEvalCmd(), newSampleCmd(), newRLCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "print the version",
 		Run: func(cmd *cobra.Command, _ []string) {
