@@ -11,7 +11,8 @@ import "github.com/tolaria-ml/tolaria/device"
 // type-assert its own streams.
 type CountingStream struct {
 	device.Stream
-	// Kernels counts device.Kernels and device.ImageKernels calls, Copies the three copy methods,
+	// Kernels counts device.Kernels, device.ImageKernels and
+	// device.SequenceKernels calls, Copies the three copy methods,
 	// Launches graph launches, Syncs the events recorded and waited on.
 	Kernels, Copies, Launches, Syncs int
 }
@@ -126,6 +127,43 @@ func (c *CountingStream) AdvanceRNG(rng device.Buffer, counters int) error {
 }
 
 func (c *CountingStream) Mul(x, y, z device.Buffer) error { return c.kernel(c.Stream.Mul(x, y, z)) }
+
+func (c *CountingStream) Embedding(n, vocab, dim int, ids, table, y device.Buffer) error {
+	return c.kernel(c.Stream.Embedding(n, vocab, dim, ids, table, y))
+}
+
+func (c *CountingStream) EmbeddingGrad(n, vocab, dim int, ids, dy, dtable device.Buffer) error {
+	return c.kernel(c.Stream.EmbeddingGrad(n, vocab, dim, ids, dy, dtable))
+}
+
+func (c *CountingStream) LayerNorm(rows, cols int, eps float32, x, params, stats, xhat, y device.Buffer) error {
+	return c.kernel(c.Stream.LayerNorm(rows, cols, eps, x, params, stats, xhat, y))
+}
+
+func (c *CountingStream) LayerNormGrad(rows, cols int, dy, xhat, params, stats, dx, dparams device.Buffer) error {
+	return c.kernel(c.Stream.LayerNormGrad(rows, cols, dy, xhat, params, stats, dx, dparams))
+}
+
+func (c *CountingStream) SplitHeads(batch, seq, heads, size int, x, y device.Buffer) error {
+	return c.kernel(c.Stream.SplitHeads(batch, seq, heads, size, x, y))
+}
+
+func (c *CountingStream) MergeHeads(batch, seq, heads, size int, x, y device.Buffer) error {
+	return c.kernel(c.Stream.MergeHeads(batch, seq, heads, size, x, y))
+}
+
+func (c *CountingStream) BatchedGemm(transA, transB bool, count, m, n, k int, alpha float32, a device.Buffer, strideA int,
+	b device.Buffer, strideB int, beta float32, out device.Buffer, strideC int) error {
+	return c.kernel(c.Stream.BatchedGemm(transA, transB, count, m, n, k, alpha, a, strideA, b, strideB, beta, out, strideC))
+}
+
+func (c *CountingStream) CausalSoftmax(groups, seq int, scale float32, x, y device.Buffer) error {
+	return c.kernel(c.Stream.CausalSoftmax(groups, seq, scale, x, y))
+}
+
+func (c *CountingStream) CausalSoftmaxGrad(groups, seq int, scale float32, y, dy, dx device.Buffer) error {
+	return c.kernel(c.Stream.CausalSoftmaxGrad(groups, seq, scale, y, dy, dx))
+}
 
 func (c *CountingStream) CopyHtoD(dst device.Buffer, src device.HostBuffer) error {
 	c.Copies++

@@ -317,7 +317,9 @@ func TestRunTinyTransformer(t *testing.T) {
 		t.Errorf("batch %d, model %q; want 8 and the tiny transformer", rep.BatchSize, rep.Model)
 	}
 	s := rep.Summary
-	if s.KernelsPerStep == 0 || s.GraphNodes == 0 || len(s.Fallbacks) != 0 || !(s.EagerStepMS > 0) || !(s.GraphStepMS > 0) {
+	// Every kernel is counted, the sequence kernels too: the graph holds
+	// the step's kernels and its few device-to-device copies (2 today).
+	if s.KernelsPerStep == 0 || s.KernelsPerStep > s.GraphNodes || s.GraphNodes-s.KernelsPerStep > 4 || len(s.Fallbacks) != 0 || !(s.EagerStepMS > 0) || !(s.GraphStepMS > 0) {
 		t.Errorf("summary: %d kernels, %d nodes, fallbacks %v, eager %g ms, graph %g ms", s.KernelsPerStep, s.GraphNodes,
 			s.Fallbacks, s.EagerStepMS, s.GraphStepMS)
 	}
