@@ -42,7 +42,10 @@ func CNN() nn.Net { return nn.ExampleCNN() }
 // (vocabulary 256) transformer over 64 positions, embedding and learned
 // positions of width 64, two pre-norm blocks with 4 heads and an MLP of
 // 256, a final layer norm and the per-position head.
-func Transformer() nn.Net { return charTransformer(64, 64, 2, 4, 256) }
+func Transformer() nn.Net { return TransformerOver(64) }
+
+// TransformerOver is Transformer over context positions instead of 64.
+func TransformerOver(context int) nn.Net { return charTransformer(context, 64, 2, 4, 256) }
 
 // TinyTransformer is Transformer shrunk until its kernels are tiny: 16
 // positions, width 16, one block with 2 heads and an MLP of 64.

@@ -40,7 +40,7 @@ type peerOptions struct {
 	peer, model, command, epochWidths, dataDir string
 	batches, widths                            []int
 	waitPolicies                               []string
-	rounds, threads                            int
+	rounds, threads, context                   int
 }
 
 func addPeerFlags(cmd *cobra.Command, p *peerOptions) {
@@ -55,11 +55,12 @@ func addPeerFlags(cmd *cobra.Command, p *peerOptions) {
 	f.IntVar(&p.threads, "threads", 0, "threads of both sides in the side-by-side run: the CPU device's threads (and GOMAXPROCS) and the peer's torch.set_num_threads (0: the cores available)")
 	f.StringSliceVar(&p.waitPolicies, "peer-wait-policies", []string{"passive", "unset"},
 		`OMP_WAIT_POLICY settings the peer runs under at every point (passive, active, unset: libgomp's default); each point compares tolaria with the fastest, so the peer is at its best whatever the machine's load`)
+	f.IntVar(&p.context, "peer-context", 64, "positions per window of --peer-model transformer (the example's 64)")
 	f.StringVar(&p.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST .gz files (side-by-side run)")
 }
 
 // peerOnly are the flags of the side-by-side run alone.
-var peerOnly = []string{"peer-model", "peer-command", "peer-batch-sizes", "peer-widths", "peer-epoch-widths", "peer-rounds", "peer-wait-policies", "threads", "data-dir"}
+var peerOnly = []string{"peer-model", "peer-context", "peer-command", "peer-batch-sizes", "peer-widths", "peer-epoch-widths", "peer-rounds", "peer-wait-policies", "threads", "data-dir"}
 
 // peerConflicts are the flags that mean nothing in the side-by-side run.
 var peerConflicts = []string{"preset", "batch-size", "hidden", "sweep-batch-sizes", "reuse-trainer", "epochs",
@@ -103,11 +104,22 @@ func (o options) peerConfig(cmd *cobra.Command, shared *trainer.Shared) (bench.P
 		}
 		n := bench.CNN()
 		if p.model == "transformer" {
-			n = bench.Transformer()
+			n = bench.TransformerOver(p.context)
 		}
 		net = &n
 	default:
 		return cfg, usagef("--peer-model: mlp, cnn or transformer, got %q", p.model)
+	}
+	if cmd.Flags().Changed("peer-context") {
+		if p.model != "transformer" {
+			return cfg, usagef("--peer-context: only with --peer-model transformer")
+		}
+		if p.context < 1 {
+			return cfg, usagef("--peer-context: must be positive, got %d", p.context)
+		}
+		if _, err := net.Resolve(); err != nil {
+			return cfg, usagef("--peer-context %d: %v", p.context, err)
+		}
 	}
 	cfg = bench.PeerConfig{Command: strings.Fields(p.command), BatchSizes: p.batches, Widths: p.widths,
 		Threads: p.threads, WarmupSteps: o.warmup, SettleSteps: o.settle, Steps: o.steps, Rounds: p.rounds,

@@ -254,9 +254,9 @@ func TestPeerModelCNN(t *testing.T) {
 }
 
 // TestPeerModelTransformer: --peer-model transformer gives torch_net.py
-// the example's layers and its [64] token input, refuses the mlp's width
-// flags, and runs end to end against the fake peer with tolaria's real
-// step on token windows.
+// the example's layers and its token input ([64], or --peer-context's),
+// refuses the mlp's width flags, and runs end to end against the fake peer
+// with tolaria's real step on token windows.
 func TestPeerModelTransformer(t *testing.T) {
 	code, _, stderr := runArgs(t, "--peer", "torch", "--peer-model", "transformer", "--peer-epoch-widths", "256")
 	if code != exitUsage || !strings.Contains(stderr, "--peer-epoch-widths: not used with --peer-model transformer") {
@@ -272,8 +272,12 @@ func TestPeerModelTransformer(t *testing.T) {
 			t.Errorf("the layers passed to the peer, %s, lack %s", layers, kind)
 		}
 	}
+	code, _, stderr = runArgs(t, "--peer", "torch", "--peer-model", "cnn", "--peer-context", "32")
+	if code != exitUsage || !strings.Contains(stderr, "--peer-context: only with --peer-model transformer") {
+		t.Errorf("--peer-model cnn --peer-context 32: exit %d, %s", code, stderr)
+	}
 	out := filepath.Join(t.TempDir(), "peer.json")
-	args := append(fakePeerArgs(t), "--peer-model", "transformer", "--peer-batch-sizes", "2", "--peer-rounds", "1",
+	args := append(fakePeerArgs(t), "--peer-model", "transformer", "--peer-context", "16", "--peer-batch-sizes", "2", "--peer-rounds", "1",
 		"--peer-wait-policies", "passive", "--output", out)
 	code, stdout, stderr := runArgs(t, args...)
 	if code != exitOK {
@@ -290,7 +294,7 @@ func TestPeerModelTransformer(t *testing.T) {
 	if len(rep.Points) != 1 || !strings.Contains(rep.Points[0].Model, "transformer_block") || !(rep.Points[0].Tolaria.StepMS > 0) {
 		t.Fatalf("points %+v; want one transformer point with a tolaria step time\n%s", rep.Points, stdout)
 	}
-	if !strings.Contains(strings.Join(rep.Settings.NetArgs, " "), "--input 64") {
-		t.Errorf("net args %v, want --input 64", rep.Settings.NetArgs)
+	if !strings.Contains(strings.Join(rep.Settings.NetArgs, " "), "--input 16") || !strings.HasPrefix(rep.Points[0].Model, "[16] ") {
+		t.Errorf("net args %v, model %s; want --input 16 and the model over 16 positions", rep.Settings.NetArgs, rep.Points[0].Model)
 	}
 }
