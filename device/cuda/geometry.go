@@ -174,6 +174,8 @@ var kernelThreads = [numKernels]int{
 	kGemmBatched:        tileEdge * tileRows,
 	kCausalSoftmax:      blockThreads,
 	kCausalSoftmaxGrad:  blockThreads,
+	kSampleLast:         1,
+	kShiftAppend:        1,
 }
 
 // fitInt32 checks that matrix dimensions fit the kernels' int parameters.

@@ -55,6 +55,8 @@ const (
 	kGemmBatched
 	kCausalSoftmax
 	kCausalSoftmaxGrad
+	kSampleLast
+	kShiftAppend
 	numKernels
 )
 
@@ -98,6 +100,8 @@ var kernelNames = [numKernels]string{
 	kGemmBatched:        "tl_gemm_batched",
 	kCausalSoftmax:      "tl_causal_softmax",
 	kCausalSoftmaxGrad:  "tl_causal_softmax_grad",
+	kSampleLast:         "tl_sample_last",
+	kShiftAppend:        "tl_shift_append",
 }
 
 func (k kernel) String() string {

@@ -9,3 +9,4 @@
 #include "optim.cuh"
 #include "reduce.cuh"
 #include "sequence.cuh"
+#include "sample.cuh"

@@ -685,6 +685,40 @@ void testCausalSoftmax() {
     check("causal_softmax NaN row", 3, y[3], NAN, 0);
 }
 
+void testSample() {
+    // Seed 0 at offset 0: w0 = 0x6627e8d5 (Random123's known answer), u =
+    // 0.3990..., in the third interval of the CDF 0.1, 0.3, 0.6, 1.
+    std::vector<uint32_t> rng = {0, 0, 0, 0};
+    std::vector<float> logits = {std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f)}, id = {NAN};
+    launch(one, one, [&] { tl_sample_last(4, 1.0f, logits.data(), rng.data(), id.data()); });
+    check("sample_last fixed uniform", 0, id[0], 2, 0);
+    std::vector<float> tied = {1, 3, 3, 2};
+    launch(one, one, [&] { tl_sample_last(4, 0.0f, tied.data(), rng.data(), id.data()); });
+    check("sample_last greedy", 0, id[0], 1, 0);
+    // Many offsets against the float64 CDF of each offset's uniform.
+    std::vector<float> x = {0.5f, -1, 2, 0, 1, -0.25f, 0.75f, 1.5f};
+    for (uint64_t off = 0; off < 300; ++off) {
+        rng = {12345, 0, uint32_t(off), uint32_t(off >> 32)};
+        launch(one, one, [&] { tl_sample_last(8, 0.8f, x.data(), rng.data(), id.data()); });
+        const double u = double(philox({uint32_t(off), uint32_t(off >> 32), 0, 0}, 12345, 0)[0]) / 4294967296.0;
+        double top = -INFINITY, sum = 0, c = 0;
+        for (float l : x) top = std::max(top, (double)l);
+        for (float l : x) sum += std::exp(((double)l - top) / 0.8);
+        int want = 7;
+        for (int v = 0; v < 8; ++v) {
+            c += std::exp(((double)x[v] - top) / 0.8) / sum;
+            if (c > u) {
+                want = v;
+                break;
+            }
+        }
+        check("sample_last against the CDF", (int)off, id[0], want, 0);
+    }
+    std::vector<float> window = {10, 11, 12}, next = {4};
+    launch(one, one, [&] { tl_shift_append(3, next.data(), window.data()); });
+    for (int i = 0; i < 3; ++i) check("shift_append", i, window[i], std::array<float, 3>{11, 12, 4}[i], 0);
+}
+
 }  // namespace
 
 int main() {
@@ -706,6 +740,7 @@ int main() {
     testHeads();
     testGemmBatched();
     testCausalSoftmax();
+    testSample();
     if (failures) {
         std::printf("%d check(s) failed\n", failures);
         return 1;
