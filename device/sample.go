@@ -8,10 +8,12 @@ import (
 // SampleKernels draw the next token of a language model on the device, so
 // that a decode step (forward pass, draw, window update) runs as one
 // captured graph with nothing read back but the id printed. It is a kernel
-// set a Stream may offer besides its required ones: the CPU device's
-// streams do; a device without it cannot sample (callers type-assert).
-// Like the other kernel sets, the methods validate their sizes
-// (ErrMisuse), are deterministic, allocate nothing and may be captured.
+// set a Stream may offer besides its required ones: the CPU and CUDA
+// devices' streams do; a device without it cannot sample (callers
+// type-assert). Like the other kernel sets, the methods validate their
+// sizes (ErrMisuse), are deterministic, allocate nothing and may be
+// captured. Both devices sum in the same order, so they draw the same id
+// unless a uniform falls within an exp's rounding of a CDF boundary.
 type SampleKernels interface {
 	// SampleLast draws one id from the vocab logits and writes it to id
 	// (one float32 integer). With temperature > 0 the weights are e_v =
