@@ -211,7 +211,11 @@ trials:
   - {name: big, epochs: 2, priority: 1, model: {hidden: [512, 512]}}
 EOF
 	local memory
-	memory=$("$bench" gpu-check sweep-budget --sweep "$res/sweep.yaml" --fit big) || return 1
+	# Each of a trial's streams holds the CUDA device's scratch (1 MiB),
+	# which the worker's build reports.
+	local scratch
+	scratch=$("$worker" info | sed -n 's/.* stream_scratch_bytes=\([0-9]*\).*/\1/p')
+	memory=$("$bench" gpu-check sweep-budget --sweep "$res/sweep.yaml" --fit big --stream-scratch "${scratch:-0}") || return 1
 	echo "sweep: --device-memory $memory (the big trial's bill with headroom)"
 	"$here/tolaria" sweep "$res/sweep.yaml" --devices 0 --per-device 4 --parallel 3 --device-memory "$memory" \
 		--worker "$worker" --sweep-dir "$res/sweep" || return 1

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -142,17 +143,31 @@ func fallbackCount(m map[string]int) int {
 
 func gpuSweepBudgetCmd() *cobra.Command {
 	var path, fit string
+	var scratch int64
 	return gpuCheck("sweep-budget",
 		"print a --device-memory that grants the --fit trials together (their bills with the broker's headroom) and no more",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&path, "sweep", "", "the sweep file")
 			f.StringVar(&fit, "fit", "", "comma-separated trial names whose bills the budget holds")
+			f.Int64Var(&scratch, "stream-scratch", 0, "device bytes each stream of the trials' device holds (tolaria-worker info's stream_scratch_bytes)")
 		},
 		func() (string, error) {
-			n, err := sweepBudget(path, strings.Split(fit, ","))
+			if scratch < 0 {
+				return "", fmt.Errorf("--stream-scratch: %d; give the bytes tolaria-worker info prints, 0 or more", scratch)
+			}
+			n, err := sweepBudget(path, strings.Split(fit, ","), scratch)
 			return fmt.Sprint(n), err
 		})
 }
+
+// scratchDevice is a device whose streams each hold scratch bytes, for a
+// bill computed on the CPU device for trials that run on another.
+type scratchDevice struct {
+	device.Device
+	scratch int64
+}
+
+func (d scratchDevice) StreamScratchBytes() int64 { return d.scratch }
 
 // budgetSlack covers the CUDA pool's rounding, which the CPU device's bill
 // leaves out: every allocation rounded up to 512 bytes, a few dozen of them
@@ -161,9 +176,11 @@ const budgetSlack = 64 << 10
 
 // sweepBudget is the sum of the named trials' device bills with the
 // broker's headroom (coordinator.Headroom), computed on the CPU device
-// (exact sizes), plus budgetSlack for the CUDA pool's rounding: a
-// --device-memory that grants those trials together and nothing more.
-func sweepBudget(path string, names []string) (int64, error) {
+// (exact sizes) with streams that each hold scratch bytes (the trials'
+// device's, tolaria-worker info), plus budgetSlack for the CUDA pool's
+// rounding: a --device-memory that grants those trials together and
+// nothing more.
+func sweepBudget(path string, names []string, scratch int64) (int64, error) {
 	sw, err := coordinator.ReadSweep(path)
 	if err != nil {
 		return 0, err
@@ -188,7 +205,11 @@ func sweepBudget(path string, names []string) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("trial %s: %w", name, err)
 		}
-		total += int64(float64(plan.Trainer.Bill(dev).DeviceBytes()) * coordinator.Headroom)
+		var billed device.Device = dev
+		if scratch > 0 {
+			billed = scratchDevice{dev, scratch}
+		}
+		total += int64(float64(plan.Trainer.Bill(billed).DeviceBytes()) * coordinator.Headroom)
 	}
 	return total + budgetSlack, nil
 }

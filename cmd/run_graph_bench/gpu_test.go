@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/bench"
+	"github.com/tolaria-ml/tolaria/coordinator"
 )
 
 const gpuResults = "testdata/gpu-results"
@@ -154,5 +155,30 @@ func TestCheckRL(t *testing.T) {
 	write(`{"agents":[{"agent":0,"state":"failed","reason":"learner: not finite","env_steps":10}]}`)
 	if _, err := checkRL(dir, 2); err == nil || !strings.Contains(err.Error(), "agent 0 failed") || !strings.Contains(err.Error(), "1 agents; want 2") {
 		t.Errorf("checkRL of a failed agent = %v", err)
+	}
+}
+
+// The sweep budget holds the trials' streams' scratch: four streams a
+// trial, with the broker's headroom.
+func TestSweepBudgetCountsStreamScratch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sweep.yaml")
+	sweep := "base:\n  dataset: synthetic\n  synthetic_size: 256\n  batch_size: 32\n  model: {hidden: [16]}\ntrials:\n  - {name: a, epochs: 1}\n"
+	if err := os.WriteFile(path, []byte(sweep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := sweepBudget(path, []string{"a"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withScratch, err := sweepBudget(path, []string{"a"}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	headroom := coordinator.Headroom
+	if got, want := withScratch-plain, int64(float64(4<<20)*headroom); got < want-2 || got > want+2 {
+		t.Errorf("the budget grew by %d bytes with 1 MiB of scratch a stream, want about %d (4 streams with headroom)", got, want)
+	}
+	if _, err := sweepBudget(path, []string{"nope"}, 0); err == nil {
+		t.Error("a trial the sweep lacks: no error")
 	}
 }

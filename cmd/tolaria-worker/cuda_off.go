@@ -11,6 +11,9 @@ import (
 
 const build = "cpu"
 
+// streamScratchBytes: the CPU device's streams hold no memory of their own.
+func streamScratchBytes() int64 { return 0 }
+
 func openCUDA(job.Spec) (device.Device, error) {
 	return nil, fmt.Errorf("%w: this tolaria-worker was built without CUDA; build it with `make worker-cuda` (go build -tags cuda)", device.ErrNoDevice)
 }

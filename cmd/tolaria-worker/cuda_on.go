@@ -10,6 +10,8 @@ import (
 
 const build = "cuda"
 
+func streamScratchBytes() int64 { return cuda.StreamScratchBytes() }
+
 func openCUDA(job.Spec) (device.Device, error) {
 	return cuda.Open(cuda.Config{})
 }

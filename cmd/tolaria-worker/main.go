@@ -36,7 +36,9 @@ func main() {
 		os.Exit(2)
 	}
 	if os.Args[1] == "info" {
-		fmt.Printf("tolaria-worker build=%s\n", build)
+		// stream_scratch_bytes: the device memory each stream of this
+		// build's device holds besides its work (a sweep's budget counts it).
+		fmt.Printf("tolaria-worker build=%s stream_scratch_bytes=%d\n", build, streamScratchBytes())
 		return
 	}
 	// The coordinator cancels through the protocol; a signal to the worker

@@ -70,6 +70,14 @@ func useKLanes(m, n, k int) bool {
 // per stream (Device.StreamScratchBytes).
 const ScratchFloats = 1 << 18
 
+// StreamScratchBytes is the device memory a stream's scratch holds:
+// ScratchFloats rounded up to the pool's granule, as Device.StreamScratchBytes
+// reports. It depends on the build alone, so tolaria-worker info prints it
+// for a coordinator to bill without a GPU.
+func StreamScratchBytes() int64 {
+	return (int64(ScratchFloats)*4 + poolGranule - 1) / poolGranule * poolGranule
+}
+
 // klanesSpan and klanesMaxParts split a tl_gemm_klanes product's k into
 // parts, each its own blocks: a part sums at least klanesSpan terms, there
 // are at most klanesMaxParts, and the parts' double sums (parts × m × n)

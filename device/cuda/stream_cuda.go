@@ -40,7 +40,7 @@ type Stream struct {
 
 // StreamScratchBytes is the device memory each NewStream allocates besides
 // the driver's stream (device.StreamScratch; the trainer's bill counts it).
-func (d *Device) StreamScratchBytes() int64 { return device.AllocBytes(d, ScratchFloats) }
+func (d *Device) StreamScratchBytes() int64 { return StreamScratchBytes() }
 
 var _ device.StreamScratch = (*Device)(nil)
 
