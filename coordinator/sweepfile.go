@@ -187,7 +187,8 @@ func trialsOf(f sweepYAML, maxTrials int) ([]Trial, error) {
 		// Crossed with the grid, an empty list makes no trial at all.
 		return nil, errors.New("trials: is empty; give at least one trial, or leave trials: out to run the grid alone")
 	}
-	return cross(spec, named, points, f.Trials != nil)
+	_, baseDataDir := base["data_dir"]
+	return cross(spec, named, points, f.Trials != nil, baseDataDir)
 }
 
 // settingsOf checks settings in the layout of a configuration file and
@@ -354,7 +355,11 @@ func gridPoints(axes []axis) []point {
 }
 
 // cross makes the trials: every named trial with every grid point.
-func cross(base job.Spec, named, points []point, listed bool) ([]Trial, error) {
+// A trial whose data_dir neither the base nor its own settings give takes
+// its dataset's default (job.DefaultDataDir: the fortunes for text), as
+// tolaria train does, so a text trial does not read Fashion-MNIST's
+// directory as its corpus.
+func cross(base job.Spec, named, points []point, listed, baseDataDir bool) ([]Trial, error) {
 	if !listed {
 		named = []point{{settings: map[field.Name]any{}}}
 	}
@@ -380,6 +385,9 @@ func cross(base job.Spec, named, points []point, listed bool) ([]Trial, error) {
 			}
 			if err := apply(&t.Spec, t.Overrides); err != nil {
 				return nil, fmt.Errorf("trial %q: %w", t.Name, err)
+			}
+			if _, own := t.Overrides["data_dir"]; !own && !baseDataDir {
+				t.Spec.DataDir = job.DefaultDataDir(t.Spec.Dataset)
 			}
 			if err := t.Spec.Validate(); err != nil {
 				return nil, fmt.Errorf("trial %q: %w", t.Name, err)

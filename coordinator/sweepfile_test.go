@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
@@ -175,5 +176,43 @@ func TestReadSweepBoundsTheTrials(t *testing.T) {
 	huge := writeSweep(t, "base: {dataset: synthetic}\ngrid: {epochs: "+seq(1000)+", seed: "+seq(1000)+", batch_size: "+seq(1000)+", log_every: "+seq(1000)+"}\n")
 	if _, err := ReadSweep(huge); !field.Is(err, "max_trials") || !strings.Contains(err.Error(), "makes 1000000000000 trials") {
 		t.Fatalf("a grid of 10^12 points: %v", err)
+	}
+}
+
+// A trial's data_dir, given by neither the base nor the trial, is its
+// dataset's default: the fortunes for text, Fashion-MNIST's directory else.
+func TestSweepTrialsTakeTheirDatasetsDataDir(t *testing.T) {
+	s, err := ReadSweep(writeSweep(t, `base:
+  dataset: text
+  context: 8
+  model:
+    input: [8]
+    layers: [{embedding: {vocab: 256, dim: 8}}, {positional: {}}, {transformer_block: {heads: 2, mlp: 16}}, {lm_head: {}}]
+trials:
+  - {name: plain}
+  - {name: own, data_dir: /tmp/corpus}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Trials[0].Spec.DataDir; got != data.DefaultFortunesDir {
+		t.Errorf("a text trial without data_dir reads %q, want %q", got, data.DefaultFortunesDir)
+	}
+	if got := s.Trials[1].Spec.DataDir; got != "/tmp/corpus" {
+		t.Errorf("a trial's own data_dir became %q", got)
+	}
+	s, err = ReadSweep(writeSweep(t, "base: {dataset: text, data_dir: /tmp/base, context: 8, model: {input: [8], layers: [{embedding: {vocab: 256, dim: 8}}, {lm_head: {}}]}}\ntrials: [{name: a}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Trials[0].Spec.DataDir; got != "/tmp/base" {
+		t.Errorf("the base's data_dir became %q", got)
+	}
+	s, err = ReadSweep(writeSweep(t, "trials: [{name: a, epochs: 1}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Trials[0].Spec.DataDir; got != data.DefaultFashionMNISTDir {
+		t.Errorf("a fashion-mnist trial reads %q, want %q", got, data.DefaultFashionMNISTDir)
 	}
 }
