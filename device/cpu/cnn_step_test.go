@@ -3,7 +3,6 @@ package cpu_test
 import (
 	"cmp"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -48,21 +47,7 @@ func newCNNRig(t testing.TB, threads, batch int) *cnnRig {
 
 	spec := arch.Outline()
 	layout := nn.NewLayout(spec, batch)
-	rec := make([]float32, layout.Len)
-	rng := rand.New(rand.NewPCG(1, 1))
-	for i := range layout.XLen {
-		rec[layout.X+i] = rng.Float32()
-	}
-	for r := range batch {
-		rec[layout.Y+r] = float32(r % 10)
-		rec[layout.Mask+r] = 1
-	}
-	opt.Hyper(1, rec[layout.Hyper:])
-	buf, err := d.Alloc(layout.Len)
-	must(t, err)
-	t.Cleanup(func() { _ = d.Free(buf) })
-	must(t, d.Upload(buf, rec))
-	in := layout.Views(buf)
+	in := uploadBatch(t, d, layout, batch, opt)
 
 	s, err := d.NewStream()
 	must(t, err)

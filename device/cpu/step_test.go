@@ -42,21 +42,7 @@ func newStepRig(t testing.TB, threads int) *stepRig {
 	// One batch record: random inputs, labels 0..9, all rows counted, the
 	// hyper-parameters of step 1.
 	layout := nn.NewLayout(spec, batch)
-	rec := make([]float32, layout.Len)
-	rng := rand.New(rand.NewPCG(1, 1))
-	for i := range layout.XLen {
-		rec[layout.X+i] = rng.Float32()
-	}
-	for r := range batch {
-		rec[layout.Y+r] = float32(r % 10)
-		rec[layout.Mask+r] = 1
-	}
-	opt.Hyper(1, rec[layout.Hyper:])
-	buf, err := d.Alloc(layout.Len)
-	must(t, err)
-	t.Cleanup(func() { _ = d.Free(buf) })
-	must(t, d.Upload(buf, rec))
-	in := layout.Views(buf)
+	in := uploadBatch(t, d, layout, batch, opt)
 
 	s, err := d.NewStream()
 	must(t, err)
@@ -143,4 +129,25 @@ func BenchmarkReplayedStep(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// uploadBatch uploads one batch record: random inputs, labels 0..9, all
+// rows counted, the hyper-parameters of step 1; it returns its views.
+func uploadBatch(t testing.TB, d device.Device, layout nn.Layout, batch int, opt nn.Optimizer) nn.Batch {
+	t.Helper()
+	rec := make([]float32, layout.Len)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := range layout.XLen {
+		rec[layout.X+i] = rng.Float32()
+	}
+	for r := range batch {
+		rec[layout.Y+r] = float32(r % 10)
+		rec[layout.Mask+r] = 1
+	}
+	opt.Hyper(1, rec[layout.Hyper:])
+	buf, err := d.Alloc(layout.Len)
+	must(t, err)
+	t.Cleanup(func() { _ = d.Free(buf) })
+	must(t, d.Upload(buf, rec))
+	return layout.Views(buf)
 }
