@@ -783,15 +783,19 @@ func (a *agentRun) update(f func(*AgentStatus)) {
 	a.mu.Lock()
 	f(&a.st)
 	st := a.st
-	a.mu.Unlock()
-	if a.r.req.Report != nil {
-		a.r.req.Report(st)
-	}
+	// The metrics take the statuses in the order they were made: the
+	// actor's and the learner's reports race, and a status set after a
+	// newer one would read as counts that went down (a restart) and count
+	// them again.
 	if m := a.r.req.Metrics; m != nil {
 		m.Set(telemetry.RLAgent{Agent: st.Agent, State: st.State, MeanReturn: st.MeanReturn, EvalMeanReturn: st.EvalMeanReturn,
 			Evaluated: st.Evaluations > 0, EnvSteps: st.EnvSteps,
 			LearnerSteps: st.LearnerSteps, ActorStepsPerSec: st.ActorStepsPerSec, LearnerStepsPerSec: st.LearnerStepsPerSec,
 			Lag: st.Lag, Epsilon: st.Epsilon, Loss: st.Loss, Publishes: st.Publishes, Syncs: st.Syncs})
+	}
+	a.mu.Unlock()
+	if a.r.req.Report != nil {
+		a.r.req.Report(st)
 	}
 }
 
