@@ -122,6 +122,9 @@ const (
 	DefaultSettleSteps          = 4
 	DefaultProbeKernels         = 1000
 	DefaultProbeRepeats         = 15
+	// DefaultDecodeTokens is the measured decode tokens of each mode for
+	// a token model: a decode step is a small forward pass at batch 1.
+	DefaultDecodeTokens = 256
 )
 
 // Config is one benchmark run. Zero numeric fields take the defaults above
@@ -155,6 +158,11 @@ type Config struct {
 	// them, repeated and the median taken. ProbeKernels < 0 skips it.
 	ProbeKernels int
 	ProbeRepeats int
+	// DecodeTokens is the measured tokens of each mode (eager, replayed)
+	// of the decode step, measured once per report for a token model at
+	// the report's batch size, after its training-step phases (see
+	// Decode). Negative skips it; other models have no decode step.
+	DecodeTokens int
 	// SweepBatchSizes, when set, repeats the run at each batch size.
 	SweepBatchSizes []int
 	// Seed makes the parameters and the synthetic batches reproducible.
@@ -192,6 +200,9 @@ func (c Config) WithDefaults() Config {
 	if c.ProbeRepeats == 0 {
 		c.ProbeRepeats = DefaultProbeRepeats
 	}
+	if c.DecodeTokens == 0 {
+		c.DecodeTokens = DefaultDecodeTokens
+	}
 	if c.Seed == 0 {
 		c.Seed = 1
 	}
@@ -202,8 +213,10 @@ func (c Config) WithDefaults() Config {
 const (
 	MaxBatchSize = 65536
 	MinSteps     = 2 * StepWindow
-	MaxSteps     = 100000
-	MaxEpochs    = 1000
+	// MinDecodeTokens is one block of decode tokens.
+	MinDecodeTokens = decodeBlockTokens
+	MaxSteps        = 100000
+	MaxEpochs       = 1000
 )
 
 // Validate reports the first invalid field by its flag name.
@@ -226,6 +239,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("probe-kernels: must be at most 1000000 (negative skips the probe), got %d", c.ProbeKernels)
 	case c.ProbeKernels > 0 && (c.ProbeRepeats < 1 || c.ProbeRepeats > 1000):
 		return fmt.Errorf("probe-repeats: must be in 1..1000, got %d", c.ProbeRepeats)
+	case c.DecodeTokens >= 0 && (c.DecodeTokens < MinDecodeTokens || c.DecodeTokens > MaxSteps):
+		return fmt.Errorf("decode-tokens: must be in %d..%d (negative skips the decode step), got %d",
+			MinDecodeTokens, MaxSteps, c.DecodeTokens)
 	}
 	for _, b := range c.SweepBatchSizes {
 		if b < 1 || b > MaxBatchSize {

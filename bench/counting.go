@@ -1,6 +1,10 @@
 package bench
 
-import "github.com/tolaria-ml/tolaria/device"
+import (
+	"fmt"
+
+	"github.com/tolaria-ml/tolaria/device"
+)
 
 // CountingStream is a device.Stream that counts what is enqueued through
 // it and forwards everything to the stream it wraps. The bench counts the
@@ -11,8 +15,8 @@ import "github.com/tolaria-ml/tolaria/device"
 // type-assert its own streams.
 type CountingStream struct {
 	device.Stream
-	// Kernels counts device.Kernels, device.ImageKernels and
-	// device.SequenceKernels calls, Copies the three copy methods,
+	// Kernels counts device.Kernels, device.ImageKernels,
+	// device.SequenceKernels and device.SampleKernels calls, Copies the three copy methods,
 	// Launches graph launches, Syncs the events recorded and waited on.
 	Kernels, Copies, Launches, Syncs int
 }
@@ -163,6 +167,33 @@ func (c *CountingStream) CausalSoftmax(groups, seq int, scale float32, x, y devi
 
 func (c *CountingStream) CausalSoftmaxGrad(groups, seq int, scale float32, y, dy, dx device.Buffer) error {
 	return c.kernel(c.Stream.CausalSoftmaxGrad(groups, seq, scale, y, dy, dx))
+}
+
+// SampleLast forwards to the wrapped stream's device.SampleKernels, and
+// fails when it has none.
+func (c *CountingStream) SampleLast(vocab int, temperature float32, logits, rng, id device.Buffer) error {
+	sk, err := c.sampler()
+	if err != nil {
+		return err
+	}
+	return c.kernel(sk.SampleLast(vocab, temperature, logits, rng, id))
+}
+
+// ShiftAppend forwards like SampleLast.
+func (c *CountingStream) ShiftAppend(n int, id, window device.Buffer) error {
+	sk, err := c.sampler()
+	if err != nil {
+		return err
+	}
+	return c.kernel(sk.ShiftAppend(n, id, window))
+}
+
+func (c *CountingStream) sampler() (device.SampleKernels, error) {
+	sk, ok := c.Stream.(device.SampleKernels)
+	if !ok {
+		return nil, fmt.Errorf("bench: the counted stream has no sampling kernels: %w", device.ErrMisuse)
+	}
+	return sk, nil
 }
 
 func (c *CountingStream) CopyHtoD(dst device.Buffer, src device.HostBuffer) error {

@@ -86,7 +86,7 @@ func (s *setup) dispatch(steps, repeats int) (d Dispatch, err error) {
 			step graphs.StepFunc
 			into *issueTimes
 		}{{train, &eager}, {replay, &replayed}} {
-			if err := s.timeSteps(steps, m.step, m.into); err != nil {
+			if err := timeIssue(s.compute, steps, m.step, m.into); err != nil {
 				return d, err
 			}
 		}
@@ -118,24 +118,24 @@ func dispatchFigures(steps, repeats int, eager, replayed issueTimes) Dispatch {
 	return d
 }
 
-// timeSteps issues n steps and waits for them. It adds to into, per step
-// in milliseconds, the time to completion, the time to issue and the
+// timeIssue issues n steps on st and waits for them. It adds to into, per
+// step in milliseconds, the time to completion, the time to issue and the
 // issuing thread's CPU time while issuing (the last only where the
 // thread's CPU time can be read).
-func (s *setup) timeSteps(n int, step graphs.StepFunc, into *issueTimes) error {
+func timeIssue(st device.Stream, n int, step graphs.StepFunc, into *issueTimes) error {
 	// Each batch starts from a collected heap, so neither mode pays for
 	// the other's garbage (eager issuing allocates; replay hardly does).
 	runtime.GC()
 	cpu0, ok0 := threadCPU()
 	t0 := time.Now()
 	for range n {
-		if err := step(s.compute); err != nil {
+		if err := step(st); err != nil {
 			return err
 		}
 	}
 	t1 := time.Now()
 	cpu1, ok1 := threadCPU()
-	if err := s.compute.Synchronize(); err != nil {
+	if err := st.Synchronize(); err != nil {
 		return err
 	}
 	t2 := time.Now()

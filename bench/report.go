@@ -22,6 +22,9 @@ type Report struct {
 	Sweep []Point `json:"sweep,omitempty"`
 	// LaunchProbe is the launch-cost probe, run once per report.
 	LaunchProbe *Probe `json:"launch_probe,omitempty"`
+	// Decode is the decode step of a token model, eager against
+	// replayed, measured once per report at its batch size.
+	Decode *Decode `json:"decode,omitempty"`
 	// Targets are the performance targets for this device and workload,
 	// judged on Summary (see Targets).
 	Targets []Target `json:"targets,omitempty"`
@@ -49,6 +52,7 @@ type Settings struct {
 	StagingBuffers  int    `json:"staging_buffers"`
 	StagingSlots    int    `json:"staging_slots"`
 	SweepBatchSizes []int  `json:"sweep_batch_sizes,omitempty"`
+	DecodeTokens    int    `json:"decode_tokens,omitempty"`
 	Seed            uint64 `json:"seed"`
 }
 

@@ -41,7 +41,7 @@ func Run(ctx context.Context, guard *staging.Guard, open Opener, cfg Config) (*R
 		BatchSize: w.BatchSize,
 		Settings: Settings{Epochs: cfg.Epochs, WarmupBatches: cfg.WarmupBatches, Steps: cfg.Steps,
 			SettleSteps: cfg.SettleSteps, StepWindow: StepWindow, ReuseTrainer: cfg.ReuseTrainer, StagingBuffers: stagingBuffers,
-			StagingSlots: stagingSlots, SweepBatchSizes: cfg.SweepBatchSizes, Seed: cfg.Seed},
+			StagingSlots: stagingSlots, SweepBatchSizes: cfg.SweepBatchSizes, DecodeTokens: cfg.DecodeTokens, Seed: cfg.Seed},
 		Host:    hostInfo(),
 		Started: time.Now().UTC(),
 	}
@@ -51,7 +51,7 @@ func Run(ctx context.Context, guard *staging.Guard, open Opener, cfg Config) (*R
 		slices.Sort(sizes)
 	}
 	for i, b := range sizes {
-		pt, err := runPoint(ctx, guard, open, cfg, b, i == 0, rep)
+		pt, err := runPoint(ctx, guard, open, cfg, b, i == 0, b == w.BatchSize, rep)
 		if err != nil {
 			return nil, fmt.Errorf("bench: batch size %d: %w", b, err)
 		}
@@ -86,8 +86,9 @@ type epochResult struct {
 }
 
 // runPoint measures one batch size on a freshly opened device. The first
-// point also runs the launch probe and fills in the report's device.
-func runPoint(ctx context.Context, guard *staging.Guard, open Opener, cfg Config, batch int, first bool, rep *Report) (pt Point, err error) {
+// point also runs the launch probe and fills in the report's device; the
+// report's own batch size also measures the decode step (own).
+func runPoint(ctx context.Context, guard *staging.Guard, open Opener, cfg Config, batch int, first, own bool, rep *Report) (pt Point, err error) {
 	dev, err := open()
 	if err != nil {
 		return pt, err
@@ -152,18 +153,37 @@ func runPoint(ctx context.Context, guard *staging.Guard, open Opener, cfg Config
 	pt.Summary = summarise(batch, epochs, pool.Stats().ReservedBytes, rep.LaunchProbe)
 	if !s.engine.Captured() {
 		cfg.progress("batch %d: no graph was captured, so eager dispatch is not compared with replay", batch)
-		return pt, nil
+	} else {
+		n := max(StepWindow, cfg.Steps/dispatchRepeats)
+		d, err := s.dispatch(n, dispatchRepeats)
+		if err != nil {
+			return pt, fmt.Errorf("dispatch: %w", err)
+		}
+		pt.Summary.Dispatch = &d
+		pt.Summary.EagerHostCPUMS, pt.Summary.GraphHostCPUMS = d.EagerHostCPUMS, d.ReplayHostCPUMS
+		cfg.progress("batch %d dispatch without staging: eager %.4f ms/step, replay %.4f ms/step: %.2fx",
+			batch, d.EagerMS, d.ReplayMS, d.Speedup)
 	}
-	n := max(StepWindow, cfg.Steps/dispatchRepeats)
-	d, err := s.dispatch(n, dispatchRepeats)
-	if err != nil {
-		return pt, fmt.Errorf("dispatch: %w", err)
+	if own && cfg.DecodeTokens > 0 {
+		if rep.Decode, err = s.decode(cfg.DecodeTokens); err != nil {
+			return pt, fmt.Errorf("decode step: %w", err)
+		}
+		if d := rep.Decode; d != nil {
+			cfg.progress("decode step: %d kernels; eager %.4f ms/token, replay %.4f ms/token: %.2fx%s",
+				d.KernelsPerStep, d.EagerStepMS, d.ReplayStepMS, d.Speedup, decodeNote(d))
+		}
 	}
-	pt.Summary.Dispatch = &d
-	pt.Summary.EagerHostCPUMS, pt.Summary.GraphHostCPUMS = d.EagerHostCPUMS, d.ReplayHostCPUMS
-	cfg.progress("batch %d dispatch without staging: eager %.4f ms/step, replay %.4f ms/step: %.2fx",
-		batch, d.EagerMS, d.ReplayMS, d.Speedup)
 	return pt, nil
+}
+
+func decodeNote(d *Decode) string {
+	switch {
+	case d.CaptureError != "":
+		return "; capture failed, measured eagerly only: " + d.CaptureError
+	case !d.SameTokens:
+		return fmt.Sprintf("; the replayed tokens differ from the eager ones (%d checked)", d.CheckedTokens)
+	}
+	return ""
 }
 
 func fallbackNote(r epochResult) string {
