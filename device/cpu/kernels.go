@@ -179,24 +179,56 @@ func exp32(x float32) float32 {
 // call's contribution is then accurate to float32 precision whatever the batch
 // size, and a running total loses one rounding per call, not one per row.
 func softmaxXent(rows, cols int, logits, labels, mask, probs, stats []float32) {
+	var rs xentRows
+	rs.init(rows)
+	softmaxXentRows(cols, 0, rows, logits, labels, mask, probs, &rs)
+	rs.addTo(stats, mask)
+}
+
+// xentRows holds each row's weighted loss and hit, so that rows can be
+// scored in any split and the statistics still summed in row order: the
+// sums, and so their bits, do not depend on the split.
+type xentRows struct {
+	loss, hit []float64
+}
+
+func (rs *xentRows) init(rows int) {
+	rs.loss, rs.hit = make([]float64, rows), make([]float64, rows)
+}
+
+// addTo adds the loss sum, the correct count and the row count (the sum
+// of the weights) to stats, each summed in float64 in row order and
+// rounded once.
+func (rs *xentRows) addTo(stats, mask []float32) {
 	var loss, correct, count float64
-	for r := 0; r < rows; r++ {
+	for r, l := range rs.loss {
+		loss += l
+		correct += rs.hit[r]
+		count += float64(mask[r])
+	}
+	addStat(stats, device.StatLossSum, loss)
+	addStat(stats, device.StatCorrect, correct)
+	addStat(stats, device.StatCount, count)
+}
+
+// softmaxXentRows does the rows lo..hi of softmaxXent: their softmax, and
+// each counted row's weighted loss and hit into rs (0 for a row of weight
+// 0, which adds nothing to a sum).
+func softmaxXentRows(cols, lo, hi int, logits, labels, mask, probs []float32, rs *xentRows) {
+	for r := lo; r < hi; r++ {
 		x := logits[r*cols : (r+1)*cols]
 		best, top, logSum := logSumExp(x)
+		rs.loss[r], rs.hit[r] = 0, 0
 		if w := float64(mask[r]); w != 0 {
 			rowLoss, hit := xentRow(x, labels[r], best, top, logSum)
-			loss += w * rowLoss
-			count += w
+			rs.loss[r] = w * rowLoss
 			if hit {
-				correct += w
+				rs.hit[r] = w
 			}
 		}
 		// Written after the loss so that probs may alias logits.
 		softmaxRow(x, probs[r*cols:(r+1)*cols], top, logSum)
 	}
-	addStat(stats, device.StatLossSum, loss)
-	addStat(stats, device.StatCorrect, correct)
-	addStat(stats, device.StatCount, count)
 }
 
 // logSumExp returns the index of the first maximum of x, that maximum, and
@@ -260,8 +292,13 @@ func validRows(rows int, mask []float32) float64 {
 // gradient of the mean loss over valid rows. Padding rows get zeros and a
 // counted row with an invalid label gets NaNs, as in softmaxXent.
 func softmaxXentGrad(rows, cols int, probs, labels, mask, dlogits []float32) {
-	n := validRows(rows, mask)
-	for r := 0; r < rows; r++ {
+	softmaxXentGradRows(cols, 0, rows, validRows(rows, mask), probs, labels, mask, dlogits)
+}
+
+// softmaxXentGradRows does the rows lo..hi of softmaxXentGrad, n being
+// validRows over all of them.
+func softmaxXentGradRows(cols, lo, hi int, n float64, probs, labels, mask, dlogits []float32) {
+	for r := lo; r < hi; r++ {
 		p, d := probs[r*cols:(r+1)*cols], dlogits[r*cols:(r+1)*cols]
 		w := float64(mask[r])
 		if w == 0 {

@@ -106,15 +106,39 @@ func (s *stream) ActGrad(act device.Activation, rows, cols int, z, dy, dz device
 
 func (s *stream) SoftmaxXent(rows, cols int, logits, labels, mask, probs, stats device.Buffer) error {
 	check := first(device.CheckLoss(rows, cols, 1, logits, labels, mask, probs), device.CheckStats(stats))
-	return s.launch("SoftmaxXent", check, serial(func(v [][]float32) {
-		softmaxXent(rows, cols, v[0], v[1], v[2], v[3], v[4])
-	}), logits, labels, mask, probs, stats)
+	return s.launch("SoftmaxXent", check, func(v [][]float32) func(*team) {
+		logits, labels, mask, probs, stats := v[0], v[1], v[2], v[3], v[4]
+		// The rows' losses are kept apart and summed in row order once
+		// every part is done, so the split changes no bit of the sums.
+		rs := new(xentRows)
+		rs.init(rows)
+		r := &rangeTask{total: rows, align: 1, cost: cols * xentCost, grain: elemGrain, fn: func(lo, hi int) {
+			softmaxXentRows(cols, lo, hi, logits, labels, mask, probs, rs)
+		}}
+		return func(t *team) {
+			r.run(t)
+			rs.addTo(stats, mask)
+		}
+	}, logits, labels, mask, probs, stats)
 }
 
+// xentCost is the work of one logit of SoftmaxXent in element operations:
+// two exponentials in float64.
+const xentCost = 32
+
 func (s *stream) SoftmaxXentGrad(rows, cols int, probs, labels, mask, dlogits device.Buffer) error {
-	return s.launch("SoftmaxXentGrad", device.CheckLoss(rows, cols, 1, probs, labels, mask, dlogits), serial(func(v [][]float32) {
-		softmaxXentGrad(rows, cols, v[0], v[1], v[2], v[3])
-	}), probs, labels, mask, dlogits)
+	return s.launch("SoftmaxXentGrad", device.CheckLoss(rows, cols, 1, probs, labels, mask, dlogits), func(v [][]float32) func(*team) {
+		probs, labels, mask, dlogits := v[0], v[1], v[2], v[3]
+		// n, the divisor, sums the whole mask; it is read once per run.
+		var n float64
+		r := &rangeTask{total: rows, align: 1, cost: cols, grain: elemGrain, fn: func(lo, hi int) {
+			softmaxXentGradRows(cols, lo, hi, n, probs, labels, mask, dlogits)
+		}}
+		return func(t *team) {
+			n = validRows(rows, mask)
+			r.run(t)
+		}
+	}, probs, labels, mask, dlogits)
 }
 
 func (s *stream) MSE(rows, cols int, pred, target, mask, stats device.Buffer) error {

@@ -30,6 +30,12 @@ func TestKernelsSameBitsAtAnyThreadCount(t *testing.T) {
 		v[i] = float32(math.Abs(float64(v[i])))
 	}
 	hyper := []float32{1e-3, 0.1, 0.001, 0}
+	// The loss's labels and weights: some rows padding, some half counted.
+	labels, mask := make([]float32, rows), make([]float32, rows)
+	for r := range rows {
+		labels[r] = float32(rng.IntN(cols))
+		mask[r] = float32(r%3) / 2
+	}
 
 	run := func(threads int) [][]float32 {
 		d := openWith(t, cpu.Config{Threads: threads})
@@ -45,6 +51,9 @@ func TestKernelsSameBitsAtAnyThreadCount(t *testing.T) {
 		zb, bb, yb, dyb := up(z), up(bias), up(make([]float32, rows*cols)), up(dy)
 		csum, pb, gb, mb, vb, hb, norm := up(make([]float32, cols)), up(p), up(g), up(m), up(v), up(hyper), up([]float32{0})
 		vel, p2, g2 := up(m), up(p), up(g)
+		lb, mkb, probs, stats, dlog := up(labels), up(mask), up(make([]float32, rows*cols)), up(make([]float32, device.StatsLen)), up(make([]float32, rows*cols))
+		must(t, s.SoftmaxXent(rows, cols, zb, lb, mkb, probs, stats))
+		must(t, s.SoftmaxXentGrad(rows, cols, probs, lb, mkb, dlog))
 		must(t, s.BiasAct(device.ActGELU, rows, cols, zb, bb, yb))
 		must(t, s.ActGrad(device.ActGELU, rows, cols, zb, dyb, dyb))
 		must(t, s.ColSum(rows, cols, dyb, 0.5, csum))
@@ -55,14 +64,14 @@ func TestKernelsSameBitsAtAnyThreadCount(t *testing.T) {
 		must(t, s.SGDMomentum(p2, g2, vel, hb, 0.9, 1e-4, true))
 		must(t, s.Synchronize())
 		var out [][]float32
-		for _, b := range []device.Buffer{zb, yb, dyb, csum, gb, norm, pb, mb, vb, p2, vel} {
+		for _, b := range []device.Buffer{zb, yb, dyb, csum, gb, norm, pb, mb, vb, p2, vel, probs, stats, dlog} {
 			h := make([]float32, b.Len())
 			must(t, d.Download(h, b))
 			out = append(out, h)
 		}
 		return out
 	}
-	names := []string{"z", "y", "dz", "colsum", "clipped g", "norm", "p", "m", "v", "p (sgd)", "vel"}
+	names := []string{"z", "y", "dz", "colsum", "clipped g", "norm", "p", "m", "v", "p (sgd)", "vel", "probs", "loss stats", "dlogits"}
 	one := run(1)
 	for _, threads := range []int{2, 3} {
 		got := run(threads)
