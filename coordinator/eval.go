@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -104,22 +105,44 @@ func (r EvalRequest) Validate() error {
 // EvalReport is eval.json: a checkpoint's figures on a split, merged from
 // every shard.
 type EvalReport struct {
-	RunDir           string  `json:"run_dir"`
-	Checkpoint       string  `json:"checkpoint"`
-	CheckpointSHA256 string  `json:"checkpoint_sha256"`
-	Step             int     `json:"step"`
-	Split            string  `json:"split"`
-	Workers          int     `json:"workers"`
-	Samples          int     `json:"samples"`
-	Loss             float64 `json:"loss"`
-	Accuracy         float64 `json:"accuracy"`
-	Correct          int     `json:"correct"`
+	RunDir           string `json:"run_dir"`
+	Checkpoint       string `json:"checkpoint"`
+	CheckpointSHA256 string `json:"checkpoint_sha256"`
+	Step             int    `json:"step"`
+	Split            string `json:"split"`
+	Workers          int    `json:"workers"`
+	Samples          int    `json:"samples"` // examples: a token model's windows
+	// Loss is the mean loss per label: per example, or per token of a
+	// token model (nats).
+	Loss float64 `json:"loss"`
+	// Accuracy is Correct over the labels: the examples, or the tokens.
+	Accuracy float64 `json:"accuracy"`
+	Correct  int     `json:"correct"`
 	// PerClass[c] is class c's examples, those predicted right, and their
-	// ratio (0 for a class without examples).
-	PerClass []ClassFigures `json:"per_class"`
-	// Confusion[t][p] counts the examples of class t predicted as p.
-	Confusion [][]int `json:"confusion"`
-	Seconds   float64 `json:"seconds"`
+	// ratio (0 for a class without examples). Not for a token model.
+	PerClass []ClassFigures `json:"per_class,omitempty"`
+	// Confusion[t][p] counts the examples of class t predicted as p. Not
+	// for a token model.
+	Confusion [][]int `json:"confusion,omitempty"`
+	// Sequence holds a token model's figures per position; nil for a
+	// model of one class per example.
+	Sequence *SequenceFigures `json:"sequence,omitempty"`
+	Seconds  float64          `json:"seconds"`
+}
+
+// SequenceFigures are a token model's figures: every window of the split
+// has Positions targets, each the byte after its input position, so
+// position p is predicted from p+1 bytes of context.
+type SequenceFigures struct {
+	Positions int `json:"positions"` // targets per window: the context
+	Tokens    int `json:"tokens"`    // targets scored: windows × positions
+	// BitsPerByte is the mean loss in bits: a token is a byte.
+	BitsPerByte float64 `json:"bits_per_byte"`
+	// PositionAccuracy[p] is the share of windows whose target at
+	// position p is predicted right, and PositionLoss[p] their mean loss
+	// there (nats).
+	PositionAccuracy []float64 `json:"position_accuracy"`
+	PositionLoss     []float64 `json:"position_loss"`
 }
 
 // ClassFigures are one class's figures in an evaluation.
@@ -156,8 +179,10 @@ type Evaluation struct {
 	step    int
 	samples int
 	classes int
-	worker  string
-	log     *slog.Logger
+	// positions is a token model's labels per window; 0 for one per example.
+	positions int
+	worker    string
+	log       *slog.Logger
 	// slurm submits the shards' workers with LauncherSlurm; nil runs them
 	// here.
 	slurm *slurmLauncher
@@ -188,7 +213,8 @@ func PlanEval(req EvalRequest) (*Evaluation, error) {
 	if err != nil {
 		return nil, configErr(fmt.Errorf("the run's data: %w", err))
 	}
-	e.samples, e.classes = ds.Len(), ds.Classes
+	shape := ds.Shape()
+	e.samples, e.classes, e.positions = ds.Len(), shape.Classes, shape.Positions
 	if req.Workers > e.samples {
 		return nil, configErr(field.Errorf("workers", "%d workers for the %d examples of the %s split; give at most %d", req.Workers, e.samples, req.Split, e.samples))
 	}
@@ -266,8 +292,13 @@ func RunSpec(dir string) (job.Spec, error) {
 	return spec, nil
 }
 
-// Samples is the number of examples the evaluation scores.
+// Samples is the number of examples the evaluation scores: a token
+// model's windows.
 func (e *Evaluation) Samples() int { return e.samples }
+
+// Positions is a token model's targets per window (its context); 0 for a
+// model of one class per example.
+func (e *Evaluation) Positions() int { return e.positions }
 
 // Step is the checkpoint's step.
 func (e *Evaluation) Step() int { return e.step }
@@ -363,7 +394,7 @@ func (e *Evaluation) Run(ctx context.Context) (*EvalReport, error) {
 // expect is the header every shard file must carry (but its rank and count).
 func (e *Evaluation) expect() jobserver.ShardHeader {
 	return jobserver.ShardHeader{Split: e.req.Split, Shards: e.req.Workers, Samples: e.samples, Classes: e.classes,
-		CheckpointSHA256: e.sha, Step: e.step}
+		Positions: e.positions, CheckpointSHA256: e.sha, Step: e.step}
 }
 
 // ShardFile is shard s's file in the evaluation directory.
@@ -380,7 +411,8 @@ func (e *Evaluation) runShard(ctx context.Context, s int) (jobserver.Shard, erro
 		var sh jobserver.Shard
 		sh, err = e.attempt(ctx, s, attempt)
 		if e.req.Progress != nil {
-			e.req.Progress(EvalProgress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Samples: len(sh.Scores), Err: err, Seconds: time.Since(t0).Seconds()})
+			e.req.Progress(EvalProgress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Samples: len(sh.Scores) / max(1, e.positions),
+				Err: err, Seconds: time.Since(t0).Seconds()})
 		}
 		if err == nil {
 			return sh, nil
@@ -443,22 +475,34 @@ func checkShard(want jobserver.ShardHeader, s int, sh jobserver.Shard) error {
 	return nil
 }
 
-// MergeShards validates that the shards score every example of the split
-// exactly once, and merges them. The loss is the mean of the examples'
-// losses summed in index order in float64, so it does not depend on how
-// the examples were split. A refusal wraps ErrMerge and names the
-// duplicated, missing or out-of-range indices.
+// MergeShards validates that the shards score every label of the split
+// exactly once (an example's, or each position of a token model's
+// windows), and merges them. The loss is the mean of the labels' losses
+// summed in index order in float64 (a token model's: window by window,
+// each in position order), so it does not depend on how the examples were
+// split. A refusal wraps ErrMerge and names the duplicated, missing or
+// out-of-range indices (window.position for a token model).
 func MergeShards(want jobserver.ShardHeader, shards []jobserver.Shard) (*EvalReport, error) {
 	if len(shards) != want.Shards {
 		return nil, fmt.Errorf("%w: %d shard files for %d shards", ErrMerge, len(shards), want.Shards)
+	}
+	if want.Positions < 0 || want.Samples < 0 {
+		return nil, fmt.Errorf("%w: %d examples of %d positions", ErrMerge, want.Samples, want.Positions)
 	}
 	type rec struct {
 		label, pred int
 		loss        float64
 		shard       int
 	}
-	recs := make([]rec, want.Samples)
-	seen := make([]bool, want.Samples)
+	labels := want.Samples * max(1, want.Positions)
+	name := func(i int) string {
+		if want.Positions == 0 {
+			return fmt.Sprint(i)
+		}
+		return fmt.Sprintf("%d.%d", i/want.Positions, i%want.Positions)
+	}
+	recs := make([]rec, labels)
+	seen := make([]bool, labels)
 	var dups, outside []string
 	for s, sh := range shards {
 		if err := checkShard(want, s, sh); err != nil {
@@ -469,22 +513,22 @@ func MergeShards(want jobserver.ShardHeader, shards []jobserver.Shard) (*EvalRep
 		}
 		for _, r := range sh.Scores {
 			switch {
-			case r.Index < 0 || r.Index >= want.Samples:
-				outside = append(outside, fmt.Sprintf("%d (shard %d)", r.Index, s))
+			case r.Index < 0 || r.Index >= labels:
+				outside = append(outside, fmt.Sprintf("%s (shard %d)", name(r.Index), s))
 			case r.Label < 0 || r.Label >= want.Classes || r.Predicted < 0 || r.Predicted >= want.Classes:
-				outside = append(outside, fmt.Sprintf("%d (shard %d: label %d, predicted %d of %d classes)", r.Index, s, r.Label, r.Predicted, want.Classes))
+				outside = append(outside, fmt.Sprintf("%s (shard %d: label %d, predicted %d of %d classes)", name(r.Index), s, r.Label, r.Predicted, want.Classes))
 			case seen[r.Index]:
-				dups = append(dups, fmt.Sprintf("%d (shards %d and %d)", r.Index, recs[r.Index].shard, s))
+				dups = append(dups, fmt.Sprintf("%s (shards %d and %d)", name(r.Index), recs[r.Index].shard, s))
 			default:
 				seen[r.Index] = true
 				recs[r.Index] = rec{label: r.Label, pred: r.Predicted, loss: r.Loss, shard: s}
 			}
 		}
 	}
-	var missing []int
+	var missing []string
 	for i, ok := range seen {
 		if !ok {
-			missing = append(missing, i)
+			missing = append(missing, name(i))
 		}
 	}
 	var problems []string
@@ -495,17 +539,22 @@ func MergeShards(want jobserver.ShardHeader, shards []jobserver.Shard) (*EvalRep
 		problems = append(problems, fmt.Sprintf("%d scored twice: %s", len(dups), listSome(dups)))
 	}
 	if len(missing) > 0 {
-		ms := make([]string, len(missing))
-		for i, m := range missing {
-			ms[i] = fmt.Sprint(m)
-		}
-		problems = append(problems, fmt.Sprintf("%d missing: %s", len(missing), listSome(ms)))
+		problems = append(problems, fmt.Sprintf("%d missing: %s", len(missing), listSome(missing)))
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("%w: every example must be scored exactly once; indices %s", ErrMerge, strings.Join(problems, "; "))
+		what := "every example must be scored exactly once; indices"
+		if want.Positions > 0 {
+			what = "every position of every window must be scored exactly once; window.position"
+		}
+		return nil, fmt.Errorf("%w: %s %s", ErrMerge, what, strings.Join(problems, "; "))
 	}
 	rep := &EvalReport{CheckpointSHA256: want.CheckpointSHA256, Step: want.Step, Split: want.Split, Workers: want.Shards,
-		Samples: want.Samples, PerClass: make([]ClassFigures, want.Classes), Confusion: make([][]int, want.Classes)}
+		Samples: want.Samples}
+	if want.Positions > 0 {
+		mergeSequence(rep, want.Positions, func(i int) (float64, bool) { return recs[i].loss, recs[i].label == recs[i].pred })
+		return rep, nil
+	}
+	rep.PerClass, rep.Confusion = make([]ClassFigures, want.Classes), make([][]int, want.Classes)
 	for c := range rep.Confusion {
 		rep.Confusion[c] = make([]int, want.Classes)
 		rep.PerClass[c].Class = c
@@ -528,6 +577,37 @@ func MergeShards(want jobserver.ShardHeader, shards []jobserver.Shard) (*EvalRep
 		}
 	}
 	return rep, nil
+}
+
+// mergeSequence fills in a token model's figures from its rep.Samples
+// windows of positions labels, label i's loss and whether it was predicted
+// right given by score. Every sum runs in label order (a position's over
+// the windows in window order) in float64. A 256-byte vocabulary's
+// per-class figures and confusion matrix are left out: they describe
+// classes of examples, not next bytes, and would fill eval.json.
+func mergeSequence(rep *EvalReport, positions int, score func(i int) (loss float64, right bool)) {
+	seq := &SequenceFigures{Positions: positions, Tokens: rep.Samples * positions,
+		PositionAccuracy: make([]float64, positions), PositionLoss: make([]float64, positions)}
+	correct := make([]int, positions)
+	var loss float64
+	for i := range seq.Tokens {
+		l, right := score(i)
+		p := i % positions
+		loss += l
+		seq.PositionLoss[p] += l
+		if right {
+			rep.Correct++
+			correct[p]++
+		}
+	}
+	rep.Loss = loss / float64(seq.Tokens)
+	rep.Accuracy = float64(rep.Correct) / float64(seq.Tokens)
+	seq.BitsPerByte = rep.Loss / math.Ln2
+	for p := range positions {
+		seq.PositionAccuracy[p] = float64(correct[p]) / float64(rep.Samples)
+		seq.PositionLoss[p] /= float64(rep.Samples)
+	}
+	rep.Sequence = seq
 }
 
 // listSome lists the first few of items and how many more there are.

@@ -1,7 +1,9 @@
 package coordinator
 
 import (
+	"encoding/json"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -168,5 +170,150 @@ func TestEvalRequestValidate(t *testing.T) {
 	}
 	if err := (EvalRequest{RunDir: "r", Workers: 2, Split: "train"}).Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// tokenScores are the records of windows windows of positions targets
+// each, over a 256-byte vocabulary: about a third predicted right, losses
+// of very different sizes so that the order of a float64 sum shows.
+func tokenScores(windows, positions int) []trainer.Scored {
+	rng := rand.New(rand.NewPCG(3, 4))
+	out := make([]trainer.Scored, 0, windows*positions)
+	for w := range windows {
+		for p := range positions {
+			label, pred := rng.IntN(256), rng.IntN(256)
+			if rng.IntN(3) == 0 {
+				pred = label
+			}
+			out = append(out, trainer.Scored{Index: trainer.ScoredIndex(w, p, positions), Label: label, Predicted: pred,
+				Loss: rng.ExpFloat64() * float64(int(1)<<rng.IntN(40))})
+		}
+	}
+	return out
+}
+
+func tokenHeader(windows, positions, shards int) jobserver.ShardHeader {
+	return jobserver.ShardHeader{Split: "test", Shards: shards, Samples: windows, Classes: 256, Positions: positions, CheckpointSHA256: "ab", Step: 7}
+}
+
+// tokenStrided splits a token model's records into shards as the workers
+// do: shard s scores windows s, s+shards, ..., each window's positions in
+// order.
+func tokenStrided(all []trainer.Scored, windows, positions, shards int) []jobserver.Shard {
+	out := make([]jobserver.Shard, shards)
+	for s := range out {
+		out[s].Header = tokenHeader(windows, positions, shards)
+		out[s].Header.Shard = s
+		for w := s; w < windows; w += shards {
+			out[s].Scores = append(out[s].Scores, all[w*positions:(w+1)*positions]...)
+		}
+		out[s].Header.Count = len(out[s].Scores)
+	}
+	return out
+}
+
+// TestMergeTokenShards: a token model's merged figures are the same, bit
+// for bit, for 1..5 shards; the loss and accuracy are per token, summed in
+// window then position order in float64; the accuracy and loss per
+// position are vectors of the context's length, the accuracies in [0, 1];
+// and there are no per-class figures.
+func TestMergeTokenShards(t *testing.T) {
+	const windows, positions = 23, 6
+	all := tokenScores(windows, positions)
+	one, err := MergeShards(tokenHeader(windows, positions, 1), tokenStrided(all, windows, positions, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var loss float64
+	correct := 0
+	posLoss, posCorrect := make([]float64, positions), make([]int, positions)
+	for i, s := range all {
+		loss += s.Loss
+		posLoss[i%positions] += s.Loss
+		if s.Label == s.Predicted {
+			correct++
+			posCorrect[i%positions]++
+		}
+	}
+	tokens := float64(windows * positions)
+	seq := one.Sequence
+	if seq == nil || one.PerClass != nil || one.Confusion != nil {
+		t.Fatalf("a token model's report: %+v", one)
+	}
+	if one.Samples != windows || seq.Positions != positions || seq.Tokens != windows*positions || one.Correct != correct ||
+		one.Loss != loss/tokens || one.Accuracy != float64(correct)/tokens || seq.BitsPerByte != one.Loss/math.Ln2 {
+		t.Errorf("merged %+v %+v; want loss %v, %d correct of %v tokens", one, seq, loss/tokens, correct, tokens)
+	}
+	if len(seq.PositionAccuracy) != positions || len(seq.PositionLoss) != positions {
+		t.Fatalf("per-position figures of length %d and %d; want %d", len(seq.PositionAccuracy), len(seq.PositionLoss), positions)
+	}
+	for p := range positions {
+		if a := seq.PositionAccuracy[p]; a < 0 || a > 1 || a != float64(posCorrect[p])/windows || seq.PositionLoss[p] != posLoss[p]/windows {
+			t.Errorf("position %d: accuracy %v, loss %v; want %v, %v", p, a, seq.PositionLoss[p], float64(posCorrect[p])/windows, posLoss[p]/windows)
+		}
+	}
+	for n := 2; n <= 5; n++ {
+		got, err := MergeShards(tokenHeader(windows, positions, n), tokenStrided(all, windows, positions, n))
+		if err != nil {
+			t.Fatalf("%d shards: %v", n, err)
+		}
+		got.Workers = 1
+		if !reflect.DeepEqual(got, one) {
+			t.Errorf("%d shards: %+v %+v\nwant %+v %+v", n, got, got.Sequence, one, one.Sequence)
+		}
+	}
+	raw, err := json.Marshal(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"per_class"`, `"confusion"`} {
+		if strings.Contains(string(raw), key) {
+			t.Errorf("a token model's eval.json holds %s: %s", key, raw)
+		}
+	}
+	if !strings.Contains(string(raw), `"position_accuracy":[`) {
+		t.Errorf("eval.json lacks the accuracy per position: %s", raw)
+	}
+}
+
+// TestMergeTokenShardsRefuses: a position missing, a window scored twice
+// or shards of another context are refused, naming window.position.
+func TestMergeTokenShardsRefuses(t *testing.T) {
+	const windows, positions = 10, 4
+	for _, tc := range []struct {
+		name  string
+		edit  func([]jobserver.Shard) []jobserver.Shard
+		wants []string
+	}{
+		{"a position missing", func(s []jobserver.Shard) []jobserver.Shard {
+			s[1].Scores = s[1].Scores[:len(s[1].Scores)-1]
+			s[1].Header.Count--
+			return s
+		}, []string{"every position of every window", "1 missing: 7.3"}},
+		{"a window twice", func(s []jobserver.Shard) []jobserver.Shard {
+			s[2].Scores = append(s[2].Scores, s[0].Scores[:positions]...)
+			s[2].Header.Count += positions
+			return s
+		}, []string{"4 scored twice: 0.0 (shards 0 and 2), 0.1"}},
+		{"past the last window", func(s []jobserver.Shard) []jobserver.Shard {
+			s[0].Scores[0].Index = windows * positions
+			return s
+		}, []string{"out of range: 10.0 (shard 0)", "1 missing: 0.0"}},
+		{"another context", func(s []jobserver.Shard) []jobserver.Shard {
+			s[1].Header.Positions = 8
+			return s
+		}, []string{"shard 1's header", "Positions:8"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := MergeShards(tokenHeader(windows, positions, 3), tc.edit(tokenStrided(tokenScores(windows, positions), windows, positions, 3)))
+			if !errors.Is(err, ErrMerge) {
+				t.Fatalf("merged: %v", err)
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q: %v", w, err)
+				}
+			}
+		})
 	}
 }

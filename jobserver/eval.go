@@ -44,8 +44,10 @@ type EvalJob struct {
 
 // EvalResult is what a worker answers for an EvalJob.
 type EvalResult struct {
-	File    string `json:"file"`
-	Samples int    `json:"samples"` // records written
+	File string `json:"file"`
+	// Samples is the examples scored: the records written, or for a
+	// token model the windows, each of Positions records.
+	Samples int `json:"samples"`
 }
 
 // FileSHA256 is the hex SHA-256 of a file's bytes.
@@ -63,13 +65,15 @@ func FileSHA256(path string) (string, error) {
 }
 
 // EvalData loads the split an evaluation scores, with the trainer's
-// configuration for the spec (normalised as training normalised it).
-func EvalData(spec job.Spec, split string) (*data.Dataset, trainer.Config, error) {
+// configuration for the spec (normalised as training normalised it): a
+// dataset of one class per example, or text windows with a target per
+// position (data.Shape says which).
+func EvalData(spec job.Spec, split string) (data.Examples, trainer.Config, error) {
 	return evalData(spec, split, nil)
 }
 
 // evalData is EvalData with the load's progress going to advance.
-func evalData(spec job.Spec, split string, advance func(stage string)) (*data.Dataset, trainer.Config, error) {
+func evalData(spec job.Spec, split string, advance func(stage string)) (data.Examples, trainer.Config, error) {
 	if split != SplitTest && split != SplitTrain {
 		return nil, trainer.Config{}, usage(fmt.Sprintf("split %q: use test or train", split))
 	}
@@ -81,16 +85,10 @@ func evalData(spec job.Spec, split string, advance func(stage string)) (*data.Da
 	if err != nil {
 		return nil, trainer.Config{}, err
 	}
-	ds := test
 	if split == SplitTrain {
-		ds = train
+		return train, cfg, nil
 	}
-	// Scores are one label per example; a text window has one per position.
-	vectors, ok := ds.(*data.Dataset)
-	if !ok {
-		return nil, trainer.Config{}, usage(fmt.Sprintf("dataset %s: evaluation scores one class per example, and a text window has a target per position; its loss and accuracy are in the run's summary", spec.Dataset))
-	}
-	return vectors, cfg, nil
+	return test, cfg, nil
 }
 
 // Evaluate runs one evaluation shard through t and returns its result.
@@ -140,10 +138,11 @@ func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, a
 	if err != nil {
 		return EvalResult{}, err
 	}
-	h := ShardHeader{Split: ej.Split, Shard: ej.Shard, Shards: ej.Shards, Samples: ds.Len(), Classes: ds.Classes,
-		CheckpointSHA256: sha, Step: ck.Step}
+	shape := ds.Shape()
+	h := ShardHeader{Split: ej.Split, Shard: ej.Shard, Shards: ej.Shards, Samples: ds.Len(), Classes: shape.Classes,
+		Positions: shape.Positions, CheckpointSHA256: sha, Step: ck.Step}
 	if err := WriteShard(ej.Out, Shard{Header: h, Scores: scores}); err != nil {
 		return EvalResult{}, fmt.Errorf("writing the shard file: %w", err)
 	}
-	return EvalResult{File: ej.Out, Samples: len(scores)}, nil
+	return EvalResult{File: ej.Out, Samples: len(scores) / shape.Labels()}, nil
 }

@@ -3,12 +3,16 @@ package jobserver
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -129,5 +133,143 @@ func TestParseEvalFault(t *testing.T) {
 	}
 	if _, err := ParseFault("step=2,kill,shard=x"); err == nil {
 		t.Error("shard=x accepted")
+	}
+}
+
+// evalTextSpec is a token model small enough to check by hand: embedding,
+// positional and lm_head over windows of 8 bytes of a small corpus in
+// dir, trained for an epoch.
+func evalTextSpec(t *testing.T, dir string) job.Spec {
+	t.Helper()
+	corpus := filepath.Join(dir, "corpus")
+	text := strings.Repeat("the quick brown fox jumps over the lazy dog; pack my box with five dozen jugs.\n", 12)
+	if err := os.WriteFile(corpus, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := job.Default()
+	s.Device, s.Dataset, s.DataDir, s.Epochs, s.BatchSize, s.LR, s.EnableGraphs = "cpu", "text", corpus, 1, 4, 0.01, true
+	s.Input, s.Layers = []int{8}, job.Layers{nn.Embedding(data.TextVocab, 6), nn.Positional(), nn.LMHead()}
+	s.RunDir = t.TempDir()
+	return s
+}
+
+// TestServeEvalText: a token model's shard holds a record per position of
+// each of its windows, in window then position order; the records do not
+// depend on the number of shards; and each loss is the float64
+// cross-entropy of the model computed here from the checkpoint's
+// parameters (to float32's precision: the forward pass runs in float32 on
+// the device).
+func TestServeEvalText(t *testing.T) {
+	spec := evalTextSpec(t, t.TempDir())
+	if _, _, err := Run(context.Background(), local(t), "cpu", spec, Sink{}); err != nil {
+		t.Fatal(err)
+	}
+	ds, cfg, err := EvalData(spec, SplitTest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := ds.(*data.Text)
+	const T = 8
+	windows := text.Len()
+	ckPath := filepath.Join(spec.RunDir, trainer.CheckpointFile)
+	sha, err := FileSHA256(ckPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byIndex := map[int]trainer.Scored{}
+	for _, shards := range []int{1, 3} {
+		for s := range shards {
+			out := filepath.Join(t.TempDir(), "shard.tles")
+			ej := EvalJob{Spec: spec, Checkpoint: ckPath, CheckpointSHA256: sha, Split: SplitTest, Shard: s, Shards: shards, Attempt: 1, Out: out}
+			_, res, err := Evaluate(context.Background(), local(t), "cpu", ej)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sh, err := ReadShard(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mine := (windows - s + shards - 1) / shards
+			if h := sh.Header; h.Positions != T || h.Classes != data.TextVocab || h.Samples != windows || res.Samples != mine || len(sh.Scores) != mine*T {
+				t.Fatalf("shard %d of %d: header %+v, result %+v; want %d windows of %d positions", s, shards, h, res, mine, T)
+			}
+			for j, r := range sh.Scores {
+				w, p := s+(j/T)*shards, j%T
+				if r.Index != trainer.ScoredIndex(w, p, T) || r.Label != int(text.Window(w)[p+1]) {
+					t.Fatalf("shard %d of %d: record %d is %+v; want window %d position %d, label %d", s, shards, j, r, w, p, text.Window(w)[p+1])
+				}
+				if shards == 1 {
+					byIndex[r.Index] = r
+				} else if byIndex[r.Index] != r {
+					t.Errorf("window %d position %d: %+v in shard %d of %d, %+v alone", w, p, r, s, shards, byIndex[r.Index])
+				}
+			}
+		}
+	}
+	ck, err := trainer.CheckpointFor(cfg, ckPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch, err := cfg.Net.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := bigramReference(arch, ck.Parameters())
+	for w := range windows {
+		win := text.Window(w)
+		for p := range T {
+			loss, top := ref(win[p], p, win[p+1])
+			r := byIndex[trainer.ScoredIndex(w, p, T)]
+			if math.Abs(r.Loss-loss) > 1e-5*max(1, loss) {
+				t.Fatalf("window %d position %d: loss %v, the float64 reference %v", w, p, r.Loss, loss)
+			}
+			if r.Predicted != top.best && top.margin > 1e-4 {
+				t.Errorf("window %d position %d: predicted %d, the reference %d by %v", w, p, r.Predicted, top.best, top.margin)
+			}
+		}
+	}
+}
+
+// argmax is a reference prediction and how far its logit is above the
+// runner-up's.
+type argmax struct {
+	best   int
+	margin float64
+}
+
+// bigramReference computes in float64 the model embedding -> positional
+// -> lm_head: the logits of id at position p are (E[id] + P[p]) W + b.
+// It returns a function giving the cross-entropy of target there and the
+// arg-max.
+func bigramReference(arch nn.Arch, params []float32) func(id byte, p int, target byte) (float64, argmax) {
+	emb, pos, head := arch.Layers[0], arch.Layers[1], arch.Layers[2]
+	d, v := emb.Layer.Dim, head.Layer.Out
+	return func(id byte, p int, target byte) (float64, argmax) {
+		h := make([]float64, d)
+		for k := range d {
+			h[k] = float64(params[emb.WeightAt+int(id)*d+k]) + float64(params[pos.WeightAt+p*d+k])
+		}
+		logits := make([]float64, v)
+		top := argmax{}
+		for c := range v {
+			z := float64(params[head.BiasAt+c])
+			for k := range d {
+				z += h[k] * float64(params[head.WeightAt+k*v+c])
+			}
+			logits[c] = z
+			if z > logits[top.best] {
+				top.best = c
+			}
+		}
+		m, second := logits[top.best], math.Inf(-1)
+		var sum float64
+		for c, z := range logits {
+			sum += math.Exp(z - m)
+			if c != top.best {
+				second = max(second, z)
+			}
+		}
+		top.margin = m - second
+		return m + math.Log(sum) - logits[target], top
 	}
 }

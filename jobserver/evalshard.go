@@ -14,7 +14,7 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// A shard file (format v1) holds one evaluation shard's per-example
+// A shard file (format v1) holds one evaluation shard's per-label
 // figures:
 //
 //	magic        "TOLARIA-EVAL\x00v1\n" (16 bytes; the format version is in it)
@@ -23,8 +23,12 @@ import (
 //	records      Count of: index uint32, label uint32, predicted uint32, loss float64 (little-endian)
 //	digest       SHA-256 of every byte before it (32 bytes)
 //
-// The loss is kept in float64, as computed, so the merge sums exactly what
-// the worker computed.
+// A record is an example's, or with Positions T > 0 (a token model) one
+// position's of a window: its index is then window*T + position
+// (trainer.ScoredIndex). A header without positions is one of a class per
+// example, as every v1 file before token models. The loss is kept in
+// float64, as computed, so the merge sums exactly what the worker
+// computed.
 const (
 	shardMagic      = "TOLARIA-EVAL\x00v1\n"
 	shardRecordSize = 4 + 4 + 4 + 8
@@ -36,11 +40,14 @@ var ErrShardFile = errors.New("evaluation shard file refused")
 // ShardHeader describes a shard file: which evaluation it belongs to and
 // which part of it it holds.
 type ShardHeader struct {
-	Split            string `json:"split"`   // test or train
-	Shard            int    `json:"shard"`   // this shard's rank
-	Shards           int    `json:"shards"`  // how many shards the examples were split into
-	Samples          int    `json:"samples"` // examples in the whole split
-	Classes          int    `json:"classes"`
+	Split   string `json:"split"`   // test or train
+	Shard   int    `json:"shard"`   // this shard's rank
+	Shards  int    `json:"shards"`  // how many shards the examples were split into
+	Samples int    `json:"samples"` // examples (a token model's windows) in the whole split
+	Classes int    `json:"classes"`
+	// Positions is a token model's labels per example (its context), each
+	// a record; 0 for one label per example.
+	Positions        int    `json:"positions,omitempty"`
 	CheckpointSHA256 string `json:"checkpoint_sha256"`
 	Step             int    `json:"step"`  // the checkpoint's step
 	Count            int    `json:"count"` // records in the file

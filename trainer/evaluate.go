@@ -15,7 +15,9 @@ import (
 
 // EvalConfig is the evaluation of one stride shard of a dataset with a
 // checkpoint's parameters: examples Shard, Shard+Shards, Shard+2*Shards,
-// ... of Data, in that order.
+// ... of Data, in that order. An example is a vector with one class, or
+// for a token model (Spec.Positions T > 0) a text window with a target at
+// each of its T positions.
 type EvalConfig struct {
 	Spec nn.Spec
 	// Net is the model as layers, as in Config: zero for an MLP given as
@@ -23,7 +25,7 @@ type EvalConfig struct {
 	// outline.
 	Net       nn.Net
 	BatchSize int
-	Data      *data.Dataset
+	Data      data.Examples
 	Params    []float32 // the model's parameters (Checkpoint.Parameters)
 	Running   []float32 // a net's running state (Checkpoint.RunningState); nil for an MLP
 	Shard     int
@@ -53,8 +55,9 @@ func (c EvalConfig) Validate() error {
 		return fmt.Errorf("%w: %d parameters for the model %s, which has %d", ErrCheckpoint, len(c.Params), c.modelName(), c.paramCount())
 	case c.runningLen() != len(c.Running):
 		return fmt.Errorf("%w: %d running-state values for the model %s, which has %d", ErrCheckpoint, len(c.Running), c.modelName(), c.runningLen())
-	case c.Spec.Inputs != c.Data.Features || c.Spec.Outputs != c.Data.Classes:
-		return fmt.Errorf("trainer: evaluation: the model %s does not fit dataset %s (%d features, %d classes)", c.Spec, c.Data.Name, c.Data.Features, c.Data.Classes)
+	}
+	if err := fits(c.Spec, c.Data.Shape()); err != nil {
+		return fmt.Errorf("trainer: evaluation: the model %s does not fit: %w", c.Spec, err)
 	}
 	if err := c.Spec.Validate(); err != nil {
 		return err
@@ -78,12 +81,22 @@ func (c EvalConfig) runningLen() int {
 
 func (c EvalConfig) modelName() string { return Config{Spec: c.Spec, Net: c.Net}.ModelName() }
 
-// Scored is one example's evaluation.
+// Scored is one label's evaluation: an example's, or for a token model
+// one position's of a window.
 type Scored struct {
-	Index     int // the example's index in the dataset
+	// Index is the example's index in the dataset; for a token model of T
+	// positions, window*T + position (ScoredIndex), so a window's T
+	// records follow each other in position order.
+	Index     int
 	Label     int
 	Predicted int
 	Loss      float64
+}
+
+// ScoredIndex is the Index of the label at position of example, with
+// positions labels per example (0 or 1: one label per example).
+func ScoredIndex(example, position, positions int) int {
+	return example*max(1, positions) + position
 }
 
 // Parameters are the model parameters the checkpoint holds.
@@ -97,8 +110,10 @@ func (h Checkpoint) State() [][]float32 { return h.state }
 // runs on the device (batches staged as training stages them), the logits
 // come back to the host, and each row's prediction and loss are computed
 // there in float64 (nn.Spec.Score), so that a merge can sum the losses in
-// example order whatever the number of shards. The result is in the
-// shard's order. shared is the process's state.
+// example order whatever the number of shards. A token model's window
+// gives a record per position, each scored from that position's logits
+// against the byte after it. The result is in the shard's order, a
+// window's positions in order. shared is the process's state.
 func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalConfig) (_ []Scored, err error) {
 	if shared == nil {
 		return nil, ErrNoShared
@@ -152,8 +167,10 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 		}
 	}
 	advance(StageSetup)
-	logits := make([]float32, cfg.BatchSize*cfg.Spec.Outputs)
-	out := make([]Scored, 0, (cfg.Data.Len()-cfg.Shard+cfg.Shards-1)/cfg.Shards)
+	labels := newLabeller(cfg.Data, cfg.BatchSize)
+	per := cfg.Spec.Outputs
+	logits := make([]float32, cfg.BatchSize*labels.perExample*per)
+	out := make([]Scored, 0, (cfg.Data.Len()-cfg.Shard+cfg.Shards-1)/cfg.Shards*labels.perExample)
 	for n := 1; ; n++ {
 		b, err := stager.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -178,10 +195,16 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 			return nil, err
 		}
 		stager.Release(b)
-		for r, i := range batches[b.Step].Indices {
-			label := int(cfg.Data.Y[i])
-			pred, loss := cfg.Spec.Score(logits[r*cfg.Spec.Outputs:(r+1)*cfg.Spec.Outputs], label)
-			out = append(out, Scored{Index: i, Label: label, Predicted: pred, Loss: loss})
+		indices := batches[b.Step].Indices
+		y, err := labels.of(indices)
+		if err != nil {
+			return nil, err
+		}
+		for k := range len(indices) * labels.perExample {
+			label := int(y[k])
+			pred, loss := cfg.Spec.Score(logits[k*per:(k+1)*per], label)
+			i := indices[k/labels.perExample]
+			out = append(out, Scored{Index: ScoredIndex(i, k%labels.perExample, cfg.Spec.Positions), Label: label, Predicted: pred, Loss: loss})
 		}
 		advance(StageEvalBatch)
 		if cfg.AfterBatch != nil {
@@ -189,6 +212,28 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 		}
 	}
 	return out, nil
+}
+
+// labeller reads a batch's labels on the host, as the loaders wrote them
+// into the staged record: one per example, or one per position.
+type labeller struct {
+	ds         data.Examples
+	perExample int
+	x, y, mask []float32 // one batch's, reused
+}
+
+func newLabeller(ds data.Examples, batch int) *labeller {
+	sh := ds.Shape()
+	return &labeller{ds: ds, perExample: sh.Labels(), x: make([]float32, batch*sh.Inputs),
+		y: make([]float32, batch*sh.Labels()), mask: make([]float32, batch)}
+}
+
+// of returns the labels of the examples indices, row after row.
+func (l *labeller) of(indices []int) ([]float32, error) {
+	if _, err := l.ds.Fill(indices, l.x, l.y, l.mask); err != nil {
+		return nil, err
+	}
+	return l.y[:len(indices)*l.perExample], nil
 }
 
 // evalStep puts the parameters (and a net's running state) and a

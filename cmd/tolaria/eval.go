@@ -32,6 +32,12 @@ scored exactly once and writes RUN/eval.json: loss, accuracy, per-class
 accuracy and the confusion matrix, the checkpoint's step and SHA-256, the
 split and the number of workers. The figures do not depend on --workers.
 
+A token model's run (dataset text) is scored window by window: its loss is
+the mean per token (nats, and in bits per byte), its accuracy that of every
+target byte, and eval.json adds the accuracy and loss at each position of
+the context (position p predicts from p+1 bytes) instead of per-class
+figures.
+
 Exit status: 0 done, 3 a shard failed twice (no eval.json; the missing
 shards are named), 2 bad input (nothing written), 1 another failure,
 130 interrupted.`,
@@ -98,8 +104,12 @@ func evaluate(ctx context.Context, cmd *cobra.Command) error {
 		fmt.Fprintln(stderr, "tolaria:", field.Render(err, evalFlag))
 		return exitError{code}
 	}
-	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d examples of the %s split with %d workers\n",
-		e.Checkpoint(), e.Step(), e.Samples(), orTest(req.Split), req.Workers)
+	examples := "examples"
+	if e.Positions() > 0 {
+		examples = fmt.Sprintf("windows of %d tokens", e.Positions())
+	}
+	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %d workers\n",
+		e.Checkpoint(), e.Step(), e.Samples(), examples, orTest(req.Split), req.Workers)
 	rep, err := e.Run(ctx)
 	var failed *coordinator.ShardsFailedError
 	switch {
@@ -112,10 +122,32 @@ func evaluate(ctx context.Context, cmd *cobra.Command) error {
 	case err != nil:
 		return err
 	}
-	fmt.Fprintf(stdout, "accuracy %.4f  loss %.6f  (%d examples, %s split, checkpoint step %d, %d workers)\n",
-		rep.Accuracy, rep.Loss, rep.Samples, rep.Split, rep.Step, rep.Workers)
+	printEvalReport(stdout, rep)
 	fmt.Fprintf(stdout, "results %s/%s\n", req.RunDir, coordinator.EvalJSON)
 	return nil
+}
+
+// printEvalReport prints an evaluation's figures: a token model's per
+// token, with its accuracy at a few positions of the context.
+func printEvalReport(w io.Writer, rep *coordinator.EvalReport) {
+	seq := rep.Sequence
+	if seq == nil {
+		fmt.Fprintf(w, "accuracy %.4f  loss %.6f  (%d examples, %s split, checkpoint step %d, %d workers)\n",
+			rep.Accuracy, rep.Loss, rep.Samples, rep.Split, rep.Step, rep.Workers)
+		return
+	}
+	fmt.Fprintf(w, "token accuracy %.4f  loss %.6f nats/token (%.4f bits/byte)  (%d windows, %d tokens, %s split, checkpoint step %d, %d workers)\n",
+		rep.Accuracy, rep.Loss, seq.BitsPerByte, rep.Samples, seq.Tokens, rep.Split, rep.Step, rep.Workers)
+	var at []string
+	last := -1
+	for _, q := range []int{0, 1, 2, 3, 4} {
+		p := q * (seq.Positions - 1) / 4
+		if p != last {
+			at = append(at, fmt.Sprintf("%d: %.4f", p, seq.PositionAccuracy[p]))
+			last = p
+		}
+	}
+	fmt.Fprintf(w, "accuracy by position (of %d): %s\n", seq.Positions, strings.Join(at, "  "))
 }
 
 func orTest(split string) string {
