@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -225,4 +226,123 @@ func TestShardedEvalInterrupt(t *testing.T) {
 func evalWorkerPIDs(t *testing.T, run string) []int {
 	t.Helper()
 	return pidsInLogs(filepath.Join(run, coordinator.EvalDir, "shard-*.log"), `tolaria-worker pid (\d+) started`)
+}
+
+// evalTextModel is a one-block character transformer over windows of 16
+// bytes, small enough to train for an epoch in a moment.
+const evalTextModel = `dataset: text
+context: 16
+epochs: 1
+batch_size: 8
+lr: 0.003
+log_every: 1000
+model:
+  input: [16]
+  layers:
+    - embedding: {vocab: 256, dim: 16}
+    - positional: {}
+    - transformer_block: {heads: 2, mlp: 32}
+    - layernorm: {}
+    - lm_head: {}
+  loss: cross_entropy
+`
+
+// TestShardedEvalOfATokenModel: a character transformer's run, trained on
+// a directory of text files, is evaluated window by window; eval.json with
+// 1 and 3 workers is the same byte for byte but for the number of workers
+// and the wall time; its figures are per token and per position (16
+// accuracies in [0, 1]); and they are the training summary's test figures
+// for the final checkpoint (the accuracy exactly, the loss to float32's
+// precision).
+func TestShardedEvalOfATokenModel(t *testing.T) {
+	dir := t.TempDir()
+	corpus := filepath.Join(dir, "corpus")
+	if err := os.MkdirAll(corpus, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var a, b strings.Builder
+	for i := range 40 {
+		a.WriteString("the quick brown fox jumps over the lazy dog " + strings.Repeat("z", i%7) + "\n%\n")
+		b.WriteString("pack my box with five dozen liquor jugs " + strings.Repeat("q", i%5) + "\n%\n")
+	}
+	for name, text := range map[string]string{"a": a.String(), "b": b.String()} {
+		if err := os.WriteFile(filepath.Join(corpus, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := filepath.Join(dir, "tiny.yaml")
+	if err := os.WriteFile(config, []byte(evalTextModel), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, "train", "--config", config, "--data-dir", corpus, "--run-dir", run, "--device", "cpu"); r.code != 0 {
+		t.Fatalf("train: exit %d\n%s", r.code, r.stderr)
+	}
+	size := len(a.String()) + len(b.String())
+	valid := size / 10 // the default validation fraction, from the corpus's end
+	windows := (valid-17)/16 + 1
+	var first []byte
+	var one coordinator.EvalReport
+	for _, n := range []string{"1", "3"} {
+		r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", n)
+		if r.code != 0 {
+			t.Fatalf("eval --workers %s: exit %d\n%s", n, r.code, r.stderr)
+		}
+		for _, want := range []string{"token accuracy", "nats/token", "bits/byte", "accuracy by position (of 16): 0: ", "results "} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("eval --workers %s: stdout lacks %q:\n%s", n, want, r.stdout)
+			}
+		}
+		if !strings.Contains(r.stderr, "windows of 16 tokens") || strings.Count(r.stderr, "windows scored") != map[string]int{"1": 1, "3": 3}[n] {
+			t.Errorf("eval --workers %s: stderr does not count windows, one progress line per shard:\n%s", n, r.stderr)
+		}
+		raw, err := os.ReadFile(filepath.Join(run, coordinator.EvalJSON))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == "1" {
+			first, one = raw, readEval(t, run)
+			continue
+		}
+		if got, want := withoutRunLines(raw), withoutRunLines(first); got != want {
+			t.Errorf("eval.json with 3 workers:\n%s\nwith 1:\n%s", got, want)
+		}
+		if readEval(t, run).Workers != 3 {
+			t.Errorf("eval.json with 3 workers says %d", readEval(t, run).Workers)
+		}
+	}
+	seq := one.Sequence
+	if seq == nil || one.Samples != windows || seq.Positions != 16 || seq.Tokens != windows*16 || one.PerClass != nil || one.Confusion != nil {
+		t.Fatalf("eval.json of a token model: %+v (sequence %+v); want %d windows of 16 positions", one, seq, windows)
+	}
+	if len(seq.PositionAccuracy) != 16 || len(seq.PositionLoss) != 16 {
+		t.Fatalf("per-position figures of length %d and %d; want 16", len(seq.PositionAccuracy), len(seq.PositionLoss))
+	}
+	correct := 0.0
+	for p, acc := range seq.PositionAccuracy {
+		if acc < 0 || acc > 1 || !(seq.PositionLoss[p] > 0) {
+			t.Errorf("position %d: accuracy %v, loss %v", p, acc, seq.PositionLoss[p])
+		}
+		correct += acc * float64(windows)
+	}
+	if math.Abs(correct-float64(one.Correct)) > 1e-6 || !closeTo(seq.BitsPerByte, one.Loss/math.Ln2, 1e-15) {
+		t.Errorf("per-position accuracies add up to %v correct, eval.json says %d; bits per byte %v for %v nats", correct, one.Correct, seq.BitsPerByte, one.Loss)
+	}
+	sum := readSummary(t, filepath.Join(run, coordinator.SummaryFile))
+	t.Logf("eval loss %.10f, accuracy %.6f; training summary: %.10f, %.6f", one.Loss, one.Accuracy, sum.TestLoss, sum.TestAccuracy)
+	if one.Accuracy != sum.TestAccuracy || !closeTo(one.Loss, sum.TestLoss, 1e-6) {
+		t.Errorf("eval: accuracy %v, loss %v; the training summary: %v, %v", one.Accuracy, one.Loss, sum.TestAccuracy, sum.TestLoss)
+	}
+}
+
+// withoutRunLines is eval.json without the lines that name how it ran:
+// the number of workers and the wall time.
+func withoutRunLines(raw []byte) string {
+	var keep []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if s := strings.TrimSpace(line); !strings.HasPrefix(s, `"workers":`) && !strings.HasPrefix(s, `"seconds":`) {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
 }

@@ -89,7 +89,9 @@ func evaluate(ctx context.Context, cmd *cobra.Command) error {
 		return exitError{exitUsage}
 	}
 	req.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	req.Progress = func(p coordinator.EvalProgress) { printEvalProgress(stderr, p) }
+	// A token model's shards score windows; the plan says which.
+	examples := "examples"
+	req.Progress = func(p coordinator.EvalProgress) { printEvalProgress(stderr, p, examples) }
 	e, err := coordinator.PlanEval(req)
 	if err == nil && req.DryRun {
 		script, command := e.DryRun()
@@ -104,12 +106,13 @@ func evaluate(ctx context.Context, cmd *cobra.Command) error {
 		fmt.Fprintln(stderr, "tolaria:", field.Render(err, evalFlag))
 		return exitError{code}
 	}
-	examples := "examples"
+	what := examples
 	if e.Positions() > 0 {
-		examples = fmt.Sprintf("windows of %d tokens", e.Positions())
+		examples = "windows"
+		what = fmt.Sprintf("windows of %d tokens", e.Positions())
 	}
 	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %d workers\n",
-		e.Checkpoint(), e.Step(), e.Samples(), examples, orTest(req.Split), req.Workers)
+		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), req.Workers)
 	rep, err := e.Run(ctx)
 	var failed *coordinator.ShardsFailedError
 	switch {
@@ -157,10 +160,11 @@ func orTest(split string) string {
 	return split
 }
 
-// printEvalProgress prints one line per shard attempt that ended.
-func printEvalProgress(w io.Writer, p coordinator.EvalProgress) {
+// printEvalProgress prints one line per shard attempt that ended;
+// examples names what a shard scores.
+func printEvalProgress(w io.Writer, p coordinator.EvalProgress, examples string) {
 	if p.Err == nil {
-		fmt.Fprintf(w, "shard %d (of %d): %d examples scored in %.1fs\n", p.Shard, p.Shards, p.Samples, p.Seconds)
+		fmt.Fprintf(w, "shard %d (of %d): %d %s scored in %.1fs\n", p.Shard, p.Shards, p.Samples, examples, p.Seconds)
 		return
 	}
 	next := "trying it once more"
