@@ -190,7 +190,7 @@ func (s *setup) decode(tokens int) (_ *Decode, err error) {
 		return nil, err
 	}
 	if dc.exec != nil {
-		n := max(decodeBlockTokens, tokens/dispatchRepeats)
+		n := max(1, tokens/dispatchRepeats)
 		b, err := dc.backToBack(n, dispatchRepeats)
 		if err != nil {
 			return nil, err

@@ -88,8 +88,8 @@ func TestRunDecodeTinyTransformer(t *testing.T) {
 			t.Errorf("decode %s = %g, want positive", name, v)
 		}
 	}
-	if b := d.BackToBack; b == nil || !(b.EagerMS > 0) || !(b.ReplayMS > 0) || b.Steps != decodeBlockTokens {
-		t.Errorf("decode back to back %+v; want both modes measured, %d tokens a run", b, decodeBlockTokens)
+	if b := d.BackToBack; b == nil || !(b.EagerMS > 0) || !(b.ReplayMS > 0) || b.Steps != 24/dispatchRepeats {
+		t.Errorf("decode back to back %+v; want both modes measured, %d tokens a run", b, 24/dispatchRepeats)
 	}
 	var buf bytes.Buffer
 	if err := WriteJSON(&buf, rep); err != nil {

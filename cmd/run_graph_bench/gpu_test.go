@@ -50,6 +50,26 @@ func TestGPUReport(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}
 	}
+	for _, preset := range []string{"tiny-transformer", "transformer"} {
+		var r bench.Report
+		if err := readJSON(filepath.Join(gpuResults, "bench-"+preset+".json"), &r); err != nil {
+			t.Fatal(err)
+		}
+		d := r.Decode
+		for _, want := range []string{
+			fmt.Sprintf("| %s (%s) | %d | %.4f | %.4f |", preset, r.Model, r.BatchSize, r.Summary.EagerStepMeanMS, r.Summary.GraphStepMeanMS),
+			fmt.Sprintf("| %s | %d | %d | %d | %.4f | %.4f | %.2fx | %.4f | %.4f | %.2fx | %.3f | yes |", preset, d.Context,
+				d.KernelsPerStep, d.GraphNodes, d.EagerStepMS, d.ReplayStepMS, d.EagerStepMS/d.ReplayStepMS, d.EagerDeviceBusyMS,
+				d.ReplayDeviceBusyMS, d.BackToBack.Speedup, d.CaptureMS),
+		} {
+			if !strings.Contains(text, want) {
+				t.Errorf("report lacks %q:\n%s", want, text)
+			}
+		}
+	}
+	if !strings.Contains(text, "## Decode step, replayed against eager") {
+		t.Errorf("report has no decode table:\n%s", text)
+	}
 	if strings.Contains(text, "Rehearsal") {
 		t.Error("a GPU report calls itself a rehearsal")
 	}
@@ -80,6 +100,9 @@ func TestGPUReportOfARunCutShort(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("report of a run cut short lacks %q:\n%s", want, text)
 		}
+	}
+	if strings.Contains(text, "## Decode step") {
+		t.Errorf("report of a run cut short has a decode table:\n%s", text)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -102,6 +103,7 @@ func gpuReport(dir, profile, version string, now time.Time) (string, error) {
 	reportParts(&b, parts)
 	reportTrain(&b, dir)
 	tolaria := reportBench(&b, dir)
+	reportDecode(&b, dir)
 	reportPeer(&b, dir, tolaria)
 	reportFailures(&b, parts)
 	return b.String(), nil
@@ -170,7 +172,7 @@ type tolariaPoint struct{ eager, graph float64 }
 func reportBench(b *strings.Builder, dir string) map[string]tolariaPoint {
 	figures := map[string]tolariaPoint{}
 	header := false
-	for _, preset := range []string{"mlp", "tiny", "cnn"} {
+	for _, preset := range benchPresets {
 		model, points, err := benchPoints(dir, preset)
 		if err != nil {
 			continue
@@ -195,6 +197,48 @@ func reportBench(b *strings.Builder, dir string) map[string]tolariaPoint {
 		b.WriteString("\n")
 	}
 	return figures
+}
+
+// benchPresets are the presets whose reports run.sh writes
+// (bench-PRESET.json), in the report's order.
+var benchPresets = []string{"mlp", "tiny", "cnn", "tiny-transformer", "transformer"}
+
+// reportDecode writes the decode step of the token presets' reports.
+func reportDecode(b *strings.Builder, dir string) {
+	header := false
+	for _, preset := range benchPresets {
+		var r bench.Report
+		if err := readJSON(filepath.Join(dir, "bench-"+preset+".json"), &r); err != nil || r.Decode == nil {
+			continue
+		}
+		if !header {
+			b.WriteString("## Decode step, replayed against eager (run_graph_bench --device cuda)\n\n")
+			b.WriteString("tolaria sample's loop at batch 1: each token's step enqueued afresh (eager) or replayed with one " +
+				"launch, then a synchronisation and the id read back; milliseconds per token (median). Device: between " +
+				"events around the step. Back to back: tokens issued without reading an id, one synchronisation a run.\n\n")
+			b.WriteString("| preset | context | kernels/step | graph nodes | eager ms | replayed ms | speedup | device eager ms | device replayed ms | back to back | capture ms | same tokens |\n")
+			b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+			header = true
+		}
+		d := r.Decode
+		back := ""
+		if d.BackToBack != nil {
+			back = fmt.Sprintf("%.2fx", d.BackToBack.Speedup)
+		}
+		same := "yes"
+		switch {
+		case d.CaptureError != "":
+			same = "not captured: " + firstLine(d.CaptureError)
+		case !d.SameTokens:
+			same = fmt.Sprintf("NO (%d checked)", d.CheckedTokens)
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %.4f | %s | %s | %.4f | %s | %s | %.3f | %s |\n", preset, d.Context,
+			d.KernelsPerStep, d.GraphNodes, d.EagerStepMS, msCell(d.ReplayStepMS), ratioCell(d.EagerStepMS, d.ReplayStepMS),
+			d.EagerDeviceBusyMS, msCell(d.ReplayDeviceBusyMS), back, d.CaptureMS, same)
+	}
+	if header {
+		b.WriteString("\n")
+	}
 }
 
 func fallbackCell(m map[string]int) string {

@@ -48,6 +48,8 @@ func TestFlagValidation(t *testing.T) {
 		{"bad sweep value", []string{"--sweep-batch-sizes", "8,0"}, "--sweep-batch-sizes: each batch size must be in 1..65536, got 0"},
 		{"sweep not a number", []string{"--sweep-batch-sizes", "8,x"}, "sweep-batch-sizes"},
 		{"zero probe", []string{"--probe-kernels", "0"}, "--probe-kernels"},
+		{"zero decode tokens", []string{"--decode-tokens", "0"}, "--decode-tokens: must be positive, or negative"},
+		{"too few decode tokens", []string{"--decode-tokens", "3"}, "--decode-tokens: must be in 8..100000"},
 		{"unknown flag", []string{"--graphs"}, "unknown flag: --graphs"},
 		{"positional argument", []string{"tiny"}, `unexpected argument "tiny": run_graph_bench takes flags only`},
 		{"zero settle steps", []string{"--settle-steps", "0"}, "--settle-steps: must be at least 1"},

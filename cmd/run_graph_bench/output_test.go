@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image/png"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -62,6 +65,49 @@ func TestWriteText(t *testing.T) {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, buf.String())
 		}
+	}
+}
+
+// TestWriteTextDecode: a token model's run prints its decode step, per
+// token eager against replayed, with what it launches and whether the
+// replayed tokens are the eager ones; the JSON holds the same figures.
+func TestWriteTextDecode(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "tt.json")
+	code, stdout, stderr := runArgs(t, "--device", "cpu", "--preset", "tiny-transformer", "--epochs", "1",
+		"--warmup-batches", "1", "--steps", "16", "--settle-steps", "2", "--probe-kernels", "-1", "--decode-tokens", "16",
+		"--quiet", "--output", out)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, stderr)
+	}
+	var rep bench.Report
+	if err := readJSON(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	d := rep.Decode
+	if d == nil || rep.Settings.DecodeTokens != 16 {
+		t.Fatalf("report: decode %v, settings %+v; want the decode step of 16 tokens", d, rep.Settings)
+	}
+	for _, want := range []string{
+		"decode step (tolaria sample's loop: batch 1, context 16, temperature 1;",
+		"16 tokens of each mode in 2 alternating blocks",
+		"back to back, no id read",
+		fmt.Sprintf("decode speedup %.2fx", d.Speedup),
+		fmt.Sprintf("kernels per decode step %d (+%d copies); replayed: one launch of %d nodes per token", d.KernelsPerStep,
+			d.CopiesPerStep, d.GraphNodes),
+		"replayed tokens the same as eager ones (16 checked",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("text output lacks %q:\n%s", want, stdout)
+		}
+	}
+	row := regexp.MustCompile(fmt.Sprintf(`wall, median +%.4f +%.4f +%.2fx`, d.EagerStepMS, d.ReplayStepMS, d.Speedup))
+	if !row.MatchString(stdout) {
+		t.Errorf("text output lacks the decode step's median wall times (%s):\n%s", row, stdout)
+	}
+	code, stdout, _ = runArgs(t, append([]string{"--device", "cpu"}, quickArgs...)...)
+	if code != exitOK || strings.Contains(stdout, "decode") {
+		t.Errorf("exit %d; a model without a decode step printed one:\n%s", code, stdout)
 	}
 }
 

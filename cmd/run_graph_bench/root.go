@@ -23,6 +23,7 @@ import (
 // options are the command's flags.
 type options struct {
 	epochs, warmup, batch, steps, settle, probe  int
+	decodeTokens                                 int
 	device, preset, hidden, output, plot, worker string
 	sweep                                        []int
 	reuse, quiet                                 bool
@@ -40,7 +41,9 @@ the trainer's pipelined loop (staging stream, double-buffered inputs, copy-done
 and step-done events) and reports, per epoch and per run: step time (median and
 p90, wall and device events), speedup, capture time cold and pooled, replay and
 stage-copy time, exposed stage time, kernels per step, device-busy and host CPU
-time per step, launch cost per kernel and graph-pool bytes.
+time per step, launch cost per kernel and graph-pool bytes. For a token model
+(the transformer presets) it also measures the decode step tolaria sample
+runs, at batch 1: enqueued afresh per token against replayed with one launch.
 
 Each epoch builds a new trainer-like setup (new parameters, new stager) that
 leases from one shared graph pool, so epoch 1 captures cold and later epochs
@@ -93,6 +96,7 @@ docs/bench.md explains every number.`,
 	f.IntVar(&o.steps, "steps", 0, fmt.Sprintf("measured steps per phase (0: %d for mlp, %d for tiny)", bench.DefaultStepsMLP, bench.DefaultStepsTiny))
 	f.IntVar(&o.settle, "settle-steps", bench.DefaultSettleSteps, "unmeasured steps at the start of each phase, to fill the pipeline")
 	f.IntVar(&o.probe, "probe-kernels", bench.DefaultProbeKernels, "kernels in the launch-cost probe (negative skips it)")
+	f.IntVar(&o.decodeTokens, "decode-tokens", bench.DefaultDecodeTokens, "measured tokens of each mode of the decode step (token models: transformer, tiny-transformer; negative skips it)")
 	f.StringVar(&o.output, "output", "", "write the JSON report to this file")
 	f.StringVar(&o.plot, "plot", "", "write the chart (PNG) to this file")
 	f.IntSliceVar(&o.sweep, "sweep-batch-sizes", nil, "also measure at each of these batch sizes, e.g. 8,32,64")
@@ -115,7 +119,7 @@ func (o options) config() (bench.Config, error) {
 	cfg := bench.Config{
 		Preset: bench.Preset(o.preset), BatchSize: o.batch, Epochs: o.epochs, WarmupBatches: o.warmup,
 		Steps: o.steps, SettleSteps: o.settle, ReuseTrainer: o.reuse, ProbeKernels: o.probe,
-		SweepBatchSizes: o.sweep, Seed: o.seed,
+		SweepBatchSizes: o.sweep, Seed: o.seed, DecodeTokens: o.decodeTokens,
 	}
 	switch {
 	case o.device != "auto" && o.device != "cpu" && o.device != "cuda":
@@ -130,6 +134,8 @@ func (o options) config() (bench.Config, error) {
 		return cfg, usagef("--steps: must be positive (0 keeps the preset's default), got %d", o.steps)
 	case o.probe == 0:
 		return cfg, usagef("--probe-kernels: must be positive, or negative to skip the probe, got 0")
+	case o.decodeTokens == 0:
+		return cfg, usagef("--decode-tokens: must be positive, or negative to skip the decode step, got 0")
 	}
 	if o.hidden != "" {
 		h, err := parseHidden(o.hidden)

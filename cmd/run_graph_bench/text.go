@@ -41,6 +41,11 @@ func writeText(w io.Writer, rep *bench.Report) error {
 	fmt.Fprintf(&b, "replay %.4f ms; stage copy %.4f ms; exposed stage %.4f ms (%.1f%% of the device step)\n",
 		s.ReplayMS, s.StageCopyMS, s.ExposedStageMS, 100*s.ExposedStageFraction)
 	fmt.Fprintf(&b, "graph pool %d bytes; fallbacks %s\n", s.PoolBytes, fallbacks(s.Fallbacks))
+	if d := rep.Decode; d != nil {
+		if err := writeDecode(&b, d); err != nil {
+			return err
+		}
+	}
 	if len(rep.Targets) > 0 {
 		b.WriteString("\ntargets\n")
 		for _, t := range rep.Targets {
@@ -70,6 +75,37 @@ func writeText(w io.Writer, rep *bench.Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeDecode writes the decode step's figures: per token, eager against
+// replayed, and what the step launches.
+func writeDecode(b *strings.Builder, d *bench.Decode) error {
+	fmt.Fprintf(b, "\ndecode step (tolaria sample's loop: batch 1, context %d, temperature %g; step, synchronise, read the id), "+
+		"%d tokens of each mode in %d alternating blocks\n\n", d.Context, d.Temperature, d.Tokens, d.Blocks)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "per token (ms)\teager\treplayed\tratio\t\n")
+	for _, c := range d.Comparisons() {
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%s\t\n", c.Name, c.Eager, c.Graph, times(c.Ratio))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "\ndecode speedup %.2fx (eager/replayed, median wall token)", d.Speedup)
+	if bb := d.BackToBack; bb != nil {
+		fmt.Fprintf(b, "; %.2fx back to back", bb.Speedup)
+	}
+	fmt.Fprintf(b, "\nkernels per decode step %d (+%d copies); ", d.KernelsPerStep, d.CopiesPerStep)
+	if d.CaptureError != "" {
+		fmt.Fprintf(b, "not captured (%s): measured eagerly only\n", d.CaptureError)
+		return nil
+	}
+	same := "the same"
+	if !d.SameTokens {
+		same = "NOT the same"
+	}
+	fmt.Fprintf(b, "replayed: one launch of %d nodes per token; capture %.3f ms\n", d.GraphNodes, d.CaptureMS)
+	fmt.Fprintf(b, "replayed tokens %s as eager ones (%d checked from the same prompt and seed)\n", same, d.CheckedTokens)
+	return nil
 }
 
 // stepLaunchCostText is the launch cost estimated from the step times:
