@@ -44,11 +44,14 @@ type Trial struct {
 }
 
 // sweepKeys are the settings a sweep file may not give: the sweep sets
-// them for every trial.
+// them for every trial, or (max_steps) decides them.
 var sweepKeys = map[field.Name]string{
 	"run_dir": "each trial runs in <sweep-dir>/<trial name>",
 	"resume":  "a sweep starts its trials fresh",
 	"device":  "the sweep's --device or --devices choose it",
+	// A run stopped by max_steps ends interrupted, which a trial that
+	// nothing interrupted cannot be: every such trial failed.
+	"max_steps": "a trial trains to its last epoch; give epochs",
 }
 
 // trialName is what a trial's name may be: it names a directory.

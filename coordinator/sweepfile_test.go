@@ -101,6 +101,8 @@ func TestReadSweepRefuses(t *testing.T) {
 		{"bad name", "trials: [{name: ../up}]\n", []string{"trials[1]: name \"../up\""}},
 		{"run_dir set", "trials: [{name: a, run_dir: /tmp/x}]\n", []string{`trial "a"`, "run_dir: is set by the sweep"}},
 		{"device in base", "base: {device: cuda}\ntrials: [{}]\n", []string{"base:", "device: is set by the sweep", "--devices"}},
+		{"max_steps in base", "base: {max_steps: 5}\ntrials: [{}]\n", []string{"base:", "max_steps: is set by the sweep", "give epochs"}},
+		{"max_steps in the grid", "grid: {max_steps: [5, 10]}\n", []string{"grid: max_steps: is set by the sweep"}},
 		{"grid not a map", "grid: [1, 2]\n", []string{"grid: must map keys"}},
 		{"grid unknown key", "grid: {lrate: [1]}\n", []string{"grid: unknown key lrate"}},
 		{"grid no values", "grid: {lr: []}\n", []string{"grid: lr: has no values"}},
