@@ -1,15 +1,19 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
 )
 
 // SampleRequest asks for text from a run's checkpoint of a token model
@@ -22,11 +26,24 @@ type SampleRequest struct {
 	// likely byte each time.
 	Temperature float64
 	Seed        uint64
-	Device      string // "cpu" (the default): sampling runs in this process
+	// Device is where the decode step runs: "cpu" (the default), in this
+	// process, or "cuda", the first GPU a tolaria-worker process sees (a
+	// CUDA build; CUDA_VISIBLE_DEVICES in Env chooses it). The same seed
+	// gives the same text on both.
+	Device string
 	// Graphs captures the decode step once and replays it per token;
 	// without it the step is enqueued afresh each time. The text is the
 	// same either way.
 	Graphs bool
+
+	// The worker process of --device cuda.
+	Worker           string        // the tolaria-worker binary ("": worker.Find)
+	WorkerStart      time.Duration // 0: worker.DefaultHelloTimeout
+	HeartbeatTimeout time.Duration // 0: worker.DefaultHeartbeatTimeout
+	Env              []string      // added to the worker's environment
+	// WorkerLog receives the worker's log; nil discards it (a failure
+	// still carries its last lines).
+	WorkerLog io.Writer
 }
 
 // Validate checks the request's own fields.
@@ -38,16 +55,23 @@ func (r SampleRequest) Validate() error {
 		return configErr(field.Errorf("tokens", "%d; give at least 1", r.Tokens))
 	case !(r.Temperature >= 0) || r.Temperature > 1e30:
 		return configErr(field.Errorf("temperature", "%v; give a positive value, or 0 for the most likely byte each time", r.Temperature))
-	case r.Device != "" && r.Device != "cpu":
-		return configErr(field.Errorf("device", "%q: sampling runs in the tolaria process, which drives the cpu device only", r.Device))
+	case r.Device != "" && r.Device != "cpu" && r.Device != "cuda":
+		return configErr(field.Errorf("device", "must be cpu or cuda, got %q", r.Device))
+	case r.WorkerStart < 0:
+		return configErr(field.Errorf("worker_start_timeout", "cannot be negative (%s)", r.WorkerStart))
+	case r.HeartbeatTimeout != 0 && r.HeartbeatTimeout < worker.MinHeartbeatTimeout:
+		return configErr(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more",
+			r.HeartbeatTimeout, worker.MinHeartbeatTimeout))
 	}
 	return nil
 }
 
 // Sample loads the run's configuration and checkpoint (verified as a
 // resumed run verifies it), draws the tokens on the device and returns
-// them as bytes.
-func Sample(req SampleRequest) (_ []byte, err error) {
+// them as bytes. On the CPU device it samples in this process; on cuda it
+// finds a tolaria-worker and samples there, the worker verifying the
+// checkpoint's digest. Cancelling ctx stops it after the token in flight.
+func Sample(ctx context.Context, req SampleRequest) (_ []byte, err error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -70,26 +94,61 @@ func Sample(req SampleRequest) (_ []byte, err error) {
 	if err != nil {
 		return nil, configErr(err)
 	}
+	if _, err := trainer.CheckSampleable(cfg.Net); err != nil {
+		return nil, configErr(field.Errorf("run_dir", "the run's model %s: %w", cfg.ModelName(), err))
+	}
 	ck, err := trainer.CheckpointFor(cfg, path)
 	if err != nil {
 		return nil, configErr(field.Errorf("run_dir", "%w", err))
+	}
+	sj := jobserver.SampleJob{Spec: spec, Checkpoint: path, Prompt: req.Prompt, Tokens: req.Tokens,
+		Temperature: req.Temperature, Seed: req.Seed, Graphs: req.Graphs}
+	if req.Device == "cuda" {
+		if sj.CheckpointSHA256, err = jobserver.FileSHA256(path); err != nil {
+			return nil, configErr(field.Errorf("run_dir", "%w", err))
+		}
+		return sampleInWorker(ctx, req, sj)
 	}
 	dev, err := jobserver.OpenCPU("cpu", spec)
 	if err != nil {
 		return nil, setupErr(err)
 	}
 	defer func() { err = errors.Join(err, dev.Close()) }()
-	ids, err := trainer.Sample(dev, cfg.Net, ck, trainer.SampleConfig{
-		Prompt: req.Prompt, Tokens: req.Tokens, Temperature: float32(req.Temperature), Seed: req.Seed, Graphs: req.Graphs})
-	if errors.Is(err, trainer.ErrNotTokenModel) {
-		return nil, configErr(field.Errorf("run_dir", "the run's model %s: %w", cfg.ModelName(), err))
-	}
+	return jobserver.SampleText(ctx, dev, cfg, ck, sj, nil)
+}
+
+// sampleInWorker runs sj in a tolaria-worker on req's device. A worker
+// that cannot give the device is an ErrSetup saying why and what to do.
+func sampleInWorker(ctx context.Context, req SampleRequest, sj jobserver.SampleJob) ([]byte, error) {
+	path, err := worker.Find(req.Worker)
 	if err != nil {
-		return nil, err
+		return nil, setupErr(fmt.Errorf("%w; or sample on the CPU with --device cpu", err))
 	}
-	out := make([]byte, len(ids))
-	for i, id := range ids {
-		out[i] = byte(id)
+	proc := &worker.Process{Path: path, Stderr: req.WorkerLog, HelloTimeout: req.WorkerStart,
+		HeartbeatTimeout: req.HeartbeatTimeout, Env: req.Env}
+	hello, res, err := jobserver.Sample(ctx, proc, req.Device, sj)
+	var we *worker.Error
+	var na *worker.NoAnswerError
+	switch {
+	case err == nil:
+		return res.Text, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("interrupted while the worker %s was sampling: %w", path, ctx.Err())
+	case errors.As(err, &we) && we.Kind == worker.KindNoDevice,
+		errors.As(err, &na),
+		hello.Device == "" && errors.Is(err, worker.ErrWorkerExited):
+		return nil, setupErr(unavailableError{path, err})
+	case errors.As(err, &we) && we.Kind == worker.KindUsage:
+		return nil, configErr(fmt.Errorf("the worker %s refused the sampling job: %w", path, err))
 	}
-	return out, nil
+	return nil, fmt.Errorf("sampling on %s in the worker %s: %w", orDevice(hello.Device, req.Device), path, err)
+}
+
+// orDevice is the device a worker said it opened, or the one asked for
+// when it said nothing.
+func orDevice(opened, asked string) string {
+	if opened != "" {
+		return opened
+	}
+	return asked
 }

@@ -71,7 +71,8 @@ type Config struct {
 }
 
 // Serve answers one request read from in: a probe, a job, an evaluation
-// shard (TypeEval) or a benchmark.
+// shard (TypeEval), a reinforcement-learning role (TypeRL), a sampling job
+// (TypeSample) or a benchmark.
 // It writes the protocol to out and returns when the request is done and
 // in is closed or cancelled.
 func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
@@ -89,8 +90,8 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	// start-up and a long step included.
 	defer conn.StartHeartbeat()()
 	req := conn.Request()
-	if req.Type != worker.TypeStart && req.Type != worker.TypeProbe && req.Type != worker.TypeBench && req.Type != TypeEval && req.Type != TypeRL {
-		return conn.Fail(usage("first message must be start, bench, eval, rl or probe, got " + req.Type))
+	if req.Type != worker.TypeStart && req.Type != worker.TypeProbe && req.Type != worker.TypeBench && req.Type != TypeEval && req.Type != TypeRL && req.Type != TypeSample {
+		return conn.Fail(usage("first message must be start, bench, eval, rl, sample or probe, got " + req.Type))
 	}
 	spec := job.Default()
 	if req.Type == worker.TypeStart && len(req.Body) > 0 {
@@ -106,6 +107,13 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 			return conn.Fail(usage(fmt.Sprintf("the evaluation cannot be read: %v", err)))
 		}
 		spec = ej.Spec
+	}
+	var sj SampleJob
+	if req.Type == TypeSample {
+		if err := json.Unmarshal(req.Body, &sj); err != nil {
+			return conn.Fail(usage(fmt.Sprintf("the sampling job cannot be read: %v", err)))
+		}
+		spec = sj.Spec
 	}
 	var rj RLJob
 	if req.Type == TypeRL {
@@ -134,7 +142,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	// worker.Conn.Advance); a benchmark's phases are not counted, so its
 	// worker is watched for silence only.
 	hello := worker.Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid(),
-		Advances: req.Type == worker.TypeStart || req.Type == TypeEval || req.Type == TypeRL}
+		Advances: req.Type == worker.TypeStart || req.Type == TypeEval || req.Type == TypeRL || req.Type == TypeSample}
 	if err := conn.Hello(hello); err != nil || req.Type == worker.TypeProbe {
 		return err
 	}
@@ -149,6 +157,11 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	case TypeEval:
 		var res EvalResult
 		if res, err = serveEval(runCtx, ej, dev, cfg, conn.Advance); err == nil {
+			err = conn.Result(res)
+		}
+	case TypeSample:
+		var res SampleResult
+		if res, err = serveSample(runCtx, sj, dev, conn.Advance); err == nil {
 			err = conn.Result(res)
 		}
 	case TypeRL:

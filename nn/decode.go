@@ -30,17 +30,31 @@ type Decoder struct {
 	Window         device.Buffer // Context ids, the model's input
 	ID             device.Buffer // the last id drawn
 	RNG            device.Buffer // the sampling generator (device.RNGLen words)
-	dev            device.Device
-	step           *NetStep
-	bufs           []device.Buffer
+	// AfterToken, when set, is called by Sample after each id is read
+	// back, with the number drawn so far; an error it returns stops the
+	// sampling with that error.
+	AfterToken func(n int) error
+
+	dev  device.Device
+	step *NetStep
+	bufs []device.Buffer
+}
+
+// CheckTokenModel says whether a model can be decoded: token ids in,
+// logits per position out. A refusal wraps ErrNotTokenModel.
+func CheckTokenModel(a Arch) error {
+	if !a.Tokens || len(a.Out) != 2 || len(a.Net.Input) != 1 || a.Out[0] != a.Net.Input[0] {
+		return fmt.Errorf("nn: the model %s is %w (want token ids in and logits per position out)", a.Net, ErrNotTokenModel)
+	}
+	return nil
 }
 
 // NewDecoder makes m's decode step on dev. temperature 0 draws the most
 // likely id (argmax); otherwise it must be positive and finite.
 func NewDecoder(dev device.Device, m *Model, temperature float32) (_ *Decoder, err error) {
 	a := m.Arch
-	if !a.Tokens || len(a.Out) != 2 || len(a.Net.Input) != 1 || a.Out[0] != a.Net.Input[0] {
-		return nil, fmt.Errorf("nn: the model %s is %w (want token ids in and logits per position out)", a.Net, ErrNotTokenModel)
+	if err := CheckTokenModel(a); err != nil {
+		return nil, err
 	}
 	if !(temperature >= 0) || math.IsInf(float64(temperature), 1) {
 		return nil, fmt.Errorf("nn: temperature %v; want a finite value >= 0", temperature)
@@ -156,6 +170,11 @@ func (d *Decoder) Sample(s device.Stream, n int, graphs bool) (_ []int, err erro
 			return nil, err
 		}
 		ids[i] = int(host[0])
+		if d.AfterToken != nil {
+			if err := d.AfterToken(i + 1); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return ids, nil
 }

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -20,15 +21,33 @@ type SampleConfig struct {
 	Temperature float32 // 0: the most likely id each time
 	Seed        uint64
 	Graphs      bool // capture the decode step once and replay it
+	// Advance, when set, is told of each token drawn (a worker's work
+	// counter, see worker.Conn.Advance).
+	Advance func(stage string)
+}
+
+// SampleStage is the stage a sampling run advances through.
+const SampleStage = "sample"
+
+// CheckSampleable resolves net and says whether it can be sampled from: a
+// token model (token ids in, logits per position out). A refusal wraps
+// ErrNotTokenModel.
+func CheckSampleable(net nn.Net) (nn.Arch, error) {
+	if len(net.Layers) == 0 {
+		return nn.Arch{}, fmt.Errorf("the model is an MLP, %w: sampling needs token ids in and logits per position out", ErrNotTokenModel)
+	}
+	arch, err := net.Resolve()
+	if err != nil {
+		return nn.Arch{}, err
+	}
+	return arch, nn.CheckTokenModel(arch)
 }
 
 // Sample draws cfg's tokens from the checkpoint ck of the net run's model
 // on dev (a stream of its own; the model and the decoder freed after).
-func Sample(dev device.Device, net nn.Net, ck Checkpoint, cfg SampleConfig) (_ []int, err error) {
-	if len(net.Layers) == 0 {
-		return nil, fmt.Errorf("the model is an MLP, %w: sampling needs token ids in and logits per position out", ErrNotTokenModel)
-	}
-	arch, err := net.Resolve()
+// Cancelling ctx stops it after the token in flight.
+func Sample(ctx context.Context, dev device.Device, net nn.Net, ck Checkpoint, cfg SampleConfig) (_ []int, err error) {
+	arch, err := CheckSampleable(net)
 	if err != nil {
 		return nil, err
 	}
@@ -55,6 +74,12 @@ func Sample(dev device.Device, net nn.Net, ck Checkpoint, cfg SampleConfig) (_ [
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, d.Free()) }()
+	d.AfterToken = func(int) error {
+		if cfg.Advance != nil {
+			cfg.Advance(SampleStage)
+		}
+		return ctx.Err()
+	}
 	s, err := dev.NewStream()
 	if err != nil {
 		return nil, err
