@@ -68,6 +68,57 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	t.Run("eval", func(t *testing.T) { evalOnEmulatedDriver(t, emu) })
 	t.Run("hung worker", func(t *testing.T) { hungCUDAWorker(t, emu) })
 	t.Run("rl", func(t *testing.T) { rlOnEmulatedDriver(t, emu) })
+	t.Run("sample", func(t *testing.T) { sampleOnEmulatedDriver(t, emu) })
+}
+
+// tolaria sample --device cuda draws its text in a CUDA worker on the
+// emulated driver: byte for byte the text of the CPU device in the tolaria
+// process for the same seed, graphs on or off, and other text for another
+// seed at temperature 1; greedy (--temperature 0) agrees too. The
+// coordinator never maps the emulated libcuda, and without a device the
+// worker fails, saying so, so the text was drawn on it.
+func sampleOnEmulatedDriver(t *testing.T, emu string) {
+	dir := t.TempDir()
+	run := trainTinyTextModel(t, dir)
+	env := []string{"LD_LIBRARY_PATH=" + emu}
+	cuda := []string{"--device", "cuda", "--worker", filepath.Join(emu, "tolaria-worker"), "--heartbeat-timeout", "3s"}
+	drawn := map[string]string{} // by seed, at temperature 1 on the emulated driver
+	for _, c := range []struct {
+		seed  string
+		extra []string
+	}{
+		{"7", nil},
+		{"8", nil},
+		{"7", []string{"--temperature", "0"}},
+	} {
+		want := sampleTiny(t, dir, nil, run, c.seed, c.extra...)
+		for _, graphs := range []string{"--enable-graphs=true", "--enable-graphs=false"} {
+			args := append([]string{"sample", "--run-dir", run, "--prompt", "the quick", "--tokens", "50", "--seed", c.seed, graphs}, c.extra...)
+			r, w := tolariaWatchingMaps(t, dir, env, append(args, cuda...)...)
+			if r.code != 0 {
+				t.Fatalf("tolaria sample --device cuda --seed %s %s %v: exit %d\n%s", c.seed, graphs, c.extra, r.code, r.stderr)
+			}
+			w.requireCoordinatorClean(t)
+			if r.stdout != want {
+				t.Errorf("--seed %s %s %v: the CUDA worker printed\n%q\nthe CPU device\n%q", c.seed, graphs, c.extra, r.stdout, want)
+			}
+			if c.extra == nil {
+				drawn[c.seed] = r.stdout
+			}
+		}
+	}
+	seven, eight := drawn["7"], drawn["8"]
+	if seven == eight {
+		t.Errorf("seeds 7 and 8 drew the same text at temperature 1 on the emulated driver: %q", seven)
+	}
+	if want := len("the quick") + 50 + 1; len(seven) != want || !strings.HasPrefix(seven, "the quick") {
+		t.Errorf("seed 7 printed %d bytes %q, want the prompt, 50 bytes and a newline (%d)", len(seven), seven, want)
+	}
+	r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=0"},
+		append([]string{"sample", "--run-dir", run, "--tokens", "5"}, cuda...)...)
+	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "no usable device") || !strings.Contains(r.stderr, "use --device cpu") {
+		t.Errorf("tolaria sample --device cuda without a GPU: exit %d, stdout %q; want exit 1 naming the missing device\n%s", r.code, r.stdout, r.stderr)
+	}
 }
 
 // tolaria rl --device cuda runs each agent's actor and learner in CUDA

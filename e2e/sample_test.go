@@ -25,12 +25,10 @@ model:
   loss: cross_entropy
 `
 
-// TestSampleFromATrainedTokenModel trains a tiny token model on a small
-// text file and samples 50 bytes from its checkpoint: the same seed gives
-// the same text with and without graphs; another seed gives text of the
-// same length; and the refusals exit 2 with the flag named.
-func TestSampleFromATrainedTokenModel(t *testing.T) {
-	dir := t.TempDir()
+// trainTinyTextModel trains tinyTextModel for its epoch on a small text
+// file, on the CPU device, and returns the run directory (in dir).
+func trainTinyTextModel(t *testing.T, dir string) string {
+	t.Helper()
 	corpus := filepath.Join(dir, "corpus")
 	if err := os.MkdirAll(corpus, 0o755); err != nil {
 		t.Fatal(err)
@@ -52,14 +50,34 @@ func TestSampleFromATrainedTokenModel(t *testing.T) {
 	if r := tolaria(t, dir, nil, "train", "--config", config, "--data-dir", corpus, "--run-dir", run, "--device", "cpu"); r.code != 0 {
 		t.Fatalf("train: exit %d\n%s", r.code, r.stderr)
 	}
+	return run
+}
+
+// sampleTiny is what tolaria sample prints for 50 bytes after "the quick"
+// from run with the seed and extra flags; it fails the test unless
+// tolaria exits 0.
+func sampleTiny(t *testing.T, dir string, env []string, run, seed string, extra ...string) string {
+	t.Helper()
+	args := append([]string{"sample", "--run-dir", run, "--prompt", "the quick", "--tokens", "50", "--seed", seed}, extra...)
+	r := tolaria(t, dir, env, args...)
+	if r.code != 0 {
+		t.Fatalf("sample --seed %s %v: exit %d\n%s", seed, extra, r.code, r.stderr)
+	}
+	return r.stdout
+}
+
+// TestSampleFromATrainedTokenModel trains a tiny token model on a small
+// text file and samples 50 bytes from its checkpoint: the same seed gives
+// the same text with and without graphs; another seed gives text of the
+// same length; the refusals exit 2 with the flag named; and --device cuda
+// without a GPU (the CPU build of tolaria-worker, or no worker) exits 1
+// saying why, printing nothing.
+func TestSampleFromATrainedTokenModel(t *testing.T) {
+	dir := t.TempDir()
+	run := trainTinyTextModel(t, dir)
 	sample := func(seed string, extra ...string) string {
 		t.Helper()
-		args := append([]string{"sample", "--run-dir", run, "--prompt", "the quick", "--tokens", "50", "--seed", seed}, extra...)
-		r := tolaria(t, dir, nil, args...)
-		if r.code != 0 {
-			t.Fatalf("sample --seed %s %v: exit %d\n%s", seed, extra, r.code, r.stderr)
-		}
-		return r.stdout
+		return sampleTiny(t, dir, nil, run, seed, extra...)
 	}
 	first, again, eager := sample("7"), sample("7"), sample("7", "--enable-graphs=false")
 	if first != again || first != eager {
@@ -83,10 +101,30 @@ func TestSampleFromATrainedTokenModel(t *testing.T) {
 		{[]string{"--run-dir", run, "--tokens", "0"}, "--tokens"},
 		{[]string{"--run-dir", run, "--temperature", "-1"}, "--temperature"},
 		{[]string{"--run-dir", noCheckpoint}, "--run-dir"},
+		{[]string{"--run-dir", run, "--device", "tpu"}, "--device"},
+		{[]string{"--run-dir", run, "--device", "cuda", "--heartbeat-timeout", "10ms"}, "--heartbeat-timeout"},
 	} {
 		r := tolaria(t, dir, nil, append([]string{"sample"}, c.args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("sample %v: exit %d, %q; want exit 2 naming %s", c.args, r.code, r.stderr, c.want)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		// binDir's tolaria-worker is the CPU build: it opens no GPU.
+		{[]string{"--device", "cuda"}, []string{"cannot use a GPU", "use --device cpu"}},
+		{[]string{"--device", "cuda", "--worker", filepath.Join(dir, "none")}, []string{"no tolaria-worker", "--device cpu"}},
+	} {
+		r := tolaria(t, dir, nil, append([]string{"sample", "--run-dir", run, "--tokens", "5"}, c.args...)...)
+		if r.code != 1 || r.stdout != "" {
+			t.Errorf("sample %v: exit %d, stdout %q; want exit 1 and nothing printed\n%s", c.args, r.code, r.stdout, r.stderr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("sample %v: stderr does not say %q:\n%s", c.args, w, r.stderr)
+			}
 		}
 	}
 }
