@@ -216,7 +216,11 @@ func PlanEval(req EvalRequest) (*Evaluation, error) {
 	shape := ds.Shape()
 	e.samples, e.classes, e.positions = ds.Len(), shape.Classes, shape.Positions
 	if req.Workers > e.samples {
-		return nil, configErr(field.Errorf("workers", "%d workers for the %d examples of the %s split; give at most %d", req.Workers, e.samples, req.Split, e.samples))
+		examples := "examples"
+		if e.positions > 0 {
+			examples = "windows"
+		}
+		return nil, configErr(field.Errorf("workers", "%d workers for the %d %s of the %s split; give at most %d", req.Workers, e.samples, examples, req.Split, e.samples))
 	}
 	e.ckPath = req.Checkpoint
 	if e.ckPath == "" {

@@ -328,6 +328,10 @@ func TestShardedEvalOfATokenModel(t *testing.T) {
 	if math.Abs(correct-float64(one.Correct)) > 1e-6 || !closeTo(seq.BitsPerByte, one.Loss/math.Ln2, 1e-15) {
 		t.Errorf("per-position accuracies add up to %v correct, eval.json says %d; bits per byte %v for %v nats", correct, one.Correct, seq.BitsPerByte, one.Loss)
 	}
+	tooMany := strconv.Itoa(windows + 1)
+	if r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", tooMany); r.code != 2 || !strings.Contains(r.stderr, "windows of the test split") {
+		t.Errorf("eval --workers %s for %d windows: exit %d, want 2\n%s", tooMany, windows, r.code, r.stderr)
+	}
 	sum := readSummary(t, filepath.Join(run, coordinator.SummaryFile))
 	t.Logf("eval loss %.10f, accuracy %.6f; training summary: %.10f, %.6f", one.Loss, one.Accuracy, sum.TestLoss, sum.TestAccuracy)
 	if one.Accuracy != sum.TestAccuracy || !closeTo(one.Loss, sum.TestLoss, 1e-6) {
