@@ -117,11 +117,11 @@ var transformerTrials = []sweepTrial{
 // each attention core's share is its documented size: Q, K, V and their
 // gradients, the context, its output and gradient, and the score matrices
 // with their gradient (and with dropout the dropped probabilities and the
-// mask). So four heads
-// bill more than two with the same parameters, by the score matrices
-// alone, and on a device with room for two heads only, four are refused.
-// A trial run alone with tolaria train ends with the same
-// parameters as in the sweep.
+// mask). So four heads bill more than two with the same parameters, by
+// the score matrices alone, and on a device with room for two heads only,
+// four are refused. The trial with dropout, its worker killed in its
+// second epoch and retried from its checkpoint, ends with the parameters
+// and figures that tolaria train gives its configuration in one go.
 func TestSweepOverTransformerKeys(t *testing.T) {
 	dir := t.TempDir()
 	corpus := writeCorpus(t, dir, 12000)
