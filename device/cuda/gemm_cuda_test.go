@@ -11,14 +11,15 @@ import (
 )
 
 // A small output over a long k goes to tl_gemm_klanes (useKLanes), split
-// into parts over the stream's scratch (klanesParts: 3 for the first shape):
+// into parts over the stream's scratch (klanesParts: 17 for the first shape;
+// the last is a transformer's weight gradient, batch 16 × context 64):
 // on the device it matches the float64 sum for every transposition, a
 // second launch gives the same bits, and so does a replay of its capture.
 func TestGemmKLanes(t *testing.T) {
 	d := openTest(t)
 	s := mustStream(t, d)
 	rng := rand.New(rand.NewPCG(7, 11))
-	for _, sh := range []struct{ m, n, k int }{{9, 32, 4100}, {288, 64, 2050}, {3, 70, 6000}} {
+	for _, sh := range []struct{ m, n, k int }{{9, 32, 4100}, {288, 64, 2050}, {3, 70, 6000}, {64, 64, 1024}} {
 		if !useKLanes(sh.m, sh.n, sh.k) || klanesParts(sh.m, sh.n, sh.k) < 2 {
 			t.Fatalf("%+v does not go to tl_gemm_klanes in parts", sh)
 		}

@@ -53,10 +53,11 @@ func gemmDims(m, n int) (dims, error) {
 // output of at most klanesMaxTiles 32×32 tiles (too few blocks to fill a
 // GPU's SMs) with k of at least klanesMinK (each thread of tl_gemm would
 // walk all of it). A convolution's weight gradient at batch 64 is such a
-// product: 9×32 or 288×64 outputs over k = 50176 or 12544 terms.
+// product: 9×32 or 288×64 outputs over k = 50176 or 12544 terms; so are a
+// transformer's weight gradients (64×256 over k = batch × context = 1024).
 const (
 	klanesMaxTiles = 64
-	klanesMinK     = 2048
+	klanesMinK     = 512
 )
 
 // useKLanes reports whether an m×n×k product goes to tl_gemm_klanes. The
@@ -78,20 +79,25 @@ func StreamScratchBytes() int64 {
 	return (int64(ScratchFloats)*4 + poolGranule - 1) / poolGranule * poolGranule
 }
 
-// klanesSpan and klanesMaxParts split a tl_gemm_klanes product's k into
-// parts, each its own blocks: a part sums at least klanesSpan terms, there
-// are at most klanesMaxParts, and the parts' double sums (parts × m × n)
-// fit a stream's scratch. The first conv's weight gradient at batch 64
-// (9×32 over 50,176 terms, one tile) becomes 25 blocks instead of one.
+// klanesSpan, klanesTargetBlocks and klanesMaxParts split a tl_gemm_klanes
+// product's k into parts, each its own blocks: a part sums at least
+// klanesSpan terms, the parts of all tiles are about klanesTargetBlocks
+// blocks (enough to spread over an H100's 132 SMs), there are at most
+// klanesMaxParts, and the parts' double sums (parts × m × n) fit a stream's
+// scratch. The first conv's weight gradient at batch 64 (9×32 over 50,176
+// terms, one tile) becomes 64 blocks instead of one; a transformer's 64×256
+// weight gradient over k = 1024, 16 tiles, 64 blocks instead of 16.
 const (
-	klanesSpan     = 2048
-	klanesMaxParts = 64
+	klanesSpan         = 256
+	klanesTargetBlocks = 256
+	klanesMaxParts     = 64
 )
 
 // klanesParts is how many parts an m×n×k product of tl_gemm_klanes is
 // split into on a stream with a scratch; a function of the shape alone.
 func klanesParts(m, n, k int) int {
-	return max(1, min(ceilDiv(k, klanesSpan), klanesMaxParts, ScratchFloats/2/(m*n)))
+	tiles := ceilDiv(m, tileEdge) * ceilDiv(n, tileEdge)
+	return max(1, min(ceilDiv(k, klanesSpan), ceilDiv(klanesTargetBlocks, tiles), klanesMaxParts, ScratchFloats/2/(m*n)))
 }
 
 // klanesDims is gemmDims for tl_gemm_klanes: the same tiles, each tile row
@@ -114,10 +120,54 @@ func colSumDims(cols int) dims {
 	return dims{gridX: ceilDiv(cols, tileEdge), gridY: 1, blockX: tileEdge, blockY: tileRows}
 }
 
-// batchNormDims gives each block 32 whole columns and bnRows row lanes, so
-// that a block computes its columns' statistics and then uses them.
-func batchNormDims(cols int) dims {
-	return dims{gridX: ceilDiv(cols, tileEdge), gridY: 1, blockX: tileEdge, blockY: bnRows}
+// batchNormDims gives each block 32 columns and bnRows row lanes. With one
+// part a block computes its columns' statistics and then uses them; with
+// more, each of a column tile's parts blocks normalises its range of rows.
+func batchNormDims(cols, parts int) dims {
+	return dims{gridX: ceilDiv(cols, tileEdge), gridY: parts, blockX: tileEdge, blockY: bnRows}
+}
+
+// rowSpan and rowTargetBlocks split a column reduction over many rows
+// (ColSum, batch normalisation's statistics) into parts of consecutive
+// rows, each its own blocks: a part sums at least rowSpan rows, the parts
+// of all column tiles are about rowTargetBlocks blocks (enough to spread
+// over an H100's 132 SMs), and their double sums fit a stream's scratch.
+// The CNN's bias and batch normalisation over 32 channels at batch 256
+// (200,704 rows) become 196 blocks instead of one.
+const (
+	rowSpan         = 1024
+	rowTargetBlocks = 256
+)
+
+// rowParts is how many parts a reduction over rows×cols is split into on a
+// stream with a scratch, when it keeps sums (1 or 2) doubles per column and
+// part; a function of the shape alone, and 1 (the one-block kernels) when
+// the rows are few or the columns too many for the scratch.
+func rowParts(rows, cols, sums int) int {
+	tiles := ceilDiv(cols, tileEdge)
+	return max(1, min(ceilDiv(rows, rowSpan), ceilDiv(rowTargetBlocks, tiles), ScratchFloats/2/(sums*cols), maxGridY))
+}
+
+// colPartsDims is tl_col_parts's grid: 32 columns and 8 row lanes a block,
+// a block row per part.
+func colPartsDims(cols, parts int) dims {
+	return dims{gridX: ceilDiv(cols, tileEdge), gridY: parts, blockX: tileEdge, blockY: tileRows}
+}
+
+// xentMaxBlocks bounds tl_softmax_xent's grid: a block takes groups of
+// tileRows rows, grid-stride, and writes three doubles of the scratch.
+const xentMaxBlocks = 1024
+
+// xentDims is tl_softmax_xent's grid over rows: a block of tileEdge lanes
+// for each of tileRows rows, one block per group of rows up to
+// xentMaxBlocks (one block without a scratch); a function of the shape
+// alone, so the statistics sum in one order always.
+func xentDims(rows int, scratch bool) dims {
+	g := 1
+	if scratch {
+		g = max(1, min(ceilDiv(rows, tileRows), xentMaxBlocks))
+	}
+	return dims{gridX: g, gridY: 1, blockX: tileEdge, blockY: tileRows}
 }
 
 // rowLaneDims gives each row of a layer normalisation tileEdge lanes,
@@ -147,7 +197,7 @@ var kernelThreads = [numKernels]int{
 	kGemm:               tileEdge * tileRows,
 	kBiasAct:            blockThreads,
 	kActGrad:            blockThreads,
-	kSoftmaxXent:        blockThreads,
+	kSoftmaxXent:        tileEdge * tileRows,
 	kSoftmaxXentGrad:    blockThreads,
 	kMSE:                blockThreads,
 	kMSEGrad:            blockThreads,
@@ -184,6 +234,8 @@ var kernelThreads = [numKernels]int{
 	kCausalSoftmaxGrad:  blockThreads,
 	kSampleLast:         1,
 	kShiftAppend:        1,
+	kColParts:           tileEdge * tileRows,
+	kLossPartsSum:       blockThreads,
 }
 
 // fitInt32 checks that matrix dimensions fit the kernels' int parameters.

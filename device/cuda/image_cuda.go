@@ -117,15 +117,28 @@ func (s *Stream) AvgPoolGrad(ps device.PoolShape, dy, dx device.Buffer) error {
 
 // BatchNormTrain normalises x with its batch statistics and updates the
 // running ones (tl_batchnorm_train: a block per 32 columns computes their
-// statistics, then normalises them, so the step is one graph node).
+// statistics, then normalises them, so the step is one graph node). Over
+// many rows the statistics are split over blocks first (rowParts): the
+// parts' sums of x, then of the squared deviations from the mean, go to
+// the stream's scratch (tl_col_parts), and tl_batchnorm_train adds them in
+// part order, each block normalising its part's rows.
 func (s *Stream) BatchNormTrain(rows, cols int, eps, momentum float32, x, params, stats, xhat, y, running device.Buffer) error {
 	const op = "Stream.BatchNormTrain"
 	if err := first(device.CheckBatchNormTrain(rows, cols, eps, momentum, x, params, stats, xhat, y, running), fitInt32(rows, cols)); err != nil {
 		return s.dev.misuse(op, "%v", err)
 	}
+	parts, ws := s.rowParts(rows, cols, 2), x // ws is not read with one part
+	if parts > 1 {
+		ws = s.scratch
+		for mode := range 2 {
+			if err := s.colParts(op, mode, rows, cols, x, x, parts); err != nil {
+				return err
+			}
+		}
+	}
 	args := s.args(op).i32(rows).i32(cols).f32(eps).f32(momentum).buf("x", x).buf("params", params).
-		buf("stats", stats).buf("xhat", xhat).buf("y", y).buf("running", running)
-	return s.launch(op, kBatchNormTrain, batchNormDims(cols), args)
+		buf("stats", stats).buf("xhat", xhat).buf("y", y).buf("running", running).i32(parts).buf("ws", ws)
+	return s.launch(op, kBatchNormTrain, batchNormDims(cols, parts), args)
 }
 
 // BatchNormEval normalises x with the running statistics (tl_batchnorm_eval).
@@ -139,15 +152,23 @@ func (s *Stream) BatchNormEval(rows, cols int, eps float32, x, params, running, 
 }
 
 // BatchNormGrad writes dx and dparams (tl_batchnorm_grad, a block per 32
-// columns, as BatchNormTrain).
+// columns, as BatchNormTrain; over many rows the parts' sums of dy and
+// dy·xhat go to the scratch first, tl_col_parts mode 2).
 func (s *Stream) BatchNormGrad(rows, cols int, dy, xhat, params, stats, dx, dparams device.Buffer) error {
 	const op = "Stream.BatchNormGrad"
 	if err := first(device.CheckBatchNorm(rows, cols, []device.Buffer{dy, xhat, dx}, []device.Buffer{params, stats, dparams}), fitInt32(rows, cols)); err != nil {
 		return s.dev.misuse(op, "%v", err)
 	}
+	parts, ws := s.rowParts(rows, cols, 2), dy // ws is not read with one part
+	if parts > 1 {
+		ws = s.scratch
+		if err := s.colParts(op, 2, rows, cols, dy, xhat, parts); err != nil {
+			return err
+		}
+	}
 	args := s.args(op).i32(rows).i32(cols).buf("dy", dy).buf("xhat", xhat).buf("params", params).
-		buf("stats", stats).buf("dx", dx).buf("dparams", dparams)
-	return s.launch(op, kBatchNormGrad, batchNormDims(cols), args)
+		buf("stats", stats).buf("dx", dx).buf("dparams", dparams).i32(parts).buf("ws", ws)
+	return s.launch(op, kBatchNormGrad, batchNormDims(cols, parts), args)
 }
 
 // Dropout draws the mask from Philox keyed and offset by rng, read when the

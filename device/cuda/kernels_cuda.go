@@ -134,15 +134,26 @@ func (s *Stream) ActGrad(act device.Activation, rows, cols int, z, dy, dz device
 }
 
 // SoftmaxXent writes row-wise softmax probabilities and accumulates the
-// cross-entropy statistics (tl_softmax_xent, one block).
+// cross-entropy statistics (tl_softmax_xent: 32 lanes a row, groups of 8
+// rows over up to xentMaxBlocks blocks, each block's sums in the stream's
+// scratch, added in block order by tl_loss_parts_sum; one block, adding to
+// stats itself, on the legacy stream, which has no scratch).
 func (s *Stream) SoftmaxXent(rows, cols int, logits, labels, mask, probs, stats device.Buffer) error {
 	const op = "Stream.SoftmaxXent"
 	if err := first(device.CheckLoss(rows, cols, 1, logits, labels, mask, probs), device.CheckStats(stats), fitInt32(rows, cols)); err != nil {
 		return s.dev.misuse(op, "%v", err)
 	}
+	g, ws := xentDims(rows, s.scratch.Len() > 0), stats // ws is not written by one block
+	if g.gridX > 1 {
+		ws = s.scratch
+	}
 	args := s.args(op).i32(rows).i32(cols).buf("logits", logits).buf("labels", labels).buf("mask", mask).
-		buf("probs", probs).buf("stats", stats)
-	return s.launch(op, kSoftmaxXent, oneBlock(blockThreads), args)
+		buf("probs", probs).buf("stats", stats).buf("ws", ws)
+	if err := s.launch(op, kSoftmaxXent, g, args); err != nil || g.gridX == 1 {
+		return err
+	}
+	sum := s.args(op).i32(g.gridX).buf("ws", ws).buf("stats", stats)
+	return s.launch(op, kLossPartsSum, oneBlock(blockThreads), sum)
 }
 
 // SoftmaxXentGrad writes the gradient of the mean cross-entropy over valid
@@ -176,14 +187,40 @@ func (s *Stream) MSEGrad(rows, cols int, pred, target, mask, dpred device.Buffer
 	return s.launch(op, kMSEGrad, strideDims(int64(rows)*int64(cols)), args)
 }
 
-// ColSum writes out = beta*out + column sums of x (tl_col_sum).
+// ColSum writes out = beta*out + column sums of x (tl_col_sum). Over many
+// rows the sum is split into parts of consecutive rows (rowParts), each
+// part's column sums in the stream's scratch (tl_col_parts mode 0), added
+// in part order by tl_gemm_parts_sum.
 func (s *Stream) ColSum(rows, cols int, x device.Buffer, beta float32, out device.Buffer) error {
 	const op = "Stream.ColSum"
 	if err := first(device.CheckColSum(rows, cols, x, out), fitInt32(rows, cols)); err != nil {
 		return s.dev.misuse(op, "%v", err)
 	}
+	if parts := s.rowParts(rows, cols, 1); parts > 1 {
+		if err := s.colParts(op, 0, rows, cols, x, x, parts); err != nil {
+			return err
+		}
+		sum := s.args(op).i32(1).i32(cols).i32(parts).f32(1).buf("ws", s.scratch).f32(beta).buf("out", out)
+		return s.launch(op, kGemmPartsSum, strideDims(int64(cols)), sum)
+	}
 	args := s.args(op).i32(rows).i32(cols).buf("x", x).f32(beta).buf("out", out)
 	return s.launch(op, kColSum, colSumDims(cols), args)
+}
+
+// rowParts is rowParts(rows, cols, sums) on a stream with a scratch, 1 on
+// the legacy stream.
+func (s *Stream) rowParts(rows, cols, sums int) int {
+	if s.scratch.Len() == 0 {
+		return 1
+	}
+	return rowParts(rows, cols, sums)
+}
+
+// colParts launches tl_col_parts (mode 0, 1 or 2) over parts ranges of
+// rows, its sums into the stream's scratch.
+func (s *Stream) colParts(op string, mode, rows, cols int, x, y device.Buffer, parts int) error {
+	args := s.args(op).i32(mode).i32(rows).i32(cols).buf("x", x).buf("y", y).i32(parts).buf("ws", s.scratch)
+	return s.launch(op, kColParts, colPartsDims(cols, parts), args)
 }
 
 // Fill sets every element of x to v (tl_fill).

@@ -57,6 +57,8 @@ const (
 	kCausalSoftmaxGrad
 	kSampleLast
 	kShiftAppend
+	kColParts
+	kLossPartsSum
 	numKernels
 )
 
@@ -102,6 +104,8 @@ var kernelNames = [numKernels]string{
 	kCausalSoftmaxGrad:  "tl_causal_softmax_grad",
 	kSampleLast:         "tl_sample_last",
 	kShiftAppend:        "tl_shift_append",
+	kColParts:           "tl_col_parts",
+	kLossPartsSum:       "tl_loss_parts_sum",
 }
 
 func (k kernel) String() string {

@@ -58,7 +58,7 @@ func (s *Stream) LayerNormGrad(rows, cols int, dy, xhat, params, stats, dx, dpar
 		return s.dev.misuse(op, "%v", err)
 	}
 	sums := s.args(op).i32(rows).i32(cols).buf("dy", dy).buf("xhat", xhat).buf("dparams", dparams)
-	if err := s.launch(op, kLayerNormParamGrad, batchNormDims(cols), sums); err != nil {
+	if err := s.launch(op, kLayerNormParamGrad, batchNormDims(cols, 1), sums); err != nil {
 		return err
 	}
 	args := s.args(op).i32(rows).i32(cols).buf("dy", dy).buf("xhat", xhat).buf("params", params).

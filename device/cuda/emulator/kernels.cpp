@@ -208,6 +208,7 @@ const std::vector<KernelBuild> &kernelBuilds() {
         TL_KERNEL(tl_layernorm_grad), TL_KERNEL(tl_layernorm_param_grad), TL_KERNEL(tl_split_heads),
         TL_KERNEL(tl_merge_heads),  TL_KERNEL(tl_gemm_batched), TL_KERNEL(tl_causal_softmax),
         TL_KERNEL(tl_causal_softmax_grad), TL_KERNEL(tl_sample_last), TL_KERNEL(tl_shift_append),
+        TL_KERNEL(tl_col_parts),    TL_KERNEL(tl_loss_parts_sum),
     };
     return builds;
 }

@@ -197,31 +197,52 @@ __device__ __forceinline__ double tl_bn_col_sum(double v, double (*sh)[TL_TILE])
 // double), stats (means, then invstd), the running update, then xhat and y
 // in float32 from the stored (rounded) statistics. x is read before xhat
 // and y are written, element by element, so they may alias it.
+//
+// With parts > 1 the sums were split over blocks beforehand (tl_col_parts,
+// modes 0 then 1: ws holds the parts' sums of x, then of (x - mean)²): a
+// block (bx, p) adds its columns' parts in order, block row 0 writes stats
+// and the running update, and every block normalises rows [p·span,
+// (p+1)·span), span = ceil(rows/parts).
 extern "C" __global__ void __launch_bounds__(TL_TILE * TL_BN_ROWS)
 tl_batchnorm_train(int rows, int cols, float eps, float momentum, const float *x, const float *params, float *stats,
-                   float *xhat, float *y, float *running) {
+                   float *xhat, float *y, float *running, int parts, const double *ws) {
     __shared__ double sh[TL_BN_ROWS][TL_TILE];
     __shared__ float shMean[TL_TILE], shInv[TL_TILE];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int c = blockIdx.x * TL_TILE + tx;
     const bool live = c < cols;
     const double n = (double)rows;
-    double s = 0.0;
-    if (live)
-        for (int r = ty; r < rows; r += TL_BN_ROWS) s += (double)x[(long long)r * cols + c];
-    const double mean = tl_bn_col_sum(s, sh) / n;
-    double q = 0.0;
-    if (live)
-        for (int r = ty; r < rows; r += TL_BN_ROWS) {
-            const double d = (double)x[(long long)r * cols + c] - mean;
-            q += d * d;
+    int begin = 0, end = rows;
+    double mean = 0.0, var = 0.0;
+    if (parts > 1) {
+        const int span = (rows + parts - 1) / parts;
+        begin = blockIdx.y * span;
+        end = min(rows, begin + span);
+        if (ty == 0 && live) {
+            double s = 0.0, q = 0.0;
+            for (int p = 0; p < parts; ++p) s += ws[(long long)p * cols + c];
+            for (int p = 0; p < parts; ++p) q += ws[((long long)parts + p) * cols + c];
+            mean = s / n;
+            var = q / n;
         }
-    const double var = tl_bn_col_sum(q, sh) / n;
+    } else {
+        double s = 0.0;
+        if (live)
+            for (int r = ty; r < rows; r += TL_BN_ROWS) s += (double)x[(long long)r * cols + c];
+        mean = tl_bn_col_sum(s, sh) / n;
+        double q = 0.0;
+        if (live)
+            for (int r = ty; r < rows; r += TL_BN_ROWS) {
+                const double d = (double)x[(long long)r * cols + c] - mean;
+                q += d * d;
+            }
+        var = tl_bn_col_sum(q, sh) / n;
+    }
     if (ty == 0) {
         const float m32 = (float)mean, inv32 = (float)(1.0 / sqrt(var + (double)eps));
         shMean[tx] = m32;
         shInv[tx] = inv32;
-        if (live) {
+        if (live && blockIdx.y == 0) {
             const double m = (double)momentum;
             stats[c] = m32;
             stats[cols + c] = inv32;
@@ -232,7 +253,7 @@ tl_batchnorm_train(int rows, int cols, float eps, float momentum, const float *x
     __syncthreads();
     if (!live) return;
     const float m32 = shMean[tx], inv32 = shInv[tx], gamma = params[c], beta = params[cols + c];
-    for (int r = ty; r < rows; r += TL_BN_ROWS) {
+    for (int r = begin + ty; r < end; r += TL_BN_ROWS) {
         const long long i = (long long)r * cols + c;
         const float h = (x[i] - m32) * inv32;
         xhat[i] = h;
@@ -256,28 +277,50 @@ tl_batchnorm_eval(int rows, int cols, float eps, const float *x, const float *pa
 // Batch normalisation's backward: dparams = (dgamma = Σ dy·xhat, dbeta =
 // Σ dy), column sums in double, then dx = k·((dy - a) - xhat·b) in float32
 // with k = gamma·invstd, a = dbeta/rows, b = dgamma/rows, each rounded once
-// to float32 from the stored dparams. A block owns TL_TILE columns.
+// to float32 from the stored dparams. A block owns TL_TILE columns. With
+// parts > 1 the sums were split over blocks beforehand (tl_col_parts mode 2:
+// ws holds the parts' sums of dy, then of dy·xhat): block (bx, p) adds its
+// columns' parts in order, block row 0 writes dparams, and every block
+// writes dx for rows [p·span, (p+1)·span), span = ceil(rows/parts).
 extern "C" __global__ void __launch_bounds__(TL_TILE * TL_BN_ROWS)
 tl_batchnorm_grad(int rows, int cols, const float *dy, const float *xhat, const float *params, const float *stats,
-                  float *dx, float *dparams) {
+                  float *dx, float *dparams, int parts, const double *ws) {
     __shared__ double sh[TL_BN_ROWS][TL_TILE];
     __shared__ float shK[TL_TILE], shA[TL_TILE], shB[TL_TILE];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int c = blockIdx.x * TL_TILE + tx;
     const bool live = c < cols;
     const double n = (double)rows;
-    double g = 0.0, b = 0.0;
-    if (live)
-        for (int r = ty; r < rows; r += TL_BN_ROWS) {
-            const long long i = (long long)r * cols + c;
-            const double d = (double)dy[i];
-            b += d;
-            g += d * (double)xhat[i];
+    int begin = 0, end = rows;
+    float dgamma = 0.0f, dbeta = 0.0f;
+    if (parts > 1) {
+        const int span = (rows + parts - 1) / parts;
+        begin = blockIdx.y * span;
+        end = min(rows, begin + span);
+        if (ty == 0 && live) {
+            double b = 0.0, g = 0.0;
+            for (int p = 0; p < parts; ++p) b += ws[(long long)p * cols + c];
+            for (int p = 0; p < parts; ++p) g += ws[((long long)parts + p) * cols + c];
+            dgamma = (float)g;
+            dbeta = (float)b;
         }
-    const float dgamma = (float)tl_bn_col_sum(g, sh), dbeta = (float)tl_bn_col_sum(b, sh);
+    } else {
+        double g = 0.0, b = 0.0;
+        if (live)
+            for (int r = ty; r < rows; r += TL_BN_ROWS) {
+                const long long i = (long long)r * cols + c;
+                const double d = (double)dy[i];
+                b += d;
+                g += d * (double)xhat[i];
+            }
+        dgamma = (float)tl_bn_col_sum(g, sh);
+        dbeta = (float)tl_bn_col_sum(b, sh);
+    }
     if (ty == 0 && live) {
-        dparams[c] = dgamma;
-        dparams[cols + c] = dbeta;
+        if (blockIdx.y == 0) {
+            dparams[c] = dgamma;
+            dparams[cols + c] = dbeta;
+        }
         shK[tx] = (float)((double)params[c] * (double)stats[cols + c]);
         shA[tx] = (float)((double)dbeta / n);
         shB[tx] = (float)((double)dgamma / n);
@@ -285,7 +328,7 @@ tl_batchnorm_grad(int rows, int cols, const float *dy, const float *xhat, const 
     __syncthreads();
     if (!live) return;
     const float k = shK[tx], a = shA[tx], bb = shB[tx];
-    for (int r = ty; r < rows; r += TL_BN_ROWS) {
+    for (int r = begin + ty; r < end; r += TL_BN_ROWS) {
         const long long i = (long long)r * cols + c;
         dx[i] = k * ((dy[i] - a) - xhat[i] * bb);
     }

@@ -50,25 +50,6 @@ tl_embedding_grad(int n, int vocab, int dim, const float *ids, const float *dy, 
     }
 }
 
-// tl_lane_sum adds v over the TL_TILE lanes (threadIdx.x) of each row lane
-// (threadIdx.y) of a TL_TILE×TL_TILE_ROWS block in a fixed tree (lane
-// tx + h into lane tx, h = 16, 8, 4, 2, 1) and returns the row's sum to
-// each of its threads. sh holds TL_TILE_ROWS×TL_TILE doubles. Every thread
-// of the block must call it.
-__device__ __forceinline__ double tl_lane_sum(double v, double (*sh)[TL_TILE]) {
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    sh[ty][tx] = v;
-    __syncthreads();
-#pragma unroll
-    for (int h = TL_TILE / 2; h > 0; h >>= 1) {
-        if (tx < h) sh[ty][tx] += sh[ty][tx + h];
-        __syncthreads();
-    }
-    const double r = sh[ty][0];
-    __syncthreads();
-    return r;
-}
-
 // Layer normalisation of each row of x (rows×cols). A block of
 // TL_TILE×TL_TILE_ROWS threads owns TL_TILE_ROWS rows, one per threadIdx.y;
 // lane tx sums columns tx, tx+TL_TILE, ... in double and tl_lane_sum adds

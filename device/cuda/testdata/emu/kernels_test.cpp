@@ -132,60 +132,100 @@ void testActivations() {
     }
 }
 
+// xentLaunch runs tl_softmax_xent as the Go side does: blocks 0 (one
+// block, adding to stats itself) or that many blocks, their sums in ws and
+// added by tl_loss_parts_sum.
+void xentLaunch(int blocks, int rows, int cols, const float *x, const float *labels, const float *mask, float *p,
+                float *s) {
+    std::vector<double> ws(3 * std::max(blocks, 1), NAN);
+    launch({(unsigned)std::max(blocks, 1), 1}, tileBlock, [&] { tl_softmax_xent(rows, cols, x, labels, mask, p, s, ws.data()); });
+    if (blocks > 1) launch(one, lineBlock, [&] { tl_loss_parts_sum(blocks, ws.data(), s); });
+}
+
+// tl_softmax_xent in one block and over several (fewer than the row
+// groups, so each block takes several): each against the double reference,
+// with ties inside a lane's columns and across lanes, and a repeated launch
+// with the same bits.
 void testSoftmaxXent() {
-    const int rows = 300, cols = 7, pad = 4;
-    auto x = uniform(rows * cols, -4, 4);
-    std::vector<float> labels(rows), mask(rows, 1.0f);
-    for (int r = 0; r < rows; ++r) labels[r] = (float)(r % cols);
-    for (int r = rows - pad; r < rows; ++r) {
-        mask[r] = 0;
-        labels[r] = (r % 2) ? -1.0f : 99.0f;  // padding: any label
-    }
-    x[0] = x[1] = 5;  // a tie: the arg-max is 0, so row 0 (label 1) is wrong
-    labels[0] = 1;
-    std::vector<float> probs(rows * cols), stats = {1.5f, 2, 3, 42};
-    auto run = [&] {
-        auto p = probs;
-        auto s = stats;
-        launch(one, lineBlock, [&] { tl_softmax_xent(rows, cols, x.data(), labels.data(), mask.data(), p.data(), s.data()); });
-        return std::make_pair(p, s);
-    };
-    auto [p, s] = run();
-    auto [p2, s2] = run();
-    sameBits("softmax_xent probs", p, p2);
-    sameBits("softmax_xent stats", s, s2);
-    double loss = 1.5, correct = 2, count = 3;
-    for (int r = 0; r < rows; ++r) {
-        const float *xr = &x[r * cols];
-        int best = 0;
-        for (int c = 1; c < cols; ++c)
-            if (xr[c] > xr[best]) best = c;
-        double sum = 0;
-        for (int c = 0; c < cols; ++c) sum += std::exp((double)xr[c] - xr[best]);
-        for (int c = 0; c < cols; ++c) check("probs", r * cols + c, p[r * cols + c], std::exp((double)xr[c] - xr[best]) / sum, 1e-6);
-        if (mask[r] == 0) continue;
-        count += 1;
-        loss += xr[best] + std::log(sum) - xr[(int)labels[r]];
-        if (best == (int)labels[r]) correct += 1;
-    }
-    check("xent loss", 0, s[0], loss, 1e-6);
-    check("xent correct", 1, s[1], correct, 0);
-    check("xent count", 2, s[2], count, 0);
-    check("xent past stats", 3, s[3], 42, 0);
+    for (int cols : {7, 70}) {
+        for (int blocks : {0, 5}) {
+            const int rows = 300, pad = 4;
+            auto x = uniform(rows * cols, -4, 4);
+            std::vector<float> labels(rows), mask(rows, 1.0f);
+            for (int r = 0; r < rows; ++r) labels[r] = (float)(r % cols);
+            for (int r = rows - pad; r < rows; ++r) {
+                mask[r] = 0;
+                labels[r] = (r % 2) ? -1.0f : 99.0f;  // padding: any label
+            }
+            x[0] = x[1] = 5;  // a tie: the arg-max is 0, so row 0 (label 1) is wrong
+            labels[0] = 1;
+            if (cols > 64) {
+                x[cols + 35] = x[cols + 3] = 9;        // a tie in one lane: 3
+                x[2 * cols + 40] = x[2 * cols + 10] = 9;  // across lanes: 10
+                labels[1] = 3;
+                labels[2] = 40;
+            }
+            std::vector<float> probs(rows * cols), stats = {1.5f, 2, 3, 42};
+            auto run = [&] {
+                auto p = probs;
+                auto s = stats;
+                xentLaunch(blocks, rows, cols, x.data(), labels.data(), mask.data(), p.data(), s.data());
+                return std::make_pair(p, s);
+            };
+            auto [p, s] = run();
+            auto [p2, s2] = run();
+            sameBits("softmax_xent probs", p, p2);
+            sameBits("softmax_xent stats", s, s2);
+            double loss = 1.5, correct = 2, count = 3;
+            for (int r = 0; r < rows; ++r) {
+                const float *xr = &x[r * cols];
+                int best = 0;
+                for (int c = 1; c < cols; ++c)
+                    if (xr[c] > xr[best]) best = c;
+                double sum = 0;
+                for (int c = 0; c < cols; ++c) sum += std::exp((double)xr[c] - xr[best]);
+                for (int c = 0; c < cols; ++c) check("probs", r * cols + c, p[r * cols + c], std::exp((double)xr[c] - xr[best]) / sum, 1e-6);
+                if (mask[r] == 0) continue;
+                count += 1;
+                loss += xr[best] + std::log(sum) - xr[(int)labels[r]];
+                if (best == (int)labels[r]) correct += 1;
+            }
+            check("xent loss", 0, s[0], loss, 1e-6);
+            check("xent correct", 1, s[1], correct, 0);
+            check("xent count", 2, s[2], count, 0);
+            check("xent past stats", 3, s[3], 42, 0);
 
-    std::vector<float> d(rows * cols, NAN);
-    launch(stride(rows * cols), lineBlock, [&] { tl_softmax_xent_grad(rows, cols, p.data(), labels.data(), mask.data(), d.data()); });
-    for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < cols; ++c)
-            check("xent grad", r * cols + c, d[r * cols + c], mask[r] == 0 ? 0 : (p[r * cols + c] - (c == (int)labels[r])) / (rows - pad), 1e-6);
+            // probs may be logits.
+            auto xp = x;
+            auto s4 = stats;
+            xentLaunch(blocks, rows, cols, xp.data(), labels.data(), mask.data(), xp.data(), s4.data());
+            sameBits("softmax_xent probs over logits", xp, p);
+            sameBits("softmax_xent stats, probs over logits", s4, s);
 
-    // A counted row with a label that is no class index poisons the loss and its gradient.
-    labels[5] = 2.5f;
-    std::vector<float> s3 = {0, 0, 0};
-    launch(one, lineBlock, [&] { tl_softmax_xent(rows, cols, x.data(), labels.data(), mask.data(), probs.data(), s3.data()); });
-    check("xent loss with a bad label", 0, s3[0], NAN, 0);
-    launch(stride(rows * cols), lineBlock, [&] { tl_softmax_xent_grad(rows, cols, p.data(), labels.data(), mask.data(), d.data()); });
-    check("xent grad with a bad label", 5 * cols, d[5 * cols], NAN, 0);
+            std::vector<float> d(rows * cols, NAN);
+            launch(stride(rows * cols), lineBlock, [&] { tl_softmax_xent_grad(rows, cols, p.data(), labels.data(), mask.data(), d.data()); });
+            for (int r = 0; r < rows; ++r)
+                for (int c = 0; c < cols; ++c)
+                    check("xent grad", r * cols + c, d[r * cols + c], mask[r] == 0 ? 0 : (p[r * cols + c] - (c == (int)labels[r])) / (rows - pad), 1e-6);
+
+            // A counted row with a label that is no class index poisons the loss and its gradient.
+            labels[5] = 2.5f;
+            std::vector<float> s3 = {0, 0, 0};
+            xentLaunch(blocks, rows, cols, x.data(), labels.data(), mask.data(), probs.data(), s3.data());
+            check("xent loss with a bad label", 0, s3[0], NAN, 0);
+            launch(stride(rows * cols), lineBlock, [&] { tl_softmax_xent_grad(rows, cols, p.data(), labels.data(), mask.data(), d.data()); });
+            check("xent grad with a bad label", 5 * cols, d[5 * cols], NAN, 0);
+        }
+    }
+    // The arg-max of a row scanned left to right: a NaN first element keeps
+    // 0, later NaNs are passed over, and a row of -inf gives 0.
+    const int cols = 40;
+    std::vector<float> x(3 * cols, -INFINITY), labels = {0, 39, 0}, mask = {1, 1, 1}, p(3 * cols), st = {0, 0, 0};
+    x[0] = NAN;
+    x[cols + 5] = NAN;
+    x[cols + 39] = 1;
+    xentLaunch(0, 3, cols, x.data(), labels.data(), mask.data(), p.data(), st.data());
+    check("xent correct with NaN and -inf", 1, st[1], 3, 0);
 }
 
 void testMSE() {
@@ -217,10 +257,24 @@ void testColSum() {
             auto out = out0;
             if (beta == 0) std::fill(out.begin(), out.end(), NAN);
             launch({(unsigned)((cols + TL_TILE - 1) / TL_TILE), 1}, tileBlock, [&] { tl_col_sum(rows, cols, x.data(), beta, out.data()); });
+            // Split into parts (the last shorter, or empty for 200 rows in 7).
+            const int parts = std::min(rows, 7);
+            auto split = [&] {
+                auto o = out0;
+                if (beta == 0) std::fill(o.begin(), o.end(), NAN);
+                std::vector<double> ws(parts * cols, NAN);
+                launch({(unsigned)((cols + TL_TILE - 1) / TL_TILE), (unsigned)parts}, tileBlock,
+                       [&] { tl_col_parts(0, rows, cols, x.data(), x.data(), parts, ws.data()); });
+                launch(stride(cols), lineBlock, [&] { tl_gemm_parts_sum(1, cols, parts, 1.0f, ws.data(), beta, o.data()); });
+                return o;
+            };
+            auto outParts = split();
+            sameBits("col_sum in parts", outParts, split());
             for (int j = 0; j < cols; ++j) {
                 double s = 0;
                 for (int r = 0; r < rows; ++r) s += x[r * cols + j];
                 check("col_sum", j, out[j], s + (beta != 0 ? beta * out0[j] : 0), 1e-6);
+                check("col_sum in parts", j, outParts[j], s + (beta != 0 ? beta * out0[j] : 0), 1e-6);
             }
         }
     }
@@ -379,19 +433,29 @@ void testPooling() {
 
 void testBatchNorm() {
     const dim3 bnBlock{TL_TILE, TL_BN_ROWS};
-    for (auto [rows, cols] : {std::pair{2, 1}, std::pair{37, 5}, std::pair{300, 40}}) {
+    for (auto [rows, cols, parts] : {std::tuple{2, 1, 1}, std::tuple{37, 5, 1}, std::tuple{300, 40, 1}, std::tuple{37, 5, 4},
+                                     std::tuple{300, 40, 7}}) {
         const float eps = 1e-5f, momentum = 0.1f;
         auto x = uniform(rows * cols, 2, 5), params = uniform(2 * cols, 0.5f, 1.5f), running = uniform(2 * cols, 0.5f, 1);
         auto dy = uniform(rows * cols);
         const auto running0 = running;
         std::vector<float> stats(2 * cols, NAN), xhat(rows * cols, NAN), y(rows * cols, NAN), ye(rows * cols, NAN);
         std::vector<float> dx(rows * cols, NAN), dparams(2 * cols, NAN);
-        const dim3 grid{(unsigned)((cols + TL_TILE - 1) / TL_TILE), 1};
-        launch(grid, bnBlock, [&] { tl_batchnorm_train(rows, cols, eps, momentum, x.data(), params.data(), stats.data(), xhat.data(), y.data(), running.data()); });
+        // With parts > 1, as the Go side launches it: tl_col_parts's sums
+        // in ws first (modes 0 and 1 for training, 2 for the gradient).
+        const dim3 grid{(unsigned)((cols + TL_TILE - 1) / TL_TILE), (unsigned)parts};
+        std::vector<double> ws(2 * parts * cols, NAN);
+        auto colParts = [&](int mode, const float *a, const float *b) {
+            if (parts > 1) launch(grid, tileBlock, [&] { tl_col_parts(mode, rows, cols, a, b, parts, ws.data()); });
+        };
+        colParts(0, x.data(), x.data());
+        colParts(1, x.data(), x.data());
+        launch(grid, bnBlock, [&] { tl_batchnorm_train(rows, cols, eps, momentum, x.data(), params.data(), stats.data(), xhat.data(), y.data(), running.data(), parts, ws.data()); });
         launch(stride((long long)rows * cols), lineBlock, [&] { tl_batchnorm_eval(rows, cols, eps, x.data(), params.data(), running.data(), ye.data()); });
         auto grad = [&] {
             auto d = dx, dp = dparams;
-            launch(grid, bnBlock, [&] { tl_batchnorm_grad(rows, cols, dy.data(), xhat.data(), params.data(), stats.data(), d.data(), dp.data()); });
+            colParts(2, dy.data(), xhat.data());
+            launch(grid, bnBlock, [&] { tl_batchnorm_grad(rows, cols, dy.data(), xhat.data(), params.data(), stats.data(), d.data(), dp.data(), parts, ws.data()); });
             return std::make_pair(d, dp);
         };
         auto [g1, dp1] = grad();
