@@ -4,9 +4,10 @@
 # temporary directory as a GPU machine would, and runs its run.sh
 # --rehearsal against the emulated CUDA driver (LD_LIBRARY_PATH). Every part
 # must pass but the PyTorch peer, which must say it was skipped (no CUDA for
-# PyTorch here); report.md must be written. Then, on a driver that reports
-# no device, run.sh --quick must fail. So the bundle is never broken when a
-# GPU comes, and never passes without one.
+# PyTorch here); report.md must be written, with the transformers' decode
+# step replayed and eager drawing the same tokens. Then, on a driver that
+# reports no device, run.sh --quick must fail. So the bundle is never broken
+# when a GPU comes, and never passes without one.
 # Usage: scripts/gpu-rehearsal.sh [ARCHIVE]  (default: build dist/tolaria-gpu.tar.xz)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,6 +37,14 @@ bad=0
 for part in first-light tests train bench sweep rl; do
 	if ! grep -qE "^\| $part \| passed \|" "$report"; then
 		echo "gpu-rehearsal: part $part did not pass on the emulated driver" >&2
+		bad=1
+	fi
+done
+# The transformers' decode step reaches the report, replayed and eager
+# drawing the same tokens.
+for preset in tiny-transformer transformer; do
+	if ! grep -qE "^\| $preset \| [0-9]+ \| [0-9]+ \| [0-9]+ \| .* \| yes \|$" "$report"; then
+		echo "gpu-rehearsal: the report has no decode step of $preset with the same tokens replayed and eager" >&2
 		bad=1
 	fi
 done

@@ -13,9 +13,11 @@
 #                eager bitwise, trainer captures, step against the CPU device)
 #   train        tolaria train --device cuda --enable-graphs on Fashion-MNIST
 #   bench        run_graph_bench --device cuda: the default MLP and the tiny
-#                preset at batch 64 and 1024 (128 in a rehearsal), and the
+#                preset at batch 64 and 1024 (128 in a rehearsal), the
 #                CNN of examples/cnn.yaml at 64 and 256 (8 in a rehearsal),
-#                eager against graphs
+#                and the tiny and the example transformer at 16 and 64 (2
+#                and 1 in a rehearsal), eager against graphs, with the
+#                transformers' decode step (batch 1) eager against replayed
 #   --quick stops here
 #   peer         PyTorch on the same GPU: the same steps eager, with CUDA graphs
 #                and with torch.compile(mode="reduce-overhead"); and the
@@ -58,7 +60,7 @@ while [ $# -gt 0 ]; do
 		budget=${1:-}
 		case "$budget" in '' | *[!0-9]*) echo "run.sh: --budget wants whole seconds, got '${budget}'" >&2; exit 2 ;; esac
 		;;
-	-h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,39p' "$0"; exit 0 ;;
 	-*) echo "run.sh: unknown flag $1 (see ./run.sh --help)" >&2; exit 2 ;;
 	*) res=$1 ;;
 	esac
@@ -85,6 +87,11 @@ if [ "$profile" = rehearsal ]; then
 	bench_large=128
 	cnn_batch=8
 	cnn_args=(--epochs 1 --steps 8 --settle-steps 2 --probe-kernels -1)
+	# A transformer step is slower still there (the example's, 15 s for
+	# this whole run at batch 1): one small batch each, a few tokens.
+	tiny_transformer_batch=2
+	transformer_batch=1
+	transformer_args=(--epochs 1 --steps 8 --settle-steps 2 --probe-kernels -1 --decode-tokens 8)
 	sweep_examples=512
 	sweep_long=20
 	rl_steps=1500
@@ -100,10 +107,17 @@ else
 	bench_large=1024
 	cnn_batch=64
 	cnn_args=(--sweep-batch-sizes 256)
+	# The example transformer's step is a few ms at batch 16 on an H100;
+	# its tokens at batch 1 well under one.
+	tiny_transformer_batch=16
+	transformer_batch=16
+	transformer_args=(--sweep-batch-sizes 64)
 	sweep_examples=4096
 	sweep_long=1000
 	rl_steps=10000
-	bench_limit=90
+	# mlp, tiny and cnn took 16 s on an H100; the two transformers add
+	# two workers' start-up and about 10 s of steps and tokens.
+	bench_limit=120
 fi
 
 # part NAME LIMIT: runs the part's body (run.sh --part NAME) under the
@@ -171,7 +185,14 @@ bench_presets() {
 	# The CNN (examples/cnn.yaml): the image kernels on the GPU, captured
 	# whole like the MLP's step.
 	"$bench" --device cuda --worker "$worker" --preset cnn --batch-size "$cnn_batch" "${cnn_args[@]}" \
-		--output "$res/bench-cnn.json"
+		--output "$res/bench-cnn.json" || return 1
+	# The transformers (tiny: launches dominate; examples/char-transformer.yaml):
+	# the training step, then the decode step tolaria sample replays per
+	# token, eager against replayed.
+	"$bench" --device cuda --worker "$worker" --preset tiny-transformer --batch-size "$tiny_transformer_batch" \
+		"${transformer_args[@]}" --output "$res/bench-tiny-transformer.json" || return 1
+	"$bench" --device cuda --worker "$worker" --preset transformer --batch-size "$transformer_batch" \
+		"${transformer_args[@]}" --output "$res/bench-transformer.json"
 }
 
 peer() {
