@@ -468,7 +468,8 @@ func TestTransformerGraphsMatchEager(t *testing.T) {
 // a worker process serves every training and graph metric on /metrics,
 // labelled with its worker and device, with the figures of its summary:
 // its captures, replays and steps, the windows it trained, no fallback,
-// the final epoch and the last evaluation's accuracy.
+// the final epoch and the last evaluation's accuracy; and the device
+// memory it held at its peak is its bill.
 func TestTransformerRunExportsMetrics(t *testing.T) {
 	dir := t.TempDir()
 	corpus := writeCorpus(t, dir, 12000)
@@ -521,6 +522,30 @@ func TestTransformerRunExportsMetrics(t *testing.T) {
 		}
 		return v
 	}
+	var bill struct {
+		Estimate struct {
+			Device      int64 `json:"device"`
+			Activations int64 `json:"activations"`
+		} `json:"estimate"`
+	}
+	for _, e := range readEvents(t, filepath.Join(run, "events.jsonl")) {
+		if e.Kind == trainer.EventMemoryBill {
+			if err := json.Unmarshal(e.Fields, &bill); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	peak := 0.0
+	for _, s := range series {
+		if s.name == telemetry.MetricDeviceMemoryBytes && s.labels[telemetry.LabelKind] == "peak" {
+			peak = s.value
+		}
+	}
+	// What the run held at most, its evaluation's capture included, is
+	// its bill: the attention's workspaces were all billed.
+	if bill.Estimate.Device == 0 || peak != float64(bill.Estimate.Device) {
+		t.Errorf("the device held at most %v bytes; the run's bill was %d", peak, bill.Estimate.Device)
+	}
 	for _, c := range []struct {
 		name string
 		ok   func(float64) bool
@@ -539,7 +564,7 @@ func TestTransformerRunExportsMetrics(t *testing.T) {
 		{telemetry.MetricTrainEpoch, func(v float64) bool { return v == 2 }, "2"},
 		{telemetry.MetricTrainLoss, func(v float64) bool { return v > 0 && v < math.Log(256) }, "in (0, ln 256)"},
 		{telemetry.MetricEvalAccuracy, func(v float64) bool { return v == sum.TestAccuracy }, fmt.Sprint(sum.TestAccuracy)},
-		{telemetry.MetricPoolReservedBytes, func(v float64) bool { return v > 0 }, "> 0"},
+		{telemetry.MetricPoolReservedBytes, func(v float64) bool { return v > float64(bill.Estimate.Activations) }, fmt.Sprintf("> the billed activations %d", bill.Estimate.Activations)},
 	} {
 		if v := total(c.name); !c.ok(v) {
 			t.Errorf("%s = %v, want %s", c.name, v, c.want)
