@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"os"
 	"regexp"
@@ -412,22 +413,40 @@ func joinName(a, b string) string {
 }
 
 // valueName spells a grid value in a trial's name: lists joined by -,
-// anything a directory name should not hold replaced.
+// mappings (a layer list's layers) as their keys in order, each followed
+// by its value's spelling, anything a directory name should not hold
+// replaced. So [{embedding: {vocab: 256, dim: 32}}, {positional: {}}]
+// is embedding_dim_32_vocab_256-positional.
 func valueName(v any) string {
-	s := fmt.Sprint(v)
-	if l, ok := v.([]any); ok {
-		parts := make([]string, len(l))
-		for i, x := range l {
-			parts[i] = fmt.Sprint(x)
-		}
-		s = strings.Join(parts, "-")
-	}
 	return strings.Map(func(r rune) rune {
 		if r < 128 && (r == '.' || r == '-' || r == '+' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
 			return r
 		}
 		return '_'
-	}, s)
+	}, spell(v))
+}
+
+func spell(v any) string {
+	switch x := v.(type) {
+	case []any:
+		parts := make([]string, len(x))
+		for i, e := range x {
+			parts[i] = spell(e)
+		}
+		return strings.Join(parts, "-")
+	case map[string]any:
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			parts = append(parts, k)
+			if s := spell(x[k]); s != "" {
+				parts = append(parts, s)
+			}
+		}
+		return strings.Join(parts, "_")
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
 }
 
 func sortedKeys[V any](m map[field.Name]V) []field.Name {

@@ -56,6 +56,20 @@ grid:
 				t.Errorf("last point: %+v", sp)
 			}
 		}},
+		// A layer list is spelled by its layers and their settings, not
+		// by how Go prints a map.
+		{"grid of layer lists", `
+base: {dataset: synthetic, model: {input: [1, 8, 8]}}
+grid:
+  model.layers:
+    - [{flatten: {}}, {linear: {out: 10}}]
+    - [{conv: {out: 4, kernel: 3}}, {residual: [{conv: {out: 4, kernel: 3, padding: 1}}]}, {flatten: {}}, {linear: {out: 10}}]
+`, []string{"layers=flatten-linear_out_10", "layers=conv_kernel_3_out_4-residual_conv_kernel_3_out_4_padding_1-flatten-linear_out_10"},
+			func(t *testing.T, s *Sweep) {
+				if n := len(s.Trials[1].Spec.Layers); n != 4 {
+					t.Errorf("the second trial has %d layers, want 4", n)
+				}
+			}},
 		{"trials crossed with the grid", `
 trials: [{name: sgd, optimizer: sgd}, {name: adamw}]
 grid: {seed: [1, 2]}
