@@ -232,7 +232,8 @@ func softmaxXentRows(cols, lo, hi int, logits, labels, mask, probs []float32, rs
 }
 
 // logSumExp returns the index of the first maximum of x, that maximum, and
-// log(sum(exp(x - max))): shifting by the maximum keeps exp from overflowing.
+// log(sum(exp(x - max))): shifting by the maximum keeps exp from
+// overflowing. The exponentials are exp64's, summed in float64 in order.
 func logSumExp(x []float32) (argmax int, top, logSum float64) {
 	for j, v := range x {
 		if v > x[argmax] {
@@ -240,12 +241,21 @@ func logSumExp(x []float32) (argmax int, top, logSum float64) {
 		}
 	}
 	top = float64(x[argmax])
+	var buf [rowChunk]float64
 	var sum float64
-	for _, v := range x {
-		sum += math.Exp(float64(v) - top)
+	for c := 0; c < len(x); c += rowChunk {
+		e := buf[:min(len(x)-c, rowChunk)]
+		expShifted(x[c:c+len(e)], top, 1, 0, e)
+		for _, v := range e {
+			sum += v
+		}
 	}
 	return argmax, top, math.Log(sum)
 }
+
+// rowChunk is how many exponentials of a row the softmaxes keep at a time,
+// on the stack.
+const rowChunk = 256
 
 // xentRow returns a row's cross-entropy loss and whether its arg-max is the
 // label; the loss is NaN when the label is not a class index.
@@ -257,10 +267,16 @@ func xentRow(x []float32, label float32, argmax int, top, logSum float64) (float
 	return top - float64(x[c]) + logSum, c == argmax
 }
 
-// softmaxRow writes p = exp(x - max - logSum), each element rounded once.
+// softmaxRow writes p = exp(x - max - logSum) (exp64, the argument in
+// float64), each element rounded once. p may be x.
 func softmaxRow(x, p []float32, top, logSum float64) {
-	for j, v := range x {
-		p[j] = float32(math.Exp(float64(v) - top - logSum))
+	var buf [rowChunk]float64
+	for c := 0; c < len(x); c += rowChunk {
+		e := buf[:min(len(x)-c, rowChunk)]
+		expShifted(x[c:c+len(e)], top, 1, logSum, e)
+		for j, v := range e {
+			p[c+j] = float32(v)
+		}
 	}
 }
 

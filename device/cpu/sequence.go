@@ -317,22 +317,23 @@ func causalSoftmax(seq, lo, hi int, scale float32, x, y []float32) {
 		}
 		tf := float64(top)
 		var sum float64
-		e := buf[:min(len(xr), softmaxStack)]
-		for j, v := range xr {
-			ej := math.Exp(sc * (float64(v) - tf))
-			if j < len(e) {
-				e[j] = ej
+		for c := 0; c < len(xr); c += softmaxStack {
+			e := buf[:min(len(xr)-c, softmaxStack)]
+			expShifted(xr[c:c+len(e)], tf, sc, 0, e)
+			for _, v := range e {
+				sum += v
 			}
-			sum += ej
 		}
-		for j, v := range xr {
-			var ej float64
-			if j < len(e) {
-				ej = e[j]
-			} else {
-				ej = math.Exp(sc * (float64(v) - tf))
+		// A row longer than the stack's exponentials has them made again,
+		// a chunk at a time, each chunk read before it is written.
+		for c := 0; c < len(xr); c += softmaxStack {
+			e := buf[:min(len(xr)-c, softmaxStack)]
+			if len(xr) > softmaxStack {
+				expShifted(xr[c:c+len(e)], tf, sc, 0, e)
 			}
-			yr[j] = float32(ej / sum)
+			for j, v := range e {
+				yr[c+j] = float32(v / sum)
+			}
 		}
 		clear(yr[t+1:])
 	}
