@@ -55,9 +55,12 @@ func gemmDims(m, n int) (dims, error) {
 // walk all of it). A convolution's weight gradient at batch 64 is such a
 // product: 9×32 or 288×64 outputs over k = 50176 or 12544 terms; so are a
 // transformer's weight gradients (64×256 over k = batch × context = 1024).
+// Below 1024 the lanes' final tree (32 rows, 6 barriers each) weighs on
+// too little work: an MLP's 64×128 forward product over 784 inputs stays
+// on tl_gemm.
 const (
 	klanesMaxTiles = 64
-	klanesMinK     = 512
+	klanesMinK     = 1024
 )
 
 // useKLanes reports whether an m×n×k product goes to tl_gemm_klanes. The

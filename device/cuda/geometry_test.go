@@ -69,7 +69,8 @@ func TestKLanesChoice(t *testing.T) {
 		{288, 64, 12544, true},  // a second conv's: 18 tiles
 		{256, 256, 2048, true},  // 64 tiles, the most
 		{288, 256, 4096, false}, // 72 tiles: enough blocks for tl_gemm
-		{9, 32, 511, false},     // k too short
+		{9, 32, 1023, false},    // k too short
+		{64, 128, 784, false},   // an MLP's first layer at batch 64
 		{64, 256, 1024, true},   // a transformer's weight gradient, batch 16 × context 64
 		{50176, 32, 9, false},   // a conv's forward product
 		{3136, 128, 64, false},  // a linear layer's weight gradient at batch 64

@@ -28,10 +28,9 @@ type mlp struct {
 
 const (
 	mlpBatch, mlpIn, mlpHidden, mlpClasses = 64, 784, 128, 10
-	// mlpStepKernels is the kernels mlp.step enqueues: one per call, and a
-	// second for SoftmaxXent (8 blocks' sums) and for the first Gemm (64×128
-	// over k = 784: tl_gemm_klanes in 4 parts), which add their parts.
-	mlpStepKernels = 24
+	// mlpStepKernels is the kernels mlp.step enqueues: one per call, and
+	// tl_loss_parts_sum after SoftmaxXent (64 rows: 8 blocks' sums).
+	mlpStepKernels = 23
 )
 
 // newMLP allocates an mlp on d with the same seeded contents for a given seed.
