@@ -27,14 +27,23 @@ var (
 // Device is one GPU opened through the CUDA driver. It is safe for
 // concurrent use; see the package comment for how calls reach the driver.
 type Device struct {
-	cfg   Config
-	name  string
-	desc  string
-	dev   cu.Device
-	ctx   ctxHandle
-	mod   cu.Module
-	fns   [numKernels]cu.Function
-	total int64
+	cfg Config
+	// graphMu serialises the driver's graph calls (instantiate, update,
+	// upload, launch, destroy) across the device's goroutines. The driver
+	// API leaves graph objects unsynchronised and names no pair of graph
+	// calls safe from two threads; the handles' own locks serialise the
+	// calls on one object, and this one the calls on related objects (an
+	// executable and the graph it came from, two executables of one graph),
+	// after a racing destroy crashed inside cuGraphExecDestroy on an H100.
+	// It is taken last, around the driver call alone.
+	graphMu sync.Mutex
+	name    string
+	desc    string
+	dev     cu.Device
+	ctx     ctxHandle
+	mod     cu.Module
+	fns     [numKernels]cu.Function
+	total   int64
 	// What Info reports: compute capability, driver version, the JIT's logs.
 	cc            string
 	driverVersion int
@@ -634,7 +643,9 @@ func (d *Device) Instantiate(g device.Graph) (device.Exec, error) {
 	if gr.nodes == 0 {
 		return nil, d.misuse(op, "the graph is empty")
 	}
+	d.graphMu.Lock()
 	e, r := graphInstantiate(gr.g)
+	d.graphMu.Unlock()
 	if r != cuSuccess {
 		return nil, d.driver(op, r)
 	}

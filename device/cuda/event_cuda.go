@@ -183,7 +183,10 @@ func (g *Graph) Destroy() error {
 	back := d.releaseLocked(g.refs)
 	g.refs = nil
 	d.mu.Unlock()
-	if r := graphDestroy(g.g); r != cuSuccess {
+	d.graphMu.Lock()
+	r := graphDestroy(g.g)
+	d.graphMu.Unlock()
+	if r != cuSuccess {
 		return errors.Join(d.driver(op, r), d.giveBack(op, back))
 	}
 	return d.giveBack(op, back)
@@ -241,7 +244,9 @@ func (x *Exec) Update(g device.Graph) error {
 		return err
 	}
 	defer gr.mu.Unlock()
+	d.graphMu.Lock()
 	r, result, entry := graphExecUpdate(x.e, gr.g, false)
+	d.graphMu.Unlock()
 	if r == cuErrGraphExecUpdateFailure || (r == cuSuccess && result != 0) {
 		return device.Errorf(d.name, op, device.ErrTopologyChanged, "%s (%s)", graphUpdateResultName(result), entry)
 	}
@@ -271,7 +276,10 @@ func (x *Exec) Upload(s device.Stream) error {
 			return err
 		}
 		defer x.mu.Unlock()
-		if r := graphUpload(x.e, st.cu); r != cuSuccess {
+		d.graphMu.Lock()
+		r := graphUpload(x.e, st.cu)
+		d.graphMu.Unlock()
+		if r != cuSuccess {
 			return d.driver(op, r)
 		}
 		return nil
@@ -299,7 +307,10 @@ func (x *Exec) Destroy() error {
 	back := d.releaseLocked(x.refs)
 	x.refs = nil
 	d.mu.Unlock()
-	if r := graphExecDestroy(x.e); r != cuSuccess {
+	d.graphMu.Lock()
+	r := graphExecDestroy(x.e)
+	d.graphMu.Unlock()
+	if r != cuSuccess {
 		return errors.Join(d.driver(op, r), d.giveBack(op, back))
 	}
 	return d.giveBack(op, back)

@@ -378,16 +378,22 @@ func (s *Stream) EndCapture() (device.Graph, error) {
 	reason := d.endCapture(c)
 	if c.invalidated.Load() || r != cuSuccess {
 		if g != nil {
+			d.graphMu.Lock()
 			graphDestroy(g)
+			d.graphMu.Unlock()
 		}
 		if c.invalidated.Load() {
 			return nil, device.Errorf(d.name, op, device.ErrCaptureInvalidated, "%s", reason)
 		}
 		return nil, d.driver(op, r)
 	}
+	d.graphMu.Lock()
 	n, r := graphNodeCount(g)
 	if r != cuSuccess {
 		graphDestroy(g)
+	}
+	d.graphMu.Unlock()
+	if r != cuSuccess {
 		return nil, d.driver(op, r)
 	}
 	gr := &Graph{dev: d, g: g, nodes: n}
@@ -452,7 +458,10 @@ func (s *Stream) Launch(x device.Exec) error {
 			return err
 		}
 		defer ex.mu.Unlock()
-		if r := graphLaunch(ex.e, s.cu); r != cuSuccess {
+		d.graphMu.Lock()
+		r := graphLaunch(ex.e, s.cu)
+		d.graphMu.Unlock()
+		if r != cuSuccess {
 			return d.driver(op, r)
 		}
 		return nil
