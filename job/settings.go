@@ -17,12 +17,17 @@ import (
 )
 
 // Keys are a Spec's configuration keys, as written in a configuration
-// file: the yaml names of its fields, with the model's under model.
+// file: the yaml names of its fields, with the model's under model. A
+// build without the test switches (TestHooks) has no test-only key, so
+// its commands neither offer nor accept one.
 func Keys() []field.Name {
 	t := reflect.TypeFor[Spec]()
 	keys := make([]field.Name, 0, t.NumField())
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if testOnlyKeys[name] && !TestHooks {
+			continue
+		}
 		if modelKeys[name] {
 			name = "model." + name
 		}
@@ -71,6 +76,9 @@ var usages = map[field.Name]string{
 	"cpu_threads":        "threads of the CPU device's kernels (0: GOMAXPROCS)",
 	"slow_stage_copy_ms": "test only: slow every CPU-device staging copy by this many ms",
 }
+
+// testOnlyKeys are the settings only test builds have (TestHooks).
+var testOnlyKeys = map[string]bool{"slow_stage_copy_ms": true}
 
 // modelKeys nest under model: in a configuration file.
 var modelKeys = map[string]bool{"hidden": true, "activation": true, "loss": true, "input": true, "layers": true}

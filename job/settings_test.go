@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,8 +14,15 @@ import (
 func TestEveryKeyHasAUsageAndADefault(t *testing.T) {
 	d := Default()
 	keys := Keys()
-	if len(keys) != reflect.TypeFor[Spec]().NumField() || keys[0] != "device" {
+	fields := reflect.TypeFor[Spec]().NumField()
+	if !TestHooks {
+		fields -= len(testOnlyKeys)
+	}
+	if len(keys) != fields || keys[0] != "device" {
 		t.Fatalf("keys %v", keys)
+	}
+	if slices.Contains(keys, "slow_stage_copy_ms") != TestHooks {
+		t.Errorf("keys %v: slow_stage_copy_ms is a key exactly when the build has the test switches (%v)", keys, TestHooks)
 	}
 	for _, k := range keys {
 		if Usage(k) == "" {
