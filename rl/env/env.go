@@ -1,6 +1,8 @@
 // Package env holds the reinforcement-learning environments tolaria trains
 // on: an Env interface for one episodic environment with a discrete action
-// space, CartPole-v1, and Vec, which steps several instances at once and
+// space, the classic-control tasks CartPole-v1, Acrobot-v1 and
+// MountainCar-v0 (New serves CartPole-v1 only until tolaria rl knows each
+// task's goal), and Vec, which steps several instances at once and
 // starts a new episode in each as soon as its last one ends. Everything is
 // seeded: the same seed gives the same episodes on every run.
 package env
