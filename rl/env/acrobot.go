@@ -144,8 +144,8 @@ func acrobotNext(s [4]float64, torque float64) [4]float64 {
 }
 
 // acrobotDeriv is the state's time derivative under the book's equations
-// of motion: d1·theta1'' + d2·theta2'' + phi1 = 0 and d2·theta1'' +
-// (m2·lc2² + I2)·theta2'' + m2·l1·lc2·theta1'²·sin theta2 + phi2 = torque,
+// of motion: d1·theta1” + d2·theta2” + phi1 = 0 and d2·theta1” +
+// (m2·lc2² + I2)·theta2” + m2·l1·lc2·theta1'²·sin theta2 + phi2 = torque,
 // solved for the accelerations (phi1 and phi2 the gravity and Coriolis
 // terms, theta measured from hanging down).
 func acrobotDeriv(s [4]float64, torque float64) [4]float64 {
