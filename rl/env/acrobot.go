@@ -144,10 +144,10 @@ func acrobotNext(s [4]float64, torque float64) [4]float64 {
 }
 
 // acrobotDeriv is the state's time derivative under the book's equations
-// of motion: d1·theta1” + d2·theta2” + phi1 = 0 and d2·theta1” +
-// (m2·lc2² + I2)·theta2” + m2·l1·lc2·theta1'²·sin theta2 + phi2 = torque,
-// solved for the accelerations (phi1 and phi2 the gravity and Coriolis
-// terms, theta measured from hanging down).
+// of motion, with a1 and a2 the links' angular accelerations: d1·a1 +
+// d2·a2 + phi1 = 0 and d2·a1 + (m2·lc2² + I2)·a2 + m2·l1·lc2·theta1'²·sin
+// theta2 + phi2 = torque, solved for a1 and a2 (phi1 and phi2 the gravity
+// and Coriolis terms, theta measured from hanging down).
 func acrobotDeriv(s [4]float64, torque float64) [4]float64 {
 	t1, t2, dt1, dt2 := s[0], s[1], s[2], s[3]
 	d1 := acM1*acLC1*acLC1 + acM2*(acL1*acL1+acLC2*acLC2+2*acL1*acLC2*math.Cos(t2)) + acI1 + acI2
