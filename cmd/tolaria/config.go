@@ -1,13 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
-	"time"
 
 	"github.com/spf13/cast"
 	"github.com/spf13/pflag"
@@ -16,37 +12,18 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
-	"github.com/tolaria-ml/tolaria/worker"
 )
 
-// errUsage marks errors in the user's configuration; they exit with 2.
-var errUsage = errors.New("invalid configuration")
-
-func usagef(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+// trainFlags are train's settings besides the job's keys; the job's
+// keys are flags too, each spelled as its key.
+type trainFlags struct {
+	device  string // bound to the job's device key through viper
+	worker  workerFlags
+	metrics metricsFlags
+	isolate bool
 }
 
-// flagName is a configuration key's flag, without its dashes.
-func flagName(key field.Name) string {
-	return strings.ReplaceAll(strings.TrimPrefix(string(key), "model."), "_", "-")
-}
-
-// flagOf spells a configuration key as its flag, for messages; "" for a
-// key with no flag.
-func flagOf(key field.Name) string {
-	if job.Usage(key) != "" || slices.Contains(extraKeys, key) {
-		return "--" + flagName(key)
-	}
-	return ""
-}
-
-// settings are what train does besides the run the coordinator prepares.
-type settings struct {
-	warnings      []string      // unknown TOLARIA_* variables, to log
-	metricsLinger time.Duration // /metrics stays up this long after the run
-}
-
-func addFlags(fs *pflag.FlagSet) {
+func (t *trainFlags) register(fs *pflag.FlagSet) {
 	d := job.Default()
 	for _, key := range job.Keys() {
 		switch def := d.Get(key).(type) {
@@ -63,17 +40,18 @@ func addFlags(fs *pflag.FlagSet) {
 		case job.Layers:
 			fs.String(flagName(key), "", job.Usage(key))
 		default:
+			if key == "device" {
+				registerDevice(fs, &t.device, "")
+				continue
+			}
 			fs.String(flagName(key), fmt.Sprint(def), job.Usage(key))
 		}
 	}
 	fs.String("config", "", "YAML configuration file (flags > TOLARIA_* environment > file > defaults)")
 	fs.String("summary-json", "", "also write summary.json to this path")
-	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given)")
-	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
-	fs.Bool("isolate", false, "run a CPU job in a tolaria-worker process too (GPU jobs always are)")
-	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
-	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a tolaria-worker may send no heartbeat, or make no progress while it sends them, before it is taken for hung and killed (at least 1s)")
-	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the run so the final values are scraped (0: exit at once)")
+	fs.BoolVar(&t.isolate, "isolate", false, "run a CPU job in a tolaria-worker process too (GPU jobs always are)")
+	t.worker.register(fs, "a tolaria-worker")
+	t.metrics.register(fs, "")
 }
 
 // extraKeys are the settings of train that are not the job's.
@@ -83,9 +61,11 @@ var extraKeys = []field.Name{"summary_json", "metrics_addr", "worker", "isolate"
 var otherEnv = []string{"TOLARIA_CONFIG", "TOLARIA_WORKER", "TOLARIA_PROTOCOL_FD"}
 
 // resolve reads flags, TOLARIA_* variables and the YAML file into the
-// run's request, with precedence flag > environment > file > default. The
-// coordinator validates it.
-func resolve(fs *pflag.FlagSet) (coordinator.Request, settings, error) {
+// run's request, with precedence flag > environment > file > default, and
+// returns the warnings to log (unknown TOLARIA_* variables). The
+// coordinator validates the job; t's groups check their own flags.
+func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, error) {
+	fail := func(err error) (coordinator.Request, []string, error) { return coordinator.Request{}, nil, err }
 	v := viper.New()
 	v.SetEnvPrefix("TOLARIA")
 	v.SetEnvKeyReplacer(job.EnvReplacer())
@@ -97,42 +77,44 @@ func resolve(fs *pflag.FlagSet) (coordinator.Request, settings, error) {
 			v.SetDefault(string(key), def)
 		}
 		if err := v.BindPFlag(string(key), fs.Lookup(flagName(key))); err != nil {
-			return coordinator.Request{}, settings{}, err
+			return fail(err)
 		}
 	}
-	set := settings{warnings: job.UnknownEnv(os.Environ(), keys, otherEnv...)}
+	warnings := job.UnknownEnv(os.Environ(), keys, otherEnv...)
 	if err := mergeConfigFiles(fs, v); err != nil {
-		return coordinator.Request{}, settings{}, err
+		return fail(err)
 	}
-	req := coordinator.Request{Spec: job.Default(), SummaryJSON: v.GetString("summary_json"), MetricsAddr: v.GetString("metrics_addr")}
+	req := coordinator.Request{Spec: job.Default()}
 	for _, key := range job.Keys() {
 		if err := req.Spec.Set(key, v.Get(string(key))); err != nil {
-			return coordinator.Request{}, settings{}, fmt.Errorf("%w: %w (set by %s)", errUsage, err, source(fs, key))
+			return fail(fmt.Errorf("%w: %w (set by %s)", errUsage, err, source(fs, key)))
 		}
 	}
 	if err := oneModel(fs, v, req.Spec); err != nil {
-		return coordinator.Request{}, settings{}, err
+		return fail(err)
 	}
 	if !isSet(fs, v, "data_dir") {
 		req.Spec.DataDir = job.DefaultDataDir(req.Spec.Dataset)
 	}
-	p := &req.Placement
-	p.Worker = v.GetString("worker")
-	var err error
-	if p.Isolate, err = cast.ToBoolE(v.Get("isolate")); err != nil {
-		return coordinator.Request{}, settings{}, fmt.Errorf("%w: %w", errUsage, field.Errorf("isolate", "%w", err))
+	// The shared groups read their flags: those no flag gave take the
+	// value of the environment or the file.
+	for _, key := range extraKeys {
+		if f := fs.Lookup(flagName(key)); !f.Changed {
+			if err := f.Value.Set(v.GetString(string(key))); err != nil {
+				return fail(usagef("--%s: cannot use %q (set by %s): %v", f.Name, v.GetString(string(key)), source(fs, key), err))
+			}
+		}
 	}
-	if p.WorkerStart, err = cast.ToDurationE(v.Get("worker_start_timeout")); err != nil || p.WorkerStart <= 0 {
-		return coordinator.Request{}, settings{}, usagef("worker-start-timeout: cannot use %q: give a positive duration such as 30s", fmt.Sprint(v.Get("worker_start_timeout")))
+	for _, check := range []func() error{t.worker.check, t.metrics.check} {
+		if err := check(); err != nil {
+			return fail(err)
+		}
 	}
-	if p.HeartbeatTimeout, err = cast.ToDurationE(v.Get("heartbeat_timeout")); err != nil || p.HeartbeatTimeout < worker.MinHeartbeatTimeout {
-		return coordinator.Request{}, settings{}, usagef("heartbeat-timeout: cannot use %q: give a duration of at least %s, such as %s",
-			fmt.Sprint(v.Get("heartbeat_timeout")), worker.MinHeartbeatTimeout, worker.DefaultHeartbeatTimeout)
-	}
-	if set.metricsLinger, err = cast.ToDurationE(v.Get("metrics_linger")); err != nil || set.metricsLinger < 0 {
-		return coordinator.Request{}, settings{}, usagef("metrics-linger: cannot use %q: give a duration such as 15s, or 0", fmt.Sprint(v.Get("metrics_linger")))
-	}
-	return req, set, nil
+	req.SummaryJSON, _ = fs.GetString("summary-json")
+	req.MetricsAddr = t.metrics.addr
+	req.Placement = coordinator.Placement{Isolate: t.isolate, Worker: t.worker.path,
+		WorkerStart: t.worker.start, HeartbeatTimeout: t.worker.heartbeat}
+	return req, warnings, nil
 }
 
 // mergeConfigFiles reads the --config file, and for a resumed run the

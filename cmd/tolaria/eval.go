@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
-	"github.com/tolaria-ml/tolaria/internal/field"
-	"github.com/tolaria-ml/tolaria/worker"
 )
 
 func newEvalCmd() *cobra.Command {
@@ -42,69 +39,51 @@ Exit status: 0 done, 3 a shard failed twice (no eval.json; the missing
 shards are named), 2 bad input (nothing written), 1 another failure,
 130 interrupted.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return evaluate(cmd.Context(), cmd) },
 	}
+	var req coordinator.EvalRequest
+	var workers workerFlags
+	var launch launcherFlags
 	fs := cmd.Flags()
-	fs.String("run-dir", "", "the run directory to evaluate (required)")
-	fs.String("checkpoint", "", "checkpoint file to evaluate (default: the run's checkpoint.tlck)")
-	fs.Int("workers", 1, "worker processes, each scoring one stride shard of the examples")
-	fs.String("split", "test", "test or train")
-	fs.String("device", "cpu", "cpu or cuda: where each shard's worker scores (cuda: the first GPU it sees, with a CUDA build of tolaria-worker)")
-	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
-	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
-	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a shard's tolaria-worker may send no heartbeat, or make no progress while it sends them, before it is taken for hung, killed and its attempt failed (at least 1s)")
-	addLauncherFlags(fs, "shard")
+	fs.StringVar(&req.RunDir, "run-dir", "", "the run directory to evaluate (required)")
+	fs.StringVar(&req.Checkpoint, "checkpoint", "", "checkpoint file to evaluate (default: the run's checkpoint.tlck)")
+	fs.IntVar(&req.Workers, "workers", 1, "worker processes, each scoring one stride shard of the examples")
+	fs.StringVar(&req.Split, "split", "test", "test or train")
+	registerDevice(fs, &req.Device, "; every shard's worker scores there (cuda: the first GPU it sees)")
+	workers.register(fs, "a shard's tolaria-worker")
+	launch.register(fs, "shard")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return evaluate(cmd.Context(), cmd, req, workers, launch)
+	}
 	return cmd
 }
 
-// evalFlag spells an evaluation setting as its flag.
-func evalFlag(key field.Name) string {
-	switch key {
-	case "run_dir", "checkpoint", "workers", "split", "device", "worker", "worker_start_timeout", "heartbeat_timeout",
-		"launcher", "partition", "account", "time_limit", "dry_run":
-		return "--" + strings.ReplaceAll(string(key), "_", "-")
-	case "sbatch_args":
-		return "--sbatch-arg"
-	}
-	return flagOf(key)
-}
-
-func evaluate(ctx context.Context, cmd *cobra.Command) error {
+func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalRequest, workers workerFlags, launch launcherFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	fs := cmd.Flags()
-	var req coordinator.EvalRequest
-	req.RunDir, _ = fs.GetString("run-dir")
-	req.Checkpoint, _ = fs.GetString("checkpoint")
-	req.Workers, _ = fs.GetInt("workers")
-	req.Split, _ = fs.GetString("split")
-	req.Device, _ = fs.GetString("device")
-	if req.Worker, _ = fs.GetString("worker"); req.Worker == "" {
-		req.Worker = os.Getenv("TOLARIA_WORKER")
-	}
-	req.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
-	req.HeartbeatTimeout, _ = fs.GetDuration("heartbeat-timeout")
 	var err error
-	if req.Launcher, req.Slurm, req.DryRun, err = launcherConfig(fs, "", coordinator.SlurmConfig{}); err != nil {
-		fmt.Fprintln(stderr, "tolaria:", err)
-		return exitError{exitUsage}
+	if err = errors.Join(checkDevice(req.Device), workers.check()); err != nil {
+		return err
 	}
+	if req.Launcher, req.Slurm, err = launch.apply(cmd.Flags(), "", coordinator.SlurmConfig{}); err != nil {
+		return err
+	}
+	req.Worker, req.WorkerStart, req.HeartbeatTimeout, req.DryRun = workers.path, workers.start, workers.heartbeat, launch.dryRun
 	req.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	if req.Launcher == coordinator.LauncherSlurm && req.Device == "auto" {
+		req.Device = "cpu" // as a sweep's: this machine cannot tell what the nodes have
+	} else if req.Device, err = chooseDevice(ctx, req.Device, workers, req.Logger); err != nil {
+		return err
+	}
 	// A token model's shards score windows; the plan says which.
 	examples := "examples"
 	req.Progress = func(p coordinator.EvalProgress) { printEvalProgress(stderr, p, examples) }
 	e, err := coordinator.PlanEval(req)
-	if err == nil && req.DryRun {
+	if err != nil {
+		return err
+	}
+	if req.DryRun {
 		script, command := e.DryRun()
 		fmt.Fprintf(stdout, "# the batch script (written to %s/%s/slurm when submitted):\n%s\n# submitted with:\n%s\n", req.RunDir, coordinator.EvalDir, script, shellCommand(command))
 		return nil
-	}
-	if err != nil {
-		code := exitFailure
-		if errors.Is(err, coordinator.ErrConfig) {
-			code = exitUsage
-		}
-		fmt.Fprintln(stderr, "tolaria:", field.Render(err, evalFlag))
-		return exitError{code}
 	}
 	what := examples
 	if e.Positions() > 0 {
@@ -114,14 +93,10 @@ func evaluate(ctx context.Context, cmd *cobra.Command) error {
 	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %d workers\n",
 		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), req.Workers)
 	rep, err := e.Run(ctx)
-	var failed *coordinator.ShardsFailedError
 	switch {
 	case ctx.Err() != nil:
 		fmt.Fprintf(stderr, "tolaria: evaluation interrupted; no %s was written\n", coordinator.EvalJSON)
 		return exitError{interruptedCode(ctx)}
-	case errors.As(err, &failed):
-		fmt.Fprintln(stderr, "tolaria:", err)
-		return exitError{exitSomeFailed}
 	case err != nil:
 		return err
 	}

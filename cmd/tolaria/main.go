@@ -10,30 +10,25 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// Exit codes.
+// Exit codes, the same for every command.
 const (
 	exitOK          = 0
-	exitFailure     = 1
-	exitUsage       = 2
+	exitFailure     = 1   // nothing succeeded: no trial, no agent, the run
+	exitUsage       = 2   // bad input; nothing was started
+	exitSomeFailed  = 3   // some trials, agents or shards failed
 	exitInterrupted = 130 // 128 + SIGINT; SIGTERM gives 143
 )
-
-// interruptedCode is the exit code of a run stopped by ctx: 128 plus the
-// signal's number, as shells report it.
-func interruptedCode(ctx context.Context) int {
-	if sig, ok := coordinator.StoppedBy(ctx); ok {
-		return 128 + int(sig)
-	}
-	return exitInterrupted
-}
 
 // process is what main makes once and passes down: the state the
 // in-process runs share, and when tolaria started.
@@ -51,36 +46,91 @@ func main() {
 	os.Exit(code)
 }
 
-// run executes the command line and returns the exit code.
+func newRoot(ctx context.Context, proc process, stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tolaria",
+		Short: "tolaria trains models with CUDA-graph capture and replay",
+		Long: `tolaria trains models with CUDA-graph capture and replay.
+
+The flags the commands share mean the same in each: --device is auto, cpu or
+cuda, and auto (the default everywhere) takes a GPU when a CUDA build of
+tolaria-worker can open one, and the CPU otherwise; --worker,
+--worker-start-timeout and --heartbeat-timeout choose and bound the
+tolaria-worker processes; --metrics-addr and --metrics-linger serve
+Prometheus metrics; --launcher and its Slurm flags place the workers.
+
+Exit status, the same for every command: 0 done, 1 failed (nothing
+succeeded), 2 bad input (nothing started), 3 some trials, agents or shards
+failed, 128 plus the signal's number when interrupted (130 for Ctrl-C).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetContext(ctx)
+	// Flag errors (unknown flag, a value that does not parse) are usage.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
+	root.AddCommand(newTrainCmd(proc), newSweepCmd(), newEvalCmd(), newSampleCmd(), newRLCmd(), &cobra.Command{
+		Use:   "version",
+		Short: "print the version",
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "tolaria", version())
+		},
+	})
+	return root
+}
+
+// run executes the command line and returns its exit code: the one
+// mapping from errors to codes, for every command. An error names the
+// settings at fault by the flags of the command that failed.
 func run(ctx context.Context, proc process, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(ctx, proc, stdout, stderr)
 	root.SetArgs(args)
-	err := root.Execute()
-	var ex exitError
-	switch {
-	case err == nil:
+	cmd, err := root.ExecuteC()
+	if err == nil {
 		return exitOK
-	case errors.As(err, &ex):
-		return ex.code
-	case errors.Is(err, errUsage):
-		fmt.Fprintln(stderr, "tolaria:", field.Render(err, flagOf))
-		return exitUsage
-	case errors.Is(err, coordinator.ErrConfig):
-		fmt.Fprintln(stderr, "tolaria: invalid configuration:", field.Render(err, flagOf))
-		return exitUsage
-	case errors.Is(err, coordinator.ErrSetup):
-		fmt.Fprintln(stderr, "tolaria:", field.Render(err, flagOf))
-		return exitFailure
-	case strings.HasPrefix(err.Error(), "unknown command"):
+	}
+	var ex exitError
+	if errors.As(err, &ex) {
+		return ex.code // reported already
+	}
+	if strings.HasPrefix(err.Error(), "unknown command") {
 		fmt.Fprintln(stderr, "tolaria:", err)
 		return exitUsage
-	default:
-		fmt.Fprintln(stderr, "tolaria:", field.Render(err, flagOf))
-		return exitFailure
 	}
+	msg, code := field.Render(err, speller(cmd)), exitFailure
+	var shards *coordinator.ShardsFailedError
+	switch {
+	case errors.Is(err, errUsage):
+		code = exitUsage
+	case errors.Is(err, coordinator.ErrConfig):
+		msg, code = "invalid configuration: "+msg, exitUsage
+	case ctx.Err() != nil:
+		msg, code = "interrupted: "+msg, interruptedCode(ctx)
+	case errors.As(err, &shards):
+		code = exitSomeFailed
+	}
+	fmt.Fprintln(stderr, "tolaria:", msg)
+	return code
 }
 
 // exitError carries an exit code for an error already reported.
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// interruptedCode is the exit code of a run stopped by ctx: 128 plus the
+// signal's number, as shells report it.
+func interruptedCode(ctx context.Context) int {
+	if sig, ok := coordinator.StoppedBy(ctx); ok {
+		return 128 + int(sig)
+	}
+	return exitInterrupted
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -9,16 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
-	"github.com/tolaria-ml/tolaria/telemetry"
-	"github.com/tolaria-ml/tolaria/worker"
 )
 
 // PlotFile is the return-curve chart --plot writes into the run directory.
@@ -59,55 +57,48 @@ from its checkpoint with an empty buffer).
 Exit status: 0 every agent finished, 3 some failed, 1 none finished, 2 bad
 input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runRL(cmd.Context(), cmd) },
 	}
+	var f rlFlags
 	fs := cmd.Flags()
-	fs.String("config", "", "YAML configuration file (see docs/rl.md); default: the defaults of docs/rl.md")
+	fs.StringVar(&f.config, "config", "", "YAML configuration file (see docs/rl.md); default: the defaults of docs/rl.md")
 	def := dqn.DefaultConfig()
-	fs.Int("agents", def.NumAgents, "independent agents, each an actor and a learner process (num_agents)")
-	fs.Int("total-steps", def.TotalSteps, "environment steps per agent (total_steps)")
-	fs.Uint64("seed", def.Seed, "seed; agent i uses seed+i (seed)")
-	fs.String("run-dir", "", "run directory, new (default runs/rl-<time>); with --resume, the run to continue")
-	fs.Bool("resume", false, "continue the interrupted run in --run-dir: each learner from its checkpoint, each buffer as saved")
-	fs.String("device", "cpu", "cpu or cuda: each worker opens its own device")
-	fs.Bool("enable-graphs", true, "actors and learners capture their step once and replay it")
-	fs.Int("max-lead", 50, "training steps' worth of transitions an actor may run ahead of its learner (0: no bound)")
-	fs.Int("threads", 1, "CPU device threads per worker process")
-	fs.Int("actor-restarts", 3, "start a failed actor again up to N times before its agent fails")
-	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
-	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
-	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long an actor or learner may send no heartbeat, or make no progress while it sends them, before it is taken for hung and killed (at least 1s)")
-	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): returns, steps/s, weight lag, publishes, syncs and restarts per agent")
-	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the run so the final values are scraped (0: exit at once)")
-	fs.Bool("stop-when-solved", def.StopWhenSolved, "stop an agent once a greedy evaluation (eval_interval) of 100 or more episodes has a mean return of 475 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps (stop_when_solved)")
-	fs.Bool("plot", false, "draw every agent's return curve into the run directory's "+PlotFile+" at the end (with run_graph_bench rl-plot, next to tolaria or on the PATH)")
+	fs.IntVar(&f.cfg.NumAgents, "agents", def.NumAgents, "independent agents, each an actor and a learner process")
+	fs.IntVar(&f.cfg.TotalSteps, "total-steps", def.TotalSteps, "environment steps per agent")
+	fs.Uint64Var(&f.cfg.Seed, "seed", def.Seed, "seed; agent i uses seed+i")
+	fs.BoolVar(&f.cfg.StopWhenSolved, "stop-when-solved", def.StopWhenSolved, "stop an agent once a greedy evaluation (eval_interval) of 100 or more episodes has a mean return of 475 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps")
+	for flag, key := range map[string]field.Name{"agents": "num_agents", "total-steps": "total_steps", "seed": "seed", "stop-when-solved": "stop_when_solved"} {
+		fileKey(fs, flag, key)
+		fs.Lookup(flag).Usage += " (" + string(key) + ")"
+	}
+	fs.StringVar(&f.req.Dir, "run-dir", "", "run directory, new (default runs/rl-<time>); with --resume, the run to continue")
+	fs.BoolVar(&f.req.Resume, "resume", false, "continue the interrupted run in --run-dir: each learner from its checkpoint, each buffer as saved")
+	registerDevice(fs, &f.req.Device, "; each worker opens its own")
+	fs.BoolVar(&f.req.Graphs, "enable-graphs", true, "actors and learners capture their step once and replay it")
+	fs.IntVar(&f.req.MaxLead, "max-lead", 50, "training steps' worth of transitions an actor may run ahead of its learner (0: no bound)")
+	fs.IntVar(&f.req.Threads, "threads", 1, "CPU device threads per worker process")
+	fs.IntVar(&f.req.ActorRestarts, "actor-restarts", 3, "start a failed actor again up to N times before its agent fails")
+	f.worker.register(fs, "an actor or learner")
+	f.metrics.register(fs, ": returns, steps/s, weight lag, publishes, syncs and restarts per agent")
+	fs.BoolVar(&f.plot, "plot", false, "draw every agent's return curve into the run directory's "+PlotFile+" at the end (with run_graph_bench rl-plot, next to tolaria or on the PATH)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runRL(cmd.Context(), cmd, &f) }
 	return cmd
 }
 
-// rlFlag spells a configuration key as its flag, where it has one.
-func rlFlag(key field.Name) string {
-	switch key {
-	case "num_agents":
-		return "--agents (num_agents)"
-	case "total_steps":
-		return "--total-steps (total_steps)"
-	case "stop_when_solved":
-		return "--stop-when-solved (stop_when_solved)"
-	case "run_dir", "resume", "device", "metrics_addr", "actor_restarts":
-		return "--" + strings.ReplaceAll(string(key), "_", "-")
-	}
-	return ""
+// rlFlags are tolaria rl's flags: the file's keys that flags override,
+// and the run's own settings.
+type rlFlags struct {
+	config  string
+	cfg     dqn.Config // only the fields of flags given are used
+	req     coordinator.RLRequest
+	worker  workerFlags
+	metrics metricsFlags
+	plot    bool
 }
 
-func rlRequest(cmd *cobra.Command) (coordinator.RLRequest, error) {
-	fs := cmd.Flags()
-	var req coordinator.RLRequest
-	get := func(name string) string { v, _ := fs.GetString(name); return v }
-	getInt := func(name string) int { v, _ := fs.GetInt(name); return v }
-	cfg := dqn.DefaultConfig()
-	req.Resume, _ = fs.GetBool("resume")
-	req.Dir = get("run-dir")
-	path := get("config")
+// request reads the configuration file (or the run's, to resume), puts
+// the flags given over it and checks the result.
+func (f *rlFlags) request(fs *pflag.FlagSet) (coordinator.RLRequest, error) {
+	req, path, cfg := f.req, f.config, dqn.DefaultConfig()
 	if req.Resume {
 		if path != "" {
 			return req, usagef("--resume continues with the configuration saved in --run-dir; drop --config")
@@ -126,79 +117,65 @@ func rlRequest(cmd *cobra.Command) (coordinator.RLRequest, error) {
 			return req, usagef("--config: %v", err)
 		}
 		if cfg, err = dqn.ParseConfig(raw); err != nil {
-			return req, usagef("%s: %s", path, field.Render(err, rlFlag))
+			return req, usagef("%s: %v", path, err) // the file's keys as written there
 		}
 	}
-	if req.Resume {
-		for _, f := range []string{"agents", "total-steps", "seed", "stop-when-solved"} {
-			if fs.Changed(f) {
-				return req, usagef("--%s cannot change a run being resumed; it continues with %s", f, path)
-			}
+	for _, flag := range []string{"agents", "total-steps", "seed", "stop-when-solved"} {
+		if !fs.Changed(flag) {
+			continue
 		}
-	}
-	if fs.Changed("agents") {
-		cfg.NumAgents = getInt("agents")
-	}
-	if fs.Changed("total-steps") {
-		cfg.TotalSteps = getInt("total-steps")
-	}
-	if fs.Changed("seed") {
-		cfg.Seed, _ = fs.GetUint64("seed")
-	}
-	if fs.Changed("stop-when-solved") {
-		cfg.StopWhenSolved, _ = fs.GetBool("stop-when-solved")
+		if req.Resume {
+			return req, usagef("--%s cannot change a run being resumed; it continues with %s", flag, path)
+		}
+		switch flag {
+		case "agents":
+			cfg.NumAgents = f.cfg.NumAgents
+		case "total-steps":
+			cfg.TotalSteps = f.cfg.TotalSteps
+		case "seed":
+			cfg.Seed = f.cfg.Seed
+		default:
+			cfg.StopWhenSolved = f.cfg.StopWhenSolved
+		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return req, usagef("%s", field.Render(err, rlFlag))
+		return req, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	req.Config, req.ConfigYAML = cfg, cfg.YAML()
-	req.Device = get("device")
-	req.Graphs, _ = fs.GetBool("enable-graphs")
-	req.MaxLead, req.Threads, req.ActorRestarts = getInt("max-lead"), getInt("threads"), getInt("actor-restarts")
 	if req.MaxLead < 0 || req.Threads < 1 || req.ActorRestarts < 0 {
 		return req, usagef("--max-lead and --actor-restarts must be 0 or more and --threads at least 1, got %d, %d and %d", req.MaxLead, req.ActorRestarts, req.Threads)
 	}
-	if req.Worker = get("worker"); req.Worker == "" {
-		req.Worker = os.Getenv("TOLARIA_WORKER")
+	if err := errors.Join(checkDevice(req.Device), f.worker.check(), f.metrics.check()); err != nil {
+		return req, err
 	}
-	req.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
-	req.HeartbeatTimeout, _ = fs.GetDuration("heartbeat-timeout")
-	if req.WorkerStart <= 0 || req.HeartbeatTimeout < worker.MinHeartbeatTimeout {
-		return req, usagef("--worker-start-timeout must be positive and --heartbeat-timeout at least %s, got %s and %s", worker.MinHeartbeatTimeout, req.WorkerStart, req.HeartbeatTimeout)
-	}
-	if linger, _ := fs.GetDuration("metrics-linger"); linger < 0 {
-		return req, usagef("--metrics-linger must be 0 or more, got %s", linger)
-	}
+	req.Config, req.ConfigYAML = cfg, cfg.YAML()
+	req.Worker, req.WorkerStart, req.HeartbeatTimeout = f.worker.path, f.worker.start, f.worker.heartbeat
 	return req, nil
 }
 
-func runRL(ctx context.Context, cmd *cobra.Command) error {
+func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	req, err := rlRequest(cmd)
+	req, err := f.request(cmd.Flags())
 	if err != nil {
-		return rlRefused(stderr, err)
+		return err
 	}
 	view := newRLView(stderr, req.Config.NumAgents)
 	view.total = req.Config.TotalSteps
 	log := slog.New(slog.NewTextHandler(view.logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	addr, _ := cmd.Flags().GetString("metrics-addr")
-	if addr != "" {
-		if _, err := telemetry.ListenAddress(addr); err != nil {
-			view.close()
-			return rlRefused(stderr, usagef("--metrics-addr: %v", err))
-		}
+	if req.Device, err = chooseDevice(ctx, req.Device, f.worker, log); err != nil {
+		view.close()
+		return err
 	}
-	metrics, rlm, err := coordinator.ServeRLMetrics(ctx, addr, version(), log)
+	metrics, rlm, err := coordinator.ServeRLMetrics(ctx, f.metrics.addr, version(), log)
 	if err != nil {
 		view.close()
-		return rlRefused(stderr, err)
+		return err
 	}
 	defer metrics.Close()
 	req.Logger, req.Report, req.Metrics = log, view.update, rlm
 	run, err := coordinator.PrepareRL(req, time.Now())
 	if err != nil {
 		view.close()
-		return rlRefused(stderr, err)
+		return err
 	}
 	defer run.Close()
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
@@ -208,11 +185,10 @@ func runRL(ctx context.Context, cmd *cobra.Command) error {
 	sum, runErr := run.Run(ctx)
 	view.close()
 	printRLSummary(stdout, sum)
-	if plot, _ := cmd.Flags().GetBool("plot"); plot {
+	if f.plot {
 		drawReturns(ctx, run.Dir(), stdout, stderr)
 	}
-	linger, _ := cmd.Flags().GetDuration("metrics-linger")
-	defer metrics.Linger(ctx, linger)
+	defer metrics.Linger(ctx, f.metrics.linger)
 	ok := 0
 	for _, a := range sum.Agents {
 		if a.State == coordinator.AgentSucceeded {
@@ -226,8 +202,7 @@ func runRL(ctx context.Context, cmd *cobra.Command) error {
 	case ok == len(sum.Agents):
 		return nil
 	case runErr != nil && errors.Is(runErr, coordinator.ErrSetup):
-		fmt.Fprintln(stderr, "tolaria:", runErr)
-		return exitError{exitFailure}
+		return runErr
 	case ok == 0:
 		fmt.Fprintf(stderr, "tolaria: no agent finished; see the reasons in %s/%s\n", run.Dir(), coordinator.SummaryFile)
 		return exitError{exitFailure}
@@ -259,15 +234,6 @@ func drawReturns(ctx context.Context, dir string, stdout, stderr io.Writer) {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-func rlRefused(w io.Writer, err error) error {
-	code := exitFailure
-	if errors.Is(err, errUsage) || errors.Is(err, coordinator.ErrConfig) {
-		code = exitUsage
-	}
-	fmt.Fprintln(w, "tolaria:", field.Render(err, rlFlag))
-	return exitError{code}
 }
 
 func printRLSummary(w io.Writer, s coordinator.RLSummary) {

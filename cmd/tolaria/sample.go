@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
+	"log/slog"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
-	"github.com/tolaria-ml/tolaria/internal/field"
-	"github.com/tolaria-ml/tolaria/worker"
 )
 
 func newSampleCmd() *cobra.Command {
@@ -33,10 +29,11 @@ captured once and replayed per token; the text is the same either way, and
 the same --seed gives the same text. --temperature 0 takes the most likely
 byte each time.
 
---device cpu (the default) samples in this process. --device cuda samples
-in a tolaria-worker process built for CUDA (--worker, default next to
-tolaria or $TOLARIA_WORKER) on the first GPU it sees; it verifies the
-checkpoint's SHA-256 before it loads it. The same --seed gives the same text
+--device cpu samples in this process. --device cuda samples in a
+tolaria-worker process built for CUDA (--worker, default next to tolaria or
+$TOLARIA_WORKER) on the first GPU it sees; it verifies the checkpoint's
+SHA-256 before it loads it. --device auto (the default) takes cuda when
+that worker can open a GPU, and cpu otherwise. The same --seed gives the same text
 on either device, graphs on or off.
 
 The prompt and the drawn bytes are printed to standard output.
@@ -45,60 +42,39 @@ Exit status: 0 done, 2 bad input (no run, no checkpoint, not a token
 model, --tokens < 1, --temperature < 0, another --device), 1 another
 failure (no worker, no GPU: the message says which), 130 interrupted.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return sample(cmd.Context(), cmd) },
 	}
-	fs := cmd.Flags()
-	fs.String("run-dir", "", "the run directory whose checkpoint to sample from (required)")
-	fs.String("prompt", "", "the text to continue (any bytes)")
-	fs.Int("tokens", 200, "bytes to draw (at least 1)")
-	fs.Float64("temperature", 1, "divides the logits before the softmax; 0 takes the most likely byte")
-	fs.Uint64("seed", 1, "the sampling generator's key: the same seed gives the same text")
-	fs.String("device", "cpu", "where the decode step runs: cpu (in this process) or cuda (the first GPU a CUDA build of tolaria-worker sees)")
-	fs.Bool("enable-graphs", true, "capture the decode step once and replay it per token")
-	fs.String("worker", "", "path of the tolaria-worker binary for --device cuda (default: next to tolaria, or $TOLARIA_WORKER)")
-	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long the tolaria-worker may take to open its device before it is killed")
-	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long the tolaria-worker may send no heartbeat, or draw no token while it sends them, before it is taken for hung and killed (at least 1s)")
-	return cmd
-}
-
-// sampleFlag spells a sampling setting as its flag.
-func sampleFlag(key field.Name) string {
-	return "--" + strings.ReplaceAll(string(key), "_", "-")
-}
-
-func sample(ctx context.Context, cmd *cobra.Command) error {
-	fs := cmd.Flags()
 	var req coordinator.SampleRequest
 	var prompt string
-	req.RunDir, _ = fs.GetString("run-dir")
-	prompt, _ = fs.GetString("prompt")
-	req.Prompt = []byte(prompt)
-	req.Tokens, _ = fs.GetInt("tokens")
-	req.Temperature, _ = fs.GetFloat64("temperature")
-	req.Seed, _ = fs.GetUint64("seed")
-	req.Device, _ = fs.GetString("device")
-	req.Graphs, _ = fs.GetBool("enable-graphs")
-	if req.Worker, _ = fs.GetString("worker"); req.Worker == "" {
-		req.Worker = os.Getenv("TOLARIA_WORKER")
-	}
-	req.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
-	req.HeartbeatTimeout, _ = fs.GetDuration("heartbeat-timeout")
-	text, err := coordinator.Sample(ctx, req)
-	if err != nil {
-		code := exitFailure
-		switch {
-		case ctx.Err() != nil:
-			code = interruptedCode(ctx)
-		case errors.Is(err, coordinator.ErrConfig):
-			code = exitUsage
+	var workers workerFlags
+	fs := cmd.Flags()
+	fs.StringVar(&req.RunDir, "run-dir", "", "the run directory whose checkpoint to sample from (required)")
+	fs.StringVar(&prompt, "prompt", "", "the text to continue (any bytes)")
+	fs.IntVar(&req.Tokens, "tokens", 200, "bytes to draw (at least 1)")
+	fs.Float64Var(&req.Temperature, "temperature", 1, "divides the logits before the softmax; 0 takes the most likely byte")
+	fs.Uint64Var(&req.Seed, "seed", 1, "the sampling generator's key: the same seed gives the same text")
+	registerDevice(fs, &req.Device, "; cpu samples in this process, cuda in a tolaria-worker on the first GPU it sees")
+	fs.BoolVar(&req.Graphs, "enable-graphs", true, "capture the decode step once and replay it per token")
+	workers.register(fs, "the tolaria-worker")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		ctx := cmd.Context()
+		var err error
+		if err = errors.Join(checkDevice(req.Device), workers.check()); err != nil {
+			return err
 		}
-		fmt.Fprintln(cmd.ErrOrStderr(), "tolaria:", field.Render(err, sampleFlag))
-		return exitError{code}
-	}
-	out := cmd.OutOrStdout()
-	if _, err := out.Write(append(req.Prompt, text...)); err != nil {
+		req.Prompt, req.Worker, req.WorkerStart, req.HeartbeatTimeout = []byte(prompt), workers.path, workers.start, workers.heartbeat
+		if req.Device, err = chooseDevice(ctx, req.Device, workers, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))); err != nil {
+			return err
+		}
+		text, err := coordinator.Sample(ctx, req)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		if _, err := out.Write(append(req.Prompt, text...)); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(out)
 		return err
 	}
-	_, err = fmt.Fprintln(out)
-	return err
+	return cmd
 }

@@ -6,22 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
-	"github.com/tolaria-ml/tolaria/internal/field"
-	"github.com/tolaria-ml/tolaria/worker"
 )
-
-// Exit codes of a sweep besides exitOK, exitFailure (no trial succeeded),
-// exitUsage and the interrupted codes.
-const exitSomeFailed = 3
 
 func newSweepCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -72,124 +64,65 @@ checkpoints and stops).`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			path := ""
-			if len(args) > 0 {
-				path = args[0]
-			}
-			return sweep(cmd.Context(), cmd, path)
-		},
 	}
+	var f sweepFlags
 	fs := cmd.Flags()
-	fs.String("device", "auto", "auto, cpu or cuda: auto takes GPU 0 when a CUDA worker can open one (list more with --devices), and the CPU otherwise")
-	fs.String("devices", "", "GPUs to run trials on, e.g. 0,1,2,3 (implies --device cuda); each trial's worker sees only its GPU (CUDA_VISIBLE_DEVICES)")
-	fs.Int("per-device", 0, "trials sharing one device at once (default 1 on a GPU, --parallel on the CPU)")
-	fs.Int("parallel", 0, "trials running at once (default one per device slot: devices times --per-device)")
-	fs.Int("retries", 0, "start a failed trial again up to N times, from its last checkpoint when it has one")
-	fs.String("rank-by", "test_accuracy", "summary key to rank trials by: "+strings.Join(coordinator.RankKeys(), ", ")+
+	registerDevice(fs, &f.cfg.Device, " (auto takes GPU 0; list more with --devices)")
+	fs.StringVar(&f.devices, "devices", "", "GPUs to run trials on, e.g. 0,1,2,3 (implies --device cuda); each trial's worker sees only its GPU (CUDA_VISIBLE_DEVICES)")
+	fs.IntVar(&f.cfg.PerDevice, "per-device", 0, "trials sharing one device at once (default 1 on a GPU, --parallel on the CPU)")
+	fs.IntVar(&f.cfg.Parallel, "parallel", 0, "trials running at once (default one per device slot: devices times --per-device)")
+	fs.IntVar(&f.cfg.Retries, "retries", 0, "start a failed trial again up to N times, from its last checkpoint when it has one")
+	fs.StringVar(&f.cfg.RankBy, "rank-by", "test_accuracy", "summary key to rank trials by: "+strings.Join(coordinator.RankKeys(), ", ")+
 		" (keys ending in loss or seconds rank ascending, the others descending)")
-	fs.String("sweep-dir", "", "sweep directory, new or empty (default sweeps/<time>); with --resume, the sweep to resume")
-	fs.Bool("resume", false, "resume the sweep in --sweep-dir: run only its trials that did not succeed")
-	fs.String("worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
-	fs.Duration("worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
-	fs.Duration("heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long a trial's tolaria-worker may send no heartbeat, or make no progress while it sends them, before it is taken for hung, killed and its trial failed (at least 1s)")
-	fs.String("metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given): trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")
-	fs.Duration("metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the sweep so the final values are scraped (0: exit at once)")
-	fs.String("priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
-	fs.Int("max-trials", coordinator.DefaultMaxTrials, "the most trials the sweep file may make; a larger sweep is refused before anything is written (a resumed sweep keeps the size it was accepted at)")
-	fs.String("device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB, 512MiB or 16GB (0 or unset: what the device reports free); on the CPU it stands in for a GPU's memory")
-	addLauncherFlags(fs, "trial")
+	fs.StringVar(&f.cfg.Dir, "sweep-dir", "", "sweep directory, new or empty (default sweeps/<time>); with --resume, the sweep to resume")
+	fs.BoolVar(&f.cfg.Resume, "resume", false, "resume the sweep in --sweep-dir: run only its trials that did not succeed")
+	fs.StringVar(&f.cfg.PriorityKey, "priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
+	fs.IntVar(&f.maxTrials, "max-trials", coordinator.DefaultMaxTrials, "the most trials the sweep file may make; a larger sweep is refused before anything is written (a resumed sweep keeps the size it was accepted at)")
+	fs.StringVar(&f.deviceMemory, "device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB, 512MiB or 16GB (0 or unset: what the device reports free); on the CPU it stands in for a GPU's memory")
+	f.worker.register(fs, "a trial's tolaria-worker")
+	f.metrics.register(fs, ": trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")
+	f.launch.register(fs, "trial")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return sweep(cmd.Context(), cmd, &f, append(args, "")[0])
+	}
 	return cmd
 }
 
-// addLauncherFlags adds the flags that send workers (of trials, or of
-// shards) to Slurm.
-func addLauncherFlags(fs *pflag.FlagSet, what string) {
-	fs.String("launcher", coordinator.LauncherLocal, "where workers run: local (processes on this machine) or slurm (a Slurm job array, one task per "+what+"; see docs/slurm.md)")
-	fs.String("partition", "", "with --launcher slurm: the partition to submit to (sbatch --partition; default the cluster's)")
-	fs.String("account", "", "with --launcher slurm: the account to charge (sbatch --account)")
-	fs.String("time-limit", "", "with --launcher slurm: each task's time limit in Slurm's format, e.g. 2:00:00 (sbatch --time); a task past it fails with reason time_limit")
-	fs.StringArray("sbatch-arg", nil, "with --launcher slurm: a further sbatch option, e.g. --sbatch-arg=--mem=8G (repeat for more)")
-	fs.Bool("dry-run", false, "with --launcher slurm: print the batch script and the sbatch command, submit nothing and write nothing")
+// sweepFlags are the sweep's flags, read into its configuration.
+type sweepFlags struct {
+	cfg                   coordinator.SweepConfig
+	devices, deviceMemory string
+	maxTrials             int
+	worker                workerFlags
+	metrics               metricsFlags
+	launch                launcherFlags
 }
 
-// launcherConfig reads the launcher flags over what the sweep file says
-// (file: its launcher: and slurm:, zero for an evaluation).
-func launcherConfig(fs *pflag.FlagSet, launcher string, slurm coordinator.SlurmConfig) (string, coordinator.SlurmConfig, bool, error) {
-	get := func(name string) string { v, _ := fs.GetString(name); return v }
-	if fs.Changed("launcher") || launcher == "" {
-		launcher = get("launcher")
-	}
-	for flag, dst := range map[string]*string{"partition": &slurm.Partition, "account": &slurm.Account, "time-limit": &slurm.TimeLimit} {
-		if fs.Changed(flag) {
-			*dst = get(flag)
-		}
-	}
-	if fs.Changed("sbatch-arg") {
-		slurm.Args, _ = fs.GetStringArray("sbatch-arg")
-	}
-	dry, _ := fs.GetBool("dry-run")
-	if launcher != coordinator.LauncherSlurm {
-		for _, f := range []string{"partition", "account", "time-limit", "sbatch-arg", "dry-run"} {
-			if fs.Changed(f) {
-				return launcher, slurm, dry, usagef("--%s goes with --launcher slurm", f)
-			}
-		}
-	}
-	return launcher, slurm, dry, nil
-}
-
-// sweepFlag spells a sweep setting as its flag. Keys of the sweep file
-// (a trial's lr) stay as they are: they are not flags here.
-func sweepFlag(key field.Name) string {
-	switch key {
-	case "device", "devices", "per_device", "parallel", "retries", "rank_by", "sweep_dir", "worker", "metrics_addr", "device_memory", "priority",
-		"max_trials", "launcher", "partition", "account", "time_limit", "dry_run":
-		return "--" + strings.ReplaceAll(string(key), "_", "-")
-	case "sbatch_args":
-		return "--sbatch-arg"
-	}
-	return ""
-}
-
-func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error) {
-	var cfg coordinator.SweepConfig
+// config checks the flags and reads the sweep file (path), or with
+// --resume the sweep saved in --sweep-dir.
+func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error) {
+	cfg := f.cfg
 	var err error
-	get := func(name string) string { v, _ := fs.GetString(name); return v }
-	getInt := func(name string) int { v, _ := fs.GetInt(name); return v }
-	cfg.Device, cfg.RankBy, cfg.Dir, cfg.MetricsAddr = get("device"), get("rank-by"), get("sweep-dir"), get("metrics-addr")
-	cfg.PerDevice, cfg.Parallel, cfg.Retries = getInt("per-device"), getInt("parallel"), getInt("retries")
-	if cfg.Worker = get("worker"); cfg.Worker == "" {
-		cfg.Worker = os.Getenv("TOLARIA_WORKER")
+	if err = errors.Join(checkDevice(cfg.Device), f.worker.check(), f.metrics.check()); err != nil {
+		return cfg, err
 	}
-	cfg.WorkerStart, _ = fs.GetDuration("worker-start-timeout")
-	if cfg.WorkerStart <= 0 {
-		return cfg, usagef("--worker-start-timeout must be positive, got %s", cfg.WorkerStart)
-	}
-	cfg.HeartbeatTimeout, _ = fs.GetDuration("heartbeat-timeout")
-	if cfg.HeartbeatTimeout < worker.MinHeartbeatTimeout {
-		return cfg, usagef("--heartbeat-timeout must be at least %s, got %s", worker.MinHeartbeatTimeout, cfg.HeartbeatTimeout)
-	}
-	if linger, _ := fs.GetDuration("metrics-linger"); linger < 0 {
-		return cfg, usagef("--metrics-linger must be 0 or more, got %s", linger)
-	}
-	cfg.PriorityKey = get("priority")
-	if v := get("device-memory"); v != "" {
-		if cfg.DeviceMemory, err = parseBytes(v); err != nil {
+	cfg.Worker, cfg.WorkerStart, cfg.HeartbeatTimeout, cfg.MetricsAddr = f.worker.path, f.worker.start, f.worker.heartbeat, f.metrics.addr
+	if f.deviceMemory != "" {
+		if cfg.DeviceMemory, err = parseBytes(f.deviceMemory); err != nil {
 			return cfg, usagef("--device-memory: %v", err)
 		}
 	}
-	for _, f := range []string{"per-device", "parallel", "max-trials"} {
-		if fs.Changed(f) && getInt(f) < 1 {
-			return cfg, usagef("--%s must be at least 1, got %d", f, getInt(f))
+	for i, n := range []int{cfg.PerDevice, cfg.Parallel, f.maxTrials} {
+		if flag := []string{"per-device", "parallel", "max-trials"}[i]; fs.Changed(flag) && n < 1 {
+			return cfg, usagef("--%s must be at least 1, got %d", flag, n)
 		}
 	}
-	if devices := get("devices"); devices != "" {
+	if f.devices != "" {
 		if fs.Changed("device") && cfg.Device != "cuda" {
 			return cfg, usagef("--devices names GPUs; it cannot go with --device %s", cfg.Device)
 		}
 		cfg.Device = "cuda"
-		for _, d := range strings.Split(devices, ",") {
+		for _, d := range strings.Split(f.devices, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(d))
 			if err != nil || n < 0 {
 				return cfg, usagef("--devices: %q is not a GPU index; give indices such as 0,1", d)
@@ -197,30 +130,27 @@ func sweepConfig(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error
 			cfg.GPUs = append(cfg.GPUs, n)
 		}
 	}
-	if cfg.Resume, _ = fs.GetBool("resume"); cfg.Resume {
+	if cfg.Resume {
 		var saved coordinator.Results
-		cfg.Sweep, saved, err = coordinator.LoadSweepDir(cfg.Dir)
-		if err != nil {
+		if cfg.Sweep, saved, err = coordinator.LoadSweepDir(cfg.Dir); err != nil {
 			return cfg, err
 		}
 		if !fs.Changed("rank-by") {
 			cfg.RankBy = saved.RankBy // ranked as it was unless asked otherwise
 		}
-		cfg.Launcher, cfg.Slurm, cfg.DryRun, err = launcherConfig(fs, cfg.Sweep.Launcher, cfg.Sweep.Slurm)
+	} else if cfg.Sweep, err = coordinator.ReadSweepMax(path, f.maxTrials); err != nil {
 		return cfg, err
 	}
-	if cfg.Sweep, err = coordinator.ReadSweepMax(path, getInt("max-trials")); err != nil {
-		return cfg, err
-	}
-	cfg.Launcher, cfg.Slurm, cfg.DryRun, err = launcherConfig(fs, cfg.Sweep.Launcher, cfg.Sweep.Slurm)
+	cfg.DryRun = f.launch.dryRun
+	cfg.Launcher, cfg.Slurm, err = f.launch.apply(fs, cfg.Sweep.Launcher, cfg.Sweep.Slurm)
 	return cfg, err
 }
 
-func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
+func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	cfg, err := sweepConfig(cmd.Flags(), path)
+	cfg, err := f.config(cmd.Flags(), path)
 	if err != nil {
-		return sweepRefused(stderr, err)
+		return err
 	}
 	view := newSweepView(stderr, cfg.Sweep.Trials)
 	log := slog.New(slog.NewTextHandler(view.logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -233,11 +163,7 @@ func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
 	}
 	if err != nil {
 		view.close()
-		if ctx.Err() != nil {
-			fmt.Fprintf(stderr, "tolaria: interrupted: %v\n", err)
-			return exitError{interruptedCode(ctx)}
-		}
-		return sweepRefused(stderr, err)
+		return err
 	}
 	defer s.Close()
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
@@ -252,8 +178,7 @@ func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
 	res, err := s.Run(ctx)
 	view.close()
 	printResults(stdout, res, s.Dir())
-	linger, _ := cmd.Flags().GetDuration("metrics-linger")
-	defer s.Linger(ctx, linger) // after the last lines, before the exit
+	defer s.Linger(ctx, f.metrics.linger) // after the last lines, before the exit
 	if err != nil {
 		fmt.Fprintf(stderr, "tolaria: writing the results: %v\n", err)
 		return exitError{exitFailure}
@@ -271,17 +196,6 @@ func sweep(ctx context.Context, cmd *cobra.Command, path string) error {
 	}
 	fmt.Fprintf(stderr, "tolaria: %d of %d trials failed; see the reasons in %s/%s\n", total-ok, total, s.Dir(), coordinator.ResultsJSON)
 	return exitError{exitSomeFailed}
-}
-
-// sweepRefused reports a sweep refused before it started.
-func sweepRefused(w io.Writer, err error) error {
-	code := exitFailure
-	switch {
-	case errors.Is(err, errUsage), errors.Is(err, coordinator.ErrConfig):
-		code = exitUsage
-	}
-	fmt.Fprintln(w, "tolaria:", field.Render(err, sweepFlag))
-	return exitError{code}
 }
 
 // printResults prints the ranked trials.

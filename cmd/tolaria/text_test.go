@@ -33,11 +33,12 @@ func TestDataDirDefaultsPerDataset(t *testing.T) {
 				t.Setenv(job.EnvVar("data_dir"), c.env)
 			}
 			fs := pflag.NewFlagSet("train", pflag.ContinueOnError)
-			addFlags(fs)
+			var flags trainFlags
+			flags.register(fs)
 			if err := fs.Parse(c.args); err != nil {
 				t.Fatal(err)
 			}
-			req, _, err := resolve(fs)
+			req, _, err := resolve(fs, &flags)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 )
 
 func newTrainCmd(proc process) *cobra.Command {
+	var flags trainFlags
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "train a model (Fashion-MNIST MLP by default)",
@@ -79,21 +80,21 @@ silent for --heartbeat-timeout is taken for hung and killed.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return train(cmd.Context(), cmd, proc)
+			return train(cmd.Context(), cmd, proc, &flags)
 		},
 	}
-	addFlags(cmd.Flags())
+	flags.register(cmd.Flags())
 	return cmd
 }
 
-func train(ctx context.Context, cmd *cobra.Command, proc process) error {
+func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFlags) error {
 	stderr := cmd.ErrOrStderr()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	req, set, err := resolve(cmd.Flags())
+	req, warnings, err := resolve(cmd.Flags(), flags)
 	if err != nil {
 		return err
 	}
-	for _, w := range set.warnings {
+	for _, w := range warnings {
 		log.Warn(w)
 	}
 	// A worker's logs go to the run directory's worker.log (Placement.Stderr
@@ -112,7 +113,7 @@ func train(ctx context.Context, cmd *cobra.Command, proc process) error {
 	bar.finish()
 	if err != nil {
 		ferr := reportFailure(ctx, stderr, err, run.Dir())
-		run.Linger(ctx, set.metricsLinger)
+		run.Linger(ctx, flags.metrics.linger)
 		return ferr
 	}
 	if err := run.Record(&sum); err != nil {
@@ -131,7 +132,7 @@ func train(ctx context.Context, cmd *cobra.Command, proc process) error {
 			return exitError{exitFailure}
 		}
 	}
-	run.Linger(ctx, set.metricsLinger)
+	run.Linger(ctx, flags.metrics.linger)
 	return nil
 }
 

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/telemetry"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// The flags that several commands share are declared here, once: each
+// group has one register function and one check, and errors name them
+// the same way in every command.
+
+// errUsage marks errors in the user's configuration; they exit with 2.
+var errUsage = errors.New("invalid configuration")
+
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+// flagName is a setting's flag, without its dashes.
+func flagName(key field.Name) string {
+	return strings.ReplaceAll(strings.TrimPrefix(string(key), "model."), "_", "-")
+}
+
+// keyAnnotation marks a flag that sets a key of the command's file under
+// another name, or that the user may have written in the file instead.
+const keyAnnotation = "tolaria.key"
+
+// fileKey records that flag sets key of the command's file: errors name
+// it "--flag (key)".
+func fileKey(fs *pflag.FlagSet, flag string, key field.Name) {
+	_ = fs.SetAnnotation(flag, keyAnnotation, []string{string(key)})
+}
+
+// speller spells a setting's key as cmd's flag, for messages: run_dir as
+// --run-dir, model.hidden as --hidden, a key marked by fileKey as
+// "--agents (num_agents)". A key with no flag keeps its name ("").
+func speller(cmd *cobra.Command) func(field.Name) string {
+	fs := cmd.Flags()
+	return func(key field.Name) string {
+		spelled := ""
+		fs.VisitAll(func(f *pflag.Flag) {
+			if k := f.Annotations[keyAnnotation]; len(k) == 1 && k[0] == string(key) {
+				spelled = fmt.Sprintf("--%s (%s)", f.Name, key)
+			}
+		})
+		if spelled == "" && fs.Lookup(flagName(key)) != nil {
+			spelled = "--" + flagName(key)
+		}
+		return spelled
+	}
+}
+
+// workerFlags choose the tolaria-worker binary and bound its silences.
+type workerFlags struct {
+	path      string
+	start     time.Duration
+	heartbeat time.Duration
+}
+
+// register adds --worker, --worker-start-timeout and --heartbeat-timeout;
+// who names the workers in the help ("a trial's tolaria-worker").
+func (w *workerFlags) register(fs *pflag.FlagSet, who string) {
+	fs.StringVar(&w.path, "worker", "", "path of the tolaria-worker binary (default: next to tolaria, or $TOLARIA_WORKER)")
+	fs.DurationVar(&w.start, "worker-start-timeout", worker.DefaultHelloTimeout, "how long a tolaria-worker may take to open its device before it is killed")
+	fs.DurationVar(&w.heartbeat, "heartbeat-timeout", worker.DefaultHeartbeatTimeout, "how long "+who+
+		" may send no heartbeat, or make no progress while it sends them, before it is taken for hung and killed (at least "+worker.MinHeartbeatTimeout.String()+")")
+}
+
+// check refuses bounds a worker cannot keep, and takes $TOLARIA_WORKER
+// when --worker is not given.
+func (w *workerFlags) check() error {
+	if w.path == "" {
+		w.path = os.Getenv("TOLARIA_WORKER")
+	}
+	switch {
+	case w.start <= 0:
+		return usagef("--worker-start-timeout: %s is not positive; give a duration such as %s", w.start, worker.DefaultHelloTimeout)
+	case w.heartbeat < worker.MinHeartbeatTimeout:
+		return usagef("--heartbeat-timeout: %s is too short (a loaded machine's scheduling could pass for a hang); give at least %s, such as %s",
+			w.heartbeat, worker.MinHeartbeatTimeout, worker.DefaultHeartbeatTimeout)
+	}
+	return nil
+}
+
+// metricsFlags say where /metrics is served and how long after the end.
+type metricsFlags struct {
+	addr   string
+	linger time.Duration
+}
+
+// register adds --metrics-addr and --metrics-linger; what says what the
+// metrics are.
+func (m *metricsFlags) register(fs *pflag.FlagSet, what string) {
+	fs.StringVar(&m.addr, "metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given)"+what)
+	fs.DurationVar(&m.linger, "metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the end so the final values are scraped (0: exit at once)")
+}
+
+func (m *metricsFlags) check() error {
+	if m.linger < 0 {
+		return usagef("--metrics-linger: %s is negative; give a duration such as 15s, or 0", m.linger)
+	}
+	if m.addr != "" {
+		if _, err := telemetry.ListenAddress(m.addr); err != nil {
+			return usagef("--metrics-addr: %v", err)
+		}
+	}
+	return nil
+}
+
+// deviceHelp is what --device says in every command.
+const deviceHelp = "auto, cpu or cuda: auto takes a GPU when a CUDA build of tolaria-worker can open one, and the CPU otherwise"
+
+// registerDevice adds --device, auto by default in every command; where
+// says what runs on it.
+func registerDevice(fs *pflag.FlagSet, dst *string, where string) {
+	fs.StringVar(dst, "device", "auto", deviceHelp+where)
+}
+
+func checkDevice(device string) error {
+	if device != "auto" && device != "cpu" && device != "cuda" {
+		return usagef("--device: must be auto, cpu or cuda, got %q", device)
+	}
+	return nil
+}
+
+// chooseDevice resolves --device auto for the commands whose workers open
+// a device of their own (eval, sample, rl): cuda when a CUDA build of
+// tolaria-worker opens a GPU, cpu otherwise, as train and sweep choose.
+func chooseDevice(ctx context.Context, device string, w workerFlags, log *slog.Logger) (string, error) {
+	if device != "auto" {
+		return device, nil
+	}
+	_, hello, err := coordinator.CUDAWorker(ctx, w.path, w.start, nil)
+	switch {
+	case err == nil:
+		log.Info("device auto: using cuda", "gpu", hello.Description)
+		return "cuda", nil
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	}
+	log.Info("device auto: using cpu", "reason", err.Error())
+	return "cpu", nil
+}
+
+// launcherFlags send workers (of trials, or of shards) to Slurm.
+type launcherFlags struct {
+	name, partition, account, timeLimit string
+	sbatch                              []string
+	dryRun                              bool
+}
+
+// register adds --launcher and its Slurm settings; what is what a task
+// runs ("trial").
+func (l *launcherFlags) register(fs *pflag.FlagSet, what string) {
+	fs.StringVar(&l.name, "launcher", coordinator.LauncherLocal, "where workers run: local (processes on this machine) or slurm (a Slurm job array, one task per "+what+"; see docs/slurm.md)")
+	fs.StringVar(&l.partition, "partition", "", "with --launcher slurm: the partition to submit to (sbatch --partition; default the cluster's)")
+	fs.StringVar(&l.account, "account", "", "with --launcher slurm: the account to charge (sbatch --account)")
+	fs.StringVar(&l.timeLimit, "time-limit", "", "with --launcher slurm: each task's time limit in Slurm's format, e.g. 2:00:00 (sbatch --time); a task past it fails with reason time_limit")
+	fs.StringArrayVar(&l.sbatch, "sbatch-arg", nil, "with --launcher slurm: a further sbatch option, e.g. --sbatch-arg=--mem=8G (repeat for more)")
+	fs.BoolVar(&l.dryRun, "dry-run", false, "with --launcher slurm: print the batch script and the sbatch command, submit nothing and write nothing")
+	fileKey(fs, "sbatch-arg", "sbatch_args")
+}
+
+// apply puts the flags given over what a file says (a sweep file's
+// launcher: and slurm:; nothing for an evaluation).
+func (l *launcherFlags) apply(fs *pflag.FlagSet, launcher string, slurm coordinator.SlurmConfig) (string, coordinator.SlurmConfig, error) {
+	if fs.Changed("launcher") || launcher == "" {
+		launcher = l.name
+	}
+	for flag, v := range map[string]*string{"partition": &slurm.Partition, "account": &slurm.Account, "time-limit": &slurm.TimeLimit} {
+		if fs.Changed(flag) {
+			*v = fs.Lookup(flag).Value.String()
+		}
+	}
+	if fs.Changed("sbatch-arg") {
+		slurm.Args = l.sbatch
+	}
+	if launcher != coordinator.LauncherSlurm {
+		for _, f := range []string{"partition", "account", "time-limit", "sbatch-arg", "dry-run"} {
+			if fs.Changed(f) {
+				return launcher, slurm, usagef("--%s goes with --launcher slurm", f)
+			}
+		}
+	}
+	return launcher, slurm, nil
+}
