@@ -1,7 +1,6 @@
 package env
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 )
@@ -48,9 +47,7 @@ const (
 // observations its float32 rounding.
 type Acrobot struct {
 	state [4]float64
-	steps int
-	over  bool
-	reset bool
+	episode
 }
 
 // NewAcrobot returns an Acrobot; Reset it before the first Step.
@@ -71,14 +68,14 @@ func (a *Acrobot) Reset(seed uint64, obs []float32) {
 	for i := range a.state {
 		a.state[i] = -acResetHalf + 2*acResetHalf*rng.Float64()
 	}
-	a.steps, a.over, a.reset = 0, false, true
+	a.start()
 	a.observe(obs)
 }
 
 // SetState starts an episode at a given state.
 func (a *Acrobot) SetState(s [4]float64, obs []float32) {
 	a.state = s
-	a.steps, a.over, a.reset = 0, false, true
+	a.start()
 	a.observe(obs)
 }
 
@@ -94,19 +91,12 @@ func (a *Acrobot) observe(obs []float32) {
 
 // Step applies the elbow torque of action for 0.2 s.
 func (a *Acrobot) Step(action int, obs []float32) (float32, bool, bool, error) {
-	switch {
-	case !a.reset:
-		return 0, false, false, ErrNotReset
-	case a.over:
-		return 0, false, false, ErrEpisodeOver
-	case action < 0 || action > 2:
-		return 0, false, false, fmt.Errorf("env: %s action must be 0, 1 or 2, got %d", AcrobotName, action)
+	if err := a.check(AcrobotName, action, 3); err != nil {
+		return 0, false, false, err
 	}
 	a.state = acrobotNext(a.state, float64(action-1))
-	a.steps++
 	terminated := acrobotReached(a.state)
-	truncated := !terminated && a.steps >= AcrobotMaxSteps
-	a.over = terminated || truncated
+	truncated := a.end(terminated, AcrobotMaxSteps)
 	a.observe(obs)
 	var reward float32 = -1
 	if terminated {

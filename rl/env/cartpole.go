@@ -1,7 +1,6 @@
 package env
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 )
@@ -38,9 +37,7 @@ const (
 // float32 rounding.
 type CartPole struct {
 	state [4]float64
-	steps int
-	over  bool
-	reset bool
+	episode
 }
 
 // NewCartPole returns a CartPole; Reset it before the first Step.
@@ -61,7 +58,7 @@ func (c *CartPole) Reset(seed uint64, obs []float32) {
 	for i := range c.state {
 		c.state[i] = -cpResetBound + 2*cpResetBound*rng.Float64()
 	}
-	c.steps, c.over, c.reset = 0, false, true
+	c.start()
 	c.observe(obs)
 }
 
@@ -69,7 +66,7 @@ func (c *CartPole) Reset(seed uint64, obs []float32) {
 // as a test or a replay of a recorded episode needs.
 func (c *CartPole) SetState(s [4]float64, obs []float32) {
 	c.state = s
-	c.steps, c.over, c.reset = 0, false, true
+	c.start()
 	c.observe(obs)
 }
 
@@ -84,20 +81,13 @@ func (c *CartPole) observe(obs []float32) {
 
 // Step advances the cart by one Euler step of tau = 0.02 s.
 func (c *CartPole) Step(action int, obs []float32) (float32, bool, bool, error) {
-	switch {
-	case !c.reset:
-		return 0, false, false, ErrNotReset
-	case c.over:
-		return 0, false, false, ErrEpisodeOver
-	case action != 0 && action != 1:
-		return 0, false, false, fmt.Errorf("env: %s action must be 0 or 1, got %d", CartPoleName, action)
+	if err := c.check(CartPoleName, action, 2); err != nil {
+		return 0, false, false, err
 	}
 	c.state = cartPoleNext(c.state, action)
-	c.steps++
 	x, theta := c.state[0], c.state[2]
 	terminated := x < -cpXLimit || x > cpXLimit || theta < -cpThetaLimit || theta > cpThetaLimit
-	truncated := !terminated && c.steps >= CartPoleMaxSteps
-	c.over = terminated || truncated
+	truncated := c.end(terminated, CartPoleMaxSteps)
 	c.observe(obs)
 	return 1, terminated, truncated, nil
 }

@@ -81,14 +81,12 @@ const (
 // food, another agent; each 0 or 1. Everything random comes from the Reset
 // seed: the same seed and actions give the same episode.
 type Forage struct {
-	cfg   ForageConfig
-	cell  []uint8 // width·height cells: forageWall, forageFood or 0
-	pos   []int   // each agent's cell
-	at    []int   // the agent on each cell, or -1
-	rng   *rand.Rand
-	steps int
-	over  bool
-	reset bool
+	cfg  ForageConfig
+	cell []uint8 // width·height cells: forageWall, forageFood or 0
+	pos  []int   // each agent's cell
+	at   []int   // the agent on each cell, or -1
+	rng  *rand.Rand
+	episode
 	// Step's scratch, made once.
 	target        []int
 	blocked, fail []bool
@@ -149,7 +147,7 @@ func (f *Forage) Reset(seed uint64, obs [][]float32) {
 	for range f.cfg.Food {
 		f.cell[f.freeCell()] = forageFood
 	}
-	f.steps, f.over, f.reset = 0, false, true
+	f.start()
 	f.observe(obs)
 }
 
@@ -167,12 +165,10 @@ func (f *Forage) freeCell() int {
 // Step moves the agents at once, pays for the food they land on and
 // replaces it.
 func (f *Forage) Step(actions []int, obs [][]float32, rewards []float32) (bool, bool, error) {
-	switch {
-	case !f.reset:
-		return false, false, ErrNotReset
-	case f.over:
-		return false, false, ErrEpisodeOver
-	case len(actions) != f.cfg.Agents:
+	if err := f.ready(); err != nil {
+		return false, false, err
+	}
+	if len(actions) != f.cfg.Agents {
 		return false, false, fmt.Errorf("env: %s needs %d actions, one per agent, got %d", ForageName, f.cfg.Agents, len(actions))
 	}
 	for a, act := range actions {
@@ -189,9 +185,7 @@ func (f *Forage) Step(actions []int, obs [][]float32, rewards []float32) (bool, 
 			f.cell[f.freeCell()] = forageFood
 		}
 	}
-	f.steps++
-	truncated := f.steps >= f.cfg.MaxSteps
-	f.over = truncated
+	truncated := f.end(false, f.cfg.MaxSteps)
 	f.observe(obs)
 	return false, truncated, nil
 }

@@ -1,7 +1,6 @@
 package env
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 )
@@ -36,9 +35,7 @@ const (
 // float32 rounding.
 type MountainCar struct {
 	state [2]float64
-	steps int
-	over  bool
-	reset bool
+	episode
 }
 
 // NewMountainCar returns a MountainCar; Reset it before the first Step.
@@ -57,14 +54,14 @@ func (m *MountainCar) NumActions() int { return 3 }
 func (m *MountainCar) Reset(seed uint64, obs []float32) {
 	rng := rand.New(rand.NewPCG(seed, 0x6d6f756e7461696e)) // "mountain"
 	m.state = [2]float64{-0.6 + 0.2*rng.Float64(), 0}
-	m.steps, m.over, m.reset = 0, false, true
+	m.start()
 	m.observe(obs)
 }
 
 // SetState starts an episode at a given (position, velocity).
 func (m *MountainCar) SetState(s [2]float64, obs []float32) {
 	m.state = s
-	m.steps, m.over, m.reset = 0, false, true
+	m.start()
 	m.observe(obs)
 }
 
@@ -77,19 +74,12 @@ func (m *MountainCar) observe(obs []float32) {
 
 // Step pushes the car with action and moves it one step.
 func (m *MountainCar) Step(action int, obs []float32) (float32, bool, bool, error) {
-	switch {
-	case !m.reset:
-		return 0, false, false, ErrNotReset
-	case m.over:
-		return 0, false, false, ErrEpisodeOver
-	case action < 0 || action > 2:
-		return 0, false, false, fmt.Errorf("env: %s action must be 0, 1 or 2, got %d", MountainCarName, action)
+	if err := m.check(MountainCarName, action, 3); err != nil {
+		return 0, false, false, err
 	}
 	m.state = mountainCarNext(m.state, action)
-	m.steps++
 	terminated := m.state[0] >= mcGoalPosition
-	truncated := !terminated && m.steps >= MountainCarMaxSteps
-	m.over = terminated || truncated
+	truncated := m.end(terminated, MountainCarMaxSteps)
 	m.observe(obs)
 	return -1, terminated, truncated, nil
 }
