@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/progress"
 )
 
 func newEvalCmd() *cobra.Command {
@@ -74,8 +75,8 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		return err
 	}
 	// A token model's shards score windows; the plan says which.
-	examples := "examples"
-	req.Progress = func(p coordinator.EvalProgress) { printEvalProgress(stderr, p, examples) }
+	view := progress.NewEval(stderr)
+	req.Progress = view.Shard
 	e, err := coordinator.PlanEval(req)
 	if err != nil {
 		return err
@@ -85,9 +86,9 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		fmt.Fprintf(stdout, "# the batch script (written to %s/%s/slurm when submitted):\n%s\n# submitted with:\n%s\n", req.RunDir, coordinator.EvalDir, script, shellCommand(command))
 		return nil
 	}
-	what := examples
+	what := view.Examples
 	if e.Positions() > 0 {
-		examples = "windows"
+		view.Examples = "windows"
 		what = fmt.Sprintf("windows of %d tokens", e.Positions())
 	}
 	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %d workers\n",
@@ -133,18 +134,4 @@ func orTest(split string) string {
 		return "test"
 	}
 	return split
-}
-
-// printEvalProgress prints one line per shard attempt that ended;
-// examples names what a shard scores.
-func printEvalProgress(w io.Writer, p coordinator.EvalProgress, examples string) {
-	if p.Err == nil {
-		fmt.Fprintf(w, "shard %d (of %d): %d %s scored in %.1fs\n", p.Shard, p.Shards, p.Samples, examples, p.Seconds)
-		return
-	}
-	next := "trying it once more"
-	if p.Attempt >= 2 {
-		next = "giving up"
-	}
-	fmt.Fprintf(w, "shard %d (of %d): attempt %d failed after %.1fs, %s: %s\n", p.Shard, p.Shards, p.Attempt, p.Seconds, next, firstLine(p.Err.Error(), 300))
 }

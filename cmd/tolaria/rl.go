@@ -16,6 +16,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 )
 
@@ -158,32 +159,31 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	if err != nil {
 		return err
 	}
-	view := newRLView(stderr, req.Config.NumAgents)
-	view.total = req.Config.TotalSteps
-	log := slog.New(slog.NewTextHandler(view.logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	view := progress.NewRL(stderr, req.Config.NumAgents, req.Config.TotalSteps)
+	log := slog.New(slog.NewTextHandler(view.Logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if req.Device, err = chooseDevice(ctx, req.Device, f.worker, log); err != nil {
-		view.close()
+		view.Close()
 		return err
 	}
 	metrics, rlm, err := coordinator.ServeRLMetrics(ctx, f.metrics.addr, version(), log)
 	if err != nil {
-		view.close()
+		view.Close()
 		return err
 	}
 	defer metrics.Close()
-	req.Logger, req.Report, req.Metrics = log, view.update, rlm
+	req.Logger, req.Report, req.Metrics = log, view.Update, rlm
 	run, err := coordinator.PrepareRL(req, time.Now())
 	if err != nil {
-		view.close()
+		view.Close()
 		return err
 	}
 	defer run.Close()
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	log.Info("rl", "agents", req.Config.NumAgents, "env", req.Config.Env, "total_steps", req.Config.TotalSteps,
 		"resume", req.Resume, "graphs", req.Graphs, "run_dir", run.Dir())
-	view.start()
+	view.Start()
 	sum, runErr := run.Run(ctx)
-	view.close()
+	view.Close()
 	printRLSummary(stdout, sum)
 	if f.plot {
 		drawReturns(ctx, run.Dir(), stdout, stderr)
@@ -248,7 +248,7 @@ func printRLSummary(w io.Writer, s coordinator.RLSummary) {
 		}
 		fmt.Fprintf(w, "%-5d  %-11s  %8d  %9.1f  %9.1f  %11s  %9d  %s\n", a.Agent, a.State, a.Episodes, a.MeanReturn, a.BestMeanReturn, greedy, a.EnvSteps, solved)
 		if a.Reason != "" {
-			fmt.Fprintf(w, "       %s\n", firstLine(a.Reason, 200))
+			fmt.Fprintf(w, "       %s\n", progress.FirstLine(a.Reason, 200))
 		}
 	}
 	fmt.Fprintf(w, "summary %s/%s\n", s.Dir, coordinator.SummaryFile)

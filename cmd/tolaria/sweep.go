@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/progress"
 )
 
 func newSweepCmd() *cobra.Command {
@@ -152,31 +153,31 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 	if err != nil {
 		return err
 	}
-	view := newSweepView(stderr, cfg.Sweep.Trials)
-	log := slog.New(slog.NewTextHandler(view.logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.update
+	view := progress.NewSweep(stderr, cfg.Sweep.Trials)
+	log := slog.New(slog.NewTextHandler(view.Logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.Update
 	s, err := coordinator.PrepareSweep(ctx, cfg)
 	if errors.Is(err, coordinator.ErrNothingToResume) {
-		view.close()
+		view.Close()
 		fmt.Fprintf(stderr, "tolaria: %v; results in %s/%s\n", err, cfg.Dir, coordinator.ResultsJSON)
 		return nil
 	}
 	if err != nil {
-		view.close()
+		view.Close()
 		return err
 	}
 	defer s.Close()
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	if cfg.DryRun {
-		view.close()
+		view.Close()
 		script, command := s.DryRun()
 		fmt.Fprintf(stdout, "# the batch script (written to the sweep directory's slurm/ when submitted):\n%s\n# submitted with:\n%s\n", script, shellCommand(command))
 		return nil
 	}
 	log.Info("sweep", "file", cfg.Sweep.Path, "resume", cfg.Resume, "trials", len(cfg.Sweep.Trials), "devices", s.Devices(), "parallel", s.Parallel(), "sweep_dir", s.Dir())
-	view.start()
+	view.Start()
 	res, err := s.Run(ctx)
-	view.close()
+	view.Close()
 	printResults(stdout, res, s.Dir())
 	defer s.Linger(ctx, f.metrics.linger) // after the last lines, before the exit
 	if err != nil {
@@ -213,19 +214,11 @@ func printResults(w io.Writer, r coordinator.Results, dir string) {
 		if t.Value != nil {
 			value = strconv.FormatFloat(*t.Value, 'f', 4, 64)
 		} else if t.Reason != "" {
-			value = firstLine(t.Reason, 100)
+			value = progress.FirstLine(t.Reason, 100)
 		}
 		fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", rank, width, t.Name, t.State, value)
 	}
 	fmt.Fprintf(w, "results %s/%s\n", dir, coordinator.ResultsJSON)
-}
-
-func firstLine(s string, n int) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > n {
-		s = s[:n] + "..."
-	}
-	return s
 }
 
 // shellCommand spells a command for a shell, quoting every word that

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -89,11 +90,13 @@ silent for --heartbeat-timeout is taken for hung and killed.`,
 
 func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFlags) error {
 	stderr := cmd.ErrOrStderr()
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	req, warnings, err := resolve(cmd.Flags(), flags)
 	if err != nil {
 		return err
 	}
+	view := progress.NewTrain(stderr, req.Spec.Loss != string(nn.LossMSE))
+	defer view.Close()
+	log := slog.New(slog.NewTextHandler(view.Logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	for _, w := range warnings {
 		log.Warn(w)
 	}
@@ -107,10 +110,8 @@ func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFl
 	defer run.Close()
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	spec := run.Spec()
-
-	bar := newProgress(stderr, spec.Loss != string(nn.LossMSE))
-	sum, err := run.Train(ctx, bar.report)
-	bar.finish()
+	sum, err := run.Train(ctx, view.Report)
+	view.Close()
 	if err != nil {
 		ferr := reportFailure(ctx, stderr, err, run.Dir())
 		run.Linger(ctx, flags.metrics.linger)

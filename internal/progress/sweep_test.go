@@ -1,4 +1,4 @@
-package main
+package progress
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 // epoch's end, a trial's end) and nothing for the progress in between.
 func TestSweepLines(t *testing.T) {
 	var b bytes.Buffer
-	v := newSweepView(&b, []coordinator.Trial{{Name: "a"}, {Name: "b"}})
-	v.start()
+	v := NewSweep(&b, []coordinator.Trial{{Name: "a"}, {Name: "b"}})
+	v.Start()
 	ok := coordinator.TrialResult{Name: "a", State: coordinator.TrialSucceeded, Seconds: 1.5,
 		Summary: &trainer.Summary{TestAccuracy: 0.9, TestLoss: 0.3, ParamsSHA256: "abc"}}
 	failed := coordinator.TrialResult{Name: "b", State: coordinator.TrialFailed, Reason: "worker exited\nwith 7"}
@@ -26,9 +26,9 @@ func TestSweepLines(t *testing.T) {
 		{Trial: "a", Index: 0, State: coordinator.TrialSucceeded, Device: "cpu", Result: &ok},
 		{Trial: "b", Index: 1, State: coordinator.TrialFailed, Device: "cpu", Result: &failed},
 	} {
-		v.update(u)
+		v.Update(u)
 	}
-	v.close()
+	v.Close()
 	want := []string{
 		"trial a: started on cpu (attempt 1)",
 		"trial a: epoch 1/2: loss 0.5000, test accuracy 0.8000, 100 samples/s",
@@ -64,27 +64,27 @@ func startedAgo(seconds int) time.Time { return time.Now().Add(-time.Duration(se
 // and in the live table's state column, until the grant.
 func TestSweepShowsWaitingTrials(t *testing.T) {
 	var b bytes.Buffer
-	v := newSweepView(&b, []coordinator.Trial{{Name: "big"}})
+	v := NewSweep(&b, []coordinator.Trial{{Name: "big"}})
 	running := coordinator.TrialUpdate{Trial: "big", Index: 0, State: coordinator.TrialRunning, Device: "cpu", Attempt: 1}
 	wait, grant := running, running
 	wait.Budget = &coordinator.BudgetUpdate{Waiting: true, Bytes: 3 << 20}
 	grant.Budget = &coordinator.BudgetUpdate{Bytes: 3 << 20, Waited: 1500 * time.Millisecond}
-	v.update(running)
-	v.update(wait)
+	v.Update(running)
+	v.Update(wait)
 	if row := v.rowText(v.rows[0]); !strings.Contains(row, "waiting") {
 		t.Errorf("a waiting trial's row %q does not say waiting", row)
 	}
-	v.update(grant)
+	v.Update(grant)
 	if row := v.rowText(v.rows[0]); strings.Contains(row, "waiting") || !strings.Contains(row, "running") {
 		t.Errorf("a granted trial's row %q, want running", row)
 	}
 	parked := running
 	parked.Budget = &coordinator.BudgetUpdate{Parked: true, Bytes: 3 << 20}
-	v.update(parked)
+	v.Update(parked)
 	if row := v.rowText(v.rows[0]); !strings.Contains(row, "parked") {
 		t.Errorf("a parked trial's row %q does not say parked", row)
 	}
-	v.update(grant)
+	v.Update(grant)
 	if row := v.rowText(v.rows[0]); !strings.Contains(row, "running") {
 		t.Errorf("an unparked trial's row %q, want running", row)
 	}

@@ -1,4 +1,4 @@
-package main
+package progress
 
 import (
 	"bytes"
@@ -13,13 +13,13 @@ import (
 // restart, and reports a restart once the count goes up after it.
 func TestRLViewResumedAgent(t *testing.T) {
 	var out bytes.Buffer
-	v := newRLView(&out, 1)
-	v.update(coordinator.AgentStatus{Agent: 0, State: coordinator.AgentRunning, Episodes: 40, MeanReturn: 21.5, ActorRestarts: 2, SolvedAt: -1})
+	v := NewRL(&out, 1, 0)
+	v.Update(coordinator.AgentStatus{Agent: 0, State: coordinator.AgentRunning, Episodes: 40, MeanReturn: 21.5, ActorRestarts: 2, SolvedAt: -1})
 	first := out.String()
 	if strings.Contains(first, "actor failed") || !strings.Contains(first, "resumed after 40 episodes") {
 		t.Fatalf("first status of a resumed agent printed:\n%s\nwant the resume and no restart", first)
 	}
-	v.update(coordinator.AgentStatus{Agent: 0, State: coordinator.AgentRunning, Episodes: 41, ActorRestarts: 3, SolvedAt: -1})
+	v.Update(coordinator.AgentStatus{Agent: 0, State: coordinator.AgentRunning, Episodes: 41, ActorRestarts: 3, SolvedAt: -1})
 	if got := strings.TrimPrefix(out.String(), first); !strings.Contains(got, "actor failed; started again (restart 3)") {
 		t.Fatalf("a restart after the resume printed:\n%s\nwant the restart", got)
 	}

@@ -1,0 +1,128 @@
+package progress
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
+)
+
+// rlLineEvery is how often a piped run prints each running agent's line.
+const rlLineEvery = 5 * time.Second
+
+// RL shows a reinforcement-learning run: on a terminal a row per agent
+// (episodes, mean return over the last 100, epsilon, learner and actor
+// steps/s, weight version lag, the last greedy evaluation); elsewhere that
+// line every few seconds per agent, and a line when an agent's state
+// changes or its actor is started again.
+type RL struct {
+	table *Table
+	total int // environment steps per agent
+
+	mu    sync.Mutex
+	st    []coordinator.AgentStatus
+	shown []time.Time // when each agent's line was last printed (piped)
+	seen  []bool      // whether each agent has sent a status yet
+}
+
+// NewRL shows agents agents of totalSteps environment steps each on w.
+func NewRL(w io.Writer, agents, totalSteps int) *RL {
+	v := &RL{table: NewTable(w, false), total: totalSteps,
+		st: make([]coordinator.AgentStatus, agents), shown: make([]time.Time, agents), seen: make([]bool, agents)}
+	for i := range v.st {
+		v.st[i] = coordinator.AgentStatus{Agent: i, State: coordinator.AgentStarting, SolvedAt: -1}
+	}
+	return v
+}
+
+// Logs is where log lines go: above the table on a terminal.
+func (v *RL) Logs() io.Writer { return v.table.Logs() }
+
+// Start draws the table: its header and a row per agent.
+func (v *RL) Start() {
+	if !v.table.Live() {
+		return
+	}
+	v.table.Printf("%-5s  %-11s  %8s  %8s  %7s  %10s  %9s  %4s  %6s\n", "agent", "state", "episodes", "mean-100", "epsilon", "learn st/s", "act st/s", "lag", "greedy")
+	for i := range v.st {
+		v.table.AddRow(func() string {
+			v.mu.Lock()
+			s := v.st[i]
+			v.mu.Unlock()
+			return fmt.Sprintf("%-5d  %-11s  %8d  %8.1f  %7.3f  %10.0f  %9.0f  %4d  %6s ", s.Agent, s.State, s.Episodes, s.MeanReturn,
+				s.Epsilon, s.LearnerStepsPerSec, s.ActorStepsPerSec, s.Lag, greedyText(s))
+		})
+	}
+}
+
+// Update takes one change of an agent (coordinator.RLRequest.Report).
+func (v *RL) Update(s coordinator.AgentStatus) {
+	v.mu.Lock()
+	prev := v.st[s.Agent]
+	v.st[s.Agent] = s
+	// A resumed agent's first status already counts the restarts of the
+	// runs before: only a count that goes up after it is a restart now.
+	restarted := v.seen[s.Agent] && s.ActorRestarts > prev.ActorRestarts
+	v.seen[s.Agent] = true
+	due := s.State != prev.State || restarted || time.Since(v.shown[s.Agent]) >= rlLineEvery
+	if due {
+		v.shown[s.Agent] = time.Now()
+	}
+	v.mu.Unlock()
+	if v.table.Live() {
+		v.drawRow(s, prev, restarted)
+		return
+	}
+	if !due {
+		return
+	}
+	switch {
+	case restarted:
+		v.table.Printf("agent %d: actor failed; started again (restart %d)\n", s.Agent, s.ActorRestarts)
+	case s.State == coordinator.AgentSucceeded && s.SolvedAt >= 0:
+		v.table.Printf("agent %d: finished: solved at env step %d (a greedy mean of %.1f); %d episodes, mean return of the last 100 %.1f, %d env steps, %d learner steps\n",
+			s.Agent, s.SolvedAt, s.BestEvalMeanReturn, s.Episodes, s.MeanReturn, s.EnvSteps, s.LearnerSteps)
+	case s.State == coordinator.AgentSucceeded:
+		v.table.Printf("agent %d: finished: %d episodes, mean return of the last 100 %.1f (best %.1f), %d env steps, %d learner steps\n",
+			s.Agent, s.Episodes, s.MeanReturn, s.BestMeanReturn, s.EnvSteps, s.LearnerSteps)
+	case s.State == coordinator.AgentFailed || s.State == coordinator.AgentInterrupted:
+		v.table.Printf("agent %d: %s: %s\n", s.Agent, s.State, OneLine(s.Reason))
+	case s.State != prev.State && s.Episodes > 0:
+		v.table.Printf("agent %d: %s: resumed after %d episodes (mean-100 %.1f)\n", s.Agent, s.State, s.Episodes, s.MeanReturn)
+	case s.State != prev.State:
+		v.table.Printf("agent %d: %s: actor and learner starting\n", s.Agent, s.State)
+	default:
+		v.table.Printf("agent %d: %s: %d episodes, mean-100 %.1f, epsilon %.3f, learner %.0f steps/s, actor %.0f steps/s, lag %d, env steps %d, greedy %s\n",
+			s.Agent, s.State, s.Episodes, s.MeanReturn, s.Epsilon, s.LearnerStepsPerSec, s.ActorStepsPerSec, s.Lag, s.EnvSteps, greedyText(s))
+	}
+}
+
+func (v *RL) drawRow(s, prev coordinator.AgentStatus, restarted bool) {
+	switch s.State {
+	case coordinator.AgentSucceeded:
+		v.table.Done(s.Agent)
+	case coordinator.AgentFailed, coordinator.AgentInterrupted:
+		if s.State != prev.State {
+			v.table.Printf("agent %d: %s: %s\n", s.Agent, s.State, FirstLine(s.Reason, 200))
+		}
+		v.table.Stop(s.Agent)
+	default:
+		if restarted {
+			v.table.Printf("agent %d: actor failed; started again (restart %d)\n", s.Agent, s.ActorRestarts)
+		}
+		v.table.Set(s.Agent, int64(s.EnvSteps), int64(v.total))
+	}
+}
+
+// greedyText is the last greedy evaluation's mean return, "-" before one.
+func greedyText(s coordinator.AgentStatus) string {
+	if s.Evaluations == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", s.EvalMeanReturn)
+}
+
+// Close ends the table: the last state is drawn.
+func (v *RL) Close() { v.table.Close() }
