@@ -68,7 +68,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		return err
 	}
 	req.Worker, req.WorkerStart, req.HeartbeatTimeout, req.DryRun = workers.path, workers.start, workers.heartbeat, launch.dryRun
-	req.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	req.Logger = logger(stderr, slog.LevelError)
 	if req.Launcher == coordinator.LauncherSlurm && req.Device == "auto" {
 		req.Device = "cpu" // as a sweep's: this machine cannot tell what the nodes have
 	} else if req.Device, err = chooseDevice(ctx, req.Device, workers, req.Logger); err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -112,6 +113,26 @@ func run(ctx context.Context, proc process, args []string, stdout, stderr io.Wri
 	}
 	fmt.Fprintln(stderr, "tolaria:", msg)
 	return code
+}
+
+// outcome is the exit of a command that ran many things (a sweep's trials,
+// an RL run's agents): 0 when every one succeeded, 1 when none did, 3 when
+// some failed; reasons is the file that says why.
+func outcome(w io.Writer, ok, total int, what, reasons string) error {
+	switch {
+	case ok == total:
+		return nil
+	case ok == 0:
+		fmt.Fprintf(w, "tolaria: no %s succeeded; see the reasons in %s\n", what, reasons)
+		return exitError{exitFailure}
+	}
+	fmt.Fprintf(w, "tolaria: %d of %d %ss failed; see the reasons in %s\n", total-ok, total, what, reasons)
+	return exitError{exitSomeFailed}
+}
+
+// logger logs text to w from level up.
+func logger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
 // exitError carries an exit code for an error already reported.

@@ -160,21 +160,19 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 		return err
 	}
 	view := progress.NewRL(stderr, req.Config.NumAgents, req.Config.TotalSteps)
-	log := slog.New(slog.NewTextHandler(view.Logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	defer view.Close()
+	log := logger(view.Logs(), slog.LevelInfo)
 	if req.Device, err = chooseDevice(ctx, req.Device, f.worker, log); err != nil {
-		view.Close()
 		return err
 	}
 	metrics, rlm, err := coordinator.ServeRLMetrics(ctx, f.metrics.addr, version(), log)
 	if err != nil {
-		view.Close()
 		return err
 	}
 	defer metrics.Close()
 	req.Logger, req.Report, req.Metrics = log, view.Update, rlm
 	run, err := coordinator.PrepareRL(req, time.Now())
 	if err != nil {
-		view.Close()
 		return err
 	}
 	defer run.Close()
@@ -199,16 +197,10 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	case ctx.Err() != nil:
 		fmt.Fprintf(stderr, "tolaria: interrupted: the learners checkpointed and the buffers were saved; continue with tolaria rl --resume --run-dir %s\n", run.Dir())
 		return exitError{interruptedCode(ctx)}
-	case ok == len(sum.Agents):
-		return nil
-	case runErr != nil && errors.Is(runErr, coordinator.ErrSetup):
+	case ok < len(sum.Agents) && errors.Is(runErr, coordinator.ErrSetup):
 		return runErr
-	case ok == 0:
-		fmt.Fprintf(stderr, "tolaria: no agent finished; see the reasons in %s/%s\n", run.Dir(), coordinator.SummaryFile)
-		return exitError{exitFailure}
 	}
-	fmt.Fprintf(stderr, "tolaria: %d of %d agents failed; see the reasons in %s/%s\n", len(sum.Agents)-ok, len(sum.Agents), run.Dir(), coordinator.SummaryFile)
-	return exitError{exitSomeFailed}
+	return outcome(stderr, ok, len(sum.Agents), "agent", filepath.Join(run.Dir(), coordinator.SummaryFile))
 }
 
 // drawReturns has run_graph_bench (next to tolaria, or on the PATH) draw

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -154,7 +155,8 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 		return err
 	}
 	view := progress.NewSweep(stderr, cfg.Sweep.Trials)
-	log := slog.New(slog.NewTextHandler(view.Logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	defer view.Close()
+	log := logger(view.Logs(), slog.LevelInfo)
 	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.Update
 	s, err := coordinator.PrepareSweep(ctx, cfg)
 	if errors.Is(err, coordinator.ErrNothingToResume) {
@@ -163,7 +165,6 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 		return nil
 	}
 	if err != nil {
-		view.Close()
 		return err
 	}
 	defer s.Close()
@@ -185,18 +186,11 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 		return exitError{exitFailure}
 	}
 	ok, total := res.Counts[string(coordinator.TrialSucceeded)], len(res.Trials)
-	switch {
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		fmt.Fprintf(stderr, "tolaria: sweep interrupted: %d of %d trials succeeded; the running ones checkpointed; results in %s\n", ok, total, s.Dir())
 		return exitError{interruptedCode(ctx)}
-	case ok == total:
-		return nil
-	case ok == 0:
-		fmt.Fprintf(stderr, "tolaria: no trial succeeded; see the reasons in %s/%s\n", s.Dir(), coordinator.ResultsJSON)
-		return exitError{exitFailure}
 	}
-	fmt.Fprintf(stderr, "tolaria: %d of %d trials failed; see the reasons in %s/%s\n", total-ok, total, s.Dir(), coordinator.ResultsJSON)
-	return exitError{exitSomeFailed}
+	return outcome(stderr, ok, total, "trial", filepath.Join(s.Dir(), coordinator.ResultsJSON))
 }
 
 // printResults prints the ranked trials.

@@ -96,7 +96,7 @@ func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFl
 	}
 	view := progress.NewTrain(stderr, req.Spec.Loss != string(nn.LossMSE))
 	defer view.Close()
-	log := slog.New(slog.NewTextHandler(view.Logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := logger(view.Logs(), slog.LevelInfo)
 	for _, w := range warnings {
 		log.Warn(w)
 	}
