@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
@@ -134,20 +135,9 @@ func CUDAWorker(ctx context.Context, path string, start time.Duration, stderr io
 	return proc, hello, nil
 }
 
-// probeCUDA starts the worker once to open a GPU; its hello timeout bounds
-// the wait, and a worker that does not answer is killed with its process
-// group.
+// probeCUDA starts the worker once to open a GPU (see launch.ProbeCUDA).
 func probeCUDA(ctx context.Context, proc *worker.Process) (worker.Hello, error) {
-	quiet := *proc
-	quiet.Stderr = nil
-	hello, err := quiet.Probe(ctx, "cuda")
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return hello, fmt.Errorf("interrupted while the worker %s was starting", proc.Path)
-	case err != nil:
-		return hello, setupErr(unavailableError{proc.Path, err})
-	}
-	return hello, nil
+	return launch.ProbeCUDA(ctx, proc)
 }
 
 // unavailableError is a worker that cannot give a GPU; its message says

@@ -5,7 +5,7 @@
 // CUDA: GPU work happens in a tolaria-worker process.
 package coordinator
 
-import "errors"
+import "github.com/tolaria-ml/tolaria/coordinator/refusal"
 
 // The two ways a job is refused before it runs. A command maps them to
 // its exit codes; the errors that carry them name the setting at fault
@@ -13,20 +13,11 @@ import "errors"
 var (
 	// ErrConfig is wrapped by refusals of the job as configured: a
 	// setting, the data files, the run directory or its checkpoint.
-	ErrConfig = errors.New("invalid configuration")
+	ErrConfig = refusal.ErrConfig
 	// ErrSetup is wrapped by refusals that come from this machine rather
 	// than from the configuration: no worker, no GPU, a busy port.
-	ErrSetup = errors.New("setup")
+	ErrSetup = refusal.ErrSetup
 )
 
-// kindError marks err with one of the kinds above without changing its
-// message.
-type kindError struct {
-	kind, err error
-}
-
-func (e kindError) Error() string   { return e.err.Error() }
-func (e kindError) Unwrap() []error { return []error{e.kind, e.err} }
-
-func configErr(err error) error { return kindError{ErrConfig, err} }
-func setupErr(err error) error  { return kindError{ErrSetup, err} }
+func configErr(err error) error { return refusal.Config(err) }
+func setupErr(err error) error  { return refusal.Setup(err) }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
@@ -56,6 +57,9 @@ type EvalRequest struct {
 	// its own.
 	Launcher string
 	Slurm    SlurmConfig
+	// Launch, when it has a New, is the launcher in place of the one
+	// Launcher names (a test's).
+	Launch launch.Kind
 	// DryRun plans the evaluation for DryRun to print; Run is not called.
 	DryRun bool
 	Logger *slog.Logger
@@ -88,18 +92,29 @@ func (r EvalRequest) Validate() error {
 	case r.HeartbeatTimeout != 0 && r.HeartbeatTimeout < worker.MinHeartbeatTimeout:
 		return configErr(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more",
 			r.HeartbeatTimeout, worker.MinHeartbeatTimeout))
-	case r.Launcher != "" && r.Launcher != LauncherLocal && r.Launcher != LauncherSlurm:
-		return configErr(field.Errorf("launcher", "must be local or slurm, got %q", r.Launcher))
 	}
-	if r.Launcher == LauncherSlurm {
-		// The run directory names every shard's spool and log in the
-		// batch script.
-		if err := slurmDir("run_dir", r.RunDir); err != nil {
-			return err
-		}
-		return r.Slurm.Validate()
+	kind, err := launcherKind(r.Launch, r.Launcher)
+	if err != nil {
+		return err
+	}
+	if kind.Check != nil {
+		// The run directory names every shard's spool and log.
+		return kind.Check(r.launchConfig(kind, r.Worker, nil))
 	}
 	return nil
+}
+
+// launchConfig is the evaluation's placement as its launcher takes it:
+// every shard at once on the device, the worker seeing the GPUs its
+// environment gives it; path is the worker binary.
+func (r EvalRequest) launchConfig(kind launch.Kind, path string, log *slog.Logger) launch.Config {
+	dev := r.Device
+	if dev == "" {
+		dev = "cpu"
+	}
+	return launch.Config{Worker: path, Device: dev, GPUsFromEnv: true, Parallel: r.Workers, Workers: r.Workers,
+		Dir: r.RunDir, DirField: "run_dir", Own: filepath.Join(r.RunDir, EvalDir, kind.Name), WorkerStart: r.WorkerStart,
+		HeartbeatTimeout: r.HeartbeatTimeout, Env: r.Env, Slurm: r.Slurm, DryRun: r.DryRun, Logger: log}
 }
 
 // EvalReport is eval.json: a checkpoint's figures on a split, merged from
@@ -183,9 +198,9 @@ type Evaluation struct {
 	positions int
 	worker    string
 	log       *slog.Logger
-	// slurm submits the shards' workers with LauncherSlurm; nil runs them
-	// here.
-	slurm *slurmLauncher
+	// launcher places and starts the shards' workers, on slots.
+	launcher launch.Launcher
+	slots    *launch.Slots
 }
 
 // PlanEval checks a sharded evaluation before anything is written: the
@@ -241,19 +256,29 @@ func PlanEval(req EvalRequest) (*Evaluation, error) {
 	if e.worker, err = worker.Find(req.Worker); err != nil {
 		return nil, setupErr(err)
 	}
-	if req.Launcher == LauncherSlurm {
-		dev := req.Device
-		if dev == "" {
-			dev = "cpu"
-		}
-		if e.slurm, err = newSlurmLauncher(req.Slurm, filepath.Join(req.RunDir, EvalDir, "slurm"), e.worker, dev, 0, req.DryRun); err != nil {
-			return nil, err
-		}
-		for s := range req.Workers {
-			e.slurm.plan(s, e.spools(s), e.shardLog(s))
-		}
+	kind, err := launcherKind(req.Launch, req.Launcher)
+	if err != nil {
+		return nil, err
 	}
+	if e.launcher, err = kind.New(context.Background(), req.launchConfig(kind, e.worker, e.log)); err != nil {
+		return nil, err
+	}
+	all, err := e.launcher.Slots(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	e.slots = launch.NewSlots(all)
+	e.launcher.Plan(e.workers())
 	return e, nil
+}
+
+// workers are the shards' workers.
+func (e *Evaluation) workers() []launch.Worker {
+	ws := make([]launch.Worker, e.req.Workers)
+	for s := range ws {
+		ws[s] = launch.Worker{Index: s, Spools: e.spools(s), Log: e.shardLog(s)}
+	}
+	return ws
 }
 
 // shardLog is shard s's worker log.
@@ -261,7 +286,7 @@ func (e *Evaluation) shardLog(s int) string {
 	return filepath.Join(e.req.RunDir, EvalDir, fmt.Sprintf("shard-%d.log", s))
 }
 
-// spools is where shard s's spools go with the Slurm launcher.
+// spools is where shard s's spools go with a scheduler's launcher.
 func (e *Evaluation) spools(s int) string {
 	return filepath.Join(e.req.RunDir, EvalDir, "spool", fmt.Sprintf("shard-%d", s))
 }
@@ -269,10 +294,7 @@ func (e *Evaluation) spools(s int) string {
 // DryRun is, with the Slurm launcher, the batch script of the shards' job
 // array and the sbatch command that would submit it; nothing is written.
 func (e *Evaluation) DryRun() (script string, command []string) {
-	if e.slurm == nil {
-		return "", nil
-	}
-	return e.slurm.dryRun()
+	return e.launcher.Describe()
 }
 
 // RunSpec reads the job a run directory's config.yaml records.
@@ -338,16 +360,11 @@ func (e *Evaluation) Run(ctx context.Context) (*EvalReport, error) {
 			}
 		}
 	}
-	if e.slurm != nil {
-		// A Ctrl-C reaches the shards only once no queued task can start
-		// a worker any more (see holdBack).
-		var stop func()
-		ctx, stop = e.slurm.holdBack(ctx, func(err error) {
-			e.log.Warn("interrupted, and the mark that keeps Slurm tasks from starting their workers could not be made: a queued task may still start one, which stops at once", "err", err)
-		})
-		defer stop()
-		defer e.slurm.close(ctx)
-	}
+	// A Ctrl-C reaches the shards only once the launcher will start no
+	// worker any more (see launch.Launcher.Hold).
+	ctx, stop := e.launcher.Hold(ctx)
+	defer stop()
+	defer releaseAll(ctx, e.launcher, e.workers())
 	n := e.req.Workers
 	shards := make([]jobserver.Shard, n)
 	reasons := map[int]string{}
@@ -409,11 +426,15 @@ func ShardFile(runDir string, s int) string {
 // runShard scores shard s, trying it twice, and returns its file read
 // back and checked.
 func (e *Evaluation) runShard(ctx context.Context, s int) (jobserver.Shard, error) {
-	var err error
+	sl, err := e.slots.Take(ctx)
+	if err != nil {
+		return jobserver.Shard{}, err
+	}
+	defer e.slots.Give(sl)
 	for attempt := 1; attempt <= evalAttempts && ctx.Err() == nil; attempt++ {
 		t0 := time.Now()
 		var sh jobserver.Shard
-		sh, err = e.attempt(ctx, s, attempt)
+		sh, err = e.attempt(ctx, s, sl, attempt)
 		if e.req.Progress != nil {
 			e.req.Progress(EvalProgress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Samples: len(sh.Scores) / max(1, e.positions),
 				Err: err, Seconds: time.Since(t0).Seconds()})
@@ -429,30 +450,19 @@ func (e *Evaluation) runShard(ctx context.Context, s int) (jobserver.Shard, erro
 	return jobserver.Shard{}, err
 }
 
-func (e *Evaluation) attempt(ctx context.Context, s, attempt int) (jobserver.Shard, error) {
+func (e *Evaluation) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (jobserver.Shard, error) {
 	logPath := e.shardLog(s)
-	var t worker.Transport
-	if e.slurm != nil {
-		// The task writes the log itself, on its node.
-		t = e.slurm.transport(s, e.spools(s), logPath, attempt, e.req.WorkerStart, e.req.HeartbeatTimeout)
-		defer e.slurm.release(ctx, s)
-	} else {
-		wlog, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			return jobserver.Shard{}, err
-		}
-		defer wlog.Close()
-		t = &worker.Process{Path: e.worker, Stderr: wlog, Logger: e.log, HelloTimeout: e.req.WorkerStart,
-			HeartbeatTimeout: e.req.HeartbeatTimeout, Env: e.req.Env}
+	w := launch.Worker{Index: s, Spools: e.spools(s), Log: logPath}
+	defer e.launcher.Release(ctx, w)
+	h, err := e.launcher.Start(ctx, w, sl, attempt)
+	if err != nil {
+		return jobserver.Shard{}, err
 	}
+	defer h.Close()
 	out := ShardFile(e.req.RunDir, s)
 	ej := jobserver.EvalJob{Spec: e.spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
 		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out}
-	dev := e.req.Device
-	if dev == "" {
-		dev = "cpu"
-	}
-	if _, _, err := jobserver.Evaluate(ctx, t, dev, ej); err != nil {
+	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej); err != nil {
 		return jobserver.Shard{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)
 	}
 	sh, err := jobserver.ReadShard(out)

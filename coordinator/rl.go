@@ -17,6 +17,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/jobserver"
@@ -86,7 +87,10 @@ type RLRequest struct {
 	WorkerStart      time.Duration
 	HeartbeatTimeout time.Duration
 	Env              []string // added to the workers' environment
-	Logger           *slog.Logger
+	// Launch, when it has a New, is the launcher in place of the local
+	// one (a test's).
+	Launch launch.Kind
+	Logger *slog.Logger
 	// Report, when set, hears every change of an agent's status, from the
 	// agents' goroutines (one at a time per agent).
 	Report func(AgentStatus)
@@ -153,6 +157,9 @@ type RLRun struct {
 	lock *flock.Flock
 	path string // the worker binary
 	log  *slog.Logger
+	// launcher starts the actors and learners, on slots.
+	launcher launch.Launcher
+	slots    *launch.Slots
 	// plans are what each agent of a resumed run continues from, checked
 	// before anything was written.
 	plans []agentPlan
@@ -222,6 +229,10 @@ func PrepareRL(req RLRequest, now time.Time) (*RLRun, error) {
 		req.Logger.Warn(fmt.Sprintf("eval_episodes %d is under %d: no evaluation can solve the task, so stop_when_solved never stops an agent", c.EvalEpisodes, SolvedEpisodes))
 	}
 	r := &RLRun{req: req, dir: dir, lock: lock, path: path, log: req.Logger}
+	if err := r.placeWorkers(); err != nil {
+		_ = lock.Unlock()
+		return nil, err
+	}
 	if req.Resume {
 		if err := r.checkResume(); err != nil {
 			_ = lock.Unlock()
@@ -232,6 +243,49 @@ func PrepareRL(req RLRequest, now time.Time) (*RLRun, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// placeWorkers makes the run's launcher and its slots: every actor and
+// learner at once on the device, each worker seeing the GPUs its
+// environment gives it.
+func (r *RLRun) placeWorkers() error {
+	req := r.req
+	kind, err := launcherKind(req.Launch, "")
+	if err != nil {
+		return err
+	}
+	dev := req.Device
+	if dev == "" {
+		dev = "cpu"
+	}
+	n := 2 * req.Config.NumAgents
+	cfg := launch.Config{Worker: r.path, Device: dev, GPUsFromEnv: true, Parallel: n, Workers: n, Dir: r.dir, DirField: "run_dir",
+		Own: filepath.Join(r.dir, kind.Name), WorkerStart: req.WorkerStart, HeartbeatTimeout: req.HeartbeatTimeout, Env: req.Env, Logger: r.log}
+	if kind.Check != nil {
+		if err := kind.Check(cfg); err != nil {
+			return err
+		}
+	}
+	if r.launcher, err = kind.New(context.Background(), cfg); err != nil {
+		return err
+	}
+	all, err := r.launcher.Slots(context.Background())
+	if err != nil {
+		return err
+	}
+	r.slots = launch.NewSlots(all)
+	return nil
+}
+
+// halfWorker is agent i's learner or actor as a launcher's worker: its
+// log is the agent's <role>.log.
+func (r *RLRun) halfWorker(i int, role string) launch.Worker {
+	index := 2 * i
+	if role == jobserver.RoleActor {
+		index++
+	}
+	dir := AgentDir(r.dir, i)
+	return launch.Worker{Index: index, Spools: filepath.Join(dir, "spool-"+role), Log: filepath.Join(dir, role+".log")}
 }
 
 // checkResume refuses, before anything is written, to resume a run whose
@@ -349,6 +403,14 @@ func (r *RLRun) Close() error { return r.lock.Unlock() }
 // the others.
 func (r *RLRun) Run(ctx context.Context) (RLSummary, error) {
 	n := r.req.Config.NumAgents
+	var planned []launch.Worker
+	for i := range n {
+		planned = append(planned, r.halfWorker(i, jobserver.RoleLearner), r.halfWorker(i, jobserver.RoleActor))
+	}
+	r.launcher.Plan(planned)
+	ctx, stop := r.launcher.Hold(ctx)
+	defer stop()
+	defer releaseAll(ctx, r.launcher, planned)
 	sum := RLSummary{Dir: r.dir, Agents: make([]AgentStatus, n)}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -608,19 +670,27 @@ func (a *agentRun) actor(ctx context.Context) error {
 // half runs the actor or the learner in a worker process until it answers.
 func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt int) (jobserver.RLResult, error) {
 	req := a.r.req
-	logPath := filepath.Join(a.dir, role+".log")
+	w := a.r.halfWorker(a.i, role)
+	logPath := w.Log
 	wlog, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return jobserver.RLResult{}, err
 	}
-	defer wlog.Close()
 	fmt.Fprintf(wlog, "=== %s agent %d %s, attempt %d\n", time.Now().UTC().Format(time.RFC3339), a.i, role, attempt)
-	t := &worker.Process{Path: a.r.path, Stderr: wlog, Logger: a.r.log, HelloTimeout: req.WorkerStart,
-		HeartbeatTimeout: req.HeartbeatTimeout, Env: req.Env}
-	dev := req.Device
-	if dev == "" {
-		dev = "cpu"
+	if err := wlog.Close(); err != nil {
+		return jobserver.RLResult{}, err
 	}
+	sl, err := a.r.slots.Take(ctx)
+	if err != nil {
+		return jobserver.RLResult{}, err
+	}
+	defer a.r.slots.Give(sl)
+	h, err := a.r.launcher.Start(ctx, w, sl, attempt)
+	if err != nil {
+		return jobserver.RLResult{}, err
+	}
+	defer h.Close()
+	t, dev := h.Transport, sl.Device
 	j := jobserver.RLJob{Role: role, Agent: a.i, Config: req.Config, Memory: a.mem.Path(), Dir: a.dir, Resume: resume,
 		Graphs: req.Graphs, MaxLead: req.MaxLead, Threads: req.Threads}
 	obs := a.halfObserver(role, dev)

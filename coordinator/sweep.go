@@ -5,19 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gofrs/flock"
 
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
@@ -82,6 +81,9 @@ type SweepConfig struct {
 	// running at once (0: none), and each task on CUDA asks for one GPU.
 	Launcher string
 	Slurm    SlurmConfig
+	// Launch, when it has a New, is the launcher in place of the one
+	// Launcher names (a test's).
+	Launch launch.Kind
 	// DryRun prepares nothing: PrepareSweep checks everything and returns a
 	// SweepRun whose DryRun says what would be submitted (Slurm only).
 	DryRun  bool
@@ -127,29 +129,14 @@ func (c SweepConfig) Validate() error {
 	case c.Retries < 0 || c.Retries > 100:
 		return configErr(field.Errorf("retries", "must be in 0..100, got %d", c.Retries))
 	}
-	switch c.Launcher {
-	case "", LauncherLocal:
-		if c.DryRun {
-			return configErr(field.Errorf("dry_run", "prints what %s slurm would submit; local trials have nothing to print", field.Name("launcher")))
-		}
-	case LauncherSlurm:
-		if len(c.GPUs) > 0 {
-			return configErr(field.Errorf("devices", "names GPUs of this machine; with %s slurm each task gets its GPU from Slurm (--gres=gpu:1): give %s cuda", field.Name("launcher"), field.Name("device")))
-		}
-		if c.PerDevice > 0 {
-			return configErr(field.Errorf("per_device", "shares a GPU of this machine; with %s slurm each task has its own", field.Name("launcher")))
-		}
-		if c.DeviceMemory > 0 {
-			return configErr(field.Errorf("device_memory", "budgets the devices of this machine; with %s slurm each task has its own device", field.Name("launcher")))
-		}
-		if err := c.Slurm.Validate(); err != nil {
+	kind, err := launcherKind(c.Launch, c.Launcher)
+	if err != nil {
+		return err
+	}
+	if kind.Check != nil {
+		if err := kind.Check(c.launchConfig(c.Dir, c.Worker, nil)); err != nil {
 			return err
 		}
-		if err := checkSlurmSweep(c.Dir, c.Sweep.Trials); err != nil {
-			return err
-		}
-	default:
-		return configErr(field.Errorf("launcher", "must be local or slurm, got %q", c.Launcher))
 	}
 	if _, ok := rankKeys[c.RankBy]; !ok {
 		return configErr(field.Errorf("rank_by", "must be one of %s, got %q", strings.Join(RankKeys(), ", "), c.RankBy))
@@ -174,30 +161,24 @@ func (c SweepConfig) Validate() error {
 	return nil
 }
 
-// slot is a place on a device for one trial.
-type slot struct {
-	device string // cpu or cuda
-	gpu    int    // CUDA_VISIBLE_DEVICES, for cuda
-	remote bool   // a Slurm task's: the scheduler places it
+// launchConfig is the sweep's placement as its launcher takes it: dir
+// is the sweep directory, path the worker binary.
+func (c SweepConfig) launchConfig(dir, path string, log *slog.Logger) launch.Config {
+	names := make([]string, len(c.Sweep.Trials))
+	for i, t := range c.Sweep.Trials {
+		names[i] = t.Name
+	}
+	kind, _ := launcherKind(c.Launch, c.Launcher)
+	return launch.Config{Worker: path, Device: c.Device, GPUs: c.GPUs, PerDevice: c.PerDevice, Parallel: c.Parallel,
+		Workers: len(c.Sweep.Trials), DeviceMemory: c.DeviceMemory, Dir: dir, DirField: "sweep_dir", Own: filepath.Join(dir, kind.Name),
+		Names: names, WorkerStart: c.WorkerStart, HeartbeatTimeout: c.HeartbeatTimeout, Probe: true, Slurm: c.Slurm, DryRun: c.DryRun, Logger: log}
 }
 
-func (s slot) String() string {
-	if s.remote {
-		return "slurm:" + s.device
-	}
-	if s.device == "cuda" {
-		return "cuda:" + strconv.Itoa(s.gpu)
-	}
-	return s.device
-}
-
-// env is the environment a trial's worker gets on the slot: a GPU slot's
-// worker sees its GPU alone, as device 0.
-func (s slot) env() []string {
-	if s.device != "cuda" || s.remote {
-		return nil
-	}
-	return []string{"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(s.gpu)}
+// trialWorker is trial i's worker: its spools and worker.log in its run
+// directory.
+func (s *SweepRun) trialWorker(i int, t Trial) launch.Worker {
+	dir := filepath.Join(s.dir, t.Name)
+	return launch.Worker{Index: i, Spools: filepath.Join(dir, "spool"), Log: filepath.Join(dir, "worker.log")}
 }
 
 // SweepRun is a sweep prepared: validated, its directory claimed and its
@@ -207,16 +188,15 @@ type SweepRun struct {
 	dir   string
 	file  string // the sweep file results.json names
 	lock  *flock.Flock
-	slots []slot
+	slots *launch.Slots
 	log   *slog.Logger
 	// metrics are the sweep's, shared by its trials' runs; they serve
 	// nothing without SweepConfig.MetricsAddr.
 	metrics *Metrics
 	// broker keeps the books of device memory between the trials' workers.
 	broker *Broker
-	// slurm submits the trials' workers with LauncherSlurm; nil runs them
-	// here.
-	slurm *slurmLauncher
+	// launcher places and starts the trials' workers.
+	launcher launch.Launcher
 
 	mu   sync.Mutex // guards rows, counts and their metrics
 	rows []TrialResult
@@ -273,19 +253,30 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	if err := checkTrials(cfg.Sweep); err != nil {
 		return nil, err
 	}
-	if _, err := worker.Find(cfg.Worker); err != nil {
+	path, err := worker.Find(cfg.Worker)
+	if err != nil {
 		// Every trial runs in a worker process, CPU trials too.
 		return nil, setupErr(fmt.Errorf("a sweep runs each trial in a tolaria-worker process: %w", err))
 	}
-	if cfg.Launcher == LauncherSlurm {
-		if err := s.prepareSlurm(); err != nil {
-			return nil, err
-		}
-		if cfg.DryRun {
-			return s, nil
-		}
-	} else if s.slots, err = chooseSlots(ctx, cfg, s.log); err != nil {
+	kind, err := launcherKind(cfg.Launch, cfg.Launcher)
+	if err != nil {
 		return nil, err
+	}
+	if s.launcher, err = kind.New(ctx, cfg.launchConfig(s.dir, path, s.log)); err != nil {
+		return nil, err
+	}
+	all, err := s.launcher.Slots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.slots = launch.NewSlots(all)
+	if cfg.DryRun {
+		ws := make([]launch.Worker, len(cfg.Sweep.Trials))
+		for i, t := range cfg.Sweep.Trials {
+			ws[i] = s.trialWorker(i, t)
+		}
+		s.launcher.Plan(ws)
+		return s, nil
 	}
 	// Bound before anything is written, so a busy port leaves no trace.
 	if s.metrics, err = serveSweepMetrics(ctx, cfg.MetricsAddr, cfg.Version, s.log); err != nil {
@@ -308,42 +299,13 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	return s, s.writeFiles()
 }
 
-// prepareSlurm readies the Slurm launcher: one slot per trial (Slurm's
-// array limit, not this machine, bounds how many run at once), on the CPU
-// unless the sweep asks for cuda.
-func (s *SweepRun) prepareSlurm() error {
-	cfg := s.cfg
-	device := cfg.Device
-	if device == "auto" {
-		device = "cpu"
-		s.log.Info("launcher slurm: device auto runs the trials on the nodes' CPUs; give --device cuda for a GPU per task")
-	}
-	path, err := worker.Find(cfg.Worker)
-	if err != nil {
-		return setupErr(err)
-	}
-	if s.slurm, err = newSlurmLauncher(cfg.Slurm, filepath.Join(s.dir, sweepSlurmDir), path, device, cfg.Parallel, cfg.DryRun); err != nil {
-		return err
-	}
-	s.slots = make([]slot, len(cfg.Sweep.Trials))
-	for i := range s.slots {
-		s.slots[i] = slot{device: device, remote: true}
-	}
-	if cfg.DryRun {
-		for i, t := range cfg.Sweep.Trials {
-			s.slurm.planTrial(i, filepath.Join(s.dir, t.Name))
-		}
-	}
-	return nil
-}
-
 // DryRun is, for a sweep prepared with SweepConfig.DryRun, the batch
 // script of its job array and the sbatch command that would submit it.
 func (s *SweepRun) DryRun() (script string, command []string) {
-	if s.slurm == nil {
+	if s.launcher == nil {
 		return "", nil
 	}
-	return s.slurm.dryRun()
+	return s.launcher.Describe()
 }
 
 // ErrNothingToResume is LoadSweepDir's and PrepareSweep's answer for a
@@ -554,58 +516,6 @@ func checkTrials(sw *Sweep) error {
 	return nil
 }
 
-// chooseSlots resolves the device and lays out the slots: PerDevice per
-// device, interleaved so trials spread over the devices, Parallel in all.
-func chooseSlots(ctx context.Context, cfg SweepConfig, log *slog.Logger) ([]slot, error) {
-	device, gpus := cfg.Device, cfg.GPUs
-	if device == "auto" {
-		_, hello, err := CUDAWorker(ctx, cfg.Worker, cfg.WorkerStart, nil)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			log.Info("device auto: using cpu", "reason", err.Error())
-			device = "cpu"
-		} else {
-			device = "cuda"
-			if len(gpus) == 0 {
-				gpus = []int{0}
-				log.Info("device auto: using GPU 0; list more with --devices 0,1,...", "gpu", hello.Description)
-			}
-		}
-	}
-	if device == "cuda" && len(gpus) == 0 {
-		gpus = []int{0}
-	}
-	if device == "cpu" {
-		gpus = []int{0}
-	}
-	per := cfg.PerDevice
-	if per == 0 {
-		per = 1
-		if device == "cpu" {
-			per = max(cfg.Parallel, 1)
-		}
-	}
-	parallel := cfg.Parallel
-	if parallel == 0 {
-		parallel = len(gpus) * per
-	}
-	if parallel > len(gpus)*per {
-		return nil, configErr(field.Errorf("parallel", "%d is more than the %d device slots (%d devices times %s %d); raise %s or lower %s",
-			parallel, len(gpus)*per, len(gpus), field.Name("per_device"), per, field.Name("per_device"), field.Name("parallel")))
-	}
-	var slots []slot
-	for k := 0; k < per && len(slots) < parallel; k++ {
-		for _, g := range gpus {
-			if len(slots) < parallel {
-				slots = append(slots, slot{device: device, gpu: g})
-			}
-		}
-	}
-	return slots, nil
-}
-
 // sweepLock marks a sweep directory in use.
 const sweepLock = ".tolaria-sweep.lock"
 
@@ -675,25 +585,15 @@ func (s *SweepRun) writeTrialConfig(t Trial, spec job.Spec) error {
 func (s *SweepRun) Dir() string { return s.dir }
 
 // Devices says where trials run, e.g. "cpu" or "cuda:0, cuda:1".
-func (s *SweepRun) Devices() string {
-	seen := map[string]bool{}
-	var out []string
-	for _, sl := range s.slots {
-		if !seen[sl.String()] {
-			seen[sl.String()] = true
-			out = append(out, sl.String())
-		}
-	}
-	return strings.Join(out, ", ")
-}
+func (s *SweepRun) Devices() string { return s.slots.Devices() }
 
 // Parallel is the number of trials that run at once (with the Slurm
 // launcher, at most: Slurm starts them as its nodes free up).
 func (s *SweepRun) Parallel() int {
-	if s.slurm != nil && s.cfg.Parallel > 0 {
-		return min(s.cfg.Parallel, len(s.slots))
+	if s.cfg.Parallel > 0 {
+		return min(s.cfg.Parallel, s.slots.Len())
 	}
-	return len(s.slots)
+	return s.slots.Len()
 }
 
 // MetricsURL is the sweep's metrics endpoint, or "" when none is served
@@ -842,10 +742,6 @@ func (s *SweepRun) report(u TrialUpdate) {
 // trials are not run again. Run returns once every worker has been
 // reaped; the error is one writing the results.
 func (s *SweepRun) Run(ctx context.Context) (Results, error) {
-	free := make(chan slot, len(s.slots))
-	for _, sl := range s.slots {
-		free <- sl
-	}
 	// A resumed sweep's succeeded trials stand as they are; a display
 	// hears of them once.
 	for i := range s.rows {
@@ -858,32 +754,25 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 	s.mu.Unlock()
 	stopWriter, writerDone := make(chan struct{}), make(chan error, 1)
 	go func() { writerDone <- s.writeResultsPaced(stopWriter) }()
-	if s.slurm != nil {
-		for i, t := range s.cfg.Sweep.Trials {
-			if s.rows[i].State != TrialSucceeded {
-				s.slurm.planTrial(i, filepath.Join(s.dir, t.Name))
-			}
+	var planned []launch.Worker
+	for i, t := range s.cfg.Sweep.Trials {
+		if s.rows[i].State != TrialSucceeded {
+			planned = append(planned, s.trialWorker(i, t))
 		}
-		// A Ctrl-C reaches the trials only once no queued task can start
-		// a worker any more (see holdBack).
-		var stop func()
-		ctx, stop = s.slurm.holdBack(ctx, func(err error) {
-			s.log.Warn("interrupted, and the mark that keeps Slurm tasks from starting their workers could not be made: a queued task may still start one, which stops at once", "err", err)
-		})
-		defer stop()
-		defer s.slurm.close(ctx)
 	}
+	s.launcher.Plan(planned)
+	// A Ctrl-C reaches the trials only once the launcher will start no
+	// worker any more (see launch.Launcher.Hold).
+	ctx, stop := s.launcher.Hold(ctx)
+	defer stop()
+	defer releaseAll(ctx, s.launcher, planned)
 	var wg sync.WaitGroup
 	for i, t := range s.cfg.Sweep.Trials {
 		if s.rows[i].State == TrialSucceeded {
 			continue
 		}
-		var sl slot
-		select {
-		case sl = <-free:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
+		sl, err := s.slots.Take(ctx)
+		if err != nil || ctx.Err() != nil {
 			break
 		}
 		s.setRow(i, func(r *TrialResult) { r.State, r.Device = TrialRunning, sl.String() })
@@ -896,7 +785,7 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 			s.putRow(i, res)
 			s.mu.Unlock()
 			s.report(TrialUpdate{Trial: t.Name, Index: i, State: res.State, Device: res.Device, Attempt: res.Attempts, Result: &res})
-			free <- sl
+			s.slots.Give(sl)
 		}()
 	}
 	wg.Wait()
@@ -934,7 +823,7 @@ func (s *SweepRun) setRow(i int, f func(*TrialResult)) {
 
 // runTrial runs one trial until it succeeds, is interrupted or has failed
 // 1+Retries times.
-func (s *SweepRun) runTrial(ctx context.Context, i int, t Trial, sl slot) TrialResult {
+func (s *SweepRun) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot) TrialResult {
 	s.mu.Lock()
 	res := s.rows[i]
 	s.mu.Unlock()
@@ -1023,36 +912,20 @@ func failureReason(err error) string {
 // a resumed sweep continues) left a checkpoint. Any error
 // of the run (the worker's own, its exit, the protocol) is the trial's
 // failure with that reason.
-func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) outcome {
+func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int) outcome {
 	spec := t.Spec
-	spec.Device, spec.RunDir = sl.device, filepath.Join(s.dir, t.Name)
+	spec.Device, spec.RunDir = sl.Device, filepath.Join(s.dir, t.Name)
 	if _, err := os.Stat(filepath.Join(spec.RunDir, trainer.CheckpointFile)); err == nil && (n > 1 || s.cfg.Resume) {
 		spec.Resume = true
 	}
-	logTail := &tail{max: 4096}
-	var logs io.Writer = logTail
-	if err := os.MkdirAll(spec.RunDir, 0o755); err == nil {
-		// The worker's own log, kept whole next to its run.
-		if f, err := os.OpenFile(filepath.Join(spec.RunDir, "worker.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
-			defer f.Close()
-			logs = io.MultiWriter(f, logTail)
-		}
-	}
-	place := Placement{Device: sl.device, Isolate: true, Worker: s.cfg.Worker, WorkerStart: s.cfg.WorkerStart,
-		HeartbeatTimeout: s.cfg.HeartbeatTimeout, Stderr: logs}
-	place.Env = sl.env()
-	tailOf := logTail.String
+	// The worker's own log is kept whole next to its run.
+	_ = os.MkdirAll(spec.RunDir, 0o755)
+	w := s.trialWorker(i, t)
+	defer s.launcher.Release(ctx, w)
+	tailOf := func() string { return "" }
 	var budget *TrialBudget
-	var remote *worker.Remote
-	if s.slurm != nil {
-		// The task writes worker.log itself, on its node.
-		remote = s.slurm.transport(i, filepath.Join(spec.RunDir, "spool"), filepath.Join(spec.RunDir, "worker.log"), n, place.WorkerStart, place.HeartbeatTimeout)
-		place.Transport = remote
-		place.Stderr = io.Discard
-		defer s.slurm.release(ctx, i)
-		workerLog := filepath.Join(spec.RunDir, "worker.log")
-		tailOf = func() string { return worker.LogTail(workerLog) }
-	} else {
+	if !sl.Remote() {
+		// The broker keeps the books of this machine's devices.
 		budget = &TrialBudget{Broker: s.broker, Trial: t.Name, Device: sl.String(), Priority: t.Priority, Report: func(b BudgetUpdate) {
 			s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Budget: &b})
 		}}
@@ -1063,6 +936,16 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 	if err := s.writeTrialConfig(t, spec); err != nil {
 		return failed(fmt.Errorf("writing the trial's configuration: %w", err))
 	}
+	h, err := s.launcher.Start(ctx, w, sl, n)
+	if err != nil {
+		if ctx.Err() != nil {
+			return outcome{state: TrialInterrupted, reason: "interrupted while starting: " + err.Error()}
+		}
+		return failed(err)
+	}
+	defer h.Close()
+	tailOf = h.Tail
+	place := Placement{Device: sl.Device, WorkerStart: s.cfg.WorkerStart, HeartbeatTimeout: s.cfg.HeartbeatTimeout, Transport: h.Transport}
 	// The sweep reports a trial's start and end itself; of a run's own
 	// log only warnings are news.
 	runLog := slog.New(minLevel{s.log.Handler(), slog.LevelWarn}).With("trial", t.Name)
@@ -1079,10 +962,12 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Progress: &p})
 	}
 	sum, err := run.Train(ctx, progress)
-	if err != nil && remote != nil && (ctx.Err() != nil || errors.Is(err, errSlurmInterrupted)) && !workerSpoke(remote.Dir) {
-		// Its task was still queued, or came up after the Ctrl-C and
-		// found the interrupt's mark (see holdBack): no worker ran.
-		return outcome{state: TrialInterrupted, reason: "interrupted before its worker started (its Slurm task had not run it); nothing trained", unstarted: true}
+	if err != nil && (ctx.Err() != nil || errors.Is(err, launch.ErrInterrupted)) {
+		if why := h.NotRun(); why != "" {
+			// A scheduler's task was still queued, or came up after the
+			// Ctrl-C and found the interrupt's mark: no worker ran.
+			return outcome{state: TrialInterrupted, reason: "interrupted before its worker started (" + why + "); nothing trained", unstarted: true}
+		}
 	}
 	if err != nil {
 		if we := (*worker.Error)(nil); ctx.Err() != nil && errors.As(err, &we) && we.Kind == worker.KindBudget {
@@ -1107,43 +992,6 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl slot, n int) 
 		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", why: failureStopped, logTail: tailOf(), summary: &sum}
 	}
 	return outcome{state: TrialSucceeded, summary: &sum}
-}
-
-// workerSpoke says whether the worker of the spool in dir wrote anything
-// (its hello comes before any work).
-func workerSpoke(dir string) bool {
-	st, err := os.Stat(filepath.Join(dir, worker.SpoolOut))
-	return err == nil && st.Size() > 0
-}
-
-// tail keeps the last max bytes written to it, from a line's start.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if n := len(t.buf); n > 2*t.max {
-		t.buf = append([]byte(nil), t.buf[n-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.buf
-	if len(b) > t.max {
-		b = b[len(b)-t.max:]
-		if i := strings.IndexByte(string(b), '\n'); i >= 0 {
-			b = b[i+1:]
-		}
-	}
-	return strings.TrimSpace(strings.ToValidUTF8(string(b), ""))
 }
 
 // minLevel passes on the records of at least its level.

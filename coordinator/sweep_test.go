@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -600,6 +602,16 @@ func TestRankOrdersByKey(t *testing.T) {
 	}
 }
 
+// sweepSlots are the slots the local launcher lays out for the sweep.
+func sweepSlots(cfg SweepConfig) ([]launch.Slot, error) {
+	cfg.Sweep = &Sweep{Trials: []Trial{{Name: "a"}}}
+	l, err := launch.Local().New(context.Background(), cfg.launchConfig("", "", slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, err
+	}
+	return l.Slots(context.Background())
+}
+
 func TestSlotsSpreadOverDevices(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -608,11 +620,12 @@ func TestSlotsSpreadOverDevices(t *testing.T) {
 	}{
 		{"cpu default", SweepConfig{Device: "cpu"}, "cpu"},
 		{"cpu parallel", SweepConfig{Device: "cpu", Parallel: 3}, "cpu cpu cpu"},
+		{"cuda default", SweepConfig{Device: "cuda"}, "cuda:0"},
 		{"one per gpu", SweepConfig{Device: "cuda", GPUs: []int{0, 2, 3}}, "cuda:0 cuda:2 cuda:3"},
 		{"two per gpu, interleaved", SweepConfig{Device: "cuda", GPUs: []int{0, 1}, PerDevice: 2}, "cuda:0 cuda:1 cuda:0 cuda:1"},
 		{"parallel below the slots", SweepConfig{Device: "cuda", GPUs: []int{0, 1}, PerDevice: 2, Parallel: 3}, "cuda:0 cuda:1 cuda:0"},
 	} {
-		slots, err := chooseSlots(context.Background(), c.cfg, nil)
+		slots, err := sweepSlots(c.cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -624,13 +637,16 @@ func TestSlotsSpreadOverDevices(t *testing.T) {
 			t.Errorf("%s: slots %q, want %q", c.name, got, c.slots)
 		}
 	}
-	if env := (slot{device: "cuda", gpu: 3}).env(); len(env) != 1 || env[0] != "CUDA_VISIBLE_DEVICES=3" {
+	if env := (launch.Slot{Device: "cuda", GPU: 3}).Env(); len(env) != 1 || env[0] != "CUDA_VISIBLE_DEVICES=3" {
 		t.Errorf("a GPU slot's environment: %q", env)
 	}
-	if env := (slot{device: "cpu"}).env(); env != nil {
+	if env := (launch.Slot{Device: "cpu", GPU: -1}).Env(); env != nil {
 		t.Errorf("a CPU slot's environment: %q", env)
 	}
-	_, err := chooseSlots(context.Background(), SweepConfig{Device: "cpu", PerDevice: 1, Parallel: 2}, nil)
+	if env := (launch.Slot{Device: "cuda", GPU: -1}).Env(); env != nil {
+		t.Errorf("a GPU slot that names no GPU (an evaluation's): %q", env)
+	}
+	_, err := sweepSlots(SweepConfig{Device: "cpu", PerDevice: 1, Parallel: 2})
 	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "parallel: 2 is more than the 1 device slots") {
 		t.Errorf("parallel above the slots: %v", err)
 	}

@@ -25,6 +25,9 @@ func TestLayering(t *testing.T) {
 		{"./worker", []string{m + "bench", m + "job", m + "jobserver", m + "trainer", m + "data", m + "graphs", m + "staging",
 			m + "nn", m + "device", m + "telemetry", m + "coordinator"},
 			"worker is the protocol and its transports only: payloads cross it as JSON their owners decode"},
+		{"./coordinator/launch", []string{m + "jobserver", m + "job", m + "trainer", m + "telemetry", m + "data", m + "rl",
+			m + "nn", m + "device", m + "graphs", m + "staging", m + "bench"},
+			"a launcher places and starts workers: it knows neither the activities nor what a worker serves"},
 	}
 	for _, tags := range []string{"", "cuda"} {
 		for _, r := range rules {

@@ -1,0 +1,128 @@
+package launch
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/internal/field"
+)
+
+// Slot is a place on a device for one worker at a time.
+type Slot struct {
+	Device string // cpu or cuda
+	// GPU is the CUDA device of this machine a cuda slot's worker sees
+	// alone, as device 0 (CUDA_VISIBLE_DEVICES); -1 leaves it the GPUs its
+	// environment gives it.
+	GPU int
+	// Where names the scheduler that places the worker (slurm); "" is
+	// this machine.
+	Where string
+}
+
+// Remote says whether a scheduler places the slot's worker elsewhere,
+// on a device of its own: this machine's device-memory books do not
+// cover it.
+func (s Slot) Remote() bool { return s.Where != "" }
+
+func (s Slot) String() string {
+	switch {
+	case s.Remote():
+		return s.Where + ":" + s.Device
+	case s.Device == "cuda" && s.GPU >= 0:
+		return "cuda:" + strconv.Itoa(s.GPU)
+	}
+	return s.Device
+}
+
+// Env is the environment a worker gets on the slot: a GPU slot's worker
+// sees its GPU alone, as device 0.
+func (s Slot) Env() []string {
+	if s.Device != "cuda" || s.Remote() || s.GPU < 0 {
+		return nil
+	}
+	return []string{"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(s.GPU)}
+}
+
+// LayOut lays out the slots of device (cpu or cuda) on gpus (none: one
+// device, the CUDA one unnamed): per of them per device (0: one on a GPU
+// named, parallel on the CPU or the unnamed GPU), interleaved so workers
+// spread over the devices, parallel in all (0: every slot).
+func LayOut(device string, gpus []int, per, parallel int) ([]Slot, error) {
+	devices := []int{-1}
+	if device == "cuda" && len(gpus) > 0 {
+		devices = gpus
+	}
+	if per == 0 {
+		per = 1
+		if device == "cpu" || devices[0] < 0 {
+			per = max(parallel, 1)
+		}
+	}
+	if parallel == 0 {
+		parallel = len(devices) * per
+	}
+	if parallel > len(devices)*per {
+		return nil, refusal.Config(field.Errorf("parallel", "%d is more than the %d device slots (%d devices times %s %d); raise %s or lower %s",
+			parallel, len(devices)*per, len(devices), field.Name("per_device"), per, field.Name("per_device"), field.Name("parallel")))
+	}
+	var slots []Slot
+	for k := 0; k < per && len(slots) < parallel; k++ {
+		for _, g := range devices {
+			if len(slots) < parallel {
+				slots = append(slots, Slot{Device: device, GPU: g})
+			}
+		}
+	}
+	return slots, nil
+}
+
+// Slots is the one device-slot allocator: a worker takes a free slot
+// before it starts and gives it back once it has ended, so no more
+// workers run on a device than it has slots.
+type Slots struct {
+	all  []Slot
+	free chan Slot
+}
+
+// NewSlots makes an allocator of the slots, all free.
+func NewSlots(all []Slot) *Slots {
+	s := &Slots{all: all, free: make(chan Slot, len(all))}
+	for _, sl := range all {
+		s.free <- sl
+	}
+	return s
+}
+
+// Take waits for a free slot, or for ctx to end.
+func (s *Slots) Take(ctx context.Context) (Slot, error) {
+	if err := ctx.Err(); err != nil {
+		return Slot{}, err
+	}
+	select {
+	case sl := <-s.free:
+		return sl, nil
+	case <-ctx.Done():
+		return Slot{}, ctx.Err()
+	}
+}
+
+// Give returns a slot taken.
+func (s *Slots) Give(sl Slot) { s.free <- sl }
+
+// Len is the number of slots: how many workers run at once.
+func (s *Slots) Len() int { return len(s.all) }
+
+// Devices says where the slots are, each once: "cpu", "cuda:0, cuda:1".
+func (s *Slots) Devices() string {
+	seen := map[string]bool{}
+	var out []string
+	for _, sl := range s.all {
+		if !seen[sl.String()] {
+			seen[sl.String()] = true
+			out = append(out, sl.String())
+		}
+	}
+	return strings.Join(out, ", ")
+}
