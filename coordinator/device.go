@@ -37,8 +37,9 @@ type Placement struct {
 	// Env is added to a worker's environment: CUDA_VISIBLE_DEVICES names
 	// the one GPU a sweep's trial may use.
 	Env []string
-	// Transport, when set, is the worker: one a scheduler starts elsewhere
-	// (a Slurm task), on Device (cpu or cuda), probed by nobody here.
+	// Transport, when set, is the worker, on Device (cpu or cuda), probed
+	// by nobody here: one a launcher started (a sweep's trial's, see
+	// launch.Launcher), here or elsewhere.
 	Transport worker.Transport
 }
 

@@ -41,8 +41,6 @@ const (
 	ResultsCSV     = "results.csv"
 	SweepFileCopy  = "sweep.yaml"
 	TrialConfigDir = "trials" // trials/<name>.yaml: each trial's resolved configuration
-	// sweepSlurmDir holds the batch scripts of a sweep run by Slurm.
-	sweepSlurmDir = "slurm"
 )
 
 // rankKey is a summary figure trials can be ranked by.

@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 )
@@ -64,10 +65,15 @@ var trialName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._=,+-]{0,99}$`)
 // failed only when its file was written, after the sweep had started.
 const maxNameBytes = 255 - len(".yaml")
 
-// reservedNames are the sweep directory's own entries: a trial named so
-// would put its run directory in their place.
+// reservedNames are the sweep directory's own entries, each launcher's
+// directory among them: a trial named so would put its run directory in
+// their place.
 func reservedNames() []string {
-	return []string{ResultsJSON, ResultsCSV, SweepFileCopy, TrialConfigDir, JournalFile, sweepSlurmDir, sweepLock}
+	names := []string{ResultsJSON, ResultsCSV, SweepFileCopy, TrialConfigDir, JournalFile, sweepLock}
+	for _, k := range launch.Kinds() {
+		names = append(names, k.Name)
+	}
+	return names
 }
 
 // checkTrialName refuses a name that cannot be a run directory of its
@@ -150,8 +156,8 @@ func parseSweepMax(raw []byte, maxTrials int) (*Sweep, error) {
 		}
 		return nil, fmt.Errorf("%w (a sweep file has base:, trials:, grid:, and optionally launcher: and slurm:)", err)
 	}
-	if f.Launcher != "" && f.Launcher != LauncherLocal && f.Launcher != LauncherSlurm {
-		return nil, field.Errorf("launcher", "must be local or slurm, got %q", f.Launcher)
+	if _, err := launch.Find(f.Launcher); err != nil {
+		return nil, err
 	}
 	if err := f.Slurm.Validate(); err != nil {
 		return nil, fmt.Errorf("slurm: %w", err)
