@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -82,9 +83,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		return err
 	}
 	if req.DryRun {
-		script, command := e.DryRun()
-		fmt.Fprintf(stdout, "# the batch script (written to %s/%s/slurm when submitted):\n%s\n# submitted with:\n%s\n", req.RunDir, coordinator.EvalDir, script, shellCommand(command))
-		return nil
+		return printDryRun(stdout, filepath.Join(req.RunDir, coordinator.EvalDir, "slurm"))(e.DryRun())
 	}
 	what := view.Examples
 	if e.Positions() > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -34,26 +35,30 @@ func flagName(key field.Name) string {
 	return strings.ReplaceAll(strings.TrimPrefix(string(key), "model."), "_", "-")
 }
 
-// keyAnnotation marks a flag that sets a key of the command's file under
-// another name, or that the user may have written in the file instead.
+// keyAnnotation marks a flag that sets a key under another name, or a key
+// the user may have written in the command's file instead.
 const keyAnnotation = "tolaria.key"
 
-// fileKey records that flag sets key of the command's file: errors name
-// it "--flag (key)".
-func fileKey(fs *pflag.FlagSet, flag string, key field.Name) {
-	_ = fs.SetAnnotation(flag, keyAnnotation, []string{string(key)})
+// setsKey records that flag sets key. inFile says the command's file may
+// give key too: errors then name both, "--agents (num_agents)".
+func setsKey(fs *pflag.FlagSet, flag string, key field.Name, inFile bool) {
+	_ = fs.SetAnnotation(flag, keyAnnotation, []string{string(key), fmt.Sprint(inFile)})
 }
 
 // speller spells a setting's key as cmd's flag, for messages: run_dir as
-// --run-dir, model.hidden as --hidden, a key marked by fileKey as
-// "--agents (num_agents)". A key with no flag keeps its name ("").
+// --run-dir, model.hidden as --hidden, a key marked by setsKey as its
+// flag. A key with no flag keeps its name ("").
 func speller(cmd *cobra.Command) func(field.Name) string {
 	fs := cmd.Flags()
 	return func(key field.Name) string {
 		spelled := ""
 		fs.VisitAll(func(f *pflag.Flag) {
-			if k := f.Annotations[keyAnnotation]; len(k) == 1 && k[0] == string(key) {
+			switch k := f.Annotations[keyAnnotation]; {
+			case len(k) != 2 || k[0] != string(key):
+			case k[1] == "true":
 				spelled = fmt.Sprintf("--%s (%s)", f.Name, key)
+			default:
+				spelled = "--" + f.Name
 			}
 		})
 		if spelled == "" && fs.Lookup(flagName(key)) != nil {
@@ -171,7 +176,7 @@ func (l *launcherFlags) register(fs *pflag.FlagSet, what string) {
 	fs.StringVar(&l.timeLimit, "time-limit", "", "with --launcher slurm: each task's time limit in Slurm's format, e.g. 2:00:00 (sbatch --time); a task past it fails with reason time_limit")
 	fs.StringArrayVar(&l.sbatch, "sbatch-arg", nil, "with --launcher slurm: a further sbatch option, e.g. --sbatch-arg=--mem=8G (repeat for more)")
 	fs.BoolVar(&l.dryRun, "dry-run", false, "with --launcher slurm: print the batch script and the sbatch command, submit nothing and write nothing")
-	fileKey(fs, "sbatch-arg", "sbatch_args")
+	setsKey(fs, "sbatch-arg", "sbatch_args", false)
 }
 
 // apply puts the flags given over what a file says (a sweep file's
@@ -196,4 +201,30 @@ func (l *launcherFlags) apply(fs *pflag.FlagSet, launcher string, slurm coordina
 		}
 	}
 	return launcher, slurm, nil
+}
+
+// printDryRun prints what --dry-run shows: the batch script, to be written
+// to where, and the sbatch command that would submit it.
+func printDryRun(w io.Writer, where string) func(script string, command []string) error {
+	return func(script string, command []string) error {
+		_, err := fmt.Fprintf(w, "# the batch script (written to %s when submitted):\n%s\n# submitted with:\n%s\n", where, script, shellCommand(command))
+		return err
+	}
+}
+
+// shellCommand spells a command for a shell, quoting every word that
+// holds anything but letters, digits and -_./=:,+@%: a list of what to
+// quote would miss one (!, {}, ^, a character of another script).
+func shellCommand(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		plain := strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0
+		if a == "" || !plain {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
 }

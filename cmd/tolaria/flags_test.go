@@ -64,7 +64,7 @@ func TestSpeller(t *testing.T) {
 	for _, c := range []struct{ command, key, want string }{
 		{"train", "model.hidden", "--hidden"},
 		{"train", "heartbeat_timeout", "--heartbeat-timeout"},
-		{"sweep", "sbatch_args", "--sbatch-arg (sbatch_args)"},
+		{"sweep", "sbatch_args", "--sbatch-arg"},
 		{"sweep", "lr", ""},
 		{"eval", "run_dir", "--run-dir"},
 		{"rl", "num_agents", "--agents (num_agents)"},

@@ -20,6 +20,7 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
 )
 
 // Exit codes, the same for every command.
@@ -99,17 +100,12 @@ func run(ctx context.Context, proc process, args []string, stdout, stderr io.Wri
 		fmt.Fprintln(stderr, "tolaria:", err)
 		return exitUsage
 	}
-	msg, code := field.Render(err, speller(cmd)), exitFailure
-	var shards *coordinator.ShardsFailedError
+	msg, code := field.Render(err, speller(cmd)), exitCode(ctx, err)
 	switch {
-	case errors.Is(err, errUsage):
-		code = exitUsage
-	case errors.Is(err, coordinator.ErrConfig):
-		msg, code = "invalid configuration: "+msg, exitUsage
+	case code == exitUsage && !errors.Is(err, errUsage):
+		msg = "invalid configuration: " + msg
 	case ctx.Err() != nil:
-		msg, code = "interrupted: "+msg, interruptedCode(ctx)
-	case errors.As(err, &shards):
-		code = exitSomeFailed
+		msg = "interrupted: " + msg
 	}
 	fmt.Fprintln(stderr, "tolaria:", msg)
 	return code
@@ -133,6 +129,26 @@ func outcome(w io.Writer, ok, total int, what, reasons string) error {
 // logger logs text to w from level up.
 func logger(w io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// exitCode is the exit status for err, the one mapping from errors to
+// codes: errors in what the user gave (flags, files, a checkpoint a worker
+// refused) exit 2, a run that ctx stopped 128 plus the signal, an
+// evaluation some of whose shards failed 3, anything else 1.
+func exitCode(ctx context.Context, err error) int {
+	var we *worker.Error
+	var shards *coordinator.ShardsFailedError
+	switch {
+	case errors.Is(err, errUsage):
+		return exitUsage
+	case ctx.Err() != nil:
+		return interruptedCode(ctx)
+	case errors.Is(err, coordinator.ErrConfig), errors.As(err, &we) && (we.Kind == worker.KindUsage || we.Kind == worker.KindCheckpoint):
+		return exitUsage
+	case errors.As(err, &shards):
+		return exitSomeFailed
+	}
+	return exitFailure
 }
 
 // exitError carries an exit code for an error already reported.

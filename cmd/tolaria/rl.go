@@ -68,7 +68,7 @@ input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
 	fs.Uint64Var(&f.cfg.Seed, "seed", def.Seed, "seed; agent i uses seed+i")
 	fs.BoolVar(&f.cfg.StopWhenSolved, "stop-when-solved", def.StopWhenSolved, "stop an agent once a greedy evaluation (eval_interval) of 100 or more episodes has a mean return of 475 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps")
 	for flag, key := range map[string]field.Name{"agents": "num_agents", "total-steps": "total_steps", "seed": "seed", "stop-when-solved": "stop_when_solved"} {
-		fileKey(fs, flag, key)
+		setsKey(fs, flag, key, true)
 		fs.Lookup(flag).Usage += " (" + string(key) + ")"
 	}
 	fs.StringVar(&f.req.Dir, "run-dir", "", "run directory, new (default runs/rl-<time>); with --resume, the run to continue")

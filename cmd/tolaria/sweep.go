@@ -171,9 +171,7 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	if cfg.DryRun {
 		view.Close()
-		script, command := s.DryRun()
-		fmt.Fprintf(stdout, "# the batch script (written to the sweep directory's slurm/ when submitted):\n%s\n# submitted with:\n%s\n", script, shellCommand(command))
-		return nil
+		return printDryRun(stdout, "the sweep directory's slurm/")(s.DryRun())
 	}
 	log.Info("sweep", "file", cfg.Sweep.Path, "resume", cfg.Resume, "trials", len(cfg.Sweep.Trials), "devices", s.Devices(), "parallel", s.Parallel(), "sweep_dir", s.Dir())
 	view.Start()
@@ -213,21 +211,4 @@ func printResults(w io.Writer, r coordinator.Results, dir string) {
 		fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", rank, width, t.Name, t.State, value)
 	}
 	fmt.Fprintf(w, "results %s/%s\n", dir, coordinator.ResultsJSON)
-}
-
-// shellCommand spells a command for a shell, quoting every word that
-// holds anything but letters, digits and -_./=:,+@%: a list of what to
-// quote would miss one (!, {}, ^, a character of another script).
-func shellCommand(args []string) string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		plain := strings.IndexFunc(a, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
-		}) < 0
-		if a == "" || !plain {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-		out[i] = a
-	}
-	return strings.Join(out, " ")
 }

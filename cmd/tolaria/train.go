@@ -154,27 +154,25 @@ func reportInterruption(w io.Writer, dir *coordinator.RunDir, sum trainer.Summar
 }
 
 func reportFailure(ctx context.Context, w io.Writer, err error, dir *coordinator.RunDir) error {
-	if ctx.Err() != nil {
-		fmt.Fprintf(w, "tolaria: interrupted: %v\n", err)
-		resumeHint(w, dir)
-		return exitError{interruptedCode(ctx)}
-	}
+	code := exitCode(ctx, err)
 	var we *worker.Error
-	if errors.As(err, &we) {
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(w, "tolaria: interrupted: %v\n", err)
+	case errors.As(err, &we):
 		fmt.Fprintf(w, "tolaria: %s\n", we.Message)
-		if we.Kind == worker.KindUsage || we.Kind == worker.KindCheckpoint {
-			return exitError{exitUsage}
+		if code == exitUsage {
+			return exitError{code}
 		}
 		var wf *coordinator.WorkerFailure
 		if errors.As(err, &wf) {
 			fmt.Fprintln(w, wf.Note())
 		}
-		resumeHint(w, dir)
-		return exitError{exitFailure}
+	default:
+		fmt.Fprintf(w, "tolaria: training failed: %v\n", err)
 	}
-	fmt.Fprintf(w, "tolaria: training failed: %v\n", err)
 	resumeHint(w, dir)
-	return exitError{exitFailure}
+	return exitError{code}
 }
 
 // resumeHint gives the command that continues a failed or stopped run
