@@ -297,27 +297,6 @@ func (e *Evaluation) DryRun() (script string, command []string) {
 	return e.launcher.Describe()
 }
 
-// RunSpec reads the job a run directory's config.yaml records.
-func RunSpec(dir string) (job.Spec, error) {
-	path := filepath.Join(dir, ConfigFile)
-	if _, err := os.Stat(path); err != nil {
-		return job.Spec{}, configErr(field.Errorf("run_dir", "%s has no %s, so it is not a tolaria run; point it at a run made by tolaria train", dir, ConfigFile))
-	}
-	m, err := job.ReadConfigFile(path, nil)
-	if err != nil {
-		return job.Spec{}, configErr(err)
-	}
-	spec := job.Default()
-	if err := apply(&spec, job.Settings(m)); err != nil {
-		return job.Spec{}, configErr(fmt.Errorf("%s: %w", path, err))
-	}
-	spec.Resume, spec.RunDir = false, dir
-	if err := spec.Validate(); err != nil {
-		return job.Spec{}, configErr(fmt.Errorf("%s: %w", path, err))
-	}
-	return spec, nil
-}
-
 // Samples is the number of examples the evaluation scores: a token
 // model's windows.
 func (e *Evaluation) Samples() int { return e.samples }

@@ -1,322 +1,41 @@
 package coordinator
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
-	"github.com/gofrs/flock"
-
-	"github.com/tolaria-ml/tolaria/internal/atomicfile"
-	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// Files of a run directory.
+// Files of a run directory (see package rundir).
 const (
-	ConfigFile  = "config.yaml"
-	EventsFile  = "events.jsonl"
-	SummaryFile = "summary.json"
-	// WorkerLogFile receives the worker process's standard error and
-	// structured log, appended by every start with a header line.
-	WorkerLogFile = "worker.log"
-	// lockFile marks a run directory in use; the lock goes with the
-	// process, however it ends.
-	lockFile = ".tolaria.lock"
-	// checkpointExt ends the name of every checkpoint file.
-	checkpointExt = ".tlck"
+	ConfigFile    = rundir.ConfigFile
+	EventsFile    = rundir.EventsFile
+	SummaryFile   = rundir.SummaryFile
+	WorkerLogFile = rundir.WorkerLogFile
+	lockFile      = rundir.LockFile
 )
 
-// Refusals of a run directory, each inside a field.Error that names the
-// setting to change (run_dir or resume) and wrapped in ErrConfig.
+// Refusals of a run directory (see package rundir).
 var (
-	ErrRunDirBusy   = errors.New("in use by another tolaria")
-	ErrRunExists    = errors.New("already holds a run")
-	ErrNoCheckpoint = errors.New("has no checkpoint")
-	ErrNotARun      = errors.New("holds files that are not a tolaria run's")
+	ErrRunDirBusy   = rundir.ErrBusy
+	ErrRunExists    = rundir.ErrExists
+	ErrNoCheckpoint = rundir.ErrNoCheckpoint
+	ErrNotARun      = rundir.ErrNotARun
 )
 
-// RunDir is one run's directory: config.yaml, events.jsonl, the
-// checkpoint and summary.json. A run plans it (nothing is written), then
-// claims it (created and locked against a second tolaria) before writing.
-type RunDir struct {
-	path      string
-	resume    bool
-	generated bool // named runs/<time> by PlanRunDir; Claim may add a suffix
-	lock      *flock.Flock
-	stale     []string // temporary files of interrupted writes, removed by Claim
-}
+// RunDir is one run's directory (see rundir.Dir).
+type RunDir = rundir.Dir
 
-// PlanRunDir checks a run directory before anything is written: a fresh
-// run refuses one that already holds a run, so nothing of an earlier run
-// is overwritten; a resumed run needs its checkpoint. An empty dir names
-// runs/<now> without creating it.
+// PlanRunDir plans a run's directory (see rundir.Plan).
 func PlanRunDir(dir string, resume bool, now time.Time) (*RunDir, error) {
-	if dir == "" {
-		if resume {
-			return nil, configErr(field.Errorf("resume", "needs %s pointing at the run to resume", field.Name("run_dir")))
-		}
-		return &RunDir{path: filepath.Join("runs", now.UTC().Format("20060102-150405")), generated: true}, nil
-	}
-	d := &RunDir{path: dir, resume: resume}
-	if owner, busy := d.busy(); busy {
-		return nil, d.busyErr(owner)
-	}
-	return d, d.check()
+	return rundir.Plan(dir, resume, now)
 }
 
-// Path is the directory; after Claim, the one created.
-func (d *RunDir) Path() string { return d.path }
+// WriteSummary writes a summary.json (see rundir.WriteSummary).
+func WriteSummary(path string, s trainer.Summary) error { return rundir.WriteSummary(path, s) }
 
-// busy reports whether another process holds the directory's lock, and
-// what it wrote there. It creates nothing.
-func (d *RunDir) busy() (owner string, busy bool) {
-	l := flock.New(filepath.Join(d.path, lockFile), flock.SetFlag(os.O_RDONLY))
-	ok, err := l.TryRLock()
-	if err != nil { // no lock file: nobody has claimed the directory
-		return "", false
-	}
-	if ok {
-		_ = l.Close()
-		return "", false
-	}
-	return d.owner(), true
-}
-
-func (d *RunDir) owner() string {
-	raw, _ := os.ReadFile(filepath.Join(d.path, lockFile))
-	return strings.TrimSpace(string(raw))
-}
-
-func (d *RunDir) busyErr(owner string) error {
-	return configErr(field.Errorf("run_dir", "%s is %w (%s); wait for it or choose another %s",
-		d.path, ErrRunDirBusy, owner, field.Name("run_dir")))
-}
-
-// check refuses a fresh run in a directory that holds one, or that holds
-// files of someone else's (a tolaria run directory has its lock file from
-// the start), and a resumed run in one without a checkpoint.
-func (d *RunDir) check() error {
-	_, err := os.Stat(d.CheckpointPath())
-	switch {
-	case d.resume && errors.Is(err, os.ErrNotExist):
-		return configErr(field.Errorf("resume", "%s %w (%s); start without %s or point %s at an earlier run",
-			d.path, ErrNoCheckpoint, trainer.CheckpointFile, field.Name("resume"), field.Name("run_dir")))
-	case !d.resume && err == nil:
-		return configErr(field.Errorf("run_dir", "%s %w (%s); use %s to continue it, or choose another %s",
-			d.path, ErrRunExists, trainer.CheckpointFile, field.Name("resume"), field.Name("run_dir")))
-	case !d.resume:
-		return d.checkOwn()
-	}
-	return nil
-}
-
-// CheckUnfinished refuses to resume a run that ended and kept its summary
-// (one that was not interrupted). A run killed after its last checkpoint
-// has none, and resuming it finishes it. A run calls it once its
-// checkpoint has been checked against the configuration, so a checkpoint
-// of another model is refused as such first.
-func (d *RunDir) CheckUnfinished() error {
-	if d.resume && d.finished() {
-		return configErr(field.Errorf("resume", "%s: %w: the run is complete (its %s says so); there is nothing to resume; start a new run in another %s",
-			d.path, trainer.ErrCheckpoint, SummaryFile, field.Name("run_dir")))
-	}
-	return nil
-}
-
-func (d *RunDir) finished() bool {
-	raw, err := os.ReadFile(filepath.Join(d.path, SummaryFile))
-	if err != nil {
-		return false
-	}
-	var s struct {
-		Interrupted bool `json:"interrupted"`
-	}
-	return json.Unmarshal(raw, &s) == nil && !s.Interrupted
-}
-
-// checkOwn refuses an existing directory with files in it and no lock
-// file: not a tolaria run, so not tolaria's to write into.
-func (d *RunDir) checkOwn() error {
-	entries, err := os.ReadDir(d.path)
-	if err != nil {
-		return nil // none yet: a fresh run makes it its own
-	}
-	var names []string
-	for _, e := range entries {
-		// A checkpoint makes it a run (check says which refusal applies).
-		if e.Name() == lockFile || e.Name() == trainer.CheckpointFile {
-			return nil
-		}
-		if e.Name() == WorkerLogFile {
-			continue // appended to, never overwritten: the caller's, or a run's started early
-		}
-		names = append(names, e.Name())
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	if len(names) > 5 {
-		names = append(names[:5], "...")
-	}
-	return configErr(field.Errorf("run_dir", "%s %w (%s) and was not made by tolaria, which would overwrite them; give an empty or new %s",
-		d.path, ErrNotARun, strings.Join(names, ", "), field.Name("run_dir")))
-}
-
-// Claim creates the directory (a generated name gets a suffix rather than
-// sharing a directory with a run started in the same second), locks it
-// against a second tolaria and checks it again under the lock. Release
-// gives it back.
-func (d *RunDir) Claim() error {
-	if err := d.create(); err != nil {
-		return configErr(field.Errorf("run_dir", "%w", err))
-	}
-	if !d.resume {
-		// Before the lock file exists, which marks the directory tolaria's.
-		if err := d.checkOwn(); err != nil {
-			return err
-		}
-	}
-	l := flock.New(filepath.Join(d.path, lockFile), flock.SetPermissions(0o644))
-	ok, err := l.TryLock()
-	if err != nil {
-		return configErr(field.Errorf("run_dir", "%w", err))
-	}
-	if !ok {
-		return d.busyErr(d.owner())
-	}
-	// flock(2) locks belong to the open file, so writing the owner through
-	// another descriptor keeps the lock.
-	if err := os.WriteFile(l.Path(), fmt.Appendf(nil, "pid %d", os.Getpid()), 0o644); err != nil {
-		_ = l.Close()
-		return configErr(field.Errorf("run_dir", "%w", err))
-	}
-	if err := d.check(); err != nil {
-		_ = l.Close()
-		return err
-	}
-	d.lock = l
-	d.removeStale()
-	return nil
-}
-
-// removeStale removes the temporary files that writes cut short (a kill
-// during a checkpoint's write leaves a full-size one) left behind. Only
-// the lock's holder writes in the directory, so none is in use.
-func (d *RunDir) removeStale() {
-	entries, _ := os.ReadDir(d.path)
-	for _, e := range entries {
-		if name := e.Name(); e.Type().IsRegular() && atomicfile.IsTemp(name) {
-			if os.Remove(filepath.Join(d.path, name)) == nil {
-				d.stale = append(d.stale, name)
-			}
-		}
-	}
-}
-
-// Stale lists the temporary files Claim removed.
-func (d *RunDir) Stale() []string { return d.stale }
-
-func (d *RunDir) create() error {
-	if !d.generated {
-		return os.MkdirAll(d.path, 0o755)
-	}
-	base := d.path
-	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
-		return err
-	}
-	for i := 2; ; i++ {
-		err := os.Mkdir(d.path, 0o755)
-		if err == nil || !errors.Is(err, os.ErrExist) || i > 1000 {
-			return err
-		}
-		d.path = fmt.Sprintf("%s-%d", base, i)
-	}
-}
-
-// Release unlocks a claimed directory.
-func (d *RunDir) Release() error {
-	if d.lock == nil {
-		return nil
-	}
-	err := d.lock.Close()
-	d.lock = nil
-	return err
-}
-
-// WriteConfig records the resolved configuration (raw, in the layout of a
-// configuration file). A resumed run keeps the original config.yaml, the
-// base of its own configuration, and records its own next to it.
-func (d *RunDir) WriteConfig(raw []byte, now time.Time) (string, error) {
-	name := ConfigFile
-	if d.resume {
-		name = fmt.Sprintf("config.resume-%s.yaml", now.UTC().Format("20060102-150405.000"))
-	}
-	path := filepath.Join(d.path, name)
-	return path, atomicfile.WriteFile(path, raw, 0o644)
-}
-
-// OpenEvents opens the events log for appending.
-func (d *RunDir) OpenEvents() (*os.File, error) {
-	return os.OpenFile(filepath.Join(d.path, EventsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-}
-
-// OpenWorkerLog opens the worker's log for appending.
-func (d *RunDir) OpenWorkerLog() (*os.File, error) {
-	return os.OpenFile(filepath.Join(d.path, WorkerLogFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-}
-
-// WriteSummary records the run's outcome as summary.json.
-func (d *RunDir) WriteSummary(s trainer.Summary) error {
-	return WriteSummary(filepath.Join(d.path, SummaryFile), s)
-}
-
-// CheckpointPath is where the trainer keeps the run's checkpoint.
-func (d *RunDir) CheckpointPath() string { return filepath.Join(d.path, trainer.CheckpointFile) }
-
-// ResumableStep is the step of the run's checkpoint when it is one a run
-// can be resumed from (it loads and verifies), and false when there is
-// none or it is damaged.
-func (d *RunDir) ResumableStep() (int, bool) {
-	ck, err := trainer.LoadCheckpoint(d.CheckpointPath())
-	if err != nil {
-		return 0, false
-	}
-	return ck.Step, true
-}
-
-// Checkpoints lists the checkpoint files in the directory, sorted.
-func (d *RunDir) Checkpoints() ([]string, error) {
-	entries, err := os.ReadDir(d.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range entries {
-		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), checkpointExt) && !strings.HasPrefix(e.Name(), ".") {
-			out = append(out, filepath.Join(d.path, e.Name()))
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// WriteSummary writes s as indented JSON to path, creating its directory.
-func WriteSummary(path string, s trainer.Summary) error {
-	raw, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, append(raw, '\n'), 0o644)
-}
+// RunSpec reads the job a run directory's config.yaml records (see
+// rundir.Spec).
+func RunSpec(dir string) (job.Spec, error) { return rundir.Spec(dir) }

@@ -1,4 +1,4 @@
-package coordinator
+package rundir
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -19,8 +20,8 @@ var now = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 // that names key.
 func refused(t *testing.T, err, kind error, key field.Name) {
 	t.Helper()
-	if !errors.Is(err, ErrConfig) || !errors.Is(err, kind) || !field.Is(err, key) {
-		t.Fatalf("got %v; want %v about %s, wrapped in ErrConfig", err, kind, key)
+	if !errors.Is(err, refusal.ErrConfig) || !errors.Is(err, kind) || !field.Is(err, key) {
+		t.Fatalf("got %v; want %v about %s, wrapped in refusal.ErrConfig", err, kind, key)
 	}
 }
 
@@ -33,7 +34,7 @@ func writeCheckpoint(t *testing.T, dir string) {
 
 func TestPlanRunDirWritesNothing(t *testing.T) {
 	t.Chdir(t.TempDir())
-	d, err := PlanRunDir("", false, now)
+	d, err := Plan("", false, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestPlanRunDirWritesNothing(t *testing.T) {
 		t.Fatalf("generated %q, want %q", d.Path(), want)
 	}
 	dir := filepath.Join(t.TempDir(), "run")
-	if _, err := PlanRunDir(dir, false, now); err != nil {
+	if _, err := Plan(dir, false, now); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"runs", dir} {
@@ -52,29 +53,29 @@ func TestPlanRunDirWritesNothing(t *testing.T) {
 }
 
 func TestPlanRunDirRefusals(t *testing.T) {
-	_, err := PlanRunDir("", true, now)
-	if !errors.Is(err, ErrConfig) || !field.Is(err, "resume") || !strings.Contains(err.Error(), "run_dir") {
+	_, err := Plan("", true, now)
+	if !errors.Is(err, refusal.ErrConfig) || !field.Is(err, "resume") || !strings.Contains(err.Error(), "run_dir") {
 		t.Fatalf("resume without a directory: %v", err)
 	}
 	empty := t.TempDir()
-	_, err = PlanRunDir(empty, true, now)
+	_, err = Plan(empty, true, now)
 	refused(t, err, ErrNoCheckpoint, "resume")
 
 	held := t.TempDir()
 	writeCheckpoint(t, held)
-	_, err = PlanRunDir(held, false, now)
-	refused(t, err, ErrRunExists, "run_dir")
+	_, err = Plan(held, false, now)
+	refused(t, err, ErrExists, "run_dir")
 	if !strings.Contains(err.Error(), "use resume") {
 		t.Errorf("the refusal does not say how to continue the run: %v", err)
 	}
-	if _, err := PlanRunDir(held, true, now); err != nil {
+	if _, err := Plan(held, true, now); err != nil {
 		t.Fatalf("resume of a run with a checkpoint: %v", err)
 	}
 }
 
 func TestClaimLocksOutASecondRun(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
-	first, err := PlanRunDir(dir, false, now)
+	first, err := Plan(dir, false, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,18 +84,18 @@ func TestClaimLocksOutASecondRun(t *testing.T) {
 	}
 	// flock(2) locks belong to open files, so a second claim from this
 	// process is refused as one from another process would be.
-	_, err = PlanRunDir(dir, false, now)
-	refused(t, err, ErrRunDirBusy, "run_dir")
+	_, err = Plan(dir, false, now)
+	refused(t, err, ErrBusy, "run_dir")
 	if !strings.Contains(err.Error(), "pid ") {
 		t.Errorf("the refusal does not name the owner: %v", err)
 	}
-	second := &RunDir{path: dir}
-	refused(t, second.Claim(), ErrRunDirBusy, "run_dir")
+	second := &Dir{path: dir}
+	refused(t, second.Claim(), ErrBusy, "run_dir")
 
 	if err := first.Release(); err != nil {
 		t.Fatal(err)
 	}
-	again, err := PlanRunDir(dir, false, now)
+	again, err := Plan(dir, false, now)
 	if err != nil {
 		t.Fatalf("after release: %v", err)
 	}
@@ -108,16 +109,16 @@ func TestClaimLocksOutASecondRun(t *testing.T) {
 // claiming is still refused.
 func TestClaimRechecksUnderTheLock(t *testing.T) {
 	dir := t.TempDir()
-	d, err := PlanRunDir(dir, false, now)
+	d, err := Plan(dir, false, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeCheckpoint(t, dir)
-	refused(t, d.Claim(), ErrRunExists, "run_dir")
+	refused(t, d.Claim(), ErrExists, "run_dir")
 	if err := d.Release(); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := PlanRunDir(dir, true, now); err != nil {
+	if again, err := Plan(dir, true, now); err != nil {
 		t.Fatalf("a refused claim kept the lock: %v", err)
 	} else if err := again.Claim(); err != nil {
 		t.Fatalf("a refused claim kept the lock: %v", err)
@@ -130,7 +131,7 @@ func TestGeneratedNamesAreNotShared(t *testing.T) {
 	t.Chdir(t.TempDir())
 	var paths []string
 	for range 3 {
-		d, err := PlanRunDir("", false, now)
+		d, err := Plan("", false, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +149,7 @@ func TestGeneratedNamesAreNotShared(t *testing.T) {
 
 func TestRunDirFiles(t *testing.T) {
 	dir := t.TempDir()
-	d, err := PlanRunDir(dir, false, now)
+	d, err := Plan(dir, false, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,10 +183,10 @@ func TestRunDirFiles(t *testing.T) {
 	}
 
 	// A resumed run keeps the run's config.yaml and records its own.
-	_, err = PlanRunDir(dir, true, now)
-	refused(t, err, ErrRunDirBusy, "run_dir")
+	_, err = Plan(dir, true, now)
+	refused(t, err, ErrBusy, "run_dir")
 	d.Release()
-	resumed, err := PlanRunDir(dir, true, now)
+	resumed, err := Plan(dir, true, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,22 +219,22 @@ func TestFreshRunRefusesADirectoryOfSomeoneElses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := PlanRunDir(users, false, now)
+	_, err := Plan(users, false, now)
 	refused(t, err, ErrNotARun, "run_dir")
 	if !strings.Contains(err.Error(), ConfigFile) || !strings.Contains(err.Error(), "empty or new") {
 		t.Errorf("the refusal does not name the files or what to do: %v", err)
 	}
-	d := &RunDir{path: users}
+	d := &Dir{path: users}
 	refused(t, d.Claim(), ErrNotARun, "run_dir")
 	if raw, _ := os.ReadFile(filepath.Join(users, ConfigFile)); string(raw) != "mine\n" {
 		t.Errorf("the user's %s was changed: %q", ConfigFile, raw)
 	}
 
-	if _, err := PlanRunDir(t.TempDir(), false, now); err != nil {
+	if _, err := Plan(t.TempDir(), false, now); err != nil {
 		t.Errorf("an empty directory: %v", err)
 	}
 	early := t.TempDir()
-	first := &RunDir{path: early}
+	first := &Dir{path: early}
 	if err := first.Claim(); err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestFreshRunRefusesADirectoryOfSomeoneElses(t *testing.T) {
 	if err := first.Release(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := PlanRunDir(early, false, now); err != nil {
+	if _, err := Plan(early, false, now); err != nil {
 		t.Errorf("a run stopped before its first checkpoint: %v", err)
 	}
 }
@@ -254,7 +255,7 @@ func TestFreshRunRefusesADirectoryOfSomeoneElses(t *testing.T) {
 func TestClaimRemovesStaleTemporaryFiles(t *testing.T) {
 	dir := t.TempDir()
 	writeCheckpoint(t, dir)
-	if err := os.WriteFile(filepath.Join(dir, lockFile), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, LockFile), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	stale := []string{".checkpoint.tlck.123456.tmp", ".summary.json.99.tmp"}
@@ -263,7 +264,7 @@ func TestClaimRemovesStaleTemporaryFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d, err := PlanRunDir(dir, true, now)
+	d, err := Plan(dir, true, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestClaimRemovesStaleTemporaryFiles(t *testing.T) {
 func TestResumeOfAFinishedRunIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	writeCheckpoint(t, dir)
-	d, err := PlanRunDir(dir, true, now)
+	d, err := Plan(dir, true, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +322,7 @@ func TestWorkerLogAloneIsNoRefusal(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, WorkerLogFile), []byte("=== earlier\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d, err := PlanRunDir(dir, false, now)
+	d, err := Plan(dir, false, now)
 	if err != nil {
 		t.Fatal(err)
 	}
