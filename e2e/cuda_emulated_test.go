@@ -69,6 +69,7 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	t.Run("hung worker", func(t *testing.T) { hungCUDAWorker(t, emu) })
 	t.Run("rl", func(t *testing.T) { rlOnEmulatedDriver(t, emu) })
 	t.Run("sample", func(t *testing.T) { sampleOnEmulatedDriver(t, emu) })
+	t.Run("devices", func(t *testing.T) { devicesOnEmulatedDriver(t, emu) })
 }
 
 // tolaria sample --device cuda draws its text in a CUDA worker on the

@@ -64,6 +64,9 @@ type Config struct {
 	// job and the steps of this invocation so far. Only tolaria-worker's
 	// test-only fault switch (FaultEnv) sets it.
 	AfterStep func(spec job.Spec, steps int)
+	// Devices lists the GPUs for a TypeDevices request; nil in a worker
+	// built without CUDA, which then answers that it has none.
+	Devices func() ([]GPU, error)
 	// AfterEvalBatch, when set, is called after every batch of an
 	// evaluation shard with the request and the batches scored so far.
 	// Only tolaria-worker's test-only fault switch sets it.
@@ -90,8 +93,11 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	// start-up and a long step included.
 	defer conn.StartHeartbeat()()
 	req := conn.Request()
+	if req.Type == TypeDevices {
+		return serveDevices(conn, cfg)
+	}
 	if req.Type != worker.TypeStart && req.Type != worker.TypeProbe && req.Type != worker.TypeBench && req.Type != TypeEval && req.Type != TypeRL && req.Type != TypeSample {
-		return conn.Fail(usage("first message must be start, bench, eval, rl, sample or probe, got " + req.Type))
+		return conn.Fail(usage("first message must be start, bench, eval, rl, sample, devices or probe, got " + req.Type))
 	}
 	spec := job.Default()
 	if req.Type == worker.TypeStart && len(req.Body) > 0 {

@@ -20,6 +20,16 @@ LD_LIBRARY_PATH="$out" "$out/driver_test" "$root/device/cuda/kernels/tolaria.ptx
 	{ cat "$out/driver_test.log" >&2; echo "cuda-emulated: the emulated driver breaks its rules (docs/cuda.md)" >&2; exit 1; }
 LD_LIBRARY_PATH="$out" CUDAEMU_FAULTS='cuStreamCreate:2:999,cuLaunchKernel:1:700' "$out/driver_test" "$root/device/cuda/kernels/tolaria.ptx" faults \
 	2>>"$out/driver_test.log" || { echo "cuda-emulated: fault injection does not fail the 2nd cuStreamCreate, or an illegal address is not sticky" >&2; exit 1; }
+# CUDA_VISIBLE_DEVICES on a machine of CUDAEMU_DEVICES devices: the listed
+# ones, in the list's order, up to the first entry that is no device.
+for visible in '4|2,0,9,1|2,0' '4|3,3,1|3' '4||' '3|-|0,1,2' '2|1,x,0|1'; do
+	IFS='|' read -r n list want <<<"$visible"
+	if [ "$list" = - ]; then
+		env -u CUDA_VISIBLE_DEVICES LD_LIBRARY_PATH="$out" CUDAEMU_DEVICES="$n" "$out/driver_test" "$root/device/cuda/kernels/tolaria.ptx" visible "$want," >/dev/null 2>>"$out/driver_test.log"
+	else
+		LD_LIBRARY_PATH="$out" CUDAEMU_DEVICES="$n" CUDA_VISIBLE_DEVICES="$list" "$out/driver_test" "$root/device/cuda/kernels/tolaria.ptx" visible "$want," >/dev/null 2>>"$out/driver_test.log"
+	fi || { cat "$out/driver_test.log" >&2; echo "cuda-emulated: with $n devices, CUDA_VISIBLE_DEVICES=$list does not show the devices $want" >&2; exit 1; }
+done
 
 cd "$root"
 "$GO" test -tags cuda -c -o "$out/device_cuda.test" ./device/cuda

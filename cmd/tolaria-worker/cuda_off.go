@@ -7,6 +7,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/jobserver"
 )
 
 const build = "cpu"
@@ -17,3 +18,7 @@ func streamScratchBytes() int64 { return 0 }
 func openCUDA(job.Spec) (device.Device, error) {
 	return nil, fmt.Errorf("%w: this tolaria-worker was built without CUDA; build it with `make worker-cuda` (go build -tags cuda)", device.ErrNoDevice)
 }
+
+// listGPUs is jobserver.Config.Devices in this build: none, so a devices
+// request is answered with the reason.
+var listGPUs func() ([]jobserver.GPU, error)

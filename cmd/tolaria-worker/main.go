@@ -8,10 +8,12 @@
 //	tolaria-worker serve --spool DIR  answer it through the spool files in DIR (a
 //	                                  scheduler's task on another node; see worker.SpoolIn)
 //	tolaria-worker info               print how the worker was built
+//	tolaria-worker devices            print the GPUs the driver reports, as JSON
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,9 +33,12 @@ func main() {
 	spool := ""
 	if len(os.Args) == 4 && os.Args[1] == "serve" && os.Args[2] == "--spool" && os.Args[3] != "" {
 		spool = os.Args[3]
-	} else if len(os.Args) != 2 || (os.Args[1] != "serve" && os.Args[1] != "info") {
-		fmt.Fprintln(os.Stderr, "usage: tolaria-worker serve [--spool DIR] | info (started by tolaria, which speaks to it on stdin/stdout, or through the spool files in DIR)")
+	} else if len(os.Args) != 2 || (os.Args[1] != "serve" && os.Args[1] != "info" && os.Args[1] != "devices") {
+		fmt.Fprintln(os.Stderr, "usage: tolaria-worker serve [--spool DIR] | info | devices (started by tolaria, which speaks to it on stdin/stdout, or through the spool files in DIR)")
 		os.Exit(2)
+	}
+	if os.Args[1] == "devices" {
+		os.Exit(printDevices())
 	}
 	if os.Args[1] == "info" {
 		// stream_scratch_bytes: the device memory each stream of this
@@ -52,7 +57,7 @@ func main() {
 	// process's, made here and passed down.
 	shared := trainer.NewShared()
 	defer shared.Close()
-	cfg := jobserver.Config{Build: build, Open: open, Shared: shared, Logger: log}
+	cfg := jobserver.Config{Build: build, Open: open, Shared: shared, Logger: log, Devices: listGPUs}
 	if err := installFaults(&cfg, log); err != nil {
 		log.Error("test-only fault switch", "err", err)
 		os.Exit(2)
@@ -94,4 +99,29 @@ func open(name string, spec job.Spec) (device.Device, error) {
 		return openCUDA(spec)
 	}
 	return jobserver.OpenCPU(name, spec)
+}
+
+// printDevices prints the GPUs the driver reports as one JSON object
+// ({"gpus": [...]}, what a devices request answers), or says why there are
+// none: exit 1.
+func printDevices() int {
+	if listGPUs == nil {
+		fmt.Fprintln(os.Stderr, "tolaria-worker: built without CUDA, so it sees no GPU; build it with `make worker-cuda` (go build -tags cuda)")
+		return 1
+	}
+	gpus, err := listGPUs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tolaria-worker:", err)
+		return 1
+	}
+	if gpus == nil {
+		gpus = []jobserver.GPU{}
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(jobserver.DevicesResult{GPUs: gpus}); err != nil {
+		fmt.Fprintln(os.Stderr, "tolaria-worker:", err)
+		return 1
+	}
+	return 0
 }

@@ -379,6 +379,35 @@ struct Context {
 
 // Driver is the whole emulated driver's state. mu guards the handle tables
 // and the capture state; streams have their own locks for their queues.
+// visibleDevices applies CUDA_VISIBLE_DEVICES to a machine of n devices as
+// the CUDA programming guide describes it: only the devices whose index is
+// in the comma-separated list are visible, numbered in the list's order;
+// the list ends at the first entry that is not a device index here (out of
+// range, repeated, or not a number: GPU UUIDs are not emulated). Unset,
+// every device is visible in its own order; set but empty, none is.
+std::vector<int> visibleDevices(const char *list, int n) {
+    std::vector<int> out;
+    if (!list) {
+        for (int i = 0; i < n; ++i) out.push_back(i);
+        return out;
+    }
+    std::string v(list);
+    size_t at = 0;
+    while (at < v.size()) {
+        size_t end = v.find(',', at);
+        if (end == std::string::npos) end = v.size();
+        std::string item = v.substr(at, end - at);
+        char *stop = nullptr;
+        long idx = std::strtol(item.c_str(), &stop, 10);
+        if (item.empty() || stop == item.c_str() || idx < 0 || idx >= n ||
+            std::find(out.begin(), out.end(), int(idx)) != out.end())
+            break;
+        out.push_back(int(idx));
+        at = end + 1;
+    }
+    return out;
+}
+
 struct Driver {
     std::mutex mu;
     bool initialised = false;
@@ -397,8 +426,14 @@ struct Driver {
     std::vector<Capture *> captures;
     unsigned long long nextCapture = 1;
 
+    // physical[i] is the machine's device behind ordinal i: CUDAEMU_DEVICES
+    // devices (default 1), filtered and ordered by CUDA_VISIBLE_DEVICES.
+    std::vector<int> physical;
+
     Driver() {
         if (const char *d = std::getenv("CUDAEMU_DEVICES")) devices = std::atoi(d);
+        physical = visibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), devices);
+        devices = int(physical.size());
         if (const char *m = std::getenv("CUDAEMU_MEMORY")) totalMem = size_t(std::atoll(m));
         legacy.legacy = true;
         legacy.start();
@@ -809,6 +844,9 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdevice d
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 48 << 10; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *v = 0; break;
+    // The machine's device number, so that a test sees which devices
+    // CUDA_VISIBLE_DEVICES let through.
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = drv().physical[size_t(dev)]; break;
     default: *v = 0; break;
     }
     return CUDA_SUCCESS;

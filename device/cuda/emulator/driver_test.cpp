@@ -3,6 +3,8 @@
 // scripts/cuda-emulated.sh against build/cuda-emulator/libcuda.so.1:
 //   driver_test PTX            every rule
 //   driver_test PTX faults     run with CUDAEMU_FAULTS=cuStreamCreate:2:999,cuLaunchKernel:1:700
+//   driver_test PTX visible L  run with CUDAEMU_DEVICES and CUDA_VISIBLE_DEVICES: the
+//                              ordinals must be the machine's devices L (e.g. 2,0), in order
 // Prints one line per failed check and exits non-zero when any failed.
 #include <cuda.h>
 
@@ -445,7 +447,7 @@ void testModules(const std::string &ptx) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: driver_test PTX [faults]\n");
+        std::fprintf(stderr, "usage: driver_test PTX [faults | visible DEVICES]\n");
         return 2;
     }
     std::ifstream in(argv[1]);
@@ -455,6 +457,25 @@ int main(int argc, char **argv) {
     OK(cuInit(0));
     int count = 0, major = 0;
     OK(cuDeviceGetCount(&count));
+    if (argc > 3 && std::string(argv[2]) == "visible") {
+        // The machine's devices (PCI bus ids) the ordinals must show, in
+        // order: CUDA_VISIBLE_DEVICES applied.
+        std::vector<int> want;
+        std::stringstream list(argv[3]);
+        for (std::string item; std::getline(list, item, ',');)
+            if (!item.empty()) want.push_back(std::stoi(item));
+        TRUE(count == int(want.size()));
+        for (int i = 0; i < count && i < int(want.size()); ++i) {
+            int bus = -1;
+            OK(cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, i));
+            TRUE(bus == want[size_t(i)]);
+        }
+        CUdevice dev;
+        EXPECT(cuDeviceGet(&dev, count), CUDA_ERROR_INVALID_DEVICE);
+        if (failures) return 1;
+        std::printf("driver_test: visible devices as expected\n");
+        return 0;
+    }
     TRUE(count == 1);
     OK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
     TRUE(major == 8);
