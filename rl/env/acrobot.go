@@ -51,7 +51,7 @@ type Acrobot struct {
 }
 
 // NewAcrobot returns an Acrobot; Reset it before the first Step.
-func NewAcrobot() *Acrobot { return &Acrobot{} }
+func NewAcrobot() *Acrobot { return &Acrobot{episode: episode{limit: AcrobotMaxSteps}} }
 
 // Name is "Acrobot-v1".
 func (a *Acrobot) Name() string { return AcrobotName }
@@ -96,7 +96,7 @@ func (a *Acrobot) Step(action int, obs []float32) (float32, bool, bool, error) {
 	}
 	a.state = acrobotNext(a.state, float64(action-1))
 	terminated := acrobotReached(a.state)
-	truncated := a.end(terminated, AcrobotMaxSteps)
+	truncated := a.end(terminated)
 	a.observe(obs)
 	var reward float32 = -1
 	if terminated {

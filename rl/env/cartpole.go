@@ -41,7 +41,7 @@ type CartPole struct {
 }
 
 // NewCartPole returns a CartPole; Reset it before the first Step.
-func NewCartPole() *CartPole { return &CartPole{} }
+func NewCartPole() *CartPole { return &CartPole{episode: episode{limit: CartPoleMaxSteps}} }
 
 // Name is "CartPole-v1".
 func (c *CartPole) Name() string { return CartPoleName }
@@ -87,7 +87,7 @@ func (c *CartPole) Step(action int, obs []float32) (float32, bool, bool, error) 
 	c.state = cartPoleNext(c.state, action)
 	x, theta := c.state[0], c.state[2]
 	terminated := x < -cpXLimit || x > cpXLimit || theta < -cpThetaLimit || theta > cpThetaLimit
-	truncated := c.end(terminated, CartPoleMaxSteps)
+	truncated := c.end(terminated)
 	c.observe(obs)
 	return 1, terminated, truncated, nil
 }

@@ -2,9 +2,10 @@ package env
 
 import "fmt"
 
-// episode is the bookkeeping a single-agent environment shares: whether it
-// was reset, its steps so far and whether its episode is over.
+// episode is the bookkeeping every environment shares: its time limit,
+// whether it was reset, its steps so far and whether its episode is over.
 type episode struct {
+	limit int // the step that truncates an episode
 	steps int
 	over  bool
 	reset bool
@@ -37,9 +38,9 @@ func (e *episode) check(name string, action, actions int) error {
 
 // end counts a step that terminated the episode or not and says whether it
 // was truncated instead, at the time limit.
-func (e *episode) end(terminated bool, limit int) (truncated bool) {
+func (e *episode) end(terminated bool) (truncated bool) {
 	e.steps++
-	truncated = !terminated && e.steps >= limit
+	truncated = !terminated && e.steps >= e.limit
 	e.over = terminated || truncated
 	return truncated
 }

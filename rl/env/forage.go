@@ -104,7 +104,7 @@ func NewForage(cfg ForageConfig) (*Forage, error) {
 		return nil, err
 	}
 	n := cfg.Width * cfg.Height
-	f := &Forage{cfg: cfg, cell: make([]uint8, n), pos: make([]int, cfg.Agents), at: make([]int, n),
+	f := &Forage{cfg: cfg, episode: episode{limit: cfg.MaxSteps}, cell: make([]uint8, n), pos: make([]int, cfg.Agents), at: make([]int, n),
 		target: make([]int, cfg.Agents), blocked: make([]bool, cfg.Agents), fail: make([]bool, cfg.Agents)}
 	return f, nil
 }
@@ -185,7 +185,7 @@ func (f *Forage) Step(actions []int, obs [][]float32, rewards []float32) (bool, 
 			f.cell[f.freeCell()] = forageFood
 		}
 	}
-	truncated := f.end(false, f.cfg.MaxSteps)
+	truncated := f.end(false)
 	f.observe(obs)
 	return false, truncated, nil
 }

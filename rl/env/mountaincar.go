@@ -39,7 +39,7 @@ type MountainCar struct {
 }
 
 // NewMountainCar returns a MountainCar; Reset it before the first Step.
-func NewMountainCar() *MountainCar { return &MountainCar{} }
+func NewMountainCar() *MountainCar { return &MountainCar{episode: episode{limit: MountainCarMaxSteps}} }
 
 // Name is "MountainCar-v0".
 func (m *MountainCar) Name() string { return MountainCarName }
@@ -79,7 +79,7 @@ func (m *MountainCar) Step(action int, obs []float32) (float32, bool, bool, erro
 	}
 	m.state = mountainCarNext(m.state, action)
 	terminated := m.state[0] >= mcGoalPosition
-	truncated := m.end(terminated, MountainCarMaxSteps)
+	truncated := m.end(terminated)
 	m.observe(obs)
 	return -1, terminated, truncated, nil
 }
