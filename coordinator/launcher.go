@@ -21,19 +21,13 @@ type SlurmConfig = launch.SlurmConfig
 // tasks are.
 const DefaultSlurmPoll = launch.DefaultSlurmPoll
 
-// launcherKind is the launcher an activity uses: kind when it has a New
-// (a test's), else the one name names.
+// launcherKind is the launcher an activity uses (see launch.Resolve).
 func launcherKind(kind launch.Kind, name string) (launch.Kind, error) {
-	if kind.New != nil {
-		return kind, nil
-	}
-	return launch.Find(name)
+	return launch.Resolve(kind, name)
 }
 
-// releaseAll tells the launcher none of the workers will start again:
-// planned workers no attempt asked for are given up.
+// releaseAll gives up the workers that will not start (see
+// launch.ReleaseAll).
 func releaseAll(ctx context.Context, l launch.Launcher, workers []launch.Worker) {
-	for _, w := range workers {
-		l.Release(ctx, w)
-	}
+	launch.ReleaseAll(ctx, l, workers)
 }

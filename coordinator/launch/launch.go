@@ -213,3 +213,20 @@ func (k Kind) Make(ctx context.Context, cfg Config) (Launcher, error) {
 	}
 	return l, nil
 }
+
+// Resolve is the launcher an activity uses: kind when it has a New (a
+// test's, or a program's own), else the kind name names (see Find).
+func Resolve(kind Kind, name string) (Kind, error) {
+	if kind.New != nil {
+		return kind, nil
+	}
+	return Find(name)
+}
+
+// ReleaseAll tells l that none of workers will start again: planned
+// workers no attempt asked for are given up.
+func ReleaseAll(ctx context.Context, l Launcher, workers []Worker) {
+	for _, w := range workers {
+		l.Release(ctx, w)
+	}
+}

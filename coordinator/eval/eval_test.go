@@ -1,4 +1,4 @@
-package coordinator
+package eval
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -47,7 +48,7 @@ func strided(all []trainer.Scored, shards int) []jobserver.Shard {
 // identical, bit for bit, and correct.
 func TestMergeDoesNotDependOnTheShards(t *testing.T) {
 	all := scores(101)
-	one, err := MergeShards(header(101, 1), strided(all, 1))
+	one, err := Merge(header(101, 1), strided(all, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestMergeDoesNotDependOnTheShards(t *testing.T) {
 		t.Errorf("per-class samples add up to %d", total)
 	}
 	for n := 2; n <= 7; n++ {
-		got, err := MergeShards(header(101, n), strided(all, n))
+		got, err := Merge(header(101, n), strided(all, n))
 		if err != nil {
 			t.Fatalf("%d shards: %v", n, err)
 		}
@@ -138,7 +139,7 @@ func TestMergeRefuses(t *testing.T) {
 		{"a shard short", func(s []jobserver.Shard) []jobserver.Shard { return s[:2] }, []string{"2 shard files for 3 shards"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := MergeShards(header(10, 3), tc.edit(strided(scores(10), 3)))
+			_, err := Merge(header(10, 3), tc.edit(strided(scores(10), 3)))
 			if !errors.Is(err, ErrMerge) {
 				t.Fatalf("merged: %v", err)
 			}
@@ -163,12 +164,12 @@ func TestShardsFailedNamesThem(t *testing.T) {
 }
 
 func TestEvalRequestValidate(t *testing.T) {
-	for _, r := range []EvalRequest{{Workers: 1}, {RunDir: "r"}, {RunDir: "r", Workers: -2}, {RunDir: "r", Workers: 1, Split: "val"}, {RunDir: "r", Workers: 1, HeartbeatTimeout: time.Millisecond}} {
-		if err := r.Validate(); !errors.Is(err, ErrConfig) {
+	for _, r := range []Request{{Workers: 1}, {RunDir: "r"}, {RunDir: "r", Workers: -2}, {RunDir: "r", Workers: 1, Split: "val"}, {RunDir: "r", Workers: 1, HeartbeatTimeout: time.Millisecond}} {
+		if err := r.Validate(); !errors.Is(err, refusal.ErrConfig) {
 			t.Errorf("%+v: %v", r, err)
 		}
 	}
-	if err := (EvalRequest{RunDir: "r", Workers: 2, Split: "train"}).Validate(); err != nil {
+	if err := (Request{RunDir: "r", Workers: 2, Split: "train"}).Validate(); err != nil {
 		t.Error(err)
 	}
 }
@@ -220,7 +221,7 @@ func tokenStrided(all []trainer.Scored, windows, positions, shards int) []jobser
 func TestMergeTokenShards(t *testing.T) {
 	const windows, positions = 23, 6
 	all := tokenScores(windows, positions)
-	one, err := MergeShards(tokenHeader(windows, positions, 1), tokenStrided(all, windows, positions, 1))
+	one, err := Merge(tokenHeader(windows, positions, 1), tokenStrided(all, windows, positions, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestMergeTokenShards(t *testing.T) {
 		}
 	}
 	for n := 2; n <= 5; n++ {
-		got, err := MergeShards(tokenHeader(windows, positions, n), tokenStrided(all, windows, positions, n))
+		got, err := Merge(tokenHeader(windows, positions, n), tokenStrided(all, windows, positions, n))
 		if err != nil {
 			t.Fatalf("%d shards: %v", n, err)
 		}
@@ -305,7 +306,7 @@ func TestMergeTokenShardsRefuses(t *testing.T) {
 		}, []string{"shard 1's header", "Positions:8"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := MergeShards(tokenHeader(windows, positions, 3), tc.edit(tokenStrided(tokenScores(windows, positions), windows, positions, 3)))
+			_, err := Merge(tokenHeader(windows, positions, 3), tc.edit(tokenStrided(tokenScores(windows, positions), windows, positions, 3)))
 			if !errors.Is(err, ErrMerge) {
 				t.Fatalf("merged: %v", err)
 			}

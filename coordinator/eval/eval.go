@@ -1,0 +1,619 @@
+// Package eval is the sharded evaluation of a run's checkpoint: shards
+// scored by workers that a launcher places and starts, their files merged
+// into eval.json. It imports the launcher and the run directory, no
+// other activity.
+package eval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// Files of a sharded evaluation, in the run directory.
+const (
+	Dir      = "eval"      // shard files and each shard's worker log
+	JSONFile = "eval.json" // the merged result
+)
+
+// shardExt ends a shard file's name.
+const shardExt = ".tles"
+
+// evalAttempts is how many times a shard is tried: once, and once more.
+const evalAttempts = 2
+
+// Request is a sharded evaluation of a run's checkpoint as a command
+// asks for it.
+type Request struct {
+	RunDir     string
+	Checkpoint string // "" is the run directory's checkpoint.tlck
+	Workers    int    // worker processes, each scoring one stride shard
+	Split      string // test (the default) or train
+	// Device is where each shard's worker scores: cpu (the default) or
+	// cuda, the first GPU the worker sees (a CUDA build of tolaria-worker;
+	// CUDA_VISIBLE_DEVICES in Env chooses it). Every shard runs there.
+	Device string
+	// Worker is the tolaria-worker binary ("" finds it, see worker.Find).
+	Worker           string
+	WorkerStart      time.Duration // 0: worker.DefaultHelloTimeout
+	HeartbeatTimeout time.Duration // 0: worker.DefaultHeartbeatTimeout
+	Env              []string      // added to every worker's environment
+	// Launcher is where the shards' workers run: launch.LocalName ("" too),
+	// or launch.SlurmName, a task per shard of a Slurm job array (see
+	// launch.SlurmConfig), all at once; the retry of a failed shard is an array of
+	// its own.
+	Launcher string
+	Slurm    launch.SlurmConfig
+	// Launch, when it has a New, is the launcher in place of the one
+	// Launcher names (a test's).
+	Launch launch.Kind
+	// DryRun plans the evaluation for DryRun to print; Run is not called.
+	DryRun bool
+	Logger *slog.Logger
+	// Progress, when set, is told of each shard's attempts as they end.
+	Progress func(Progress)
+}
+
+// Progress is a shard attempt that ended.
+type Progress struct {
+	Shard, Shards int
+	Attempt       int
+	Samples       int   // scored, when Err is nil
+	Err           error // why the attempt failed
+	Seconds       float64
+}
+
+// Validate checks the request's own settings, naming the one at fault.
+func (r Request) Validate() error {
+	switch {
+	case r.RunDir == "":
+		return refusal.Config(field.Errorf("run_dir", "is required: point it at the run whose checkpoint to evaluate"))
+	case r.Workers < 1:
+		return refusal.Config(field.Errorf("workers", "must be at least 1, got %d", r.Workers))
+	case r.Split != "" && r.Split != jobserver.SplitTest && r.Split != jobserver.SplitTrain:
+		return refusal.Config(field.Errorf("split", "must be test or train, got %q", r.Split))
+	case r.Device != "" && r.Device != "cpu" && r.Device != "cuda":
+		return refusal.Config(field.Errorf("device", "must be cpu or cuda, got %q", r.Device))
+	case r.WorkerStart < 0:
+		return refusal.Config(field.Errorf("worker_start_timeout", "cannot be negative (%s)", r.WorkerStart))
+	case r.HeartbeatTimeout != 0 && r.HeartbeatTimeout < worker.MinHeartbeatTimeout:
+		return refusal.Config(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more",
+			r.HeartbeatTimeout, worker.MinHeartbeatTimeout))
+	}
+	kind, err := launch.Resolve(r.Launch, r.Launcher)
+	if err != nil {
+		return err
+	}
+	if kind.Check != nil {
+		// The run directory names every shard's spool and log.
+		return kind.Check(r.launchConfig(kind, r.Worker, nil))
+	}
+	return nil
+}
+
+// launchConfig is the evaluation's placement as its launcher takes it:
+// every shard at once on the device, the worker seeing the GPUs its
+// environment gives it; path is the worker binary.
+func (r Request) launchConfig(kind launch.Kind, path string, log *slog.Logger) launch.Config {
+	dev := r.Device
+	if dev == "" {
+		dev = "cpu"
+	}
+	return launch.Config{Worker: path, Device: dev, GPUsFromEnv: true, Parallel: r.Workers, Workers: r.Workers,
+		Dir: r.RunDir, DirField: "run_dir", Own: filepath.Join(r.RunDir, Dir, kind.Name), WorkerStart: r.WorkerStart,
+		HeartbeatTimeout: r.HeartbeatTimeout, Env: r.Env, Slurm: r.Slurm, DryRun: r.DryRun, Logger: log}
+}
+
+// Report is eval.json: a checkpoint's figures on a split, merged from
+// every shard.
+type Report struct {
+	RunDir           string `json:"run_dir"`
+	Checkpoint       string `json:"checkpoint"`
+	CheckpointSHA256 string `json:"checkpoint_sha256"`
+	Step             int    `json:"step"`
+	Split            string `json:"split"`
+	Workers          int    `json:"workers"`
+	Samples          int    `json:"samples"` // examples: a token model's windows
+	// Loss is the mean loss per label: per example, or per token of a
+	// token model (nats).
+	Loss float64 `json:"loss"`
+	// Accuracy is Correct over the labels: the examples, or the tokens.
+	Accuracy float64 `json:"accuracy"`
+	Correct  int     `json:"correct"`
+	// PerClass[c] is class c's examples, those predicted right, and their
+	// ratio (0 for a class without examples). Not for a token model.
+	PerClass []ClassFigures `json:"per_class,omitempty"`
+	// Confusion[t][p] counts the examples of class t predicted as p. Not
+	// for a token model.
+	Confusion [][]int `json:"confusion,omitempty"`
+	// Sequence holds a token model's figures per position; nil for a
+	// model of one class per example.
+	Sequence *SequenceFigures `json:"sequence,omitempty"`
+	Seconds  float64          `json:"seconds"`
+}
+
+// SequenceFigures are a token model's figures: every window of the split
+// has Positions targets, each the byte after its input position, so
+// position p is predicted from p+1 bytes of context.
+type SequenceFigures struct {
+	Positions int `json:"positions"` // targets per window: the context
+	Tokens    int `json:"tokens"`    // targets scored: windows × positions
+	// BitsPerByte is the mean loss in bits: a token is a byte.
+	BitsPerByte float64 `json:"bits_per_byte"`
+	// PositionAccuracy[p] is the share of windows whose target at
+	// position p is predicted right, and PositionLoss[p] their mean loss
+	// there (nats).
+	PositionAccuracy []float64 `json:"position_accuracy"`
+	PositionLoss     []float64 `json:"position_loss"`
+}
+
+// ClassFigures are one class's figures in an evaluation.
+type ClassFigures struct {
+	Class    int     `json:"class"`
+	Samples  int     `json:"samples"`
+	Correct  int     `json:"correct"`
+	Accuracy float64 `json:"accuracy"`
+}
+
+// ShardsFailedError is an evaluation whose shards (by rank) failed every
+// attempt: no eval.json is written.
+type ShardsFailedError struct {
+	Missing []int
+	Reasons map[int]string
+}
+
+func (e *ShardsFailedError) Error() string {
+	parts := make([]string, 0, len(e.Missing))
+	for _, s := range e.Missing {
+		parts = append(parts, fmt.Sprintf("shard %d: %s", s, e.Reasons[s]))
+	}
+	return fmt.Sprintf("evaluation incomplete: %d shard(s) failed twice and are missing, so no %s was written:\n%s",
+		len(e.Missing), JSONFile, strings.Join(parts, "\n"))
+}
+
+// Run is a sharded evaluation planned: everything checked, nothing
+// written yet.
+type Run struct {
+	req     Request
+	spec    job.Spec
+	ckPath  string
+	sha     string
+	step    int
+	samples int
+	classes int
+	// positions is a token model's labels per window; 0 for one per example.
+	positions int
+	worker    string
+	log       *slog.Logger
+	// launcher places and starts the shards' workers, on slots.
+	launcher launch.Launcher
+	slots    *launch.Slots
+}
+
+// Plan checks a sharded evaluation before anything is written: the
+// request, the run's configuration, the data, the checkpoint (verified as
+// a resumed run verifies it) and the worker binary.
+func Plan(req Request) (*Run, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if req.Split == "" {
+		req.Split = jobserver.SplitTest
+	}
+	e := &Run{req: req, log: req.Logger}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if st, err := os.Stat(req.RunDir); err != nil || !st.IsDir() {
+		return nil, refusal.Config(field.Errorf("run_dir", "%s is not a run directory; point it at a run made by tolaria train", req.RunDir))
+	}
+	var err error
+	if e.spec, err = rundir.Spec(req.RunDir); err != nil {
+		return nil, err
+	}
+	ds, tc, err := jobserver.EvalData(e.spec, req.Split)
+	if err != nil {
+		return nil, refusal.Config(fmt.Errorf("the run's data: %w", err))
+	}
+	shape := ds.Shape()
+	e.samples, e.classes, e.positions = ds.Len(), shape.Classes, shape.Positions
+	if req.Workers > e.samples {
+		examples := "examples"
+		if e.positions > 0 {
+			examples = "windows"
+		}
+		return nil, refusal.Config(field.Errorf("workers", "%d workers for the %d %s of the %s split; give at most %d", req.Workers, e.samples, examples, req.Split, e.samples))
+	}
+	e.ckPath = req.Checkpoint
+	if e.ckPath == "" {
+		e.ckPath = filepath.Join(req.RunDir, trainer.CheckpointFile)
+	}
+	if _, err := os.Stat(e.ckPath); err != nil {
+		return nil, refusal.Config(field.Errorf("checkpoint", "%s: %w; a run has one once it has trained an epoch (or been stopped); give another with %s",
+			e.ckPath, err, field.Name("checkpoint")))
+	}
+	ck, err := trainer.CheckpointFor(tc, e.ckPath)
+	if err != nil {
+		return nil, refusal.Config(field.Errorf("checkpoint", "%w", err))
+	}
+	e.step = ck.Step
+	if e.sha, err = jobserver.FileSHA256(e.ckPath); err != nil {
+		return nil, refusal.Config(field.Errorf("checkpoint", "%w", err))
+	}
+	if e.worker, err = worker.Find(req.Worker); err != nil {
+		return nil, refusal.Setup(err)
+	}
+	kind, err := launch.Resolve(req.Launch, req.Launcher)
+	if err != nil {
+		return nil, err
+	}
+	if e.launcher, err = kind.New(context.Background(), req.launchConfig(kind, e.worker, e.log)); err != nil {
+		return nil, err
+	}
+	all, err := e.launcher.Slots(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	e.slots = launch.NewSlots(all)
+	e.launcher.Plan(e.workers())
+	return e, nil
+}
+
+// workers are the shards' workers.
+func (e *Run) workers() []launch.Worker {
+	ws := make([]launch.Worker, e.req.Workers)
+	for s := range ws {
+		ws[s] = launch.Worker{Index: s, Spools: e.spools(s), Log: e.shardLog(s)}
+	}
+	return ws
+}
+
+// shardLog is shard s's worker log.
+func (e *Run) shardLog(s int) string {
+	return filepath.Join(e.req.RunDir, Dir, fmt.Sprintf("shard-%d.log", s))
+}
+
+// spools is where shard s's spools go with a scheduler's launcher.
+func (e *Run) spools(s int) string {
+	return filepath.Join(e.req.RunDir, Dir, "spool", fmt.Sprintf("shard-%d", s))
+}
+
+// DryRun is, with the Slurm launcher, the batch script of the shards' job
+// array and the sbatch command that would submit it; nothing is written.
+func (e *Run) DryRun() (script string, command []string) {
+	return e.launcher.Describe()
+}
+
+// Samples is the number of examples the evaluation scores: a token
+// model's windows.
+func (e *Run) Samples() int { return e.samples }
+
+// Positions is a token model's targets per window (its context); 0 for a
+// model of one class per example.
+func (e *Run) Positions() int { return e.positions }
+
+// Step is the checkpoint's step.
+func (e *Run) Step() int { return e.step }
+
+// Checkpoint is the checkpoint file evaluated.
+func (e *Run) Checkpoint() string { return e.ckPath }
+
+// Run scores every shard in its own worker process, all at once, trying a
+// failed shard once more; merges the shard files; and writes eval.json.
+// A shard that fails both attempts gives a *ShardsFailedError and no
+// eval.json. Cancelling ctx stops the workers.
+func (e *Run) Run(ctx context.Context) (*Report, error) {
+	start := time.Now()
+	dir := filepath.Join(e.req.RunDir, Dir)
+	// An earlier evaluation's result must not pass for this one's if it
+	// fails.
+	if err := os.Remove(filepath.Join(e.req.RunDir, JSONFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// An earlier evaluation's shards are never merged into this one, and
+	// the temporary files of writes a kill cut short go too.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, ent := range entries {
+		if name := ent.Name(); strings.HasSuffix(name, shardExt) || atomicfile.IsTemp(name) {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// A Ctrl-C reaches the shards only once the launcher will start no
+	// worker any more (see launch.Launcher.Hold).
+	ctx, stop := e.launcher.Hold(ctx)
+	defer stop()
+	defer launch.ReleaseAll(ctx, e.launcher, e.workers())
+	n := e.req.Workers
+	shards := make([]jobserver.Shard, n)
+	reasons := map[int]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for s := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sh, err := e.runShard(ctx, s)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				reasons[s] = err.Error()
+				return
+			}
+			shards[s] = sh
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if len(reasons) > 0 {
+		fe := &ShardsFailedError{Reasons: reasons}
+		for s := range reasons {
+			fe.Missing = append(fe.Missing, s)
+		}
+		sort.Ints(fe.Missing)
+		return nil, fe
+	}
+	rep, err := Merge(e.expect(), shards)
+	if err != nil {
+		return nil, err
+	}
+	rep.RunDir, rep.Checkpoint = e.req.RunDir, e.ckPath
+	rep.Seconds = time.Since(start).Seconds()
+	raw, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(e.req.RunDir, JSONFile), append(raw, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// expect is the header every shard file must carry (but its rank and count).
+func (e *Run) expect() jobserver.ShardHeader {
+	return jobserver.ShardHeader{Split: e.req.Split, Shards: e.req.Workers, Samples: e.samples, Classes: e.classes,
+		Positions: e.positions, CheckpointSHA256: e.sha, Step: e.step}
+}
+
+// ShardFile is shard s's file in the evaluation directory.
+func ShardFile(runDir string, s int) string {
+	return filepath.Join(runDir, Dir, fmt.Sprintf("shard-%d%s", s, shardExt))
+}
+
+// runShard scores shard s, trying it twice, and returns its file read
+// back and checked.
+func (e *Run) runShard(ctx context.Context, s int) (jobserver.Shard, error) {
+	sl, err := e.slots.Take(ctx)
+	if err != nil {
+		return jobserver.Shard{}, err
+	}
+	defer e.slots.Give(sl)
+	for attempt := 1; attempt <= evalAttempts && ctx.Err() == nil; attempt++ {
+		t0 := time.Now()
+		var sh jobserver.Shard
+		sh, err = e.attempt(ctx, s, sl, attempt)
+		if e.req.Progress != nil {
+			e.req.Progress(Progress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Samples: len(sh.Scores) / max(1, e.positions),
+				Err: err, Seconds: time.Since(t0).Seconds()})
+		}
+		if err == nil {
+			return sh, nil
+		}
+		e.log.Warn("evaluation shard failed", "shard", s, "attempt", attempt, "err", err)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return jobserver.Shard{}, err
+}
+
+func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (jobserver.Shard, error) {
+	logPath := e.shardLog(s)
+	w := launch.Worker{Index: s, Spools: e.spools(s), Log: logPath}
+	defer e.launcher.Release(ctx, w)
+	h, err := e.launcher.Start(ctx, w, sl, attempt)
+	if err != nil {
+		return jobserver.Shard{}, err
+	}
+	defer h.Close()
+	out := ShardFile(e.req.RunDir, s)
+	ej := jobserver.EvalJob{Spec: e.spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
+		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out}
+	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej); err != nil {
+		return jobserver.Shard{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)
+	}
+	sh, err := jobserver.ReadShard(out)
+	if err == nil {
+		err = checkShard(e.expect(), s, sh)
+	}
+	if err != nil {
+		return jobserver.Shard{}, fmt.Errorf("attempt %d: %w", attempt, err)
+	}
+	return sh, nil
+}
+
+// ErrMerge is wrapped by every refusal of a set of shard files.
+var ErrMerge = errors.New("evaluation shards do not merge")
+
+// checkShard checks that a shard file's header is the one expected of
+// rank s.
+func checkShard(want jobserver.ShardHeader, s int, sh jobserver.Shard) error {
+	got := sh.Header
+	want.Shard, want.Count = s, got.Count
+	if got != want {
+		return fmt.Errorf("%w: shard %d's header %+v does not match the evaluation's %+v", ErrMerge, s, got, want)
+	}
+	return nil
+}
+
+// Merge validates that the shards score every label of the split
+// exactly once (an example's, or each position of a token model's
+// windows), and merges them. The loss is the mean of the labels' losses
+// summed in index order in float64 (a token model's: window by window,
+// each in position order), so it does not depend on how the examples were
+// split. A refusal wraps ErrMerge and names the duplicated, missing or
+// out-of-range indices (window.position for a token model).
+func Merge(want jobserver.ShardHeader, shards []jobserver.Shard) (*Report, error) {
+	if len(shards) != want.Shards {
+		return nil, fmt.Errorf("%w: %d shard files for %d shards", ErrMerge, len(shards), want.Shards)
+	}
+	if want.Positions < 0 || want.Samples < 0 {
+		return nil, fmt.Errorf("%w: %d examples of %d positions", ErrMerge, want.Samples, want.Positions)
+	}
+	type rec struct {
+		label, pred int
+		loss        float64
+		shard       int
+	}
+	labels := want.Samples * max(1, want.Positions)
+	name := func(i int) string {
+		if want.Positions == 0 {
+			return fmt.Sprint(i)
+		}
+		return fmt.Sprintf("%d.%d", i/want.Positions, i%want.Positions)
+	}
+	recs := make([]rec, labels)
+	seen := make([]bool, labels)
+	var dups, outside []string
+	for s, sh := range shards {
+		if err := checkShard(want, s, sh); err != nil {
+			return nil, err
+		}
+		if len(sh.Scores) != sh.Header.Count {
+			return nil, fmt.Errorf("%w: shard %d holds %d records, its header says %d", ErrMerge, s, len(sh.Scores), sh.Header.Count)
+		}
+		for _, r := range sh.Scores {
+			switch {
+			case r.Index < 0 || r.Index >= labels:
+				outside = append(outside, fmt.Sprintf("%s (shard %d)", name(r.Index), s))
+			case r.Label < 0 || r.Label >= want.Classes || r.Predicted < 0 || r.Predicted >= want.Classes:
+				outside = append(outside, fmt.Sprintf("%s (shard %d: label %d, predicted %d of %d classes)", name(r.Index), s, r.Label, r.Predicted, want.Classes))
+			case seen[r.Index]:
+				dups = append(dups, fmt.Sprintf("%s (shards %d and %d)", name(r.Index), recs[r.Index].shard, s))
+			default:
+				seen[r.Index] = true
+				recs[r.Index] = rec{label: r.Label, pred: r.Predicted, loss: r.Loss, shard: s}
+			}
+		}
+	}
+	var missing []string
+	for i, ok := range seen {
+		if !ok {
+			missing = append(missing, name(i))
+		}
+	}
+	var problems []string
+	if len(outside) > 0 {
+		problems = append(problems, fmt.Sprintf("%d out of range: %s", len(outside), listSome(outside)))
+	}
+	if len(dups) > 0 {
+		problems = append(problems, fmt.Sprintf("%d scored twice: %s", len(dups), listSome(dups)))
+	}
+	if len(missing) > 0 {
+		problems = append(problems, fmt.Sprintf("%d missing: %s", len(missing), listSome(missing)))
+	}
+	if len(problems) > 0 {
+		what := "every example must be scored exactly once; indices"
+		if want.Positions > 0 {
+			what = "every position of every window must be scored exactly once; window.position"
+		}
+		return nil, fmt.Errorf("%w: %s %s", ErrMerge, what, strings.Join(problems, "; "))
+	}
+	rep := &Report{CheckpointSHA256: want.CheckpointSHA256, Step: want.Step, Split: want.Split, Workers: want.Shards,
+		Samples: want.Samples}
+	if want.Positions > 0 {
+		mergeSequence(rep, want.Positions, func(i int) (float64, bool) { return recs[i].loss, recs[i].label == recs[i].pred })
+		return rep, nil
+	}
+	rep.PerClass, rep.Confusion = make([]ClassFigures, want.Classes), make([][]int, want.Classes)
+	for c := range rep.Confusion {
+		rep.Confusion[c] = make([]int, want.Classes)
+		rep.PerClass[c].Class = c
+	}
+	var loss float64
+	for _, r := range recs {
+		loss += r.loss
+		rep.Confusion[r.label][r.pred]++
+		rep.PerClass[r.label].Samples++
+		if r.label == r.pred {
+			rep.Correct++
+			rep.PerClass[r.label].Correct++
+		}
+	}
+	rep.Loss = loss / float64(want.Samples)
+	rep.Accuracy = float64(rep.Correct) / float64(want.Samples)
+	for c := range rep.PerClass {
+		if p := &rep.PerClass[c]; p.Samples > 0 {
+			p.Accuracy = float64(p.Correct) / float64(p.Samples)
+		}
+	}
+	return rep, nil
+}
+
+// mergeSequence fills in a token model's figures from its rep.Samples
+// windows of positions labels, label i's loss and whether it was predicted
+// right given by score. Every sum runs in label order (a position's over
+// the windows in window order) in float64. A 256-byte vocabulary's
+// per-class figures and confusion matrix are left out: they describe
+// classes of examples, not next bytes, and would fill eval.json.
+func mergeSequence(rep *Report, positions int, score func(i int) (loss float64, right bool)) {
+	seq := &SequenceFigures{Positions: positions, Tokens: rep.Samples * positions,
+		PositionAccuracy: make([]float64, positions), PositionLoss: make([]float64, positions)}
+	correct := make([]int, positions)
+	var loss float64
+	for i := range seq.Tokens {
+		l, right := score(i)
+		p := i % positions
+		loss += l
+		seq.PositionLoss[p] += l
+		if right {
+			rep.Correct++
+			correct[p]++
+		}
+	}
+	rep.Loss = loss / float64(seq.Tokens)
+	rep.Accuracy = float64(rep.Correct) / float64(seq.Tokens)
+	seq.BitsPerByte = rep.Loss / math.Ln2
+	for p := range positions {
+		seq.PositionAccuracy[p] = float64(correct[p]) / float64(rep.Samples)
+		seq.PositionLoss[p] /= float64(rep.Samples)
+	}
+	rep.Sequence = seq
+}
+
+// listSome lists the first few of items and how many more there are.
+func listSome(items []string) string {
+	const most = 10
+	if len(items) <= most {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:most], ", "), len(items)-most)
+}
