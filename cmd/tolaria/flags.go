@@ -45,6 +45,12 @@ func setsKey(fs *pflag.FlagSet, flag string, key field.Name, inFile bool) {
 	_ = fs.SetAnnotation(flag, keyAnnotation, []string{string(key), fmt.Sprint(inFile)})
 }
 
+// setsNoKey records that flag sets none of the keys messages name: a
+// sweep's --resume is not a trial's resume.
+func setsNoKey(fs *pflag.FlagSet, flag string) {
+	_ = fs.SetAnnotation(flag, keyAnnotation, []string{"", "false"})
+}
+
 // speller spells a setting's key as cmd's flag, for messages: run_dir as
 // --run-dir, model.hidden as --hidden, a key marked by setsKey as its
 // flag. A key with no flag keeps its name ("").
@@ -61,8 +67,8 @@ func speller(cmd *cobra.Command) func(field.Name) string {
 				spelled = "--" + f.Name
 			}
 		})
-		if spelled == "" && fs.Lookup(flagName(key)) != nil {
-			spelled = "--" + flagName(key)
+		if f := fs.Lookup(flagName(key)); spelled == "" && f != nil && f.Annotations[keyAnnotation] == nil {
+			spelled = "--" + f.Name
 		}
 		return spelled
 	}

@@ -66,6 +66,8 @@ func TestSpeller(t *testing.T) {
 		{"train", "heartbeat_timeout", "--heartbeat-timeout"},
 		{"sweep", "sbatch_args", "--sbatch-arg"},
 		{"sweep", "lr", ""},
+		{"sweep", "resume", ""}, // a trial's, not --resume
+		{"sweep", "sweep_dir", "--sweep-dir"},
 		{"eval", "run_dir", "--run-dir"},
 		{"rl", "num_agents", "--agents (num_agents)"},
 		{"rl", "target_update", ""},

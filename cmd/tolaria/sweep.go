@@ -78,6 +78,7 @@ checkpoints and stops).`,
 		" (keys ending in loss or seconds rank ascending, the others descending)")
 	fs.StringVar(&f.cfg.Dir, "sweep-dir", "", "sweep directory, new or empty (default sweeps/<time>); with --resume, the sweep to resume")
 	fs.BoolVar(&f.cfg.Resume, "resume", false, "resume the sweep in --sweep-dir: run only its trials that did not succeed")
+	setsNoKey(fs, "resume")
 	fs.StringVar(&f.cfg.PriorityKey, "priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
 	fs.IntVar(&f.maxTrials, "max-trials", coordinator.DefaultMaxTrials, "the most trials the sweep file may make; a larger sweep is refused before anything is written (a resumed sweep keeps the size it was accepted at)")
 	fs.StringVar(&f.deviceMemory, "device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB, 512MiB or 16GB (0 or unset: what the device reports free); on the CPU it stands in for a GPU's memory")
