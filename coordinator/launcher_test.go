@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/rl/dqn"
 	"github.com/tolaria-ml/tolaria/worker"
 )
 
@@ -194,9 +195,15 @@ func TestFakeLauncherRunsEveryActivity(t *testing.T) {
 		f.check(t, "eval", 2, 2)
 	})
 	t.Run("rl", func(t *testing.T) {
-		req := rlRequest(t)
-		req.Config.NumAgents, req.Config.TotalSteps, req.Config.LearningStarts = 1, 1000, 200
-		req.Config.EvalInterval, req.Config.EvalEpisodes = 0, 0
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(serveAsWorkerEnv, "1")
+		cfg := dqn.DefaultConfig()
+		cfg.NumAgents, cfg.Hidden, cfg.TotalSteps, cfg.LearningStarts, cfg.BufferCapacity = 1, []int{16}, 1000, 200, 5000
+		cfg.EvalInterval = 0
+		req := RLRequest{Config: cfg, ConfigYAML: cfg.YAML(), Dir: filepath.Join(t.TempDir(), "run"), Graphs: true, MaxLead: 50, Worker: exe}
 		var f *fakeLauncher
 		req.Launch = fakeKind(func(l *fakeLauncher) { f = l })
 		run, err := PrepareRL(req, time.Now())

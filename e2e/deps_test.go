@@ -32,6 +32,8 @@ func TestLayering(t *testing.T) {
 			"a launcher places and starts workers: it knows neither the activities nor what a worker serves", nil},
 		{"./coordinator/eval", []string{m + "coordinator"}, "an activity imports the launcher and the run directory, never another activity",
 			[]string{m + "coordinator/eval", m + "coordinator/launch", m + "coordinator/rundir", m + "coordinator/refusal"}},
+		{"./coordinator/rl", []string{m + "coordinator"}, "an activity imports the launcher and the run directory, never another activity",
+			[]string{m + "coordinator/rl", m + "coordinator/launch", m + "coordinator/rundir", m + "coordinator/refusal"}},
 	}
 	for _, tags := range []string{"", "cuda"} {
 		for _, r := range rules {

@@ -1,4 +1,4 @@
-package coordinator
+package rl
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 	"github.com/tolaria-ml/tolaria/rl/shm"
@@ -24,7 +26,7 @@ import (
 
 // rlRequest is a small run of two agents with this test binary as the
 // worker and memory files in a temporary directory.
-func rlRequest(t *testing.T) RLRequest {
+func rlRequest(t *testing.T) Request {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -34,7 +36,7 @@ func rlRequest(t *testing.T) RLRequest {
 	cfg := dqn.DefaultConfig()
 	cfg.NumAgents, cfg.Hidden, cfg.TotalSteps, cfg.LearningStarts, cfg.BufferCapacity = 2, []int{16}, 3000, 500, 5000
 	cfg.EvalInterval, cfg.EvalEpisodes = 1000, 20
-	return RLRequest{Config: cfg, ConfigYAML: cfg.YAML(), Dir: filepath.Join(t.TempDir(), "run"), Graphs: true, MaxLead: 50,
+	return Request{Config: cfg, ConfigYAML: cfg.YAML(), Dir: filepath.Join(t.TempDir(), "run"), Graphs: true, MaxLead: 50,
 		Worker: exe, ActorRestarts: 1}
 }
 
@@ -57,7 +59,7 @@ func TestRLRunsAgentsInWorkers(t *testing.T) {
 		reports[s.Agent]++
 		mu.Unlock()
 	}
-	run, err := PrepareRL(req, time.Now())
+	run, err := Prepare(req, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,11 +72,11 @@ func TestRLRunsAgentsInWorkers(t *testing.T) {
 			a.Epoch != uint64(a.Episodes) || a.Evaluations != 3 {
 			t.Errorf("agent %d: %+v", i, a)
 		}
-		eps, err := ReadRLEpisodes(req.Dir, i)
+		eps, err := ReadEpisodes(req.Dir, i)
 		if err != nil || len(eps) != a.Episodes {
 			t.Errorf("agent %d: %d episodes in its events (%v), %d in its summary", i, len(eps), err, a.Episodes)
 		}
-		evals, err := ReadRLEvals(req.Dir, i)
+		evals, err := ReadEvals(req.Dir, i)
 		if err != nil || len(evals) != 3 || evals[2].EnvSteps != 3000 || evals[0].Episodes != 20 || evals[2].MeanReturn != a.EvalMeanReturn {
 			t.Errorf("agent %d: evaluations %+v (%v), want at 1000, 2000 and 3000 steps of 20 episodes", i, evals, err)
 		}
@@ -91,11 +93,11 @@ func TestRLRunsAgentsInWorkers(t *testing.T) {
 		t.Errorf("memory files left: %v", left)
 	}
 	req.Resume = true
-	if _, err := PrepareRL(req, time.Now()); !errors.Is(err, ErrConfig) {
+	if _, err := Prepare(req, time.Now()); !errors.Is(err, refusal.ErrConfig) {
 		t.Errorf("resuming a finished run: %v", err)
 	}
 	req.Resume = false
-	if _, err := PrepareRL(req, time.Now()); !errors.Is(err, ErrRunExists) {
+	if _, err := Prepare(req, time.Now()); !errors.Is(err, rundir.ErrExists) {
 		t.Errorf("a new run in a run's directory: %v", err)
 	}
 }
@@ -123,10 +125,10 @@ func TestRLInterruptedSavesAndResumes(t *testing.T) {
 		t.Fatal("agent 0 wrote no summary")
 	}
 	earlier.Seconds, earlier.ActorRestarts = 3600, 2
-	if err := writeJSON(filepath.Join(AgentDir(req.Dir, 0), SummaryFile), earlier); err != nil {
+	if err := writeJSON(filepath.Join(AgentDir(req.Dir, 0), rundir.SummaryFile), earlier); err != nil {
 		t.Fatal(err)
 	}
-	run, err := PrepareRL(req, time.Now())
+	run, err := Prepare(req, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +180,7 @@ func TestSolvedEvaluationStopsTheAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg.StopWhenSolved = stop
-		a := &agentRun{r: &RLRun{req: RLRequest{Config: cfg}, log: slog.New(slog.DiscardHandler)}, mem: mem,
+		a := &agentRun{r: &Run{req: Request{Config: cfg}, log: slog.New(slog.DiscardHandler)}, mem: mem,
 			st: AgentStatus{SolvedAt: -1, TrainSolvedAt: -1}}
 		for _, e := range []jobserver.RLEval{{EnvSteps: 5000, MeanReturn: 480, Episodes: 99}, {EnvSteps: 10000, MeanReturn: 474.9, Episodes: 100}} {
 			a.addEval(e)
@@ -198,7 +200,7 @@ func TestSolvedEvaluationStopsTheAgent(t *testing.T) {
 
 // interruptedRL runs two agents of 8000 steps and cancels the run once
 // both have trained: each leaves a checkpoint and a saved buffer.
-func interruptedRL(t *testing.T) (RLRequest, RLSummary) {
+func interruptedRL(t *testing.T) (Request, Summary) {
 	t.Helper()
 	req := rlRequest(t)
 	req.Config.TotalSteps = 8000
@@ -217,7 +219,7 @@ func interruptedRL(t *testing.T) (RLRequest, RLSummary) {
 			cancel()
 		}
 	}
-	run, err := PrepareRL(req, time.Now())
+	run, err := Prepare(req, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,21 +264,21 @@ func TestRLResumeRefusesWhatItCannotTrust(t *testing.T) {
 	buf0 := filepath.Join(AgentDir(req.Dir, 0), ReplayFile)
 	buf1 := filepath.Join(AgentDir(req.Dir, 1), ReplayFile)
 	ck0 := filepath.Join(AgentDir(req.Dir, 0), trainer.CheckpointFile)
-	cfgPath := filepath.Join(req.Dir, ConfigFile)
+	cfgPath := filepath.Join(req.Dir, rundir.ConfigFile)
 	cases := []struct {
 		name   string
-		damage func(t *testing.T, req *RLRequest)
+		damage func(t *testing.T, req *Request)
 		says   []string
 	}{
-		{"a flipped byte in a stored transition", func(t *testing.T, _ *RLRequest) {
+		{"a flipped byte in a stored transition", func(t *testing.T, _ *Request) {
 			raw := readFile(t, buf0)
 			raw[len(raw)-4096] ^= 0x01 // in the replay ring, before the digest
 			writeFile(t, buf0, raw)
 		}, []string{"agent 0", ReplayFile, "damaged", "remove it to resume agent 0 from its checkpoint"}},
-		{"agent 1's buffer in agent 0's place", func(t *testing.T, _ *RLRequest) {
+		{"agent 1's buffer in agent 0's place", func(t *testing.T, _ *Request) {
 			writeFile(t, buf0, readFile(t, buf1))
 		}, []string{"agent 0", "agent 1's buffer, not agent 0's"}},
-		{"a NaN checkpoint under a recomputed digest", func(t *testing.T, _ *RLRequest) {
+		{"a NaN checkpoint under a recomputed digest", func(t *testing.T, _ *Request) {
 			ck, err := trainer.LoadCheckpoint(ck0)
 			if err != nil {
 				t.Fatal(err)
@@ -287,7 +289,7 @@ func TestRLResumeRefusesWhatItCannotTrust(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{"agent 0", trainer.CheckpointFile, "not finite", "remove it to start agent 0 again"}},
-		{"gamma edited in config.yaml", func(t *testing.T, r *RLRequest) {
+		{"gamma edited in config.yaml", func(t *testing.T, r *Request) {
 			edited := strings.Replace(string(readFile(t, cfgPath)), "gamma: 0.99", "gamma: 0.5", 1)
 			writeFile(t, cfgPath, []byte(edited))
 			cfg, err := dqn.ParseConfig([]byte(edited))
@@ -295,8 +297,8 @@ func TestRLResumeRefusesWhatItCannotTrust(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.Config = cfg
-		}, []string{ConfigFile, "edited"}},
-		{"3 agents asked of a 2-agent run", func(t *testing.T, r *RLRequest) {
+		}, []string{rundir.ConfigFile, "edited"}},
+		{"3 agents asked of a 2-agent run", func(t *testing.T, r *Request) {
 			r.Config.NumAgents = 3
 		}, []string{"num_agents: 3", "resumed only with the configuration it began with"}},
 	}
@@ -306,12 +308,12 @@ func TestRLResumeRefusesWhatItCannotTrust(t *testing.T) {
 			r := req
 			c.damage(t, &r)
 			damaged := snapshot(t, req.Dir)
-			run, err := PrepareRL(r, time.Now())
+			run, err := Prepare(r, time.Now())
 			if err == nil {
 				_ = run.Close()
 				t.Fatal("resumed")
 			}
-			if !errors.Is(err, ErrConfig) {
+			if !errors.Is(err, refusal.ErrConfig) {
 				t.Errorf("%v: not a configuration error (exit 2)", err)
 			}
 			for _, s := range c.says {
@@ -327,7 +329,7 @@ func TestRLResumeRefusesWhatItCannotTrust(t *testing.T) {
 			}
 		})
 	}
-	run, err := PrepareRL(req, time.Now())
+	run, err := Prepare(req, time.Now())
 	if err != nil {
 		t.Fatalf("the undamaged run: %v", err)
 	}
@@ -379,14 +381,14 @@ func TestRLResumeNeverThrowsProgressAway(t *testing.T) {
 	// or an evaluation): without its buffer it resumes from there. Which
 	// step that is depends on where the cancel fell, after step 1000.
 	reached := 0
-	eps, err := ReadRLEpisodes(req.Dir, 0)
+	eps, err := ReadEpisodes(req.Dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range eps {
 		reached = max(reached, e.EnvSteps)
 	}
-	evals, err := ReadRLEvals(req.Dir, 0)
+	evals, err := ReadEvals(req.Dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +399,7 @@ func TestRLResumeNeverThrowsProgressAway(t *testing.T) {
 		t.Fatalf("agent 0's events record environment step %d at the cancel; want 1000..%d", reached, sum.Agents[0].EnvSteps)
 	}
 
-	run, err := PrepareRL(req, time.Now())
+	run, err := Prepare(req, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +412,7 @@ func TestRLResumeNeverThrowsProgressAway(t *testing.T) {
 		t.Errorf("agent 0 without its buffer: %+v; want it finished from its checkpoint of step %d", a0, ck0.Step)
 	}
 	var start map[string]any
-	for _, line := range strings.Split(string(readFile(t, filepath.Join(AgentDir(req.Dir, 0), EventsFile))), "\n") {
+	for _, line := range strings.Split(string(readFile(t, filepath.Join(AgentDir(req.Dir, 0), rundir.EventsFile))), "\n") {
 		if e, err := telemetry.DecodeEvent([]byte(line)); err == nil && e.Kind == EventAgentStart {
 			start = e.Fields
 		}
@@ -454,7 +456,7 @@ func writeFile(t *testing.T, path string, raw []byte) {
 // capture events of both its halves.
 func checkAgentEvents(t *testing.T, runDir string, i int) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(AgentDir(runDir, i), EventsFile))
+	f, err := os.Open(filepath.Join(AgentDir(runDir, i), rundir.EventsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
