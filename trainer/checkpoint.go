@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/nn"
 )
@@ -55,12 +56,17 @@ type Checkpoint struct {
 	Seed      uint64 `json:"seed"`
 	Dataset   string `json:"dataset"`
 	TrainSize int    `json:"train_size"`
-	Shard     string `json:"shard"`
-	Ragged    string `json:"ragged"`
-	Epochs    int    `json:"epochs"`
-	Step      int    `json:"step"` // steps completed (the next sequence number)
-	Params    int    `json:"params"`
-	States    int    `json:"states"`
+	// Data is the training set's fingerprint (data.Fingerprint), so that a
+	// run resumed or evaluated on data that changed since (a file edited
+	// or replaced, the same size or not) is refused; a checkpoint written
+	// before there was one has "" and is not checked.
+	Data   string `json:"data,omitempty"`
+	Shard  string `json:"shard"`
+	Ragged string `json:"ragged"`
+	Epochs int    `json:"epochs"`
+	Step   int    `json:"step"` // steps completed (the next sequence number)
+	Params int    `json:"params"`
+	States int    `json:"states"`
 	// Running is the number of values of the net's running state (see
 	// nn.Model.Running), 0 for a model without one.
 	Running int `json:"running,omitempty"`
@@ -118,7 +124,7 @@ type EpochFigures struct {
 func (c *Config) checkpointHeader() Checkpoint {
 	return Checkpoint{
 		Model: c.ModelName(), Optimizer: optimizerString(c.Optimizer), BatchSize: c.BatchSize,
-		Seed: c.Seed, Dataset: c.Train.Shape().Name, TrainSize: c.Train.Len(),
+		Seed: c.Seed, Dataset: c.Train.Shape().Name, TrainSize: c.Train.Len(), Data: data.Fingerprint(c.Train),
 		Shard: fmt.Sprintf("%d/%d", c.Rank, c.World), Ragged: string(c.Ragged), Epochs: c.Epochs,
 		Params: c.paramCount(), States: c.Optimizer.StateBuffers(), Running: c.runningLen(),
 	}
@@ -163,14 +169,20 @@ func (h Checkpoint) matches(want Checkpoint) error {
 		got, want any
 	}
 	for _, f := range []field{
-		{"model", h.Model, want.Model}, {"optimizer", h.Optimizer, want.Optimizer},
+		// Epochs before the optimizer: the schedule's total steps, in the
+		// optimizer's settings, follow from them, and the epochs are what
+		// a user changes.
+		{"model", h.Model, want.Model}, {"epochs", h.Epochs, want.Epochs}, {"optimizer", h.Optimizer, want.Optimizer},
 		{"batch size", h.BatchSize, want.BatchSize}, {"seed", h.Seed, want.Seed},
 		{"dataset", h.Dataset, want.Dataset}, {"training-set size", h.TrainSize, want.TrainSize},
-		{"shard", h.Shard, want.Shard}, {"ragged policy", h.Ragged, want.Ragged}, {"epochs", h.Epochs, want.Epochs},
+		{"shard", h.Shard, want.Shard}, {"ragged policy", h.Ragged, want.Ragged},
 	} {
 		if fmt.Sprint(f.got) != fmt.Sprint(f.want) {
 			return fmt.Errorf("it was written for %s %v but this run has %v; resume with the original settings or start a new run in another --run-dir", f.name, f.got, f.want)
 		}
+	}
+	if h.Data != "" && want.Data != "" && h.Data != want.Data {
+		return fmt.Errorf("it was written for training data of fingerprint %s but this run's data reads as %s: the data changed since (a file edited, replaced or added); resume with the data it was trained on, or start a new run in another --run-dir", h.Data, want.Data)
 	}
 	// The model and optimizer above fix both counts, so only a file made
 	// by hand (its digest recomputed) differs here; checked now, with the

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,26 +14,36 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// poisonedResume trains cfg for one good epoch, which checkpoints, and
-// returns cfg set to resume on training data that is all poison, with the
-// checkpoint's path and bytes.
+// poisonedResume trains cfg for one good step, which checkpoints, and
+// returns cfg set to resume on the same training data, poison in every
+// example that step did not see, with the checkpoint's path and bytes.
 func poisonedResume(t *testing.T, cfg trainer.Config, poison float32) (trainer.Config, string, []byte) {
 	t.Helper()
 	cfg.RunDir = t.TempDir()
-	steps, _ := trainer.StepsPerEpoch(cfg)
-	cfg.MaxSteps = steps // one good epoch, then a checkpoint
+	// The same data in both runs (a resume refuses data that changed):
+	// poisoned everywhere but the first batch of the first epoch, which
+	// the first run trains on alone before it stops with a checkpoint.
+	train := *cfg.Train.(*data.Dataset)
+	train.X = slices.Clone(train.X)
+	first := map[int]bool{}
+	for _, i := range data.Order(train.Len(), cfg.Seed, 0, true)[:cfg.BatchSize] {
+		first[i] = true
+	}
+	for i := range train.Len() {
+		if !first[i] {
+			for j := range train.Features {
+				train.X[i*train.Features+j] = poison
+			}
+		}
+	}
+	cfg.Train, cfg.MaxSteps = &train, 1
 	run(t, cfg)
 	path := filepath.Join(cfg.RunDir, trainer.CheckpointFile)
 	good, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	train := *cfg.Train.(*data.Dataset)
-	train.X = make([]float32, len(train.X))
-	for i := range train.X {
-		train.X[i] = poison
-	}
-	cfg.Train, cfg.MaxSteps, cfg.Resume = &train, 0, true
+	cfg.MaxSteps, cfg.Resume = 0, true
 	return cfg, path, good
 }
 
