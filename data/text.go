@@ -259,6 +259,12 @@ func ReadTextCorpus(path string) (corpus []byte, files []string, err error) {
 		return nil, nil, textPathError(path, err)
 	}
 	if !st.IsDir() {
+		if !st.Mode().IsRegular() {
+			// A pipe, device or socket would be read until it ends, which
+			// may be never.
+			return nil, nil, &FileError{Path: path, Kind: ErrInvalid, Detail: fmt.Sprintf("is a %s, not a regular file or a directory", fileKind(st.Mode())),
+				Hint: "give a text file or a directory of text files"}
+		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, nil, &FileError{Path: path, Detail: "cannot read the text file", Err: unwrapPathError(err)}
@@ -331,4 +337,19 @@ func textPathError(path string, err error) error {
 		hint = hintFortunesMissing
 	}
 	return &FileError{Path: path, Kind: ErrMissing, Detail: "no such file or directory", Hint: hint}
+}
+
+// fileKind names a file mode's type for a message.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -238,6 +239,11 @@ func TestLoadTextErrors(t *testing.T) {
 	empty := t.TempDir()
 	onlySkipped := writeTree(t, map[string]string{".notes": "hidden", "f": "", "f.dat": "idx", "l@": "f"})
 	short := writeTree(t, map[string]string{"f": strings.Repeat("x", 40)})
+	// A pipe nobody writes to would block a read forever.
+	fifo := filepath.Join(t.TempDir(), "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name    string
 		c       TextConfig
@@ -250,6 +256,7 @@ func TestLoadTextErrors(t *testing.T) {
 		// 40 bytes: 36 train, 4 valid; a window of 5 fits train but not valid.
 		{"validation shorter than a window", TextConfig{Path: short, Context: 4}, ErrInvalid, "corpus too short"},
 		{"bad config", TextConfig{Path: short, Stride: -1}, ErrInvalid, "Stride"},
+		{"a named pipe", TextConfig{Path: fifo}, ErrInvalid, "is a named pipe, not a regular file or a directory"},
 	} {
 		_, _, err := LoadText(tt.c)
 		if !errors.Is(err, tt.kind) || !strings.Contains(err.Error(), tt.message) {
