@@ -20,7 +20,7 @@ func TestReportInterruption(t *testing.T) {
 	}
 	say := func(sum trainer.Summary) string {
 		var b bytes.Buffer
-		reportInterruption(&b, rd, sum)
+		reportInterruption(&b, rd, sum, "interrupted")
 		return b.String()
 	}
 	if got := say(trainer.Summary{Steps: 0}); !strings.Contains(got, "nothing to resume") || strings.Contains(got, "checkpoint saved") {
@@ -32,7 +32,12 @@ func TestReportInterruption(t *testing.T) {
 	if got := say(trainer.Summary{Steps: 40, ResumedFromStep: 40}); !strings.Contains(got, "checkpoint of step 40 is unchanged") || !strings.Contains(got, "--resume") {
 		t.Errorf("stopped before a resumed run's first step: %q", got)
 	}
-	if got := say(trainer.Summary{Steps: 52, ResumedFromStep: 40}); !strings.Contains(got, "after 52 steps; checkpoint saved") {
+	if got := say(trainer.Summary{Steps: 52, ResumedFromStep: 40}); !strings.Contains(got, "interrupted after 52 steps; checkpoint saved") {
 		t.Errorf("stopped after steps: %q", got)
+	}
+	var b bytes.Buffer
+	reportInterruption(&b, rd, trainer.Summary{Steps: 5}, "stopped at --max-steps 5")
+	if got := b.String(); !strings.HasPrefix(got, "tolaria: stopped at --max-steps 5 after 5 steps; checkpoint saved") {
+		t.Errorf("stopped by --max-steps: %q", got)
 	}
 }

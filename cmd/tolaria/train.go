@@ -122,7 +122,11 @@ func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFl
 	}
 	printSummary(cmd.OutOrStdout(), spec, sum)
 	if sum.Interrupted {
-		reportInterruption(stderr, run.Dir(), sum)
+		how := "interrupted"
+		if ctx.Err() == nil && spec.MaxSteps > 0 {
+			how = fmt.Sprintf("stopped at --max-steps %d", spec.MaxSteps)
+		}
+		reportInterruption(stderr, run.Dir(), sum, how)
 		switch {
 		case ctx.Err() != nil:
 			return exitError{interruptedCode(ctx)}
@@ -137,20 +141,21 @@ func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFl
 	return nil
 }
 
-// reportInterruption says where a stopped run stands and how to go on.
-func reportInterruption(w io.Writer, dir *coordinator.RunDir, sum trainer.Summary) {
+// reportInterruption says where a stopped run stands and how to go on;
+// how says what stopped it ("interrupted", or --max-steps).
+func reportInterruption(w io.Writer, dir *coordinator.RunDir, sum trainer.Summary, how string) {
 	// sum.Steps counts the whole run, a resumed one included.
 	if sum.Steps > sum.ResumedFromStep {
-		fmt.Fprintf(w, "tolaria: interrupted after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
-			sum.Steps, dir.Path())
+		fmt.Fprintf(w, "tolaria: %s after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
+			how, sum.Steps, dir.Path())
 		return
 	}
 	if cks, _ := dir.Checkpoints(); len(cks) > 0 {
-		fmt.Fprintf(w, "tolaria: interrupted before any step ran; the checkpoint of step %d is unchanged; continue with: tolaria train --resume --run-dir %s\n",
-			sum.ResumedFromStep, dir.Path())
+		fmt.Fprintf(w, "tolaria: %s before any step ran; the checkpoint of step %d is unchanged; continue with: tolaria train --resume --run-dir %s\n",
+			how, sum.ResumedFromStep, dir.Path())
 		return
 	}
-	fmt.Fprintf(w, "tolaria: interrupted before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", dir.Path())
+	fmt.Fprintf(w, "tolaria: %s before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", how, dir.Path())
 }
 
 func reportFailure(ctx context.Context, w io.Writer, err error, dir *coordinator.RunDir) error {
