@@ -55,6 +55,9 @@ type Spec struct {
 	Rank             int     `json:"rank" yaml:"rank"`
 	World            int     `json:"world" yaml:"world"`
 	MaxSteps         int     `json:"max_steps" yaml:"max_steps"`
+	// CheckpointEvery saves a checkpoint every this many steps inside an
+	// epoch too; 0: at each epoch's end and at a stop only.
+	CheckpointEvery int `json:"checkpoint_every,omitempty" yaml:"checkpoint_every,omitempty"`
 	// CPUThreads is how many threads the CPU device's kernels use; 0
 	// means the cores Go may use (GOMAXPROCS).
 	CPUThreads int `json:"cpu_threads,omitempty" yaml:"cpu_threads,omitempty"`
@@ -120,6 +123,8 @@ func (s Spec) Validate() error {
 		return field.Errorf("resume", "needs %s pointing at the run to resume", field.Name("run_dir"))
 	case s.MaxSteps < 0:
 		return field.Errorf("max_steps", "must be >= 0, got %d", s.MaxSteps)
+	case s.CheckpointEvery < 0:
+		return field.Errorf("checkpoint_every", "must be >= 0 (0: at each epoch's end only), got %d", s.CheckpointEvery)
 	case s.CPUThreads < 0 || s.CPUThreads > 1024:
 		return field.Errorf("cpu_threads", "must be in 0..1024 (0: the cores Go may use), got %d", s.CPUThreads)
 	case !(s.SlowStageCopyMS >= 0 && s.SlowStageCopyMS <= 10000):
@@ -358,7 +363,7 @@ func (s Spec) config(train, test data.Examples) (trainer.Config, error) {
 		EnableGraphs: s.EnableGraphs, WarmupBatches: s.WarmupBatches, GraphPoolReuse: s.GraphPoolReuse,
 		PrefetchToDevice: s.PrefetchToDevice, Slots: s.Slots, Loaders: s.Loaders, LogEvery: s.LogEvery,
 		RunDir: s.RunDir, Resume: s.Resume, Rank: s.Rank, World: s.World, Train: train, Test: test,
-		MaxSteps: s.MaxSteps,
+		MaxSteps: s.MaxSteps, CheckpointEvery: s.CheckpointEvery,
 	}
 	steps, err := trainer.StepsPerEpoch(cfg)
 	if err != nil {

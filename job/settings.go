@@ -73,6 +73,7 @@ var usages = map[field.Name]string{
 	"rank":               "this worker's stride shard of the training set (0..world-1)",
 	"world":              "number of stride shards of the training set",
 	"max_steps":          "stop (with a checkpoint) after this many steps in this invocation (0: no limit)",
+	"checkpoint_every":   "also checkpoint every this many steps inside an epoch (0: at each epoch's end and at a stop only)",
 	"cpu_threads":        "threads of the CPU device's kernels (0: GOMAXPROCS)",
 	"slow_stage_copy_ms": "test only: slow every CPU-device staging copy by this many ms",
 }

@@ -3,6 +3,8 @@ package trainer_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -49,5 +51,56 @@ func TestResumeWithOtherEpochsNamesThem(t *testing.T) {
 	_, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
 	if !errors.Is(err, trainer.ErrCheckpoint) || !strings.Contains(err.Error(), "written for epochs 3 but this run has 4") {
 		t.Fatalf("resume with 4 epochs: %v; want a refusal naming the epochs", err)
+	}
+}
+
+// TestCheckpointEveryResumesBitwise: with CheckpointEvery a run also
+// checkpoints inside its epochs; a run resumed from one of those (as after
+// a kill between them) ends with the parameters of a run never stopped,
+// the token model with graphs and dropout included.
+func TestCheckpointEveryResumesBitwise(t *testing.T) {
+	for name, cfg := range map[string]trainer.Config{"mlp": smallConfig(t), "transformer": tokenConfig(t)} {
+		t.Run(name, func(t *testing.T) {
+			whole := run(t, cfg)
+			steps, _ := trainer.StepsPerEpoch(cfg)
+			every := steps/3 + 1
+			cfg.RunDir, cfg.CheckpointEvery = t.TempDir(), every
+			// Keep the last checkpoint inside an epoch, as a kill soon after
+			// it would leave it: inside the last epoch, so the summary's
+			// training loss covers steps from before it.
+			var kept []byte
+			var saved []int
+			keptStep := 0
+			cfg.Observer = trainer.ObserverFunc(func(m trainer.Measurement) {
+				if e, ok := m.(trainer.Event); ok && e.Kind == trainer.EventCheckpoint {
+					step := e.Fields["step"].(int)
+					saved = append(saved, step)
+					if step%steps != 0 {
+						b, err := os.ReadFile(filepath.Join(cfg.RunDir, trainer.CheckpointFile))
+						if err != nil {
+							t.Error(err)
+						}
+						kept, keptStep = b, step
+					}
+				}
+			})
+			if sum := run(t, cfg); sum.ParamsSHA256 != whole.ParamsSHA256 {
+				t.Fatalf("checkpointing every %d steps changed the run: %s, %s without", every, sum.ParamsSHA256, whole.ParamsSHA256)
+			}
+			if !slices.Contains(saved, every) || !slices.Contains(saved, 2*every) || !slices.Contains(saved, steps) {
+				t.Fatalf("checkpoints after steps %v; want %d, %d and the epoch's end %d among them", saved, every, 2*every, steps)
+			}
+			if kept == nil || keptStep < (cfg.Epochs-1)*steps {
+				t.Fatalf("no checkpoint inside the last epoch (%v)", saved)
+			}
+			cfg.RunDir, cfg.Observer, cfg.Resume = t.TempDir(), nil, true
+			if err := os.WriteFile(filepath.Join(cfg.RunDir, trainer.CheckpointFile), kept, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if rest := run(t, cfg); rest.ParamsSHA256 != whole.ParamsSHA256 || rest.TestLoss != whole.TestLoss || rest.TrainLoss != whole.TrainLoss {
+				t.Fatalf("resumed from step %d: %s (test loss %v, train loss %v); never stopped: %s (%v, %v)",
+					keptStep, rest.ParamsSHA256, rest.TestLoss, rest.TrainLoss, whole.ParamsSHA256, whole.TestLoss, whole.TrainLoss)
+			}
+		})
 	}
 }

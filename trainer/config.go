@@ -56,6 +56,12 @@ type Config struct {
 	// point.
 	MaxSteps int
 
+	// CheckpointEvery saves a checkpoint every this many steps (counted
+	// over the whole run) inside an epoch as well as at its end; 0: at
+	// epoch ends and stops only. A mid-epoch checkpoint resumes as a stop's
+	// does, to the same parameters as a run never stopped.
+	CheckpointEvery int
+
 	// ObserveBatches also observes a TrainBatch for every training batch
 	// filled: an audit seam for tests, off in every run tolaria starts.
 	ObserveBatches bool
@@ -142,6 +148,8 @@ func (c Config) validate() (steps int, err error) {
 		return 0, field.Errorf("resume", "needs a run directory (%s)", field.Name("run_dir"))
 	case c.MaxSteps < 0:
 		return 0, field.Errorf("max_steps", "must be >= 0, got %d", c.MaxSteps)
+	case c.CheckpointEvery < 0:
+		return 0, field.Errorf("checkpoint_every", "must be >= 0 (0: at each epoch's end only), got %d", c.CheckpointEvery)
 	}
 	if _, err := data.ParseRagged(string(c.Ragged)); err != nil {
 		return 0, field.Errorf("ragged", "%w", err)

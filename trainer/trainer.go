@@ -433,6 +433,11 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 			r.obs.Observe(Epoch{Epoch: seq/steps + 1})
 			epochStart = time.Now()
 		}
+		if c.CheckpointEvery > 0 && seq != startSeq && seq%c.CheckpointEvery == 0 && seq%steps != 0 {
+			if err := r.checkpointMidEpoch(seq); err != nil {
+				return err
+			}
+		}
 		if c.Parker != nil && c.Parker.ParkRequested() {
 			if err := r.park(ctx, seq, startSeq, done); err != nil {
 				return err
@@ -483,6 +488,21 @@ func (r *run) loop(ctx context.Context, startSeq int) error {
 		}
 	}
 	return nil
+}
+
+// checkpointMidEpoch saves the state before step seq, inside an epoch,
+// with the epoch's training accumulators so far, as a stop there would;
+// the run goes on.
+func (r *run) checkpointMidEpoch(seq int) error {
+	train, _, err := r.readStats()
+	if err != nil {
+		return err
+	}
+	if !finite(train[device.StatLossSum]) {
+		return fmt.Errorf("training %w by step %d (epoch %d), found at a checkpoint; the last good checkpoint, if any, is kept unchanged; lower --lr or set --clip-norm",
+			ErrNonFinite, seq, seq/r.trainSrc.steps+1)
+	}
+	return r.checkpoint(seq, train[:])
 }
 
 // interrupt ends the loop before step seq: it reports the partial epoch's
