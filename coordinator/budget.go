@@ -1,377 +1,37 @@
 package coordinator
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// Headroom is the factor a budget request must fit with: a request is
-// granted when the device's capacity less the budgets already granted
-// covers it times Headroom, so an estimate a little short of what the
-// driver will hand out does not end in an out-of-memory error mid-capture.
-const Headroom = 1.1
+// The device-memory budget broker lives in package budget; these names
+// keep the coordinator's callers working.
 
-// BrokerConfig configures a Broker.
-type BrokerConfig struct {
-	// DeviceMemory caps the bytes budgets may take on each device; 0 takes
-	// what the first worker on the device reports free. On the CPU device
-	// it stands in for a GPU's memory.
-	DeviceMemory int64
-	// Now is the clock, for tests; nil is time.Now.
-	Now func() time.Time
-	// Changed, when set, hears that device's books changed (see
-	// Broker.Books), after the change and outside the broker's lock.
-	Changed func(device string)
-}
+// Headroom is the factor a budget request must fit with (see
+// budget.Headroom).
+const Headroom = budget.Headroom
 
-// Validate checks the configuration, naming the setting at fault.
-func (c BrokerConfig) Validate() error {
-	if c.DeviceMemory < 0 {
-		return configErr(field.Errorf("device_memory", "cannot be negative (%d); give a size such as 8GiB, or 0 for what the device reports", c.DeviceMemory))
-	}
-	return nil
-}
-
-// Broker keeps the books of device memory between the workers of a sweep:
-// per device, its capacity and the budgets granted. A worker asks before
-// it allocates (Ask); the request is granted at once when it fits with
-// headroom, refused at once when it could never fit, and otherwise waits
-// in a queue, oldest first, until budgets are released. It starts no
-// goroutine: grants after a wait are made by the Release that frees room,
-// through the waiting ticket's OnGrant.
-type Broker struct {
-	cfg BrokerConfig
-
-	mu      sync.Mutex
-	devices map[string]*ledger
-}
-
-// ledger is one device's books.
-type ledger struct {
-	device   string
-	capacity int64 // bytes budgets may take
-	granted  int64 // bytes granted now
-	holders  map[*Ticket]struct{}
-	queue    []*Ticket // oldest first
-}
-
-// NewBroker returns a broker with empty books.
-func NewBroker(cfg BrokerConfig) (*Broker, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	return &Broker{cfg: cfg, devices: map[string]*ledger{}}, nil
-}
-
-// Ask is one worker's budget request.
-type Ask struct {
-	Trial  string
-	Device string       // the device the worker owns, as the sweep names it ("cpu", "cuda:0")
-	Bill   trainer.Bill // what it will hold; DeviceBytes is the request
-	// Total and Free are the device's memory as the worker found it
-	// before allocating.
-	Total, Free int64
-	// OnGrant is called when a request that waited is granted, and when a
-	// parked request is granted again (Grant.Unpark), from the goroutine
-	// whose call made room, outside the broker's lock. It is not called
-	// for a request granted at once.
-	OnGrant func(Grant)
-	// Priority orders the requests: a waiting request of higher priority
-	// is granted first and, when it does not fit, the broker parks the
-	// least recently active trial of lower priority to make room.
-	Priority float64
-	// Park, when set, asks the trial's worker to park; the worker's answer
-	// comes to Ticket.Parked. Called outside the broker's lock. A request
-	// without it is never parked.
-	Park func()
-}
-
-// Grant is a budget granted.
-type Grant struct {
-	Bytes    int64         // the budget: the bill's device bytes
-	Waited   time.Duration // time in the queue
-	Capacity int64         // the device's capacity for budgets
-	Granted  int64         // budgets granted on the device, this one included
-	Unpark   bool          // the trial was parked: it may unpark now
-}
-
-// ErrBudgetRefused is a request that can never be granted: with headroom
-// it is larger than the whole device.
-var ErrBudgetRefused = errors.New("device-memory budget refused")
-
-// RefusedError is a refused request; its message names the bill by kind.
-type RefusedError struct {
-	Trial    string
-	Device   string
-	Bill     trainer.Bill
-	Capacity int64
-}
-
-func (e *RefusedError) Error() string {
-	return fmt.Sprintf("trial %s needs %s (with %.0f%% headroom %s), more than device %s has for budgets in all (%s); use a smaller model or batch, or a device with more memory (--device-memory on the CPU)",
-		e.Trial, e.Bill, (Headroom-1)*100, trainer.FormatBytes(withHeadroom(e.Bill.DeviceBytes())), e.Device, trainer.FormatBytes(e.Capacity))
-}
-
-func (e *RefusedError) Unwrap() error { return ErrBudgetRefused }
-
-func withHeadroom(bytes int64) int64 { return int64(float64(bytes) * Headroom) }
-
-// Ticket is one request's place in the books: waiting, granted, or
-// released.
-type Ticket struct {
-	b      *Broker
-	ask    Ask
-	led    *ledger
-	queued time.Time
-	state  ticketState
-	parked bool      // waiting to unpark rather than to start
-	active time.Time // when the trial last showed progress (or was granted)
-}
-
-type ticketState int
-
-const (
-	ticketWaiting ticketState = iota
-	ticketGranted
-	ticketParking // granted, told to park, not parked yet
-	ticketReleased
+type (
+	BrokerConfig = budget.Config
+	Broker       = budget.Broker
+	Ask          = budget.Ask
+	Grant        = budget.Grant
+	RefusedError = budget.RefusedError
+	Ticket       = budget.Ticket
+	Books        = budget.Books
 )
 
-// Ask books a request. It returns the ticket and, when the request fits
-// now (and nobody waits before it), its grant; a request that waits has
-// granted false and hears of its grant through OnGrant. A request that
-// could never fit is refused with a *RefusedError.
-func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
-	defer b.changed(a.Device)
-	var park func() // after the unlock: a victim's Park
-	defer func() {
-		if park != nil {
-			park()
-		}
-	}()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	led := b.devices[a.Device]
-	if led == nil {
-		led = &ledger{device: a.Device, holders: map[*Ticket]struct{}{}}
-		b.devices[a.Device] = led
-	}
-	if len(led.holders) == 0 {
-		// Nothing of ours is on the device: what the worker found free is
-		// what budgets may take (less what the configuration holds back).
-		led.capacity = a.Free
-		if b.cfg.DeviceMemory > 0 && (b.cfg.DeviceMemory < led.capacity || led.capacity <= 0) {
-			led.capacity = b.cfg.DeviceMemory
-		}
-	}
-	need := a.Bill.DeviceBytes()
-	if withHeadroom(need) > led.capacity {
-		return nil, Grant{}, false, &RefusedError{Trial: a.Trial, Device: a.Device, Bill: a.Bill, Capacity: led.capacity}
-	}
-	t = &Ticket{b: b, ask: a, led: led, queued: b.cfg.Now()}
-	if !led.waitsAhead(t) && led.fits(need) {
-		return t, led.grant(t, t.queued), true, nil // waited no time
-	}
-	led.enqueue(t)
-	if v := led.victim(); v != nil {
-		park = v.ask.Park
-	}
-	return t, Grant{}, false, nil
-}
+// ErrBudgetRefused is wrapped by a budget the broker can never grant.
+var ErrBudgetRefused = budget.ErrRefused
 
-// waitsAhead reports whether a request that would be granted before t
-// waits.
-func (l *ledger) waitsAhead(t *Ticket) bool {
-	return len(l.queue) > 0 && l.queue[0].ask.Priority >= t.ask.Priority
-}
-
-// enqueue puts t in the queue: higher priority first, then oldest first.
-func (l *ledger) enqueue(t *Ticket) {
-	i := len(l.queue)
-	for i > 0 && l.queue[i-1].ask.Priority < t.ask.Priority {
-		i--
-	}
-	l.queue = slices.Insert(l.queue, i, t)
-}
-
-// victim chooses the trial to park for the request at the head of the
-// queue, and marks it parking: the least recently active holder of lower
-// priority, provided parking the lower-priority holders could make room
-// at all, and no other is parking on the device now (parking one at a
-// time frees no more than needed).
-func (l *ledger) victim() *Ticket {
-	if len(l.queue) == 0 {
-		return nil
-	}
-	head := l.queue[0]
-	need := head.ask.Bill.DeviceBytes()
-	if l.fits(need) {
-		return nil
-	}
-	var lower int64
-	var pick *Ticket
-	for t := range l.holders {
-		if t.state == ticketParking {
-			return nil
-		}
-		if t.state != ticketGranted || t.ask.Park == nil || t.ask.Priority >= head.ask.Priority {
-			continue
-		}
-		lower += t.ask.Bill.DeviceBytes()
-		if pick == nil || t.active.Before(pick.active) {
-			pick = t
-		}
-	}
-	if pick == nil || l.capacity-l.granted+lower < withHeadroom(need) {
-		return nil
-	}
-	pick.state = ticketParking
-	return pick
-}
-
-func (l *ledger) fits(need int64) bool { return l.capacity-l.granted >= withHeadroom(need) }
-
-func (l *ledger) grant(t *Ticket, now time.Time) Grant {
-	t.state, t.active = ticketGranted, now
-	need := t.ask.Bill.DeviceBytes()
-	l.granted += need
-	l.holders[t] = struct{}{}
-	g := Grant{Bytes: need, Waited: now.Sub(t.queued), Capacity: l.capacity, Granted: l.granted, Unpark: t.parked}
-	t.parked = false
-	return g
-}
-
-// pump grants the waiting requests that fit, oldest first, stopping at the
-// first that does not (so a large request is not passed over for ever).
-func (l *ledger) pump(now time.Time) (granted []*Ticket, grants []Grant) {
-	for len(l.queue) > 0 && l.fits(l.queue[0].ask.Bill.DeviceBytes()) {
-		t := l.queue[0]
-		l.queue = l.queue[1:]
-		granted, grants = append(granted, t), append(grants, l.grant(t, now))
-	}
-	return granted, grants
-}
-
-// Release gives the ticket's budget back (the trial ended), or takes a
-// waiting request out of the queue, and grants what now fits. Releasing
-// twice does nothing.
-func (t *Ticket) Release() {
-	b := t.b
-	b.mu.Lock()
-	l := t.led
-	switch t.state {
-	case ticketGranted, ticketParking:
-		l.granted -= t.ask.Bill.DeviceBytes()
-		delete(l.holders, t)
-	case ticketWaiting:
-		if i := slices.Index(l.queue, t); i >= 0 {
-			l.queue = slices.Delete(l.queue, i, i+1)
-		}
-	case ticketReleased:
-		b.mu.Unlock()
-		return
-	}
-	t.state = ticketReleased
-	b.settle(l)
-}
-
-// settle grants what fits now and parks a trial for the request that
-// does not, then hears nothing more of l: it unlocks b.mu, held by the
-// caller, and calls back outside the lock.
-func (b *Broker) settle(l *ledger) {
-	granted, grants := l.pump(b.cfg.Now())
-	v := l.victim()
-	b.mu.Unlock()
-	b.changed(l.device)
-	for i, w := range granted {
-		if w.ask.OnGrant != nil {
-			w.ask.OnGrant(grants[i])
-		}
-	}
-	if v != nil {
-		v.ask.Park()
-	}
-}
-
-// Parked takes back the budget of a trial told to park, now that it has
-// parked, and queues it to unpark (by its priority, as a new request);
-// what fits is granted. A trial that was not told to park is ignored.
-func (t *Ticket) Parked() {
-	b := t.b
-	b.mu.Lock()
-	l := t.led
-	if t.state != ticketParking {
-		b.mu.Unlock()
-		return
-	}
-	l.granted -= t.ask.Bill.DeviceBytes()
-	delete(l.holders, t)
-	t.state, t.parked, t.queued = ticketWaiting, true, b.cfg.Now()
-	l.enqueue(t)
-	b.settle(l)
-}
-
-// Active notes that the trial made progress: the broker parks the least
-// recently active trial first.
-func (t *Ticket) Active() {
-	b := t.b
-	b.mu.Lock()
-	t.active = b.cfg.Now()
-	b.mu.Unlock()
-}
-
-func (b *Broker) changed(device string) {
-	if b.cfg.Changed != nil {
-		b.cfg.Changed(device)
-	}
-}
-
-// Waiting lists the trials waiting for a budget on device, oldest first.
-func (b *Broker) Waiting(device string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	if l := b.devices[device]; l != nil {
-		for _, t := range l.queue {
-			out = append(out, t.ask.Trial)
-		}
-	}
-	return out
-}
-
-// Books are a device's figures: its capacity for budgets and what is
-// granted now.
-type Books struct {
-	Capacity, Granted int64
-	Holders, Waiting  int
-	OldestWait        time.Time // when the oldest waiting request began to wait; zero: none waits
-}
-
-// Books returns device's figures.
-func (b *Broker) Books(device string) Books {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	l := b.devices[device]
-	if l == nil {
-		return Books{}
-	}
-	bk := Books{Capacity: l.capacity, Granted: l.granted, Holders: len(l.holders), Waiting: len(l.queue)}
-	if len(l.queue) > 0 {
-		bk.OldestWait = l.queue[0].queued
-	}
-	return bk
-}
+// NewBroker makes a broker (see budget.New).
+func NewBroker(cfg BrokerConfig) (*Broker, error) { return budget.New(cfg) }
 
 // Event kinds of the budget broker, in a trial's events log.
 const (
@@ -441,7 +101,7 @@ func (s *budgetSink) ask(req jobserver.BudgetRequest, reply jobserver.BudgetRepl
 	// is recorded after the wait, in the events and the display alike.
 	recorded := make(chan struct{})
 	defer close(recorded)
-	t, g, now, err := tb.Broker.Ask(Ask{Trial: tb.Trial, Device: tb.Device, Bill: req.Bill, Total: req.Total, Free: req.Free,
+	t, g, now, err := tb.Broker.Ask(Ask{Holder: tb.Trial, Device: tb.Device, Bill: req.Bill, Total: req.Total, Free: req.Free,
 		Priority: tb.Priority,
 		OnGrant: func(g Grant) {
 			<-recorded
