@@ -26,9 +26,10 @@ import (
 // (Start), and releases each worker when it will start it no more
 // (Release). Its methods are safe for concurrent use.
 type Launcher interface {
-	// Slots are the placements the activity's workers take turns on,
-	// Config.Parallel of them (Config.Workers when 0): a slot is held by
-	// one worker at a time (see Slots).
+	// Slots are the placements the activity's workers take turns on, a
+	// slot held by one worker at a time (see Slots): the local launcher's
+	// are Config.PerDevice on each device and Config.Parallel in all, a
+	// scheduler's one per worker (Config.Workers).
 	Slots(ctx context.Context) ([]Slot, error)
 	// Plan tells the launcher of the workers the activity will start,
 	// before the first starts: a scheduler submits their first attempts
@@ -39,10 +40,11 @@ type Launcher interface {
 	// Ctrl-C) reaches the attempts once the launcher will start no more
 	// workers: a scheduler's queued task must not start one after it.
 	Hold(ctx context.Context) (_ context.Context, stop func())
-	// Start starts attempt n (from 1) of w on slot and returns its
-	// handle, which the caller closes once the worker has answered. Start
-	// returns at once: the worker starts, and its hello, heartbeats,
-	// cancellation and reaping are bounded, within the transport's Call.
+	// Start readies attempt n (from 1) of w on slot and returns its
+	// handle, which the caller closes once the worker has answered. The
+	// worker itself starts in the transport's Call, which bounds its
+	// hello, heartbeats, cancellation and reaping; with Config.Probe a
+	// local CUDA slot's worker first opens its GPU once, here.
 	Start(ctx context.Context, w Worker, slot Slot, n int) (*Handle, error)
 	// Release says w will start no more attempts: a planned worker no
 	// attempt asked for is given up (its scheduler's task cancelled).
