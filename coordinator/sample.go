@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/internal/field"
-	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -46,15 +45,19 @@ type SampleRequest struct {
 	WorkerLog io.Writer
 }
 
+// MaxSampleTokens bounds SampleRequest.Tokens: the text is held in memory
+// until it is printed.
+const MaxSampleTokens = 1 << 24
+
 // Validate checks the request's own fields.
 func (r SampleRequest) Validate() error {
 	switch {
 	case r.RunDir == "":
 		return configErr(field.Errorf("run_dir", "is required"))
-	case r.Tokens < 1:
-		return configErr(field.Errorf("tokens", "%d; give at least 1", r.Tokens))
+	case r.Tokens < 1 || r.Tokens > MaxSampleTokens:
+		return configErr(field.Errorf("tokens", "%d; give 1..%d", r.Tokens, MaxSampleTokens))
 	case !(r.Temperature >= 0) || r.Temperature > 1e30:
-		return configErr(field.Errorf("temperature", "%v; give a positive value, or 0 for the most likely byte each time", r.Temperature))
+		return configErr(field.Errorf("temperature", "%v; give a value in 0..1e30 (0 for the most likely byte each time)", r.Temperature))
 	case r.Device != "" && r.Device != "cpu" && r.Device != "cuda":
 		return configErr(field.Errorf("device", "must be cpu or cuda, got %q", r.Device))
 	case r.WorkerStart < 0:
@@ -66,8 +69,8 @@ func (r SampleRequest) Validate() error {
 	return nil
 }
 
-// Sample loads the run's configuration and checkpoint (verified as a
-// resumed run verifies it), draws the tokens on the device and returns
+// Sample loads the run's configuration and checkpoint (intact, and written
+// for the run's model; the run's data are not read), draws the tokens on the device and returns
 // them as bytes. On the CPU device it samples in this process; on cuda it
 // finds a tolaria-worker and samples there, the worker verifying the
 // checkpoint's digest. Cancelling ctx stops it after the token in flight.
@@ -86,18 +89,16 @@ func Sample(ctx context.Context, req SampleRequest) (_ []byte, err error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, configErr(field.Errorf("run_dir", "%s %w (%s); a run has one once it has trained an epoch (or been stopped)", req.RunDir, ErrNoCheckpoint, trainer.CheckpointFile))
 	}
-	train, test, err := spec.LoadData()
+	// The model as the run trained it; sampling reads no data, so a run
+	// samples where its corpus is not (or no longer) there.
+	net, err := spec.TokenNet()
 	if err != nil {
-		return nil, configErr(fmt.Errorf("the run's data: %w", err))
+		return nil, configErr(field.Errorf("run_dir", "the run's configuration: %w", err))
 	}
-	cfg, err := spec.Config(train, test, job.Options{})
-	if err != nil {
-		return nil, configErr(err)
+	if _, err := trainer.CheckSampleable(net); err != nil {
+		return nil, configErr(field.Errorf("run_dir", "the run's model %s: %w", net.String(), err))
 	}
-	if _, err := trainer.CheckSampleable(cfg.Net); err != nil {
-		return nil, configErr(field.Errorf("run_dir", "the run's model %s: %w", cfg.ModelName(), err))
-	}
-	ck, err := trainer.CheckpointFor(cfg, path)
+	ck, err := trainer.CheckpointForNet(net, path)
 	if err != nil {
 		return nil, configErr(field.Errorf("run_dir", "%w", err))
 	}
@@ -114,7 +115,7 @@ func Sample(ctx context.Context, req SampleRequest) (_ []byte, err error) {
 		return nil, setupErr(err)
 	}
 	defer func() { err = errors.Join(err, dev.Close()) }()
-	return jobserver.SampleText(ctx, dev, cfg, ck, sj, nil)
+	return jobserver.SampleText(ctx, dev, trainer.Config{Net: net}, ck, sj, nil)
 }
 
 // sampleInWorker runs sj in a tolaria-worker on req's device. A worker

@@ -99,7 +99,9 @@ func TestSampleFromATrainedTokenModel(t *testing.T) {
 		want string
 	}{
 		{[]string{"--run-dir", run, "--tokens", "0"}, "--tokens"},
+		{[]string{"--run-dir", run, "--tokens", "16777217"}, "--tokens: 16777217; give 1..16777216"},
 		{[]string{"--run-dir", run, "--temperature", "-1"}, "--temperature"},
+		{[]string{"--run-dir", run, "--temperature", "1e300"}, "give a value in 0..1e30"},
 		{[]string{"--run-dir", noCheckpoint}, "--run-dir"},
 		{[]string{"--run-dir", run, "--device", "tpu"}, "--device"},
 		{[]string{"--run-dir", run, "--device", "cuda", "--heartbeat-timeout", "10ms"}, "--heartbeat-timeout"},
@@ -126,6 +128,26 @@ func TestSampleFromATrainedTokenModel(t *testing.T) {
 				t.Errorf("sample %v: stderr does not say %q:\n%s", c.args, w, r.stderr)
 			}
 		}
+	}
+	// Sampling reads no data: with the corpus grown by a line, then gone,
+	// the text is the same (a resume or an evaluation refuses both).
+	corpus := filepath.Join(dir, "corpus")
+	f, err := os.OpenFile(filepath.Join(corpus, "text"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("one more line\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got := sample("7"); got != first {
+		t.Errorf("the corpus changed: seed 7 gave %q, before %q", got, first)
+	}
+	if err := os.RemoveAll(corpus); err != nil {
+		t.Fatal(err)
+	}
+	if got := sample("7"); got != first {
+		t.Errorf("the corpus gone: seed 7 gave %q, before %q", got, first)
 	}
 }
 

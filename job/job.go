@@ -268,6 +268,23 @@ func (s Spec) textContext() int {
 	return s.Context
 }
 
+// TokenNet is the spec's token model as its run trained it, without
+// loading its data: model.layers on an input of the run's context (see
+// TextConfig), checked against a byte vocabulary's [T, 256] logits. A
+// spec of another dataset, or one without layers, is refused naming the
+// key.
+func (s Spec) TokenNet() (nn.Net, error) {
+	if s.Dataset != "text" {
+		return nn.Net{}, field.Errorf("dataset", "is %s: the run's model is not a token model (only one trained on dataset text is sampled)", s.Dataset)
+	}
+	t := s.textContext()
+	if t == 0 {
+		t = data.DefaultTextContext
+	}
+	_, net, err := s.model(data.Shape{Name: "text", Inputs: t, Positions: t, Classes: data.TextVocab, Tokens: true})
+	return net, err
+}
+
 // DefaultDataDir is where dataset's files are when data_dir is not given:
 // the fortunes for text, else Fashion-MNIST's directory (Default's).
 func DefaultDataDir(dataset string) string {

@@ -69,8 +69,8 @@ func Sample(ctx context.Context, t worker.Transport, deviceName string, sj Sampl
 	return h, sr, nil
 }
 
-// SampleText draws sj's tokens on dev from the checkpoint ck of the
-// model of tc (sj.Spec's configuration) and returns them as bytes: the one decoding path of the
+// SampleText draws sj's tokens on dev from the checkpoint ck of tc's
+// model (tc.Net: sj.Spec's TokenNet) and returns them as bytes: the one decoding path of the
 // tolaria process (the CPU device) and of a worker (any device). advance,
 // when set, is told of each token.
 func SampleText(ctx context.Context, dev device.Device, tc trainer.Config, ck trainer.Checkpoint, sj SampleJob, advance func(stage string)) ([]byte, error) {
@@ -96,20 +96,16 @@ func serveSample(ctx context.Context, sj SampleJob, dev device.Device, advance f
 	if err := sj.Spec.Validate(); err != nil {
 		return SampleResult{}, usage(err.Error())
 	}
-	// The data give the model's shapes (the text's vocabulary, the
-	// classes), as they did when the run trained.
-	train, test, err := sj.Spec.LoadDataAdvancing(advance)
-	if err != nil {
-		return SampleResult{}, err
-	}
-	tc, err := sj.Spec.Config(train, test, job.Options{})
+	// The model as the run trained it; sampling reads no data, so a run
+	// samples where its corpus is not (or no longer) there.
+	net, err := sj.Spec.TokenNet()
 	if err != nil {
 		return SampleResult{}, usage(err.Error())
 	}
-	if _, err := trainer.CheckSampleable(tc.Net); err != nil {
-		return SampleResult{}, usage(fmt.Sprintf("the run's model %s: %v", tc.ModelName(), err))
+	if _, err := trainer.CheckSampleable(net); err != nil {
+		return SampleResult{}, usage(fmt.Sprintf("the run's model %s: %v", net.String(), err))
 	}
-	ck, err := trainer.CheckpointFor(tc, sj.Checkpoint)
+	ck, err := trainer.CheckpointForNet(net, sj.Checkpoint)
 	if err != nil {
 		return SampleResult{}, err
 	}
@@ -120,7 +116,7 @@ func serveSample(ctx context.Context, sj SampleJob, dev device.Device, advance f
 	if sha != sj.CheckpointSHA256 {
 		return SampleResult{}, fmt.Errorf("%w: %s changed since sampling began (SHA-256 %s, want %s)", trainer.ErrCheckpoint, sj.Checkpoint, sha, sj.CheckpointSHA256)
 	}
-	text, err := SampleText(ctx, dev, tc, ck, sj, advance)
+	text, err := SampleText(ctx, dev, trainer.Config{Net: net}, ck, sj, advance)
 	if err != nil {
 		return SampleResult{}, err
 	}

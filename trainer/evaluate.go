@@ -299,6 +299,30 @@ func evalStep(dev device.Device, cfg EvalConfig, cleanup *[]func() error) (nn.St
 	return step, logits, nil
 }
 
+// CheckpointForNet loads the checkpoint at path for inference with net
+// alone, as sampling needs it: the file intact (its digest), written for
+// this model, holding its parameter count. The data, optimizer and
+// schedule it was trained with are not checked: none of them changes
+// what the parameters compute.
+func CheckpointForNet(net nn.Net, path string) (Checkpoint, error) {
+	arch, err := net.Resolve()
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	ck, err := LoadCheckpoint(path)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if ck.Model != net.String() {
+		return Checkpoint{}, fmt.Errorf("%w: %s: it was written for model %s, not %s", ErrCheckpoint, path, ck.Model, net.String())
+	}
+	if ck.Params != arch.Params {
+		return Checkpoint{}, fmt.Errorf("%w: %s: it holds %d parameters but the model %s has %d; it was not written by tolaria for this model",
+			ErrCheckpoint, path, ck.Params, net.String(), arch.Params)
+	}
+	return ck, nil
+}
+
 // CheckpointFor loads the checkpoint at path and verifies it as a resumed
 // run does: its digest, and that it was written for cfg's model,
 // optimizer, data and shape, within the run's steps.
