@@ -67,6 +67,10 @@ failure (no worker, no GPU: the message says which), 130 interrupted.`,
 		}
 		text, err := coordinator.Sample(ctx, req)
 		if err != nil {
+			if ctx.Err() != nil {
+				// The text is printed whole at the end: nothing was.
+				return fmt.Errorf("sampling stopped before its %d tokens were drawn; nothing was printed (%w)", req.Tokens, err)
+			}
 			return err
 		}
 		out := cmd.OutOrStdout()
