@@ -255,7 +255,19 @@ func overridesText(m map[string]any) string {
 	slices.Sort(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%v", k, m[k])
+		parts[i] = k + "=" + overrideValue(m[k])
 	}
 	return strings.Join(parts, " ")
+}
+
+// overrideValue is a value as overridesText writes it: a list or a map
+// (a model's layers) as JSON, its keys sorted, rather than Go's map syntax.
+func overrideValue(v any) string {
+	switch v.(type) {
+	case []any, map[string]any:
+		if b, err := json.Marshal(v); err == nil {
+			return string(b)
+		}
+	}
+	return fmt.Sprint(v)
 }
