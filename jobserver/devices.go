@@ -1,6 +1,8 @@
 package jobserver
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 
@@ -50,4 +52,17 @@ func serveDevices(conn *worker.Conn, cfg Config) error {
 		gpus = []GPU{}
 	}
 	return conn.Result(DevicesResult{GPUs: gpus})
+}
+
+// Devices asks the worker behind t for its GPUs (a TypeDevices request).
+func Devices(ctx context.Context, t worker.Transport) (worker.Hello, []GPU, error) {
+	h, res, err := t.Call(ctx, worker.Request{Type: TypeDevices}, worker.Sink{})
+	if err != nil {
+		return h, nil, err
+	}
+	var dr DevicesResult
+	if err := json.Unmarshal(res, &dr); err != nil {
+		return h, nil, fmt.Errorf("worker: reading the device list: %w", err)
+	}
+	return h, dr.GPUs, nil
 }

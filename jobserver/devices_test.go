@@ -2,7 +2,6 @@ package jobserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -24,16 +23,12 @@ func TestServeDevices(t *testing.T) {
 	opened := false
 	cfg := Config{Build: "cuda", Shared: newShared(t), Devices: func() ([]GPU, error) { return want, nil }}
 	cfg.Open = func(name string, spec job.Spec) (device.Device, error) { opened = true; return OpenCPU(name, spec) }
-	hello, body, err := InProcess(cfg).Call(context.Background(), worker.Request{Type: TypeDevices}, worker.Sink{})
+	hello, got, err := Devices(context.Background(), InProcess(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got DevicesResult
-	if err := json.Unmarshal(body, &got); err != nil {
-		t.Fatal(err)
-	}
-	if len(got.GPUs) != 2 || got.GPUs[0] != want[0] || got.GPUs[1] != want[1] || hello.Device != "cuda" || hello.Build != "cuda" || opened {
-		t.Fatalf("hello %+v, result %+v (a device opened: %v); want the two GPUs and no device opened", hello, got, opened)
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] || hello.Device != "cuda" || hello.Build != "cuda" || opened {
+		t.Fatalf("hello %+v, GPUs %+v (a device opened: %v); want the two GPUs and no device opened", hello, got, opened)
 	}
 	// No GPU at all is an empty list, not a failure.
 	cfg.Devices = func() ([]GPU, error) { return nil, nil }

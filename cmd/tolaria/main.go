@@ -72,7 +72,7 @@ failed, 128 plus the signal's number when interrupted (130 for Ctrl-C).`,
 	root.SetContext(ctx)
 	// Flag errors (unknown flag, a value that does not parse) are usage.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
-	root.AddCommand(newTrainCmd(proc), newSweepCmd(), newEvalCmd(), newSampleCmd(), newRLCmd(), &cobra.Command{
+	root.AddCommand(newTrainCmd(proc), newSweepCmd(), newEvalCmd(), newSampleCmd(), newRLCmd(), newDevicesCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "print the version",
 		Run: func(cmd *cobra.Command, _ []string) {
