@@ -45,6 +45,7 @@ var layerKinds = []struct {
 	{nn.KindReLU, nil, "activation"},
 	{nn.KindGELU, nil, "activation (tanh approximation)"},
 	{nn.KindTanh, nil, "activation"},
+	{nn.KindSigmoid, nil, "activation, 1/(1+e^-x)"},
 	{nn.KindFlatten, nil, "[C, H, W] -> [H·W·C], in (h, w, c) order"},
 	{nn.KindResidual, nil, "the block's output plus its input"},
 	{nn.KindDropout, []layerKey{{"p", ""}}, "zeroes values with probability p in training"},

@@ -41,8 +41,8 @@ func TestParseLayers(t *testing.T) {
 		{"the example CNN", cnnYAML, cnnLayers()},
 		{"flow text", "[{conv: {out: 8, kernel: 5, stride: 2, padding: 2}}, {avgpool: {kernel: 3, stride: 1, padding: 1}}, {global_avgpool: {}}]",
 			Layers{nn.Conv(8, 5).WithStride(2).WithPadding(2), nn.AvgPool(3).WithStride(1).WithPadding(1), nn.GlobalAvgPool()}},
-		{"settings left out or null", "[{relu: }, {gelu: {}}, {tanh: null}, {flatten: {}}, {dropout: {p: 0.25}}]",
-			Layers{nn.ReLU(), nn.GELU(), nn.Tanh(), nn.Flatten(), nn.Dropout(0.25)}},
+		{"settings left out or null", "[{relu: }, {gelu: {}}, {tanh: null}, {sigmoid: {}}, {flatten: {}}, {dropout: {p: 0.25}}]",
+			Layers{nn.ReLU(), nn.GELU(), nn.Tanh(), nn.Sigmoid(), nn.Flatten(), nn.Dropout(0.25)}},
 		{"batchnorm settings", "[{batchnorm: {eps: 0.001, momentum: 0}}]", Layers{nn.BatchNorm().WithEps(0.001).WithMomentum(0)}},
 		{"JSON numbers", []any{map[string]any{"linear": map[string]any{"out": float64(10)}}}, Layers{nn.Linear(10)}},
 		{"text numbers", []any{map[string]any{"maxpool": map[string]any{"kernel": "2"}}}, Layers{nn.MaxPool(2)}},
@@ -65,7 +65,7 @@ func TestParseLayersRefuses(t *testing.T) {
 		want string
 	}{
 		{"[{convolution: {out: 8}}]",
-			`model.layers: layers[0]: unknown layer "convolution"; layers are attention, avgpool, batchnorm, conv, dropout, embedding, flatten, gelu, global_avgpool, layernorm, linear, lm_head, maxpool, positional, relu, residual, tanh, transformer_block`},
+			`model.layers: layers[0]: unknown layer "convolution"; layers are attention, avgpool, batchnorm, conv, dropout, embedding, flatten, gelu, global_avgpool, layernorm, linear, lm_head, maxpool, positional, relu, residual, sigmoid, tanh, transformer_block`},
 		{"[{conv: {out: 8, kernal: 3}}]",
 			`model.layers: layers[0] (conv): unknown key "kernal"; the keys of conv are out, kernel, stride, padding`},
 		{"[{relu: {inplace: true}}]",

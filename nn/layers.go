@@ -21,6 +21,7 @@ const (
 	KindReLU          LayerKind = "relu"
 	KindGELU          LayerKind = "gelu"
 	KindTanh          LayerKind = "tanh"
+	KindSigmoid       LayerKind = "sigmoid"  // 1/(1+e^-x), elementwise
 	KindFlatten       LayerKind = "flatten"  // [C, H, W] -> [H·W·C], in (h, w, c) order
 	KindResidual      LayerKind = "residual" // Body's output added to its input
 	KindDropout       LayerKind = "dropout"  // zero each value with probability P in training
@@ -38,13 +39,15 @@ const (
 func LayerKinds() []LayerKind {
 	return []LayerKind{KindAttention, KindAvgPool, KindBatchNorm, KindConv, KindDropout, KindEmbedding,
 		KindFlatten, KindGELU, KindGlobalAvgPool, KindLayerNorm, KindLinear, KindLMHead, KindMaxPool,
-		KindPositional, KindReLU, KindResidual, KindTanh, KindTransformerBlock}
+		KindPositional, KindReLU, KindResidual, KindSigmoid, KindTanh, KindTransformerBlock}
 }
 
 // Known reports whether k is one of LayerKinds.
 func (k LayerKind) Known() bool { return slices.Contains(LayerKinds(), k) }
 
-// Activation reports whether k is an elementwise activation layer.
+// Activation reports whether k is an elementwise activation layer that
+// BiasAct computes, so a linear or conv layer before it fuses it. Sigmoid
+// is elementwise too but has no kernel of its own (see opSigmoid).
 func (k LayerKind) Activation() bool { return k == KindReLU || k == KindGELU || k == KindTanh }
 
 // Defaults of the layers' settings, as PyTorch has them.
@@ -112,6 +115,9 @@ func BatchNorm() LayerSpec {
 func ReLU() LayerSpec { return LayerSpec{Kind: KindReLU} }
 func GELU() LayerSpec { return LayerSpec{Kind: KindGELU} }
 func Tanh() LayerSpec { return LayerSpec{Kind: KindTanh} }
+
+// Sigmoid is the logistic function 1/(1+e^-x), elementwise.
+func Sigmoid() LayerSpec { return LayerSpec{Kind: KindSigmoid} }
 
 // Flatten turns an image into a vector in (h, w, c) order.
 func Flatten() LayerSpec { return LayerSpec{Kind: KindFlatten} }
@@ -246,7 +252,7 @@ func (l LayerSpec) validate(path string) error {
 		}
 	case KindEmbedding, KindLayerNorm, KindAttention, KindTransformerBlock:
 		return l.validateSeq(bad, inRange)
-	case KindGlobalAvgPool, KindReLU, KindGELU, KindTanh, KindFlatten, KindPositional, KindLMHead:
+	case KindGlobalAvgPool, KindReLU, KindGELU, KindTanh, KindSigmoid, KindFlatten, KindPositional, KindLMHead:
 	default:
 		return modelErr("%s: unknown layer %q; layers are %s", path, l.Kind, kindList())
 	}

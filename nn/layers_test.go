@@ -133,7 +133,7 @@ func TestResolveErrors(t *testing.T) {
 		{"empty residual", nn.Net{Input: nn.Shape{4}, Layers: []nn.LayerSpec{nn.Residual(), nn.Linear(2)}},
 			"model.layers: layers[0] (residual): has no layers; give the block's layers, e.g. residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {relu: {}}]", "model.layers", false},
 		{"unknown kind", nn.Net{Input: nn.Shape{4}, Layers: []nn.LayerSpec{{Kind: "softmax"}}},
-			`model.layers: layers[0]: unknown layer "softmax"; layers are attention, avgpool, batchnorm, conv, dropout, embedding, flatten, gelu, global_avgpool, layernorm, linear, lm_head, maxpool, positional, relu, residual, tanh, transformer_block`, "model.layers", false},
+			`model.layers: layers[0]: unknown layer "softmax"; layers are attention, avgpool, batchnorm, conv, dropout, embedding, flatten, gelu, global_avgpool, layernorm, linear, lm_head, maxpool, positional, relu, residual, sigmoid, tanh, transformer_block`, "model.layers", false},
 		{"no layers", nn.Net{Input: nn.Shape{4}},
 			"model.layers: has no layers; give at least one", "model.layers", false},
 		{"bad input", nn.Net{Input: nn.Shape{28, 28}, Layers: []nn.LayerSpec{nn.Linear(2)}},

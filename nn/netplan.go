@@ -36,6 +36,7 @@ const (
 	opResStart                // a residual block's start: its backward adds the block's output gradient to its input's
 	opResAdd                  // a residual block's end: its input added into its body's output
 	opCopy                    // a copy (a residual body that only reshapes)
+	opSigmoid                 // 0.5 + 0.5·tanh(x/2), from Scale, BiasAct and ActGrad
 
 	// Sequence ops (nn/seqstep.go).
 	opEmbedding  // Embedding / EmbeddingGrad
@@ -71,7 +72,7 @@ type op struct {
 	act     device.Activation
 	in, out int
 	z       int
-	scratch []int // conv: im2col columns; maxpool: arg-max; batchnorm, layernorm: xhat, stats; dropout: mask; attention: see seqstep.go
+	scratch []int // conv: im2col columns; maxpool: arg-max; batchnorm, layernorm: xhat, stats; dropout: mask; sigmoid: x/2, a row of 0.5; attention: see seqstep.go
 }
 
 // netPlan is a net's ops and values, and the workspace sizes at batch.
@@ -197,6 +198,14 @@ func (p *netPlan) layers(nodes []Node, in int) int {
 			o := op{kind: opAct, nd: nd, in: in, out: p.newValue(nd.Out, true)}
 			o.act, _ = ParseActivation(string(nd.Layer.Kind))
 			_, cols := rowsCols(nd.In)
+			p.zeroLen, p.acts = max(p.zeroLen, cols), true
+			p.ops = append(p.ops, o)
+			in = o.out
+		case KindSigmoid:
+			p.needGrad(in)
+			o := op{kind: opSigmoid, nd: nd, in: in, out: p.newValue(nd.Out, true)}
+			_, cols := rowsCols(nd.In)
+			o.scratch = []int{p.place(nd.In.Size()), p.placeFixed(cols)} // x/2; the bias 0.5
 			p.zeroLen, p.acts = max(p.zeroLen, cols), true
 			p.ops = append(p.ops, o)
 			in = o.out

@@ -285,6 +285,27 @@ func (p *pass) forwardOp(o *op) error {
 			return err
 		}
 		return p.s.AdvanceRNG(rng, (x.Len()+3)/4)
+	case opSigmoid:
+		// sigmoid(x) = 0.5 + 0.5·tanh(x/2): no kernel of its own. x/2 is
+		// kept for the backward pass.
+		rows, cols := rowsCols(nd.In)
+		half, bias := p.scratch(o.scratch[0], x.Len()), p.scratch(o.scratch[1], cols)
+		if err := s.CopyDtoD(half, x); err != nil {
+			return err
+		}
+		if err := s.Scale(half, 0.5); err != nil {
+			return err
+		}
+		if err := s.BiasAct(device.ActTanh, n*rows, cols, half, p.st.W.Zero.Slice(0, cols), y); err != nil {
+			return err
+		}
+		if err := s.Scale(y, 0.5); err != nil {
+			return err
+		}
+		if err := s.Fill(bias, 0.5); err != nil {
+			return err
+		}
+		return s.BiasAct(device.ActNone, n*rows, cols, y, bias, y)
 	case opResStart:
 		return nil
 	case opResAdd:
@@ -399,6 +420,13 @@ func (p *pass) backwardOp(o *op) error {
 		return s.ActGrad(o.act, n*rows, cols, x, dy, dx)
 	case opDropout:
 		return p.s.Mul(dy, p.scratch(o.scratch[0], dy.Len()), dx)
+	case opSigmoid:
+		// d/dx (0.5 + 0.5·tanh(x/2)) = 0.25·(1 - tanh²(x/2)).
+		rows, cols := rowsCols(nd.In)
+		if err := s.ActGrad(device.ActTanh, n*rows, cols, p.scratch(o.scratch[0], x.Len()), dy, dx); err != nil {
+			return err
+		}
+		return s.Scale(dx, 0.25)
 	case opResStart:
 		if !hasDx {
 			return nil

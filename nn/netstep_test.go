@@ -114,6 +114,9 @@ func TestNetGradientsMatchFiniteDifferences(t *testing.T) {
 		{"vector", nn.Net{Input: nn.Shape{5}, Loss: nn.LossMSE, Layers: []nn.LayerSpec{
 			nn.Linear(7), nn.Tanh(), nn.BatchNorm(), nn.Residual(nn.Linear(7), nn.ReLU()),
 			nn.GELU(), nn.Residual(nn.Residual(nn.Linear(7))), nn.Linear(3)}}, 6},
+		{"sigmoid", nn.Net{Input: nn.Shape{2, 3, 3}, Loss: nn.LossCrossEntropy, Layers: []nn.LayerSpec{
+			nn.Sigmoid(), nn.Conv(3, 2), nn.Sigmoid(), nn.Residual(nn.Conv(3, 1), nn.Sigmoid()),
+			nn.Flatten(), nn.Linear(5), nn.Sigmoid(), nn.Linear(3)}}, 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			opt := nn.DefaultOptimizer()
@@ -310,6 +313,8 @@ func layer64(nd nn.Node, p, x []float64, n int) []float64 {
 		return act(func(v float64) float64 { return math.Max(v, 0) })
 	case nn.KindTanh:
 		return act(math.Tanh)
+	case nn.KindSigmoid:
+		return act(func(v float64) float64 { return 1 / (1 + math.Exp(-v)) })
 	case nn.KindGELU:
 		return act(func(v float64) float64 {
 			return 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
@@ -382,12 +387,24 @@ func dropoutCNN() nn.Net {
 // eagerly: parameters, optimizer state, running statistics, the dropout
 // generator's offset and the accumulators.
 func TestNetReplayEqualsEager(t *testing.T) {
+	sigmoid := nn.Net{Input: nn.Shape{2, 4, 4}, Loss: nn.LossCrossEntropy, Layers: []nn.LayerSpec{
+		nn.Conv(3, 3).WithPadding(1), nn.Sigmoid(), nn.Residual(nn.Sigmoid(), nn.Conv(3, 1)),
+		nn.Flatten(), nn.Linear(6), nn.Sigmoid(), nn.Dropout(0.25), nn.Linear(3)}}
+	for _, c := range []struct {
+		name string
+		net  nn.Net
+	}{{"cnn", dropoutCNN()}, {"sigmoid", sigmoid}} {
+		t.Run(c.name, func(t *testing.T) { replayEqualsEager(t, c.net) })
+	}
+}
+
+func replayEqualsEager(t *testing.T, net nn.Net) {
 	opt := nn.DefaultOptimizer()
 	opt.TotalSteps = 10
 	hyper := make([]float32, device.HyperLen)
 	opt.Hyper(1, hyper)
-	eager := newNetRig(t, nil, dropoutCNN(), opt, 4, 3)
-	graph := newNetRig(t, nil, dropoutCNN(), opt, 4, 3)
+	eager := newNetRig(t, nil, net, opt, 4, 3)
+	graph := newNetRig(t, nil, net, opt, 4, 3)
 	for _, r := range []*netRig{eager, graph} {
 		must(t, r.dev.Upload(r.in.Hyper, hyper))
 	}
