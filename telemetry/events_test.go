@@ -122,11 +122,13 @@ func TestTeeFeedsMetricsAndEvents(t *testing.T) {
 	var buf bytes.Buffer
 	m := NewMetrics("test")
 	obs := trainer.Tee(m.Observer("cpu", "0"), nil, NewEventLog(&buf).Observer())
-	exercise(obs)
-	obs.Observe(trainer.Event{Kind: trainer.EventCheckpoint, Fields: map[string]any{"path": "ckpt-1"}})
+	exercise(obs) // ends with a capture and a checkpoint event
 	fams := gather(t, m)
 	if v := value(t, fams, MetricReplaysTotal, map[string]string{LabelWorker: "0"}); v != 1 {
 		t.Errorf("replays through Tee = %v, want 1", v)
+	}
+	if v := value(t, fams, MetricCheckpointsTotal, map[string]string{LabelWorker: "0"}); v != 1 {
+		t.Errorf("checkpoints through Tee = %v, want 1", v)
 	}
 	events := decodeLines(t, buf.Bytes())
 	if len(events) != 2 || events[0].Kind != trainer.EventCapture || events[1].Kind != trainer.EventCheckpoint {

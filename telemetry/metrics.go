@@ -33,6 +33,7 @@ const (
 	MetricTrainEpoch        = "tolaria_train_epoch"
 	MetricDeviceMemoryBytes = "tolaria_device_memory_bytes"
 	MetricLastStepTimestamp = "tolaria_train_last_step_timestamp_seconds"
+	MetricCheckpointsTotal  = "tolaria_train_checkpoints_total"
 )
 
 // Label names.
@@ -68,6 +69,7 @@ func MetricNames() []string {
 		MetricExecUpdatesTotal, MetricPrefetchDisabled, MetricStepSeconds,
 		MetricSamplesTotal, MetricTrainLoss, MetricEvalAccuracy,
 		MetricTrainEpoch, MetricDeviceMemoryBytes, MetricLastStepTimestamp,
+		MetricCheckpointsTotal,
 	}
 }
 
@@ -121,6 +123,7 @@ type Metrics struct {
 	trainEpoch       *prometheus.GaugeVec
 	deviceMemory     *prometheus.GaugeVec
 	lastStep         *prometheus.GaugeVec
+	checkpoints      *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics on a new registry. version is the build
@@ -185,6 +188,7 @@ func newMetrics(version string, perTrial, perAgent bool) *Metrics {
 		trainEpoch:       gauge(MetricTrainEpoch, "Epoch now running, 1-based; 0 before the first.", dw),
 		deviceMemory:     gauge(MetricDeviceMemoryBytes, "Device memory by kind (in_use, peak, limit, pinned).", with(LabelKind)),
 		lastStep:         gauge(MetricLastStepTimestamp, "Unix time of the last completed training step (of the observer's creation before the first).", dw),
+		checkpoints:      counter(MetricCheckpointsTotal, "Checkpoints written to the run directory (at epoch ends, every checkpoint_every steps and on a stop).", dw),
 	}
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        MetricBuildInfo,
@@ -201,6 +205,7 @@ func newMetrics(version string, perTrial, perAgent bool) *Metrics {
 		m.replaysTotal, m.fallbackTotal, m.capturesTotal, m.poolReserved,
 		m.execUpdates, m.prefetchDisabled, m.stepSeconds, m.samplesTotal,
 		m.trainLoss, m.evalAccuracy, m.trainEpoch, m.deviceMemory, m.lastStep,
+		m.checkpoints,
 	)
 	return m
 }

@@ -33,6 +33,7 @@ func exercise(o trainer.Observer) {
 		trainer.Epoch{Epoch: 2},
 		trainer.DeviceMemory{What: "in_use", Bytes: 1 << 30},
 		trainer.Event{Kind: trainer.EventCapture},
+		trainer.Event{Kind: trainer.EventCheckpoint, Fields: map[string]any{"path": "ckpt-1"}},
 	} {
 		o.Observe(m)
 	}
@@ -164,6 +165,7 @@ func TestObserverStartsSeriesAtZero(t *testing.T) {
 		MetricGraphEnabled, MetricCaptureSeconds, MetricReplaySeconds, MetricStageCopySeconds,
 		MetricReplaysTotal, MetricPoolReservedBytes, MetricExecUpdatesTotal,
 		MetricPrefetchDisabled, MetricStepSeconds, MetricSamplesTotal, MetricTrainEpoch,
+		MetricCheckpointsTotal,
 	} {
 		if v := value(t, fams, name, dw); v != 0 {
 			t.Errorf("%s = %v, want 0", name, v)
@@ -207,6 +209,7 @@ func TestObserverRecords(t *testing.T) {
 		{MetricEvalAccuracy, dw, 0.88},
 		{MetricTrainEpoch, dw, 2},
 		{MetricDeviceMemoryBytes, with(LabelKind, "in_use"), 1 << 30},
+		{MetricCheckpointsTotal, dw, 1}, // the capture event is not a checkpoint
 	}
 	for _, tt := range tests {
 		if got := value(t, fams, tt.name, tt.labels); got != tt.want {
@@ -215,6 +218,29 @@ func TestObserverRecords(t *testing.T) {
 	}
 	if n := len(fams[MetricFallbackTotal].GetMetric()); n != len(FallbackReasons()) {
 		t.Errorf("fallback counter has %d series, want %d (unknown reasons fold into %q)", n, len(FallbackReasons()), FallbackOther)
+	}
+}
+
+// TestObserverCountsCheckpoints: the checkpoint event counts a
+// checkpoint, and no other event does; an agent's half writes no
+// checkpoint of a training job and has no such series.
+func TestObserverCountsCheckpoints(t *testing.T) {
+	m := NewMetrics("test")
+	o := m.Observer("cpu", "0")
+	for step := range 3 {
+		o.Observe(trainer.Event{Kind: trainer.EventCheckpoint, Fields: map[string]any{"step": step}})
+	}
+	o.Observe(trainer.Event{Kind: trainer.EventEpoch})
+	dw := map[string]string{LabelDevice: "cpu", LabelWorker: "0"}
+	if got := value(t, gather(t, m), MetricCheckpointsTotal, dw); got != 3 {
+		t.Errorf("checkpoints = %v, want 3", got)
+	}
+
+	agents := NewAgentMetrics("test")
+	agents.SeriesObserver(Series{Device: "cpu", Worker: RLLearner, Agent: "0"}).
+		Observe(trainer.Event{Kind: trainer.EventCheckpoint})
+	if n := len(gather(t, agents)[MetricCheckpointsTotal].GetMetric()); n != 0 {
+		t.Errorf("an agent's half made %d series of %s", n, MetricCheckpointsTotal)
 	}
 }
 

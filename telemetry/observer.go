@@ -100,6 +100,7 @@ func (m *Metrics) SeriesObserver(s Series) trainer.Observer {
 			samplesTotal:     m.samplesTotal.WithLabelValues(lv...),
 			trainEpoch:       m.trainEpoch.WithLabelValues(lv...),
 			lastStep:         m.lastStep.WithLabelValues(lv...),
+			checkpoints:      m.checkpoints.WithLabelValues(lv...),
 		}
 		o.job.prefetchDisabled.Set(0)
 		o.job.trainEpoch.Set(0)
@@ -135,6 +136,7 @@ type jobSeries struct {
 	samplesTotal     prometheus.Counter
 	trainEpoch       prometheus.Gauge
 	lastStep         prometheus.Gauge
+	checkpoints      prometheus.Counter
 }
 
 func validSeconds(s float64) bool { return s >= 0 && !math.IsInf(s, 1) }
@@ -195,7 +197,11 @@ func (o *metricsObserver) record(m trainer.Measurement) bool {
 		// Once per run, in the events log as its memory_bill event;
 		// device memory in use is the device_memory gauge.
 	case trainer.Event:
-		// Events go to the EventLog (see EventLog.Observer and trainer.Tee).
+		// Events go to the EventLog (see EventLog.Observer and trainer.Tee);
+		// a checkpoint is counted here too.
+		if o.job != nil && m.Kind == trainer.EventCheckpoint {
+			o.job.checkpoints.Inc()
+		}
 	default:
 		return false
 	}

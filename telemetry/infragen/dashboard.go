@@ -286,6 +286,9 @@ func jobPanels() []PanelSpec {
 		{ID: 13, Key: telemetry.PanelLastStepAge, Title: "Time since the last training step", Unit: "s", Queries: []Query{
 			{Expr: "time() - " + sel(telemetry.MetricLastStepTimestamp), Legend: "{{worker}} {{trial}}"},
 		}},
+		{ID: 40, Title: "Checkpoints written (since start)", Unit: "short", Queries: []Query{
+			{Expr: fmt.Sprintf("sum by (worker, trial) (%s)", sel(telemetry.MetricCheckpointsTotal)), Legend: "{{worker}} {{trial}}"},
+		}},
 		{ID: 14, Title: "Device memory and graph pool", Unit: "bytes", Queries: []Query{
 			{Expr: sel(telemetry.MetricDeviceMemoryBytes), Legend: "{{" + telemetry.LabelKind + "}} {{worker}} {{trial}}"},
 			{Expr: sel(telemetry.MetricPoolReservedBytes), Legend: "graph pool {{worker}} {{trial}}"},
