@@ -7,9 +7,9 @@ list tolaria trains (e.g. examples/cnn.yaml's), and builds it from PyTorch
 modules: linear, conv (Conv2d with a bias), maxpool, avgpool
 (count_include_pad, as tolaria's), global_avgpool, batchnorm (BatchNorm2d
 on images, BatchNorm1d on vectors, the same eps and momentum), relu, gelu
-(its tanh form, as tolaria's), tanh, flatten, residual (the body's output
-added to its input) and dropout; and the sequence layers: embedding,
-positional (a learned table added to every sequence), layernorm (over a
+(its tanh form, as tolaria's), tanh, sigmoid, flatten, residual (the
+body's output added to its input) and dropout; and the sequence layers:
+embedding, positional (a learned table added to every sequence), layernorm (over a
 position's features), attention (see Attention), transformer_block
 (pre-norm: x + attention(layernorm(x)), then x + linear(gelu(linear(
 layernorm(x))))) and lm_head (a linear layer to the embedding's
@@ -44,7 +44,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_mlp  # noqa: E402  (the shared data, optimizer and timing code)
 
-ACTIVATIONS = ("relu", "gelu", "tanh")
+ACTIVATIONS = ("relu", "gelu", "tanh", "sigmoid")
 EMBEDDING_STD = 0.02  # nn.EmbeddingStd: embedding and positional tables
 
 
@@ -131,6 +131,8 @@ def build_net(torch, layers, shape, path="layers", vocab=None):
             mods.append(nn.GELU(approximate="tanh"))
         elif kind == "tanh":
             mods.append(nn.Tanh())
+        elif kind == "sigmoid":
+            mods.append(nn.Sigmoid())
         elif kind == "flatten":
             mods.append(nn.Flatten())
             shape = [math.prod(shape)]
