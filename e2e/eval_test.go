@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
 )
 
 func readEval(t *testing.T, runDir string) coordinator.EvalReport {
@@ -88,27 +90,153 @@ func closeTo(a, b, rel float64) bool {
 	return d <= rel*max(a, b, -a, -b)
 }
 
-// TestShardedEvalFailingTwiceExits3: a shard whose worker fails both
-// attempts is named, exit 3, and no eval.json is left, not even an
-// earlier one.
+// TestShardedEvalFailingTwiceExits3: a re-evaluation a shard of which
+// fails both attempts exits 3 naming it, leaves the earlier eval.json byte
+// for byte, and writes eval.partial.json, marked partial, with the figures
+// of the other shards and the missing shard's examples, reason and log.
+// --resume then scores only that shard, and its eval.json is an
+// uninterrupted evaluation's, byte for byte but for the seconds, the one
+// it replaced kept as eval.prev.json.
 func TestShardedEvalFailingTwiceExits3(t *testing.T) {
 	dir := t.TempDir()
 	run := trainedRun(t, dir)
+	if r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", "3"); r.code != 0 {
+		t.Fatalf("eval: exit %d\n%s", r.code, r.stderr)
+	}
+	whole := readFile(t, filepath.Join(run, coordinator.EvalJSON))
 	if r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", "2"); r.code != 0 {
 		t.Fatalf("eval: exit %d\n%s", r.code, r.stderr)
 	}
+	good := readFile(t, filepath.Join(run, coordinator.EvalJSON))
 	r := tolaria(t, dir, []string{"TOLARIA_E2E_WORKER_FAULT=step=1,exit=7,shard=2"}, "eval", "--run-dir", run, "--workers", "3")
 	if r.code != 3 {
 		t.Fatalf("exit %d, want 3\n%s", r.code, r.stderr)
 	}
-	for _, want := range []string{"attempt 1 failed", "attempt 2 failed", "1 shard(s) failed twice", "shard 2: attempt 2", "exit status 7"} {
+	for _, want := range []string{"attempt 1 failed", "attempt 2 failed", "1 shard(s) failed twice", "shard 2: attempt 2", "exit status 7", "eval.partial.json"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(run, coordinator.EvalJSON)); !os.IsNotExist(err) {
-		t.Errorf("an eval.json is left after a failed evaluation: %v", err)
+	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); got != good {
+		t.Errorf("a failed re-evaluation changed eval.json:\n%s\nwas\n%s", got, good)
 	}
+	partial := readJSON[eval.Report](t, filepath.Join(run, eval.PartialJSONFile))
+	if partial.Complete || partial.Samples != 80 || partial.SplitSamples != 120 || len(partial.Missing) != 1 {
+		t.Fatalf("eval.partial.json: %+v", partial)
+	}
+	if m := partial.Missing[0]; m.Shard != 2 || m.First != 2 || m.Stride != 3 || m.Count != 40 || !strings.Contains(m.Reason, "exit status 7") ||
+		m.Log != filepath.Join(run, coordinator.EvalDir, "shard-2.log") {
+		t.Errorf("the missing shard: %+v", m)
+	}
+	r = tolaria(t, dir, nil, "eval", "--resume", "--run-dir", run, "--workers", "3")
+	if r.code != 0 {
+		t.Fatalf("eval --resume: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "2 shards of 3 kept (shards 0, 1)") || strings.Count(r.stderr, "examples scored") != 1 {
+		t.Errorf("the resume scored more than the missing shard:\n%s", r.stderr)
+	}
+	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); withoutSeconds(got) != withoutSeconds(whole) {
+		t.Errorf("the resumed eval.json:\n%s\nthe uninterrupted one:\n%s", got, whole)
+	}
+	if got := readFile(t, filepath.Join(run, eval.PrevJSONFile)); got != good {
+		t.Errorf("eval.prev.json:\n%s\nwant the eval.json it replaced:\n%s", got, good)
+	}
+	if _, err := os.Stat(filepath.Join(run, eval.PartialJSONFile)); !os.IsNotExist(err) {
+		t.Errorf("a complete evaluation left eval.partial.json: %v", err)
+	}
+}
+
+// TestShardedEvalResumeAfterKilledWorkers: the workers of two of four
+// shards are killed from outside (SIGKILL) in every attempt; the
+// evaluation exits 3, and --resume, scoring those two shards alone,
+// writes an uninterrupted evaluation's eval.json, byte for byte but for
+// the seconds.
+func TestShardedEvalResumeAfterKilledWorkers(t *testing.T) {
+	dir := t.TempDir()
+	run := trainedRun(t, dir)
+	if r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", "4"); r.code != 0 {
+		t.Fatalf("eval: exit %d\n%s", r.code, r.stderr)
+	}
+	whole := readFile(t, filepath.Join(run, coordinator.EvalJSON))
+	// Slow the shards down, so that a worker is killed while it scores:
+	// every batch copy of the workers pauses 1s.
+	cfg := filepath.Join(run, coordinator.ConfigFile)
+	plain := readFile(t, cfg)
+	if err := os.WriteFile(cfg, []byte(plain+"slow_stage_copy_ms: 1000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The logs are appended to: the workers of the first evaluation are
+	// in them already.
+	killed := map[int]bool{}
+	for _, pid := range evalWorkerPIDs(t, run) {
+		killed[pid] = false
+	}
+	// A worker is killed 400ms after it starts: in its first batch, which
+	// takes a second.
+	started := map[int]time.Time{}
+	earlier := len(killed)
+	cmd, stderr := startRun(t, dir, "eval", "--run-dir", run, "--workers", "4")
+	exited := make(chan struct{})
+	var status syscall.WaitStatus
+	var werr error
+	go func() {
+		status, werr = waitWithin(cmd, 3*time.Minute)
+		close(exited)
+	}()
+	for done := false; !done; {
+		select {
+		case <-exited:
+			done = true
+		case <-time.After(20 * time.Millisecond):
+		}
+		for _, s := range []string{"0", "3"} {
+			for _, pid := range pidsInLogs(filepath.Join(run, coordinator.EvalDir, "shard-"+s+".log"), `tolaria-worker pid (\d+) started`) {
+				if _, seen := killed[pid]; seen {
+					continue
+				}
+				if _, ok := started[pid]; !ok {
+					started[pid] = time.Now()
+				}
+				if time.Since(started[pid]) > 400*time.Millisecond {
+					killed[pid] = syscall.Kill(pid, syscall.SIGKILL) == nil
+				}
+			}
+		}
+	}
+	if werr != nil || status.ExitStatus() != 3 || !strings.Contains(stderr.String(), "2 shard(s) failed twice") || !strings.Contains(stderr.String(), "signal: killed") {
+		t.Fatalf("with shards 0 and 3 killed: %v, %v\n%s", status, werr, stderr)
+	}
+	if n := len(killed) - earlier; n != 4 {
+		t.Errorf("killed %d workers (%v), want the two attempts of two shards", n, killed)
+	}
+	if err := os.WriteFile(cfg, []byte(plain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := tolaria(t, dir, nil, "eval", "--resume", "--run-dir", run, "--workers", "4")
+	if r.code != 0 {
+		t.Fatalf("eval --resume: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "2 shards of 4 kept (shards 1, 2)") || strings.Count(r.stderr, "examples scored") != 2 {
+		t.Errorf("the resume did not score shards 0 and 3 alone:\n%s", r.stderr)
+	}
+	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); withoutSeconds(got) != withoutSeconds(whole) {
+		t.Errorf("the resumed eval.json:\n%s\nthe uninterrupted one:\n%s", got, whole)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+// withoutSeconds is an eval.json without its wall time, the one line that
+// differs between two evaluations of the same figures.
+func withoutSeconds(evalJSON string) string {
+	return regexp.MustCompile(`(?m)^  "seconds": .*\n`).ReplaceAllString(evalJSON, "")
 }
 
 // TestShardedEvalRefusesBadInput: exit 2 and nothing written.
@@ -123,6 +251,24 @@ func TestShardedEvalRefusesBadInput(t *testing.T) {
 	raw[len(raw)/2] ^= 1
 	if err := os.WriteFile(damaged, raw, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// A run whose own checkpoint is damaged: the error names --run-dir,
+	// the only flag given, not --checkpoint.
+	damagedRun := filepath.Join(dir, "damaged-run")
+	if err := os.Mkdir(damagedRun, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{coordinator.ConfigFile, "checkpoint.tlck"} {
+		b, err := os.ReadFile(filepath.Join(run, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "checkpoint.tlck" {
+			b = raw
+		}
+		if err := os.WriteFile(filepath.Join(damagedRun, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	empty := filepath.Join(dir, "empty")
 	if err := os.Mkdir(empty, 0o755); err != nil {
@@ -139,10 +285,11 @@ func TestShardedEvalRefusesBadInput(t *testing.T) {
 		{[]string{"--run-dir", run, "--workers", "0"}, "--workers: must be at least 1"},
 		{[]string{"--run-dir", run, "--workers", "121"}, "at most 120"},
 		{[]string{"--run-dir", run, "--split", "val"}, "--split"},
+		{[]string{"--run-dir", damagedRun}, "--run-dir: checkpoint"},
 	} {
 		before := snapshot(t, dir)
 		r := tolaria(t, dir, nil, append([]string{"eval"}, tc.args...)...)
-		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) || (len(tc.args) == 2 && strings.Contains(r.stderr, "--checkpoint")) {
 			t.Errorf("eval %v: exit %d, want 2 and %q\n%s", tc.args, r.code, tc.want, r.stderr)
 		}
 		if after := snapshot(t, dir); !reflect.DeepEqual(before, after) {

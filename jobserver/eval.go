@@ -91,6 +91,11 @@ func evalData(spec job.Spec, split string, advance func(stage string)) (data.Exa
 	return test, cfg, nil
 }
 
+// SplitFingerprint is the fingerprint (data.Fingerprint) of a split as
+// EvalData loads it, which a shard file records: a shard scored on other
+// data is never merged into an evaluation, nor kept by a resumed one.
+func SplitFingerprint(ds data.Examples) string { return data.Fingerprint(ds) }
+
 // Evaluate runs one evaluation shard through t and returns its result.
 func Evaluate(ctx context.Context, t worker.Transport, deviceName string, ej EvalJob) (worker.Hello, EvalResult, error) {
 	body, err := json.Marshal(ej)
@@ -140,7 +145,7 @@ func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, a
 	}
 	shape := ds.Shape()
 	h := ShardHeader{Split: ej.Split, Shard: ej.Shard, Shards: ej.Shards, Samples: ds.Len(), Classes: shape.Classes,
-		Positions: shape.Positions, CheckpointSHA256: sha, Step: ck.Step}
+		Positions: shape.Positions, CheckpointSHA256: sha, Step: ck.Step, Data: SplitFingerprint(ds)}
 	if err := WriteShard(ej.Out, Shard{Header: h, Scores: scores}); err != nil {
 		return EvalResult{}, fmt.Errorf("writing the shard file: %w", err)
 	}

@@ -92,6 +92,15 @@ func TestServeEval(t *testing.T) {
 		sh.Header.CheckpointSHA256 != sha || sh.Header.Step == 0 || sh.Header.Shard != 1 || sh.Scores[0].Index != 1 {
 		t.Fatalf("result %+v, header %+v", res, sh.Header)
 	}
+	// The shard records the fingerprint of the split it scored, as the
+	// coordinator computes it, so that a resumed evaluation can tell it.
+	ds, _, err := EvalData(spec, SplitTest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := SplitFingerprint(ds); sh.Header.Data != want || want == "" {
+		t.Errorf("the shard's data fingerprint %q, want %q", sh.Header.Data, want)
+	}
 	for name, edit := range map[string]func(*EvalJob){
 		"another checkpoint's digest": func(e *EvalJob) { e.CheckpointSHA256 = "00" },
 		"no checkpoint":               func(e *EvalJob) { e.Checkpoint = filepath.Join(t.TempDir(), "none") },

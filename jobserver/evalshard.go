@@ -25,7 +25,9 @@ import (
 //
 // A record is an example's, or with Positions T > 0 (a token model) one
 // position's of a window: its index is then window*T + position
-// (trainer.ScoredIndex). A header without positions is one of a class per
+// (trainer.ScoredIndex). The header's data key (added within v1: an
+// older reader ignores it, and a file without it reads as before) is the
+// split's fingerprint. A header without positions is one of a class per
 // example, as every v1 file before token models. The loss is kept in
 // float64, as computed, so the merge sums exactly what the worker
 // computed.
@@ -49,8 +51,13 @@ type ShardHeader struct {
 	// a record; 0 for one label per example.
 	Positions        int    `json:"positions,omitempty"`
 	CheckpointSHA256 string `json:"checkpoint_sha256"`
-	Step             int    `json:"step"`  // the checkpoint's step
-	Count            int    `json:"count"` // records in the file
+	Step             int    `json:"step"` // the checkpoint's step
+	// Data is the fingerprint (data.Fingerprint) of the split as the
+	// worker loaded and normalised it: a shard scored on other data never
+	// merges, nor is kept by a resumed evaluation. A file written before
+	// it was recorded has "", and is scored again on a resume.
+	Data  string `json:"data,omitempty"`
+	Count int    `json:"count"` // records in the file
 }
 
 // Shard is a shard file's contents.

@@ -27,9 +27,17 @@ verified as a resumed run verifies it.
 
 Each worker writes a shard file (RUN/eval/shard-K.tles, its log next to it);
 a failed shard is tried once more. The merge checks that every example was
-scored exactly once and writes RUN/eval.json: loss, accuracy, per-class
+scored exactly once and replaces RUN/eval.json, once the new one is whole,
+keeping the one it replaces as RUN/eval.prev.json: loss, accuracy, per-class
 accuracy and the confusion matrix, the checkpoint's step and SHA-256, the
 split and the number of workers. The figures do not depend on --workers.
+
+When shards fail twice, eval.json is left as it was and RUN/eval.partial.json
+holds the figures over the examples scored ("complete": false), with the
+missing shards, their examples, reasons and logs. --resume keeps every shard
+file that verifies as this evaluation's (same checkpoint digest, data
+fingerprint, split and --workers) and scores only the others: the result is
+the one an uninterrupted evaluation writes.
 
 A token model's run (dataset text) is scored window by window: its loss is
 the mean per token (nats, and in bits per byte), its accuracy that of every
@@ -37,9 +45,9 @@ target byte, and eval.json adds the accuracy and loss at each position of
 the context (position p predicts from p+1 bytes) instead of per-class
 figures.
 
-Exit status: 0 done, 3 a shard failed twice (no eval.json; the missing
-shards are named), 2 bad input (nothing written), 1 another failure,
-130 interrupted.`,
+Exit status: 0 done, 3 a shard failed twice (eval.partial.json written,
+eval.json untouched; the missing shards are named), 2 bad input (nothing
+written), 1 another failure, 130 interrupted.`,
 		Args: cobra.NoArgs,
 	}
 	var req coordinator.EvalRequest
@@ -50,6 +58,7 @@ shards are named), 2 bad input (nothing written), 1 another failure,
 	fs.StringVar(&req.Checkpoint, "checkpoint", "", "checkpoint file to evaluate (default: the run's checkpoint.tlck)")
 	fs.IntVar(&req.Workers, "workers", 1, "worker processes, each scoring one stride shard of the examples")
 	fs.StringVar(&req.Split, "split", "test", "test or train")
+	fs.BoolVar(&req.Resume, "resume", false, "keep the shard files of an earlier evaluation that verify as this one's and score only the other shards")
 	registerDevice(fs, &req.Device, "; every shard's worker scores there (cuda: the first GPU it sees)")
 	workers.register(fs, "a shard's tolaria-worker")
 	launch.register(fs, "shard")
@@ -90,13 +99,23 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		view.Examples = "windows"
 		what = fmt.Sprintf("windows of %d tokens", e.Positions())
 	}
-	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %d workers\n",
-		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), req.Workers)
+	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %s\n",
+		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), plural(req.Workers, "worker"))
+	if req.Resume {
+		printResume(stderr, e.Kept(), e.Rescored(), req.Workers)
+	}
 	rep, err := e.Run(ctx)
+	var failed *coordinator.ShardsFailedError
 	switch {
 	case ctx.Err() != nil:
-		fmt.Fprintf(stderr, "tolaria: evaluation interrupted; no %s was written\n", coordinator.EvalJSON)
+		fmt.Fprintf(stderr, "tolaria: evaluation interrupted; %s is left as it was, and the shards finished are kept for --resume\n", coordinator.EvalJSON)
 		return exitError{interruptedCode(ctx)}
+	case errors.As(err, &failed) && failed.Partial != "" && rep != nil:
+		// Some shards failed: the figures over the others, marked partial.
+		fmt.Fprint(stdout, "partial: ")
+		printEvalReport(stdout, rep)
+		fmt.Fprintf(stdout, "partial results %s\n", failed.Partial)
+		return err
 	case err != nil:
 		return err
 	}
@@ -105,17 +124,44 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	return nil
 }
 
+// printResume says which shards a resumed evaluation keeps and why a shard
+// file found is scored again.
+func printResume(w io.Writer, kept []int, rescored map[int]string, shards int) {
+	names := make([]string, len(kept))
+	for i, s := range kept {
+		names[i] = fmt.Sprint(s)
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(w, "resuming: %s of %d kept (shards %s); scoring the other %d\n", plural(len(kept), "shard"), shards, strings.Join(names, ", "), shards-len(kept))
+	} else {
+		fmt.Fprintf(w, "resuming: no shard file of an earlier evaluation verifies; scoring all %d\n", shards)
+	}
+	for s := range shards {
+		if why, ok := rescored[s]; ok {
+			fmt.Fprintf(w, "shard %d (of %d): its file is scored again: %s\n", s, shards, why)
+		}
+	}
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 // printEvalReport prints an evaluation's figures: a token model's per
 // token, with its accuracy at a few positions of the context.
 func printEvalReport(w io.Writer, rep *coordinator.EvalReport) {
 	seq := rep.Sequence
 	if seq == nil {
-		fmt.Fprintf(w, "accuracy %.4f  loss %.6f  (%d examples, %s split, checkpoint step %d, %d workers)\n",
-			rep.Accuracy, rep.Loss, rep.Samples, rep.Split, rep.Step, rep.Workers)
+		fmt.Fprintf(w, "accuracy %.4f  loss %.6f  (%d examples, %s split, checkpoint step %d, %s)\n",
+			rep.Accuracy, rep.Loss, rep.Samples, rep.Split, rep.Step, plural(rep.Workers, "worker"))
 		return
 	}
-	fmt.Fprintf(w, "token accuracy %.4f  loss %.6f nats/token (%.4f bits/byte)  (%d windows, %d tokens, %s split, checkpoint step %d, %d workers)\n",
-		rep.Accuracy, rep.Loss, seq.BitsPerByte, rep.Samples, seq.Tokens, rep.Split, rep.Step, rep.Workers)
+	fmt.Fprintf(w, "token accuracy %.4f  loss %.6f nats/token (%.4f bits/byte)  (%d windows, %d tokens, %s split, checkpoint step %d, %s)\n",
+		rep.Accuracy, rep.Loss, seq.BitsPerByte, rep.Samples, seq.Tokens, rep.Split, rep.Step, plural(rep.Workers, "worker"))
 	var at []string
 	last := -1
 	for _, q := range []int{0, 1, 2, 3, 4} {

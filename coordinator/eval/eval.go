@@ -29,10 +29,17 @@ import (
 	"github.com/tolaria-ml/tolaria/worker"
 )
 
-// Files of a sharded evaluation, in the run directory.
+// Files of a sharded evaluation, in the run directory. eval.json only
+// ever holds a complete result: a new one replaces it once it is whole and
+// synced, the one it replaces kept as eval.prev.json (one generation). An
+// evaluation some of whose shards failed leaves eval.json as it was and
+// writes its figures over the examples scored to eval.partial.json, which
+// a complete evaluation removes.
 const (
-	Dir      = "eval"      // shard files and each shard's worker log
-	JSONFile = "eval.json" // the merged result
+	Dir             = "eval"              // shard files and each shard's worker log
+	JSONFile        = "eval.json"         // the merged result, always complete
+	PrevJSONFile    = "eval.prev.json"    // the eval.json a newer one replaced
+	PartialJSONFile = "eval.partial.json" // the figures of an evaluation with missing shards
 )
 
 // shardExt ends a shard file's name.
@@ -68,6 +75,9 @@ type Request struct {
 	Launch launch.Kind
 	// DryRun plans the evaluation for DryRun to print; Run is not called.
 	DryRun bool
+	// Resume keeps every shard file of an earlier evaluation that verifies
+	// as this one's (see Run.Kept) and scores only the other shards.
+	Resume bool
 	Logger *slog.Logger
 	// Progress, when set, is told of each shard's attempts as they end.
 	Progress func(Progress)
@@ -132,7 +142,14 @@ type Report struct {
 	Step             int    `json:"step"`
 	Split            string `json:"split"`
 	Workers          int    `json:"workers"`
-	Samples          int    `json:"samples"` // examples: a token model's windows
+	// Complete is true when every shard was scored (eval.json), false for
+	// the figures of an evaluation with missing shards (eval.partial.json).
+	Complete bool `json:"complete"`
+	// Samples is the examples (a token model's windows) the figures are
+	// over: the split's, or in a partial result those scored.
+	Samples int `json:"samples"`
+	// SplitSamples is, in a partial result, the examples of the split.
+	SplitSamples int `json:"split_samples,omitempty"`
 	// Loss is the mean loss per label: per example, or per token of a
 	// token model (nats).
 	Loss float64 `json:"loss"`
@@ -148,7 +165,22 @@ type Report struct {
 	// Sequence holds a token model's figures per position; nil for a
 	// model of one class per example.
 	Sequence *SequenceFigures `json:"sequence,omitempty"`
-	Seconds  float64          `json:"seconds"`
+	// Missing are, in a partial result, the shards that failed: the
+	// examples they hold and why.
+	Missing []MissingShard `json:"missing,omitempty"`
+	Seconds float64        `json:"seconds"`
+}
+
+// MissingShard is a shard of a partial result that failed every attempt.
+// Its examples (a token model's windows) are First, First+Stride, ...,
+// Count of them.
+type MissingShard struct {
+	Shard  int    `json:"shard"`
+	First  int    `json:"first"`
+	Stride int    `json:"stride"`
+	Count  int    `json:"count"`
+	Reason string `json:"reason"`
+	Log    string `json:"log"` // the shard's worker log
 }
 
 // SequenceFigures are a token model's figures: every window of the split
@@ -175,10 +207,12 @@ type ClassFigures struct {
 }
 
 // ShardsFailedError is an evaluation whose shards (by rank) failed every
-// attempt: no eval.json is written.
+// attempt: eval.json is left as it was, and Partial, when set, is the
+// file of the figures over the examples scored.
 type ShardsFailedError struct {
 	Missing []int
 	Reasons map[int]string
+	Partial string
 }
 
 func (e *ShardsFailedError) Error() string {
@@ -186,8 +220,12 @@ func (e *ShardsFailedError) Error() string {
 	for _, s := range e.Missing {
 		parts = append(parts, fmt.Sprintf("shard %d: %s", s, e.Reasons[s]))
 	}
-	return fmt.Sprintf("evaluation incomplete: %d shard(s) failed twice and are missing, so no %s was written:\n%s",
-		len(e.Missing), JSONFile, strings.Join(parts, "\n"))
+	kept := ""
+	if e.Partial != "" {
+		kept = fmt.Sprintf("; the figures over the examples scored are in %s, marked partial; the other shards' files are kept, so --resume scores only the missing ones", e.Partial)
+	}
+	return fmt.Sprintf("evaluation incomplete: %d shard(s) failed twice and are missing, so %s was not replaced%s:\n%s",
+		len(e.Missing), JSONFile, kept, strings.Join(parts, "\n"))
 }
 
 // Run is a sharded evaluation planned: everything checked, nothing
@@ -202,8 +240,15 @@ type Run struct {
 	classes int
 	// positions is a token model's labels per window; 0 for one per example.
 	positions int
-	worker    string
-	log       *slog.Logger
+	// data is the split's fingerprint, which every shard file must carry.
+	data string
+	// kept are, with Resume, the earlier evaluation's shards that verify
+	// as this one's, by rank; rescore says why each other shard file
+	// found was not kept.
+	kept    map[int]jobserver.Shard
+	rescore map[int]string
+	worker  string
+	log     *slog.Logger
 	// launcher places and starts the shards' workers, on slots.
 	launcher launch.Launcher
 	slots    *launch.Slots
@@ -236,6 +281,7 @@ func Plan(req Request) (*Run, error) {
 	}
 	shape := ds.Shape()
 	e.samples, e.classes, e.positions = ds.Len(), shape.Classes, shape.Positions
+	e.data = jobserver.SplitFingerprint(ds)
 	if req.Workers > e.samples {
 		examples := "examples"
 		if e.positions > 0 {
@@ -243,21 +289,27 @@ func Plan(req Request) (*Run, error) {
 		}
 		return nil, refusal.Config(field.Errorf("workers", "%d workers for the %d %s of the %s split; give at most %d", req.Workers, e.samples, examples, req.Split, e.samples))
 	}
+	// The run's own checkpoint is named by the run directory, the only
+	// setting the user gave for it.
+	ckField := field.Name("checkpoint")
 	e.ckPath = req.Checkpoint
 	if e.ckPath == "" {
-		e.ckPath = filepath.Join(req.RunDir, trainer.CheckpointFile)
+		e.ckPath, ckField = filepath.Join(req.RunDir, trainer.CheckpointFile), "run_dir"
 	}
 	if _, err := os.Stat(e.ckPath); err != nil {
-		return nil, refusal.Config(field.Errorf("checkpoint", "%s: %w; a run has one once it has trained an epoch (or been stopped); give another with %s",
+		return nil, refusal.Config(field.Errorf(ckField, "%s: %w; a run has one once it has trained an epoch (or been stopped); give another with %s",
 			e.ckPath, err, field.Name("checkpoint")))
 	}
 	ck, err := trainer.CheckpointFor(tc, e.ckPath)
 	if err != nil {
-		return nil, refusal.Config(field.Errorf("checkpoint", "%w", err))
+		return nil, refusal.Config(field.Errorf(ckField, "%w", err))
 	}
 	e.step = ck.Step
 	if e.sha, err = jobserver.FileSHA256(e.ckPath); err != nil {
-		return nil, refusal.Config(field.Errorf("checkpoint", "%w", err))
+		return nil, refusal.Config(field.Errorf(ckField, "%w", err))
+	}
+	if req.Resume {
+		e.findKept()
 	}
 	if e.worker, err = worker.Find(req.Worker); err != nil {
 		return nil, refusal.Setup(err)
@@ -317,29 +369,96 @@ func (e *Run) Step() int { return e.step }
 // Checkpoint is the checkpoint file evaluated.
 func (e *Run) Checkpoint() string { return e.ckPath }
 
+// Kept are, with Request.Resume, the shards (by rank) whose files from an
+// earlier evaluation verify as this one's and are not scored again.
+func (e *Run) Kept() []int {
+	kept := make([]int, 0, len(e.kept))
+	for s := range e.kept {
+		kept = append(kept, s)
+	}
+	sort.Ints(kept)
+	return kept
+}
+
+// Rescored are, with Request.Resume, the shard files found that do not
+// verify as this evaluation's, by rank, with the reason: those shards are
+// scored again.
+func (e *Run) Rescored() map[int]string { return e.rescore }
+
+// findKept reads the shard files an earlier evaluation left and keeps
+// those that verify as this one's: the file's digest, its header (split,
+// shards, examples, classes, positions, the checkpoint's digest and step,
+// and the data's fingerprint) and its records, exactly the examples of its
+// stride shard. Any other file is scored again.
+func (e *Run) findKept() {
+	e.kept, e.rescore = map[int]jobserver.Shard{}, map[int]string{}
+	for s := range e.req.Workers {
+		path := ShardFile(e.req.RunDir, s)
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		sh, err := jobserver.ReadShard(path)
+		if err == nil {
+			err = e.verify(s, sh)
+		}
+		if err != nil {
+			e.rescore[s] = err.Error()
+			continue
+		}
+		e.kept[s] = sh
+	}
+}
+
+// verify checks that sh is shard s of this evaluation, whole: its header,
+// and one record for every label of its examples, in order.
+func (e *Run) verify(s int, sh jobserver.Shard) error {
+	if err := checkShard(e.expect(), s, sh); err != nil {
+		return err
+	}
+	first, stride, count := e.shardExamples(s)
+	labels := max(1, e.positions)
+	if len(sh.Scores) != count*labels {
+		return fmt.Errorf("%w: shard %d holds %d records, want %d", ErrMerge, s, len(sh.Scores), count*labels)
+	}
+	for i, r := range sh.Scores {
+		if want := (first+i/labels*stride)*labels + i%labels; r.Index != want {
+			return fmt.Errorf("%w: shard %d's record %d is of index %d, want %d", ErrMerge, s, i, r.Index, want)
+		}
+	}
+	return nil
+}
+
+// shardExamples are shard s's examples (a token model's windows): first,
+// first+stride, ..., count of them.
+func (e *Run) shardExamples(s int) (first, stride, count int) {
+	n := e.req.Workers
+	return s, n, (e.samples - s + n - 1) / n
+}
+
 // Run scores every shard in its own worker process, all at once, trying a
-// failed shard once more; merges the shard files; and writes eval.json.
-// A shard that fails both attempts gives a *ShardsFailedError and no
-// eval.json. Cancelling ctx stops the workers.
+// failed shard once more (with Request.Resume, only the shards not kept);
+// merges the shard files; and replaces eval.json with the result once it
+// is complete, the one it replaces kept as eval.prev.json. When a shard
+// fails both attempts, eval.json is left as it was, the figures over the
+// examples scored go to eval.partial.json, and the error is a
+// *ShardsFailedError (the report is returned with it). Cancelling ctx
+// stops the workers; the shard files finished are kept for a resume.
 func (e *Run) Run(ctx context.Context) (*Report, error) {
 	start := time.Now()
 	dir := filepath.Join(e.req.RunDir, Dir)
-	// An earlier evaluation's result must not pass for this one's if it
-	// fails.
-	if err := os.Remove(filepath.Join(e.req.RunDir, JSONFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	// An earlier evaluation's shards are never merged into this one, and
-	// the temporary files of writes a kill cut short go too.
+	// An earlier evaluation's shards are never merged into this one unless
+	// they verify as its own (a resume); the temporary files of writes a
+	// kill cut short go too.
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	for _, ent := range entries {
-		if name := ent.Name(); strings.HasSuffix(name, shardExt) || atomicfile.IsTemp(name) {
+		name := ent.Name()
+		if atomicfile.IsTemp(name) || (strings.HasSuffix(name, shardExt) && !e.isKept(name)) {
 			if err := os.Remove(filepath.Join(dir, name)); err != nil {
 				return nil, err
 			}
@@ -352,10 +471,15 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 	defer launch.ReleaseAll(ctx, e.launcher, e.workers())
 	n := e.req.Workers
 	shards := make([]jobserver.Shard, n)
+	scored := make([]bool, n)
 	reasons := map[int]string{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for s := range n {
+		if sh, ok := e.kept[s]; ok {
+			shards[s], scored[s] = sh, true
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -366,7 +490,7 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 				reasons[s] = err.Error()
 				return
 			}
-			shards[s] = sh
+			shards[s], scored[s] = sh, true
 		}()
 	}
 	wg.Wait()
@@ -374,12 +498,7 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 		return nil, ctx.Err()
 	}
 	if len(reasons) > 0 {
-		fe := &ShardsFailedError{Reasons: reasons}
-		for s := range reasons {
-			fe.Missing = append(fe.Missing, s)
-		}
-		sort.Ints(fe.Missing)
-		return nil, fe
+		return e.partial(shards, scored, reasons, start)
 	}
 	rep, err := Merge(e.expect(), shards)
 	if err != nil {
@@ -387,20 +506,86 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 	}
 	rep.RunDir, rep.Checkpoint = e.req.RunDir, e.ckPath
 	rep.Seconds = time.Since(start).Seconds()
-	raw, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := atomicfile.WriteFile(filepath.Join(e.req.RunDir, JSONFile), append(raw, '\n'), 0o644); err != nil {
+	if err := e.publish(rep); err != nil {
 		return nil, err
 	}
 	return rep, nil
 }
 
+// isKept reports whether a shard file's base name is one Resume keeps.
+func (e *Run) isKept(name string) bool {
+	for s := range e.kept {
+		if filepath.Base(ShardFile(e.req.RunDir, s)) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// partial writes eval.partial.json, the figures over the shards scored,
+// and returns them with the *ShardsFailedError that names the others.
+func (e *Run) partial(shards []jobserver.Shard, scored []bool, reasons map[int]string, start time.Time) (*Report, error) {
+	fe := &ShardsFailedError{Reasons: reasons}
+	for s := range reasons {
+		fe.Missing = append(fe.Missing, s)
+	}
+	sort.Ints(fe.Missing)
+	rep, err := MergePartial(e.expect(), shards, scored)
+	if err != nil {
+		return nil, errors.Join(fe, err)
+	}
+	rep.RunDir, rep.Checkpoint = e.req.RunDir, e.ckPath
+	for _, s := range fe.Missing {
+		first, stride, count := e.shardExamples(s)
+		rep.Missing = append(rep.Missing, MissingShard{Shard: s, First: first, Stride: stride, Count: count,
+			Reason: reasons[s], Log: e.shardLog(s)})
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	path := filepath.Join(e.req.RunDir, PartialJSONFile)
+	if err := writeJSON(path, rep); err != nil {
+		return nil, errors.Join(fe, err)
+	}
+	fe.Partial = path
+	return rep, fe
+}
+
+// publish replaces eval.json with rep, complete: the previous eval.json is
+// first copied to eval.prev.json, so that at every moment eval.json is
+// the old result or the new one, each whole, and a stale
+// eval.partial.json is removed last.
+func (e *Run) publish(rep *Report) error {
+	path := filepath.Join(e.req.RunDir, JSONFile)
+	old, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := atomicfile.WriteFile(filepath.Join(e.req.RunDir, PrevJSONFile), old, 0o644); err != nil {
+			return err
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	if err := writeJSON(path, rep); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(e.req.RunDir, PartialJSONFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// writeJSON replaces path with rep, indented, atomically and synced.
+func writeJSON(path string, rep *Report) error {
+	raw, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, append(raw, '\n'), 0o644)
+}
+
 // expect is the header every shard file must carry (but its rank and count).
 func (e *Run) expect() jobserver.ShardHeader {
 	return jobserver.ShardHeader{Split: e.req.Split, Shards: e.req.Workers, Samples: e.samples, Classes: e.classes,
-		Positions: e.positions, CheckpointSHA256: e.sha, Step: e.step}
+		Positions: e.positions, CheckpointSHA256: e.sha, Step: e.step, Data: e.data}
 }
 
 // ShardFile is shard s's file in the evaluation directory.
@@ -482,6 +667,24 @@ func checkShard(want jobserver.ShardHeader, s int, sh jobserver.Shard) error {
 // split. A refusal wraps ErrMerge and names the duplicated, missing or
 // out-of-range indices (window.position for a token model).
 func Merge(want jobserver.ShardHeader, shards []jobserver.Shard) (*Report, error) {
+	return merge(want, shards, nil)
+}
+
+// MergePartial is Merge of the shards s for which scored[s] holds, the
+// others failed: the figures are over the examples scored (Samples counts
+// them, SplitSamples the split's), summed in index order as Merge sums
+// them, and Complete is false. The shards scored must each be whole.
+func MergePartial(want jobserver.ShardHeader, shards []jobserver.Shard, scored []bool) (*Report, error) {
+	if len(scored) != len(shards) {
+		return nil, fmt.Errorf("%w: %d shards, %d marked scored or not", ErrMerge, len(shards), len(scored))
+	}
+	return merge(want, shards, scored)
+}
+
+// merge is Merge of the shards marked in scored (every one when scored is
+// nil).
+func merge(want jobserver.ShardHeader, shards []jobserver.Shard, scored []bool) (*Report, error) {
+	present := func(s int) bool { return scored == nil || scored[s] }
 	if len(shards) != want.Shards {
 		return nil, fmt.Errorf("%w: %d shard files for %d shards", ErrMerge, len(shards), want.Shards)
 	}
@@ -504,6 +707,9 @@ func Merge(want jobserver.ShardHeader, shards []jobserver.Shard) (*Report, error
 	seen := make([]bool, labels)
 	var dups, outside []string
 	for s, sh := range shards {
+		if !present(s) {
+			continue
+		}
 		if err := checkShard(want, s, sh); err != nil {
 			return nil, err
 		}
@@ -524,9 +730,17 @@ func Merge(want jobserver.ShardHeader, shards []jobserver.Shard) (*Report, error
 			}
 		}
 	}
+	// The shard of label i, whose examples are strided.
+	shardOf := func(i int) int { return i / max(1, want.Positions) % want.Shards }
 	var missing []string
+	samples := 0
 	for i, ok := range seen {
-		if !ok {
+		switch {
+		case ok:
+			if want.Positions == 0 || i%want.Positions == 0 {
+				samples++
+			}
+		case present(shardOf(i)):
 			missing = append(missing, name(i))
 		}
 	}
@@ -548,9 +762,16 @@ func Merge(want jobserver.ShardHeader, shards []jobserver.Shard) (*Report, error
 		return nil, fmt.Errorf("%w: %s %s", ErrMerge, what, strings.Join(problems, "; "))
 	}
 	rep := &Report{CheckpointSHA256: want.CheckpointSHA256, Step: want.Step, Split: want.Split, Workers: want.Shards,
-		Samples: want.Samples}
+		Complete: true, Samples: samples}
+	if scored != nil {
+		rep.SplitSamples = want.Samples
+		for _, ok := range scored {
+			rep.Complete = rep.Complete && ok
+		}
+	}
 	if want.Positions > 0 {
-		mergeSequence(rep, want.Positions, func(i int) (float64, bool) { return recs[i].loss, recs[i].label == recs[i].pred })
+		mergeSequence(rep, want.Positions, func(w int) bool { return seen[w*want.Positions] },
+			func(i int) (float64, bool) { return recs[i].loss, recs[i].label == recs[i].pred })
 		return rep, nil
 	}
 	rep.PerClass, rep.Confusion = make([]ClassFigures, want.Classes), make([][]int, want.Classes)
@@ -559,7 +780,10 @@ func Merge(want jobserver.ShardHeader, shards []jobserver.Shard) (*Report, error
 		rep.PerClass[c].Class = c
 	}
 	var loss float64
-	for _, r := range recs {
+	for i, r := range recs {
+		if !seen[i] {
+			continue
+		}
 		loss += r.loss
 		rep.Confusion[r.label][r.pred]++
 		rep.PerClass[r.label].Samples++
@@ -568,8 +792,7 @@ func Merge(want jobserver.ShardHeader, shards []jobserver.Shard) (*Report, error
 			rep.PerClass[r.label].Correct++
 		}
 	}
-	rep.Loss = loss / float64(want.Samples)
-	rep.Accuracy = float64(rep.Correct) / float64(want.Samples)
+	rep.Loss, rep.Accuracy = ratio(loss, rep.Samples), ratio(float64(rep.Correct), rep.Samples)
 	for c := range rep.PerClass {
 		if p := &rep.PerClass[c]; p.Samples > 0 {
 			p.Accuracy = float64(p.Correct) / float64(p.Samples)
@@ -579,17 +802,22 @@ func Merge(want jobserver.ShardHeader, shards []jobserver.Shard) (*Report, error
 }
 
 // mergeSequence fills in a token model's figures from its rep.Samples
-// windows of positions labels, label i's loss and whether it was predicted
-// right given by score. Every sum runs in label order (a position's over
-// the windows in window order) in float64. A 256-byte vocabulary's
+// windows of positions labels (those for which scored holds), label i's
+// loss and whether it was predicted right given by score. Every sum runs
+// in label order (a position's over the windows in window order) in
+// float64. A 256-byte vocabulary's
 // per-class figures and confusion matrix are left out: they describe
 // classes of examples, not next bytes, and would fill eval.json.
-func mergeSequence(rep *Report, positions int, score func(i int) (loss float64, right bool)) {
+func mergeSequence(rep *Report, positions int, scored func(w int) bool, score func(i int) (loss float64, right bool)) {
 	seq := &SequenceFigures{Positions: positions, Tokens: rep.Samples * positions,
 		PositionAccuracy: make([]float64, positions), PositionLoss: make([]float64, positions)}
 	correct := make([]int, positions)
 	var loss float64
-	for i := range seq.Tokens {
+	windows := max(rep.Samples, rep.SplitSamples)
+	for i := range windows * positions {
+		if !scored(i / positions) {
+			continue
+		}
 		l, right := score(i)
 		p := i % positions
 		loss += l
@@ -599,14 +827,21 @@ func mergeSequence(rep *Report, positions int, score func(i int) (loss float64, 
 			correct[p]++
 		}
 	}
-	rep.Loss = loss / float64(seq.Tokens)
-	rep.Accuracy = float64(rep.Correct) / float64(seq.Tokens)
+	rep.Loss, rep.Accuracy = ratio(loss, seq.Tokens), ratio(float64(rep.Correct), seq.Tokens)
 	seq.BitsPerByte = rep.Loss / math.Ln2
 	for p := range positions {
-		seq.PositionAccuracy[p] = float64(correct[p]) / float64(rep.Samples)
-		seq.PositionLoss[p] /= float64(rep.Samples)
+		seq.PositionAccuracy[p] = ratio(float64(correct[p]), rep.Samples)
+		seq.PositionLoss[p] = ratio(seq.PositionLoss[p], rep.Samples)
 	}
 	rep.Sequence = seq
+}
+
+// ratio is sum/n, and 0 when n is 0 (a partial result of no example).
+func ratio(sum float64, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }
 
 // listSome lists the first few of items and how many more there are.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -156,7 +158,7 @@ func TestMergeRefuses(t *testing.T) {
 // each missing shard and why.
 func TestShardsFailedNamesThem(t *testing.T) {
 	err := &ShardsFailedError{Missing: []int{1, 4}, Reasons: map[int]string{1: "exit status 7", 4: "hung"}}
-	for _, w := range []string{"2 shard(s) failed twice", "shard 1: exit status 7", "shard 4: hung", "no eval.json"} {
+	for _, w := range []string{"2 shard(s) failed twice", "shard 1: exit status 7", "shard 4: hung", "eval.json was not replaced"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("%q lacks %q", err, w)
 		}
@@ -316,5 +318,189 @@ func TestMergeTokenShardsRefuses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMergePartialOverEveryPattern: for 1..5 shards and every pattern of
+// failed shards, the partial figures are those of the examples scored,
+// summed in index order, marked incomplete; with every shard scored they
+// are Merge's, bit for bit.
+func TestMergePartialOverEveryPattern(t *testing.T) {
+	all := scores(53)
+	for n := 1; n <= 5; n++ {
+		shards := strided(all, n)
+		whole, err := Merge(header(len(all), n), shards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for pattern := range 1 << n {
+			scored := make([]bool, n)
+			var kept []trainer.Scored
+			for _, r := range all {
+				if scored[r.Index%n] = pattern&(1<<(r.Index%n)) == 0; scored[r.Index%n] {
+					kept = append(kept, r)
+				}
+			}
+			got, err := MergePartial(header(len(all), n), shards, scored)
+			if err != nil {
+				t.Fatalf("%d shards, pattern %b: %v", n, pattern, err)
+			}
+			if pattern == 0 {
+				got.SplitSamples = 0
+				if !reflect.DeepEqual(got, whole) || !got.Complete {
+					t.Errorf("%d shards, none failed:\n%+v\nwant Merge's\n%+v", n, got, whole)
+				}
+				continue
+			}
+			var loss float64
+			correct := 0
+			for _, r := range kept {
+				loss += r.Loss
+				if r.Label == r.Predicted {
+					correct++
+				}
+			}
+			want := ratio(loss, len(kept))
+			if got.Complete || got.Samples != len(kept) || got.SplitSamples != len(all) || got.Correct != correct ||
+				math.Float64bits(got.Loss) != math.Float64bits(want) {
+				t.Errorf("%d shards, failed %b: complete %v, samples %d/%d, correct %d, loss %v; want %d/%d, %d, %v",
+					n, pattern, got.Complete, got.Samples, got.SplitSamples, got.Correct, got.Loss, len(kept), len(all), correct, want)
+			}
+			if _, err := json.Marshal(got); err != nil {
+				t.Errorf("%d shards, failed %b: %v", n, pattern, err)
+			}
+		}
+	}
+}
+
+// TestMergePartialRefusesAHoleInAShardScored: a shard counted as scored
+// must hold all its examples.
+func TestMergePartialRefusesAHoleInAShardScored(t *testing.T) {
+	shards := strided(scores(20), 3)
+	shards[1].Scores = shards[1].Scores[1:]
+	shards[1].Header.Count--
+	if _, err := MergePartial(header(20, 3), shards, []bool{false, true, true}); !errors.Is(err, ErrMerge) || !strings.Contains(err.Error(), "missing: 1") {
+		t.Errorf("got %v", err)
+	}
+	if _, err := MergePartial(header(20, 3), shards, []bool{true, false, true}); err != nil {
+		t.Errorf("the damaged shard counted as failed: %v", err)
+	}
+}
+
+// TestMergePartialOfATokenModel: a token model's partial figures are over
+// the windows scored.
+func TestMergePartialOfATokenModel(t *testing.T) {
+	const windows, positions = 11, 4
+	all := tokenScores(windows, positions)
+	shards := tokenStrided(all, windows, positions, 3)
+	got, err := MergePartial(tokenHeader(windows, positions, 3), shards, []bool{true, false, true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scored := 0
+	for w := range windows {
+		if w%3 != 1 {
+			scored++
+		}
+	}
+	if got.Complete || got.Samples != scored || got.Sequence.Tokens != scored*positions || got.SplitSamples != windows {
+		t.Errorf("partial token figures %+v, %+v", got, got.Sequence)
+	}
+}
+
+// planned is an evaluation planned by hand over shard files in dir: n
+// shards of 20 examples of 3 classes.
+func planned(dir string, n int) *Run {
+	return &Run{req: Request{RunDir: dir, Workers: n, Split: "test"}, samples: 20, classes: 3, sha: "ab", step: 7, data: "xxh64:0"}
+}
+
+// TestResumeKeepsOnlyVerifiedShards: a resumed evaluation keeps a shard
+// file only when it is whole and of this evaluation: the same checkpoint,
+// data, split and number of shards, every example of its shard once.
+func TestResumeKeepsOnlyVerifiedShards(t *testing.T) {
+	dir := t.TempDir()
+	e := planned(dir, 5)
+	if err := os.MkdirAll(filepath.Join(dir, Dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shards := strided(scores(20), 5)
+	for s := range shards {
+		shards[s].Header.Data = e.data
+	}
+	write := func(s int, sh jobserver.Shard) {
+		t.Helper()
+		if err := jobserver.WriteShard(ShardFile(dir, s), sh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(0, shards[0]) // kept
+	other := shards[1]
+	other.Header.Data = "xxh64:1" // scored on other data
+	write(1, other)
+	short := shards[2]
+	short.Scores = short.Scores[:len(short.Scores)-1] // not whole
+	write(2, short)
+	old := shards[3]
+	old.Header.Data = "" // written before shard files recorded the data
+	write(3, old)
+	// shard 4 has no file
+	e.findKept()
+	if got := e.Kept(); !reflect.DeepEqual(got, []int{0}) {
+		t.Errorf("kept %v, want [0]", got)
+	}
+	if r := e.Rescored(); len(r) != 3 || r[1] == "" || r[2] == "" || r[3] == "" {
+		t.Errorf("rescored %v, want shards 1, 2 and 3 with reasons", r)
+	}
+	other4 := planned(dir, 4)
+	other4.findKept()
+	if len(other4.Kept()) != 0 {
+		t.Errorf("another number of shards kept %v", other4.Kept())
+	}
+}
+
+// TestPublishKeepsThePreviousResult: a complete result replaces eval.json,
+// the old one kept byte for byte as eval.prev.json, and a stale partial
+// result goes; a partial one leaves eval.json as it was.
+func TestPublishKeepsThePreviousResult(t *testing.T) {
+	dir := t.TempDir()
+	e := planned(dir, 3)
+	old := []byte("{\"old\": true}\n")
+	path := filepath.Join(dir, JSONFile)
+	if err := os.WriteFile(path, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	shards := strided(scores(20), 3)
+	for s := range shards {
+		shards[s].Header.Data = e.data
+	}
+	rep, err := e.partial(shards, []bool{true, false, true}, map[int]string{1: "exit status 7"}, time.Now())
+	var fe *ShardsFailedError
+	if !errors.As(err, &fe) || fe.Partial != filepath.Join(dir, PartialJSONFile) || rep.Complete {
+		t.Fatalf("partial: %v, %+v", err, rep)
+	}
+	if raw, err := os.ReadFile(path); err != nil || string(raw) != string(old) {
+		t.Errorf("eval.json after a partial result: %q, %v", raw, err)
+	}
+	var got Report
+	raw, err := os.ReadFile(fe.Partial)
+	if err != nil || json.Unmarshal(raw, &got) != nil || got.Complete ||
+		!reflect.DeepEqual(got.Missing, []MissingShard{{Shard: 1, First: 1, Stride: 3, Count: 7, Reason: "exit status 7", Log: e.shardLog(1)}}) {
+		t.Errorf("eval.partial.json: %s", raw)
+	}
+	full, err := Merge(e.expect(), shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.publish(full); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := os.ReadFile(filepath.Join(dir, PrevJSONFile)); err != nil || string(raw) != string(old) {
+		t.Errorf("eval.prev.json: %q, %v", raw, err)
+	}
+	if _, err := os.Stat(fe.Partial); !os.IsNotExist(err) {
+		t.Errorf("a complete result left eval.partial.json: %v", err)
+	}
+	if raw, err := os.ReadFile(path); err != nil || json.Unmarshal(raw, &got) != nil || !got.Complete {
+		t.Errorf("eval.json: %s, %v", raw, err)
 	}
 }
