@@ -71,7 +71,7 @@ type BudgetUpdate struct {
 type budgetSink struct {
 	tb      *TrialBudget
 	obs     trainer.Observer
-	metrics *Metrics
+	metrics *sweepFamilies
 	log     *slog.Logger
 
 	mu     sync.Mutex
@@ -82,7 +82,7 @@ func (s *budgetSink) event(kind string, fields map[string]any) {
 	s.obs.Observe(trainer.Event{Time: time.Now(), Kind: kind, Fields: fields})
 }
 
-func (s *budgetSink) ask(req jobserver.BudgetRequest, reply jobserver.BudgetReply) error {
+func (s *budgetSink) Ask(req jobserver.BudgetRequest, reply jobserver.BudgetReply) error {
 	tb := s.tb
 	need := req.Bill.DeviceBytes()
 	granted := func(g Grant) error {
@@ -134,9 +134,9 @@ func (s *budgetSink) ask(req jobserver.BudgetRequest, reply jobserver.BudgetRepl
 	return nil
 }
 
-// parked hears that the worker parked: its budget goes back to the
+// Parked hears that the worker parked: its budget goes back to the
 // broker, and it waits to unpark.
-func (s *budgetSink) parked(p jobserver.BudgetParked) error {
+func (s *budgetSink) Parked(p jobserver.BudgetParked) error {
 	s.event(EventBudgetParked, map[string]any{"device": s.tb.Device, "released_bytes": p.ReleasedBytes})
 	s.metrics.budgetParked(s.tb.Device)
 	if s.tb.Report != nil {
@@ -148,8 +148,8 @@ func (s *budgetSink) parked(p jobserver.BudgetParked) error {
 	return nil
 }
 
-// active notes the trial's progress.
-func (s *budgetSink) active() {
+// Active notes the trial's progress.
+func (s *budgetSink) Active() {
 	if t := s.current(); t != nil {
 		t.Active()
 	}
@@ -161,8 +161,8 @@ func (s *budgetSink) current() *Ticket {
 	return s.ticket
 }
 
-// release gives the run's budget back, or leaves the queue.
-func (s *budgetSink) release() {
+// Release gives the run's budget back, or leaves the queue.
+func (s *budgetSink) Release() {
 	s.mu.Lock()
 	t := s.ticket
 	s.ticket = nil

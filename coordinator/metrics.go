@@ -11,16 +11,15 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// Metrics is the metrics side of a run or a sweep: a registry and its
+// Metrics is the metrics hub of a run or an activity: a registry and its
 // /metrics server while they need them. Without an address it serves
-// nothing and its observer writes the events log alone.
+// nothing and its observer writes the events log alone. Each activity
+// registers its own families on the registry (see ServeFamilies); the hub
+// knows only training's.
 type Metrics struct {
-	m     *telemetry.Metrics
-	srv   *telemetry.Server
-	log   *slog.Logger
-	sweep *telemetry.SweepMetrics // a sweep's own; nil for a run
-	// budgets are a sweep's budget broker's; nil for a run
-	budgets *telemetry.BudgetMetrics
+	m   *telemetry.Metrics
+	srv *telemetry.Server
+	log *slog.Logger
 }
 
 // ServeMetrics binds addr (see telemetry.ListenAddress) and serves the
@@ -28,34 +27,26 @@ type Metrics struct {
 // nothing. Binding comes before anything is written, so a busy port is
 // refused without side effects.
 func ServeMetrics(ctx context.Context, addr, version string, log *slog.Logger) (*Metrics, error) {
-	return serveMetrics(ctx, addr, version, log, false)
+	return ServeFamilies(ctx, addr, log, func() (*telemetry.Metrics, error) { return telemetry.NewMetrics(version), nil })
 }
 
-// serveSweepMetrics is ServeMetrics for a sweep: its trials' series carry
-// a trial label, and the sweep's own families (trials by state, failures
-// by reason, retries, heartbeat ages) are served with them.
-func serveSweepMetrics(ctx context.Context, addr, version string, log *slog.Logger) (*Metrics, error) {
-	return serveMetrics(ctx, addr, version, log, true)
-}
-
-func serveMetrics(ctx context.Context, addr, version string, log *slog.Logger, sweep bool) (*Metrics, error) {
+// ServeFamilies is ServeMetrics for an activity with families of its own:
+// families makes the registry (telemetry.NewMetrics, or a variant whose
+// series carry a trial or an agent label) and registers the activity's
+// families on it, keeping what it needs to update them. It is called only
+// when addr is not "".
+func ServeFamilies(ctx context.Context, addr string, log *slog.Logger, families func() (*telemetry.Metrics, error)) (*Metrics, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if addr == "" {
 		return &Metrics{log: log}, nil
 	}
-	r := &Metrics{m: telemetry.NewMetrics(version), log: log}
-	if sweep {
-		r.m = telemetry.NewTrialMetrics(version)
-		var err error
-		if r.sweep, err = r.m.Sweep(trialStates(), failureReasons()); err != nil {
-			return nil, err
-		}
-		if r.budgets, err = r.m.Budgets(); err != nil {
-			return nil, err
-		}
+	m, err := families()
+	if err != nil {
+		return nil, err
 	}
+	r := &Metrics{m: m, log: log}
 	srv, err := telemetry.Serve(ctx, addr, r.m.Registry())
 	if err != nil {
 		return nil, setupErr(field.Errorf("metrics_addr", "%s: %w", addr, err))
@@ -85,47 +76,11 @@ func (r *Metrics) Observer(events io.Writer, s telemetry.Series) trainer.Observe
 	return trainer.Tee(evlog.Observer(), r.m.SeriesObserver(s))
 }
 
-// watchWorker starts, in a sweep's metrics, the heartbeat age of the
-// worker about to run the job of s: seen notes a message from it (nil
-// outside a sweep), and ended, once the worker has ended, removes its
-// heartbeat age and the job's last-step time (see telemetry.EndSeries).
-func (r *Metrics) watchWorker(s telemetry.Series) (seen, ended func()) {
-	if r.sweep == nil {
-		return nil, func() {}
-	}
-	beat := r.sweep.Worker(s.Trial)
-	return beat.Seen, func() {
-		beat.End()
+// EndSeries removes the series of s whose job has ended (see
+// telemetry.EndSeries); it does nothing when no metrics are served.
+func (r *Metrics) EndSeries(s telemetry.Series) {
+	if r.m != nil {
 		r.m.EndSeries(s)
-	}
-}
-
-// setTrials sets a sweep's trials-by-state gauge from its counts, which
-// the sweep keeps as its rows change (counting the rows at every change
-// would cost a large sweep time in the square of its trials).
-func (r *Metrics) setTrials(byState map[TrialState]int) {
-	if r.sweep == nil {
-		return
-	}
-	counts := map[string]int{}
-	for _, st := range trialStates() {
-		counts[st] = byState[TrialState(st)]
-	}
-	r.sweep.SetTrials(counts)
-}
-
-// trialFailed counts a sweep's failed attempt at a trial, by reason (see
-// failureReason).
-func (r *Metrics) trialFailed(reason string) {
-	if r.sweep != nil {
-		r.sweep.Failed(reason)
-	}
-}
-
-// trialRetried counts a failed trial a sweep starts again.
-func (r *Metrics) trialRetried() {
-	if r.sweep != nil {
-		r.sweep.Retried()
 	}
 }
 
@@ -151,58 +106,4 @@ func (r *Metrics) Close() error {
 		return nil
 	}
 	return r.srv.Close()
-}
-
-// budgetBooks sets a sweep's budget figures of device.
-func (r *Metrics) budgetBooks(device string, b Books) {
-	if r != nil && r.budgets != nil {
-		r.budgets.SetBooks(device, b.Capacity, b.Granted, b.Waiting, b.OldestWait)
-	}
-}
-
-// budgetGranted records a grant after waiting d.
-func (r *Metrics) budgetGranted(device string, d time.Duration) {
-	if r != nil && r.budgets != nil {
-		r.budgets.Granted(device, d)
-	}
-}
-
-// budgetRefused counts a refused request.
-func (r *Metrics) budgetRefused(device string) {
-	if r != nil && r.budgets != nil {
-		r.budgets.Refused(device)
-	}
-}
-
-// budgetParked counts a parked trial.
-func (r *Metrics) budgetParked(device string) {
-	if r != nil && r.budgets != nil {
-		r.budgets.Parked(device)
-	}
-}
-
-// ServeRLMetrics is ServeMetrics for a reinforcement-learning run: the
-// run's own families (RLMetrics) on the registry, and the graph families
-// of its agents' halves with an agent label (telemetry.NewAgentMetrics);
-// "" serves nothing and returns no RLMetrics.
-func ServeRLMetrics(ctx context.Context, addr, version string, log *slog.Logger) (*Metrics, *telemetry.RLMetrics, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if addr == "" {
-		return &Metrics{log: log}, nil, nil
-	}
-	// The graph families carry the agent, as the run's own do.
-	r := &Metrics{m: telemetry.NewAgentMetrics(version), log: log}
-	rl, err := r.m.RL([]string{AgentStarting, AgentRunning, AgentSucceeded, AgentFailed, AgentInterrupted})
-	if err != nil {
-		return nil, nil, err
-	}
-	srv, err := telemetry.Serve(ctx, addr, r.m.Registry())
-	if err != nil {
-		return nil, nil, setupErr(field.Errorf("metrics_addr", "%s: %w", addr, err))
-	}
-	r.srv = srv
-	log.Info("serving metrics", "url", srv.URL())
-	return r, rl, nil
 }

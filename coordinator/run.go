@@ -40,9 +40,25 @@ type Request struct {
 	// Started is when the command started: a summary's wall time counts
 	// from it.
 	Started time.Time
-	// Budget, when set, makes the worker ask a sweep's broker for a
-	// device-memory budget before it allocates; nil asks nobody.
-	Budget *TrialBudget
+	// Budget, when set, answers the worker's device-memory requests: the
+	// worker asks before it allocates (a sweep's broker answers); nil asks
+	// nobody. The run calls it once, before its worker starts, with the
+	// run's observer and log.
+	Budget func(obs trainer.Observer, log *slog.Logger) Budgeter
+	// Watch, when set, hears of the worker about to run the job of s: seen
+	// notes a message from it (it may be nil), and ended is called once
+	// the worker has ended. A sweep keeps its workers' heartbeat ages so.
+	Watch func(s telemetry.Series) (seen, ended func())
+}
+
+// A Budgeter answers one run's device-memory requests for its worker,
+// and is told how the run goes: Active at every progress report, Release
+// once the run has ended.
+type Budgeter interface {
+	Ask(jobserver.BudgetRequest, jobserver.BudgetReply) error
+	Parked(jobserver.BudgetParked) error
+	Active()
+	Release()
 }
 
 // Validate checks the request, naming a setting that is wrong in a
@@ -195,14 +211,18 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 	s := r.spec
 	r.log.Info("training", "device", s.Device, "graphs", s.EnableGraphs, "run_dir", s.RunDir, "epochs", s.Epochs,
 		"batch_size", s.BatchSize, "dataset", s.Dataset)
-	seen, ended := r.metrics.watchWorker(r.series)
+	var seen func()
+	ended := func() {}
+	if r.req.Watch != nil {
+		seen, ended = r.req.Watch(r.series)
+	}
 	sink := jobserver.Sink{Observer: r.obs, Progress: progress, Alive: seen}
 	if r.req.Budget != nil {
-		bs := &budgetSink{tb: r.req.Budget, obs: r.obs, metrics: r.metrics, log: r.log}
-		defer bs.release()
-		sink.Budget, sink.Parked = bs.ask, bs.parked
+		bs := r.req.Budget(r.obs, r.log)
+		defer bs.Release()
+		sink.Budget, sink.Parked = bs.Ask, bs.Parked
 		sink.Progress = func(p trainer.Progress) {
-			bs.active()
+			bs.Active()
 			if progress != nil {
 				progress(p)
 			}

@@ -193,6 +193,9 @@ type SweepRun struct {
 	// metrics are the sweep's, shared by its trials' runs; they serve
 	// nothing without SweepConfig.MetricsAddr.
 	metrics *Metrics
+	// families are the sweep's own metric families on metrics' registry;
+	// nil when metrics serve nothing.
+	families *sweepFamilies
 	// broker keeps the books of device memory between the trials' workers.
 	broker *Broker
 	// launcher places and starts the trials' workers.
@@ -232,7 +235,7 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 	}
 	s := &SweepRun{cfg: cfg, log: cfg.Logger, file: cfg.Sweep.Path, changed: make(chan struct{}, 1),
 		pace: resultsPace{minGap: resultsMinGap, ratio: resultsCostRatio}}
-	changed := func(device string) { s.metrics.budgetBooks(device, s.broker.Books(device)) }
+	changed := func(device string) { s.families.budgetBooks(device, s.broker.Books(device)) }
 	if err := setPriorities(cfg.Sweep, cfg.PriorityKey); err != nil {
 		return nil, err
 	}
@@ -279,7 +282,7 @@ func PrepareSweep(ctx context.Context, cfg SweepConfig) (_ *SweepRun, err error)
 		return s, nil
 	}
 	// Bound before anything is written, so a busy port leaves no trace.
-	if s.metrics, err = serveSweepMetrics(ctx, cfg.MetricsAddr, cfg.Version, s.log); err != nil {
+	if s.metrics, s.families, err = serveSweepMetrics(ctx, cfg.MetricsAddr, cfg.Version, s.log); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -708,7 +711,7 @@ func (s *SweepRun) setRows(rows []TrialResult) {
 	for _, r := range rows {
 		s.counts[r.State]++
 	}
-	s.metrics.setTrials(s.counts)
+	s.families.setTrials(s.counts)
 }
 
 // putRow replaces row i, keeping the counts and the metrics, and wakes
@@ -717,7 +720,7 @@ func (s *SweepRun) putRow(i int, r TrialResult) {
 	s.counts[s.rows[i].State]--
 	s.counts[r.State]++
 	s.rows[i] = r
-	s.metrics.setTrials(s.counts)
+	s.families.setTrials(s.counts)
 	select {
 	case s.changed <- struct{}{}:
 	default: // a wake-up is pending already
@@ -750,7 +753,7 @@ func (s *SweepRun) Run(ctx context.Context) (Results, error) {
 		}
 	}
 	s.mu.Lock()
-	s.metrics.setTrials(s.counts)
+	s.families.setTrials(s.counts)
 	s.mu.Unlock()
 	stopWriter, writerDone := make(chan struct{}), make(chan error, 1)
 	go func() { writerDone <- s.writeResultsPaced(stopWriter) }()
@@ -845,13 +848,13 @@ func (s *SweepRun) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot)
 			res.Summary = prev
 		}
 		if res.State == TrialFailed {
-			s.metrics.trialFailed(a.why)
+			s.families.trialFailed(a.why)
 		}
 		if res.State != TrialFailed || attempt > s.cfg.Retries || ctx.Err() != nil {
 			break
 		}
 		s.log.Warn("trial failed; starting it again", "trial", t.Name, "attempt", attempt, "reason", a.reason)
-		s.metrics.trialRetried()
+		s.families.trialRetried()
 	}
 	res.Seconds = beforeSeconds + time.Since(started).Seconds()
 	return res
@@ -923,12 +926,15 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, 
 	w := s.trialWorker(i, t)
 	defer s.launcher.Release(ctx, w)
 	tailOf := func() string { return "" }
-	var budget *TrialBudget
+	var budget func(trainer.Observer, *slog.Logger) Budgeter
 	if !sl.Remote() {
 		// The broker keeps the books of this machine's devices.
-		budget = &TrialBudget{Broker: s.broker, Trial: t.Name, Device: sl.String(), Priority: t.Priority, Report: func(b BudgetUpdate) {
+		tb := &TrialBudget{Broker: s.broker, Trial: t.Name, Device: sl.String(), Priority: t.Priority, Report: func(b BudgetUpdate) {
 			s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Budget: &b})
 		}}
+		budget = func(obs trainer.Observer, log *slog.Logger) Budgeter {
+			return &budgetSink{tb: tb, obs: obs, metrics: s.families, log: log}
+		}
 	}
 	failed := func(err error) outcome {
 		return outcome{state: TrialFailed, reason: err.Error(), why: failureReason(err), logTail: tailOf()}
@@ -950,7 +956,7 @@ func (s *SweepRun) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, 
 	// log only warnings are news.
 	runLog := slog.New(minLevel{s.log.Handler(), slog.LevelWarn}).With("trial", t.Name)
 	run, err := Prepare(ctx, Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: runLog, Started: time.Now(),
-		Metrics: s.metrics, Trial: t.Name, Budget: budget})
+		Metrics: s.metrics, Trial: t.Name, Budget: budget, Watch: s.families.watchWorker})
 	if err != nil {
 		if ctx.Err() != nil {
 			return outcome{state: TrialInterrupted, reason: "interrupted while starting: " + err.Error()}

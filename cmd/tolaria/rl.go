@@ -15,9 +15,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
+	"github.com/tolaria-ml/tolaria/telemetry"
 )
 
 // PlotFile is the return-curve chart --plot writes into the run directory.
@@ -165,7 +167,11 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	if req.Device, err = chooseDevice(ctx, req.Device, f.worker, log); err != nil {
 		return err
 	}
-	metrics, rlm, err := coordinator.ServeRLMetrics(ctx, f.metrics.addr, version(), log)
+	var rlm *telemetry.RLMetrics
+	metrics, err := coordinator.ServeFamilies(ctx, f.metrics.addr, log, func() (m *telemetry.Metrics, err error) {
+		m, rlm, err = rl.NewMetrics(version())
+		return m, err
+	})
 	if err != nil {
 		return err
 	}

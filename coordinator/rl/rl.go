@@ -71,6 +71,18 @@ const (
 	AgentInterrupted = "interrupted"
 )
 
+// NewMetrics makes a run's registry and registers its families on it:
+// training's graph families with an agent label (see
+// telemetry.NewAgentMetrics), and the run's own (Request.Metrics).
+func NewMetrics(version string) (*telemetry.Metrics, *telemetry.RLMetrics, error) {
+	m := telemetry.NewAgentMetrics(version)
+	rl, err := m.RL([]string{AgentStarting, AgentRunning, AgentSucceeded, AgentFailed, AgentInterrupted})
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, rl, nil
+}
+
 // Request is one reinforcement-learning run: Config.NumAgents agents,
 // each an actor process and a learner process meeting in the agent's
 // memory file. The coordinator creates and saves the memory files and
