@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -221,6 +223,41 @@ func TestShardedEvalResumeAfterKilledWorkers(t *testing.T) {
 	}
 	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); withoutSeconds(got) != withoutSeconds(whole) {
 		t.Errorf("the resumed eval.json:\n%s\nthe uninterrupted one:\n%s", got, whole)
+	}
+}
+
+// TestShardedEvalMetricsSayPartial: with --metrics-addr, the figures of
+// an evaluation a shard of which failed twice are served under
+// result="partial", never result="complete", with the failed shard
+// counted; those of a complete one under result="complete".
+func TestShardedEvalMetricsSayPartial(t *testing.T) {
+	dir := t.TempDir()
+	run := trainedRun(t, dir)
+	for _, tc := range []struct {
+		env          []string
+		want, absent string
+	}{
+		{[]string{"TOLARIA_E2E_WORKER_FAULT=step=1,exit=7,shard=1"}, `tolaria_eval_result_accuracy{result="partial"}`, `result="complete"`},
+		{nil, `tolaria_eval_result_accuracy{result="complete"}`, `result="partial"`},
+	} {
+		stderr, done := startInterruptible(t, dir, tc.env, "eval", "--run-dir", run, "--workers", "2",
+			"--metrics-addr", "127.0.0.1:0", "--metrics-linger", "5s")
+		addr := servingAt(t, stderr)
+		waitFor(t, "the final metrics", func() bool { return strings.Contains(stderr.String(), "serving the final metrics") })
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatalf("/metrics: %v\n%s", err, stderr)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body := string(raw)
+		if !strings.Contains(body, tc.want) || strings.Contains(body, tc.absent) {
+			t.Errorf("/metrics lacks %s or has %s:\n%s", tc.want, tc.absent, grepLines(body, "tolaria_eval_"))
+		}
+		if failed := tc.env != nil; failed != strings.Contains(body, `tolaria_eval_shards{state="failed"} 1`) {
+			t.Errorf("the failed shards:\n%s", grepLines(body, "tolaria_eval_shards"))
+		}
+		<-done // the linger over: the next evaluation uses the same shard files
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/progress"
+	"github.com/tolaria-ml/tolaria/telemetry"
 )
 
 func newEvalCmd() *cobra.Command {
@@ -37,7 +38,8 @@ holds the figures over the examples scored ("complete": false), with the
 missing shards, their examples, reasons and logs. --resume keeps every shard
 file that verifies as this evaluation's (same checkpoint digest, data
 fingerprint, split and --workers) and scores only the others: the result is
-the one an uninterrupted evaluation writes.
+the one an uninterrupted evaluation writes. --metrics-addr serves the
+result's accuracy and loss labelled result="complete" or result="partial".
 
 A token model's run (dataset text) is scored window by window: its loss is
 the mean per token (nats, and in bits per byte), its accuracy that of every
@@ -53,6 +55,7 @@ written), 1 another failure, 130 interrupted.`,
 	var req coordinator.EvalRequest
 	var workers workerFlags
 	var launch launcherFlags
+	var metrics metricsFlags
 	fs := cmd.Flags()
 	fs.StringVar(&req.RunDir, "run-dir", "", "the run directory to evaluate (required)")
 	fs.StringVar(&req.Checkpoint, "checkpoint", "", "checkpoint file to evaluate (default: the run's checkpoint.tlck)")
@@ -62,16 +65,17 @@ written), 1 another failure, 130 interrupted.`,
 	registerDevice(fs, &req.Device, "; every shard's worker scores there (cuda: the first GPU it sees)")
 	workers.register(fs, "a shard's tolaria-worker")
 	launch.register(fs, "shard")
+	metrics.register(fs, ": the result's accuracy and loss, labelled result=complete or result=partial, and the shards by state")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return evaluate(cmd.Context(), cmd, req, workers, launch)
+		return evaluate(cmd.Context(), cmd, req, workers, launch, metrics)
 	}
 	return cmd
 }
 
-func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalRequest, workers workerFlags, launch launcherFlags) error {
+func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalRequest, workers workerFlags, launch launcherFlags, metrics metricsFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	var err error
-	if err = errors.Join(checkDevice(req.Device), workers.check()); err != nil {
+	if err = errors.Join(checkDevice(req.Device), workers.check(), metrics.check()); err != nil {
 		return err
 	}
 	if req.Launcher, req.Slurm, err = launch.apply(cmd.Flags(), "", coordinator.SlurmConfig{}); err != nil {
@@ -104,8 +108,28 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	if req.Resume {
 		printResume(stderr, e.Kept(), e.Rescored(), req.Workers)
 	}
+	var em *telemetry.EvalMetrics
+	// The address served at, and the linger, are news worth an info line.
+	served, err := coordinator.ServeFamilies(ctx, metrics.addr, logger(stderr, slog.LevelInfo), func() (*telemetry.Metrics, error) {
+		m := telemetry.NewMetrics(version())
+		em, err = m.Eval()
+		return m, err
+	})
+	if err != nil {
+		return err
+	}
+	defer served.Close()
 	rep, err := e.Run(ctx)
 	var failed *coordinator.ShardsFailedError
+	if em != nil && rep != nil {
+		res := telemetry.EvalResult{Complete: rep.Complete, Accuracy: rep.Accuracy, Loss: rep.Loss, Kept: len(e.Kept())}
+		if errors.As(err, &failed) {
+			res.Failed = len(failed.Missing)
+		}
+		res.Scored = req.Workers - res.Kept - res.Failed
+		em.Result(res)
+		defer served.Linger(ctx, metrics.linger)
+	}
 	switch {
 	case ctx.Err() != nil:
 		fmt.Fprintf(stderr, "tolaria: evaluation interrupted; %s is left as it was, and the shards finished are kept for --resume\n", coordinator.EvalJSON)
