@@ -326,7 +326,14 @@ func Plan(req Request) (*Run, error) {
 		return nil, err
 	}
 	e.slots = launch.NewSlots(all)
-	e.launcher.Plan(e.workers())
+	// A scheduler submits the shards to score, not those a resume keeps.
+	var score []launch.Worker
+	for _, w := range e.workers() {
+		if _, kept := e.kept[w.Index]; !kept {
+			score = append(score, w)
+		}
+	}
+	e.launcher.Plan(score)
 	return e, nil
 }
 
