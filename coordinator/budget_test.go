@@ -132,7 +132,7 @@ func TestSweepParksALowerPriorityTrial(t *testing.T) {
 	}
 	spec := cfg.Sweep.Trials[0].Spec
 	spec.Device, spec.RunDir = "cpu", filepath.Join(t.TempDir(), "twin")
-	_, twin := train(t, request(t, spec))
+	_, twin := trainRun(t, request(t, spec))
 	if lowRow.Summary == nil || lowRow.Summary.ParamsSHA256 != twin.ParamsSHA256 {
 		t.Fatalf("the parked trial's params %v, its twin never parked %s", lowRow.Summary, twin.ParamsSHA256)
 	}

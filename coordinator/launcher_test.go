@@ -169,7 +169,7 @@ func TestFakeLauncherRunsEveryActivity(t *testing.T) {
 	})
 	t.Run("eval", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "run")
-		train(t, request(t, smallSpec(dir)))
+		trainRun(t, request(t, smallSpec(dir)))
 		exe, err := os.Executable()
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -138,7 +139,7 @@ func sampleInWorker(ctx context.Context, req SampleRequest, sj jobserver.SampleJ
 	case errors.As(err, &we) && we.Kind == worker.KindNoDevice,
 		errors.As(err, &na),
 		hello.Device == "" && errors.Is(err, worker.ErrWorkerExited):
-		return nil, setupErr(unavailableError{path, err})
+		return nil, setupErr(train.Unavailable(path, err))
 	case errors.As(err, &we) && we.Kind == worker.KindUsage:
 		return nil, configErr(fmt.Errorf("the worker %s refused the sampling job: %w", path, err))
 	}

@@ -24,7 +24,7 @@ type scrape map[string]map[string]float64
 
 func scrapeSweep(t *testing.T, s *SweepRun) scrape {
 	t.Helper()
-	mfs, err := s.metrics.m.Registry().Gather()
+	mfs, err := s.families.reg.Registry().Gather()
 	if err != nil {
 		t.Errorf("Gather: %v", err)
 		return nil

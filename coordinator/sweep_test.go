@@ -135,7 +135,7 @@ func TestSweepRanksTrialsRunInWorkers(t *testing.T) {
 		}
 		spec := trial.Spec
 		spec.Device, spec.RunDir = "cpu", filepath.Join(t.TempDir(), r.Name)
-		_, sum := train(t, request(t, spec))
+		_, sum := trainRun(t, request(t, spec))
 		if sum.ParamsSHA256 != r.Summary.ParamsSHA256 {
 			t.Errorf("trial %s: params %s in the sweep, %s trained alone", r.Name, r.Summary.ParamsSHA256, sum.ParamsSHA256)
 		}
@@ -243,7 +243,7 @@ func TestSweepRetriesAFailedTrial(t *testing.T) {
 	// It ends with the parameters of a run that never failed.
 	spec := cfg.Sweep.Trials[1].Spec
 	spec.Device, spec.RunDir = "cpu", filepath.Join(t.TempDir(), "b")
-	_, sum := train(t, request(t, spec))
+	_, sum := trainRun(t, request(t, spec))
 	if sum.ParamsSHA256 != b.Summary.ParamsSHA256 {
 		t.Errorf("params %s after a retry, %s uninterrupted", b.Summary.ParamsSHA256, sum.ParamsSHA256)
 	}
@@ -350,7 +350,7 @@ func TestSweepResumesAnInterruptedSweep(t *testing.T) {
 			// It ends with the parameters of a run never interrupted.
 			spec := cfg.Sweep.Trials[i].Spec
 			spec.Device, spec.RunDir = "cpu", filepath.Join(t.TempDir(), tr.Name)
-			_, sum := train(t, request(t, spec))
+			_, sum := trainRun(t, request(t, spec))
 			if sum.ParamsSHA256 != r.Summary.ParamsSHA256 {
 				t.Errorf("trial %s: params %s after resuming, %s uninterrupted", r.Name, r.Summary.ParamsSHA256, sum.ParamsSHA256)
 			}

@@ -14,6 +14,7 @@ import (
 // served) records nothing.
 type sweepFamilies struct {
 	hub     *Metrics
+	reg     *telemetry.Metrics // the registry they are on
 	sweep   *telemetry.SweepMetrics
 	budgets *telemetry.BudgetMetrics
 }
@@ -25,7 +26,7 @@ func serveSweepMetrics(ctx context.Context, addr, version string, log *slog.Logg
 	var f *sweepFamilies
 	hub, err := ServeFamilies(ctx, addr, log, func() (*telemetry.Metrics, error) {
 		m := telemetry.NewTrialMetrics(version)
-		f = &sweepFamilies{}
+		f = &sweepFamilies{reg: m}
 		var err error
 		if f.sweep, err = m.Sweep(trialStates(), failureReasons()); err != nil {
 			return nil, err

@@ -1,4 +1,9 @@
-package coordinator
+// Package train carries out one training run for the tolaria command: it
+// chooses the device, finds, probes and starts a worker process (or runs a
+// CPU job in this process), records the run in its directory and serves
+// the metrics hub for as long as the run needs it. A sweep runs each of its
+// trials through it; it knows no activity.
+package train
 
 import (
 	"context"
@@ -10,6 +15,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
@@ -62,29 +69,29 @@ type Budgeter interface {
 }
 
 // Validate checks the request, naming a setting that is wrong in a
-// field.Error wrapped in ErrConfig: the spec (once in this process), and
+// field.Error wrapped in refusal.ErrConfig: the spec (once in this process), and
 // the paths and address the run will write to and bind.
 func (r Request) Validate() error {
 	if err := r.Spec.Validate(); err != nil {
-		return configErr(err)
+		return refusal.Config(err)
 	}
 	if err := r.Placement.Validate(); err != nil {
 		return err
 	}
 	if r.SummaryJSON != "" {
 		if st, err := os.Stat(r.SummaryJSON); err == nil && st.IsDir() {
-			return configErr(field.Errorf("summary_json", "%s is a directory; give a file path", r.SummaryJSON))
+			return refusal.Config(field.Errorf("summary_json", "%s is a directory; give a file path", r.SummaryJSON))
 		}
 		// Found now, not after the whole run: the file is written by a
 		// rename in its directory, which must be (or become) writable.
 		if err := canCreateIn(filepath.Dir(r.SummaryJSON)); err != nil {
-			return configErr(field.Errorf("summary_json", "%s cannot be written: %w; give a path in a writable directory", r.SummaryJSON, err))
+			return refusal.Config(field.Errorf("summary_json", "%s cannot be written: %w; give a path in a writable directory", r.SummaryJSON, err))
 		}
 	}
 	if r.MetricsAddr != "" {
 		// A malformed address is refused here; a busy port when it is bound.
 		if _, err := telemetry.ListenAddress(r.MetricsAddr); err != nil {
-			return configErr(field.Errorf("metrics_addr", "%s: %w", r.MetricsAddr, err))
+			return refusal.Config(field.Errorf("metrics_addr", "%s: %w", r.MetricsAddr, err))
 		}
 	}
 	return nil
@@ -96,7 +103,7 @@ func (r Request) Validate() error {
 type Run struct {
 	req     Request
 	spec    job.Spec // as it runs: the device chosen, the run directory named
-	dir     *RunDir
+	dir     *rundir.Dir
 	exec    *Executor
 	plan    *job.Plan
 	metrics *Metrics
@@ -127,7 +134,7 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 			_ = r.Close()
 		}
 	}()
-	if r.dir, err = PlanRunDir(r.spec.RunDir, r.spec.Resume, time.Now()); err != nil {
+	if r.dir, err = rundir.Plan(r.spec.RunDir, r.spec.Resume, time.Now()); err != nil {
 		return nil, err
 	}
 	r.spec.RunDir = r.dir.Path()
@@ -203,7 +210,7 @@ func (r *Run) record() error {
 func (r *Run) Spec() job.Spec { return r.spec }
 
 // Dir is the run's directory.
-func (r *Run) Dir() *RunDir { return r.dir }
+func (r *Run) Dir() *rundir.Dir { return r.dir }
 
 // Train runs the job, reporting progress; a failure is logged in the
 // events before it is returned.
@@ -253,7 +260,7 @@ func (r *Run) Record(sum *trainer.Summary) error {
 		return fmt.Errorf("summary: %w", err)
 	}
 	if r.req.SummaryJSON != "" {
-		if err := WriteSummary(r.req.SummaryJSON, *sum); err != nil {
+		if err := rundir.WriteSummary(r.req.SummaryJSON, *sum); err != nil {
 			return field.Errorf("summary_json", "%w", err)
 		}
 	}

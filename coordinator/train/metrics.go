@@ -1,4 +1,4 @@
-package coordinator
+package train
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -49,7 +50,7 @@ func ServeFamilies(ctx context.Context, addr string, log *slog.Logger, families 
 	r := &Metrics{m: m, log: log}
 	srv, err := telemetry.Serve(ctx, addr, r.m.Registry())
 	if err != nil {
-		return nil, setupErr(field.Errorf("metrics_addr", "%s: %w", addr, err))
+		return nil, refusal.Setup(field.Errorf("metrics_addr", "%s: %w", addr, err))
 	}
 	r.srv = srv
 	log.Info("serving metrics", "url", srv.URL())

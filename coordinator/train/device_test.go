@@ -1,4 +1,4 @@
-package coordinator
+package train
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -67,8 +68,8 @@ func TestChooseRefusals(t *testing.T) {
 		{"auto, isolated, without a worker", Placement{Device: "auto", Isolate: true, Worker: missing}, "none was found"},
 	} {
 		_, err := Choose(context.Background(), c.place, nil, nil)
-		if !errors.Is(err, ErrSetup) || errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v; want an ErrSetup saying %q", c.name, err, c.want)
+		if !errors.Is(err, refusal.ErrSetup) || errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want an refusal.ErrSetup saying %q", c.name, err, c.want)
 		}
 	}
 	_, err := Choose(context.Background(), Placement{Device: "cpu", Isolate: true, Worker: missing}, nil, nil)
@@ -87,7 +88,7 @@ func TestCancelledWhileTheWorkerStarts(t *testing.T) {
 	time.AfterFunc(200*time.Millisecond, cancel)
 	start := time.Now()
 	_, err := Choose(ctx, Placement{Device: "auto", Worker: hanging, WorkerStart: time.Minute}, nil, nil)
-	if err == nil || !strings.Contains(err.Error(), "interrupted") || errors.Is(err, ErrSetup) {
+	if err == nil || !strings.Contains(err.Error(), "interrupted") || errors.Is(err, refusal.ErrSetup) {
 		t.Fatalf("cancelled during the probe: %v; want an interruption, not a fallback to the CPU", err)
 	}
 	if d := time.Since(start); d > 30*time.Second {
@@ -97,11 +98,11 @@ func TestCancelledWhileTheWorkerStarts(t *testing.T) {
 
 func TestCUDAWorker(t *testing.T) {
 	_, _, err := CUDAWorker(context.Background(), dying(t), time.Second, nil)
-	if !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), "exited at start-up") {
+	if !errors.Is(err, refusal.ErrSetup) || !strings.Contains(err.Error(), "exited at start-up") {
 		t.Fatalf("a worker without a GPU: %v", err)
 	}
 	_, _, err = CUDAWorker(context.Background(), filepath.Join(t.TempDir(), "missing"), time.Second, nil)
-	if !errors.Is(err, ErrSetup) || !errors.Is(err, worker.ErrNotFound) {
+	if !errors.Is(err, refusal.ErrSetup) || !errors.Is(err, worker.ErrNotFound) {
 		t.Fatalf("no worker: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package coordinator
+package train
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
@@ -46,10 +47,10 @@ type Placement struct {
 // Validate checks the placement's bounds, naming the setting at fault.
 func (p Placement) Validate() error {
 	if p.WorkerStart < 0 {
-		return configErr(field.Errorf("worker_start_timeout", "cannot be negative (%s); give a duration such as 30s", p.WorkerStart))
+		return refusal.Config(field.Errorf("worker_start_timeout", "cannot be negative (%s); give a duration such as 30s", p.WorkerStart))
 	}
 	if p.HeartbeatTimeout != 0 && p.HeartbeatTimeout < worker.MinHeartbeatTimeout {
-		return configErr(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more, such as %s",
+		return refusal.Config(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more, such as %s",
 			p.HeartbeatTimeout, worker.MinHeartbeatTimeout, worker.DefaultHeartbeatTimeout))
 	}
 	return nil
@@ -79,7 +80,7 @@ func Choose(ctx context.Context, p Placement, shared *trainer.Shared, log *slog.
 	}
 	if p.Transport != nil {
 		if p.Device != "cpu" && p.Device != "cuda" {
-			return nil, configErr(field.Errorf("device", "must be cpu or cuda for a worker started elsewhere, got %q", p.Device))
+			return nil, refusal.Config(field.Errorf("device", "must be cpu or cuda for a worker started elsewhere, got %q", p.Device))
 		}
 		return &Executor{Device: p.Device, Remote: p.Transport, shared: shared, log: log}, nil
 	}
@@ -95,10 +96,10 @@ func Choose(ctx context.Context, p Placement, shared *trainer.Shared, log *slog.
 			return inProcess, nil
 		case p.Device != "cuda":
 			// Isolating a CPU job needs any tolaria-worker, not a CUDA one.
-			return nil, setupErr(field.Errorf("isolate", "runs the job in a tolaria-worker process, and none was found next to tolaria, at %s or at $TOLARIA_WORKER: build one with `make build` (bin/tolaria-worker), or drop %s",
+			return nil, refusal.Setup(field.Errorf("isolate", "runs the job in a tolaria-worker process, and none was found next to tolaria, at %s or at $TOLARIA_WORKER: build one with `make build` (bin/tolaria-worker), or drop %s",
 				field.Name("worker"), field.Name("isolate")))
 		}
-		return nil, setupErr(fmt.Errorf("%w; or train on the CPU with --device cpu", err))
+		return nil, refusal.Setup(fmt.Errorf("%w; or train on the CPU with --device cpu", err))
 	}
 	proc := &worker.Process{Path: path, Stderr: p.Stderr, HelloTimeout: p.WorkerStart, HeartbeatTimeout: p.HeartbeatTimeout, Env: p.Env}
 	if p.Device == "cpu" {
@@ -122,11 +123,11 @@ func Choose(ctx context.Context, p Placement, shared *trainer.Shared, log *slog.
 // CUDAWorker finds the tolaria-worker (at path, or next to this program
 // when path is "") and asks it to open a GPU within start (0: the
 // default). It returns the worker, ready to run jobs and benchmarks, or an
-// ErrSetup saying why there is none and what to do.
+// refusal.ErrSetup saying why there is none and what to do.
 func CUDAWorker(ctx context.Context, path string, start time.Duration, stderr io.Writer) (*worker.Process, worker.Hello, error) {
 	found, err := worker.Find(path)
 	if err != nil {
-		return nil, worker.Hello{}, setupErr(err)
+		return nil, worker.Hello{}, refusal.Setup(err)
 	}
 	proc := &worker.Process{Path: found, Stderr: stderr, HelloTimeout: start}
 	hello, err := probeCUDA(ctx, proc)
@@ -151,6 +152,10 @@ type unavailableError struct {
 func (e unavailableError) Error() string { return worker.Unavailable(e.path, e.err) }
 func (e unavailableError) Unwrap() error { return e.err }
 
+// Unavailable is the error of the worker at path that cannot give a GPU
+// because of err: its message says why in one sentence and what to do.
+func Unavailable(path string, err error) error { return unavailableError{path, err} }
+
 // Plan loads the job's data and plans it (see job.Spec.Plan) before
 // anything is written, so a batch larger than the training set, graphs
 // that would never be captured or a checkpoint that does not fit are
@@ -160,11 +165,11 @@ func (e unavailableError) Unwrap() error { return e.err }
 func (e *Executor) Plan(spec job.Spec) (*job.Plan, error) {
 	train, test, err := spec.LoadData()
 	if err != nil {
-		return nil, configErr(err)
+		return nil, refusal.Config(err)
 	}
 	plan, err := spec.Plan(train, test)
 	if err != nil {
-		return nil, configErr(err)
+		return nil, refusal.Config(err)
 	}
 	return plan, nil
 }

@@ -1,4 +1,4 @@
-package coordinator
+package train
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -43,7 +44,7 @@ func TestBusyMetricsPortIsASetupError(t *testing.T) {
 	}
 	defer l.Close()
 	_, err = ServeMetrics(context.Background(), l.Addr().String(), "test", nil)
-	if !errors.Is(err, ErrSetup) || errors.Is(err, ErrConfig) || !field.Is(err, "metrics_addr") {
+	if !errors.Is(err, refusal.ErrSetup) || errors.Is(err, refusal.ErrConfig) || !field.Is(err, "metrics_addr") {
 		t.Fatalf("busy port: %v", err)
 	}
 }
