@@ -64,7 +64,7 @@ staticcheck:
 # Includes ./e2e: the binaries end to end, and a real Prometheus, which the
 # test command requires (deps-test installs it).
 unit:
-	TOLARIA_E2E_REQUIRE_PROMETHEUS=1 TOLARIA_E2E_REQUIRE_SLURM=1 TOLARIA_REQUIRE_EMULATION=1 $(GO) test $(GOFLAGS_TEST) ./...
+	TOLARIA_E2E_REQUIRE_PROMETHEUS=1 TOLARIA_E2E_REQUIRE_SLURM=1 TOLARIA_E2E_REQUIRE_PARQUET_READER=1 TOLARIA_REQUIRE_EMULATION=1 $(GO) test $(GOFLAGS_TEST) ./...
 
 # Everything builds with -tags cuda, test binaries included; they run on a GPU.
 cuda-build:
@@ -97,7 +97,7 @@ check-generated:
 
 # End-to-end checks alone (they also run in `unit`).
 e2e:
-	TOLARIA_E2E_REQUIRE_PROMETHEUS=1 TOLARIA_E2E_REQUIRE_SLURM=1 $(GO) test -count=1 -timeout 20m ./e2e/
+	TOLARIA_E2E_REQUIRE_PROMETHEUS=1 TOLARIA_E2E_REQUIRE_SLURM=1 TOLARIA_E2E_REQUIRE_PARQUET_READER=1 $(GO) test -count=1 -timeout 20m ./e2e/
 
 # The accuracy bars: default MLP, 10 epochs, graphs on, CPU device, >= 0.89;
 # examples/cnn.yaml's CNN, 5 epochs, graphs on, CPU device, >= 0.92.

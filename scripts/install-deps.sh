@@ -6,6 +6,8 @@
 #                           emulation test), OpenBLAS (the CPU GEMM benchmark's
 #                           reference, -tags openblas), Slurm and munge (the one-node
 #                           cluster of the Slurm launcher's tests, scripts/slurm-up.sh),
+#                           node with the npm package hyparquet (the Parquet reader
+#                           of the eval --predictions test),
 #                           and the CUDA toolkit (nvcc, cuda.h; for the -tags cuda
 #                           build and the PTX check)
 #   install-deps.sh peer    the dataset, PyTorch for Debian's python3 (python3-torch)
@@ -16,6 +18,7 @@ set -euo pipefail
 
 what=${1:-train}
 STATICCHECK_VERSION=v0.8.2 # honnef.co/go/tools; `staticcheck -version` prints "(0.8.2)"
+HYPARQUET_VERSION=1.31.5   # npm; the Parquet reader of the eval --predictions test
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 if ! command -v go >/dev/null 2>&1; then
@@ -62,6 +65,17 @@ test)
 	# test on a real English corpus (data/text_test.go).
 	apt_install dataset-fashion-mnist fortunes prometheus gcc g++ libc6-dev git libopenblas-dev slurm-wlm munge
 	"$root/scripts/install-cuda.sh"
+	# node and the npm package hyparquet, the independent Parquet reader of
+	# the tolaria eval --predictions test (e2e/predictions_test.go), into
+	# ${XDG_CACHE_HOME:-$HOME/.cache}/tolaria/node, where the test looks.
+	command -v node >/dev/null 2>&1 || apt_install nodejs
+	command -v npm >/dev/null 2>&1 || apt_install npm
+	hp="${XDG_CACHE_HOME:-$HOME/.cache}/tolaria/node"
+	if ! grep -qs "\"version\": \"$HYPARQUET_VERSION\"" "$hp/node_modules/hyparquet/package.json"; then
+		echo "install-deps: installing hyparquet $HYPARQUET_VERSION"
+		mkdir -p "$hp"
+		npm install --prefix "$hp" --no-audit --no-fund --no-save "hyparquet@$HYPARQUET_VERSION" >/dev/null
+	fi
 	# staticcheck, at a pinned version, into $(go env GOPATH)/bin.
 	sc="$(go env GOPATH)/bin/staticcheck"
 	if ! { [ -x "$sc" ] && "$sc" -version 2>/dev/null | grep -qF "(${STATICCHECK_VERSION#v})"; }; then

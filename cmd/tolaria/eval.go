@@ -41,6 +41,12 @@ fingerprint, split and --workers) and scores only the others: the result is
 the one an uninterrupted evaluation writes. --metrics-addr serves the
 result's accuracy and loss labelled result="complete" or result="partial".
 
+--predictions also writes, with a complete result, RUN/predictions.parquet
+(just before eval.json, atomically): one row per example (index, label,
+predicted, loss), or per position of a token model's windows (window,
+position, label, predicted, loss), in index order; a partial evaluation
+writes none. See docs/eval.md for the columns and how to load them.
+
 A token model's run (dataset text) is scored window by window: its loss is
 the mean per token (nats, and in bits per byte), its accuracy that of every
 target byte, and eval.json adds the accuracy and loss at each position of
@@ -62,6 +68,7 @@ written), 1 another failure, 130 interrupted.`,
 	fs.IntVar(&req.Workers, "workers", 1, "worker processes, each scoring one stride shard of the examples")
 	fs.StringVar(&req.Split, "split", "test", "test or train")
 	fs.BoolVar(&req.Resume, "resume", false, "keep the shard files of an earlier evaluation that verify as this one's and score only the other shards")
+	fs.BoolVar(&req.Predictions, "predictions", false, "with a complete result, also write every example's index, label, predicted class and loss (a token model's: per position of each window) to RUN/predictions.parquet")
 	registerDevice(fs, &req.Device, "; every shard's worker scores there (cuda: the first GPU it sees)")
 	workers.register(fs, "a shard's tolaria-worker")
 	launch.register(fs, "shard")
@@ -145,6 +152,9 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	}
 	printEvalReport(stdout, rep)
 	fmt.Fprintf(stdout, "results %s/%s\n", req.RunDir, coordinator.EvalJSON)
+	if rep.Predictions != "" {
+		fmt.Fprintf(stdout, "predictions %s\n", filepath.Join(req.RunDir, rep.Predictions))
+	}
 	return nil
 }
 

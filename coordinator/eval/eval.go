@@ -78,7 +78,10 @@ type Request struct {
 	// Resume keeps every shard file of an earlier evaluation that verifies
 	// as this one's (see Run.Kept) and scores only the other shards.
 	Resume bool
-	Logger *slog.Logger
+	// Predictions writes, with a complete result, every label's figures
+	// to PredictionsFile beside eval.json.
+	Predictions bool
+	Logger      *slog.Logger
 	// Progress, when set, is told of each shard's attempts as they end.
 	Progress func(Progress)
 }
@@ -168,7 +171,10 @@ type Report struct {
 	// Missing are, in a partial result, the shards that failed: the
 	// examples they hold and why.
 	Missing []MissingShard `json:"missing,omitempty"`
-	Seconds float64        `json:"seconds"`
+	// Predictions is the per-label file written with this result
+	// (PredictionsFile, in the run directory); absent when none was.
+	Predictions string  `json:"predictions,omitempty"`
+	Seconds     float64 `json:"seconds"`
 }
 
 // MissingShard is a shard of a partial result that failed every attempt.
@@ -512,9 +518,22 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	rep.RunDir, rep.Checkpoint = e.req.RunDir, e.ckPath
+	written, stale, err := e.publishPredictions(shards)
+	if err != nil {
+		return nil, err
+	}
+	if written != "" {
+		rep.Predictions = PredictionsFile
+	}
 	rep.Seconds = time.Since(start).Seconds()
 	if err := e.publish(rep); err != nil {
 		return nil, err
+	}
+	// The predictions of the result just replaced describe it no more.
+	if stale != "" {
+		if err := os.Remove(stale); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
 	}
 	return rep, nil
 }

@@ -1,0 +1,140 @@
+package eval
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
+	"github.com/tolaria-ml/tolaria/jobserver"
+)
+
+// PredictionsFile is the per-example output of a complete evaluation run
+// with Request.Predictions, in the run directory: Parquet, one row per
+// label in index order (ExamplePrediction, or TokenPrediction for a token
+// model), in row groups of PredictionsRowGroup rows.
+const PredictionsFile = "predictions.parquet"
+
+// PredictionsRowGroup is the rows of one row group of PredictionsFile:
+// the merge holds one such chunk at a time while it writes.
+const PredictionsRowGroup = 1 << 16
+
+// ExamplePrediction is a row of PredictionsFile for a model of one class
+// per example.
+type ExamplePrediction struct {
+	Index     int64   `parquet:"index"`     // the example's index in the split
+	Label     int32   `parquet:"label"`     // its class
+	Predicted int32   `parquet:"predicted"` // the first maximum of its logits
+	Loss      float64 `parquet:"loss"`      // as eval.json's loss sums it
+}
+
+// TokenPrediction is a row of PredictionsFile for a token model: one
+// position of one window, position p predicting the window's byte p+1
+// from bytes 0..p.
+type TokenPrediction struct {
+	Window    int64   `parquet:"window"`    // the window's index in the split
+	Position  int32   `parquet:"position"`  // 0 .. positions-1
+	Label     int32   `parquet:"label"`     // the byte at position+1
+	Predicted int32   `parquet:"predicted"` // the byte predicted
+	Loss      float64 `parquet:"loss"`
+}
+
+// WritePredictions replaces path with the shards' records as Parquet, in
+// index order, atomically (a temporary file, synced, renamed). The shards
+// must be those Merge accepted for want: each is read in place, record by
+// record, so the writer holds one row group beyond them. The file's
+// key-value metadata names the evaluation (tolaria.* keys), so a file can
+// be matched with its eval.json.
+func WritePredictions(path string, want jobserver.ShardHeader, shards []jobserver.Shard) error {
+	if len(shards) != want.Shards || want.Shards < 1 {
+		return fmt.Errorf("%w: %d shard files for %d shards", ErrMerge, len(shards), want.Shards)
+	}
+	meta := []parquet.WriterOption{
+		parquet.Compression(&parquet.Snappy),
+		parquet.MaxRowsPerRowGroup(PredictionsRowGroup),
+		parquet.KeyValueMetadata("tolaria.split", want.Split),
+		parquet.KeyValueMetadata("tolaria.checkpoint_sha256", want.CheckpointSHA256),
+		parquet.KeyValueMetadata("tolaria.step", strconv.Itoa(want.Step)),
+		parquet.KeyValueMetadata("tolaria.samples", strconv.Itoa(want.Samples)),
+		parquet.KeyValueMetadata("tolaria.positions", strconv.Itoa(want.Positions)),
+		parquet.KeyValueMetadata("tolaria.data", want.Data),
+	}
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		if want.Positions > 0 {
+			return writeRows(w, meta, want, shards, func(i int, r recordView) TokenPrediction {
+				return TokenPrediction{Window: int64(i / want.Positions), Position: int32(i % want.Positions),
+					Label: int32(r.label), Predicted: int32(r.pred), Loss: r.loss}
+			})
+		}
+		return writeRows(w, meta, want, shards, func(i int, r recordView) ExamplePrediction {
+			return ExamplePrediction{Index: int64(i), Label: int32(r.label), Predicted: int32(r.pred), Loss: r.loss}
+		})
+	})
+}
+
+type recordView struct {
+	label, pred int
+	loss        float64
+}
+
+// writeRows writes every label's row in index order, a row group at a
+// time. Label i is in shard (i/T)%N (T the positions, 1 for a model of a
+// class per example), its record ((i/T)/N)*T + i%T there.
+func writeRows[T any](w io.Writer, opts []parquet.WriterOption, want jobserver.ShardHeader, shards []jobserver.Shard, row func(int, recordView) T) error {
+	pw := parquet.NewGenericWriter[T](w, opts...)
+	per := max(1, want.Positions)
+	labels := want.Samples * per
+	chunk := make([]T, 0, min(labels, PredictionsRowGroup))
+	flush := func() error {
+		if _, err := pw.Write(chunk); err != nil {
+			return err
+		}
+		chunk = chunk[:0]
+		return pw.Flush()
+	}
+	for i := range labels {
+		ex := i / per
+		s, k := ex%want.Shards, ex/want.Shards*per+i%per
+		if k >= len(shards[s].Scores) || shards[s].Scores[k].Index != i {
+			return fmt.Errorf("%w: shard %d holds no record %d for label %d", ErrMerge, s, k, i)
+		}
+		r := shards[s].Scores[k]
+		chunk = append(chunk, row(i, recordView{label: r.Label, pred: r.Predicted, loss: r.Loss}))
+		if len(chunk) == cap(chunk) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if len(chunk) > 0 {
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	return pw.Close()
+}
+
+// publishPredictions writes, with Request.Predictions, the complete
+// evaluation's predictions file just before eval.json is replaced;
+// without it, it returns the stale file of the result being replaced, to
+// be removed once eval.json is.
+func (e *Run) publishPredictions(shards []jobserver.Shard) (written, stale string, err error) {
+	path := filepath.Join(e.req.RunDir, PredictionsFile)
+	if !e.req.Predictions {
+		if _, err := os.Stat(path); err == nil {
+			return "", path, nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", "", err
+		}
+		return "", "", nil
+	}
+	if err := WritePredictions(path, e.expect(), shards); err != nil {
+		return "", "", fmt.Errorf("writing %s: %w", PredictionsFile, err)
+	}
+	return path, "", nil
+}
