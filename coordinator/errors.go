@@ -1,11 +1,10 @@
-// Package coordinator carries out training jobs and sweeps for the
-// tolaria command: it chooses the device, finds, probes and starts worker
-// processes (or runs a CPU job in this process), and keeps the /metrics
-// server up for as long as a run needs it. Its rooms are packages of
-// their own, whose names it re-exports for its callers: the run directory
-// (rundir), the launchers and device slots (launch), the budget broker
-// (budget), sharded evaluation (eval) and reinforcement learning (rl). It
-// never initialises CUDA: GPU work happens in a tolaria-worker process.
+// Package coordinator is what the tolaria command calls to carry out its
+// work: sampling, signals and the GPU list here, and the rooms, packages of
+// their own whose names it re-exports for its callers: a training run
+// (train), sweeps (sweep), the run directory (rundir), the launchers and
+// device slots (launch), the budget broker (budget), sharded evaluation
+// (eval) and reinforcement learning (rl). It never initialises CUDA: GPU
+// work happens in a tolaria-worker process.
 package coordinator
 
 import "github.com/tolaria-ml/tolaria/coordinator/refusal"

@@ -1,8 +1,6 @@
 package coordinator
 
 import (
-	"context"
-
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 )
 
@@ -20,14 +18,3 @@ type SlurmConfig = launch.SlurmConfig
 // DefaultSlurmPoll is how often the coordinator asks Slurm where its
 // tasks are.
 const DefaultSlurmPoll = launch.DefaultSlurmPoll
-
-// launcherKind is the launcher an activity uses (see launch.Resolve).
-func launcherKind(kind launch.Kind, name string) (launch.Kind, error) {
-	return launch.Resolve(kind, name)
-}
-
-// releaseAll gives up the workers that will not start (see
-// launch.ReleaseAll).
-func releaseAll(ctx context.Context, l launch.Launcher, workers []launch.Worker) {
-	launch.ReleaseAll(ctx, l, workers)
-}

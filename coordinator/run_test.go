@@ -2,8 +2,8 @@ package coordinator
 
 import (
 	"context"
-	"io"
-	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,8 +11,8 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// The single run's own tests are in package train; these helpers train
-// the runs a sweep's trials are compared with.
+// The single run's own tests are in package train, a sweep's in package
+// sweep; these helpers run the ones every activity's launcher test needs.
 
 func smallSpec(dir string) job.Spec {
 	s := job.Default()
@@ -45,18 +45,59 @@ func trainRun(t *testing.T, req Request) (*Run, trainer.Summary) {
 	return r, sum
 }
 
-// get is the body of a GET of url.
-func get(t *testing.T, url string) string {
+// testSweep is four small trials on synthetic data, a second or so each.
+const testSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 256
+  epochs: 2
+  batch_size: 32
+  log_every: 2
+  enable_graphs: true
+  model: {hidden: [8]}
+trials:
+  - {name: a, lr: 0.0001}
+  - {name: b, lr: 0.003}
+  - {name: c, lr: 0.01, model: {hidden: [16]}}
+  - {name: d, lr: 0.03}
+`
+
+// sweepConfig runs the sweep file text with this test binary as the
+// worker.
+func sweepConfig(t *testing.T, text string) SweepConfig {
 	t.Helper()
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get(url)
+	sw, err := ReadSweep(writeSweep(t, text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d, %v", url, resp.StatusCode, err)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return string(raw)
+	t.Setenv(serveAsWorkerEnv, "1")
+	return SweepConfig{Sweep: sw, Dir: filepath.Join(t.TempDir(), "sweep"), Device: "cpu", RankBy: "test_accuracy", Worker: exe, Version: "test"}
+}
+
+func runSweep(t *testing.T, ctx context.Context, cfg SweepConfig) (Results, *SweepRun) {
+	t.Helper()
+	s, err := PrepareSweep(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, s
+}
+
+// writeSweep writes a sweep file of text.
+func writeSweep(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sweep.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -36,6 +36,8 @@ func TestLayering(t *testing.T) {
 			[]string{m + "coordinator/rl", m + "coordinator/launch", m + "coordinator/rundir", m + "coordinator/refusal"}},
 		{"./coordinator/train", []string{m + "coordinator"}, "a training run is the layer the activities share: it knows none of them",
 			[]string{m + "coordinator/train", m + "coordinator/launch", m + "coordinator/rundir", m + "coordinator/refusal"}},
+		{"./coordinator/sweep", []string{m + "coordinator"}, "an activity imports the launcher and the run directory, never another activity; a sweep runs its trials as training runs through its budget broker",
+			[]string{m + "coordinator/sweep", m + "coordinator/train", m + "coordinator/launch", m + "coordinator/rundir", m + "coordinator/budget", m + "coordinator/refusal"}},
 		{"./coordinator/budget", []string{m + "coordinator", m + "jobserver", m + "telemetry"}, "the budget broker keeps books of holders and bills; it knows no activity, protocol or metrics",
 			[]string{m + "coordinator/budget", m + "coordinator/refusal"}},
 	}

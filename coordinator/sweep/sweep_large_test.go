@@ -1,4 +1,4 @@
-package coordinator
+package sweep
 
 import (
 	"bytes"
@@ -34,7 +34,7 @@ func TestSweepWritesTrialConfigsAsTrialsStart(t *testing.T) {
 			}
 		})
 	}
-	s, err := PrepareSweep(context.Background(), cfg)
+	s, err := Prepare(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestSweepWritesTrialConfigsAsTrialsStart(t *testing.T) {
 func TestSweepRewritesResultsAtItsPace(t *testing.T) {
 	cfg := sweepConfig(t, testSweep)
 	cfg.Parallel = 2
-	s, err := PrepareSweep(context.Background(), cfg)
+	s, err := Prepare(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

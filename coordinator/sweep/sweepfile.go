@@ -1,4 +1,4 @@
-package coordinator
+package sweep
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 )
@@ -27,7 +28,7 @@ type Sweep struct {
 	// Launcher and Slurm are the file's launcher: and slurm: ("" and zero
 	// without them); the command line's flags take precedence.
 	Launcher string
-	Slurm    SlurmConfig
+	Slurm    launch.SlurmConfig
 }
 
 // Trial is one job of a sweep.
@@ -102,11 +103,11 @@ func checkTrialName(name string, seen map[string]string) error {
 
 // sweepYAML is a sweep file's layout.
 type sweepYAML struct {
-	Base     map[string]any   `yaml:"base"`
-	Trials   []map[string]any `yaml:"trials"`
-	Grid     yaml.Node        `yaml:"grid"`
-	Launcher string           `yaml:"launcher"`
-	Slurm    SlurmConfig      `yaml:"slurm"`
+	Base     map[string]any     `yaml:"base"`
+	Trials   []map[string]any   `yaml:"trials"`
+	Grid     yaml.Node          `yaml:"grid"`
+	Launcher string             `yaml:"launcher"`
+	Slurm    launch.SlurmConfig `yaml:"slurm"`
 }
 
 // DefaultMaxTrials is the most trials a sweep file may make unless the
@@ -122,7 +123,7 @@ const DefaultMaxTrials = 10000
 // optionally named) and/or a grid (key -> list of values, crossed in the
 // order the file gives the keys, the last varying fastest). With both,
 // every trial is crossed with every grid point. Every refusal wraps
-// ErrConfig and names the file, and the trial and key at fault. It makes
+// refusal.ErrConfig and names the file, and the trial and key at fault. It makes
 // at most DefaultMaxTrials trials.
 func ReadSweep(path string) (*Sweep, error) {
 	return ReadSweepMax(path, DefaultMaxTrials)
@@ -134,11 +135,11 @@ func ReadSweep(path string) (*Sweep, error) {
 func ReadSweepMax(path string, maxTrials int) (*Sweep, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, configErr(fmt.Errorf("sweep file %s: %w", path, err))
+		return nil, refusal.Config(fmt.Errorf("sweep file %s: %w", path, err))
 	}
 	sw, err := parseSweepMax(raw, maxTrials)
 	if err != nil {
-		return nil, configErr(fmt.Errorf("sweep file %s: %w", path, err))
+		return nil, refusal.Config(fmt.Errorf("sweep file %s: %w", path, err))
 	}
 	sw.Path, sw.Raw = path, raw
 	return sw, nil

@@ -1,4 +1,4 @@
-package coordinator
+package sweep
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -38,7 +40,7 @@ trials:
 
 // sweepConfig runs the sweep file text with this test binary as the
 // worker.
-func sweepConfig(t *testing.T, text string) SweepConfig {
+func sweepConfig(t *testing.T, text string) Config {
 	t.Helper()
 	sw, err := ReadSweep(writeSweep(t, text))
 	if err != nil {
@@ -49,12 +51,12 @@ func sweepConfig(t *testing.T, text string) SweepConfig {
 		t.Fatal(err)
 	}
 	t.Setenv(serveAsWorkerEnv, "1")
-	return SweepConfig{Sweep: sw, Dir: filepath.Join(t.TempDir(), "sweep"), Device: "cpu", RankBy: "test_accuracy", Worker: exe, Version: "test"}
+	return Config{Sweep: sw, Dir: filepath.Join(t.TempDir(), "sweep"), Device: "cpu", RankBy: "test_accuracy", Worker: exe, Version: "test"}
 }
 
-func runSweep(t *testing.T, ctx context.Context, cfg SweepConfig) (Results, *SweepRun) {
+func runSweep(t *testing.T, ctx context.Context, cfg Config) (Results, *Run) {
 	t.Helper()
-	s, err := PrepareSweep(ctx, cfg)
+	s, err := Prepare(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +112,7 @@ func TestSweepRanksTrialsRunInWorkers(t *testing.T) {
 		if i > 0 && *onDisk.Trials[i-1].Value < *r.Value {
 			t.Errorf("row %d (%g) ranks below row %d (%g)", i, *r.Value, i-1, *onDisk.Trials[i-1].Value)
 		}
-		if _, err := os.Stat(filepath.Join(r.RunDir, SummaryFile)); err != nil || filepath.Dir(r.RunDir) != cfg.Dir {
+		if _, err := os.Stat(filepath.Join(r.RunDir, rundir.SummaryFile)); err != nil || filepath.Dir(r.RunDir) != cfg.Dir {
 			t.Errorf("trial %s: run directory %s: %v", r.Name, r.RunDir, err)
 		}
 		if log, err := os.ReadFile(filepath.Join(r.RunDir, "worker.log")); err != nil || !strings.Contains(string(log), "test worker pid") {
@@ -275,7 +277,7 @@ func TestSweepInterrupted(t *testing.T) {
 
 // interruptSweep runs cfg two trials at a time and cancels it once both
 // train in their second epoch.
-func interruptSweep(t *testing.T, cfg SweepConfig) Results {
+func interruptSweep(t *testing.T, cfg Config) Results {
 	t.Helper()
 	cfg.Parallel = 2
 	ctx, cancel := context.WithCancel(context.Background())
@@ -306,9 +308,9 @@ func interruptSweep(t *testing.T, cfg SweepConfig) Results {
 
 // resumeConfig is cfg resuming its sweep directory, as tolaria sweep
 // --resume reads it.
-func resumeConfig(t *testing.T, cfg SweepConfig) SweepConfig {
+func resumeConfig(t *testing.T, cfg Config) Config {
 	t.Helper()
-	sw, _, err := LoadSweepDir(cfg.Dir)
+	sw, _, err := LoadDir(cfg.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +364,7 @@ func TestSweepResumesAnInterruptedSweep(t *testing.T) {
 	}
 	// Every trial succeeded: there is nothing left, and nothing changes.
 	before, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsJSON))
-	if _, err := PrepareSweep(context.Background(), resumeConfig(t, cfg)); !errors.Is(err, ErrNothingToResume) {
+	if _, err := Prepare(context.Background(), resumeConfig(t, cfg)); !errors.Is(err, ErrNothingToResume) {
 		t.Errorf("resuming a finished sweep: %v", err)
 	}
 	if after, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsJSON)); string(after) != string(before) {
@@ -397,7 +399,7 @@ func TestSweepResumesAKilledSweep(t *testing.T) {
 	}
 	dropJournalEnds(t, cfg.Dir)
 
-	s, err := PrepareSweep(context.Background(), resumeConfig(t, cfg))
+	s, err := Prepare(context.Background(), resumeConfig(t, cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,19 +505,19 @@ func TestResumeSweepRefuses(t *testing.T) {
 		{filepath.Join(t.TempDir(), "none"), "no such file or directory"},
 		{notSweep, "is not a sweep directory"},
 	} {
-		if _, _, err := LoadSweepDir(c.dir); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("LoadSweepDir(%q): got %v, want ErrConfig with %q", c.dir, err, c.want)
+		if _, _, err := LoadDir(c.dir); !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("LoadDir(%q): got %v, want refusal.ErrConfig with %q", c.dir, err, c.want)
 		}
 	}
 	// A sweep held by another: refused before anything is written.
-	held, err := PrepareSweep(context.Background(), cfg)
+	held, err := Prepare(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Close()
 	before, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsJSON))
-	_, err = PrepareSweep(context.Background(), resumeConfig(t, cfg))
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "in use by another tolaria sweep") {
+	_, err = Prepare(context.Background(), resumeConfig(t, cfg))
+	if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "in use by another tolaria sweep") {
 		t.Errorf("resuming a held sweep: %v", err)
 	}
 	if after, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsJSON)); string(after) != string(before) {
@@ -532,14 +534,14 @@ func TestPrepareSweepRefuses(t *testing.T) {
 	bigBatch := strings.Replace(testSweep, "{name: d, lr: 0.03}", "{name: d, batch_size: 4096}", 1)
 	for _, c := range []struct {
 		name string
-		edit func(*SweepConfig)
+		edit func(*Config)
 		want string
 	}{
-		{"rank key", func(c *SweepConfig) { c.RankBy = "accuracy" }, "rank_by: must be one of samples_per_second, test_accuracy, test_loss"},
-		{"sweep dir in use", func(c *SweepConfig) { c.Dir = full }, "is not empty"},
-		{"parallel over slots", func(c *SweepConfig) { c.Device, c.GPUs, c.PerDevice, c.Parallel = "cuda", []int{0, 1}, 1, 3 }, "parallel: 3 is more than the 2 device slots"},
-		{"gpus twice", func(c *SweepConfig) { c.Device, c.GPUs = "cuda", []int{1, 1} }, "devices: must list distinct"},
-		{"a trial's batch", func(c *SweepConfig) {
+		{"rank key", func(c *Config) { c.RankBy = "accuracy" }, "rank_by: must be one of samples_per_second, test_accuracy, test_loss"},
+		{"sweep dir in use", func(c *Config) { c.Dir = full }, "is not empty"},
+		{"parallel over slots", func(c *Config) { c.Device, c.GPUs, c.PerDevice, c.Parallel = "cuda", []int{0, 1}, 1, 3 }, "parallel: 3 is more than the 2 device slots"},
+		{"gpus twice", func(c *Config) { c.Device, c.GPUs = "cuda", []int{1, 1} }, "devices: must list distinct"},
+		{"a trial's batch", func(c *Config) {
 			sw, err := ReadSweep(writeSweep(t, bigBatch))
 			if err != nil {
 				t.Fatal(err)
@@ -548,7 +550,7 @@ func TestPrepareSweepRefuses(t *testing.T) {
 		}, `trial "d": warmup_batches: 2 covers the whole run`},
 		// Deep enough for the sweep directory and its trials' configurations,
 		// too deep for the files of a trial's run.
-		{"sweep dir too deep", func(c *SweepConfig) {
+		{"sweep dir too deep", func(c *Config) {
 			for len(c.Dir) < maxPathBytes-runDirRoom {
 				c.Dir = filepath.Join(c.Dir, strings.Repeat("d", 200))
 			}
@@ -558,9 +560,9 @@ func TestPrepareSweepRefuses(t *testing.T) {
 			bad := cfg
 			bad.Dir = filepath.Join(t.TempDir(), "sweep")
 			c.edit(&bad)
-			_, err := PrepareSweep(context.Background(), bad)
-			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("got %v, want ErrConfig with %q", err, c.want)
+			_, err := Prepare(context.Background(), bad)
+			if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want refusal.ErrConfig with %q", err, c.want)
 			}
 			if bad.Dir != full {
 				if _, err := os.Stat(bad.Dir); !errors.Is(err, os.ErrNotExist) {
@@ -603,7 +605,7 @@ func TestRankOrdersByKey(t *testing.T) {
 }
 
 // sweepSlots are the slots the local launcher lays out for the sweep.
-func sweepSlots(cfg SweepConfig) ([]launch.Slot, error) {
+func sweepSlots(cfg Config) ([]launch.Slot, error) {
 	cfg.Sweep = &Sweep{Trials: []Trial{{Name: "a"}}}
 	l, err := launch.Local().New(context.Background(), cfg.launchConfig("", "", slog.New(slog.DiscardHandler)))
 	if err != nil {
@@ -615,15 +617,15 @@ func sweepSlots(cfg SweepConfig) ([]launch.Slot, error) {
 func TestSlotsSpreadOverDevices(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		cfg   SweepConfig
+		cfg   Config
 		slots string
 	}{
-		{"cpu default", SweepConfig{Device: "cpu"}, "cpu"},
-		{"cpu parallel", SweepConfig{Device: "cpu", Parallel: 3}, "cpu cpu cpu"},
-		{"cuda default", SweepConfig{Device: "cuda"}, "cuda:0"},
-		{"one per gpu", SweepConfig{Device: "cuda", GPUs: []int{0, 2, 3}}, "cuda:0 cuda:2 cuda:3"},
-		{"two per gpu, interleaved", SweepConfig{Device: "cuda", GPUs: []int{0, 1}, PerDevice: 2}, "cuda:0 cuda:1 cuda:0 cuda:1"},
-		{"parallel below the slots", SweepConfig{Device: "cuda", GPUs: []int{0, 1}, PerDevice: 2, Parallel: 3}, "cuda:0 cuda:1 cuda:0"},
+		{"cpu default", Config{Device: "cpu"}, "cpu"},
+		{"cpu parallel", Config{Device: "cpu", Parallel: 3}, "cpu cpu cpu"},
+		{"cuda default", Config{Device: "cuda"}, "cuda:0"},
+		{"one per gpu", Config{Device: "cuda", GPUs: []int{0, 2, 3}}, "cuda:0 cuda:2 cuda:3"},
+		{"two per gpu, interleaved", Config{Device: "cuda", GPUs: []int{0, 1}, PerDevice: 2}, "cuda:0 cuda:1 cuda:0 cuda:1"},
+		{"parallel below the slots", Config{Device: "cuda", GPUs: []int{0, 1}, PerDevice: 2, Parallel: 3}, "cuda:0 cuda:1 cuda:0"},
 	} {
 		slots, err := sweepSlots(c.cfg)
 		if err != nil {
@@ -646,8 +648,8 @@ func TestSlotsSpreadOverDevices(t *testing.T) {
 	if env := (launch.Slot{Device: "cuda", GPU: -1}).Env(); env != nil {
 		t.Errorf("a GPU slot that names no GPU (an evaluation's): %q", env)
 	}
-	_, err := sweepSlots(SweepConfig{Device: "cpu", PerDevice: 1, Parallel: 2})
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "parallel: 2 is more than the 1 device slots") {
+	_, err := sweepSlots(Config{Device: "cpu", PerDevice: 1, Parallel: 2})
+	if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "parallel: 2 is more than the 1 device slots") {
 		t.Errorf("parallel above the slots: %v", err)
 	}
 }
@@ -655,8 +657,8 @@ func TestSlotsSpreadOverDevices(t *testing.T) {
 func TestPrepareSweepNeedsAWorker(t *testing.T) {
 	cfg := sweepConfig(t, testSweep)
 	cfg.Worker = filepath.Join(t.TempDir(), "no-worker")
-	_, err := PrepareSweep(context.Background(), cfg)
-	if !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), "tolaria-worker") {
+	_, err := Prepare(context.Background(), cfg)
+	if !errors.Is(err, refusal.ErrSetup) || !strings.Contains(err.Error(), "tolaria-worker") {
 		t.Fatalf("no worker: %v", err)
 	}
 	if _, err := os.Stat(cfg.Dir); !errors.Is(err, os.ErrNotExist) {

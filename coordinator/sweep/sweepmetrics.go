@@ -1,10 +1,12 @@
-package coordinator
+package sweep
 
 import (
 	"context"
 	"log/slog"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
+	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
 
@@ -13,18 +15,18 @@ import (
 // ages, and its budget broker's books. A nil *sweepFamilies (no metrics
 // served) records nothing.
 type sweepFamilies struct {
-	hub     *Metrics
+	hub     *train.Metrics
 	reg     *telemetry.Metrics // the registry they are on
 	sweep   *telemetry.SweepMetrics
 	budgets *telemetry.BudgetMetrics
 }
 
-// serveSweepMetrics serves a sweep's metrics (see ServeFamilies): its
+// serveSweepMetrics serves a sweep's metrics (see train.ServeFamilies): its
 // trials' series carry a trial label, and the sweep's own families are
 // served with them; families is nil when addr is "".
-func serveSweepMetrics(ctx context.Context, addr, version string, log *slog.Logger) (*Metrics, *sweepFamilies, error) {
+func serveSweepMetrics(ctx context.Context, addr, version string, log *slog.Logger) (*train.Metrics, *sweepFamilies, error) {
 	var f *sweepFamilies
-	hub, err := ServeFamilies(ctx, addr, log, func() (*telemetry.Metrics, error) {
+	hub, err := train.ServeFamilies(ctx, addr, log, func() (*telemetry.Metrics, error) {
 		m := telemetry.NewTrialMetrics(version)
 		f = &sweepFamilies{reg: m}
 		var err error
@@ -46,9 +48,9 @@ func serveSweepMetrics(ctx context.Context, addr, version string, log *slog.Logg
 }
 
 // watchWorker starts the heartbeat age of the worker about to run the job
-// of s (see Request.Watch): seen notes a message from it, and ended, once
+// of s (see train.Request.Watch): seen notes a message from it, and ended, once
 // the worker has ended, removes its heartbeat age and the job's last-step
-// time (see Metrics.EndSeries).
+// time (see train.Metrics.EndSeries).
 func (f *sweepFamilies) watchWorker(s telemetry.Series) (seen, ended func()) {
 	if f == nil {
 		return nil, func() {}
@@ -90,7 +92,7 @@ func (f *sweepFamilies) trialRetried() {
 }
 
 // budgetBooks sets the budget figures of device.
-func (f *sweepFamilies) budgetBooks(device string, b Books) {
+func (f *sweepFamilies) budgetBooks(device string, b budget.Books) {
 	if f != nil {
 		f.budgets.SetBooks(device, b.Capacity, b.Granted, b.Waiting, b.OldestWait)
 	}

@@ -1,4 +1,4 @@
-package coordinator
+package sweep
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/field"
 )
@@ -147,8 +148,8 @@ func TestReadSweepRefuses(t *testing.T) {
 			if err == nil {
 				t.Fatal("accepted")
 			}
-			if !errors.Is(err, ErrConfig) {
-				t.Errorf("not ErrConfig: %v", err)
+			if !errors.Is(err, refusal.ErrConfig) {
+				t.Errorf("not refusal.ErrConfig: %v", err)
 			}
 			msg := err.Error()
 			for _, w := range append(c.want, "sweep file "+path) {
@@ -179,7 +180,7 @@ func seq(n int) string {
 func TestReadSweepBoundsTheTrials(t *testing.T) {
 	over := writeSweep(t, "base: {dataset: synthetic}\ntrials: [{name: a}, {name: b}]\ngrid: {epochs: "+seq(101)+", seed: "+seq(50)+"}\n")
 	_, err := ReadSweep(over)
-	if !errors.Is(err, ErrConfig) || !field.Is(err, "max_trials") || !strings.Contains(err.Error(), "makes 10100 trials, more than 10000; give max_trials 10100") {
+	if !errors.Is(err, refusal.ErrConfig) || !field.Is(err, "max_trials") || !strings.Contains(err.Error(), "makes 10100 trials, more than 10000; give max_trials 10100") {
 		t.Fatalf("%d trials: %v", 10100, err)
 	}
 	sw, err := ReadSweepMax(over, 10100)

@@ -1,4 +1,4 @@
-package coordinator
+package sweep
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -71,7 +74,7 @@ func TestSweepRefusesATrialLargerThanTheDevice(t *testing.T) {
 	cfg.Parallel = 3
 	big := trialBill(t, cfg, "big")
 	cfg.DeviceMemory = int64(float64(big) / 1.2)
-	if float64(trialBill(t, cfg, "one"))*Headroom > float64(cfg.DeviceMemory) {
+	if float64(trialBill(t, cfg, "one"))*budget.Headroom > float64(cfg.DeviceMemory) {
 		t.Fatalf("the small trials (%d bytes) do not fit in %d; change the test's models", trialBill(t, cfg, "one"), cfg.DeviceMemory)
 	}
 	res, _ := runSweep(t, context.Background(), cfg)
@@ -156,7 +159,7 @@ func TestSweepPriorities(t *testing.T) {
 		t.Fatalf("a priority that is not a number: %v", err)
 	}
 	sw, _ = ReadSweep(writeSweep(t, "base: {dataset: synthetic}\ntrials:\n  - {name: a, optimizer: sgd}\n"))
-	if err := setPriorities(sw, "optimizer"); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), `trial "a"`) {
+	if err := setPriorities(sw, "optimizer"); !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), `trial "a"`) {
 		t.Fatalf("--priority on a key that is not a number: %v", err)
 	}
 	// A trial that does not override the key takes the base's value.
@@ -164,7 +167,7 @@ func TestSweepPriorities(t *testing.T) {
 	if err := setPriorities(sw, "epochs"); err != nil || sw.Trials[0].Priority != 7 || sw.Trials[1].Priority != 2 {
 		t.Fatalf("--priority epochs with epochs in base: %v, priorities %v, %v; want 7 and 2", err, sw.Trials[0].Priority, sw.Trials[1].Priority)
 	}
-	if err := setPriorities(sw, "epoch"); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "epoch is not a setting") {
+	if err := setPriorities(sw, "epoch"); !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "epoch is not a setting") {
 		t.Fatalf("--priority naming no setting: %v", err)
 	}
 }
@@ -198,7 +201,7 @@ func TestSweepInterruptedWhileWaiting(t *testing.T) {
 	if waiter.Reason != "interrupted while waiting for device memory: stopped before the budget was granted; nothing was allocated or trained" {
 		t.Fatalf("the waiting trial's reason: %q", waiter.Reason)
 	}
-	if _, err := os.Stat(filepath.Join(waiter.RunDir, SummaryFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(waiter.RunDir, rundir.SummaryFile)); err == nil {
 		t.Errorf("the waiting trial has a summary; it trained nothing")
 	}
 	res, _ = runSweep(t, context.Background(), resumeConfig(t, cfg))
@@ -208,7 +211,7 @@ func TestSweepInterruptedWhileWaiting(t *testing.T) {
 }
 
 // trialBill is the device bytes the sweep's trial named will ask for.
-func trialBill(t *testing.T, cfg SweepConfig, name string) int64 {
+func trialBill(t *testing.T, cfg Config, name string) int64 {
 	t.Helper()
 	for _, tr := range cfg.Sweep.Trials {
 		if tr.Name != name {

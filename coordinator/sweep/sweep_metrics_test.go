@@ -1,4 +1,4 @@
-package coordinator
+package sweep
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -22,7 +24,7 @@ import (
 // label sets (name=value, sorted, joined by commas) with their values.
 type scrape map[string]map[string]float64
 
-func scrapeSweep(t *testing.T, s *SweepRun) scrape {
+func scrapeSweep(t *testing.T, s *Run) scrape {
 	t.Helper()
 	mfs, err := s.families.reg.Registry().Gather()
 	if err != nil {
@@ -102,7 +104,7 @@ func TestSweepMetricsFollowTheTrials(t *testing.T) {
 	n := len(cfg.Sweep.Trials)
 	cfg.Parallel, cfg.MetricsAddr = 1, "127.0.0.1:0"
 	var (
-		s         *SweepRun
+		s         *Run
 		mu        sync.Mutex
 		checked   = map[string]bool{}
 		started   = map[string]time.Time{}
@@ -157,7 +159,7 @@ func TestSweepMetricsFollowTheTrials(t *testing.T) {
 		}
 	}
 	var err error
-	if s, err = PrepareSweep(context.Background(), cfg); err != nil {
+	if s, err = Prepare(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
@@ -199,7 +201,7 @@ func TestSweepMetricsCountAHungTrial(t *testing.T) {
 	cfg.Parallel, cfg.Retries, cfg.MetricsAddr = 2, 1, "127.0.0.1:0"
 	cfg.HeartbeatTimeout = 2 * time.Second
 	t.Setenv(jobserver.FaultEnv, "step=2,hang,run=a")
-	s, err := PrepareSweep(context.Background(), cfg)
+	s, err := Prepare(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,8 +235,8 @@ func TestSweepMetricsCountAHungTrial(t *testing.T) {
 func TestSweepMetricsAddressIsChecked(t *testing.T) {
 	cfg := sweepConfig(t, testSweep)
 	cfg.MetricsAddr = "127.0.0.1:http"
-	if _, err := PrepareSweep(context.Background(), cfg); !errors.Is(err, ErrConfig) {
-		t.Fatalf("a malformed metrics address: %v, want ErrConfig", err)
+	if _, err := Prepare(context.Background(), cfg); !errors.Is(err, refusal.ErrConfig) {
+		t.Fatalf("a malformed metrics address: %v, want refusal.ErrConfig", err)
 	}
 }
 
@@ -243,11 +245,11 @@ func TestFailureReason(t *testing.T) {
 		err  error
 		want string
 	}{
-		{&WorkerFailure{Err: &worker.ProcessError{Reason: worker.ReasonHung}}, worker.ReasonHung},
+		{&train.WorkerFailure{Err: &worker.ProcessError{Reason: worker.ReasonHung}}, worker.ReasonHung},
 		{fmt.Errorf("run: %w", &worker.ProcessError{Reason: worker.ReasonCrashed}), worker.ReasonCrashed},
-		{&WorkerFailure{Err: &worker.Error{Kind: worker.KindNonFinite, Message: "loss is NaN"}}, worker.KindNonFinite},
+		{&train.WorkerFailure{Err: &worker.Error{Kind: worker.KindNonFinite, Message: "loss is NaN"}}, worker.KindNonFinite},
 		{&worker.NoAnswerError{Path: "w"}, failureNoAnswer},
-		{configErr(errors.New("run directory refused")), telemetry.SweepFailureOther},
+		{refusal.Config(errors.New("run directory refused")), telemetry.SweepFailureOther},
 	}
 	for _, tt := range tests {
 		got := failureReason(tt.err)

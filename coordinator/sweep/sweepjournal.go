@@ -1,4 +1,4 @@
-package coordinator
+package sweep
 
 import (
 	"bytes"
@@ -135,7 +135,7 @@ type stopped struct {
 // replayJournal brings rows (read from results.json, which may lag) up to
 // date with the journal's entries, and returns the attempts that started
 // and never ended, in the journal's order. Entries of trials rows lacks
-// are ignored: LoadSweepDir has matched the rows with the sweep file.
+// are ignored: LoadDir has matched the rows with the sweep file.
 func replayJournal(rows []TrialResult, entries []journalEntry) []stopped {
 	index := make(map[string]int, len(rows))
 	for i, r := range rows {

@@ -1,0 +1,1056 @@
+// Package sweep runs a sweep for the tolaria command: it reads the sweep
+// file, places each trial on a device slot through the launcher, runs it
+// as a training run (package train) with a device-memory budget from the
+// broker (package budget), and keeps results.json, results.csv and the
+// journal that lets an interrupted sweep resume. It registers its own
+// metric families and knows no other activity.
+package sweep
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/train"
+	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/internal/atomicfile"
+	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/telemetry"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// Config is a sweep as a command asks for it.
+type Config struct {
+	Sweep *Sweep
+	// Dir is the sweep directory; "" names sweeps/<time>. It must not
+	// exist or be empty, unless Resume.
+	Dir string
+	// Resume continues the sweep in Dir (Sweep is the one LoadDir
+	// read from it): succeeded trials are kept as they are, interrupted
+	// and failed ones resume from their checkpoints (or start again
+	// without one) and pending ones start.
+	Resume bool
+	// Device is auto, cpu or cuda. auto takes GPU 0 when a CUDA worker can
+	// open one (GPUs, when given, name more), and the CPU otherwise.
+	Device string
+	// GPUs are the CUDA devices to use, by index (CUDA_VISIBLE_DEVICES).
+	GPUs []int
+	// PerDevice is how many trials share a device at once; 0 means one on
+	// a GPU and Parallel on the CPU.
+	PerDevice int
+	// Parallel bounds the trials running at once; 0 means one per device
+	// slot (devices times PerDevice).
+	Parallel int
+	// Retries is how many times a failed trial starts again, from its
+	// checkpoint when it has one.
+	Retries int
+	// RankBy is the summary key trials are ranked by (see RankKeys).
+	RankBy string
+	// Worker is the tolaria-worker binary; "" looks next to this program.
+	Worker string
+	// WorkerStart bounds a worker's start-up (see Placement).
+	WorkerStart time.Duration
+	// HeartbeatTimeout is how long a trial's worker may be silent, or make
+	// no progress, before it is taken for hung, killed and its trial
+	// failed (see Placement);
+	// 0 is worker.DefaultHeartbeatTimeout.
+	HeartbeatTimeout time.Duration
+	// MetricsAddr serves the sweep's /metrics there (see
+	// telemetry.ListenAddress): its trials by state, failures by reason,
+	// retries and workers' heartbeat ages, and every trial's training
+	// metrics with a trial label; "" serves none.
+	MetricsAddr string
+	// DeviceMemory caps the device memory the trials' budgets may take on
+	// each device, in bytes; 0 takes what the device reports free. On the
+	// CPU it stands in for a GPU's memory (see budget.Config).
+	DeviceMemory int64
+	// PriorityKey, when set, gives each trial the value of this key among
+	// its overrides (a number) as its priority for device memory, in
+	// place of its priority: (see Trial.Priority).
+	PriorityKey string
+	// Launcher is where trials run: launch.LocalName ("" too), worker
+	// processes on this machine, or launch.SlurmName, tasks of a Slurm job
+	// array (see launch.SlurmConfig); Parallel is then the array's limit of tasks
+	// running at once (0: none), and each task on CUDA asks for one GPU.
+	Launcher string
+	Slurm    launch.SlurmConfig
+	// Launch, when it has a New, is the launcher in place of the one
+	// Launcher names (a test's).
+	Launch launch.Kind
+	// DryRun prepares nothing: Prepare checks everything and returns a
+	// Run whose DryRun says what would be submitted (Slurm only).
+	DryRun  bool
+	Version string
+	Logger  *slog.Logger
+	// Report receives every change of a trial (start, progress, end), one
+	// at a time, for a display; nil reports nothing.
+	Report func(TrialUpdate)
+}
+
+// TrialUpdate is a change of one trial.
+type TrialUpdate struct {
+	Trial   string
+	Index   int // the trial's place in the sweep
+	State   TrialState
+	Device  string
+	Attempt int
+	// Progress is set while the trial trains.
+	Progress *trainer.Progress
+	// Result is set when the trial ends.
+	Result *TrialResult
+	// Budget is set when the trial's device-memory request starts to wait,
+	// or is granted after a wait.
+	Budget *BudgetUpdate
+}
+
+// Validate checks the settings, naming the one at fault in a field.Error
+// wrapped in refusal.ErrConfig.
+func (c Config) Validate() error {
+	switch {
+	case c.Sweep == nil || len(c.Sweep.Trials) == 0:
+		return refusal.Config(errors.New("sweep: no trials"))
+	case c.Device != "auto" && c.Device != "cpu" && c.Device != "cuda":
+		return refusal.Config(field.Errorf("device", "must be auto, cpu or cuda, got %q", c.Device))
+	case c.Device == "cpu" && len(c.GPUs) > 0:
+		return refusal.Config(field.Errorf("devices", "names GPUs, which %s cpu does not use; give one or the other", field.Name("device")))
+	case c.PerDevice < 0:
+		return refusal.Config(field.Errorf("per_device", "must be at least 1, got %d", c.PerDevice))
+	case c.Parallel < 0:
+		return refusal.Config(field.Errorf("parallel", "must be at least 1, got %d", c.Parallel))
+	case c.DeviceMemory < 0:
+		return refusal.Config(field.Errorf("device_memory", "cannot be negative (%d); give a size such as 8GiB, or 0 for what the device reports", c.DeviceMemory))
+	case c.Retries < 0 || c.Retries > 100:
+		return refusal.Config(field.Errorf("retries", "must be in 0..100, got %d", c.Retries))
+	}
+	kind, err := launch.Resolve(c.Launch, c.Launcher)
+	if err != nil {
+		return err
+	}
+	if kind.Check != nil {
+		if err := kind.Check(c.launchConfig(c.Dir, c.Worker, nil)); err != nil {
+			return err
+		}
+	}
+	if _, ok := rankKeys[c.RankBy]; !ok {
+		return refusal.Config(field.Errorf("rank_by", "must be one of %s, got %q", strings.Join(RankKeys(), ", "), c.RankBy))
+	}
+	if c.MetricsAddr != "" {
+		// A malformed address is refused here; a busy port when it is bound.
+		if _, err := telemetry.ListenAddress(c.MetricsAddr); err != nil {
+			return refusal.Config(field.Errorf("metrics_addr", "%s: %w", c.MetricsAddr, err))
+		}
+	}
+	seen := map[int]bool{}
+	for _, g := range c.GPUs {
+		if g < 0 || seen[g] {
+			return refusal.Config(field.Errorf("devices", "must list distinct GPU indices such as 0,1, got %v", c.GPUs))
+		}
+		seen[g] = true
+	}
+	if devices, per := len(c.GPUs), c.PerDevice; devices > 0 && per > 0 && c.Parallel > devices*per {
+		return refusal.Config(field.Errorf("parallel", "%d is more than the %d device slots (%d GPUs times %s %d); raise %s or lower %s",
+			c.Parallel, devices*per, devices, field.Name("per_device"), per, field.Name("per_device"), field.Name("parallel")))
+	}
+	return nil
+}
+
+// launchConfig is the sweep's placement as its launcher takes it: dir
+// is the sweep directory, path the worker binary.
+func (c Config) launchConfig(dir, path string, log *slog.Logger) launch.Config {
+	names := make([]string, len(c.Sweep.Trials))
+	for i, t := range c.Sweep.Trials {
+		names[i] = t.Name
+	}
+	kind, _ := launch.Resolve(c.Launch, c.Launcher)
+	return launch.Config{Worker: path, Device: c.Device, GPUs: c.GPUs, PerDevice: c.PerDevice, Parallel: c.Parallel,
+		Workers: len(c.Sweep.Trials), DeviceMemory: c.DeviceMemory, Dir: dir, DirField: "sweep_dir", Own: filepath.Join(dir, kind.Name),
+		Names: names, WorkerStart: c.WorkerStart, HeartbeatTimeout: c.HeartbeatTimeout, Probe: true, Slurm: c.Slurm, DryRun: c.DryRun, Logger: log}
+}
+
+// trialWorker is trial i's worker: its spools and worker.log in its run
+// directory.
+func (s *Run) trialWorker(i int, t Trial) launch.Worker {
+	dir := filepath.Join(s.dir, t.Name)
+	return launch.Worker{Index: i, Spools: filepath.Join(dir, "spool"), Log: filepath.Join(dir, "worker.log")}
+}
+
+// Run is a sweep prepared: validated, its directory claimed and its
+// trials' configurations written. Run runs it.
+type Run struct {
+	cfg   Config
+	dir   string
+	file  string // the sweep file results.json names
+	lock  *flock.Flock
+	slots *launch.Slots
+	log   *slog.Logger
+	// metrics are the sweep's, shared by its trials' runs; they serve
+	// nothing without Config.MetricsAddr.
+	metrics *train.Metrics
+	// families are the sweep's own metric families on metrics' registry;
+	// nil when metrics serve nothing.
+	families *sweepFamilies
+	// broker keeps the books of device memory between the trials' workers.
+	broker *budget.Broker
+	// launcher places and starts the trials' workers.
+	launcher launch.Launcher
+
+	mu   sync.Mutex // guards rows, counts and their metrics
+	rows []TrialResult
+	// counts are the rows by state, kept as the rows change.
+	counts map[TrialState]int
+	// changed wakes Run's results writer when a row has changed.
+	changed chan struct{}
+	// pace bounds how often the results files are rewritten. Only their
+	// one writer at a time uses it and writes: Prepare, then Run's
+	// results writer, then Run's end.
+	pace resultsPace
+	// writes counts the rewrites of the results files.
+	writes int
+	// journal records attempts' starts and trials' ends as they happen;
+	// journalErr is its first failure (guarded by mu).
+	journal    *journal
+	journalErr error
+
+	reportMu sync.Mutex // Report sees one update at a time
+}
+
+// Prepare checks everything before anything is written (the
+// settings, every trial's job on its data, the device) and then claims
+// the sweep directory and writes the sweep file, each trial's resolved
+// configuration (trials/<name>.yaml) and results.json with every trial
+// pending. Close releases the directory.
+func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Run{cfg: cfg, log: cfg.Logger, file: cfg.Sweep.Path, changed: make(chan struct{}, 1),
+		pace: resultsPace{minGap: resultsMinGap, ratio: resultsCostRatio}}
+	changed := func(device string) { s.families.budgetBooks(device, s.broker.Books(device)) }
+	if err := setPriorities(cfg.Sweep, cfg.PriorityKey); err != nil {
+		return nil, err
+	}
+	if s.broker, err = budget.New(budget.Config{DeviceMemory: cfg.DeviceMemory, Changed: changed}); err != nil {
+		return nil, err
+	}
+	if cfg.Resume {
+		if _, _, err := LoadDir(cfg.Dir); err != nil {
+			return nil, err
+		}
+		s.dir = cfg.Dir
+	} else if s.dir, err = planSweepDir(cfg.Dir, time.Now()); err != nil {
+		return nil, err
+	}
+	if err := checkPathLengths(s.dir, cfg.Sweep.Trials); err != nil {
+		return nil, err
+	}
+	if err := checkTrials(cfg.Sweep); err != nil {
+		return nil, err
+	}
+	path, err := worker.Find(cfg.Worker)
+	if err != nil {
+		// Every trial runs in a worker process, CPU trials too.
+		return nil, refusal.Setup(fmt.Errorf("a sweep runs each trial in a tolaria-worker process: %w", err))
+	}
+	kind, err := launch.Resolve(cfg.Launch, cfg.Launcher)
+	if err != nil {
+		return nil, err
+	}
+	if s.launcher, err = kind.New(ctx, cfg.launchConfig(s.dir, path, s.log)); err != nil {
+		return nil, err
+	}
+	all, err := s.launcher.Slots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.slots = launch.NewSlots(all)
+	if cfg.DryRun {
+		ws := make([]launch.Worker, len(cfg.Sweep.Trials))
+		for i, t := range cfg.Sweep.Trials {
+			ws[i] = s.trialWorker(i, t)
+		}
+		s.launcher.Plan(ws)
+		return s, nil
+	}
+	// Bound before anything is written, so a busy port leaves no trace.
+	if s.metrics, s.families, err = serveSweepMetrics(ctx, cfg.MetricsAddr, cfg.Version, s.log); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = s.Close()
+		}
+	}()
+	if err := s.claim(); err != nil {
+		return nil, refusal.Config(field.Errorf("sweep_dir", "%w", err))
+	}
+	if s.journal, err = openJournal(s.dir); err != nil {
+		return nil, err
+	}
+	if cfg.Resume {
+		return s, s.loadRows()
+	}
+	return s, s.writeFiles()
+}
+
+// DryRun is, for a sweep prepared with Config.DryRun, the batch
+// script of its job array and the sbatch command that would submit it.
+func (s *Run) DryRun() (script string, command []string) {
+	if s.launcher == nil {
+		return "", nil
+	}
+	return s.launcher.Describe()
+}
+
+// ErrNothingToResume is LoadDir's and Prepare's answer for a
+// sweep whose every trial succeeded.
+var ErrNothingToResume = errors.New("nothing to resume: every trial succeeded")
+
+// LoadDir reads the sweep a sweep directory holds (its sweep.yaml)
+// and its results.json, refusing a directory that is not a sweep's.
+func LoadDir(dir string) (*Sweep, Results, error) {
+	var res Results
+	if dir == "" {
+		return nil, res, refusal.Config(field.Errorf("sweep_dir", "is required to resume a sweep: give the directory the sweep wrote"))
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%w; give the directory of the sweep to resume", err))
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, ResultsJSON))
+	if err == nil {
+		err = json.Unmarshal(raw, &res)
+	}
+	if err != nil {
+		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s is not a sweep directory (%v); give the directory a tolaria sweep wrote", dir, err))
+	}
+	// Accepted once, at whatever size it was allowed: no limit now.
+	sw, err := ReadSweepMax(filepath.Join(dir, SweepFileCopy), 0)
+	if err != nil {
+		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s is not a sweep directory: %w", dir, err))
+	}
+	if _, err := matchRows(sw, res); err != nil {
+		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s: %w", dir, err))
+	}
+	return sw, res, nil
+}
+
+// matchRows orders the rows of results.json as the sweep's trials.
+func matchRows(sw *Sweep, res Results) ([]TrialResult, error) {
+	byName := map[string]TrialResult{}
+	for _, r := range res.Trials {
+		byName[r.Name] = r
+	}
+	rows := make([]TrialResult, len(sw.Trials))
+	for i, t := range sw.Trials {
+		r, ok := byName[t.Name]
+		if !ok || len(res.Trials) != len(sw.Trials) {
+			return nil, fmt.Errorf("%s and %s do not name the same trials; it was not written by this sweep", ResultsJSON, SweepFileCopy)
+		}
+		rows[i] = r
+	}
+	return rows, nil
+}
+
+// loadRows takes the rows of a resumed sweep from its results.json, read
+// again now that the directory is held, brought up to date with its
+// journal. An attempt that started and never ended (the sweep was killed
+// during it) is recorded interrupted, in the journal and in the results,
+// and counted.
+func (s *Run) loadRows() error {
+	_, res, err := LoadDir(s.dir)
+	if err != nil {
+		return err
+	}
+	rows, err := matchRows(s.cfg.Sweep, res)
+	if err != nil {
+		return refusal.Config(field.Errorf("sweep_dir", "%s: %w", s.dir, err))
+	}
+	for i := range rows {
+		rows[i].Rank, rows[i].Value = 0, nil // ranked again as they are written
+	}
+	was := slices.Clone(rows)
+	entries, err := readJournal(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, st := range replayJournal(rows, entries) {
+		if err := s.recordStopped(&rows[st.row], st); err != nil {
+			return err
+		}
+	}
+	for i := range rows {
+		if rows[i].State == TrialRunning { // a sweep's from before journals
+			rows[i].State, rows[i].Reason = TrialInterrupted, "interrupted: the sweep stopped without recording the trial's end"
+		}
+	}
+	s.setRows(rows)
+	s.file = res.SweepFile
+	if !reflect.DeepEqual(was, rows) {
+		if err := s.writeResults(); err != nil {
+			return err
+		}
+	}
+	for _, r := range s.rows {
+		if r.State != TrialSucceeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %w", s.dir, ErrNothingToResume)
+}
+
+// recordStopped records an attempt that never ended as interrupted: the
+// sweep was stopped (killed) during it. Its time, until its run directory
+// was last written, counts in the trial's.
+func (s *Run) recordStopped(r *TrialResult, st stopped) error {
+	r.State, r.Attempts = TrialInterrupted, max(r.Attempts, st.attempt)
+	r.Reason = fmt.Sprintf("interrupted: the sweep stopped during attempt %d without recording its end (was it killed?)", st.attempt)
+	if _, err := os.Stat(filepath.Join(r.RunDir, trainer.CheckpointFile)); err == nil {
+		r.Reason += "; it resumes from its checkpoint"
+	}
+	if last := lastWritten(r.RunDir); last.After(st.started) && !st.started.IsZero() {
+		r.Seconds += last.Sub(st.started).Seconds()
+	}
+	s.log.Warn("a trial's attempt never ended: the sweep was stopped during it; counted as interrupted", "trial", r.Name, "attempt", st.attempt)
+	return s.journal.add(journalEntry{Time: time.Now().UTC(), Event: journalInterrupted, Trial: r.Name, Attempt: st.attempt, Reason: r.Reason})
+}
+
+// journalAdd appends e to the journal, keeping its first failure for Run
+// to report; a trial goes on without its entry.
+func (s *Run) journalAdd(e journalEntry) {
+	err := s.journal.add(e)
+	if err == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.journalErr == nil {
+		s.journalErr = fmt.Errorf("%s: %w", JournalFile, err)
+	}
+}
+
+// planSweepDir refuses a directory that holds anything; "" names
+// sweeps/<now>.
+func planSweepDir(dir string, now time.Time) (string, error) {
+	if dir == "" {
+		base := filepath.Join("sweeps", now.UTC().Format("20060102-150405"))
+		dir = base
+		for i := 2; ; i++ {
+			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+				return dir, nil
+			}
+			dir = fmt.Sprintf("%s-%d", base, i)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return dir, nil
+	case err != nil:
+		return "", refusal.Config(field.Errorf("sweep_dir", "%w", err))
+	case len(entries) > 0:
+		return "", refusal.Config(field.Errorf("sweep_dir", "%s is not empty; give a new or empty directory, so no earlier sweep's results are overwritten", dir))
+	}
+	return dir, nil
+}
+
+// maxPathBytes is the longest path Linux opens (PATH_MAX, less its NUL).
+const maxPathBytes = 4095
+
+// runDirRoom is what the paths tolaria writes under a run directory add
+// to it, with a margin: config.resume-<time>.yaml, and a Slurm attempt's
+// spool/<token>-<attempt>/<file>.
+const runDirRoom = 128
+
+// checkPathLengths refuses a sweep directory so deep that a trial's run
+// directory would have no room for its files: they would fail one by one
+// once the sweep had started, not before anything is written.
+func checkPathLengths(dir string, trials []Trial) error {
+	longest := ""
+	for _, t := range trials {
+		if len(t.Name) > len(longest) {
+			longest = t.Name
+		}
+	}
+	if n := len(filepath.Join(dir, longest)) + runDirRoom; n > maxPathBytes {
+		return refusal.Config(field.Errorf("sweep_dir", "%s is too deep: trial %q's run directory and its files need paths of up to %d bytes, more than the %d the system allows; give a shorter %s",
+			dir, longest, n, maxPathBytes, field.Name("sweep_dir")))
+	}
+	return nil
+}
+
+// checkTrials plans every trial on its data, so a batch larger than the
+// training set or missing data files are refused before anything starts.
+// Trials that name the same data share one load.
+func checkTrials(sw *Sweep) error {
+	type sets struct{ train, test data.Examples }
+	loaded := map[string]sets{}
+	for _, t := range sw.Trials {
+		spec := t.Spec
+		key := fmt.Sprint(spec.Dataset, "\x00", spec.DataDir)
+		switch spec.Dataset {
+		case "synthetic":
+			key = fmt.Sprint(spec.Dataset, "\x00", spec.SyntheticSize, "\x00", spec.Seed)
+		case "text":
+			// A text's windows are its context's.
+			key = fmt.Sprint(spec.Dataset, "\x00", spec.DataDir, "\x00", spec.TextConfig().Context)
+		}
+		d, ok := loaded[key]
+		if !ok {
+			train, test, err := spec.LoadData()
+			if err != nil {
+				return refusal.Config(fmt.Errorf("sweep file %s: trial %q: %w", sw.Path, t.Name, err))
+			}
+			d = sets{train, test}
+			loaded[key] = d
+		}
+		if _, err := spec.Plan(d.train, d.test); err != nil {
+			return refusal.Config(fmt.Errorf("sweep file %s: trial %q: %w", sw.Path, t.Name, err))
+		}
+	}
+	return nil
+}
+
+// sweepLock marks a sweep directory in use.
+const sweepLock = ".tolaria-sweep.lock"
+
+func (s *Run) claim() error {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return err
+	}
+	l := flock.New(filepath.Join(s.dir, sweepLock), flock.SetPermissions(0o644))
+	ok, err := l.TryLock()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s is in use by another tolaria sweep", s.dir)
+	}
+	s.lock = l
+	return nil
+}
+
+// writeFiles keeps the sweep file and writes results.json with every
+// trial pending. Each trial's resolved configuration is written as the
+// trial first starts (writeTrialConfig): written up front, a large
+// sweep's configurations cost minutes and hundreds of megabytes before
+// its first trial started.
+func (s *Run) writeFiles() error {
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, SweepFileCopy), s.cfg.Sweep.Raw, 0o644); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, TrialConfigDir), 0o755); err != nil {
+		return err
+	}
+	rows := make([]TrialResult, 0, len(s.cfg.Sweep.Trials))
+	for _, t := range s.cfg.Sweep.Trials {
+		over := make(map[string]any, len(t.Overrides))
+		for k, v := range t.Overrides {
+			over[string(k)] = v
+		}
+		rows = append(rows, TrialResult{Name: t.Name, State: TrialPending, RunDir: filepath.Join(s.dir, t.Name), Config: s.trialConfigPath(t), Overrides: over})
+	}
+	s.setRows(rows)
+	return s.writeResults()
+}
+
+// trialConfigPath is where trial t's resolved configuration goes.
+func (s *Run) trialConfigPath(t Trial) string {
+	return filepath.Join(s.dir, TrialConfigDir, t.Name+".yaml")
+}
+
+// writeTrialConfig writes the resolved configuration of a trial about to
+// run on spec's device, unless an earlier attempt (or the sweep a resumed
+// one continues) wrote it: it stays the configuration the trial first
+// ran with.
+func (s *Run) writeTrialConfig(t Trial, spec job.Spec) error {
+	path := s.trialConfigPath(t)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	spec.Resume = false
+	raw, err := spec.ConfigFile()
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, raw, 0o644)
+}
+
+// Dir is the sweep directory.
+func (s *Run) Dir() string { return s.dir }
+
+// Devices says where trials run, e.g. "cpu" or "cuda:0, cuda:1".
+func (s *Run) Devices() string { return s.slots.Devices() }
+
+// Parallel is the number of trials that run at once (with the Slurm
+// launcher, at most: Slurm starts them as its nodes free up).
+func (s *Run) Parallel() int {
+	if s.cfg.Parallel > 0 {
+		return min(s.cfg.Parallel, s.slots.Len())
+	}
+	return s.slots.Len()
+}
+
+// MetricsURL is the sweep's metrics endpoint, or "" when none is served
+// (or the sweep is closed).
+func (s *Run) MetricsURL() string {
+	if s.metrics == nil {
+		return ""
+	}
+	return s.metrics.URL()
+}
+
+// Linger keeps /metrics up for d after the sweep (see train.Metrics.Linger); a
+// closed sweep serves nothing more.
+func (s *Run) Linger(ctx context.Context, d time.Duration) {
+	if s.metrics != nil {
+		s.metrics.Linger(ctx, d)
+	}
+}
+
+// Close stops the metrics server and releases the sweep directory.
+func (s *Run) Close() error {
+	var errs []error
+	if s.metrics != nil {
+		errs = append(errs, s.metrics.Close())
+		s.metrics = nil
+	}
+	if s.journal != nil {
+		errs = append(errs, s.journal.close())
+		s.journal = nil
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close())
+		s.lock = nil
+	}
+	return errors.Join(errs...)
+}
+
+// writeResults rewrites results.json and results.csv from the rows as
+// they are now; the rows are copied, so trials go on changing them while
+// it writes. Its callers take turns (see Run.pace).
+func (s *Run) writeResults() error {
+	s.mu.Lock()
+	rows := slices.Clone(s.rows)
+	s.mu.Unlock()
+	start := time.Now()
+	err := newResults(s.file, s.cfg.RankBy, rows, start).write(s.dir)
+	s.pace.wrote(start, time.Now())
+	s.writes++
+	return err
+}
+
+// How often the results files are rewritten while trials run: each
+// rewrite costs time in the number of trials, so rewriting after every
+// trial's end cost a large sweep time in the square of its trials. The
+// files are rewritten once more when the sweep ends.
+const (
+	// resultsMinGap is the least time between two rewrites.
+	resultsMinGap = time.Second
+	// resultsCostRatio makes the gap at least this many times the last
+	// rewrite's duration, so rewriting takes at most a small part of the
+	// coordinator's time however large the sweep.
+	resultsCostRatio = 10
+)
+
+// resultsPace says when the results files may next be rewritten.
+type resultsPace struct {
+	minGap time.Duration
+	ratio  int
+	last   time.Time     // when the last rewrite ended
+	took   time.Duration // how long it took
+}
+
+// wait is how long after now the next rewrite is due (0 or less: now).
+func (p *resultsPace) wait(now time.Time) time.Duration {
+	gap := max(p.minGap, time.Duration(p.ratio)*p.took)
+	return p.last.Add(gap).Sub(now)
+}
+
+func (p *resultsPace) wrote(start, end time.Time) { p.last, p.took = end, end.Sub(start) }
+
+// writeResultsPaced rewrites the results files after rows change, no
+// sooner than the pace allows, until stop is closed. It returns the first
+// error of a rewrite.
+func (s *Run) writeResultsPaced(stop <-chan struct{}) error {
+	var first error
+	for {
+		select {
+		case <-s.changed:
+		case <-stop:
+			return first
+		}
+		if wait := s.pace.wait(time.Now()); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-stop:
+				t.Stop()
+				return first
+			}
+		}
+		if err := s.writeResults(); err != nil && first == nil {
+			first = err
+		}
+	}
+}
+
+// setRows takes rows as the sweep's and counts them; mu is not held.
+func (s *Run) setRows(rows []TrialResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rows, s.counts = rows, map[TrialState]int{}
+	for _, r := range rows {
+		s.counts[r.State]++
+	}
+	s.families.setTrials(s.counts)
+}
+
+// putRow replaces row i, keeping the counts and the metrics, and wakes
+// the results writer; the caller holds mu.
+func (s *Run) putRow(i int, r TrialResult) {
+	s.counts[s.rows[i].State]--
+	s.counts[r.State]++
+	s.rows[i] = r
+	s.families.setTrials(s.counts)
+	select {
+	case s.changed <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+func (s *Run) report(u TrialUpdate) {
+	if s.cfg.Report == nil {
+		return
+	}
+	s.reportMu.Lock()
+	defer s.reportMu.Unlock()
+	s.cfg.Report(u)
+}
+
+// Run runs every trial, each in a tolaria-worker process of its own on
+// a slot, and rewrites results.json and results.csv as each ends. A
+// trial's failure is recorded with its reason and the tail of its
+// worker's log, and the others go on. Cancelling ctx asks every running
+// worker to checkpoint and stop; those trials are recorded interrupted
+// and the trials not started stay pending. A resumed sweep's succeeded
+// trials are not run again. Run returns once every worker has been
+// reaped; the error is one writing the results.
+func (s *Run) Run(ctx context.Context) (Results, error) {
+	// A resumed sweep's succeeded trials stand as they are; a display
+	// hears of them once.
+	for i := range s.rows {
+		if r := s.rows[i]; r.State == TrialSucceeded {
+			s.report(TrialUpdate{Trial: r.Name, Index: i, State: r.State, Device: r.Device, Attempt: r.Attempts, Result: &r})
+		}
+	}
+	s.mu.Lock()
+	s.families.setTrials(s.counts)
+	s.mu.Unlock()
+	stopWriter, writerDone := make(chan struct{}), make(chan error, 1)
+	go func() { writerDone <- s.writeResultsPaced(stopWriter) }()
+	var planned []launch.Worker
+	for i, t := range s.cfg.Sweep.Trials {
+		if s.rows[i].State != TrialSucceeded {
+			planned = append(planned, s.trialWorker(i, t))
+		}
+	}
+	s.launcher.Plan(planned)
+	// A Ctrl-C reaches the trials only once the launcher will start no
+	// worker any more (see launch.Launcher.Hold).
+	ctx, stop := s.launcher.Hold(ctx)
+	defer stop()
+	defer launch.ReleaseAll(ctx, s.launcher, planned)
+	var wg sync.WaitGroup
+	for i, t := range s.cfg.Sweep.Trials {
+		if s.rows[i].State == TrialSucceeded {
+			continue
+		}
+		sl, err := s.slots.Take(ctx)
+		if err != nil || ctx.Err() != nil {
+			break
+		}
+		s.setRow(i, func(r *TrialResult) { r.State, r.Device = TrialRunning, sl.String() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := s.runTrial(ctx, i, t, sl)
+			s.journalAdd(journalEntry{Time: time.Now().UTC(), Event: journalEnd, Trial: t.Name, Attempt: res.Attempts, Device: res.Device, Row: &res})
+			s.mu.Lock()
+			s.putRow(i, res)
+			s.mu.Unlock()
+			s.report(TrialUpdate{Trial: t.Name, Index: i, State: res.State, Device: res.Device, Attempt: res.Attempts, Result: &res})
+			s.slots.Give(sl)
+		}()
+	}
+	wg.Wait()
+	close(stopWriter)
+	writeErr := <-writerDone
+	// Every worker is reaped and the results writer stopped: what follows
+	// runs alone.
+	var unstarted []TrialUpdate
+	for i := range s.rows {
+		if s.rows[i].State == TrialPending {
+			s.rows[i].Reason = "not started: the sweep was interrupted"
+			r := s.rows[i]
+			unstarted = append(unstarted, TrialUpdate{Trial: r.Name, Index: i, State: TrialPending, Result: &r})
+		}
+	}
+	if err := s.writeResults(); err != nil && writeErr == nil {
+		writeErr = err
+	}
+	if writeErr == nil {
+		writeErr = s.journalErr
+	}
+	for _, u := range unstarted {
+		s.report(u)
+	}
+	return newResults(s.file, s.cfg.RankBy, s.rows, time.Now()), writeErr
+}
+
+func (s *Run) setRow(i int, f func(*TrialResult)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.rows[i]
+	f(&r)
+	s.putRow(i, r)
+}
+
+// runTrial runs one trial until it succeeds, is interrupted or has failed
+// 1+Retries times.
+func (s *Run) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot) TrialResult {
+	s.mu.Lock()
+	res := s.rows[i]
+	s.mu.Unlock()
+	// A resumed sweep counts on from the trial's earlier attempts.
+	before, beforeSeconds := res.Attempts, res.Seconds
+	started := time.Now()
+	for attempt := 1; ; attempt++ {
+		res.Attempts = before + attempt
+		// Recorded before the worker starts: a sweep killed during the
+		// attempt reads it, when resumed, as interrupted.
+		s.journalAdd(journalEntry{Time: time.Now().UTC(), Event: journalStart, Trial: t.Name, Attempt: res.Attempts, Device: sl.String()})
+		s.setRow(i, func(r *TrialResult) { r.State, r.Attempts, r.Device = TrialRunning, res.Attempts, sl.String() })
+		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: res.Attempts})
+		a := s.attempt(ctx, i, t, sl, res.Attempts)
+		prev := res.Summary
+		res.State, res.Reason, res.LogTail, res.Summary, res.Device = a.state, a.reason, a.logTail, a.summary, sl.String()
+		if a.unstarted {
+			// Nothing ran: the trial's figures stay its earlier attempt's.
+			res.Summary = prev
+		}
+		if res.State == TrialFailed {
+			s.families.trialFailed(a.why)
+		}
+		if res.State != TrialFailed || attempt > s.cfg.Retries || ctx.Err() != nil {
+			break
+		}
+		s.log.Warn("trial failed; starting it again", "trial", t.Name, "attempt", attempt, "reason", a.reason)
+		s.families.trialRetried()
+	}
+	res.Seconds = beforeSeconds + time.Since(started).Seconds()
+	return res
+}
+
+// outcome is how one attempt at a trial ended.
+type outcome struct {
+	state   TrialState
+	reason  string
+	why     string // a failure's reason in a word, for the metrics (see failureReason)
+	logTail string
+	summary *trainer.Summary
+	// unstarted: the attempt's worker never ran, so nothing trained.
+	unstarted bool
+}
+
+// Reasons a sweep counts a failed attempt by besides the worker's own
+// (worker.Reason*, how its process failed, and worker.Kind*, the kind of
+// error it reported).
+const (
+	// failureNoAnswer is a worker that did not say hello in time.
+	failureNoAnswer = "no_answer"
+	// failureStopped is a run the worker stopped before its end
+	// without being asked (a signal sent to the worker alone).
+	failureStopped = "stopped"
+)
+
+// failureReasons are the values of the failures metric's reason label
+// (telemetry adds its "other").
+func failureReasons() []string {
+	return []string{
+		worker.ReasonHung, worker.ReasonCrashed, worker.ReasonExit, worker.ReasonProtocol, worker.ReasonKilled,
+		worker.KindUsage, worker.KindCheckpoint, worker.KindNonFinite, worker.KindNoDevice, worker.KindFailure,
+		worker.KindBudget, failureNoAnswer, failureStopped,
+		worker.ReasonCancelled, worker.ReasonTimeLimit, worker.ReasonNodeFail,
+	}
+}
+
+// failureReason says in a word why an attempt failed: how the worker's
+// process failed, the kind of error it reported, or
+// telemetry.SweepFailureOther for a failure before it ran.
+func failureReason(err error) string {
+	var pe *worker.ProcessError
+	var we *worker.Error
+	switch {
+	case errors.As(err, &pe):
+		return pe.Reason
+	case errors.As(err, &we):
+		return we.Kind
+	case errors.Is(err, worker.ErrNoAnswer):
+		return failureNoAnswer
+	}
+	return telemetry.SweepFailureOther
+}
+
+// attempt runs a trial once in a worker process of its own: a fresh run,
+// or a resumed one when an earlier attempt (of this sweep, or of the one
+// a resumed sweep continues) left a checkpoint. Any error
+// of the run (the worker's own, its exit, the protocol) is the trial's
+// failure with that reason.
+func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int) outcome {
+	spec := t.Spec
+	spec.Device, spec.RunDir = sl.Device, filepath.Join(s.dir, t.Name)
+	if _, err := os.Stat(filepath.Join(spec.RunDir, trainer.CheckpointFile)); err == nil && (n > 1 || s.cfg.Resume) {
+		spec.Resume = true
+	}
+	// The worker's own log is kept whole next to its run.
+	_ = os.MkdirAll(spec.RunDir, 0o755)
+	w := s.trialWorker(i, t)
+	defer s.launcher.Release(ctx, w)
+	tailOf := func() string { return "" }
+	var budget func(trainer.Observer, *slog.Logger) train.Budgeter
+	if !sl.Remote() {
+		// The broker keeps the books of this machine's devices.
+		tb := &TrialBudget{Broker: s.broker, Trial: t.Name, Device: sl.String(), Priority: t.Priority, Report: func(b BudgetUpdate) {
+			s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Budget: &b})
+		}}
+		budget = func(obs trainer.Observer, log *slog.Logger) train.Budgeter {
+			return &budgetSink{tb: tb, obs: obs, metrics: s.families, log: log}
+		}
+	}
+	failed := func(err error) outcome {
+		return outcome{state: TrialFailed, reason: err.Error(), why: failureReason(err), logTail: tailOf()}
+	}
+	if err := s.writeTrialConfig(t, spec); err != nil {
+		return failed(fmt.Errorf("writing the trial's configuration: %w", err))
+	}
+	h, err := s.launcher.Start(ctx, w, sl, n)
+	if err != nil {
+		if ctx.Err() != nil {
+			return outcome{state: TrialInterrupted, reason: "interrupted while starting: " + err.Error()}
+		}
+		return failed(err)
+	}
+	defer h.Close()
+	tailOf = h.Tail
+	place := train.Placement{Device: sl.Device, WorkerStart: s.cfg.WorkerStart, HeartbeatTimeout: s.cfg.HeartbeatTimeout, Transport: h.Transport}
+	// The sweep reports a trial's start and end itself; of a run's own
+	// log only warnings are news.
+	runLog := slog.New(minLevel{s.log.Handler(), slog.LevelWarn}).With("trial", t.Name)
+	run, err := train.Prepare(ctx, train.Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: runLog, Started: time.Now(),
+		Metrics: s.metrics, Trial: t.Name, Budget: budget, Watch: s.families.watchWorker})
+	if err != nil {
+		if ctx.Err() != nil {
+			return outcome{state: TrialInterrupted, reason: "interrupted while starting: " + err.Error()}
+		}
+		return failed(err)
+	}
+	defer run.Close()
+	progress := func(p trainer.Progress) {
+		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Progress: &p})
+	}
+	sum, err := run.Train(ctx, progress)
+	if err != nil && (ctx.Err() != nil || errors.Is(err, launch.ErrInterrupted)) {
+		if why := h.NotRun(); why != "" {
+			// A scheduler's task was still queued, or came up after the
+			// Ctrl-C and found the interrupt's mark: no worker ran.
+			return outcome{state: TrialInterrupted, reason: "interrupted before its worker started (" + why + "); nothing trained", unstarted: true}
+		}
+	}
+	if err != nil {
+		if we := (*worker.Error)(nil); ctx.Err() != nil && errors.As(err, &we) && we.Kind == worker.KindBudget {
+			return outcome{state: TrialInterrupted, reason: "interrupted while waiting for device memory: " + we.Message}
+		}
+		if ctx.Err() != nil {
+			o := failed(fmt.Errorf("interrupted, and the worker failed while stopping: %w", err))
+			o.state = TrialInterrupted
+			return o
+		}
+		return failed(err)
+	}
+	if err := run.Record(&sum); err != nil {
+		return failed(err)
+	}
+	switch {
+	case sum.Interrupted && ctx.Err() != nil && sum.Steps == sum.ResumedFromStep:
+		return outcome{state: TrialInterrupted, reason: "interrupted before its first step", summary: &sum}
+	case sum.Interrupted && ctx.Err() != nil:
+		return outcome{state: TrialInterrupted, reason: fmt.Sprintf("interrupted after %d steps; checkpoint saved in %s", sum.Steps, spec.RunDir), summary: &sum}
+	case sum.Interrupted:
+		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", why: failureStopped, logTail: tailOf(), summary: &sum}
+	}
+	return outcome{state: TrialSucceeded, summary: &sum}
+}
+
+// minLevel passes on the records of at least its level.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
+}
+
+// setPriorities gives each trial the value of key in its job as its
+// priority (its override, else the sweep's base or the default); ""
+// keeps the trials' own. A key that is not a job setting is refused, so a
+// misspelt --priority does not leave every trial at the same priority.
+func setPriorities(sw *Sweep, key string) error {
+	if key == "" {
+		return nil
+	}
+	if job.Usage(field.Name(key)) == "" {
+		return refusal.Config(field.Errorf("priority", "%s is not a setting of a job; give a key whose values are numbers, e.g. one of the sweep's grid keys", key))
+	}
+	for i := range sw.Trials {
+		v, ok := sw.Trials[i].Overrides[field.Name(key)]
+		if !ok {
+			v = sw.Trials[i].Spec.Get(field.Name(key))
+		}
+		switch n := v.(type) {
+		case int:
+			sw.Trials[i].Priority = float64(n)
+		case float64:
+			sw.Trials[i].Priority = n
+		default:
+			return refusal.Config(field.Errorf("priority", "%s: trial %q sets it to %v, not a number; give a key whose values are numbers", key, sw.Trials[i].Name, v))
+		}
+	}
+	return nil
+}
