@@ -92,7 +92,7 @@ input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
 type rlFlags struct {
 	config  string
 	cfg     dqn.Config // only the fields of flags given are used
-	req     coordinator.RLRequest
+	req     rl.Request
 	worker  workerFlags
 	metrics metricsFlags
 	plot    bool
@@ -100,7 +100,7 @@ type rlFlags struct {
 
 // request reads the configuration file (or the run's, to resume), puts
 // the flags given over it and checks the result.
-func (f *rlFlags) request(fs *pflag.FlagSet) (coordinator.RLRequest, error) {
+func (f *rlFlags) request(fs *pflag.FlagSet) (rl.Request, error) {
 	req, path, cfg := f.req, f.config, dqn.DefaultConfig()
 	if req.Resume {
 		if path != "" {
@@ -177,7 +177,7 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	}
 	defer metrics.Close()
 	req.Logger, req.Report, req.Metrics = log, view.Update, rlm
-	run, err := coordinator.PrepareRL(req, time.Now())
+	run, err := rl.Prepare(req, time.Now())
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	defer metrics.Linger(ctx, f.metrics.linger)
 	ok := 0
 	for _, a := range sum.Agents {
-		if a.State == coordinator.AgentSucceeded {
+		if a.State == rl.AgentSucceeded {
 			ok++
 		}
 	}
@@ -234,7 +234,7 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-func printRLSummary(w io.Writer, s coordinator.RLSummary) {
+func printRLSummary(w io.Writer, s rl.Summary) {
 	fmt.Fprintf(w, "%-5s  %-11s  %8s  %9s  %9s  %11s  %9s  %s\n", "agent", "state", "episodes", "mean-100", "best-100", "greedy best", "env steps", "solved at")
 	for _, a := range s.Agents {
 		solved, greedy := "-", "-"
