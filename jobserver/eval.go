@@ -40,6 +40,9 @@ type EvalJob struct {
 	Shards           int    `json:"shards"`
 	Attempt          int    `json:"attempt"` // 1 for the first, 2 for a retry
 	Out              string `json:"out"`
+	// TopK is the most probable classes each record keeps with their
+	// probabilities (trainer.EvalConfig.TopK); 0 for none.
+	TopK int `json:"top_k,omitempty"`
 }
 
 // EvalResult is what a worker answers for an EvalJob.
@@ -135,7 +138,7 @@ func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, a
 		return EvalResult{}, fmt.Errorf("%w: %s changed since the evaluation began (SHA-256 %s, want %s)", trainer.ErrCheckpoint, ej.Checkpoint, sha, ej.CheckpointSHA256)
 	}
 	ec := trainer.EvalConfig{Spec: tc.Spec, Net: tc.Net, BatchSize: tc.BatchSize, Data: ds, Params: ck.Parameters(), Running: ck.RunningState(),
-		Shard: ej.Shard, Shards: ej.Shards, Loaders: ej.Spec.Loaders, Logger: cfg.Logger, Advance: advance}
+		Shard: ej.Shard, Shards: ej.Shards, Loaders: ej.Spec.Loaders, Logger: cfg.Logger, Advance: advance, TopK: ej.TopK}
 	if cfg.AfterEvalBatch != nil {
 		ec.AfterBatch = func(n int) { cfg.AfterEvalBatch(ej, n) }
 	}
@@ -145,7 +148,7 @@ func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, a
 	}
 	shape := ds.Shape()
 	h := ShardHeader{Split: ej.Split, Shard: ej.Shard, Shards: ej.Shards, Samples: ds.Len(), Classes: shape.Classes,
-		Positions: shape.Positions, CheckpointSHA256: sha, Step: ck.Step, Data: SplitFingerprint(ds)}
+		Positions: shape.Positions, CheckpointSHA256: sha, Step: ck.Step, Data: SplitFingerprint(ds), TopK: ej.TopK}
 	if err := WriteShard(ej.Out, Shard{Header: h, Scores: scores}); err != nil {
 		return EvalResult{}, fmt.Errorf("writing the shard file: %w", err)
 	}

@@ -2,6 +2,7 @@ package jobserver
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"math"
 	"os"
@@ -54,6 +55,42 @@ func TestShardFileRoundTrip(t *testing.T) {
 	}
 	if _, err := ReadShard(path); !errors.Is(err, ErrShardFile) || !strings.Contains(err.Error(), path) {
 		t.Errorf("a damaged file: %v", err)
+	}
+}
+
+// TestShardFileTopK: a shard with top-k probabilities is a v2 file that
+// reads back as written; one without stays v1; a header whose top_k
+// does not fit its version is refused.
+func TestShardFileTopK(t *testing.T) {
+	want := sampleShard()
+	want.Header.TopK = 2
+	want.Scores[0].Top = []trainer.ClassProb{{Class: 0, Prob: 0.5}, {Class: 3, Prob: 0.25}}
+	want.Scores[1].Top = []trainer.ClassProb{{Class: 2, Prob: 1 - 1e-300}, {Class: 0, Prob: 1e-301}}
+	raw, err := EncodeShard(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(raw), "TOLARIA-EVAL\x00v2\n") {
+		t.Errorf("magic %q", raw[:16])
+	}
+	got, err := DecodeShard(raw)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("read %+v, %v; want %+v", got, err, want)
+	}
+	if plain, _ := EncodeShard(sampleShard()); !strings.HasPrefix(string(plain), shardMagic) {
+		t.Errorf("without top k: magic %q", plain[:16])
+	}
+	short := want
+	short.Scores = []trainer.Scored{want.Scores[0], {Index: 4}}
+	if _, err := EncodeShard(short); err == nil {
+		t.Error("a record without its top k was encoded")
+	}
+	// A v2 body under a v1 magic (and its digest made good) is refused by
+	// its header, not misread.
+	v1 := append([]byte(shardMagic), raw[16:len(raw)-32]...)
+	sum := sha256.Sum256(v1)
+	if _, err := DecodeShard(append(v1, sum[:]...)); err == nil || !strings.Contains(err.Error(), "top_k") {
+		t.Errorf("v1 with top_k: %v", err)
 	}
 }
 
@@ -190,6 +227,9 @@ func TestServeEvalText(t *testing.T) {
 		for s := range shards {
 			out := filepath.Join(t.TempDir(), "shard.tles")
 			ej := EvalJob{Spec: spec, Checkpoint: ckPath, CheckpointSHA256: sha, Split: SplitTest, Shard: s, Shards: shards, Attempt: 1, Out: out}
+			if shards > 1 {
+				ej.TopK = 3 // the figures are those without
+			}
 			_, res, err := Evaluate(context.Background(), local(t), "cpu", ej)
 			if err != nil {
 				t.Fatal(err)
@@ -207,9 +247,13 @@ func TestServeEvalText(t *testing.T) {
 				if r.Index != trainer.ScoredIndex(w, p, T) || r.Label != int(text.Window(w)[p+1]) {
 					t.Fatalf("shard %d of %d: record %d is %+v; want window %d position %d, label %d", s, shards, j, r, w, p, text.Window(w)[p+1])
 				}
+				if len(r.Top) != ej.TopK || sh.Header.TopK != ej.TopK || ej.TopK > 0 && r.Top[0].Class != r.Predicted {
+					t.Fatalf("shard %d of %d: record %d's top %+v (header's top_k %d), predicted %d", s, shards, j, r.Top, sh.Header.TopK, r.Predicted)
+				}
+				r.Top = nil
 				if shards == 1 {
 					byIndex[r.Index] = r
-				} else if byIndex[r.Index] != r {
+				} else if !reflect.DeepEqual(byIndex[r.Index], r) {
 					t.Errorf("window %d position %d: %+v in shard %d of %d, %+v alone", w, p, r, s, shards, byIndex[r.Index])
 				}
 			}

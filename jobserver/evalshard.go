@@ -14,15 +14,19 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// A shard file (format v1) holds one evaluation shard's per-label
-// figures:
+// A shard file (format v1, or v2 with top-k probabilities) holds one
+// evaluation shard's per-label figures:
 //
-//	magic        "TOLARIA-EVAL\x00v1\n" (16 bytes; the format version is in it)
+//	magic        "TOLARIA-EVAL\x00v1\n" (16 bytes; the format version is in it; v2 with top_k)
 //	header size  uint32, little-endian
 //	header       JSON (ShardHeader)
-//	records      Count of: index uint32, label uint32, predicted uint32, loss float64 (little-endian)
+//	records      Count of: index uint32, label uint32, predicted uint32, loss float64,
+//	             and in v2 top_k of (class uint32, probability float64) (little-endian)
 //	digest       SHA-256 of every byte before it (32 bytes)
 //
+// A file without top-k probabilities is written as v1, byte for byte as
+// before they existed; one with them as v2, which an older tolaria
+// refuses by its version rather than misreading its records.
 // A record is an example's, or with Positions T > 0 (a token model) one
 // position's of a window: its index is then window*T + position
 // (trainer.ScoredIndex). The header's data key (added within v1: an
@@ -33,8 +37,13 @@ import (
 // computed.
 const (
 	shardMagic      = "TOLARIA-EVAL\x00v1\n"
+	shardMagicTopK  = "TOLARIA-EVAL\x00v2\n"
 	shardRecordSize = 4 + 4 + 4 + 8
+	shardTopSize    = 4 + 8 // a (class, probability) pair of a v2 record
 )
+
+// recordSize is the bytes of one record of a file of header h.
+func (h ShardHeader) recordSize() int { return shardRecordSize + shardTopSize*h.TopK }
 
 // ErrShardFile is wrapped by every refusal of a shard file.
 var ErrShardFile = errors.New("evaluation shard file refused")
@@ -56,8 +65,11 @@ type ShardHeader struct {
 	// worker loaded and normalised it: a shard scored on other data never
 	// merges, nor is kept by a resumed evaluation. A file written before
 	// it was recorded has "", and is scored again on a resume.
-	Data  string `json:"data,omitempty"`
-	Count int    `json:"count"` // records in the file
+	Data string `json:"data,omitempty"`
+	// TopK is the (class, probability) pairs of every record
+	// (trainer.Scored.Top); 0 (absent) in a v1 file.
+	TopK  int `json:"top_k,omitempty"`
+	Count int `json:"count"` // records in the file
 }
 
 // Shard is a shard file's contents.
@@ -73,20 +85,35 @@ func EncodeShard(s Shard) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.Header.TopK < 0 {
+		return nil, fmt.Errorf("evaluation shard: top_k %d", s.Header.TopK)
+	}
 	var b bytes.Buffer
-	b.Grow(len(shardMagic) + 4 + len(header) + shardRecordSize*len(s.Scores) + sha256.Size)
-	b.WriteString(shardMagic)
+	b.Grow(len(shardMagic) + 4 + len(header) + s.Header.recordSize()*len(s.Scores) + sha256.Size)
+	if s.Header.TopK > 0 {
+		b.WriteString(shardMagicTopK)
+	} else {
+		b.WriteString(shardMagic)
+	}
 	b.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(header))))
 	b.Write(header)
-	rec := make([]byte, shardRecordSize)
+	rec := make([]byte, s.Header.recordSize())
 	for _, r := range s.Scores {
-		if r.Index < 0 || r.Index > math.MaxUint32 || r.Label < 0 || r.Predicted < 0 {
-			return nil, fmt.Errorf("evaluation shard: record %+v cannot be stored", r)
+		if r.Index < 0 || r.Index > math.MaxUint32 || r.Label < 0 || r.Predicted < 0 || len(r.Top) != s.Header.TopK {
+			return nil, fmt.Errorf("evaluation shard: record %+v cannot be stored (top_k %d)", r, s.Header.TopK)
 		}
 		binary.LittleEndian.PutUint32(rec[0:], uint32(r.Index))
 		binary.LittleEndian.PutUint32(rec[4:], uint32(r.Label))
 		binary.LittleEndian.PutUint32(rec[8:], uint32(r.Predicted))
 		binary.LittleEndian.PutUint64(rec[12:], math.Float64bits(r.Loss))
+		for j, c := range r.Top {
+			if c.Class < 0 {
+				return nil, fmt.Errorf("evaluation shard: record %+v cannot be stored", r)
+			}
+			at := shardRecordSize + j*shardTopSize
+			binary.LittleEndian.PutUint32(rec[at:], uint32(c.Class))
+			binary.LittleEndian.PutUint64(rec[at+4:], math.Float64bits(c.Prob))
+		}
 		b.Write(rec)
 	}
 	sum := sha256.Sum256(b.Bytes())
@@ -122,8 +149,9 @@ func DecodeShard(raw []byte) (Shard, error) {
 	if !bytes.HasPrefix(raw, []byte(shardMagic[:len(shardMagic)-3])) {
 		return Shard{}, errors.New("not a tolaria evaluation shard (bad magic)")
 	}
-	if !bytes.HasPrefix(raw, []byte(shardMagic)) {
-		return Shard{}, fmt.Errorf("format %q is not read by this tolaria (it reads v1)", bytes.TrimSpace(raw[len(shardMagic)-3:min(len(raw), len(shardMagic)+2)]))
+	v2 := bytes.HasPrefix(raw, []byte(shardMagicTopK))
+	if !v2 && !bytes.HasPrefix(raw, []byte(shardMagic)) {
+		return Shard{}, fmt.Errorf("format %q is not read by this tolaria (it reads v1 and v2)", bytes.TrimSpace(raw[len(shardMagic)-3:min(len(raw), len(shardMagic)+2)]))
 	}
 	if len(raw) < len(shardMagic)+4+sha256.Size {
 		return Shard{}, fmt.Errorf("truncated (%d bytes)", len(raw))
@@ -141,19 +169,36 @@ func DecodeShard(raw []byte) (Shard, error) {
 	if err := json.Unmarshal(body[4:4+n], &s.Header); err != nil {
 		return Shard{}, fmt.Errorf("unreadable header: %v", err)
 	}
-	recs := body[4+n:]
-	if s.Header.Count < 0 || len(recs) != shardRecordSize*s.Header.Count {
+	if k := s.Header.TopK; k < 0 || k > 0 != v2 || k > s.Header.Classes {
+		return Shard{}, fmt.Errorf("header's top_k %d does not fit a file of format v%d of %d classes", k, map[bool]int{false: 1, true: 2}[v2], s.Header.Classes)
+	}
+	recs, size := body[4+n:], s.Header.recordSize()
+	if s.Header.Count < 0 || len(recs) != size*s.Header.Count {
 		return Shard{}, fmt.Errorf("%d bytes of records, header promises %d records", len(recs), s.Header.Count)
 	}
 	s.Scores = make([]trainer.Scored, s.Header.Count)
+	tops := make([]trainer.ClassProb, s.Header.Count*s.Header.TopK)
 	for i := range s.Scores {
-		r := recs[i*shardRecordSize:]
-		s.Scores[i] = trainer.Scored{
-			Index:     int(binary.LittleEndian.Uint32(r[0:])),
-			Label:     int(binary.LittleEndian.Uint32(r[4:])),
-			Predicted: int(binary.LittleEndian.Uint32(r[8:])),
-			Loss:      math.Float64frombits(binary.LittleEndian.Uint64(r[12:])),
-		}
+		s.Scores[i] = decodeRecord(recs[i*size:(i+1)*size], tops[i*s.Header.TopK:(i+1)*s.Header.TopK:(i+1)*s.Header.TopK])
 	}
 	return s, nil
+}
+
+// decodeRecord reads a record, its top k (if any) into top (its length k).
+func decodeRecord(r []byte, top []trainer.ClassProb) trainer.Scored {
+	sc := trainer.Scored{
+		Index:     int(binary.LittleEndian.Uint32(r[0:])),
+		Label:     int(binary.LittleEndian.Uint32(r[4:])),
+		Predicted: int(binary.LittleEndian.Uint32(r[8:])),
+		Loss:      math.Float64frombits(binary.LittleEndian.Uint64(r[12:])),
+	}
+	if len(top) == 0 {
+		return sc
+	}
+	for j := range top {
+		at := shardRecordSize + j*shardTopSize
+		top[j] = trainer.ClassProb{Class: int(binary.LittleEndian.Uint32(r[at:])), Prob: math.Float64frombits(binary.LittleEndian.Uint64(r[at+4:]))}
+	}
+	sc.Top = top
+	return sc
 }

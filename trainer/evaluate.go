@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/device"
@@ -38,6 +39,10 @@ type EvalConfig struct {
 	// Advance, when set, is called as the work moves: once set up, then
 	// after each batch (see Config.Advance).
 	Advance func(stage string)
+	// TopK, when positive, keeps each label's TopK most probable classes
+	// (Scored.Top); at most the model's outputs, and only for a
+	// cross-entropy model (an MSE model's outputs are no logits).
+	TopK int
 }
 
 // Validate checks the configuration.
@@ -53,6 +58,10 @@ func (c EvalConfig) Validate() error {
 		return fmt.Errorf("trainer: evaluation: %d shards for %d examples; want at most one shard per example", c.Shards, c.Data.Len())
 	case c.paramCount() != len(c.Params):
 		return fmt.Errorf("%w: %d parameters for the model %s, which has %d", ErrCheckpoint, len(c.Params), c.modelName(), c.paramCount())
+	case c.TopK < 0 || c.TopK > c.Spec.Outputs:
+		return fmt.Errorf("trainer: evaluation: top_k %d; want 0 to the model's %d outputs", c.TopK, c.Spec.Outputs)
+	case c.TopK > 0 && c.Spec.Loss == nn.LossMSE:
+		return errors.New("trainer: evaluation: top_k needs a cross-entropy model: an MSE model's outputs are no logits")
 	case c.runningLen() != len(c.Running):
 		return fmt.Errorf("%w: %d running-state values for the model %s, which has %d", ErrCheckpoint, len(c.Running), c.modelName(), c.runningLen())
 	}
@@ -91,6 +100,50 @@ type Scored struct {
 	Label     int
 	Predicted int
 	Loss      float64
+	// Top is, with EvalConfig.TopK k, the k most probable classes, most
+	// probable first (of equal probabilities the lower class first), so
+	// Top[0].Class is Predicted; nil without.
+	Top []ClassProb
+}
+
+// ClassProb is a class and the probability the model gives it: the
+// softmax of the row's logits, computed on the host in float64 as the
+// loss is (nn.Spec.Score), so a label's probability is exp(-Loss) to
+// rounding.
+type ClassProb struct {
+	Class int
+	Prob  float64
+}
+
+// topK fills dst (its length k) with the row's k most probable classes,
+// most probable first, ties to the lower class.
+func topK(logits []float32, dst []ClassProb) {
+	top := logits[0]
+	for _, v := range logits {
+		top = max(top, v)
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - float64(top))
+	}
+	n := 0
+	for j, v := range logits {
+		// Insert j after every kept class of a logit at least v: a lower
+		// class of an equal logit stays first.
+		at := n
+		for at > 0 && logits[dst[at-1].Class] < v {
+			at--
+		}
+		if at >= len(dst) {
+			continue
+		}
+		n = min(n+1, len(dst))
+		copy(dst[at+1:n], dst[at:n-1])
+		dst[at] = ClassProb{Class: j}
+	}
+	for i := range dst {
+		dst[i].Prob = math.Exp(float64(logits[dst[i].Class])-float64(top)) / sum
+	}
 }
 
 // ScoredIndex is the Index of the label at position of example, with
@@ -170,7 +223,10 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 	labels := newLabeller(cfg.Data, cfg.BatchSize)
 	per := cfg.Spec.Outputs
 	logits := make([]float32, cfg.BatchSize*labels.perExample*per)
-	out := make([]Scored, 0, (cfg.Data.Len()-cfg.Shard+cfg.Shards-1)/cfg.Shards*labels.perExample)
+	rows := (cfg.Data.Len() - cfg.Shard + cfg.Shards - 1) / cfg.Shards * labels.perExample
+	out := make([]Scored, 0, rows)
+	// Every row's top k lies in one array, allocated once.
+	tops := make([]ClassProb, rows*cfg.TopK)
 	for n := 1; ; n++ {
 		b, err := stager.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -204,7 +260,12 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 			label := int(y[k])
 			pred, loss := cfg.Spec.Score(logits[k*per:(k+1)*per], label)
 			i := indices[k/labels.perExample]
-			out = append(out, Scored{Index: ScoredIndex(i, k%labels.perExample, cfg.Spec.Positions), Label: label, Predicted: pred, Loss: loss})
+			sc := Scored{Index: ScoredIndex(i, k%labels.perExample, cfg.Spec.Positions), Label: label, Predicted: pred, Loss: loss}
+			if cfg.TopK > 0 {
+				sc.Top = tops[len(out)*cfg.TopK : (len(out)+1)*cfg.TopK : (len(out)+1)*cfg.TopK]
+				topK(logits[k*per:(k+1)*per], sc.Top)
+			}
+			out = append(out, sc)
 		}
 		advance(StageEvalBatch)
 		if cfg.AfterBatch != nil {

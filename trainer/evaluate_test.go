@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/data"
@@ -58,7 +59,7 @@ func evaluateAgreesWithTraining(t *testing.T, cfg trainer.Config) {
 				}
 				if shards == 1 {
 					byIndex[r.Index] = r
-				} else if byIndex[r.Index] != r {
+				} else if !reflect.DeepEqual(byIndex[r.Index], r) {
 					t.Errorf("example %d: %+v in shard %d of %d, %+v alone", r.Index, r, s, shards, byIndex[r.Index])
 				}
 			}
@@ -80,6 +81,55 @@ func evaluateAgreesWithTraining(t *testing.T, cfg trainer.Config) {
 	}
 }
 
+// TestEvaluateTopK: each row's top k are its most probable classes, most
+// probable first, the first the predicted class; over every class they sum
+// to 1, and the label's probability is exp(-loss); the other figures are
+// those of an evaluation without top k.
+func TestEvaluateTopK(t *testing.T) {
+	cfg := cnnConfig(t)
+	cfg.RunDir = t.TempDir()
+	run(t, cfg)
+	ck, err := trainer.CheckpointFor(cfg, filepath.Join(cfg.RunDir, trainer.CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := trainer.EvalConfig{Spec: cfg.Spec, Net: cfg.Net, BatchSize: cfg.BatchSize, Data: cfg.Test.(*data.Dataset), Params: ck.Parameters(),
+		Running: ck.RunningState(), Shards: 2}
+	plain, err := trainer.Evaluate(context.Background(), openCPU(t), newShared(t), ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int{1, 3, cfg.Spec.Outputs} {
+		ec.TopK = k
+		got, err := trainer.Evaluate(context.Background(), openCPU(t), newShared(t), ec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range got {
+			if len(r.Top) != k || r.Top[0].Class != r.Predicted {
+				t.Fatalf("k %d: row %d's top %+v, predicted %d", k, i, r.Top, r.Predicted)
+			}
+			var sum float64
+			for j, c := range r.Top {
+				sum += c.Prob
+				if j > 0 && (c.Prob > r.Top[j-1].Prob || c.Prob == r.Top[j-1].Prob && c.Class < r.Top[j-1].Class) {
+					t.Fatalf("k %d: row %d's top out of order: %+v", k, i, r.Top)
+				}
+				if c.Class == r.Label && math.Abs(c.Prob-math.Exp(-r.Loss)) > 1e-12 {
+					t.Errorf("k %d: row %d: label's probability %v, exp(-loss) %v", k, i, c.Prob, math.Exp(-r.Loss))
+				}
+			}
+			if sum > 1+1e-12 || k == cfg.Spec.Outputs && math.Abs(sum-1) > 1e-12 {
+				t.Errorf("k %d: row %d's top %d sum to %v", k, i, k, sum)
+			}
+			r.Top = nil
+			if !reflect.DeepEqual(r, plain[i]) {
+				t.Fatalf("k %d: row %d is %+v, %+v without top k", k, i, r, plain[i])
+			}
+		}
+	}
+}
+
 func TestEvaluateRefuses(t *testing.T) {
 	cfg := smallConfig(t)
 	good := trainer.EvalConfig{Spec: cfg.Spec, BatchSize: 8, Data: cfg.Test.(*data.Dataset), Params: make([]float32, cfg.Spec.ParamCount()), Shards: 1}
@@ -91,6 +141,11 @@ func TestEvaluateRefuses(t *testing.T) {
 		},
 		"parameters of another model": func(c *trainer.EvalConfig) { c.Params = c.Params[1:] },
 		"model not of the data":       func(c *trainer.EvalConfig) { c.Spec = nn.Spec{Inputs: 3, Outputs: 4, Loss: nn.LossCrossEntropy} },
+		"top k past the classes":      func(c *trainer.EvalConfig) { c.TopK = cfg.Spec.Outputs + 1 },
+		"negative top k":              func(c *trainer.EvalConfig) { c.TopK = -1 },
+		"top k of an MSE model": func(c *trainer.EvalConfig) {
+			c.Spec.Loss, c.TopK = nn.LossMSE, 1
+		},
 		"a net without its running state": func(c *trainer.EvalConfig) {
 			cnn := cnnConfig(t)
 			a, _ := cnn.Net.Resolve()

@@ -1,0 +1,35 @@
+package trainer
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestTopK: the most probable classes first, ties to the lower class.
+func TestTopK(t *testing.T) {
+	for _, c := range []struct {
+		logits []float32
+		want   []int
+	}{
+		{[]float32{1, 3, 2}, []int{1, 2, 0}},
+		{[]float32{1, 3, 2}, []int{1}},
+		{[]float32{2, 2, 2, 2}, []int{0, 1, 2}},
+		{[]float32{0, 5, 1, 5, 1}, []int{1, 3, 2, 4}},
+		{[]float32{-1, -1, 4}, []int{2, 0}},
+	} {
+		dst := make([]ClassProb, len(c.want))
+		topK(c.logits, dst)
+		got := make([]int, len(dst))
+		for i, d := range dst {
+			got[i] = d.Class
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("top %d of %v: %v, want %v", len(c.want), c.logits, got, c.want)
+		}
+	}
+	dst := make([]ClassProb, 2)
+	topK([]float32{0, 0}, dst)
+	if dst[0].Prob != 0.5 || dst[1].Prob != 0.5 {
+		t.Errorf("two equal logits: %+v", dst)
+	}
+}
