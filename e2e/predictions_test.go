@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -20,17 +22,30 @@ const { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects } = await 
 const buf = await asyncBufferFromFile(file)
 const meta = await parquetMetadataAsync(buf)
 const rows = await parquetReadObjects({ file: buf })
-const cols = meta.schema.slice(1).map(c => c.name)
-let loss = 0, correct = 0, ordered = true
+const cols = Object.keys(rows[0] || {})
+const kv = Object.fromEntries((meta.key_value_metadata || []).map(e => [e.key, e.value]))
+const k = Number(kv['tolaria.top_k'] || 0)
+let loss = 0, correct = 0, ordered = true, topOK = true, maxTopSum = 0
 rows.forEach((r, i) => {
   loss += r.loss
   if (r.label === r.predicted) correct++
+  if (k > 0) {
+    // The top k: k classes, the first the predicted one, probabilities
+    // non-increasing, summing to at most 1.
+    const c = r.top_class, p = r.top_prob
+    if (!c || !p || c.length !== k || p.length !== k || c[0] !== r.predicted) topOK = false
+    let sum = 0
+    for (let j = 0; j < k && p; j++) {
+      sum += p[j]
+      if (j > 0 && p[j] > p[j - 1]) topOK = false
+    }
+    maxTopSum = Math.max(maxTopSum, sum)
+  }
   const at = r.window === undefined ? Number(r.index) : Number(r.window) * (rows.length / (Number(rows[rows.length - 1].window) + 1)) + r.position
   if (at !== i) ordered = false
 })
-const kv = Object.fromEntries((meta.key_value_metadata || []).map(e => [e.key, e.value]))
 console.log(JSON.stringify({ rows: rows.length, num_rows: Number(meta.num_rows), row_groups: meta.row_groups.length,
-  columns: cols, loss, correct, ordered, meta: kv }))
+  columns: cols, loss, correct, ordered, meta: kv, top_ok: topOK, max_top_sum: maxTopSum }))
 `
 
 type hyparquetSummary struct {
@@ -42,6 +57,27 @@ type hyparquetSummary struct {
 	Correct   int               `json:"correct"`
 	Ordered   bool              `json:"ordered"`
 	Meta      map[string]string `json:"meta"`
+	// TopOK: every row's top k (tolaria.top_k of them) starts with its
+	// predicted class and is non-increasing; MaxTopSum is the largest sum
+	// of a row's top-k probabilities.
+	TopOK     bool    `json:"top_ok"`
+	MaxTopSum float64 `json:"max_top_sum"`
+}
+
+// checkTopK checks a file's top-k columns as hyparquet read them: k of
+// each row (0: no columns), the first its predicted class, summing to at
+// most 1.
+func checkTopK(t *testing.T, got hyparquetSummary, k int, columns string) {
+	t.Helper()
+	if k > 0 {
+		columns += ",top_class,top_prob"
+	}
+	if strings.Join(got.Columns, ",") != columns || got.Meta["tolaria.top_k"] != strconv.Itoa(k) {
+		t.Errorf("columns %v, top_k %q; want %s, top_k %d", got.Columns, got.Meta["tolaria.top_k"], columns, k)
+	}
+	if !got.TopOK || got.MaxTopSum > 1+1e-12 || k > 0 && got.MaxTopSum <= 0 {
+		t.Errorf("top %d: rows in order %v, the largest sum of a row's probabilities %v", k, got.TopOK, got.MaxTopSum)
+	}
 }
 
 // hyparquetDir is where scripts/install-deps.sh test installs hyparquet
@@ -99,8 +135,14 @@ func TestEvalPredictionsReadByHyparquet(t *testing.T) {
 	dir := t.TempDir()
 	run := trainedRun(t, dir)
 	path := filepath.Join(run, "predictions.parquet")
-	for _, n := range []string{"1", "3"} {
-		r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", n, "--predictions")
+	for _, c := range []struct {
+		n    string
+		topK []string
+		k    int
+	}{{"1", nil, -1}, // the default: 5, capped at the classes
+		{"3", []string{"--top-k", "0"}, 0}, {"2", []string{"--top-k", "2"}, 2}} {
+		n := c.n
+		r := tolaria(t, dir, nil, append([]string{"eval", "--run-dir", run, "--workers", n, "--predictions"}, c.topK...)...)
 		if r.code != 0 {
 			t.Fatalf("eval --workers %s --predictions: exit %d\n%s", n, r.code, r.stderr)
 		}
@@ -115,9 +157,11 @@ func TestEvalPredictionsReadByHyparquet(t *testing.T) {
 		if got.Rows != rep.Samples || got.NumRows != rep.Samples || !got.Ordered || got.RowGroups < 1 {
 			t.Errorf("--workers %s: %+v, want %d rows in index order", n, got, rep.Samples)
 		}
-		if strings.Join(got.Columns, ",") != "index,label,predicted,loss" {
-			t.Errorf("columns %v", got.Columns)
+		k := c.k
+		if k < 0 {
+			k = min(5, len(rep.PerClass))
 		}
+		checkTopK(t, got, k, "index,label,predicted,loss")
 		if got.Correct != rep.Correct || got.Loss/float64(got.Rows) != rep.Loss {
 			t.Errorf("--workers %s: the rows' correct %d and mean loss %v; eval.json's %d and %v", n, got.Correct, got.Loss/float64(got.Rows), rep.Correct, rep.Loss)
 		}
@@ -125,11 +169,22 @@ func TestEvalPredictionsReadByHyparquet(t *testing.T) {
 			t.Errorf("metadata %v, eval.json's checkpoint %s", got.Meta, rep.CheckpointSHA256)
 		}
 	}
+	// The shard files left carry the top 2: a resume with another k keeps
+	// none of them, and writes the rows of an evaluation that never failed.
+	want := figures(readEval(t, run))
+	r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", "2", "--predictions", "--top-k", "1", "--resume")
+	if r.code != 0 || !strings.Contains(r.stderr, "no shard file of an earlier evaluation verifies") {
+		t.Fatalf("eval --resume --top-k 1 after --top-k 2: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := figures(readEval(t, run)); !reflect.DeepEqual(got, want) {
+		t.Errorf("resumed with top 1: %+v, want %+v", got, want)
+	}
+	checkTopK(t, readWithHyparquet(t, lib, path), 1, "index,label,predicted,loss")
 	before, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := tolaria(t, dir, []string{"TOLARIA_E2E_WORKER_FAULT=step=1,exit=7,shard=1"}, "eval", "--run-dir", run, "--workers", "3", "--predictions")
+	r = tolaria(t, dir, []string{"TOLARIA_E2E_WORKER_FAULT=step=1,exit=7,shard=1"}, "eval", "--run-dir", run, "--workers", "3", "--predictions")
 	if r.code != 3 {
 		t.Fatalf("eval with a failing shard: exit %d, want 3\n%s", r.code, r.stderr)
 	}
@@ -162,9 +217,7 @@ func TestEvalPredictionsOfATokenModelReadByHyparquet(t *testing.T) {
 	if got.Rows != rep.Sequence.Tokens || !got.Ordered {
 		t.Errorf("%+v, want %d rows in window, position order", got, rep.Sequence.Tokens)
 	}
-	if strings.Join(got.Columns, ",") != "window,position,label,predicted,loss" {
-		t.Errorf("columns %v", got.Columns)
-	}
+	checkTopK(t, got, 5, "window,position,label,predicted,loss")
 	if got.Correct != rep.Correct || got.Loss/float64(got.Rows) != rep.Loss {
 		t.Errorf("the rows' correct %d and mean loss %v; eval.json's %d and %v", got.Correct, got.Loss/float64(got.Rows), rep.Correct, rep.Loss)
 	}

@@ -90,6 +90,16 @@ func (c EvalConfig) runningLen() int {
 
 func (c EvalConfig) modelName() string { return Config{Spec: c.Spec, Net: c.Net}.ModelName() }
 
+// EvalTopK is the top-k probabilities an evaluation of c's model can keep
+// when k are asked for (EvalConfig.TopK): k capped at the model's
+// outputs, and none for an MSE model, whose outputs are no logits.
+func (c Config) EvalTopK(k int) int {
+	if c.Spec.Loss == nn.LossMSE {
+		return 0
+	}
+	return max(0, min(k, c.Spec.Outputs))
+}
+
 // Scored is one label's evaluation: an example's, or for a token model
 // one position's of a window.
 type Scored struct {

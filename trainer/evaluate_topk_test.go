@@ -3,6 +3,8 @@ package trainer
 import (
 	"reflect"
 	"testing"
+
+	"github.com/tolaria-ml/tolaria/nn"
 )
 
 // TestTopK: the most probable classes first, ties to the lower class.
@@ -31,5 +33,14 @@ func TestTopK(t *testing.T) {
 	topK([]float32{0, 0}, dst)
 	if dst[0].Prob != 0.5 || dst[1].Prob != 0.5 {
 		t.Errorf("two equal logits: %+v", dst)
+	}
+}
+
+// TestEvalTopK: capped at the outputs; none for an MSE model.
+func TestEvalTopK(t *testing.T) {
+	ce := Config{Spec: nn.Spec{Outputs: 3, Loss: nn.LossCrossEntropy}}
+	mse := Config{Spec: nn.Spec{Outputs: 3, Loss: nn.LossMSE}}
+	if ce.EvalTopK(5) != 3 || ce.EvalTopK(2) != 2 || ce.EvalTopK(0) != 0 || mse.EvalTopK(5) != 0 {
+		t.Errorf("EvalTopK: %d %d %d %d", ce.EvalTopK(5), ce.EvalTopK(2), ce.EvalTopK(0), mse.EvalTopK(5))
 	}
 }

@@ -45,7 +45,10 @@ result's accuracy and loss labelled result="complete" or result="partial".
 (just before eval.json, atomically): one row per example (index, label,
 predicted, loss), or per position of a token model's windows (window,
 position, label, predicted, loss), in index order; a partial evaluation
-writes none. See docs/eval.md for the columns and how to load them.
+writes none. --top-k K (default 5, capped at the classes; 0 for none) adds
+each row's K most probable classes and their probabilities, as the list
+columns top_class and top_prob (a cross-entropy model's only). See
+docs/eval.md for the columns and how to load them.
 
 A token model's run (dataset text) is scored window by window: its loss is
 the mean per token (nats, and in bits per byte), its accuracy that of every
@@ -69,6 +72,7 @@ written), 1 another failure, 130 interrupted.`,
 	fs.StringVar(&req.Split, "split", "test", "test or train")
 	fs.BoolVar(&req.Resume, "resume", false, "keep the shard files of an earlier evaluation that verify as this one's and score only the other shards")
 	fs.BoolVar(&req.Predictions, "predictions", false, "with a complete result, also write every example's index, label, predicted class and loss (a token model's: per position of each window) to RUN/predictions.parquet")
+	fs.IntVar(&req.TopK, "top-k", 5, "with --predictions, each row's K most probable classes and their probabilities (columns top_class, top_prob), capped at the classes; 0 for none")
 	registerDevice(fs, &req.Device, "; every shard's worker scores there (cuda: the first GPU it sees)")
 	workers.register(fs, "a shard's tolaria-worker")
 	launch.register(fs, "shard")
@@ -84,6 +88,9 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	var err error
 	if err = errors.Join(checkDevice(req.Device), workers.check(), metrics.check()); err != nil {
 		return err
+	}
+	if cmd.Flags().Changed("top-k") && !req.Predictions {
+		return usagef("--top-k is for --predictions: give both, or neither")
 	}
 	if req.Launcher, req.Slurm, err = launch.apply(cmd.Flags(), "", coordinator.SlurmConfig{}); err != nil {
 		return err

@@ -81,7 +81,12 @@ type Request struct {
 	// Predictions writes, with a complete result, every label's figures
 	// to PredictionsFile beside eval.json.
 	Predictions bool
-	Logger      *slog.Logger
+	// TopK is, with Predictions, the most probable classes whose
+	// probabilities each row of PredictionsFile gives: capped at the
+	// classes; 0 for none, and none for an MSE model (its outputs are no
+	// logits). Without Predictions it is not used.
+	TopK   int
+	Logger *slog.Logger
 	// Progress, when set, is told of each shard's attempts as they end.
 	Progress func(Progress)
 }
@@ -106,6 +111,8 @@ func (r Request) Validate() error {
 		return refusal.Config(field.Errorf("split", "must be test or train, got %q", r.Split))
 	case r.Device != "" && r.Device != "cpu" && r.Device != "cuda":
 		return refusal.Config(field.Errorf("device", "must be cpu or cuda, got %q", r.Device))
+	case r.TopK < 0:
+		return refusal.Config(field.Errorf("top_k", "cannot be negative (%d); 0 gives no probabilities", r.TopK))
 	case r.WorkerStart < 0:
 		return refusal.Config(field.Errorf("worker_start_timeout", "cannot be negative (%s)", r.WorkerStart))
 	case r.HeartbeatTimeout != 0 && r.HeartbeatTimeout < worker.MinHeartbeatTimeout:
@@ -248,6 +255,9 @@ type Run struct {
 	positions int
 	// data is the split's fingerprint, which every shard file must carry.
 	data string
+	// topK is the top-k probabilities every shard file carries: Request.TopK
+	// capped, with Predictions; 0 otherwise.
+	topK int
 	// kept are, with Resume, the earlier evaluation's shards that verify
 	// as this one's, by rank; rescore says why each other shard file
 	// found was not kept.
@@ -288,6 +298,9 @@ func Plan(req Request) (*Run, error) {
 	shape := ds.Shape()
 	e.samples, e.classes, e.positions = ds.Len(), shape.Classes, shape.Positions
 	e.data = jobserver.SplitFingerprint(ds)
+	if req.Predictions {
+		e.topK = min(tc.EvalTopK(req.TopK), e.classes)
+	}
 	if req.Workers > e.samples {
 		examples := "examples"
 		if e.positions > 0 {
@@ -375,6 +388,10 @@ func (e *Run) Samples() int { return e.samples }
 // Positions is a token model's targets per window (its context); 0 for a
 // model of one class per example.
 func (e *Run) Positions() int { return e.positions }
+
+// TopK is the top-k probabilities each row of PredictionsFile gives:
+// Request.TopK capped at the classes, with Predictions; 0 otherwise.
+func (e *Run) TopK() int { return e.topK }
 
 // Step is the checkpoint's step.
 func (e *Run) Step() int { return e.step }
@@ -611,7 +628,7 @@ func writeJSON(path string, rep *Report) error {
 // expect is the header every shard file must carry (but its rank and count).
 func (e *Run) expect() jobserver.ShardHeader {
 	return jobserver.ShardHeader{Split: e.req.Split, Shards: e.req.Workers, Samples: e.samples, Classes: e.classes,
-		Positions: e.positions, CheckpointSHA256: e.sha, Step: e.step, Data: e.data}
+		Positions: e.positions, CheckpointSHA256: e.sha, Step: e.step, Data: e.data, TopK: e.topK}
 }
 
 // ShardFile is shard s's file in the evaluation directory.
@@ -657,7 +674,7 @@ func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (
 	defer h.Close()
 	out := ShardFile(e.req.RunDir, s)
 	ej := jobserver.EvalJob{Spec: e.spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
-		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out}
+		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out, TopK: e.topK}
 	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej); err != nil {
 		return jobserver.Shard{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // PredictionsFile is the per-example output of a complete evaluation run
@@ -44,6 +45,31 @@ type TokenPrediction struct {
 	Loss      float64 `parquet:"loss"`
 }
 
+// ExampleTopPrediction is ExamplePrediction with the top k: the k most
+// probable classes, most probable first (of equal probabilities the lower
+// class first), and their probabilities (the softmax of the logits, in
+// float64), as two list columns of k values each.
+type ExampleTopPrediction struct {
+	Index     int64     `parquet:"index"`
+	Label     int32     `parquet:"label"`
+	Predicted int32     `parquet:"predicted"`
+	Loss      float64   `parquet:"loss"`
+	TopClass  []int32   `parquet:"top_class,list"` // top_class[0] is predicted
+	TopProb   []float64 `parquet:"top_prob,list"`  // non-increasing, summing to at most 1
+}
+
+// TokenTopPrediction is TokenPrediction with the top k, as
+// ExampleTopPrediction's.
+type TokenTopPrediction struct {
+	Window    int64     `parquet:"window"`
+	Position  int32     `parquet:"position"`
+	Label     int32     `parquet:"label"`
+	Predicted int32     `parquet:"predicted"`
+	Loss      float64   `parquet:"loss"`
+	TopClass  []int32   `parquet:"top_class,list"`
+	TopProb   []float64 `parquet:"top_prob,list"`
+}
+
 // WritePredictions replaces path with the shards' records as Parquet, in
 // index order, atomically (a temporary file, synced, renamed). The shards
 // must be those Merge accepted for want: each is read in place, record by
@@ -63,9 +89,22 @@ func WritePredictions(path string, want jobserver.ShardHeader, shards []jobserve
 		parquet.KeyValueMetadata("tolaria.samples", strconv.Itoa(want.Samples)),
 		parquet.KeyValueMetadata("tolaria.positions", strconv.Itoa(want.Positions)),
 		parquet.KeyValueMetadata("tolaria.data", want.Data),
+		parquet.KeyValueMetadata("tolaria.top_k", strconv.Itoa(want.TopK)),
 	}
 	return atomicfile.Write(path, 0o644, func(w io.Writer) error {
-		if want.Positions > 0 {
+		switch {
+		case want.Positions > 0 && want.TopK > 0:
+			return writeRows(w, meta, want, shards, func(i int, r recordView) TokenTopPrediction {
+				class, prob := r.top()
+				return TokenTopPrediction{Window: int64(i / want.Positions), Position: int32(i % want.Positions),
+					Label: int32(r.label), Predicted: int32(r.pred), Loss: r.loss, TopClass: class, TopProb: prob}
+			})
+		case want.TopK > 0:
+			return writeRows(w, meta, want, shards, func(i int, r recordView) ExampleTopPrediction {
+				class, prob := r.top()
+				return ExampleTopPrediction{Index: int64(i), Label: int32(r.label), Predicted: int32(r.pred), Loss: r.loss, TopClass: class, TopProb: prob}
+			})
+		case want.Positions > 0:
 			return writeRows(w, meta, want, shards, func(i int, r recordView) TokenPrediction {
 				return TokenPrediction{Window: int64(i / want.Positions), Position: int32(i % want.Positions),
 					Label: int32(r.label), Predicted: int32(r.pred), Loss: r.loss}
@@ -80,6 +119,16 @@ func WritePredictions(path string, want jobserver.ShardHeader, shards []jobserve
 type recordView struct {
 	label, pred int
 	loss        float64
+	topK        []trainer.ClassProb
+}
+
+// top is the record's top k as the two list columns.
+func (r recordView) top() ([]int32, []float64) {
+	class, prob := make([]int32, len(r.topK)), make([]float64, len(r.topK))
+	for j, c := range r.topK {
+		class[j], prob[j] = int32(c.Class), c.Prob
+	}
+	return class, prob
 }
 
 // writeRows writes every label's row in index order, a row group at a
@@ -104,7 +153,7 @@ func writeRows[T any](w io.Writer, opts []parquet.WriterOption, want jobserver.S
 			return fmt.Errorf("%w: shard %d holds no record %d for label %d", ErrMerge, s, k, i)
 		}
 		r := shards[s].Scores[k]
-		chunk = append(chunk, row(i, recordView{label: r.Label, pred: r.Predicted, loss: r.Loss}))
+		chunk = append(chunk, row(i, recordView{label: r.Label, pred: r.Predicted, loss: r.Loss, topK: r.Top}))
 		if len(chunk) == cap(chunk) {
 			if err := flush(); err != nil {
 				return err

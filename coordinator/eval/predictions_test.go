@@ -9,6 +9,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -132,4 +133,81 @@ func TestWritePredictionsRefusesAMisorderedShard(t *testing.T) {
 	if b, _ := os.ReadFile(path); string(b) != "old" {
 		t.Errorf("the old file became %q", b)
 	}
+}
+
+// withTop gives each record k (class, probability) pairs, and every
+// shard's header top_k k.
+func withTop(shards []jobserver.Shard, k int) {
+	for s := range shards {
+		shards[s].Header.TopK = k
+		for i := range shards[s].Scores {
+			r := &shards[s].Scores[i]
+			r.Top = make([]trainer.ClassProb, k)
+			for j := range k {
+				r.Top[j] = trainer.ClassProb{Class: (r.Predicted + j) % shards[s].Header.Classes, Prob: 1 / float64(r.Index+j+2)}
+			}
+		}
+	}
+}
+
+// TestWritePredictionsTopK: with top_k the rows carry the records' top k
+// as the list columns top_class and top_prob, in each record's order.
+func TestWritePredictionsTopK(t *testing.T) {
+	const k = 2
+	check := func(t *testing.T, i int, class []int32, prob []float64, want trainer.Scored) {
+		t.Helper()
+		if len(class) != k || len(prob) != k {
+			t.Fatalf("row %d: top_class %v, top_prob %v", i, class, prob)
+		}
+		for j, c := range want.Top {
+			if class[j] != int32(c.Class) || prob[j] != c.Prob {
+				t.Fatalf("row %d: top_class %v, top_prob %v, want %+v", i, class, prob, want.Top)
+			}
+		}
+	}
+	t.Run("examples", func(t *testing.T) {
+		sh := strided(scores(50), 3)
+		withTop(sh, k)
+		want := header(50, 3)
+		want.TopK = k
+		path := filepath.Join(t.TempDir(), PredictionsFile)
+		if err := WritePredictions(path, want, sh); err != nil {
+			t.Fatal(err)
+		}
+		rows, _, meta := readRows[ExampleTopPrediction](t, path)
+		if len(rows) != 50 || meta["tolaria.top_k"] != "2" {
+			t.Fatalf("%d rows, metadata %v", len(rows), meta)
+		}
+		for i, r := range rows {
+			rec := sh[i%3].Scores[i/3]
+			if r.Index != int64(i) || r.Predicted != int32(rec.Predicted) || r.Loss != rec.Loss {
+				t.Fatalf("row %d is %+v, want %+v", i, r, rec)
+			}
+			check(t, i, r.TopClass, r.TopProb, rec)
+		}
+	})
+	t.Run("tokens", func(t *testing.T) {
+		const windows, positions, shards = 7, 5, 3
+		all := tokenScores(windows, positions)
+		sh := tokenStrided(all, windows, positions, shards)
+		withTop(sh, k)
+		want := tokenHeader(windows, positions, shards)
+		want.TopK = k
+		path := filepath.Join(t.TempDir(), PredictionsFile)
+		if err := WritePredictions(path, want, sh); err != nil {
+			t.Fatal(err)
+		}
+		rows, _, _ := readRows[TokenTopPrediction](t, path)
+		if len(rows) != windows*positions {
+			t.Fatalf("%d rows", len(rows))
+		}
+		for i, r := range rows {
+			w := i / positions
+			rec := sh[w%shards].Scores[w/shards*positions+i%positions]
+			if r.Window != int64(w) || r.Position != int32(i%positions) || r.Label != int32(rec.Label) {
+				t.Fatalf("row %d is %+v, want %+v", i, r, rec)
+			}
+			check(t, i, r.TopClass, r.TopProb, rec)
+		}
+	})
 }
