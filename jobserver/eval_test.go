@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -91,6 +92,57 @@ func TestShardFileTopK(t *testing.T) {
 	sum := sha256.Sum256(v1)
 	if _, err := DecodeShard(append(v1, sum[:]...)); err == nil || !strings.Contains(err.Error(), "top_k") {
 		t.Errorf("v1 with top_k: %v", err)
+	}
+}
+
+// TestOpenShardStreams: a shard file read record by record gives the
+// records ReadShard gives, and a damaged file is refused before any.
+func TestOpenShardStreams(t *testing.T) {
+	withTop := sampleShard()
+	withTop.Header.TopK = 1
+	withTop.Scores[0].Top = []trainer.ClassProb{{Class: 0, Prob: 0.5}}
+	withTop.Scores[1].Top = []trainer.ClassProb{{Class: 2, Prob: 0.75}}
+	for name, want := range map[string]Shard{"v1": sampleShard(), "v2": withTop} {
+		path := filepath.Join(t.TempDir(), "shard-1.tles")
+		if err := WriteShard(path, want); err != nil {
+			t.Fatal(err)
+		}
+		r, err := OpenShard(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []trainer.Scored
+		for {
+			sc, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc.Top = append([]trainer.ClassProb(nil), sc.Top...)
+			if len(sc.Top) == 0 {
+				sc.Top = nil
+			}
+			got = append(got, sc)
+		}
+		r.Close()
+		if !reflect.DeepEqual(Shard{Header: r.Header, Scores: got}, want) {
+			t.Errorf("%s: read %+v %+v; want %+v", name, r.Header, got, want)
+		}
+		raw, _ := os.ReadFile(path)
+		for what, bad := range map[string][]byte{"a flipped bit": flip(raw, len(raw)-40), "truncated": raw[:len(raw)-1],
+			"a header flipped": flip(raw, 30), "short": raw[:10], "another version": append([]byte("TOLARIA-EVAL\x00v9\n"), raw[16:]...)} {
+			if err := os.WriteFile(path, bad, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := OpenShard(path); !errors.Is(err, ErrShardFile) {
+				t.Errorf("%s: %s: opened (%v)", name, what, err)
+				if r != nil {
+					r.Close()
+				}
+			}
+		}
 	}
 }
 

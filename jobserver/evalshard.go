@@ -1,12 +1,14 @@
 package jobserver
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 
@@ -166,16 +168,11 @@ func DecodeShard(raw []byte) (Shard, error) {
 		return Shard{}, fmt.Errorf("header size %d exceeds the file", n)
 	}
 	var s Shard
-	if err := json.Unmarshal(body[4:4+n], &s.Header); err != nil {
-		return Shard{}, fmt.Errorf("unreadable header: %v", err)
-	}
-	if k := s.Header.TopK; k < 0 || k > 0 != v2 || k > s.Header.Classes {
-		return Shard{}, fmt.Errorf("header's top_k %d does not fit a file of format v%d of %d classes", k, map[bool]int{false: 1, true: 2}[v2], s.Header.Classes)
+	var err error
+	if s.Header, err = parseShardHeader(body[4:4+n], v2, len(body)-4-n); err != nil {
+		return Shard{}, err
 	}
 	recs, size := body[4+n:], s.Header.recordSize()
-	if s.Header.Count < 0 || len(recs) != size*s.Header.Count {
-		return Shard{}, fmt.Errorf("%d bytes of records, header promises %d records", len(recs), s.Header.Count)
-	}
 	s.Scores = make([]trainer.Scored, s.Header.Count)
 	tops := make([]trainer.ClassProb, s.Header.Count*s.Header.TopK)
 	for i := range s.Scores {
@@ -183,6 +180,125 @@ func DecodeShard(raw []byte) (Shard, error) {
 	}
 	return s, nil
 }
+
+// parseShardHeader reads a header of a file of format v2 (or v1) followed
+// by recBytes bytes of records, and checks that they fit it.
+func parseShardHeader(raw []byte, v2 bool, recBytes int) (ShardHeader, error) {
+	var h ShardHeader
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return ShardHeader{}, fmt.Errorf("unreadable header: %v", err)
+	}
+	if k := h.TopK; k < 0 || k > 0 != v2 || k > h.Classes {
+		return ShardHeader{}, fmt.Errorf("header's top_k %d does not fit a file of format v%d of %d classes", k, map[bool]int{false: 1, true: 2}[v2], h.Classes)
+	}
+	if h.Count < 0 || recBytes != h.recordSize()*h.Count {
+		return ShardHeader{}, fmt.Errorf("%d bytes of records, header promises %d records", recBytes, h.Count)
+	}
+	return h, nil
+}
+
+// ShardReader reads a shard file's records one at a time, in file order,
+// once OpenShard has verified the whole file's digest: it holds one
+// buffered chunk of the file, whatever its records.
+type ShardReader struct {
+	Header ShardHeader
+	f      *os.File
+	r      *bufio.Reader
+	left   int
+	rec    []byte
+	top    []trainer.ClassProb
+}
+
+// OpenShard opens a shard file for reading record by record: its digest
+// is verified first, reading the file through once, then its header. A
+// refusal wraps ErrShardFile, as ReadShard's.
+func OpenShard(path string) (*ShardReader, error) {
+	r, err := openShard(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrShardFile, path, err)
+	}
+	return r, nil
+}
+
+func openShard(path string) (_ *ShardReader, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	head := make([]byte, len(shardMagic)+4)
+	if _, err := io.ReadFull(f, head); err != nil {
+		return nil, fmt.Errorf("truncated (%d bytes)", st.Size())
+	}
+	if !bytes.HasPrefix(head, []byte(shardMagic[:len(shardMagic)-3])) {
+		return nil, errors.New("not a tolaria evaluation shard (bad magic)")
+	}
+	v2 := bytes.HasPrefix(head, []byte(shardMagicTopK))
+	if !v2 && !bytes.HasPrefix(head, []byte(shardMagic)) {
+		return nil, fmt.Errorf("format %q is not read by this tolaria (it reads v1 and v2)", bytes.TrimSpace(head[len(shardMagic)-3:len(shardMagic)]))
+	}
+	body := st.Size() - sha256.Size
+	if body < int64(len(head)) {
+		return nil, fmt.Errorf("truncated (%d bytes)", st.Size())
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	br := bufio.NewReaderSize(f, 1<<16)
+	if _, err := io.CopyN(h, br, body); err != nil {
+		return nil, err
+	}
+	digest := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(br, digest); err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(h.Sum(nil), digest) {
+		return nil, errors.New("checksum mismatch: the file is damaged")
+	}
+	n := int64(binary.LittleEndian.Uint32(head[len(shardMagic):]))
+	if n > body-int64(len(head)) {
+		return nil, fmt.Errorf("header size %d exceeds the file", n)
+	}
+	if _, err := f.Seek(int64(len(head)), io.SeekStart); err != nil {
+		return nil, err
+	}
+	br.Reset(f)
+	raw := make([]byte, n)
+	if _, err := io.ReadFull(br, raw); err != nil {
+		return nil, err
+	}
+	hd, err := parseShardHeader(raw, v2, int(body-int64(len(head))-n))
+	if err != nil {
+		return nil, err
+	}
+	return &ShardReader{Header: hd, f: f, r: br, left: hd.Count, rec: make([]byte, hd.recordSize()),
+		top: make([]trainer.ClassProb, hd.TopK)}, nil
+}
+
+// Next reads the next record; io.EOF after the header's Count. Its Top
+// is the reader's, overwritten by the next call.
+func (r *ShardReader) Next() (trainer.Scored, error) {
+	if r.left == 0 {
+		return trainer.Scored{}, io.EOF
+	}
+	if _, err := io.ReadFull(r.r, r.rec); err != nil {
+		return trainer.Scored{}, fmt.Errorf("%w: %s: %w", ErrShardFile, r.f.Name(), err)
+	}
+	r.left--
+	return decodeRecord(r.rec, r.top), nil
+}
+
+// Close closes the file.
+func (r *ShardReader) Close() error { return r.f.Close() }
 
 // decodeRecord reads a record, its top k (if any) into top (its length k).
 func decodeRecord(r []byte, top []trainer.ClassProb) trainer.Scored {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -261,7 +262,7 @@ type Run struct {
 	// kept are, with Resume, the earlier evaluation's shards that verify
 	// as this one's, by rank; rescore says why each other shard file
 	// found was not kept.
-	kept    map[int]jobserver.Shard
+	kept    map[int]jobserver.ShardHeader
 	rescore map[int]string
 	worker  string
 	log     *slog.Logger
@@ -421,41 +422,48 @@ func (e *Run) Rescored() map[int]string { return e.rescore }
 // and the data's fingerprint) and its records, exactly the examples of its
 // stride shard. Any other file is scored again.
 func (e *Run) findKept() {
-	e.kept, e.rescore = map[int]jobserver.Shard{}, map[int]string{}
+	e.kept, e.rescore = map[int]jobserver.ShardHeader{}, map[int]string{}
 	for s := range e.req.Workers {
 		path := ShardFile(e.req.RunDir, s)
 		if _, err := os.Stat(path); err != nil {
 			continue
 		}
-		sh, err := jobserver.ReadShard(path)
-		if err == nil {
-			err = e.verify(s, sh)
-		}
+		h, err := e.verifyFile(s, path)
 		if err != nil {
 			e.rescore[s] = err.Error()
 			continue
 		}
-		e.kept[s] = sh
+		e.kept[s] = h
 	}
 }
 
-// verify checks that sh is shard s of this evaluation, whole: its header,
-// and one record for every label of its examples, in order.
-func (e *Run) verify(s int, sh jobserver.Shard) error {
-	if err := checkShard(e.expect(), s, sh); err != nil {
-		return err
+// verifyFile checks that the file at path is shard s of this evaluation,
+// whole: its digest, its header, and one record for every label of its
+// examples, in order. It reads the file record by record, holding none.
+func (e *Run) verifyFile(s int, path string) (jobserver.ShardHeader, error) {
+	r, err := jobserver.OpenShard(path)
+	if err != nil {
+		return jobserver.ShardHeader{}, err
+	}
+	defer r.Close()
+	if err := checkHeader(e.expect(), s, r.Header); err != nil {
+		return jobserver.ShardHeader{}, err
 	}
 	first, stride, count := e.shardExamples(s)
 	labels := max(1, e.positions)
-	if len(sh.Scores) != count*labels {
-		return fmt.Errorf("%w: shard %d holds %d records, want %d", ErrMerge, s, len(sh.Scores), count*labels)
+	if r.Header.Count != count*labels {
+		return jobserver.ShardHeader{}, fmt.Errorf("%w: shard %d holds %d records, want %d", ErrMerge, s, r.Header.Count, count*labels)
 	}
-	for i, r := range sh.Scores {
-		if want := (first+i/labels*stride)*labels + i%labels; r.Index != want {
-			return fmt.Errorf("%w: shard %d's record %d is of index %d, want %d", ErrMerge, s, i, r.Index, want)
+	for i := range r.Header.Count {
+		rec, err := r.Next()
+		if err != nil {
+			return jobserver.ShardHeader{}, err
+		}
+		if want := (first+i/labels*stride)*labels + i%labels; rec.Index != want {
+			return jobserver.ShardHeader{}, fmt.Errorf("%w: shard %d's record %d is of index %d, want %d", ErrMerge, s, i, rec.Index, want)
 		}
 	}
-	return nil
+	return r.Header, nil
 }
 
 // shardExamples are shard s's examples (a token model's windows): first,
@@ -500,27 +508,26 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 	defer stop()
 	defer launch.ReleaseAll(ctx, e.launcher, e.workers())
 	n := e.req.Workers
-	shards := make([]jobserver.Shard, n)
 	scored := make([]bool, n)
 	reasons := map[int]string{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for s := range n {
-		if sh, ok := e.kept[s]; ok {
-			shards[s], scored[s] = sh, true
+		if _, ok := e.kept[s]; ok {
+			scored[s] = true
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sh, err := e.runShard(ctx, s)
+			err := e.runShard(ctx, s)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				reasons[s] = err.Error()
 				return
 			}
-			shards[s], scored[s] = sh, true
+			scored[s] = true
 		}()
 	}
 	wg.Wait()
@@ -528,14 +535,14 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 		return nil, ctx.Err()
 	}
 	if len(reasons) > 0 {
-		return e.partial(shards, scored, reasons, start)
+		return e.partial(scored, reasons, start)
 	}
-	rep, err := Merge(e.expect(), shards)
+	rep, err := e.mergeFiles(nil)
 	if err != nil {
 		return nil, err
 	}
 	rep.RunDir, rep.Checkpoint = e.req.RunDir, e.ckPath
-	written, stale, err := e.publishPredictions(shards)
+	written, stale, err := e.publishPredictions()
 	if err != nil {
 		return nil, err
 	}
@@ -567,13 +574,13 @@ func (e *Run) isKept(name string) bool {
 
 // partial writes eval.partial.json, the figures over the shards scored,
 // and returns them with the *ShardsFailedError that names the others.
-func (e *Run) partial(shards []jobserver.Shard, scored []bool, reasons map[int]string, start time.Time) (*Report, error) {
+func (e *Run) partial(scored []bool, reasons map[int]string, start time.Time) (*Report, error) {
 	fe := &ShardsFailedError{Reasons: reasons}
 	for s := range reasons {
 		fe.Missing = append(fe.Missing, s)
 	}
 	sort.Ints(fe.Missing)
-	rep, err := MergePartial(e.expect(), shards, scored)
+	rep, err := e.mergeFiles(scored)
 	if err != nil {
 		return nil, errors.Join(fe, err)
 	}
@@ -638,54 +645,51 @@ func ShardFile(runDir string, s int) string {
 
 // runShard scores shard s, trying it twice, and returns its file read
 // back and checked.
-func (e *Run) runShard(ctx context.Context, s int) (jobserver.Shard, error) {
+func (e *Run) runShard(ctx context.Context, s int) error {
 	sl, err := e.slots.Take(ctx)
 	if err != nil {
-		return jobserver.Shard{}, err
+		return err
 	}
 	defer e.slots.Give(sl)
 	for attempt := 1; attempt <= evalAttempts && ctx.Err() == nil; attempt++ {
 		t0 := time.Now()
-		var sh jobserver.Shard
-		sh, err = e.attempt(ctx, s, sl, attempt)
+		var h jobserver.ShardHeader
+		h, err = e.attempt(ctx, s, sl, attempt)
 		if e.req.Progress != nil {
-			e.req.Progress(Progress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Samples: len(sh.Scores) / max(1, e.positions),
+			e.req.Progress(Progress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Samples: h.Count / max(1, e.positions),
 				Err: err, Seconds: time.Since(t0).Seconds()})
 		}
 		if err == nil {
-			return sh, nil
+			return nil
 		}
 		e.log.Warn("evaluation shard failed", "shard", s, "attempt", attempt, "err", err)
 	}
 	if err == nil {
 		err = ctx.Err()
 	}
-	return jobserver.Shard{}, err
+	return err
 }
 
-func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (jobserver.Shard, error) {
+func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (jobserver.ShardHeader, error) {
 	logPath := e.shardLog(s)
 	w := launch.Worker{Index: s, Spools: e.spools(s), Log: logPath}
 	defer e.launcher.Release(ctx, w)
 	h, err := e.launcher.Start(ctx, w, sl, attempt)
 	if err != nil {
-		return jobserver.Shard{}, err
+		return jobserver.ShardHeader{}, err
 	}
 	defer h.Close()
 	out := ShardFile(e.req.RunDir, s)
 	ej := jobserver.EvalJob{Spec: e.spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
 		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out, TopK: e.topK}
 	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej); err != nil {
-		return jobserver.Shard{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)
+		return jobserver.ShardHeader{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)
 	}
-	sh, err := jobserver.ReadShard(out)
-	if err == nil {
-		err = checkShard(e.expect(), s, sh)
-	}
+	hd, err := e.verifyFile(s, out)
 	if err != nil {
-		return jobserver.Shard{}, fmt.Errorf("attempt %d: %w", attempt, err)
+		return jobserver.ShardHeader{}, fmt.Errorf("attempt %d: %w", attempt, err)
 	}
-	return sh, nil
+	return hd, nil
 }
 
 // ErrMerge is wrapped by every refusal of a set of shard files.
@@ -694,7 +698,12 @@ var ErrMerge = errors.New("evaluation shards do not merge")
 // checkShard checks that a shard file's header is the one expected of
 // rank s.
 func checkShard(want jobserver.ShardHeader, s int, sh jobserver.Shard) error {
-	got := sh.Header
+	return checkHeader(want, s, sh.Header)
+}
+
+// checkHeader checks that a shard file's header is the one expected of
+// rank s.
+func checkHeader(want jobserver.ShardHeader, s int, got jobserver.ShardHeader) error {
 	want.Shard, want.Count = s, got.Count
 	if got != want {
 		return fmt.Errorf("%w: shard %d's header %+v does not match the evaluation's %+v", ErrMerge, s, got, want)
@@ -733,11 +742,6 @@ func merge(want jobserver.ShardHeader, shards []jobserver.Shard, scored []bool) 
 	}
 	if want.Positions < 0 || want.Samples < 0 {
 		return nil, fmt.Errorf("%w: %d examples of %d positions", ErrMerge, want.Samples, want.Positions)
-	}
-	type rec struct {
-		label, pred int
-		loss        float64
-		shard       int
 	}
 	labels := want.Samples * max(1, want.Positions)
 	name := func(i int) string {
@@ -804,6 +808,97 @@ func merge(want jobserver.ShardHeader, shards []jobserver.Shard, scored []bool) 
 		}
 		return nil, fmt.Errorf("%w: %s %s", ErrMerge, what, strings.Join(problems, "; "))
 	}
+	return mergeFigures(want, scored, samples, func(i int) bool { return seen[i] }, func(i int) (trainer.Scored, error) {
+		return trainer.Scored{Index: i, Label: recs[i].label, Predicted: recs[i].pred, Loss: recs[i].loss}, nil
+	})
+}
+
+// rec is a label's figures as the merge holds them.
+type rec struct {
+	label, pred int
+	loss        float64
+	shard       int
+}
+
+// mergeFiles is Merge (MergePartial when scored is not nil) of this
+// evaluation's shard files, verified as they were written or kept: they
+// are read all at once, record by record in index order, so the merge
+// holds a buffered chunk of each file and no record beyond.
+func (e *Run) mergeFiles(scored []bool) (*Report, error) {
+	want := e.expect()
+	at, closeAll, err := e.streamShards(scored)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	present := func(s int) bool { return scored == nil || scored[s] }
+	samples := 0
+	for s := range want.Shards {
+		if present(s) {
+			_, _, count := e.shardExamples(s)
+			samples += count
+		}
+	}
+	per := max(1, want.Positions)
+	return mergeFigures(want, scored, samples, func(i int) bool { return present(i / per % want.Shards) }, at)
+}
+
+// streamShards opens the shard files of the shards marked in scored (all
+// when it is nil) and returns a function that reads label i's record,
+// called for every label of those shards in index order: each call reads
+// the next record of label i's shard, which must be label i's, of the
+// evaluation's classes.
+func (e *Run) streamShards(scored []bool) (at func(i int) (trainer.Scored, error), closeAll func(), err error) {
+	want := e.expect()
+	readers := make([]*jobserver.ShardReader, want.Shards)
+	closeAll = func() {
+		for _, r := range readers {
+			if r != nil {
+				r.Close()
+			}
+		}
+	}
+	for s := range readers {
+		if scored != nil && !scored[s] {
+			continue
+		}
+		r, err := jobserver.OpenShard(ShardFile(e.req.RunDir, s))
+		if err == nil {
+			err = checkHeader(want, s, r.Header)
+		}
+		if err != nil {
+			if r != nil {
+				r.Close()
+			}
+			closeAll()
+			return nil, nil, err
+		}
+		readers[s] = r
+	}
+	per := max(1, want.Positions)
+	at = func(i int) (trainer.Scored, error) {
+		s := i / per % want.Shards
+		r, err := readers[s].Next()
+		switch {
+		case errors.Is(err, io.EOF):
+			return trainer.Scored{}, fmt.Errorf("%w: shard %d holds no record for label %d", ErrMerge, s, i)
+		case err != nil:
+			return trainer.Scored{}, err
+		case r.Index != i:
+			return trainer.Scored{}, fmt.Errorf("%w: shard %d's next record is of index %d, want %d", ErrMerge, s, r.Index, i)
+		case r.Label < 0 || r.Label >= want.Classes || r.Predicted < 0 || r.Predicted >= want.Classes:
+			return trainer.Scored{}, fmt.Errorf("%w: label %d (shard %d): label %d, predicted %d of %d classes", ErrMerge, i, s, r.Label, r.Predicted, want.Classes)
+		}
+		return r, nil
+	}
+	return at, closeAll, nil
+}
+
+// mergeFigures computes the figures of samples examples (windows) from
+// their labels' records: has(i) tells whether label i was scored, and
+// at(i) gives its record, called for every label scored in index order,
+// once each, so that at may read the shard files as they stream.
+func mergeFigures(want jobserver.ShardHeader, scored []bool, samples int, has func(i int) bool, at func(i int) (trainer.Scored, error)) (*Report, error) {
 	rep := &Report{CheckpointSHA256: want.CheckpointSHA256, Step: want.Step, Split: want.Split, Workers: want.Shards,
 		Complete: true, Samples: samples}
 	if scored != nil {
@@ -813,8 +908,18 @@ func merge(want jobserver.ShardHeader, shards []jobserver.Shard, scored []bool) 
 		}
 	}
 	if want.Positions > 0 {
-		mergeSequence(rep, want.Positions, func(w int) bool { return seen[w*want.Positions] },
-			func(i int) (float64, bool) { return recs[i].loss, recs[i].label == recs[i].pred })
+		var err error
+		mergeSequence(rep, want.Positions, func(w int) bool { return has(w * want.Positions) },
+			func(i int) (float64, bool) {
+				r, rerr := at(i)
+				if rerr != nil && err == nil {
+					err = rerr
+				}
+				return r.Loss, r.Label == r.Predicted
+			})
+		if err != nil {
+			return nil, err
+		}
 		return rep, nil
 	}
 	rep.PerClass, rep.Confusion = make([]ClassFigures, want.Classes), make([][]int, want.Classes)
@@ -823,10 +928,15 @@ func merge(want jobserver.ShardHeader, shards []jobserver.Shard, scored []bool) 
 		rep.PerClass[c].Class = c
 	}
 	var loss float64
-	for i, r := range recs {
-		if !seen[i] {
+	for i := range want.Samples {
+		if !has(i) {
 			continue
 		}
+		rr, err := at(i)
+		if err != nil {
+			return nil, err
+		}
+		r := rec{label: rr.Label, pred: rr.Predicted, loss: rr.Loss}
 		loss += r.loss
 		rep.Confusion[r.label][r.pred]++
 		rep.PerClass[r.label].Samples++

@@ -473,7 +473,16 @@ func TestPublishKeepsThePreviousResult(t *testing.T) {
 	for s := range shards {
 		shards[s].Header.Data = e.data
 	}
-	rep, err := e.partial(shards, []bool{true, false, true}, map[int]string{1: "exit status 7"}, time.Now())
+	// The merge reads the shards scored from their files.
+	if err := os.MkdirAll(filepath.Join(dir, Dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []int{0, 2} {
+		if err := jobserver.WriteShard(ShardFile(dir, s), shards[s]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := e.partial([]bool{true, false, true}, map[int]string{1: "exit status 7"}, time.Now())
 	var fe *ShardsFailedError
 	if !errors.As(err, &fe) || fe.Partial != filepath.Join(dir, PartialJSONFile) || rep.Complete {
 		t.Fatalf("partial: %v, %+v", err, rep)
@@ -502,5 +511,90 @@ func TestPublishKeepsThePreviousResult(t *testing.T) {
 	}
 	if raw, err := os.ReadFile(path); err != nil || json.Unmarshal(raw, &got) != nil || !got.Complete {
 		t.Errorf("eval.json: %s, %v", raw, err)
+	}
+}
+
+// TestMergeFilesStreamsAsMergeMerges: the merge of an evaluation's shard
+// files, read record by record, is Merge's (MergePartial's) of the same
+// shards in memory, bit for bit, for 1..4 shards, a token model, and with
+// a shard missing; and the predictions file it streams is
+// WritePredictions's, byte for byte.
+func TestMergeFilesStreamsAsMergeMerges(t *testing.T) {
+	for _, token := range []bool{false, true} {
+		for n := 1; n <= 4; n++ {
+			dir := t.TempDir()
+			e := planned(dir, n)
+			var shards []jobserver.Shard
+			if token {
+				e.samples, e.classes, e.positions = 7, 256, 5
+				shards = tokenStrided(tokenScores(7, 5), 7, 5, n)
+			} else {
+				shards = strided(scores(20), n)
+			}
+			if err := os.MkdirAll(filepath.Join(dir, Dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for s := range shards {
+				shards[s].Header.Data = e.data
+				if err := jobserver.WriteShard(ShardFile(dir, s), shards[s]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := Merge(e.expect(), shards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.mergeFiles(nil)
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("token %v, %d shards: streamed %+v, %v; in memory %+v", token, n, got, err, want)
+			}
+			if n > 1 {
+				scored := make([]bool, n)
+				for s := range scored {
+					scored[s] = s != 1
+				}
+				want, err := MergePartial(e.expect(), shards, scored)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := e.mergeFiles(scored); err != nil || !reflect.DeepEqual(got, want) {
+					t.Fatalf("token %v, %d shards, partial: streamed %+v, %v; in memory %+v", token, n, got, err, want)
+				}
+			}
+			e.req.Predictions = true
+			if _, _, err := e.publishPredictions(); err != nil {
+				t.Fatal(err)
+			}
+			ref := filepath.Join(t.TempDir(), PredictionsFile)
+			if err := WritePredictions(ref, e.expect(), shards); err != nil {
+				t.Fatal(err)
+			}
+			a, _ := os.ReadFile(filepath.Join(dir, PredictionsFile))
+			b, _ := os.ReadFile(ref)
+			if len(a) == 0 || string(a) != string(b) {
+				t.Errorf("token %v, %d shards: the streamed predictions file differs (%d bytes, %d)", token, n, len(a), len(b))
+			}
+		}
+	}
+}
+
+// TestMergeFilesRefusesAShardOutOfOrder: a shard file whose records are
+// not in its examples' order is refused, naming the shard.
+func TestMergeFilesRefusesAShardOutOfOrder(t *testing.T) {
+	dir := t.TempDir()
+	e := planned(dir, 2)
+	shards := strided(scores(20), 2)
+	shards[1].Scores[0], shards[1].Scores[1] = shards[1].Scores[1], shards[1].Scores[0]
+	if err := os.MkdirAll(filepath.Join(dir, Dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for s := range shards {
+		shards[s].Header.Data = e.data
+		if err := jobserver.WriteShard(ShardFile(dir, s), shards[s]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.mergeFiles(nil); !errors.Is(err, ErrMerge) || !strings.Contains(err.Error(), "shard 1") {
+		t.Errorf("err %v", err)
 	}
 }

@@ -73,13 +73,28 @@ type TokenTopPrediction struct {
 // WritePredictions replaces path with the shards' records as Parquet, in
 // index order, atomically (a temporary file, synced, renamed). The shards
 // must be those Merge accepted for want: each is read in place, record by
-// record, so the writer holds one row group beyond them. The file's
+// record, so the writer holds one row group beyond them. (An evaluation
+// streams its shard files instead: see Run.) The file's
 // key-value metadata names the evaluation (tolaria.* keys), so a file can
 // be matched with its eval.json.
 func WritePredictions(path string, want jobserver.ShardHeader, shards []jobserver.Shard) error {
 	if len(shards) != want.Shards || want.Shards < 1 {
 		return fmt.Errorf("%w: %d shard files for %d shards", ErrMerge, len(shards), want.Shards)
 	}
+	per := max(1, want.Positions)
+	return writePredictions(path, want, func(i int) (trainer.Scored, error) {
+		ex := i / per
+		s, k := ex%want.Shards, ex/want.Shards*per+i%per
+		if k >= len(shards[s].Scores) || shards[s].Scores[k].Index != i {
+			return trainer.Scored{}, fmt.Errorf("%w: shard %d holds no record %d for label %d", ErrMerge, s, k, i)
+		}
+		return shards[s].Scores[k], nil
+	})
+}
+
+// writePredictions is WritePredictions of the records at gives, called
+// for every label in index order.
+func writePredictions(path string, want jobserver.ShardHeader, at func(i int) (trainer.Scored, error)) error {
 	meta := []parquet.WriterOption{
 		parquet.Compression(&parquet.Snappy),
 		parquet.MaxRowsPerRowGroup(PredictionsRowGroup),
@@ -94,23 +109,23 @@ func WritePredictions(path string, want jobserver.ShardHeader, shards []jobserve
 	return atomicfile.Write(path, 0o644, func(w io.Writer) error {
 		switch {
 		case want.Positions > 0 && want.TopK > 0:
-			return writeRows(w, meta, want, shards, func(i int, r recordView) TokenTopPrediction {
+			return writeRows(w, meta, want, at, func(i int, r recordView) TokenTopPrediction {
 				class, prob := r.top()
 				return TokenTopPrediction{Window: int64(i / want.Positions), Position: int32(i % want.Positions),
 					Label: int32(r.label), Predicted: int32(r.pred), Loss: r.loss, TopClass: class, TopProb: prob}
 			})
 		case want.TopK > 0:
-			return writeRows(w, meta, want, shards, func(i int, r recordView) ExampleTopPrediction {
+			return writeRows(w, meta, want, at, func(i int, r recordView) ExampleTopPrediction {
 				class, prob := r.top()
 				return ExampleTopPrediction{Index: int64(i), Label: int32(r.label), Predicted: int32(r.pred), Loss: r.loss, TopClass: class, TopProb: prob}
 			})
 		case want.Positions > 0:
-			return writeRows(w, meta, want, shards, func(i int, r recordView) TokenPrediction {
+			return writeRows(w, meta, want, at, func(i int, r recordView) TokenPrediction {
 				return TokenPrediction{Window: int64(i / want.Positions), Position: int32(i % want.Positions),
 					Label: int32(r.label), Predicted: int32(r.pred), Loss: r.loss}
 			})
 		}
-		return writeRows(w, meta, want, shards, func(i int, r recordView) ExamplePrediction {
+		return writeRows(w, meta, want, at, func(i int, r recordView) ExamplePrediction {
 			return ExamplePrediction{Index: int64(i), Label: int32(r.label), Predicted: int32(r.pred), Loss: r.loss}
 		})
 	})
@@ -134,7 +149,7 @@ func (r recordView) top() ([]int32, []float64) {
 // writeRows writes every label's row in index order, a row group at a
 // time. Label i is in shard (i/T)%N (T the positions, 1 for a model of a
 // class per example), its record ((i/T)/N)*T + i%T there.
-func writeRows[T any](w io.Writer, opts []parquet.WriterOption, want jobserver.ShardHeader, shards []jobserver.Shard, row func(int, recordView) T) error {
+func writeRows[T any](w io.Writer, opts []parquet.WriterOption, want jobserver.ShardHeader, at func(i int) (trainer.Scored, error), row func(int, recordView) T) error {
 	pw := parquet.NewGenericWriter[T](w, opts...)
 	per := max(1, want.Positions)
 	labels := want.Samples * per
@@ -147,12 +162,10 @@ func writeRows[T any](w io.Writer, opts []parquet.WriterOption, want jobserver.S
 		return pw.Flush()
 	}
 	for i := range labels {
-		ex := i / per
-		s, k := ex%want.Shards, ex/want.Shards*per+i%per
-		if k >= len(shards[s].Scores) || shards[s].Scores[k].Index != i {
-			return fmt.Errorf("%w: shard %d holds no record %d for label %d", ErrMerge, s, k, i)
+		r, err := at(i)
+		if err != nil {
+			return err
 		}
-		r := shards[s].Scores[k]
 		chunk = append(chunk, row(i, recordView{label: r.Label, pred: r.Predicted, loss: r.Loss, topK: r.Top}))
 		if len(chunk) == cap(chunk) {
 			if err := flush(); err != nil {
@@ -172,7 +185,7 @@ func writeRows[T any](w io.Writer, opts []parquet.WriterOption, want jobserver.S
 // evaluation's predictions file just before eval.json is replaced;
 // without it, it returns the stale file of the result being replaced, to
 // be removed once eval.json is.
-func (e *Run) publishPredictions(shards []jobserver.Shard) (written, stale string, err error) {
+func (e *Run) publishPredictions() (written, stale string, err error) {
 	path := filepath.Join(e.req.RunDir, PredictionsFile)
 	if !e.req.Predictions {
 		if _, err := os.Stat(path); err == nil {
@@ -182,7 +195,12 @@ func (e *Run) publishPredictions(shards []jobserver.Shard) (written, stale strin
 		}
 		return "", "", nil
 	}
-	if err := WritePredictions(path, e.expect(), shards); err != nil {
+	at, closeAll, err := e.streamShards(nil)
+	if err != nil {
+		return "", "", err
+	}
+	defer closeAll()
+	if err := writePredictions(path, e.expect(), at); err != nil {
 		return "", "", fmt.Errorf("writing %s: %w", PredictionsFile, err)
 	}
 	return path, "", nil
