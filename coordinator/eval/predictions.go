@@ -135,15 +135,18 @@ type recordView struct {
 	label, pred int
 	loss        float64
 	topK        []trainer.ClassProb
+	// class and prob are the row's top-k columns to fill, of top_k values
+	// each: parts of one array per row group, which the writer copies.
+	class []int32
+	prob  []float64
 }
 
 // top is the record's top k as the two list columns.
 func (r recordView) top() ([]int32, []float64) {
-	class, prob := make([]int32, len(r.topK)), make([]float64, len(r.topK))
 	for j, c := range r.topK {
-		class[j], prob[j] = int32(c.Class), c.Prob
+		r.class[j], r.prob[j] = int32(c.Class), c.Prob
 	}
-	return class, prob
+	return r.class, r.prob
 }
 
 // writeRows writes every label's row in index order, a row group at a
@@ -154,6 +157,10 @@ func writeRows[T any](w io.Writer, opts []parquet.WriterOption, want jobserver.S
 	per := max(1, want.Positions)
 	labels := want.Samples * per
 	chunk := make([]T, 0, min(labels, PredictionsRowGroup))
+	// The top-k lists of a row group's rows, reused from one to the next
+	// (the writer copies the rows it is given).
+	k := want.TopK
+	classes, probs := make([]int32, cap(chunk)*k), make([]float64, cap(chunk)*k)
 	flush := func() error {
 		if _, err := pw.Write(chunk); err != nil {
 			return err
@@ -166,7 +173,9 @@ func writeRows[T any](w io.Writer, opts []parquet.WriterOption, want jobserver.S
 		if err != nil {
 			return err
 		}
-		chunk = append(chunk, row(i, recordView{label: r.Label, pred: r.Predicted, loss: r.Loss, topK: r.Top}))
+		j := len(chunk)
+		chunk = append(chunk, row(i, recordView{label: r.Label, pred: r.Predicted, loss: r.Loss, topK: r.Top,
+			class: classes[j*k : (j+1)*k : (j+1)*k], prob: probs[j*k : (j+1)*k : (j+1)*k]}))
 		if len(chunk) == cap(chunk) {
 			if err := flush(); err != nil {
 				return err

@@ -166,16 +166,17 @@ func TestWritePredictionsTopK(t *testing.T) {
 		}
 	}
 	t.Run("examples", func(t *testing.T) {
-		sh := strided(scores(50), 3)
+		const n = PredictionsRowGroup + 50 // the lists of two row groups
+		sh := strided(scores(n), 3)
 		withTop(sh, k)
-		want := header(50, 3)
+		want := header(n, 3)
 		want.TopK = k
 		path := filepath.Join(t.TempDir(), PredictionsFile)
 		if err := WritePredictions(path, want, sh); err != nil {
 			t.Fatal(err)
 		}
 		rows, _, meta := readRows[ExampleTopPrediction](t, path)
-		if len(rows) != 50 || meta["tolaria.top_k"] != "2" {
+		if len(rows) != n || meta["tolaria.top_k"] != "2" {
 			t.Fatalf("%d rows, metadata %v", len(rows), meta)
 		}
 		for i, r := range rows {
