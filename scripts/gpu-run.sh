@@ -73,6 +73,17 @@ if [ -z "$budget" ]; then
 fi
 case "$res" in /*) ;; *) res=$PWD/$res ;; esac
 
+# The bundle carries the dataset uncompressed (see gpu-bundle.sh); the
+# loader reads gzip: compress each file once, beside it.
+for f in "$here"/data/*-ubyte; do
+	[ -e "$f" ] && [ ! -e "$f.gz" ] || continue
+	if command -v gzip >/dev/null 2>&1; then
+		gzip -1 -c "$f" >"$f.gz.partial"
+	else
+		python3 -c 'import gzip, shutil, sys; shutil.copyfileobj(open(sys.argv[1], "rb"), gzip.open(sys.argv[2], "wb", 1))' "$f" "$f.gz.partial"
+	fi && mv "$f.gz.partial" "$f.gz" || { echo "run.sh: cannot gzip $f for the loader" >&2; exit 1; }
+done
+
 bench=$here/run_graph_bench
 worker=$here/tolaria-worker
 started=$(date +%s)
