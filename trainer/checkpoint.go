@@ -121,10 +121,14 @@ type EpochFigures struct {
 	TestLoss      float64 `json:"test_loss"`
 }
 
-func (c *Config) checkpointHeader() Checkpoint {
+func (c *Config) checkpointHeader() Checkpoint { return c.headerFor(data.Fingerprint(c.Train)) }
+
+// headerFor is checkpointHeader with the training set's fingerprint given,
+// so a run computes it once rather than at every checkpoint.
+func (c *Config) headerFor(trainPrint string) Checkpoint {
 	return Checkpoint{
 		Model: c.ModelName(), Optimizer: optimizerString(c.Optimizer), BatchSize: c.BatchSize,
-		Seed: c.Seed, Dataset: c.Train.Shape().Name, TrainSize: c.Train.Len(), Data: data.Fingerprint(c.Train),
+		Seed: c.Seed, Dataset: c.Train.Shape().Name, TrainSize: c.Train.Len(), Data: trainPrint,
 		Shard: fmt.Sprintf("%d/%d", c.Rank, c.World), Ragged: string(c.Ragged), Epochs: c.Epochs,
 		Params: c.paramCount(), States: c.Optimizer.StateBuffers(), Running: c.runningLen(),
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/nn"
 )
@@ -284,7 +285,11 @@ func (r *run) saveCheckpoint(next int, trainStats []float64, params []float32, s
 				ErrNonFinite, v[i], next+1)
 		}
 	}
-	h := r.cfg.checkpointHeader()
+	if r.trainPrint == "" {
+		// The training set does not change during a run.
+		r.trainPrint = data.Fingerprint(r.cfg.Train)
+	}
+	h := r.cfg.headerFor(r.trainPrint)
 	h.Step = next
 	h.Totals = r.totals()
 	h.TrainStats = trainStats

@@ -35,11 +35,12 @@ const (
 const prefetchReason = "graph capture needs a quiet device: host-to-device prefetch outside the staging guard would race the global-mode capture"
 
 type run struct {
-	cfg  Config
-	dev  device.Device
-	pool *graphs.Pool
-	log  *slog.Logger
-	obs  Observer
+	trainPrint string // data.Fingerprint of the training set, once a checkpoint needs it
+	cfg        Config
+	dev        device.Device
+	pool       *graphs.Pool
+	log        *slog.Logger
+	obs        Observer
 
 	model             *nn.Model
 	lease             *graphs.Lease
