@@ -12,6 +12,9 @@ type Dataset struct {
 	Classes  int
 	X        []float32 // N*Features, row-major
 	Y        []int32   // N labels in [0, Classes)
+	// Files are the files the examples were read from, as read (Sources);
+	// nil for a dataset made in memory.
+	Files []SourceFile
 }
 
 // Len returns the number of examples.
@@ -125,7 +128,7 @@ func (d *Dataset) Split(n int) (head, tail *Dataset, err error) {
 		return nil, nil, fmt.Errorf("%w: split at %d needs 0 < n < %d", ErrInvalid, n, d.Len())
 	}
 	f := d.Features
-	head = &Dataset{Name: d.Name, Features: f, Classes: d.Classes, X: d.X[: n*f : n*f], Y: d.Y[:n:n]}
-	tail = &Dataset{Name: d.Name, Features: f, Classes: d.Classes, X: d.X[n*f:], Y: d.Y[n:]}
+	head = &Dataset{Name: d.Name, Features: f, Classes: d.Classes, X: d.X[: n*f : n*f], Y: d.Y[:n:n], Files: d.Files}
+	tail = &Dataset{Name: d.Name, Features: f, Classes: d.Classes, X: d.X[n*f:], Y: d.Y[n:], Files: d.Files}
 	return head, tail, nil
 }

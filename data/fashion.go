@@ -68,7 +68,7 @@ func LoadFashionMNISTAdvancing(dir string, split Split, advance func()) (*Datase
 	if err != nil {
 		return nil, withFashionHint(err)
 	}
-	labels, err := readIDXLabels(labelsPath, advance)
+	labels, labelsSource, err := readIDXLabels(labelsPath, advance)
 	if err != nil {
 		return nil, withFashionHint(err)
 	}
@@ -83,6 +83,7 @@ func LoadFashionMNISTAdvancing(dir string, split Split, advance func()) (*Datase
 		Classes:  FashionMNISTClasses,
 		X:        make([]float32, len(images.Pixels)),
 		Y:        make([]int32, len(labels)),
+		Files:    []SourceFile{images.Source, labelsSource},
 	}
 	for i, l := range labels {
 		if int(l) >= d.Classes {

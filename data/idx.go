@@ -38,60 +38,68 @@ const (
 type IDXImages struct {
 	Count, Rows, Cols int
 	Pixels            []byte // Count*Rows*Cols, row-major
+	// Source is the file as read: its size and the SHA-256 of its bytes.
+	Source SourceFile
 }
 
 // ReadIDXImages reads a gzip-compressed idx3 image file.
 func ReadIDXImages(path string) (*IDXImages, error) { return readIDXImages(path, nil) }
 
 func readIDXImages(path string, advance func()) (*IDXImages, error) {
-	dims, payload, err := readIDX(path, IDXImagesMagic, func(d []int) string {
+	dims, payload, src, err := readIDX(path, IDXImagesMagic, func(d []int) string {
 		return fmt.Sprintf("%d images of %dx%d", d[0], d[1], d[2])
 	}, "pixels", advance)
 	if err != nil {
 		return nil, err
 	}
-	return &IDXImages{Count: dims[0], Rows: dims[1], Cols: dims[2], Pixels: payload}, nil
+	return &IDXImages{Count: dims[0], Rows: dims[1], Cols: dims[2], Pixels: payload, Source: src}, nil
 }
 
 // ReadIDXLabels reads a gzip-compressed idx1 label file and returns one byte per label.
-func ReadIDXLabels(path string) ([]byte, error) { return readIDXLabels(path, nil) }
+func ReadIDXLabels(path string) ([]byte, error) {
+	labels, _, err := readIDXLabels(path, nil)
+	return labels, err
+}
 
-func readIDXLabels(path string, advance func()) ([]byte, error) {
-	_, payload, err := readIDX(path, IDXLabelsMagic, func(d []int) string {
+func readIDXLabels(path string, advance func()) ([]byte, SourceFile, error) {
+	_, payload, src, err := readIDX(path, IDXLabelsMagic, func(d []int) string {
 		return fmt.Sprintf("%d labels", d[0])
 	}, "labels", advance)
-	return payload, err
+	return payload, src, err
 }
 
 // readIDX decodes one gzip-compressed IDX file of unsigned bytes whose dimension count is
 // the low byte of magic. describe renders the header for messages and unit names the
 // payload's bytes. advance, when set, is called after each read of the
-// compressed file (about one per MiB).
-func readIDX(path string, magic uint32, describe func([]int) string, unit string, advance func()) ([]int, []byte, error) {
+// compressed file (about one per MiB). It returns the file as read: every
+// byte of it goes through the SHA-256 its SourceFile carries.
+func readIDX(path string, magic uint32, describe func([]int) string, unit string, advance func()) ([]int, []byte, SourceFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, openError(path, err)
+		return nil, nil, SourceFile{}, openError(path, err)
 	}
 	defer f.Close()
-	var src io.Reader = f
+	hashed := newSourceHash(path, f)
+	var src io.Reader = hashed
 	if advance != nil {
-		src = advancingReader{r: f, advance: advance}
+		src = advancingReader{r: hashed, advance: advance}
 	}
 
-	zr, err := gzip.NewReader(bufio.NewReaderSize(src, 1<<20))
+	buffered := bufio.NewReaderSize(src, 1<<20)
+	zr, err := gzip.NewReader(buffered)
 	if err != nil {
-		return nil, nil, gzipOpenError(path, err)
+		return nil, nil, SourceFile{}, gzipOpenError(path, err)
 	}
 	defer zr.Close()
 
 	ndims := int(magic & 0xff)
 	header := make([]byte, 4+4*ndims)
 	if _, err := io.ReadFull(zr, header); err != nil {
-		return nil, nil, readError(path, err,
+		return nil, nil, SourceFile{}, readError(path, err,
 			fmt.Sprintf("truncated: file ends inside the %d-byte IDX header", len(header)))
 	}
 	if got := binary.BigEndian.Uint32(header); got != magic {
-		return nil, nil, corrupt(path, badMagicDetail(got, magic))
+		return nil, nil, SourceFile{}, corrupt(path, badMagicDetail(got, magic))
 	}
 	dims := make([]int, ndims)
 	total := uint64(1)
@@ -100,14 +108,14 @@ func readIDX(path string, magic uint32, describe func([]int) string, unit string
 		dims[i] = int(d)
 		total *= uint64(d)
 		if total > maxIDXPayload {
-			return nil, nil, corrupt(path, fmt.Sprintf(
+			return nil, nil, SourceFile{}, corrupt(path, fmt.Sprintf(
 				"header dimensions %v ask for more than %d bytes, which no IDX dataset holds", headerDims(header, ndims), uint64(maxIDXPayload)))
 		}
 	}
 
 	payload, n, err := readPayload(zr, total, maxUpfront)
 	if err != nil {
-		return nil, nil, readError(path, err, fmt.Sprintf(
+		return nil, nil, SourceFile{}, readError(path, err, fmt.Sprintf(
 			"truncated: header says %s but file holds %d bytes of %s", describe(dims), n, unit))
 	}
 	// Reading to the end is what makes gzip verify its checksum, and it catches files
@@ -115,12 +123,17 @@ func readIDX(path string, magic uint32, describe func([]int) string, unit string
 	var extra [1]byte
 	switch _, err := io.ReadFull(zr, extra[:]); {
 	case err == nil:
-		return nil, nil, corrupt(path, fmt.Sprintf(
+		return nil, nil, SourceFile{}, corrupt(path, fmt.Sprintf(
 			"trailing data: header says %s but file holds more than %d bytes of %s", describe(dims), total, unit))
 	case !errors.Is(err, io.EOF):
-		return nil, nil, readError(path, err, "truncated: the gzip stream ends before its trailer")
+		return nil, nil, SourceFile{}, readError(path, err, "truncated: the gzip stream ends before its trailer")
 	}
-	return dims, payload, nil
+	// The gzip reader stops at its last member's end; whatever follows is
+	// part of the file the digest names.
+	if _, err := io.Copy(io.Discard, buffered); err != nil {
+		return nil, nil, SourceFile{}, readError(path, err, "cannot read the file to its end")
+	}
+	return dims, payload, hashed.file(), nil
 }
 
 // advancingReader calls advance after every read.

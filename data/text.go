@@ -123,6 +123,9 @@ type Text struct {
 	Context int
 	Stride  int
 	Bytes   []byte
+	// Files are the corpus's files, as read (Sources); nil for a text made
+	// in memory.
+	Files []SourceFile
 }
 
 // NewText serves b as windows of context+1 bytes, one every stride bytes (0: context).
@@ -218,7 +221,7 @@ func LoadText(c TextConfig) (train, valid *Text, err error) {
 		return nil, nil, err
 	}
 	c = c.withDefaults()
-	corpus, _, err := ReadTextCorpus(c.Path)
+	corpus, files, err := readTextCorpus(c.Path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -235,6 +238,7 @@ func LoadText(c TextConfig) (train, valid *Text, err error) {
 	if valid, err = NewText(name+"/valid", validBytes, c.Context, c.Stride); err != nil {
 		return nil, nil, err
 	}
+	train.Files, valid.Files = files, files
 	return train, valid, nil
 }
 
@@ -254,6 +258,15 @@ func SplitText(corpus []byte, validFraction float64) (train, valid []byte) {
 // names starting with a dot, and strfile indices: name.dat beside a regular file name,
 // as fortune's packages install them. It returns the files read, in order.
 func ReadTextCorpus(path string) (corpus []byte, files []string, err error) {
+	corpus, sources, err := readTextCorpus(path)
+	for _, f := range sources {
+		files = append(files, f.Path)
+	}
+	return corpus, files, err
+}
+
+// readTextCorpus is ReadTextCorpus returning each file as read.
+func readTextCorpus(path string) (corpus []byte, files []SourceFile, err error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, nil, textPathError(path, err)
@@ -269,22 +282,24 @@ func ReadTextCorpus(path string) (corpus []byte, files []string, err error) {
 		if err != nil {
 			return nil, nil, &FileError{Path: path, Detail: "cannot read the text file", Err: unwrapPathError(err)}
 		}
-		return b, []string{path}, nil
+		return b, []SourceFile{sourceOfBytes(path, b)}, nil
 	}
-	if files, err = textFiles(path); err != nil {
+	paths, err := textFiles(path)
+	if err != nil {
 		return nil, nil, err
 	}
-	if len(files) == 0 {
+	if len(paths) == 0 {
 		return nil, nil, &FileError{Path: path, Kind: ErrMissing,
 			Detail: "the directory holds no regular file to read (symbolic links, dot-files and strfile .dat indices are skipped)",
 			Hint:   "give a text file or a directory of text files"}
 	}
-	for _, f := range files {
+	for _, f := range paths {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil, nil, &FileError{Path: f, Detail: "cannot read a file of the text corpus", Err: unwrapPathError(err)}
 		}
 		corpus = append(corpus, b...)
+		files = append(files, sourceOfBytes(f, b))
 	}
 	return corpus, files, nil
 }

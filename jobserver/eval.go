@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -43,7 +44,16 @@ type EvalJob struct {
 	// TopK is the most probable classes each record keeps with their
 	// probabilities (trainer.EvalConfig.TopK); 0 for none.
 	TopK int `json:"top_k,omitempty"`
+	// DataFiles are the data's files as the coordinator read them when the
+	// evaluation began (EvalData): a worker that reads other bytes refuses
+	// to score (ErrDataChanged). Nil checks nothing (synthetic data has no
+	// files).
+	DataFiles []data.SourceFile `json:"data_files,omitempty"`
 }
+
+// ErrDataChanged is the refusal of a shard whose data files are not, byte
+// for byte, those the evaluation began with.
+var ErrDataChanged = errors.New("the data changed since the evaluation began")
 
 // EvalResult is what a worker answers for an EvalJob.
 type EvalResult struct {
@@ -70,28 +80,43 @@ func FileSHA256(path string) (string, error) {
 // EvalData loads the split an evaluation scores, with the trainer's
 // configuration for the spec (normalised as training normalised it): a
 // dataset of one class per example, or text windows with a target per
-// position (data.Shape says which).
-func EvalData(spec job.Spec, split string) (data.Examples, trainer.Config, error) {
+// position (data.Shape says which). It returns every file the load read,
+// as read (data.SourcesOf): the training set's too, whose statistics
+// normalise the test set.
+func EvalData(spec job.Spec, split string) (data.Examples, trainer.Config, []data.SourceFile, error) {
 	return evalData(spec, split, nil)
 }
 
 // evalData is EvalData with the load's progress going to advance.
-func evalData(spec job.Spec, split string, advance func(stage string)) (data.Examples, trainer.Config, error) {
+func evalData(spec job.Spec, split string, advance func(stage string)) (data.Examples, trainer.Config, []data.SourceFile, error) {
 	if split != SplitTest && split != SplitTrain {
-		return nil, trainer.Config{}, usage(fmt.Sprintf("split %q: use test or train", split))
+		return nil, trainer.Config{}, nil, usage(fmt.Sprintf("split %q: use test or train", split))
 	}
 	train, test, err := spec.LoadDataAdvancing(advance)
 	if err != nil {
-		return nil, trainer.Config{}, err
+		return nil, trainer.Config{}, nil, err
 	}
 	cfg, err := spec.Config(train, test, job.Options{})
 	if err != nil {
-		return nil, trainer.Config{}, err
+		return nil, trainer.Config{}, nil, err
 	}
+	files := data.SourcesOf(train, test)
 	if split == SplitTrain {
-		return train, cfg, nil
+		return train, cfg, files, nil
 	}
-	return test, cfg, nil
+	return test, cfg, files, nil
+}
+
+// CheckDataFiles refuses files that differ from want (the files an
+// evaluation began with), naming each change; nil want checks nothing.
+func CheckDataFiles(want, got []data.SourceFile) error {
+	if want == nil {
+		return nil
+	}
+	if changes := data.CompareSources(want, got); len(changes) > 0 {
+		return fmt.Errorf("%w: %s; the shard was not scored: evaluate again once the data no longer changes", ErrDataChanged, data.DescribeChanges(changes))
+	}
+	return nil
 }
 
 // SplitFingerprint is the fingerprint (data.Fingerprint) of a split as
@@ -122,11 +147,14 @@ func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, a
 	if err := ej.Spec.Validate(); err != nil {
 		return EvalResult{}, usage(err.Error())
 	}
-	ds, tc, err := evalData(ej.Spec, ej.Split, advance)
+	ds, tc, files, err := evalData(ej.Spec, ej.Split, advance)
 	if err != nil {
 		return EvalResult{}, err
 	}
-	ck, err := trainer.CheckpointFor(tc, ej.Checkpoint)
+	if err := CheckDataFiles(ej.DataFiles, files); err != nil {
+		return EvalResult{}, err
+	}
+	ck, err := trainer.CheckpointForEval(tc, ej.Checkpoint)
 	if err != nil {
 		return EvalResult{}, err
 	}

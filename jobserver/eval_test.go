@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -183,7 +184,7 @@ func TestServeEval(t *testing.T) {
 	}
 	// The shard records the fingerprint of the split it scored, as the
 	// coordinator computes it, so that a resumed evaluation can tell it.
-	ds, _, err := EvalData(spec, SplitTest)
+	ds, _, _, err := EvalData(spec, SplitTest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +263,7 @@ func TestServeEvalText(t *testing.T) {
 	if _, _, err := Run(context.Background(), local(t), "cpu", spec, Sink{}); err != nil {
 		t.Fatal(err)
 	}
-	ds, cfg, err := EvalData(spec, SplitTest)
+	ds, cfg, _, err := EvalData(spec, SplitTest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,5 +377,50 @@ func bigramReference(arch nn.Arch, params []float32) func(id byte, p int, target
 		}
 		top.margin = m - second
 		return m + math.Log(sum) - logits[target], top
+	}
+}
+
+// TestServeEvalRefusesChangedData: a worker whose data files are not those
+// the evaluation began with (the corpus appended to between the
+// coordinator's load and the worker's) scores nothing, and its error says
+// which file changed and how.
+func TestServeEvalRefusesChangedData(t *testing.T) {
+	spec := evalTextSpec(t, t.TempDir())
+	if _, _, err := Run(context.Background(), local(t), "cpu", spec, Sink{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, files, err := EvalData(spec, SplitTest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 || files[0].Path != spec.DataDir || files[0].Size == 0 {
+		t.Fatalf("the files an evaluation reads: %+v", files)
+	}
+	ckPath := filepath.Join(spec.RunDir, trainer.CheckpointFile)
+	sha, err := FileSHA256(ckPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ej := EvalJob{Spec: spec, Checkpoint: ckPath, CheckpointSHA256: sha, Split: SplitTest, Shards: 1, Attempt: 1,
+		Out: filepath.Join(t.TempDir(), "shard.tles"), DataFiles: files}
+	if _, _, err := Evaluate(context.Background(), local(t), "cpu", ej); err != nil {
+		t.Fatalf("the data as it began: %v", err)
+	}
+	f, err := os.OpenFile(spec.DataDir, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("one more line\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	ej.Out = filepath.Join(t.TempDir(), "shard.tles")
+	_, _, err = Evaluate(context.Background(), local(t), "cpu", ej)
+	want := fmt.Sprintf("%s was %d bytes, SHA-256 %s..., and is now %d bytes", spec.DataDir, files[0].Size, files[0].SHA256[:12], files[0].Size+14)
+	if err == nil || !strings.Contains(err.Error(), ErrDataChanged.Error()) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a changed corpus: %v; want %q", err, want)
+	}
+	if _, serr := os.Stat(ej.Out); serr == nil {
+		t.Error("a shard file was written from changed data")
 	}
 }

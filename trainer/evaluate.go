@@ -394,6 +394,28 @@ func CheckpointForNet(net nn.Net, path string) (Checkpoint, error) {
 	return ck, nil
 }
 
+// CheckpointForEval loads the checkpoint at path for scoring with cfg's
+// model: the file intact (its digest), written for this model, holding its
+// parameters and running state. The data, optimizer and schedule it was
+// trained with are not checked: none of them changes what the parameters
+// compute, and scoring a model on other data than it trained on is an
+// evaluation's to allow (and to say so in its result).
+func CheckpointForEval(cfg Config, path string) (Checkpoint, error) {
+	ck, err := LoadCheckpoint(path)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	want := cfg.headerFor("")
+	switch {
+	case ck.Model != want.Model:
+		return Checkpoint{}, fmt.Errorf("%w: %s: it was written for model %s, not %s", ErrCheckpoint, path, ck.Model, want.Model)
+	case ck.Params != want.Params || ck.Running != want.Running:
+		return Checkpoint{}, fmt.Errorf("%w: %s: it holds %d parameters and %d running-state values but the model %s has %d and %d; it was not written by tolaria for this model",
+			ErrCheckpoint, path, ck.Params, ck.Running, want.Model, want.Params, want.Running)
+	}
+	return ck, nil
+}
+
 // CheckpointFor loads the checkpoint at path and verifies it as a resumed
 // run does: its digest, and that it was written for cfg's model,
 // optimizer, data and shape, within the run's steps.

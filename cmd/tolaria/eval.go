@@ -56,6 +56,13 @@ target byte, and eval.json adds the accuracy and loss at each position of
 the context (position p predicts from p+1 bytes) instead of per-class
 figures.
 
+The run's data.json records the files it trained on (size and SHA-256).
+The evaluation fingerprints the files it reads when it begins; a worker
+that reads other bytes (a file changed during the evaluation) fails its
+shard, naming the file. --data-dir evaluates on other data (a directory of
+the same files, or another text corpus); eval.json's "warnings" says when
+its files differ from those the run trained on.
+
 Exit status: 0 done, 3 a shard failed twice (eval.partial.json written,
 eval.json untouched; the missing shards are named), 2 bad input (nothing
 written), 1 another failure, 130 interrupted.`,
@@ -70,6 +77,7 @@ written), 1 another failure, 130 interrupted.`,
 	fs.StringVar(&req.Checkpoint, "checkpoint", "", "checkpoint file to evaluate (default: the run's checkpoint.tlck)")
 	fs.IntVar(&req.Workers, "workers", 1, "worker processes, each scoring one stride shard of the examples")
 	fs.StringVar(&req.Split, "split", "test", "test or train")
+	fs.StringVar(&req.DataDir, "data-dir", "", "evaluate on the data here (Fashion-MNIST files, or a text corpus) in place of the run's data_dir; eval.json warns when it differs from the data the run trained on")
 	fs.BoolVar(&req.Resume, "resume", false, "keep the shard files of an earlier evaluation that verify as this one's and score only the other shards")
 	fs.BoolVar(&req.Predictions, "predictions", false, "with a complete result, also write every example's index, label, predicted class and loss (a token model's: per position of each window) to RUN/predictions.parquet")
 	fs.IntVar(&req.TopK, "top-k", 5, "with --predictions, each row's K most probable classes and their probabilities (columns top_class, top_prob), capped at the classes; 0 for none")
@@ -121,6 +129,9 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), plural(req.Workers, "worker"))
 	if req.Resume {
 		printResume(stderr, e.Kept(), e.Rescored(), req.Workers)
+	}
+	for _, w := range e.Warnings() {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	var em *telemetry.EvalMetrics
 	// The address served at, and the linger, are news worth an info line.

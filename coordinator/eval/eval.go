@@ -22,6 +22,7 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
@@ -86,8 +87,13 @@ type Request struct {
 	// probabilities each row of PredictionsFile gives: capped at the
 	// classes; 0 for none, and none for an MSE model (its outputs are no
 	// logits). Without Predictions it is not used.
-	TopK   int
-	Logger *slog.Logger
+	TopK int
+	// DataDir, when set, is the data to evaluate on in place of the run's
+	// (config.yaml's data_dir): a Fashion-MNIST directory, or a text
+	// corpus. The result says when its files differ from those the run
+	// trained on (Report.Warnings).
+	DataDir string
+	Logger  *slog.Logger
 	// Progress, when set, is told of each shard's attempts as they end.
 	Progress func(Progress)
 }
@@ -112,6 +118,8 @@ func (r Request) Validate() error {
 		return refusal.Config(field.Errorf("split", "must be test or train, got %q", r.Split))
 	case r.Device != "" && r.Device != "cpu" && r.Device != "cuda":
 		return refusal.Config(field.Errorf("device", "must be cpu or cuda, got %q", r.Device))
+	case r.DataDir != "" && !exists(r.DataDir):
+		return refusal.Config(field.Errorf("data_dir", "%s does not exist; give the directory (or text corpus) to evaluate on, or leave it unset for the run's", r.DataDir))
 	case r.TopK < 0:
 		return refusal.Config(field.Errorf("top_k", "cannot be negative (%d); 0 gives no probabilities", r.TopK))
 	case r.WorkerStart < 0:
@@ -181,8 +189,17 @@ type Report struct {
 	Missing []MissingShard `json:"missing,omitempty"`
 	// Predictions is the per-label file written with this result
 	// (PredictionsFile, in the run directory); absent when none was.
-	Predictions string  `json:"predictions,omitempty"`
-	Seconds     float64 `json:"seconds"`
+	Predictions string `json:"predictions,omitempty"`
+	// DataDir is the data evaluated on: the run's data_dir, or
+	// Request.DataDir; absent for the synthetic dataset.
+	DataDir string `json:"data_dir,omitempty"`
+	// DataFiles are the files the evaluation read, as the coordinator read
+	// them when it began; every shard read the same bytes.
+	DataFiles []data.SourceFile `json:"data_files,omitempty"`
+	// Warnings say what a reader of the figures should know: the data
+	// differs from the data the run trained on, or that cannot be told.
+	Warnings []string `json:"warnings,omitempty"`
+	Seconds  float64  `json:"seconds"`
 }
 
 // MissingShard is a shard of a partial result that failed every attempt.
@@ -256,6 +273,11 @@ type Run struct {
 	positions int
 	// data is the split's fingerprint, which every shard file must carry.
 	data string
+	// files are the data's files as read when the evaluation began; every
+	// worker checks its own reads against them.
+	files []data.SourceFile
+	// warnings go into every result (Report.Warnings).
+	warnings []string
 	// topK is the top-k probabilities every shard file carries: Request.TopK
 	// capped, with Predictions; 0 otherwise.
 	topK int
@@ -292,10 +314,16 @@ func Plan(req Request) (*Run, error) {
 	if e.spec, err = rundir.Spec(req.RunDir); err != nil {
 		return nil, err
 	}
-	ds, tc, err := jobserver.EvalData(e.spec, req.Split)
-	if err != nil {
-		return nil, refusal.Config(fmt.Errorf("the run's data: %w", err))
+	whose := "the run's data"
+	if req.DataDir != "" {
+		e.spec.DataDir, whose = req.DataDir, "the data in "+string(field.Name("data_dir"))
 	}
+	ds, tc, files, err := jobserver.EvalData(e.spec, req.Split)
+	if err != nil {
+		return nil, refusal.Config(fmt.Errorf("%s: %w", whose, err))
+	}
+	e.files = files
+	e.warnings = trainedOn(req.RunDir, e.spec, files)
 	shape := ds.Shape()
 	e.samples, e.classes, e.positions = ds.Len(), shape.Classes, shape.Positions
 	e.data = jobserver.SplitFingerprint(ds)
@@ -320,7 +348,7 @@ func Plan(req Request) (*Run, error) {
 		return nil, refusal.Config(field.Errorf(ckField, "%s: %w; a run has one once it has trained an epoch (or been stopped); give another with %s",
 			e.ckPath, err, field.Name("checkpoint")))
 	}
-	ck, err := trainer.CheckpointFor(tc, e.ckPath)
+	ck, err := trainer.CheckpointForEval(tc, e.ckPath)
 	if err != nil {
 		return nil, refusal.Config(field.Errorf(ckField, "%w", err))
 	}
@@ -541,7 +569,7 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.RunDir, rep.Checkpoint = e.req.RunDir, e.ckPath
+	e.describe(rep)
 	written, stale, err := e.publishPredictions()
 	if err != nil {
 		return nil, err
@@ -560,6 +588,50 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// describe names in rep what was evaluated: the run, the checkpoint, the
+// data and its files, and the warnings.
+func (e *Run) describe(rep *Report) {
+	rep.RunDir, rep.Checkpoint = e.req.RunDir, e.ckPath
+	if e.spec.Dataset != "synthetic" {
+		rep.DataDir = e.spec.DataDir
+	}
+	rep.DataFiles, rep.Warnings = e.files, e.warnings
+}
+
+// Warnings are what the result says about its data (Report.Warnings).
+func (e *Run) Warnings() []string { return e.warnings }
+
+// trainedOn compares the files an evaluation reads with those the run
+// read when it trained (its data.json), file by file under their data
+// directories, and says where they differ, or that it cannot tell. The
+// synthetic dataset has no files: it is made from the seed and size that
+// config.yaml records, the same data by construction.
+func trainedOn(runDir string, spec job.Spec, files []data.SourceFile) []string {
+	if spec.Dataset == "synthetic" {
+		return nil
+	}
+	record := filepath.Join(runDir, rundir.DataFile)
+	rec, ok, err := rundir.ReadData(runDir)
+	switch {
+	case err != nil:
+		return []string{fmt.Sprintf("%s cannot be read (%v): whether %s holds the data the run trained on cannot be told", record, err, spec.DataDir)}
+	case !ok:
+		return []string{fmt.Sprintf("the run records no data files (no %s: a run trained before tolaria recorded them): whether %s holds the data it trained on cannot be told", record, spec.DataDir)}
+	}
+	changes := data.CompareSources(data.RelativeTo(rec.DataDir, rec.Files), data.RelativeTo(spec.DataDir, files))
+	if len(changes) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("the data differs from the data the run trained on (%s, read from %s): in %s, %s",
+		record, rec.DataDir, spec.DataDir, data.DescribeChanges(changes))}
+}
+
+// exists reports whether path names a file or directory.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // isKept reports whether a shard file's base name is one Resume keeps.
@@ -584,7 +656,7 @@ func (e *Run) partial(scored []bool, reasons map[int]string, start time.Time) (*
 	if err != nil {
 		return nil, errors.Join(fe, err)
 	}
-	rep.RunDir, rep.Checkpoint = e.req.RunDir, e.ckPath
+	e.describe(rep)
 	for _, s := range fe.Missing {
 		first, stride, count := e.shardExamples(s)
 		rep.Missing = append(rep.Missing, MissingShard{Shard: s, First: first, Stride: stride, Count: count,
@@ -681,7 +753,7 @@ func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (
 	defer h.Close()
 	out := ShardFile(e.req.RunDir, s)
 	ej := jobserver.EvalJob{Spec: e.spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
-		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out, TopK: e.topK}
+		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out, TopK: e.topK, DataFiles: e.files}
 	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej); err != nil {
 		return jobserver.ShardHeader{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -323,4 +324,61 @@ func WriteSummary(path string, s trainer.Summary) error {
 		return err
 	}
 	return atomicfile.WriteFile(path, append(raw, '\n'), 0o644)
+}
+
+// DataFile records the files a run's data was read from.
+const DataFile = "data.json"
+
+// DataRecord is data.json: the dataset a run trained on and the files it
+// read, each with its size and SHA-256 as the training process read it
+// (none for the synthetic dataset, which is made from the seed). An
+// evaluation compares the files it reads with them.
+type DataRecord struct {
+	Dataset string            `json:"dataset"`
+	DataDir string            `json:"data_dir,omitempty"`
+	Files   []data.SourceFile `json:"files"`
+}
+
+// WriteData records the run's data as data.json, its paths made
+// absolute (a relative one says nothing once read from another
+// directory). A resumed run writes it again: its training set is the
+// checkpoint's (the checkpoint's fingerprint refuses another), and the
+// record says what the latest start read.
+func (d *Dir) WriteData(r DataRecord) error {
+	abs := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
+	if r.DataDir != "" {
+		r.DataDir = abs(r.DataDir)
+	}
+	files := make([]data.SourceFile, len(r.Files))
+	for i, f := range r.Files {
+		files[i] = f
+		files[i].Path = abs(f.Path)
+	}
+	r.Files = files
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(d.path, DataFile), append(raw, '\n'), 0o644)
+}
+
+// ReadData reads the data.json of the run in dir; ok is false when the run
+// has none (one trained before runs recorded their files).
+func ReadData(dir string) (r DataRecord, ok bool, err error) {
+	raw, err := os.ReadFile(filepath.Join(dir, DataFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return DataRecord{}, false, nil
+	}
+	if err != nil {
+		return DataRecord{}, false, err
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return DataRecord{}, false, fmt.Errorf("%s: %w", filepath.Join(dir, DataFile), err)
+	}
+	return r, true, nil
 }

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -330,4 +332,45 @@ func TestWorkerLogAloneIsNoRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Release()
+}
+
+// data.json records the dataset, its directory and its files with
+// absolute paths, and reads back; a run without one reads as such.
+func TestDataRecord(t *testing.T) {
+	dir := t.TempDir()
+	if _, ok, err := ReadData(dir); ok || err != nil {
+		t.Fatalf("a run without data.json: ok %v, %v", ok, err)
+	}
+	d, err := Plan(dir, false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Claim(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Release()
+	t.Chdir(dir)
+	files := []data.SourceFile{{Path: "corpus/a", Size: 3, SHA256: "aa"}, {Path: "corpus/b", Size: 4, SHA256: "bb"}}
+	if err := d.WriteData(DataRecord{Dataset: "text", DataDir: "corpus", Files: files}); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := ReadData(dir)
+	want := DataRecord{Dataset: "text", DataDir: filepath.Join(dir, "corpus"), Files: []data.SourceFile{
+		{Path: filepath.Join(dir, "corpus/a"), Size: 3, SHA256: "aa"}, {Path: filepath.Join(dir, "corpus/b"), Size: 4, SHA256: "bb"}}}
+	if !ok || err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ReadData: %+v, %v, %v; want %+v", got, ok, err, want)
+	}
+	if files[0].Path != "corpus/a" {
+		t.Error("WriteData changed its caller's files")
+	}
+	if err := d.WriteData(DataRecord{Dataset: "synthetic"}); err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := os.ReadFile(filepath.Join(dir, DataFile)); !strings.Contains(string(raw), `"files": []`) || strings.Contains(string(raw), "data_dir") {
+		t.Errorf("the synthetic dataset's data.json:\n%s", raw)
+	}
+	os.WriteFile(filepath.Join(dir, DataFile), []byte("{"), 0o644)
+	if _, _, err := ReadData(dir); err == nil || !strings.Contains(err.Error(), DataFile) {
+		t.Errorf("a damaged data.json: %v", err)
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
@@ -161,17 +162,18 @@ func Unavailable(path string, err error) error { return unavailableError{path, e
 // that would never be captured or a checkpoint that does not fit are
 // refused first. spec must have passed Validate. The plan keeps the data
 // for an in-process run; a worker process loads and plans again on its
-// side of the process boundary.
-func (e *Executor) Plan(spec job.Spec) (*job.Plan, error) {
+// side of the process boundary. It returns the files the data was read
+// from, as read (data.SourcesOf): the run directory records them.
+func (e *Executor) Plan(spec job.Spec) (*job.Plan, []data.SourceFile, error) {
 	train, test, err := spec.LoadData()
 	if err != nil {
-		return nil, refusal.Config(err)
+		return nil, nil, refusal.Config(err)
 	}
 	plan, err := spec.Plan(train, test)
 	if err != nil {
-		return nil, refusal.Config(err)
+		return nil, nil, refusal.Config(err)
 	}
-	return plan, nil
+	return plan, data.SourcesOf(train, test), nil
 }
 
 // LogTo sends the worker processes' logs to w from now on (a run's

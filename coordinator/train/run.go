@@ -17,6 +17,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
@@ -106,6 +107,7 @@ type Run struct {
 	dir     *rundir.Dir
 	exec    *Executor
 	plan    *job.Plan
+	sources []data.SourceFile // the files the data was read from, for data.json
 	metrics *Metrics
 	shared  bool // metrics are the caller's (Request.Metrics)
 	series  telemetry.Series
@@ -144,7 +146,7 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 		return nil, err
 	}
 	r.spec.Device = r.exec.Device
-	if r.plan, err = r.exec.Plan(r.spec); err != nil {
+	if r.plan, r.sources, err = r.exec.Plan(r.spec); err != nil {
 		return nil, err
 	}
 	if err := r.dir.CheckUnfinished(); err != nil {
@@ -186,6 +188,13 @@ func (r *Run) record() error {
 	}
 	cfgPath, err := r.dir.WriteConfig(raw, time.Now())
 	if err != nil {
+		return fmt.Errorf("run directory: %w", err)
+	}
+	rec := rundir.DataRecord{Dataset: r.spec.Dataset, Files: r.sources}
+	if r.spec.Dataset != "synthetic" { // made from the seed: no directory read
+		rec.DataDir = r.spec.DataDir
+	}
+	if err := r.dir.WriteData(rec); err != nil {
 		return fmt.Errorf("run directory: %w", err)
 	}
 	if r.events, err = r.dir.OpenEvents(); err != nil {
