@@ -18,53 +18,57 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// Spec is a training job as the user configured it. Field names are the
-// configuration keys (flags use dashes, files and TOLARIA_* variables
-// underscores). The model is Layers on an input of shape Input (see
-// nn.Net), or, when Layers is empty, the MLP of Hidden and Activation.
+// Spec is a training job as the user configured it. Each field's key
+// tag is its configuration key, a path of sections (optimizer.lr is lr
+// under optimizer:); its flat tag, where it has one, is the key's
+// spelling before the sections, which files may still use for a release
+// (with a warning) and which names its flag and TOLARIA_* variable. The
+// JSON names, what a worker receives, are the flat ones. The model is
+// Layers on an input of shape Input (see nn.Net), or, when Layers is
+// empty, the MLP of Hidden and Activation.
 type Spec struct {
-	Device           string  `json:"device" yaml:"device"`
-	EnableGraphs     bool    `json:"enable_graphs" yaml:"enable_graphs"`
-	Epochs           int     `json:"epochs" yaml:"epochs"`
-	BatchSize        int     `json:"batch_size" yaml:"batch_size"`
-	LR               float64 `json:"lr" yaml:"lr"`
-	Optimizer        string  `json:"optimizer" yaml:"optimizer"`
-	Momentum         float64 `json:"momentum" yaml:"momentum"`
-	WeightDecay      float64 `json:"weight_decay" yaml:"weight_decay"`
-	ClipNorm         float64 `json:"clip_norm" yaml:"clip_norm"`
-	WarmupSteps      int     `json:"lr_warmup_steps" yaml:"lr_warmup_steps"`
-	Seed             uint64  `json:"seed" yaml:"seed"`
-	Dataset          string  `json:"dataset" yaml:"dataset"`
-	DataDir          string  `json:"data_dir" yaml:"data_dir"`
-	SyntheticSize    int     `json:"synthetic_size" yaml:"synthetic_size"`
-	Context          int     `json:"context,omitempty" yaml:"context,omitempty"`
-	Hidden           []int   `json:"hidden" yaml:"hidden"`
-	Activation       string  `json:"activation" yaml:"activation"`
-	Loss             string  `json:"loss" yaml:"loss"`
-	Input            []int   `json:"input,omitempty" yaml:"input,omitempty"`
-	Layers           Layers  `json:"layers,omitempty" yaml:"layers,omitempty"`
-	WarmupBatches    int     `json:"warmup_batches" yaml:"warmup_batches"`
-	GraphPoolReuse   bool    `json:"graph_pool_reuse" yaml:"graph_pool_reuse"`
-	PrefetchToDevice bool    `json:"prefetch_to_device" yaml:"prefetch_to_device"`
-	Ragged           string  `json:"ragged" yaml:"ragged"`
-	Slots            int     `json:"staging_slots" yaml:"staging_slots"`
-	Loaders          int     `json:"loaders" yaml:"loaders"`
-	LogEvery         int     `json:"log_every" yaml:"log_every"`
-	RunDir           string  `json:"run_dir" yaml:"run_dir"`
-	Resume           bool    `json:"resume" yaml:"resume"`
-	Rank             int     `json:"rank" yaml:"rank"`
-	World            int     `json:"world" yaml:"world"`
-	MaxSteps         int     `json:"max_steps" yaml:"max_steps"`
+	Device           string  `json:"device" key:"device"`
+	EnableGraphs     bool    `json:"enable_graphs" key:"graphs.enabled" flat:"enable_graphs"`
+	Epochs           int     `json:"epochs" key:"schedule.epochs" flat:"epochs"`
+	BatchSize        int     `json:"batch_size" key:"schedule.batch_size" flat:"batch_size"`
+	LR               float64 `json:"lr" key:"optimizer.lr" flat:"lr"`
+	Optimizer        string  `json:"optimizer" key:"optimizer.kind" flat:"optimizer"`
+	Momentum         float64 `json:"momentum" key:"optimizer.momentum" flat:"momentum"`
+	WeightDecay      float64 `json:"weight_decay" key:"optimizer.weight_decay" flat:"weight_decay"`
+	ClipNorm         float64 `json:"clip_norm" key:"optimizer.clip_norm" flat:"clip_norm"`
+	WarmupSteps      int     `json:"lr_warmup_steps" key:"optimizer.warmup_steps" flat:"lr_warmup_steps"`
+	Seed             uint64  `json:"seed" key:"seed"`
+	Dataset          string  `json:"dataset" key:"data.dataset" flat:"dataset"`
+	DataDir          string  `json:"data_dir" key:"data.dir" flat:"data_dir"`
+	SyntheticSize    int     `json:"synthetic_size" key:"data.synthetic_size" flat:"synthetic_size"`
+	Context          int     `json:"context,omitempty" key:"data.context,omitempty" flat:"context"`
+	Hidden           []int   `json:"hidden" key:"model.hidden"`
+	Activation       string  `json:"activation" key:"model.activation"`
+	Loss             string  `json:"loss" key:"model.loss"`
+	Input            []int   `json:"input,omitempty" key:"model.input,omitempty"`
+	Layers           Layers  `json:"layers,omitempty" key:"model.layers,omitempty"`
+	WarmupBatches    int     `json:"warmup_batches" key:"graphs.warmup_batches" flat:"warmup_batches"`
+	GraphPoolReuse   bool    `json:"graph_pool_reuse" key:"graphs.pool_reuse" flat:"graph_pool_reuse"`
+	PrefetchToDevice bool    `json:"prefetch_to_device" key:"staging.prefetch_to_device" flat:"prefetch_to_device"`
+	Ragged           string  `json:"ragged" key:"data.ragged" flat:"ragged"`
+	Slots            int     `json:"staging_slots" key:"staging.slots" flat:"staging_slots"`
+	Loaders          int     `json:"loaders" key:"data.loaders" flat:"loaders"`
+	LogEvery         int     `json:"log_every" key:"schedule.log_every" flat:"log_every"`
+	RunDir           string  `json:"run_dir" key:"run_dir"`
+	Resume           bool    `json:"resume" key:"resume"`
+	Rank             int     `json:"rank" key:"data.rank" flat:"rank"`
+	World            int     `json:"world" key:"data.world" flat:"world"`
+	MaxSteps         int     `json:"max_steps" key:"schedule.max_steps" flat:"max_steps"`
 	// CheckpointEvery saves a checkpoint every this many steps inside an
 	// epoch too; 0: at each epoch's end and at a stop only.
-	CheckpointEvery int `json:"checkpoint_every,omitempty" yaml:"checkpoint_every,omitempty"`
+	CheckpointEvery int `json:"checkpoint_every,omitempty" key:"schedule.checkpoint_every,omitempty" flat:"checkpoint_every"`
 	// CPUThreads is how many threads the CPU device's kernels use; 0
 	// means the cores Go may use (GOMAXPROCS).
-	CPUThreads int `json:"cpu_threads,omitempty" yaml:"cpu_threads,omitempty"`
+	CPUThreads int `json:"cpu_threads,omitempty" key:"cpu_threads,omitempty"`
 	// SlowStageCopy is a test-only option: the CPU device pauses this many
 	// milliseconds in every host-to-device copy. Only builds with -tags
 	// testhooks accept a non-zero value (TestHooks).
-	SlowStageCopyMS float64 `json:"slow_stage_copy_ms,omitempty" yaml:"slow_stage_copy_ms,omitempty"`
+	SlowStageCopyMS float64 `json:"slow_stage_copy_ms,omitempty" key:"staging.slow_copy_ms,omitempty" flat:"slow_stage_copy_ms"`
 }
 
 // Default returns the defaults: the 784-256-128-10 MLP with AdamW on
@@ -82,77 +86,47 @@ func Default() Spec {
 
 // Validate checks every field, naming it by its configuration key in a
 // field.Error. A process validates a spec once: the coordinator when it
-// resolves the configuration, a worker when it receives the spec.
+// resolves the configuration, a worker when it receives the spec. The
+// bounds of what the trainer runs (the schedule, the optimizer, staging)
+// are the trainer's and nn's (trainer.Config.CheckSettings), written
+// there once; those checked here are the job's own.
 func (s Spec) Validate() error {
 	switch {
 	case s.Device != "auto" && s.Device != "cpu" && s.Device != "cuda":
 		return field.Errorf("device", "must be auto, cpu or cuda, got %q", s.Device)
-	case s.Epochs < 1 || s.Epochs > 10000:
-		return field.Errorf("epochs", "must be in 1..10000, got %d", s.Epochs)
-	case s.BatchSize < 1 || s.BatchSize > 65536:
-		return field.Errorf("batch_size", "must be in 1..65536, got %d", s.BatchSize)
-	case !(s.LR > 0 && s.LR <= 10):
-		return field.Errorf("lr", "must be in (0, 10], got %g", s.LR)
-	case s.Optimizer != string(nn.SGD) && s.Optimizer != string(nn.AdamW):
-		return field.Errorf("optimizer", "must be sgd or adamw, got %q", s.Optimizer)
 	case s.Dataset != "fashion-mnist" && s.Dataset != "synthetic" && s.Dataset != "text":
-		return field.Errorf("dataset", "must be fashion-mnist, synthetic or text, got %q", s.Dataset)
+		return field.Errorf("data.dataset", "must be fashion-mnist, synthetic or text, got %q", s.Dataset)
 	case s.Dataset == "synthetic" && (s.SyntheticSize < 20 || s.SyntheticSize > 1<<22):
-		return field.Errorf("synthetic_size", "must be in 20..4194304, got %d", s.SyntheticSize)
+		return field.Errorf("data.synthetic_size", "must be in 20..4194304, got %d", s.SyntheticSize)
 	case s.Context < 0 || s.Context > maxContext:
-		return field.Errorf("context", "must be in 0..%d (0: %d), got %d", maxContext, data.DefaultTextContext, s.Context)
+		return field.Errorf("data.context", "must be in 0..%d (0: %d), got %d", maxContext, data.DefaultTextContext, s.Context)
 	case s.Dataset == "text" && s.DataDir == "":
-		return field.Errorf("data_dir", "must name a text file or a directory of them for dataset text, e.g. %s", data.DefaultFortunesDir)
+		return field.Errorf("data.dir", "must name a text file or a directory of them for dataset text, e.g. %s", data.DefaultFortunesDir)
 	case len(s.Hidden) > 16:
 		return field.Errorf("model.hidden", "at most 16 layers, got %d", len(s.Hidden))
-	case s.WarmupBatches < 0 || s.WarmupBatches > 1000:
-		return field.Errorf("warmup_batches", "must be in 0..1000, got %d", s.WarmupBatches)
-	case s.WarmupSteps < 0:
-		return field.Errorf("lr_warmup_steps", "must be >= 0, got %d", s.WarmupSteps)
-	case s.Slots < 2 || s.Slots > 64:
-		return field.Errorf("staging_slots", "must be in 2..64, got %d", s.Slots)
-	case s.Loaders < 1 || s.Loaders > 64:
-		return field.Errorf("loaders", "must be in 1..64, got %d", s.Loaders)
-	case s.LogEvery < 1:
-		return field.Errorf("log_every", "must be at least 1, got %d", s.LogEvery)
-	case s.World < 1:
-		return field.Errorf("world", "must be at least 1, got %d", s.World)
-	case s.Rank < 0 || s.Rank >= s.World:
-		return field.Errorf("rank", "must be in 0..%d, below %s (%d), got %d", s.World-1, field.Name("world"), s.World, s.Rank)
-	case s.Resume && s.RunDir == "":
-		return field.Errorf("resume", "needs %s pointing at the run to resume", field.Name("run_dir"))
-	case s.MaxSteps < 0:
-		return field.Errorf("max_steps", "must be >= 0, got %d", s.MaxSteps)
-	case s.CheckpointEvery < 0:
-		return field.Errorf("checkpoint_every", "must be >= 0 (0: at each epoch's end only), got %d", s.CheckpointEvery)
 	case s.CPUThreads < 0 || s.CPUThreads > 1024:
 		return field.Errorf("cpu_threads", "must be in 0..1024 (0: the cores Go may use), got %d", s.CPUThreads)
 	case !(s.SlowStageCopyMS >= 0 && s.SlowStageCopyMS <= 10000):
-		return field.Errorf("slow_stage_copy_ms", "must be in 0..10000, got %g", s.SlowStageCopyMS)
+		return field.Errorf("staging.slow_copy_ms", "must be in 0..10000, got %g", s.SlowStageCopyMS)
 	case s.SlowStageCopyMS != 0 && !TestHooks:
-		return field.Errorf("slow_stage_copy_ms", "is a test switch, and this build has none (tolaria's tests build with -tags testhooks); remove it")
+		return field.Errorf("staging.slow_copy_ms", "is a test switch, and this build has none (tolaria's tests build with -tags testhooks); remove it")
 	}
-	for i, h := range s.Hidden {
-		if h < 1 || h > 65536 {
-			return field.Errorf("model.hidden", "layer %d must have 1..65536 units, got %d", i+1, h)
-		}
+	if err := s.trainerSettings().CheckSettings(); err != nil {
+		return err
+	}
+	if err := nn.CheckHidden(s.Hidden); err != nil {
+		return err
 	}
 	if _, err := nn.ParseActivation(s.Activation); err != nil {
 		return field.Errorf("model.activation", "%w", err)
 	}
+	if err := nn.CheckLoss(nn.Loss(s.Loss)); err != nil {
+		return err
+	}
 	if err := s.validateModel(); err != nil {
 		return err
 	}
-	if err := s.validateTokens(); err != nil {
-		return err
-	}
-	if s.Loss != string(nn.LossCrossEntropy) && s.Loss != string(nn.LossMSE) {
-		return field.Errorf("model.loss", "must be cross_entropy or mse, got %q", s.Loss)
-	}
-	if _, err := data.ParseRagged(s.Ragged); err != nil {
-		return field.Errorf("ragged", "must be pad, drop or eager, got %q", s.Ragged)
-	}
-	return s.optimizer().Validate()
+	return s.validateTokens()
 }
 
 // maxContext bounds context: a window is one example of a batch record.
@@ -170,16 +144,16 @@ func (s Spec) validateTokens() error {
 	case s.Dataset == "text" && len(s.Layers) == 0:
 		return field.Errorf("model.layers", "is required for dataset text: its examples are windows of %s byte ids with the next byte the target at each position, "+
 			"which the %s MLP cannot read; give layers starting with embedding: {vocab: %d, ...} and ending in lm_head (e.g. examples/char-transformer.yaml)",
-			field.Name("context"), field.Name("model.hidden"), data.TextVocab)
+			field.Name("data.context"), field.Name("model.hidden"), data.TextVocab)
 	case s.Dataset == "text" && !tokens:
 		return field.Errorf("model.layers", "starts with %s, but dataset text serves byte ids, which only a model starting with embedding reads; "+
 			"start it with embedding: {vocab: %d, dim: ...} (e.g. examples/char-transformer.yaml)", s.Layers[0].Kind, data.TextVocab)
 	case s.Dataset != "text" && tokens:
-		return field.Errorf("dataset", "%s serves feature vectors, but %s starts with embedding, a model of token ids; train it on dataset text, "+
+		return field.Errorf("data.dataset", "%s serves feature vectors, but %s starts with embedding, a model of token ids; train it on dataset text, "+
 			"or start the model with a layer that reads features", s.Dataset, field.Name("model.layers"))
 	case s.Dataset == "text" && s.Context != 0 && len(s.Input) == 1 && s.Input[0] != s.Context:
-		return field.Errorf("context", "is %d, but %s is [%d]: the model reads %d token ids per example; give both the same length, or leave %s out to take the model's",
-			s.Context, field.Name("model.input"), s.Input[0], s.Input[0], field.Name("context"))
+		return field.Errorf("data.context", "is %d, but %s is [%d]: the model reads %d token ids per example; give both the same length, or leave %s out to take the model's",
+			s.Context, field.Name("model.input"), s.Input[0], s.Input[0], field.Name("data.context"))
 	}
 	return nil
 }
@@ -275,7 +249,7 @@ func (s Spec) textContext() int {
 // key.
 func (s Spec) TokenNet() (nn.Net, error) {
 	if s.Dataset != "text" {
-		return nn.Net{}, field.Errorf("dataset", "is %s: the run's model is not a token model (only one trained on dataset text is sampled)", s.Dataset)
+		return nn.Net{}, field.Errorf("data.dataset", "is %s: the run's model is not a token model (only one trained on dataset text is sampled)", s.Dataset)
 	}
 	t := s.textContext()
 	if t == 0 {
@@ -298,7 +272,7 @@ func DefaultDataDir(dataset string) string {
 // data.LoadText), for a trainer that consumes sequences.
 func (s Spec) LoadText() (train, valid *data.Text, err error) {
 	if s.Dataset != "text" {
-		return nil, nil, field.Errorf("dataset", "is %q, not text", s.Dataset)
+		return nil, nil, field.Errorf("data.dataset", "is %q, not text", s.Dataset)
 	}
 	return data.LoadText(s.TextConfig())
 }
@@ -374,14 +348,8 @@ func (s Spec) config(train, test data.Examples) (trainer.Config, error) {
 	if err != nil {
 		return trainer.Config{}, err
 	}
-	cfg := trainer.Config{
-		Spec: spec, Net: net,
-		Optimizer: s.optimizer(), Epochs: s.Epochs, BatchSize: s.BatchSize, Seed: s.Seed, Ragged: data.Ragged(s.Ragged),
-		EnableGraphs: s.EnableGraphs, WarmupBatches: s.WarmupBatches, GraphPoolReuse: s.GraphPoolReuse,
-		PrefetchToDevice: s.PrefetchToDevice, Slots: s.Slots, Loaders: s.Loaders, LogEvery: s.LogEvery,
-		RunDir: s.RunDir, Resume: s.Resume, Rank: s.Rank, World: s.World, Train: train, Test: test,
-		MaxSteps: s.MaxSteps, CheckpointEvery: s.CheckpointEvery,
-	}
+	cfg := s.trainerSettings()
+	cfg.Spec, cfg.Net, cfg.Train, cfg.Test = spec, net, train, test
 	steps, err := trainer.StepsPerEpoch(cfg)
 	if err != nil {
 		return cfg, err
@@ -389,6 +357,18 @@ func (s Spec) config(train, test data.Examples) (trainer.Config, error) {
 	cfg.Optimizer.TotalSteps = steps * s.Epochs
 	cfg.Optimizer.WarmupSteps = min(cfg.Optimizer.WarmupSteps, cfg.Optimizer.TotalSteps/2)
 	return cfg, nil
+}
+
+// trainerSettings is the trainer configuration of the spec's settings,
+// without the model and the data.
+func (s Spec) trainerSettings() trainer.Config {
+	return trainer.Config{
+		Optimizer: s.optimizer(), Epochs: s.Epochs, BatchSize: s.BatchSize, Seed: s.Seed, Ragged: data.Ragged(s.Ragged),
+		EnableGraphs: s.EnableGraphs, WarmupBatches: s.WarmupBatches, GraphPoolReuse: s.GraphPoolReuse,
+		PrefetchToDevice: s.PrefetchToDevice, Slots: s.Slots, Loaders: s.Loaders, LogEvery: s.LogEvery,
+		RunDir: s.RunDir, Resume: s.Resume, Rank: s.Rank, World: s.World,
+		MaxSteps: s.MaxSteps, CheckpointEvery: s.CheckpointEvery,
+	}
 }
 
 // Model describes the spec's model for logs, e.g. "784-256-128-10", or

@@ -28,34 +28,34 @@ func TestValidateNamesTheField(t *testing.T) {
 		edit  func(*Spec)
 	}{
 		{"device", func(s *Spec) { s.Device = "tpu" }},
-		{"epochs", func(s *Spec) { s.Epochs = 0 }},
-		{"batch_size", func(s *Spec) { s.BatchSize = 0 }},
-		{"lr", func(s *Spec) { s.LR = -1 }},
-		{"optimizer", func(s *Spec) { s.Optimizer = "lion" }},
-		{"dataset", func(s *Spec) { s.Dataset = "mnist" }},
+		{"schedule.epochs", func(s *Spec) { s.Epochs = 0 }},
+		{"schedule.batch_size", func(s *Spec) { s.BatchSize = 0 }},
+		{"optimizer.lr", func(s *Spec) { s.LR = -1 }},
+		{"optimizer.kind", func(s *Spec) { s.Optimizer = "lion" }},
+		{"data.dataset", func(s *Spec) { s.Dataset = "mnist" }},
 		{"model.layers", func(s *Spec) { s.Dataset = "text" }},
 		{"model.layers", func(s *Spec) { s.Dataset, s.Layers = "text", Layers{nn.Linear(10)} }},
-		{"dataset", func(s *Spec) { s.Layers = Layers{nn.Embedding(256, 8), nn.LMHead()} }},
-		{"context", func(s *Spec) {
+		{"data.dataset", func(s *Spec) { s.Layers = Layers{nn.Embedding(256, 8), nn.LMHead()} }},
+		{"data.context", func(s *Spec) {
 			s.Dataset, s.Context, s.Input, s.Layers = "text", 32, []int{64}, Layers{nn.Embedding(256, 8), nn.LMHead()}
 		}},
-		{"data_dir", func(s *Spec) { s.Dataset, s.DataDir = "text", "" }},
-		{"context", func(s *Spec) { s.Context = -1 }},
-		{"context", func(s *Spec) { s.Dataset, s.Context = "text", 1<<16+1 }},
+		{"data.dir", func(s *Spec) { s.Dataset, s.DataDir = "text", "" }},
+		{"data.context", func(s *Spec) { s.Context = -1 }},
+		{"data.context", func(s *Spec) { s.Dataset, s.Context = "text", 1<<16+1 }},
 		{"model.hidden", func(s *Spec) { s.Hidden = []int{10, 0} }},
 		{"model.activation", func(s *Spec) { s.Activation = "swish" }},
 		{"model.loss", func(s *Spec) { s.Loss = "hinge" }},
-		{"ragged", func(s *Spec) { s.Ragged = "trim" }},
-		{"staging_slots", func(s *Spec) { s.Slots = 1 }},
-		{"rank", func(s *Spec) { s.Rank, s.World = 2, 2 }},
+		{"data.ragged", func(s *Spec) { s.Ragged = "trim" }},
+		{"staging.slots", func(s *Spec) { s.Slots = 1 }},
+		{"data.rank", func(s *Spec) { s.Rank, s.World = 2, 2 }},
 		{"resume", func(s *Spec) { s.Resume, s.RunDir = true, "" }},
-		{"momentum", func(s *Spec) { s.Momentum = 1 }},
-		{"weight_decay", func(s *Spec) { s.WeightDecay = 2 }},
-		{"momentum", func(s *Spec) { s.Momentum = math.NaN() }},
-		{"weight_decay", func(s *Spec) { s.WeightDecay = math.NaN() }},
-		{"clip_norm", func(s *Spec) { s.ClipNorm = math.NaN() }},
-		{"lr", func(s *Spec) { s.LR = math.NaN() }},
-		{"slow_stage_copy_ms", func(s *Spec) { s.SlowStageCopyMS = math.NaN() }},
+		{"optimizer.momentum", func(s *Spec) { s.Momentum = 1 }},
+		{"optimizer.weight_decay", func(s *Spec) { s.WeightDecay = 2 }},
+		{"optimizer.momentum", func(s *Spec) { s.Momentum = math.NaN() }},
+		{"optimizer.weight_decay", func(s *Spec) { s.WeightDecay = math.NaN() }},
+		{"optimizer.clip_norm", func(s *Spec) { s.ClipNorm = math.NaN() }},
+		{"optimizer.lr", func(s *Spec) { s.LR = math.NaN() }},
+		{"staging.slow_copy_ms", func(s *Spec) { s.SlowStageCopyMS = math.NaN() }},
 	} {
 		s := Default()
 		c.edit(&s)
@@ -118,10 +118,10 @@ func TestTextNeedsATokenModel(t *testing.T) {
 		{"the MLP on text", "model.layers", func(s *Spec) { s.Dataset = "text" },
 			[]string{"required for dataset text", "embedding", "model.hidden"}},
 		{"a vector model on text", "model.layers", func(s *Spec) { s.Dataset, s.Layers = "text", Layers{nn.Linear(256)} }, []string{"starts with linear"}},
-		{"a token model on fashion-mnist", "dataset", func(s *Spec) { s.Layers = Layers{nn.Embedding(256, 8), nn.LMHead()} },
+		{"a token model on fashion-mnist", "data.dataset", func(s *Spec) { s.Layers = Layers{nn.Embedding(256, 8), nn.LMHead()} },
 			[]string{"fashion-mnist serves feature vectors", "model.layers starts with embedding", "dataset text"}},
-		{"a token model on synthetic", "dataset", func(s *Spec) { s.Dataset, s.Layers = "synthetic", Layers{nn.Embedding(256, 8), nn.LMHead()} }, nil},
-		{"context against model.input", "context", func(s *Spec) {
+		{"a token model on synthetic", "data.dataset", func(s *Spec) { s.Dataset, s.Layers = "synthetic", Layers{nn.Embedding(256, 8), nn.LMHead()} }, nil},
+		{"context against model.input", "data.context", func(s *Spec) {
 			s.Dataset, s.Context, s.Input, s.Layers = "text", 32, []int{64}, Layers{nn.Embedding(256, 8), nn.LMHead()}
 		}, []string{"is 32", "model.input is [64]"}},
 	} {
@@ -212,7 +212,7 @@ func TestSpecLoadText(t *testing.T) {
 	if c := s.TextConfig(); c.Path != corpus || c.Context != 0 {
 		t.Errorf("TextConfig %+v", c)
 	}
-	if _, _, err := Default().LoadText(); !field.Is(err, "dataset") {
+	if _, _, err := Default().LoadText(); !field.Is(err, "data.dataset") {
 		t.Errorf("LoadText of fashion-mnist: got %v", err)
 	}
 }

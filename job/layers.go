@@ -204,13 +204,13 @@ func setLayerKey(l *nn.LayerSpec, name string, v any) error {
 	var err error
 	switch name {
 	case "out":
-		l.Out, err = strictInt(v)
+		l.Out, err = field.WholeNumber(v)
 	case "kernel":
-		l.Kernel, err = strictInt(v)
+		l.Kernel, err = field.WholeNumber(v)
 	case "stride":
-		l.Stride, err = strictInt(v)
+		l.Stride, err = field.WholeNumber(v)
 	case "padding":
-		l.Padding, err = strictInt(v)
+		l.Padding, err = field.WholeNumber(v)
 	case "eps":
 		l.Eps, err = cast.ToFloat64E(v)
 	case "momentum":
@@ -218,13 +218,13 @@ func setLayerKey(l *nn.LayerSpec, name string, v any) error {
 	case "p", "dropout":
 		l.P, err = cast.ToFloat64E(v)
 	case "vocab":
-		l.Vocab, err = strictInt(v)
+		l.Vocab, err = field.WholeNumber(v)
 	case "dim":
-		l.Dim, err = strictInt(v)
+		l.Dim, err = field.WholeNumber(v)
 	case "heads":
-		l.Heads, err = strictInt(v)
+		l.Heads, err = field.WholeNumber(v)
 	case "mlp":
-		l.MLP, err = strictInt(v)
+		l.MLP, err = field.WholeNumber(v)
 	}
 	return err
 }

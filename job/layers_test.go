@@ -109,14 +109,11 @@ func TestLayersRoundTrip(t *testing.T) {
 	must(t, os.WriteFile(path, raw, 0o600))
 	m, err := ReadConfigFile(path, nil)
 	must(t, err)
-	model, _ := m["model"].(map[string]any)
-	if _, ok := model["hidden"]; ok {
+	if m.Has("model.hidden") {
 		t.Errorf("config.yaml records model.hidden beside model.layers:\n%s", raw)
 	}
 	back := Default()
-	for k, v := range Settings(m) {
-		must(t, back.Set(k, v))
-	}
+	must(t, m.Apply(&back))
 	if !reflect.DeepEqual(back, s) {
 		t.Errorf("read back from config.yaml:\n got %+v\nwant %+v\n%s", back, s, raw)
 	}
@@ -132,7 +129,7 @@ func TestLayersRoundTrip(t *testing.T) {
 	must(t, err)
 	m, err = ReadConfigFile(writeFile(t, raw), nil)
 	must(t, err)
-	if model := m["model"].(map[string]any); len(model) != 3 || model["hidden"] == nil {
+	if model := m.Map()["model"].(map[string]any); len(model) != 3 || model["hidden"] == nil {
 		t.Errorf("the default model is recorded as %v", model)
 	}
 }

@@ -1,7 +1,6 @@
 package nn
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/tolaria-ml/tolaria/internal/field"
@@ -42,27 +41,27 @@ func DefaultOptimizer() Optimizer {
 func (o Optimizer) Validate() error {
 	switch {
 	case o.Kind != SGD && o.Kind != AdamW:
-		return field.Errorf("optimizer", "unknown kind %q: use sgd or adamw", o.Kind)
+		return field.Errorf("optimizer.kind", "unknown kind %q: use sgd or adamw", o.Kind)
 	case !(o.LR > 0 && o.LR <= 10):
-		return field.Errorf("lr", "must be in (0, 10], got %g", o.LR)
+		return field.Errorf("optimizer.lr", "must be in (0, 10], got %g", o.LR)
 	case !(o.Momentum >= 0 && o.Momentum < 1): // written so that NaN fails too
-		return field.Errorf("momentum", "must be in [0, 1), got %g", o.Momentum)
+		return field.Errorf("optimizer.momentum", "must be in [0, 1), got %g", o.Momentum)
 	case o.Kind == AdamW && !(o.Beta1 >= 0 && o.Beta1 < 1):
-		return field.Errorf("beta1", "must be in [0, 1), got %g", o.Beta1)
+		return field.Errorf("optimizer.beta1", "must be in [0, 1), got %g", o.Beta1)
 	case o.Kind == AdamW && !(o.Beta2 >= 0 && o.Beta2 < 1):
-		return field.Errorf("beta2", "must be in [0, 1), got %g", o.Beta2)
+		return field.Errorf("optimizer.beta2", "must be in [0, 1), got %g", o.Beta2)
 	case o.Kind == AdamW && !(o.Eps > 0 && o.Eps < 1):
-		return field.Errorf("eps", "must be positive, got %g", o.Eps)
+		return field.Errorf("optimizer.eps", "must be positive, got %g", o.Eps)
 	case !(o.WeightDecay >= 0 && o.WeightDecay < 1):
-		return field.Errorf("weight_decay", "must be in [0, 1), got %g", o.WeightDecay)
+		return field.Errorf("optimizer.weight_decay", "must be in [0, 1), got %g", o.WeightDecay)
 	case !(o.ClipNorm >= 0 && o.ClipNorm < 1e6):
-		return field.Errorf("clip_norm", "must be in [0, 1e6) (0 disables clipping), got %g", o.ClipNorm)
+		return field.Errorf("optimizer.clip_norm", "must be in [0, 1e6) (0 disables clipping), got %g", o.ClipNorm)
 	case o.WarmupSteps < 0:
-		return field.Errorf("lr_warmup_steps", "must be >= 0, got %d", o.WarmupSteps)
+		return field.Errorf("optimizer.warmup_steps", "must be >= 0, got %d", o.WarmupSteps)
 	case o.TotalSteps < 0:
-		return fmt.Errorf("optimizer total steps must be >= 0, got %d", o.TotalSteps)
+		return field.Errorf("optimizer.total_steps", "must be >= 0, got %d", o.TotalSteps)
 	case !(o.MinLRRatio >= 0 && o.MinLRRatio <= 1):
-		return field.Errorf("min_lr_ratio", "must be in [0, 1], got %g", o.MinLRRatio)
+		return field.Errorf("optimizer.min_lr_ratio", "must be in [0, 1], got %g", o.MinLRRatio)
 	}
 	return nil
 }

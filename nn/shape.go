@@ -201,8 +201,8 @@ func (n Net) Resolve() (Arch, error) {
 	if err := CheckInput(n.Input); err != nil {
 		return Arch{}, err
 	}
-	if n.Loss != LossCrossEntropy && n.Loss != LossMSE {
-		return Arch{}, field.Errorf("model.loss", "unknown loss %q: use cross_entropy or mse", n.Loss)
+	if err := CheckLoss(n.Loss); err != nil {
+		return Arch{}, err
 	}
 	if err := ValidateLayers(n.Layers); err != nil {
 		return Arch{}, err

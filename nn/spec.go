@@ -59,19 +59,35 @@ func (s Spec) Validate() error {
 	if s.Outputs <= 0 {
 		return fmt.Errorf("model: outputs must be positive, got %d", s.Outputs)
 	}
-	for i, h := range s.Hidden {
-		if h <= 0 || h > 1<<16 {
-			return field.Errorf("model.hidden", "layer %d must have 1..65536 units, got %d", i+1, h)
-		}
+	if err := CheckHidden(s.Hidden); err != nil {
+		return err
 	}
 	if err := device.CheckAct(s.Act); err != nil {
 		return field.Errorf("model.activation", "%w", err)
 	}
-	if s.Loss != LossCrossEntropy && s.Loss != LossMSE {
-		return field.Errorf("model.loss", "unknown loss %q: use cross_entropy or mse", s.Loss)
+	if err := CheckLoss(s.Loss); err != nil {
+		return err
 	}
 	if s.Loss == LossCrossEntropy && s.Outputs < 2 {
 		return field.Errorf("model.loss", "cross_entropy needs at least 2 outputs, got %d", s.Outputs)
+	}
+	return nil
+}
+
+// CheckHidden checks an MLP's hidden layer sizes (model.hidden).
+func CheckHidden(hidden []int) error {
+	for i, h := range hidden {
+		if h <= 0 || h > 1<<16 {
+			return field.Errorf("model.hidden", "layer %d must have 1..65536 units, got %d", i+1, h)
+		}
+	}
+	return nil
+}
+
+// CheckLoss checks a loss's name (model.loss).
+func CheckLoss(l Loss) error {
+	if l != LossCrossEntropy && l != LossMSE {
+		return field.Errorf("model.loss", "unknown loss %q: use cross_entropy or mse", l)
 	}
 	return nil
 }

@@ -122,37 +122,11 @@ func (c Config) validate() (steps int, err error) {
 	if err := c.checkNet(); err != nil {
 		return 0, err
 	}
-	if err := c.Optimizer.Validate(); err != nil {
+	if err := c.CheckSettings(); err != nil {
 		return 0, err
 	}
-	switch {
-	case c.Epochs < 1 || c.Epochs > 10000:
-		return 0, field.Errorf("epochs", "must be in 1..10000, got %d", c.Epochs)
-	case c.BatchSize < 1 || c.BatchSize > 65536:
-		return 0, field.Errorf("batch_size", "must be in 1..65536, got %d", c.BatchSize)
-	case c.WarmupBatches < 0 || c.WarmupBatches > 1000:
-		return 0, field.Errorf("warmup_batches", "must be in 0..1000, got %d", c.WarmupBatches)
-	case c.Slots < 2 || c.Slots > 64:
-		return 0, field.Errorf("staging_slots", "must be in 2..64, got %d", c.Slots)
-	case c.Loaders < 1 || c.Loaders > 64:
-		return 0, field.Errorf("loaders", "must be in 1..64, got %d", c.Loaders)
-	case c.LogEvery < 1:
-		return 0, field.Errorf("log_every", "must be at least 1, got %d", c.LogEvery)
-	case c.World < 1:
-		return 0, field.Errorf("world", "must be at least 1, got %d", c.World)
-	case c.Rank < 0 || c.Rank >= c.World:
-		return 0, field.Errorf("rank", "must be in 0..%d, below %s (%d), got %d", c.World-1, field.Name("world"), c.World, c.Rank)
-	case c.Train == nil || c.Test == nil:
+	if c.Train == nil || c.Test == nil {
 		return 0, fmt.Errorf("train and test datasets are required")
-	case c.Resume && c.RunDir == "":
-		return 0, field.Errorf("resume", "needs a run directory (%s)", field.Name("run_dir"))
-	case c.MaxSteps < 0:
-		return 0, field.Errorf("max_steps", "must be >= 0, got %d", c.MaxSteps)
-	case c.CheckpointEvery < 0:
-		return 0, field.Errorf("checkpoint_every", "must be >= 0 (0: at each epoch's end only), got %d", c.CheckpointEvery)
-	}
-	if _, err := data.ParseRagged(string(c.Ragged)); err != nil {
-		return 0, field.Errorf("ragged", "%w", err)
 	}
 	for _, d := range []data.Examples{c.Train, c.Test} {
 		if err := fits(c.Spec, d.Shape()); err != nil {
@@ -165,10 +139,48 @@ func (c Config) validate() (steps int, err error) {
 	if total := c.Epochs * steps; c.EnableGraphs && c.WarmupBatches >= total {
 		// Graphs are never silently off: a run that would only warm up is
 		// refused rather than run eagerly.
-		return 0, field.Errorf("warmup_batches", "%d covers the whole run (%d steps): no step would be captured; lower %s, train longer, or turn graphs off",
-			c.WarmupBatches, total, field.Name("warmup_batches"))
+		return 0, field.Errorf("graphs.warmup_batches", "%d covers the whole run (%d steps): no step would be captured; lower %s, train longer, or turn graphs off",
+			c.WarmupBatches, total, field.Name("graphs.warmup_batches"))
 	}
 	return steps, nil
+}
+
+// CheckSettings checks the settings that need neither the model nor the
+// data: the optimizer (nn.Optimizer.Validate), the schedule, staging and
+// sharding. These bounds are written here once; a job checks its spec
+// with them before it loads anything.
+func (c Config) CheckSettings() error {
+	if err := c.Optimizer.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.Epochs < 1 || c.Epochs > 10000:
+		return field.Errorf("schedule.epochs", "must be in 1..10000, got %d", c.Epochs)
+	case c.BatchSize < 1 || c.BatchSize > 65536:
+		return field.Errorf("schedule.batch_size", "must be in 1..65536, got %d", c.BatchSize)
+	case c.LogEvery < 1:
+		return field.Errorf("schedule.log_every", "must be at least 1, got %d", c.LogEvery)
+	case c.MaxSteps < 0:
+		return field.Errorf("schedule.max_steps", "must be >= 0, got %d", c.MaxSteps)
+	case c.CheckpointEvery < 0:
+		return field.Errorf("schedule.checkpoint_every", "must be >= 0 (0: at each epoch's end only), got %d", c.CheckpointEvery)
+	case c.WarmupBatches < 0 || c.WarmupBatches > 1000:
+		return field.Errorf("graphs.warmup_batches", "must be in 0..1000, got %d", c.WarmupBatches)
+	case c.Slots < 2 || c.Slots > 64:
+		return field.Errorf("staging.slots", "must be in 2..64, got %d", c.Slots)
+	case c.Loaders < 1 || c.Loaders > 64:
+		return field.Errorf("data.loaders", "must be in 1..64, got %d", c.Loaders)
+	case c.World < 1:
+		return field.Errorf("data.world", "must be at least 1, got %d", c.World)
+	case c.Rank < 0 || c.Rank >= c.World:
+		return field.Errorf("data.rank", "must be in 0..%d, below %s (%d), got %d", c.World-1, field.Name("data.world"), c.World, c.Rank)
+	case c.Resume && c.RunDir == "":
+		return field.Errorf("resume", "needs %s pointing at the run to resume", field.Name("run_dir"))
+	}
+	if _, err := data.ParseRagged(string(c.Ragged)); err != nil {
+		return field.Errorf("data.ragged", "%w", err)
+	}
+	return nil
 }
 
 // fits checks that a batch laid out for spec (nn.NewLayout) holds the

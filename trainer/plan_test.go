@@ -22,7 +22,7 @@ func TestPlanOfAFreshRun(t *testing.T) {
 		t.Fatalf("plan: %d steps per epoch from step %d; want %d from 0", p.StepsPerEpoch(), p.ResumeStep(), want)
 	}
 	cfg.WarmupBatches = 1000
-	if _, err := trainer.NewPlan(cfg); !field.Is(err, "warmup_batches") {
+	if _, err := trainer.NewPlan(cfg); !field.Is(err, "graphs.warmup_batches") {
 		t.Fatalf("a warm-up that covers the run: %v", err)
 	}
 	cfg = smallConfig(t)

@@ -388,7 +388,7 @@ func StepsPerEpoch(cfg Config) (int, error) {
 		return 0, err
 	}
 	if n == 0 {
-		return 0, field.Errorf("batch_size", "dataset %s has too few examples (%d) for one batch of %d in shard %d of %d with ragged policy %s",
+		return 0, field.Errorf("schedule.batch_size", "dataset %s has too few examples (%d) for one batch of %d in shard %d of %d with ragged policy %s",
 			cfg.Train.Shape().Name, cfg.Train.Len(), cfg.BatchSize, cfg.Rank, cfg.World, cfg.Ragged)
 	}
 	return n, nil

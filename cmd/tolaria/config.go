@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/spf13/cast"
 	"github.com/spf13/pflag"
@@ -60,10 +61,15 @@ var extraKeys = []field.Name{"summary_json", "metrics_addr", "worker", "isolate"
 // otherEnv are TOLARIA_* variables that are not configuration keys.
 var otherEnv = []string{"TOLARIA_CONFIG", "TOLARIA_WORKER", "TOLARIA_PROTOCOL_FD"}
 
+// writtenAnnotation records, on a key's flag, how the configuration file
+// wrote the key when the file gave its value: errors name it so.
+const writtenAnnotation = "tolaria.written"
+
 // resolve reads flags, TOLARIA_* variables and the YAML file into the
 // run's request, with precedence flag > environment > file > default, and
-// returns the warnings to log (unknown TOLARIA_* variables). The
-// coordinator validates the job; t's groups check their own flags.
+// returns the warnings to log (unknown TOLARIA_* variables, deprecated
+// flat keys in the file). The coordinator validates the job; t's groups
+// check their own flags.
 func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, error) {
 	fail := func(err error) (coordinator.Request, []string, error) { return coordinator.Request{}, nil, err }
 	v := viper.New()
@@ -72,6 +78,7 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 	v.AutomaticEnv()
 	d := job.Default()
 	keys := append(job.Keys(), extraKeys...)
+	envKeys := slices.Clone(keys)
 	for _, key := range keys {
 		if def := d.Get(key); def != nil {
 			v.SetDefault(string(key), def)
@@ -79,13 +86,26 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 		if err := v.BindPFlag(string(key), fs.Lookup(flagName(key))); err != nil {
 			return fail(err)
 		}
+		if flat := job.Flat(key); flat != key {
+			// The flag's variable (TOLARIA_LR); TOLARIA_OPTIMIZER_LR,
+			// the key's, is read too (viper's automatic environment).
+			if err := v.BindEnv(string(key), job.EnvVar(flat)); err != nil {
+				return fail(err)
+			}
+			envKeys = append(envKeys, flat)
+		}
 	}
-	warnings := job.UnknownEnv(os.Environ(), keys, otherEnv...)
-	if err := mergeConfigFiles(fs, v); err != nil {
+	warnings := job.UnknownEnv(os.Environ(), envKeys, otherEnv...)
+	file, err := mergeConfigFiles(fs, v)
+	if err != nil {
 		return fail(err)
 	}
+	warnings = append(warnings, file.Warnings()...)
 	req := coordinator.Request{Spec: job.Default()}
 	for _, key := range job.Keys() {
+		if file.Has(key) && !fs.Changed(flagName(key)) && !inEnv(key) {
+			_ = fs.SetAnnotation(flagName(key), writtenAnnotation, []string{string(file.Written(key))})
+		}
 		if err := req.Spec.Set(key, v.Get(string(key))); err != nil {
 			return fail(fmt.Errorf("%w: %w (set by %s)", errUsage, err, source(fs, key)))
 		}
@@ -93,7 +113,7 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 	if err := oneModel(fs, v, req.Spec); err != nil {
 		return fail(err)
 	}
-	if !isSet(fs, v, "data_dir") {
+	if !isSet(fs, v, "data.dir") {
 		req.Spec.DataDir = job.DefaultDataDir(req.Spec.Dataset)
 	}
 	// The shared groups read their flags: those no flag gave take the
@@ -118,33 +138,38 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 }
 
 // mergeConfigFiles reads the --config file, and for a resumed run the
-// run's config.yaml, into v's file layer.
-func mergeConfigFiles(fs *pflag.FlagSet, v *viper.Viper) error {
+// run's config.yaml, into v's file layer, and returns the --config
+// file's settings.
+func mergeConfigFiles(fs *pflag.FlagSet, v *viper.Viper) (job.Settings, error) {
 	config, _ := fs.GetString("config")
 	if config == "" {
 		config = os.Getenv("TOLARIA_CONFIG")
 	}
+	var file job.Settings
 	if config != "" {
-		if err := mergeConfigFile(v, config); err != nil {
-			return err
+		var err error
+		if file, err = mergeConfigFile(v, config); err != nil {
+			return nil, err
 		}
 	}
 	runDir := v.GetString("run_dir")
 	if resume, _ := cast.ToBoolE(v.Get("resume")); !resume || runDir == "" {
-		return nil
+		return file, nil
 	}
 	base := filepath.Join(runDir, coordinator.ConfigFile)
 	if _, err := os.Stat(base); err != nil {
-		return nil
+		return file, nil
 	}
 	// A resumed run continues with the settings it was started with: the
-	// run's config.yaml is the file layer, under a --config file (merged
-	// again on top of it: viper may share the first read's nested maps),
-	// env and flags.
-	if err := mergeConfigFile(v, base, perInvocation...); err != nil || config == "" {
-		return err
+	// run's config.yaml (in either layout: a run of an earlier release
+	// recorded the flat keys) is the file layer, under a --config file
+	// (merged again on top of it: viper may share the first read's nested
+	// maps), env and flags.
+	if _, err := mergeConfigFile(v, base, perInvocation...); err != nil || config == "" {
+		return file, err
 	}
-	return mergeConfigFile(v, config)
+	_, err := mergeConfigFile(v, config)
+	return file, err
 }
 
 // oneModel refuses model.layers alongside the model.hidden shorthand (or
@@ -166,16 +191,30 @@ func oneModel(fs *pflag.FlagSet, v *viper.Viper, spec job.Spec) error {
 // isSet reports whether key was given by a flag, a TOLARIA_* variable or
 // a configuration file, rather than left at its default.
 func isSet(fs *pflag.FlagSet, v *viper.Viper, key field.Name) bool {
-	_, inEnv := os.LookupEnv(job.EnvVar(key))
-	return fs.Changed(flagName(key)) || inEnv || v.InConfig(string(key))
+	return fs.Changed(flagName(key)) || inEnv(key) || v.InConfig(string(key))
+}
+
+// inEnv reports whether a TOLARIA_* variable sets key: the flag's
+// (TOLARIA_LR) or the key's (TOLARIA_OPTIMIZER_LR).
+func inEnv(key field.Name) bool {
+	return envOf(key) != ""
+}
+
+// envOf is the variable that sets key, "" when none does.
+func envOf(key field.Name) string {
+	for _, name := range []string{job.EnvVar(key), job.EnvVar(job.Flat(key))} {
+		if _, ok := os.LookupEnv(name); ok {
+			return name
+		}
+	}
+	return ""
 }
 
 func source(fs *pflag.FlagSet, key field.Name) string {
 	if f := fs.Lookup(flagName(key)); f != nil && f.Changed {
 		return "flag --" + flagName(key)
 	}
-	env := job.EnvVar(key)
-	if _, ok := os.LookupEnv(env); ok {
+	if env := envOf(key); env != "" {
 		return "environment variable " + env
 	}
 	return "the config file"
@@ -183,17 +222,17 @@ func source(fs *pflag.FlagSet, key field.Name) string {
 
 // perInvocation are the keys a resumed run does not take from the run's
 // config.yaml: they describe one invocation, not the run.
-var perInvocation = []field.Name{"resume", "max_steps", "run_dir"}
+var perInvocation = []field.Name{"resume", "schedule.max_steps", "run_dir"}
 
 // mergeConfigFile reads a configuration file (see job.ReadConfigFile)
 // into v's file layer.
-func mergeConfigFile(v *viper.Viper, path string, skip ...field.Name) error {
-	m, err := job.ReadConfigFile(path, extraKeys, skip...)
+func mergeConfigFile(v *viper.Viper, path string, skip ...field.Name) (job.Settings, error) {
+	st, err := job.ReadConfigFile(path, extraKeys, skip...)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	if err := v.MergeConfigMap(m); err != nil {
-		return usagef("config file %s: %v", path, err)
+	if err := v.MergeConfigMap(st.Map()); err != nil {
+		return nil, usagef("config file %s: %v", path, err)
 	}
-	return nil
+	return st, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -30,9 +31,10 @@ func usagef(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
 }
 
-// flagName is a setting's flag, without its dashes.
+// flagName is a setting's flag, without its dashes: the flat spelling of
+// a job's key (job.Flat: --lr for optimizer.lr), less model., dashed.
 func flagName(key field.Name) string {
-	return strings.ReplaceAll(strings.TrimPrefix(string(key), "model."), "_", "-")
+	return strings.ReplaceAll(strings.TrimPrefix(string(job.Flat(key)), "model."), "_", "-")
 }
 
 // keyAnnotation marks a flag that sets a key under another name, or a key
@@ -52,8 +54,10 @@ func setsNoKey(fs *pflag.FlagSet, flag string) {
 }
 
 // speller spells a setting's key as cmd's flag, for messages: run_dir as
-// --run-dir, model.hidden as --hidden, a key marked by setsKey as its
-// flag. A key with no flag keeps its name ("").
+// --run-dir, model.hidden as --hidden, optimizer.lr as --lr, a key
+// marked by setsKey as its flag. A key whose value came from the
+// configuration file is named as the file wrote it (optimizer.lr, or the
+// deprecated lr). A key with no flag keeps its name ("").
 func speller(cmd *cobra.Command) func(field.Name) string {
 	fs := cmd.Flags()
 	return func(key field.Name) string {
@@ -69,6 +73,9 @@ func speller(cmd *cobra.Command) func(field.Name) string {
 		})
 		if f := fs.Lookup(flagName(key)); spelled == "" && f != nil && f.Annotations[keyAnnotation] == nil {
 			spelled = "--" + f.Name
+			if written := f.Annotations[writtenAnnotation]; len(written) == 1 {
+				spelled = written[0] // the file gave it: named as the file wrote it
+			}
 		}
 		return spelled
 	}

@@ -33,7 +33,7 @@ func TestTrainHelpListsEveryLayer(t *testing.T) {
 func TestTrainRefusesAMisfitModel(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	config := filepath.Join(t.TempDir(), "model.yaml")
-	if err := os.WriteFile(config, []byte(`dataset: synthetic
+	if err := os.WriteFile(config, []byte(`data: {dataset: synthetic}
 model:
   input: [1, 8, 8]
   layers:
@@ -50,7 +50,7 @@ model:
 		want string
 	}{
 		{"residual", []string{"--config", config},
-			"tolaria: invalid configuration: --layers: layers[1] (residual): its body turns [4, 8, 8] into [8, 8, 8]; a residual block's output is added to its input, so it must keep its shape\n"},
+			"tolaria: invalid configuration: model.layers: layers[1] (residual): its body turns [4, 8, 8] into [8, 8, 8]; a residual block's output is added to its input, so it must keep its shape\n"},
 		{"classes", []string{"--dataset", "synthetic", "--layers", "[{linear: {out: 3}}]"},
 			"tolaria: invalid configuration: --layers: layers[0] (linear): the model ends in [3] but the dataset has 10 classes, so it must end in [10]; give the last layer out: 10\n"},
 		{"unknown key", []string{"--dataset", "synthetic", "--layers", "[{maxpool: {size: 2}}]"},
@@ -77,11 +77,12 @@ func TestExampleCNN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if w := m.Warnings(); len(w) > 0 {
+		t.Errorf("the example uses deprecated keys: %v", w)
+	}
 	spec := job.Default()
-	for k, v := range job.Settings(m) {
-		if err := spec.Set(k, v); err != nil {
-			t.Fatal(err)
-		}
+	if err := m.Apply(&spec); err != nil {
+		t.Fatal(err)
 	}
 	if err := spec.Validate(); err != nil {
 		t.Fatal(err)

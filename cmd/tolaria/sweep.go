@@ -25,11 +25,12 @@ func newSweepCmd() *cobra.Command {
 process with its own run directory under the sweep directory, several at once,
 and ranks them.
 
-The file has base: (the keys of tolaria train's --config file), and trials:
-(a list of overrides, each optionally with a name:) and/or grid: (key: [values],
-crossed in the file's order, the last key varying fastest; with trials: too,
-every trial is crossed with every grid point). run_dir, resume and device are
-the sweep's to set. Everything is validated before anything starts; a file
+The file has base: (the keys of tolaria train's --config file, nested in their
+sections), and trials: (a list of overrides in the same layout, each optionally
+with a name:) and/or grid: (key: [values], a key nested or written whole, e.g.
+optimizer.lr: [0.01, 0.1], crossed in the file's order, the last key varying
+fastest; with trials: too, every trial is crossed with every grid point).
+run_dir, resume, device and schedule.max_steps are the sweep's to set. Everything is validated before anything starts; a file
 that makes more than --max-trials trials (10000) is refused.
 
 The sweep directory (--sweep-dir, default sweeps/<time>) receives sweep.yaml,
@@ -159,6 +160,9 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 	defer view.Close()
 	log := logger(view.Logs(), slog.LevelInfo)
 	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.Update
+	for _, w := range cfg.Sweep.Warnings {
+		log.Warn(w)
+	}
 	s, err := coordinator.PrepareSweep(ctx, cfg)
 	if errors.Is(err, coordinator.ErrNothingToResume) {
 		view.Close()

@@ -93,11 +93,12 @@ func TestExampleCharTransformer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if w := m.Warnings(); len(w) > 0 {
+		t.Errorf("the example uses deprecated keys: %v", w)
+	}
 	spec := job.Default()
-	for k, v := range job.Settings(m) {
-		if err := spec.Set(k, v); err != nil {
-			t.Fatal(err)
-		}
+	if err := m.Apply(&spec); err != nil {
+		t.Fatal(err)
 	}
 	if err := spec.Validate(); err != nil {
 		t.Fatal(err)

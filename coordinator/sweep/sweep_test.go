@@ -547,7 +547,7 @@ func TestPrepareSweepRefuses(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.Sweep = sw
-		}, `trial "d": warmup_batches: 2 covers the whole run`},
+		}, `trial "d": graphs.warmup_batches: 2 covers the whole run`},
 		// Deep enough for the sweep directory and its trials' configurations,
 		// too deep for the files of a trial's run.
 		{"sweep dir too deep", func(c *Config) {

@@ -29,13 +29,17 @@ type Sweep struct {
 	// without them); the command line's flags take precedence.
 	Launcher string
 	Slurm    launch.SlurmConfig
+	// Warnings name the deprecated flat keys the file uses, each once,
+	// with the key to write instead.
+	Warnings []string
 }
 
 // Trial is one job of a sweep.
 type Trial struct {
 	// Name is the trial's directory under the sweep directory.
 	Name string
-	// Overrides are the settings the trial changes from base, by key.
+	// Overrides are the settings the trial changes from base, by key
+	// (optimizer.lr, however the file spelled it).
 	Overrides map[field.Name]any
 	// Spec is base with the overrides applied; the sweep sets its device
 	// and run directory when the trial runs.
@@ -47,14 +51,14 @@ type Trial struct {
 }
 
 // sweepKeys are the settings a sweep file may not give: the sweep sets
-// them for every trial, or (max_steps) decides them.
+// them for every trial, or (schedule.max_steps) decides them.
 var sweepKeys = map[field.Name]string{
 	"run_dir": "each trial runs in <sweep-dir>/<trial name>",
 	"resume":  "a sweep starts its trials fresh",
 	"device":  "the sweep's --device or --devices choose it",
 	// A run stopped by max_steps ends interrupted, which a trial that
 	// nothing interrupted cannot be: every such trial failed.
-	"max_steps": "a trial trains to its last epoch; give epochs",
+	"schedule.max_steps": "a trial trains to its last epoch; give schedule.epochs",
 }
 
 // trialName is what a trial's name may be: it names a directory.
@@ -103,8 +107,8 @@ func checkTrialName(name string, seen map[string]string) error {
 
 // sweepYAML is a sweep file's layout.
 type sweepYAML struct {
-	Base     map[string]any     `yaml:"base"`
-	Trials   []map[string]any   `yaml:"trials"`
+	Base     yaml.Node          `yaml:"base"`
+	Trials   []yaml.Node        `yaml:"trials"`
 	Grid     yaml.Node          `yaml:"grid"`
 	Launcher string             `yaml:"launcher"`
 	Slurm    launch.SlurmConfig `yaml:"slurm"`
@@ -119,9 +123,12 @@ type sweepYAML struct {
 const DefaultMaxTrials = 10000
 
 // ReadSweep reads and validates a sweep file: a base job (the keys of a
-// tolaria train configuration file), and trials (a list of overrides, each
-// optionally named) and/or a grid (key -> list of values, crossed in the
-// order the file gives the keys, the last varying fastest). With both,
+// tolaria train configuration file, nested in their sections), and trials
+// (a list of overrides in the same layout, each optionally named) and/or
+// a grid (key -> list of values, the keys nested or written whole, e.g.
+// optimizer.lr: [0.01, 0.1], crossed in the order the file gives the
+// keys, the last varying fastest). The deprecated flat keys (lr:) are
+// read too, each named in Warnings. With both,
 // every trial is crossed with every grid point. Every refusal wraps
 // refusal.ErrConfig and names the file, and the trial and key at fault. It makes
 // at most DefaultMaxTrials trials.
@@ -163,27 +170,38 @@ func parseSweepMax(raw []byte, maxTrials int) (*Sweep, error) {
 	if err := f.Slurm.Validate(); err != nil {
 		return nil, fmt.Errorf("slurm: %w", err)
 	}
-	trials, err := trialsOf(f, maxTrials)
+	var warnings []string
+	trials, err := trialsOf(f, maxTrials, &warnings)
 	if err != nil {
 		return nil, err
 	}
-	return &Sweep{Trials: trials, Launcher: f.Launcher, Slurm: f.Slurm}, nil
+	return &Sweep{Trials: trials, Launcher: f.Launcher, Slurm: f.Slurm, Warnings: warnings}, nil
 }
 
-func trialsOf(f sweepYAML, maxTrials int) ([]Trial, error) {
-	base, err := settingsOf(f.Base)
+// warn adds st's deprecation warnings to warnings, each once.
+func warn(warnings *[]string, st job.Settings) {
+	for _, w := range st.Warnings() {
+		if !slices.Contains(*warnings, w) {
+			*warnings = append(*warnings, w)
+		}
+	}
+}
+
+func trialsOf(f sweepYAML, maxTrials int, warnings *[]string) ([]Trial, error) {
+	base, err := settingsOf(&f.Base)
 	if err != nil {
 		return nil, fmt.Errorf("base: %w", err)
 	}
+	warn(warnings, base)
 	spec := job.Default()
-	if err := apply(&spec, base); err != nil {
+	if err := base.Apply(&spec); err != nil {
 		return nil, fmt.Errorf("base: %w", err)
 	}
-	named, err := listTrials(f.Trials)
+	named, err := listTrials(f.Trials, warnings)
 	if err != nil {
 		return nil, err
 	}
-	axes, err := gridAxes(&f.Grid)
+	axes, err := gridAxes(&f.Grid, warnings)
 	if err != nil {
 		return nil, err
 	}
@@ -198,70 +216,68 @@ func trialsOf(f sweepYAML, maxTrials int) ([]Trial, error) {
 		// Crossed with the grid, an empty list makes no trial at all.
 		return nil, errors.New("trials: is empty; give at least one trial, or leave trials: out to run the grid alone")
 	}
-	_, baseDataDir := base["data_dir"]
-	return cross(spec, named, points, f.Trials != nil, baseDataDir)
+	return cross(spec, base, named, points, f.Trials != nil)
 }
 
-// settingsOf checks settings in the layout of a configuration file and
-// flattens them to their keys.
-func settingsOf(m map[string]any) (map[field.Name]any, error) {
-	if err := job.CheckConfig(m, nil); err != nil {
+// settingsOf reads settings in the layout of a configuration file (an
+// absent node gives none), refusing the sweep's own keys.
+func settingsOf(n *yaml.Node, extra ...field.Name) (job.Settings, error) {
+	if n.Kind == 0 || n.Tag == "!!null" {
+		return nil, nil
+	}
+	st, err := job.ParseSettings(n, extra...)
+	if err != nil {
 		return nil, err
 	}
-	s := job.Settings(m)
-	for _, k := range sortedKeys(s) {
-		if why, ok := sweepKeys[k]; ok {
-			return nil, field.Errorf(k, "is set by the sweep (%s); remove it", why)
+	for _, s := range st {
+		if why, ok := sweepKeys[s.Key]; ok {
+			return nil, st.Spell(field.Errorf(s.Key, "is set by the sweep (%s); remove it", why))
 		}
 	}
-	return s, nil
-}
-
-// apply sets settings into spec in the order of their keys.
-func apply(spec *job.Spec, s map[field.Name]any) error {
-	for _, k := range sortedKeys(s) {
-		if err := spec.Set(k, s[k]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return st, nil
 }
 
 // point is a set of overrides with its name.
 type point struct {
 	name     string
 	priority float64
-	settings map[field.Name]any
+	settings job.Settings
 }
 
-func listTrials(list []map[string]any) ([]point, error) {
+func listTrials(list []yaml.Node, warnings *[]string) ([]point, error) {
 	var out []point
-	for i, m := range list {
+	for i := range list {
 		p := point{name: fmt.Sprintf("trial-%d", i+1)}
-		if v, ok := m["name"]; ok {
-			name, isString := v.(string)
-			if !isString || !trialName.MatchString(name) {
-				return nil, fmt.Errorf("trials[%d]: name %q: must be 1-100 letters, digits and ._=,+- (it names the trial's directory), starting with a letter or digit", i+1, fmt.Sprint(v))
+		var st job.Settings
+		if list[i].Kind == yaml.MappingNode {
+			// The name first: every other refusal names the trial.
+			for j := 0; j+1 < len(list[i].Content); j += 2 {
+				if list[i].Content[j].Value == "name" {
+					if err := list[i].Content[j+1].Decode(&p.name); err != nil || !trialName.MatchString(p.name) {
+						return nil, fmt.Errorf("trials[%d]: name %q: must be 1-100 letters, digits and ._=,+- (it names the trial's directory), starting with a letter or digit", i+1, list[i].Content[j+1].Value)
+					}
+				}
 			}
-			p.name = name
-			delete(m, "name")
 		}
-		if v, ok := m["priority"]; ok {
-			switch n := v.(type) {
+		st, err := settingsOf(&list[i], "name", "priority")
+		if err != nil {
+			return nil, fmt.Errorf("trial %q: %w", p.name, err)
+		}
+		for _, s := range st {
+			if s.Key != "priority" {
+				continue
+			}
+			switch n := s.Value.(type) {
 			case int:
 				p.priority = float64(n)
 			case float64:
 				p.priority = n
 			default:
-				return nil, fmt.Errorf("trial %q: priority %q: must be a number (higher: its budget comes first, and it may park trials of lower priority)", p.name, fmt.Sprint(v))
+				return nil, fmt.Errorf("trial %q: priority %q: must be a number (higher: its budget comes first, and it may park trials of lower priority)", p.name, fmt.Sprint(s.Value))
 			}
-			delete(m, "priority")
 		}
-		s, err := settingsOf(m)
-		if err != nil {
-			return nil, fmt.Errorf("trial %q: %w", p.name, err)
-		}
-		p.settings = s
+		warn(warnings, st)
+		p.settings = st.Without("name", "priority")
 		out = append(out, p)
 	}
 	return out, nil
@@ -269,45 +285,38 @@ func listTrials(list []map[string]any) ([]point, error) {
 
 // axis is one key of a grid and its values.
 type axis struct {
-	key    field.Name
+	key    field.Setting // the key, as written; its Value is the list
 	values []any
 }
 
 // gridAxes reads a grid's keys and their values, in the file's order.
-func gridAxes(n *yaml.Node) ([]axis, error) {
+func gridAxes(n *yaml.Node, warnings *[]string) ([]axis, error) {
 	if n.Kind == 0 {
 		return nil, nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return nil, errors.New("grid: must map keys to lists of values, e.g. lr: [0.01, 0.1]")
+		return nil, errors.New("grid: must map keys to lists of values, e.g. optimizer.lr: [0.01, 0.1]")
 	}
 	if len(n.Content) == 0 {
 		// It would make one trial with no name, run in the sweep
 		// directory itself.
-		return nil, errors.New("grid: has no keys; give key: [values], e.g. lr: [0.01, 0.1], or leave grid: out")
+		return nil, errors.New("grid: has no keys; give key: [values], e.g. optimizer.lr: [0.01, 0.1], or leave grid: out")
 	}
+	st, err := settingsOf(n)
+	if err != nil {
+		return nil, fmt.Errorf("grid: %w", err)
+	}
+	warn(warnings, st)
 	var axes []axis
-	given := map[field.Name]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key := field.Name(n.Content[i].Value)
-		if given[key] {
-			return nil, fmt.Errorf("grid: %s: is given twice; give each key once, with all its values", key)
+	for _, s := range st {
+		values, isList := s.Value.([]any)
+		switch {
+		case !isList:
+			return nil, fmt.Errorf("grid: %s: must be a list of values, e.g. [0.01, 0.1]", s.Written)
+		case len(values) == 0:
+			return nil, fmt.Errorf("grid: %s: has no values", s.Written)
 		}
-		given[key] = true
-		if job.Usage(key) == "" {
-			return nil, fmt.Errorf("grid: unknown key %s (grid keys are written flat, with underscores: lr, batch_size, model.hidden)", key)
-		}
-		if why, ok := sweepKeys[key]; ok {
-			return nil, fmt.Errorf("grid: %w", field.Errorf(key, "is set by the sweep (%s); remove it", why))
-		}
-		var values []any
-		if err := n.Content[i+1].Decode(&values); err != nil {
-			return nil, fmt.Errorf("grid: %s: must be a list of values, e.g. [0.01, 0.1]", key)
-		}
-		if len(values) == 0 {
-			return nil, fmt.Errorf("grid: %s: has no values", key)
-		}
-		axes = append(axes, axis{key, values})
+		axes = append(axes, axis{s, values})
 	}
 	return axes, nil
 }
@@ -341,23 +350,24 @@ func checkCount(named int, listed bool, axes []axis, maxTrials int) error {
 		total, maxTrials, field.Name("max_trials"), total)
 }
 
-// gridPoints crosses a grid's values, the first key varying slowest.
+// gridPoints crosses a grid's values, the first key varying slowest. A
+// point's name spells each value after its key's last part, as the file
+// wrote the key: lr=0.1 for optimizer.lr and for the flat lr alike.
 func gridPoints(axes []axis) []point {
 	if len(axes) == 0 {
 		return nil
 	}
-	points := []point{{settings: map[field.Name]any{}}}
+	points := []point{{}}
 	for _, a := range axes {
 		next := make([]point, 0, len(points)*len(a.values))
+		written := string(a.key.Written)
+		short := written[strings.LastIndex(written, ".")+1:]
 		for _, p := range points {
 			for _, v := range a.values {
-				s := make(map[field.Name]any, len(p.settings)+1)
-				for k, old := range p.settings {
-					s[k] = old
-				}
-				s[a.key] = v
-				part := strings.TrimPrefix(string(a.key), "model.") + "=" + valueName(v)
-				next = append(next, point{name: joinName(p.name, part), settings: s})
+				s := a.key
+				s.Value = v
+				part := short + "=" + valueName(v)
+				next = append(next, point{name: joinName(p.name, part), settings: append(slices.Clone(p.settings), s)})
 			}
 		}
 		points = next
@@ -366,42 +376,42 @@ func gridPoints(axes []axis) []point {
 }
 
 // cross makes the trials: every named trial with every grid point.
-// A trial whose data_dir neither the base nor its own settings give takes
+// A trial whose data.dir neither the base nor its own settings give takes
 // its dataset's default (job.DefaultDataDir: the fortunes for text), as
 // tolaria train does, so a text trial does not read Fashion-MNIST's
 // directory as its corpus.
-func cross(base job.Spec, named, points []point, listed, baseDataDir bool) ([]Trial, error) {
+func cross(spec job.Spec, base job.Settings, named, points []point, listed bool) ([]Trial, error) {
 	if !listed {
-		named = []point{{settings: map[field.Name]any{}}}
+		named = []point{{}}
 	}
 	if len(points) == 0 {
-		points = []point{{settings: map[field.Name]any{}}}
+		points = []point{{}}
 	}
 	var trials []Trial
 	seen := map[string]string{}
 	for _, n := range named {
 		for _, g := range points {
-			t := Trial{Name: joinName(n.name, g.name), Overrides: map[field.Name]any{}, Spec: base, Priority: n.priority}
-			for k, v := range n.settings {
-				if _, both := g.settings[k]; both {
-					return nil, fmt.Errorf("trial %q: %s is set by both the trial and the grid; set it in one", n.name, k)
+			t := Trial{Name: joinName(n.name, g.name), Overrides: map[field.Name]any{}, Spec: spec, Priority: n.priority}
+			for _, s := range n.settings {
+				if g.settings.Has(s.Key) {
+					return nil, fmt.Errorf("trial %q: %s is set by both the trial and the grid; set it in one", n.name, s.Written)
 				}
-				t.Overrides[k] = v
 			}
-			for k, v := range g.settings {
-				t.Overrides[k] = v
+			over := append(slices.Clone(n.settings), g.settings...)
+			for _, s := range over {
+				t.Overrides[s.Key] = s.Value
 			}
 			if err := checkTrialName(t.Name, seen); err != nil {
 				return nil, err
 			}
-			if err := apply(&t.Spec, t.Overrides); err != nil {
+			if err := over.Apply(&t.Spec); err != nil {
 				return nil, fmt.Errorf("trial %q: %w", t.Name, err)
 			}
-			if _, own := t.Overrides["data_dir"]; !own && !baseDataDir {
+			if !over.Has("data.dir") && !base.Has("data.dir") {
 				t.Spec.DataDir = job.DefaultDataDir(t.Spec.Dataset)
 			}
 			if err := t.Spec.Validate(); err != nil {
-				return nil, fmt.Errorf("trial %q: %w", t.Name, err)
+				return nil, fmt.Errorf("trial %q: %w", t.Name, append(slices.Clone(base), over...).Spell(err))
 			}
 			trials = append(trials, t)
 		}
@@ -454,13 +464,4 @@ func spell(v any) string {
 		return ""
 	}
 	return fmt.Sprint(v)
-}
-
-func sortedKeys[V any](m map[field.Name]V) []field.Name {
-	keys := make([]field.Name, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

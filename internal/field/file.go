@@ -1,0 +1,207 @@
+package field
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Schema is the keys a configuration file may give. A key is a path of
+// sections: optimizer.lr is lr in the mapping optimizer:, and a file may
+// also write it whole (optimizer.lr: 0.1) at the top. A key given under
+// its deprecated flat spelling (lr:) is read as its key, and the file's
+// Setting says so.
+type Schema struct {
+	// Keys are the settings, every one a leaf: its value is taken as
+	// it is, a list or a mapping included (model.layers).
+	Keys []Name
+	// Flat maps a deprecated flat spelling to its key: lr to
+	// optimizer.lr. A flat spelling that is also a section
+	// (optimizer: adamw, for optimizer.kind) is the flat key only when
+	// its value is not a mapping.
+	Flat map[Name]Name
+}
+
+// Setting is one value a configuration file gives.
+type Setting struct {
+	Key     Name // the key it sets
+	Written Name // the key as the file wrote it: the path, or a deprecated flat key
+	Value   any  // the value as YAML decodes it (int, float64, string, bool, []any, map[string]any)
+	Node    *yaml.Node
+}
+
+// Deprecated reports whether the file wrote the key in its deprecated
+// flat spelling.
+func (s Setting) Deprecated() bool { return s.Written != s.Key }
+
+// Warning is what to tell the user of a deprecated spelling, "" for one
+// that is not.
+func (s Setting) Warning() string {
+	if !s.Deprecated() {
+		return ""
+	}
+	return fmt.Sprintf("%s is deprecated: write %s (the flat key is still read in this release and will not be in the next)", s.Written, s.Key)
+}
+
+// ErrUnknownKey is what a file's key that is no setting wraps.
+var ErrUnknownKey = errors.New("unknown key")
+
+// Read decodes a YAML document into its settings, in the file's order.
+// An empty document gives none.
+func (sc Schema) Read(raw []byte) ([]Setting, error) {
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(raw)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("is not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+		return nil, nil
+	}
+	return sc.Settings(doc.Content[0])
+}
+
+// Settings reads the mapping n into its settings, in the file's order.
+// Every key that is neither a setting, a section holding one, nor a
+// deprecated flat key is refused, all of them in one error naming each
+// by its path as written. A key given twice (optimizer.lr and lr) is
+// refused too.
+func (sc Schema) Settings(n *yaml.Node) ([]Setting, error) {
+	var out []Setting
+	var unknown []string
+	if err := sc.walk(n, "", &out, &unknown); err != nil {
+		return nil, err
+	}
+	switch len(unknown) {
+	case 0:
+	case 1:
+		return nil, fmt.Errorf("%w %s", ErrUnknownKey, unknown[0])
+	default:
+		return nil, fmt.Errorf("%w: %s", ErrUnknownKey, strings.Join(unknown, "; "))
+	}
+	seen := map[Name]Name{}
+	for _, s := range out {
+		switch first, twice := seen[s.Key]; {
+		case twice && first == s.Written:
+			return nil, fmt.Errorf("%s: is given twice; give each key once", s.Written)
+		case twice:
+			return nil, fmt.Errorf("%s and %s both set %s; give it once", first, s.Written, s.Key)
+		}
+		seen[s.Key] = s.Written
+	}
+	return out, nil
+}
+
+func (sc Schema) walk(n *yaml.Node, prefix string, out *[]Setting, unknown *[]string) error {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		where := "the file"
+		if prefix != "" {
+			where = strings.TrimSuffix(prefix, ".")
+		}
+		return fmt.Errorf("%s: must be a mapping of keys to values, e.g. %s", where, sc.example(prefix))
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		written := prefix + n.Content[i].Value
+		val := n.Content[i+1]
+		if val.Kind == yaml.AliasNode {
+			val = val.Alias
+		}
+		switch key, flat := sc.Flat[Name(written)]; {
+		case strings.Contains(n.Content[i].Value, "-"):
+			*unknown = append(*unknown, fmt.Sprintf("%s (write %s)", written, strings.ReplaceAll(written, "-", "_")))
+		case val.Kind == yaml.MappingNode && sc.section(written):
+			if err := sc.walk(val, written+".", out, unknown); err != nil {
+				return err
+			}
+		case slices.Contains(sc.Keys, Name(written)):
+			if err := add(out, Name(written), Name(written), val); err != nil {
+				return err
+			}
+		case flat && !(val.Kind == yaml.MappingNode && sc.section(written)):
+			if err := add(out, key, Name(written), val); err != nil {
+				return err
+			}
+		case sc.section(written):
+			return fmt.Errorf("%s: must be a mapping of keys to values, e.g. %s", written, sc.example(written+"."))
+		default:
+			*unknown = append(*unknown, written+sc.hint(written))
+		}
+	}
+	return nil
+}
+
+func add(out *[]Setting, key, written Name, n *yaml.Node) error {
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return Errorf(written, "cannot be read: %w", err)
+	}
+	*out = append(*out, Setting{Key: key, Written: written, Value: v, Node: n})
+	return nil
+}
+
+// section reports whether path holds keys.
+func (sc Schema) section(path string) bool {
+	return slices.ContainsFunc(sc.Keys, func(k Name) bool { return strings.HasPrefix(string(k), path+".") })
+}
+
+// hint suggests the key meant by an unknown one: a key ending the same
+// way ("schedule.lr" is optimizer.lr), else the keys of its section.
+func (sc Schema) hint(written string) string {
+	last := written[strings.LastIndex(written, ".")+1:]
+	for _, k := range sc.Keys {
+		if strings.HasSuffix("."+string(k), "."+last) {
+			return fmt.Sprintf(" (did you mean %s?)", k)
+		}
+	}
+	if i := strings.LastIndex(written, "."); i > 0 && sc.section(written[:i]) {
+		return fmt.Sprintf(" (%s holds %s)", written[:i], strings.Join(sc.under(written[:i]), ", "))
+	}
+	return ""
+}
+
+// under lists the keys in section path, by their names there.
+func (sc Schema) under(path string) []string {
+	var names []string
+	for _, k := range sc.Keys {
+		if rest, ok := strings.CutPrefix(string(k), path+"."); ok {
+			names = append(names, rest)
+		}
+	}
+	return names
+}
+
+func (sc Schema) example(prefix string) string {
+	for _, k := range sc.Keys {
+		if rest, ok := strings.CutPrefix(string(k), prefix); ok && prefix != "" {
+			return rest + ": ..."
+		}
+	}
+	return "key: value"
+}
+
+// Respell is err with the keys of its Errors spelled by spell (see
+// Render), still wrapping err: what a reader of a file does to name a
+// key as the file wrote it.
+func Respell(err error, spell func(Name) string) error {
+	if err == nil || len(all(err)) == 0 {
+		return err
+	}
+	return &respelled{err: err, msg: Render(err, spell)}
+}
+
+type respelled struct {
+	err error
+	msg string
+}
+
+func (r *respelled) Error() string { return r.msg }
+func (r *respelled) Unwrap() error { return r.err }
