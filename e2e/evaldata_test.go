@@ -141,4 +141,8 @@ func TestEvalFingerprintsItsData(t *testing.T) {
 	if got := readFile(t, filepath.Join(run, eval.JSONFile)); got != good {
 		t.Errorf("a failed evaluation changed eval.json")
 	}
+	// No shard scored: no figures of zero examples pass for a result.
+	if _, err := os.Stat(filepath.Join(run, eval.PartialJSONFile)); !os.IsNotExist(err) || !strings.Contains(r.stderr, "no shard was scored") || strings.Contains(r.stdout, "partial") {
+		t.Errorf("an evaluation that scored nothing: eval.partial.json %v\nstdout %s\nstderr %s", err, r.stdout, r.stderr)
+	}
 }

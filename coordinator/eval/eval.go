@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -251,7 +252,7 @@ func (e *ShardsFailedError) Error() string {
 	for _, s := range e.Missing {
 		parts = append(parts, fmt.Sprintf("shard %d: %s", s, e.Reasons[s]))
 	}
-	kept := ""
+	kept := "; no shard was scored, so there are no figures"
 	if e.Partial != "" {
 		kept = fmt.Sprintf("; the figures over the examples scored are in %s, marked partial; the other shards' files are kept, so --resume scores only the missing ones", e.Partial)
 	}
@@ -652,6 +653,15 @@ func (e *Run) partial(scored []bool, reasons map[int]string, start time.Time) (*
 		fe.Missing = append(fe.Missing, s)
 	}
 	sort.Ints(fe.Missing)
+	if !slices.Contains(scored, true) {
+		// Figures over no example would read as a result of zeros; and an
+		// earlier evaluation's partial figures describe shard files that
+		// are gone.
+		if err := os.Remove(filepath.Join(e.req.RunDir, PartialJSONFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, errors.Join(fe, err)
+		}
+		return nil, fe
+	}
 	rep, err := e.mergeFiles(scored)
 	if err != nil {
 		return nil, errors.Join(fe, err)
