@@ -393,7 +393,7 @@ func TestFreshRunRefusesAnExistingRun(t *testing.T) {
 func TestConfigPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "job.yaml")
-	os.WriteFile(file, []byte("epochs: 3\nbatch_size: 32\nmodel:\n  hidden: [24]\nseed: 9\n"), 0o644)
+	os.WriteFile(file, []byte("schedule: {epochs: 3, batch_size: 32}\nmodel:\n  hidden: [24]\nseed: 9\n"), 0o644)
 	resolved := func(run string) map[string]any {
 		raw, err := os.ReadFile(filepath.Join(run, "config.yaml"))
 		if err != nil {
@@ -423,10 +423,36 @@ func TestConfigPrecedence(t *testing.T) {
 		}
 		m := resolved(run)
 		model, _ := m["model"].(map[string]any)
+		schedule, _ := m["schedule"].(map[string]any)
 		hidden, _ := model["hidden"].([]any)
-		if m["epochs"] != c.epochs || m["batch_size"] != c.batch || len(hidden) == 0 || hidden[0] != c.hiddenN || m["seed"] != 9 {
+		if schedule["epochs"] != c.epochs || schedule["batch_size"] != c.batch || len(hidden) == 0 || hidden[0] != c.hiddenN || m["seed"] != 9 {
 			t.Errorf("case %d: resolved %v, want epochs %d batch %d hidden[0] %d seed 9", i, m, c.epochs, c.batch, c.hiddenN)
 		}
+		if strings.Contains(r.stderr, "deprecated") {
+			t.Errorf("case %d: a file in the nested layout warned:\n%s", i, r.stderr)
+		}
+	}
+	// The flat keys of earlier releases still work, each with a warning
+	// naming the key to write; an error names the key as written.
+	os.WriteFile(file, []byte("epochs: 2\nlr: 0.01\n"), 0o644)
+	r := tolaria(t, dir, nil, append(base, "--run-dir", filepath.Join(dir, "flat"))...)
+	if r.code != 0 || !strings.Contains(r.stderr, "epochs is deprecated: write schedule.epochs") || !strings.Contains(r.stderr, "lr is deprecated: write optimizer.lr") {
+		t.Fatalf("flat keys: exit %d:\n%s", r.code, r.stderr)
+	}
+	if m := resolved(filepath.Join(dir, "flat")); m["schedule"].(map[string]any)["epochs"] != 2 || m["optimizer"].(map[string]any)["lr"] != 0.01 {
+		t.Errorf("flat keys resolved to %v", m)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"lr: 50\n", "tolaria: invalid configuration: lr: must be in (0, 10], got 50"},
+		{"optimizer: {lr: 50}\n", "tolaria: invalid configuration: optimizer.lr: must be in (0, 10], got 50"},
+	} {
+		os.WriteFile(file, []byte(c.yaml), 0o644)
+		if r := tolaria(t, dir, nil, append(base, "--run-dir", filepath.Join(dir, "bad"))...); r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%q: exit %d, want 2 and %q:\n%s", c.yaml, r.code, c.want, r.stderr)
+		}
+	}
+	if r := tolaria(t, dir, nil, append(base, "--run-dir", filepath.Join(dir, "bad"), "--lr", "50")...); r.code != 2 || !strings.Contains(r.stderr, "--lr: must be in (0, 10], got 50") {
+		t.Errorf("--lr 50: exit %d:\n%s", r.code, r.stderr)
 	}
 	os.WriteFile(file, []byte("batch-size: 32\n"), 0o644)
 	if r := tolaria(t, dir, nil, append(base, "--run-dir", filepath.Join(dir, "dashed"))...); r.code != 2 || !strings.Contains(r.stderr, "batch_size") {
@@ -749,5 +775,69 @@ func TestDivergedGraphsRunEndsAsEager(t *testing.T) {
 	}
 	if last[false] != last[true] {
 		t.Errorf("the graphs run ends with\n%s\nthe eager run with\n%s", last[true], last[false])
+	}
+}
+
+// A run made by an earlier release recorded its config.yaml with the flat
+// keys (lr:, epochs:, optimizer: adamw): --resume and tolaria eval still
+// read it, as it is and without a warning (the run wrote it, not the
+// user), and the resumed run ends where an uninterrupted one does.
+func TestAnEarlierRunsFlatConfigStillResumesAndEvaluates(t *testing.T) {
+	dir := t.TempDir()
+	whole := filepath.Join(dir, "whole")
+	if r := tolaria(t, dir, nil, quick(whole)...); r.code != 0 {
+		t.Fatalf("uninterrupted: exit %d: %s", r.code, r.stderr)
+	}
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, quick(run, "--max-steps", "5")...); r.code != 0 {
+		t.Fatalf("first part: exit %d: %s", r.code, r.stderr)
+	}
+	path := filepath.Join(run, "config.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nested map[string]any
+	if err := yaml.Unmarshal(raw, &nested); err != nil {
+		t.Fatal(err)
+	}
+	// The flat spellings of the keys that moved into sections.
+	flat := map[string]string{"graphs.enabled": "enable_graphs", "schedule.epochs": "epochs", "schedule.batch_size": "batch_size",
+		"optimizer.lr": "lr", "optimizer.kind": "optimizer", "optimizer.momentum": "momentum", "optimizer.weight_decay": "weight_decay",
+		"optimizer.clip_norm": "clip_norm", "optimizer.warmup_steps": "lr_warmup_steps", "data.dataset": "dataset", "data.dir": "data_dir",
+		"data.synthetic_size": "synthetic_size", "graphs.warmup_batches": "warmup_batches", "graphs.pool_reuse": "graph_pool_reuse",
+		"staging.prefetch_to_device": "prefetch_to_device", "data.ragged": "ragged", "staging.slots": "staging_slots", "data.loaders": "loaders",
+		"schedule.log_every": "log_every", "data.rank": "rank", "data.world": "world", "schedule.max_steps": "max_steps"}
+	old := map[string]any{}
+	for k, v := range nested {
+		section, isSection := v.(map[string]any)
+		if !isSection || k == "model" {
+			old[k] = v
+			continue
+		}
+		for sk, sv := range section {
+			name, ok := flat[k+"."+sk]
+			if !ok {
+				t.Fatalf("config.yaml has %s.%s, which this test cannot spell flat", k, sk)
+			}
+			old[name] = sv
+		}
+	}
+	if raw, err = yaml.Marshal(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := tolaria(t, dir, nil, "train", "--resume", "--run-dir", run)
+	if r.code != 0 || strings.Contains(r.stderr, "deprecated") {
+		t.Fatalf("resume of a flat config.yaml: exit %d (want 0, and no warning):\n%s\n%s", r.code, r.stderr, raw)
+	}
+	want := readSummary(t, filepath.Join(whole, "summary.json")).ParamsSHA256
+	if got := readSummary(t, filepath.Join(run, "summary.json")).ParamsSHA256; got != want {
+		t.Errorf("resumed from a flat config.yaml to params %s, uninterrupted %s", got, want)
+	}
+	if r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", "1"); r.code != 0 {
+		t.Errorf("eval of a flat config.yaml: exit %d:\n%s", r.code, r.stderr)
 	}
 }

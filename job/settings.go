@@ -174,7 +174,7 @@ func (s Spec) ConfigFile() ([]byte, error) {
 	for _, key := range Keys() {
 		f, _ := specField(t, key)
 		v := reflect.ValueOf(s).FieldByIndex(f.Index)
-		if strings.HasSuffix(f.Tag.Get("key"), ",omitempty") && v.IsZero() {
+		if strings.HasSuffix(f.Tag.Get("key"), ",omitempty") && (v.IsZero() || v.Kind() == reflect.Slice && v.Len() == 0) {
 			continue
 		}
 		if len(s.Layers) > 0 && (key == "model.hidden" || key == "model.activation") {

@@ -200,7 +200,7 @@ func TestConfigFileRefusesUnknownKeys(t *testing.T) {
 		{"optimizer: {lr: 0.1, lrr: 0.2}\n", "unknown key optimizer.lrr"},
 		{"schedule: {lr: 0.1}\n", "unknown key schedule.lr (did you mean optimizer.lr?)"},
 		{"optimizer: {kind: sgd}\nsgd: {lr: 1}\n", "unknown key sgd"},
-		{"epoch: 3\nmodel: {hiden: [4]}\n", "unknown key: epoch; model.hiden"},
+		{"epoch: 3\nmodel: {hiden: [4]}\n", "unknown keys epoch; model.hiden"},
 		{"lr: 0.1\noptimizer: {lr: 0.2}\n", "lr and optimizer.lr both set optimizer.lr"},
 		{"optimizer: 3\nschedule: [1]\n", "schedule: must be a mapping"},
 	} {

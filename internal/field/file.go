@@ -83,7 +83,7 @@ func (sc Schema) Settings(n *yaml.Node) ([]Setting, error) {
 	case 1:
 		return nil, fmt.Errorf("%w %s", ErrUnknownKey, unknown[0])
 	default:
-		return nil, fmt.Errorf("%w: %s", ErrUnknownKey, strings.Join(unknown, "; "))
+		return nil, fmt.Errorf("%ws %s", ErrUnknownKey, strings.Join(unknown, "; "))
 	}
 	seen := map[Name]Name{}
 	for _, s := range out {

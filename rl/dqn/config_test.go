@@ -33,7 +33,7 @@ func TestConfigValidate(t *testing.T) {
 		{"epsilon_end", func(c *Config) { c.EpsilonEnd = 1.1 }},
 		{"epsilon_decay_steps", func(c *Config) { c.EpsilonDecaySteps = -1 }},
 		{"total_steps", func(c *Config) { c.TotalSteps = c.LearningStarts - 1 }},
-		{"lr", func(c *Config) { c.Optimizer.LR = 0 }},
+		{"optimizer.lr", func(c *Config) { c.Optimizer.LR = 0 }},
 		{"eval_interval", func(c *Config) { c.EvalInterval = -1 }},
 		{"eval_episodes", func(c *Config) { c.EvalInterval, c.EvalEpisodes = 1000, 0 }},
 		{"eval_episodes", func(c *Config) { c.EvalInterval, c.EvalEpisodes = 1000, 4097 }},

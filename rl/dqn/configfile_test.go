@@ -6,6 +6,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/nn"
 )
 
 // TestConfigFileRoundTrip: a configuration written by YAML reads back to
@@ -27,23 +30,47 @@ func TestConfigFileRoundTrip(t *testing.T) {
 		t.Fatalf("overrides: %+v, %v", got, err)
 	}
 	for _, tc := range []struct{ file, want string }{
-		{"num_agent: 2\n", `unknown key "num_agent"`},
-		{"model: {hiden: [8]}\n", `unknown key "hiden"`},
+		{"num_agent: 2\n", "unknown key num_agent"},
+		{"lr: 0.1\n", "unknown key lr (did you mean optimizer.lr?)"},
+		{"model: {hiden: [8]}\n", "unknown key model.hiden (model holds hidden, activation)"},
 		{"env: Pendulum-v1\n", `env: unknown environment "Pendulum-v1"`},
 		{"gamma: [\n", "not valid YAML"},
 		{"target_update: 0\n", "target_update"},
 		{"model: {activation: swish}\n", "model.activation"},
 		{"epsilon_end: 2\n", "epsilon_end"},
 		{"eval_episodes: 0\n", "eval_episodes"},
-		{"seed: 1.5\n", "seed: must be a whole number, got 1.5"},
-		{"batch_size: 32.7\n", "batch_size: must be a whole number"},
-		{"model: {hidden: [16, 8.5]}\n", "model.hidden: must be a whole number, got 8.5"},
-		{"optimizer: {warmup_steps: 1.25}\n", "optimizer.warmup_steps: must be a whole number"},
+		{"seed: 1.5\n", "seed: cannot use \"1.5\": 1.5 is not a whole number"},
+		{"batch_size: 32.7\n", "batch_size: cannot use \"32.7\": 32.7 is not a whole number"},
+		{"model: {hidden: [16, 8.5]}\n", "model.hidden: cannot use \"[16 8.5]\": 8.5 is not a whole number"},
+		{"optimizer: {warmup_steps: 1.25}\n", "optimizer.warmup_steps: cannot use \"1.25\": 1.25 is not a whole number"},
+		{"optimizer: {lr: 50}\n", "optimizer.lr: must be in (0, 10], got 50"},
+		{"optimizer.lr: 50\n", "optimizer.lr: must be in (0, 10], got 50"},
+		{"optimizer: {kind: lion}\n", "optimizer.kind: unknown kind"},
+		{"optimizer: adamw\n", "optimizer: must be a mapping"},
+		{"model: {activation: 3}\n", "model.activation"},
 	} {
 		_, err := ParseConfig([]byte(tc.file))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "type ") {
 			t.Errorf("%q: %v, want an error naming %s (and no Go type)", tc.file, err, tc.want)
 		}
+	}
+}
+
+// TestConfigSharesTrainsSections: model: and optimizer: are the sections
+// of tolaria train's file, with the same keys, nested or written whole.
+func TestConfigSharesTrainsSections(t *testing.T) {
+	got, err := ParseConfig([]byte("seed: 4\nmodel: {hidden: [32], activation: tanh}\noptimizer: {kind: sgd, lr: 0.01, momentum: 0.8, weight_decay: 0.001, clip_norm: 2, warmup_steps: 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := got.Optimizer
+	if got.Seed != 4 || !reflect.DeepEqual(got.Hidden, []int{32}) || got.Activation != device.ActTanh ||
+		o.Kind != nn.SGD || o.LR != 0.01 || o.Momentum != 0.8 || o.WeightDecay != 0.001 || o.ClipNorm != 2 || o.WarmupSteps != 5 {
+		t.Errorf("read %+v", got)
+	}
+	whole, err := ParseConfig([]byte("optimizer.lr: 0.01\nmodel.hidden: [32]\n"))
+	if err != nil || whole.Optimizer.LR != 0.01 || !reflect.DeepEqual(whole.Hidden, []int{32}) {
+		t.Errorf("keys written whole: %+v, %v", whole, err)
 	}
 }
 
