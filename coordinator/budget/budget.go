@@ -1,8 +1,8 @@
 // Package budget is the device-memory budget broker: workers on the
 // same device ask it for a budget, by their bill, before they allocate;
-// it grants, queues by priority, parks a lower-priority holder for a
-// higher one, and refuses a bill that can never fit. It knows devices,
-// bills and holders, no activity.
+// it grants, queues by priority, parks the least recently active holder
+// of equal or lower priority to make room, and refuses a bill that can
+// never fit. It knows devices, bills and holders, no activity.
 package budget
 
 import (
@@ -34,12 +34,25 @@ type Config struct {
 	// Changed, when set, hears that device's books changed (see
 	// Broker.Books), after the change and outside the broker's lock.
 	Changed func(device string)
+	// MinResidence is the least time a holder keeps its budget before it
+	// may be parked for a request of its own priority; 0 is
+	// DefaultMinResidence. A holder of lower priority than the request is
+	// parked without waiting for it.
+	MinResidence time.Duration
 }
+
+// DefaultMinResidence is Config.MinResidence when none is given: parking
+// costs a worker a set-up and a capture again, so a holder trains at least
+// this long between two parks for requests of its own priority.
+const DefaultMinResidence = 10 * time.Second
 
 // Validate checks the configuration, naming the setting at fault.
 func (c Config) Validate() error {
 	if c.DeviceMemory < 0 {
 		return refusal.Config(field.Errorf("device_memory", "cannot be negative (%d); give a size such as 8GiB, or 0 for what the device reports", c.DeviceMemory))
+	}
+	if c.MinResidence < 0 {
+		return refusal.Config(field.Errorf("min_residence", "cannot be negative (%s); give a duration such as 10s, or 0 for the default", c.MinResidence))
 	}
 	return nil
 }
@@ -48,14 +61,18 @@ func (c Config) Validate() error {
 // per device, its capacity and the budgets granted. A worker asks before
 // it allocates (Ask); the request is granted at once when it fits with
 // headroom, refused at once when it could never fit, and otherwise waits
-// in a queue, oldest first, until budgets are released. It starts no
-// goroutine: grants after a wait are made by the Release that frees room,
-// through the waiting ticket's OnGrant.
+// in a queue, oldest first, until budgets are released or a holder parks
+// to make room (see ledger.victim for whom it parks). It starts no
+// goroutine and keeps no timer: grants after a wait are made by the
+// Release or Parked that frees room, through the waiting ticket's OnGrant,
+// and a holder is chosen to park when a request is booked, when room is
+// freed and when a holder reports progress (Ticket.Active).
 type Broker struct {
 	cfg Config
 
 	mu      sync.Mutex
 	devices map[string]*ledger
+	asked   uint64 // requests booked, numbering tickets
 }
 
 // ledger is one device's books.
@@ -75,6 +92,9 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MinResidence == 0 {
+		cfg.MinResidence = DefaultMinResidence
+	}
 	return &Broker{cfg: cfg, devices: map[string]*ledger{}}, nil
 }
 
@@ -93,13 +113,22 @@ type Ask struct {
 	// for a request granted at once.
 	OnGrant func(Grant)
 	// Priority orders the requests: a waiting request of higher priority
-	// is granted first and, when it does not fit, the broker parks the
-	// least recently active trial of lower priority to make room.
+	// is granted first and, when it does not fit, the broker parks a
+	// holder of equal or lower priority to make room (see Broker).
 	Priority float64
-	// Park, when set, asks the trial's worker to park; the worker's answer
-	// comes to Ticket.Parked. Called outside the broker's lock. A request
-	// without it is never parked.
-	Park func()
+	// Park, when set, asks the trial's worker to park, saying for whom;
+	// the worker's answer comes to Ticket.Parked. Called outside the
+	// broker's lock. A request without it is never parked.
+	Park func(Eviction)
+}
+
+// Eviction says why a holder is asked to park: for which waiting request,
+// and how long the holder had been idle (since its last grant or progress
+// report) when it was chosen.
+type Eviction struct {
+	For         string  // the waiting request's holder
+	ForPriority float64 // its priority
+	Idle        time.Duration
 }
 
 // Grant is a budget granted.
@@ -138,10 +167,17 @@ type Ticket struct {
 	b      *Broker
 	ask    Ask
 	led    *ledger
+	seq    uint64 // the order the requests were booked in
 	queued time.Time
 	state  ticketState
 	parked bool      // waiting to unpark rather than to start
 	active time.Time // when the trial last showed progress (or was granted)
+	// granted is when the budget was last granted; progressed, whether
+	// the trial has reported progress since.
+	granted    time.Time
+	progressed bool
+	// unparked: the last grant let the trial unpark.
+	unparked bool
 }
 
 type ticketState int
@@ -184,15 +220,25 @@ func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
 	if withHeadroom(need) > led.capacity {
 		return nil, Grant{}, false, &RefusedError{Holder: a.Holder, Device: a.Device, Bill: a.Bill, Capacity: led.capacity}
 	}
-	t = &Ticket{b: b, ask: a, led: led, queued: b.cfg.Now()}
+	b.asked++
+	t = &Ticket{b: b, ask: a, led: led, seq: b.asked, queued: b.cfg.Now()}
 	if !led.waitsAhead(t) && led.fits(need) {
 		return t, led.grant(t, t.queued), true, nil // waited no time
 	}
 	led.enqueue(t)
-	if v := led.victim(); v != nil {
-		park = v.ask.Park
-	}
+	park = b.evict(led)
 	return t, Grant{}, false, nil
+}
+
+// evict chooses a holder to park for the request at the head of l's
+// queue (see ledger.victim) and returns the call that asks it, to be made
+// outside the lock; nil when none is to park.
+func (b *Broker) evict(l *ledger) func() {
+	v, e := l.victim(b.cfg.Now(), b.cfg.MinResidence)
+	if v == nil {
+		return nil
+	}
+	return func() { v.ask.Park(e) }
 }
 
 // waitsAhead reports whether a request that would be granted before t
@@ -210,45 +256,80 @@ func (l *ledger) enqueue(t *Ticket) {
 	l.queue = slices.Insert(l.queue, i, t)
 }
 
-// victim chooses the trial to park for the request at the head of the
-// queue, and marks it parking: the least recently active holder of lower
-// priority, provided parking the lower-priority holders could make room
-// at all, and no other is parking on the device now (parking one at a
-// time frees no more than needed).
-func (l *ledger) victim() *Ticket {
+// victim chooses the holder to park for the request at the head of the
+// queue, when it does not fit, and marks it parking. A candidate is a
+// granted holder that can park, of the head's priority or lower, that
+//
+//   - has reported progress since it was last granted, if that grant let
+//     it unpark (a parked worker is not parked again before it has made
+//     progress), and
+//   - if of the head's own priority, has held its budget at least
+//     residence and reported progress since it was granted.
+//
+// Of the candidates the one of lowest priority is parked, then the least
+// recently active (the oldest of its last grant and last progress
+// report), then the one booked first. Nobody is parked unless parking
+// every candidate could make room, nor while another holder of the device
+// is parking (parking one at a time frees no more than needed).
+func (l *ledger) victim(now time.Time, residence time.Duration) (*Ticket, Eviction) {
 	if len(l.queue) == 0 {
-		return nil
+		return nil, Eviction{}
 	}
 	head := l.queue[0]
 	need := head.ask.Bill.DeviceBytes()
 	if l.fits(need) {
-		return nil
+		return nil, Eviction{}
 	}
-	var lower int64
+	var room int64
 	var pick *Ticket
 	for t := range l.holders {
 		if t.state == ticketParking {
-			return nil
+			return nil, Eviction{}
 		}
-		if t.state != ticketGranted || t.ask.Park == nil || t.ask.Priority >= head.ask.Priority {
+		if !t.evictable(head, now, residence) {
 			continue
 		}
-		lower += t.ask.Bill.DeviceBytes()
-		if pick == nil || t.active.Before(pick.active) {
+		room += t.ask.Bill.DeviceBytes()
+		if pick == nil || t.before(pick) {
 			pick = t
 		}
 	}
-	if pick == nil || l.capacity-l.granted+lower < withHeadroom(need) {
-		return nil
+	if pick == nil || l.capacity-l.granted+room < withHeadroom(need) {
+		return nil, Eviction{}
 	}
 	pick.state = ticketParking
-	return pick
+	return pick, Eviction{For: head.ask.Holder, ForPriority: head.ask.Priority, Idle: now.Sub(pick.active)}
+}
+
+// evictable says whether t may be parked for head (see victim).
+func (t *Ticket) evictable(head *Ticket, now time.Time, residence time.Duration) bool {
+	switch {
+	case t.state != ticketGranted || t.ask.Park == nil || t.ask.Priority > head.ask.Priority:
+		return false
+	case t.unparked && !t.progressed:
+		return false
+	case t.ask.Priority == head.ask.Priority:
+		return t.progressed && now.Sub(t.granted) >= residence
+	}
+	return true
+}
+
+// before says whether t is parked before u: lower priority first, then
+// the least recently active, then the one booked first.
+func (t *Ticket) before(u *Ticket) bool {
+	switch {
+	case t.ask.Priority != u.ask.Priority:
+		return t.ask.Priority < u.ask.Priority
+	case !t.active.Equal(u.active):
+		return t.active.Before(u.active)
+	}
+	return t.seq < u.seq
 }
 
 func (l *ledger) fits(need int64) bool { return l.capacity-l.granted >= withHeadroom(need) }
 
 func (l *ledger) grant(t *Ticket, now time.Time) Grant {
-	t.state, t.active = ticketGranted, now
+	t.state, t.active, t.granted, t.progressed, t.unparked = ticketGranted, now, now, false, t.parked
 	need := t.ask.Bill.DeviceBytes()
 	l.granted += need
 	l.holders[t] = struct{}{}
@@ -296,7 +377,7 @@ func (t *Ticket) Release() {
 // caller, and calls back outside the lock.
 func (b *Broker) settle(l *ledger) {
 	granted, grants := l.pump(b.cfg.Now())
-	v := l.victim()
+	park := b.evict(l)
 	b.mu.Unlock()
 	b.changed(l.device)
 	for i, w := range granted {
@@ -304,8 +385,8 @@ func (b *Broker) settle(l *ledger) {
 			w.ask.OnGrant(grants[i])
 		}
 	}
-	if v != nil {
-		v.ask.Park()
+	if park != nil {
+		park()
 	}
 }
 
@@ -327,13 +408,23 @@ func (t *Ticket) Parked() {
 	b.settle(l)
 }
 
-// Active notes that the trial made progress: the broker parks the least
-// recently active trial first.
+// Active notes that the trial made progress (a progress report): the
+// broker parks the least recently active holder first, and a holder
+// becomes one it may park for a request of its own priority only once it
+// has made progress since its grant. A request waiting on the device may
+// so find a holder to park now: it is asked, outside the lock.
 func (t *Ticket) Active() {
 	b := t.b
 	b.mu.Lock()
-	t.active = b.cfg.Now()
+	var park func()
+	if t.state == ticketGranted {
+		t.active, t.progressed = b.cfg.Now(), true
+		park = b.evict(t.led)
+	}
 	b.mu.Unlock()
+	if park != nil {
+		park()
+	}
 }
 
 func (b *Broker) changed(device string) {

@@ -145,7 +145,7 @@ func TestBrokerCapacity(t *testing.T) {
 // does not fit parks the least recently active trial of lower priority;
 // once it has parked, the request is granted, and when it ends the parked
 // trial is granted again, to unpark. A request of equal priority parks
-// nobody.
+// nobody before a holder has held its budget the minimum residence time.
 func TestBrokerParksForHigherPriority(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1000, 0)}
 	b, _ := New(Config{DeviceMemory: 1000, Now: clock.Now})
@@ -153,7 +153,7 @@ func TestBrokerParksForHigherPriority(t *testing.T) {
 	ask := func(trial string, bytes int64, prio float64) *Ticket {
 		tk, _, now, err := b.Ask(Ask{Holder: trial, Device: "cpu", Bill: billOf(bytes), Free: 1 << 40, Priority: prio,
 			OnGrant: func(g Grant) { log = append(log, fmt.Sprintf("grant %s unpark=%v", trial, g.Unpark)) },
-			Park:    func() { log = append(log, "park "+trial) }})
+			Park:    func(Eviction) { log = append(log, "park "+trial) }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +169,7 @@ func TestBrokerParksForHigherPriority(t *testing.T) {
 	newer.Active() // newer showed progress last: older is the least recently active
 	same := ask("same", 500, 0)
 	if strings.Join(log, ";") != "granted older;granted newer" {
-		t.Fatalf("log %v: want no park for a request of equal priority", log)
+		t.Fatalf("log %v: want no park for a request of equal priority within the minimum residence", log)
 	}
 	same.Release()
 	high := ask("high", 500, 1)
@@ -190,4 +190,183 @@ func TestBrokerParksForHigherPriority(t *testing.T) {
 	}
 	older.Release()
 	newer.Release()
+}
+
+// recencyBroker books requests on one device of 1000 bytes with a minimum
+// residence of 10s, logging grants and parks.
+type recencyBroker struct {
+	t     *testing.T
+	b     *Broker
+	clock *fakeClock
+	log   []string
+}
+
+func newRecencyBroker(t *testing.T) *recencyBroker {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	b, err := New(Config{DeviceMemory: 1000, Now: clock.Now, MinResidence: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &recencyBroker{t: t, b: b, clock: clock}
+}
+
+func (r *recencyBroker) ask(trial string, bytes int64, prio float64) *Ticket {
+	r.t.Helper()
+	tk, _, now, err := r.b.Ask(Ask{Holder: trial, Device: "cpu", Bill: billOf(bytes), Free: 1 << 40, Priority: prio,
+		OnGrant: func(g Grant) { r.log = append(r.log, fmt.Sprintf("grant %s unpark=%v", trial, g.Unpark)) },
+		Park: func(e Eviction) {
+			r.log = append(r.log, fmt.Sprintf("park %s for %s idle %s", trial, e.For, e.Idle))
+		}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if now {
+		r.log = append(r.log, "granted "+trial)
+	}
+	return tk
+}
+
+// expect checks the log so far and empties it.
+func (r *recencyBroker) expect(step string, want ...string) {
+	r.t.Helper()
+	if strings.Join(r.log, ";") != strings.Join(want, ";") {
+		r.t.Fatalf("%s: log %q, want %q", step, r.log, want)
+	}
+	r.log = nil
+}
+
+// TestBrokerParksByRecency: two requests of equal priority on a device
+// that fits one take turns. The holder is parked only once it has held
+// its budget the minimum residence and reported progress since its
+// grant; the parked one is granted again when the other is parked in
+// turn, and is not parked again before it has reported progress.
+func TestBrokerParksByRecency(t *testing.T) {
+	r := newRecencyBroker(t)
+	a := r.ask("a", 600, 0)
+	r.clock.advance(time.Second)
+	b := r.ask("b", 600, 0)
+	r.expect("b asks next to a", "granted a")
+	r.clock.advance(5 * time.Second)
+	a.Active()
+	r.expect("a reports progress 6s after its grant")
+	r.clock.advance(5 * time.Second)
+	r.expect("11s after a's grant, with no report") // the broker keeps no timer
+	a.Active()
+	r.expect("a reports progress 11s after its grant", "park a for b idle 0s")
+	a.Active() // a parking holder is not chosen twice
+	r.expect("a reports again while it parks")
+	a.Parked()
+	r.expect("a parked", "grant b unpark=false")
+	if bk := r.b.Books("cpu"); bk.Granted != 600 || bk.Waiting != 1 {
+		t.Fatalf("books %+v: want b holding 600, a waiting to unpark", bk)
+	}
+	r.clock.advance(20 * time.Second)
+	b.Active()
+	r.expect("b reports progress 20s after its grant", "park b for a idle 0s")
+	b.Parked()
+	r.expect("b parked", "grant a unpark=true")
+	// a unparked and has shown no progress: a new request parks nobody,
+	// however long a has held its budget.
+	r.clock.advance(time.Minute)
+	c := r.ask("c", 100, 0)
+	r.expect("c asks while a has made no progress since it unparked")
+	a.Active()
+	r.expect("a reports progress after unparking", "park a for b idle 0s")
+	a.Parked()
+	r.expect("a parked again: b unparks, and c, behind it, fits beside it", "grant b unpark=true", "grant c unpark=false")
+	b.Release()
+	r.expect("b ended", "grant a unpark=true")
+	a.Release()
+	c.Release()
+	if bk := r.b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 || bk.Waiting != 0 {
+		t.Fatalf("books after every release: %+v", bk)
+	}
+}
+
+// TestBrokerParksTheLeastRecentlyActive: of the holders it may park, the
+// broker parks one of the lowest priority, then the least recently
+// active; a holder of higher priority than the request is never parked,
+// and nobody is parked when parking every candidate could not make room.
+func TestBrokerParksTheLeastRecentlyActive(t *testing.T) {
+	r := newRecencyBroker(t)
+	x := r.ask("x", 300, 0)
+	y := r.ask("y", 300, 0)
+	r.clock.advance(11 * time.Second)
+	y.Active()
+	r.clock.advance(time.Second)
+	x.Active() // y is now the least recently active
+	r.clock.advance(3 * time.Second)
+	z := r.ask("z", 500, 0)
+	r.expect("z asks", "granted x", "granted y", "park y for z idle 4s")
+	// y now waits to unpark, and x, past its residence and idle for
+	// longest of the holders that may park (z has made no progress), is
+	// parked for it.
+	y.Parked()
+	r.expect("y parked", "grant z unpark=false", "park x for y idle 3s")
+	x.Parked()
+	r.expect("x parked", "grant y unpark=true")
+	z.Release()
+	r.expect("z ended", "grant x unpark=true")
+	x.Release()
+	y.Release()
+
+	// Lower priority before recency: low showed progress last, yet it is
+	// parked rather than eq, of the request's priority.
+	r = newRecencyBroker(t)
+	eq := r.ask("eq", 300, 1)
+	low := r.ask("low", 300, 0)
+	r.clock.advance(11 * time.Second)
+	eq.Active()
+	r.clock.advance(time.Second)
+	low.Active()
+	head := r.ask("head", 500, 1)
+	r.expect("head asks", "granted eq", "granted low", "park low for head idle 0s")
+	low.Parked()
+	r.expect("low parked", "grant head unpark=false")
+	// low unparks when head ends, and, once eq has ended too, a request
+	// of higher priority does not park it again before it has made
+	// progress.
+	head.Release()
+	r.expect("head ended", "grant low unpark=true")
+	eq.Release()
+	high := r.ask("high", 800, 2)
+	r.expect("high asks while low has made no progress since it unparked")
+	low.Active()
+	r.expect("low reports progress", "park low for high idle 0s")
+	low.Parked()
+	r.expect("low parked again", "grant high unpark=false")
+	high.Release()
+	r.expect("high ended", "grant low unpark=true")
+	low.Release()
+
+	// A holder of higher priority is never parked: top (1) and bottom (0)
+	// hold 600; a request of priority 0 for 800 could be made room for
+	// only by parking top too, so nobody is parked.
+	r = newRecencyBroker(t)
+	top := r.ask("top", 300, 1)
+	bottom := r.ask("bottom", 300, 0)
+	r.clock.advance(time.Minute)
+	top.Active()
+	bottom.Active()
+	big := r.ask("big", 800, 0)
+	r.expect("big (priority 0) asks", "granted top", "granted bottom")
+	top.Release()
+	r.expect("top ended: parking bottom now makes room", "park bottom for big idle 0s")
+	bottom.Parked()
+	r.expect("bottom parked", "grant big unpark=false")
+	big.Release()
+	r.expect("big ended", "grant bottom unpark=true")
+	bottom.Release()
+}
+
+// TestBrokerMinResidenceConfig: the default minimum residence, and a
+// negative one refused, naming the setting.
+func TestBrokerMinResidenceConfig(t *testing.T) {
+	b, _ := New(Config{})
+	if b.cfg.MinResidence != DefaultMinResidence {
+		t.Fatalf("min residence %s, want the default %s", b.cfg.MinResidence, DefaultMinResidence)
+	}
+	if _, err := New(Config{MinResidence: -time.Second}); !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "min_residence") {
+		t.Fatalf("a negative minimum residence: %v", err)
+	}
 }

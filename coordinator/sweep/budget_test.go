@@ -141,6 +141,58 @@ func TestSweepParksALowerPriorityTrial(t *testing.T) {
 	}
 }
 
+// TestSweepParksTrialsOfEqualPriority: two trials of the same priority
+// in CPU worker processes, on a device whose --device-memory fits one:
+// the broker parks the one holding the budget, once it has made progress,
+// for the one waiting, and they take turns until both end. Both finish
+// with exactly the parameters of the same job run alone, never parked,
+// and the parks are recorded in their events.
+func TestSweepParksTrialsOfEqualPriority(t *testing.T) {
+	cfg := sweepConfig(t, equalSweep)
+	cfg.Parallel = 2
+	cfg.DeviceMemory = int64(float64(trialBill(t, cfg, "one")) / 0.6)
+	// Any time is residence enough: a trial is parked once it has made
+	// progress since its grant, whenever the other waits.
+	cfg.MinResidence = time.Nanosecond
+	t.Setenv(startAfterEnv, "two=one")
+	res, _ := runSweep(t, context.Background(), cfg)
+	if res.Counts["succeeded"] != 2 {
+		t.Fatalf("counts %v: %+v", res.Counts, res.Trials)
+	}
+	one, two := readEvents(t, filepath.Join(cfg.Dir, "one")), readEvents(t, filepath.Join(cfg.Dir, "two"))
+	if len(kinds(one, EventBudgetPark)) == 0 {
+		t.Fatalf("the trial holding the budget was never parked for the other: %v", one)
+	}
+	for name, evs := range map[string][]budgetEvent{"one": one, "two": two} {
+		// A trial asked to park as it ends does not park.
+		parks, parked, unparks := kinds(evs, EventBudgetPark), kinds(evs, EventBudgetParked), kinds(evs, trainer.EventUnpark)
+		if n := len(parks) - len(parked); n < 0 || n > 1 || len(unparks) != len(parked) || len(kinds(evs, EventBudgetGrant)) != len(parked)+1 {
+			t.Errorf("trial %s: %d budget_park, %d budget_parked, %d unpark, %d budget_grant events; want every park but one at the end answered, and a grant for each unpark",
+				name, len(parks), len(parked), len(unparks), len(kinds(evs, EventBudgetGrant)))
+		}
+		other := map[string]string{"one": "two", "two": "one"}[name]
+		for _, p := range parks {
+			if p.Fields["for"] != other {
+				t.Errorf("trial %s was parked for %v, want %s", name, p.Fields["for"], other)
+			}
+		}
+	}
+	for i, tr := range cfg.Sweep.Trials {
+		spec := tr.Spec
+		spec.Device, spec.RunDir = "cpu", filepath.Join(t.TempDir(), "alone")
+		_, alone := trainRun(t, request(t, spec))
+		var row TrialResult
+		for _, r := range res.Trials {
+			if r.Name == tr.Name {
+				row = r
+			}
+		}
+		if row.Summary == nil || row.Summary.ParamsSHA256 != alone.ParamsSHA256 {
+			t.Errorf("trial %d (%s): params %v, the same job alone %s", i, tr.Name, row.Summary, alone.ParamsSHA256)
+		}
+	}
+}
+
 // TestSweepPriorities: a trial's priority: key, and --priority KEY taking
 // a trial's number from its overrides; a priority that is not a number is
 // refused, naming the trial.
@@ -299,4 +351,20 @@ base:
 trials:
   - {name: low, epochs: 300}
   - {name: high, priority: 1}
+`
+
+// equalSweep has two long trials of the same priority and different
+// seeds.
+const equalSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 256
+  epochs: 60
+  batch_size: 32
+  log_every: 8
+  enable_graphs: true
+  model: {hidden: [32]}
+trials:
+  - {name: one}
+  - {name: two, seed: 2}
 `

@@ -80,6 +80,9 @@ type TrialResult struct {
 	Name   string     `json:"name"`
 	State  TrialState `json:"state"`
 	Device string     `json:"device,omitempty"` // e.g. cpu, cuda:1
+	// CPUThreads is the kernel threads the trial's CPU device had in its
+	// last attempt (see cpuThreads); 0 on a GPU or through a scheduler.
+	CPUThreads int `json:"cpu_threads,omitempty"`
 	// Value is the rank-by figure of a succeeded trial.
 	Value     *float64       `json:"value,omitempty"`
 	RunDir    string         `json:"run_dir"`

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -80,6 +81,11 @@ type Config struct {
 	// each device, in bytes; 0 takes what the device reports free. On the
 	// CPU it stands in for a GPU's memory (see budget.Config).
 	DeviceMemory int64
+	// MinResidence is the least time a trial keeps its device-memory
+	// budget before the broker may park it to make room for a trial of
+	// its own priority (see budget.Config); 0 is
+	// budget.DefaultMinResidence.
+	MinResidence time.Duration
 	// PriorityKey, when set, gives each trial the value of this key among
 	// its overrides (a number) as its priority for device memory, in
 	// place of its priority: (see Trial.Priority).
@@ -135,6 +141,8 @@ func (c Config) Validate() error {
 		return refusal.Config(field.Errorf("parallel", "must be at least 1, got %d", c.Parallel))
 	case c.DeviceMemory < 0:
 		return refusal.Config(field.Errorf("device_memory", "cannot be negative (%d); give a size such as 8GiB, or 0 for what the device reports", c.DeviceMemory))
+	case c.MinResidence < 0:
+		return refusal.Config(field.Errorf("min_residence", "cannot be negative (%s); give a duration such as 10s, or 0 for the default", c.MinResidence))
 	case c.Retries < 0 || c.Retries > 100:
 		return refusal.Config(field.Errorf("retries", "must be in 0..100, got %d", c.Retries))
 	}
@@ -222,6 +230,9 @@ type Run struct {
 	pace resultsPace
 	// writes counts the rewrites of the results files.
 	writes int
+	// sideBySide is how many trials run at once on this machine's CPU,
+	// which divide its cores (see cpuThreads); set by Run.
+	sideBySide int
 	// journal records attempts' starts and trials' ends as they happen;
 	// journalErr is its first failure (guarded by mu).
 	journal    *journal
@@ -248,7 +259,7 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 	if err := setPriorities(cfg.Sweep, cfg.PriorityKey); err != nil {
 		return nil, err
 	}
-	if s.broker, err = budget.New(budget.Config{DeviceMemory: cfg.DeviceMemory, Changed: changed}); err != nil {
+	if s.broker, err = budget.New(budget.Config{DeviceMemory: cfg.DeviceMemory, MinResidence: cfg.MinResidence, Changed: changed}); err != nil {
 		return nil, err
 	}
 	if cfg.Resume {
@@ -773,6 +784,7 @@ func (s *Run) Run(ctx context.Context) (Results, error) {
 		}
 	}
 	s.launcher.Plan(planned)
+	s.sideBySide = min(s.Parallel(), len(planned))
 	// A Ctrl-C reaches the trials only once the launcher will start no
 	// worker any more (see launch.Launcher.Hold).
 	ctx, stop := s.launcher.Hold(ctx)
@@ -852,6 +864,7 @@ func (s *Run) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot) Tria
 		a := s.attempt(ctx, i, t, sl, res.Attempts)
 		prev := res.Summary
 		res.State, res.Reason, res.LogTail, res.Summary, res.Device = a.state, a.reason, a.logTail, a.summary, sl.String()
+		res.CPUThreads = a.cpuThreads
 		if a.unstarted {
 			// Nothing ran: the trial's figures stay its earlier attempt's.
 			res.Summary = prev
@@ -878,6 +891,9 @@ type outcome struct {
 	summary *trainer.Summary
 	// unstarted: the attempt's worker never ran, so nothing trained.
 	unstarted bool
+	// cpuThreads is the kernel threads its worker's CPU device had; 0
+	// off this machine's CPU.
+	cpuThreads int
 }
 
 // Reasons a sweep counts a failed attempt by besides the worker's own
@@ -924,7 +940,7 @@ func failureReason(err error) string {
 // a resumed sweep continues) left a checkpoint. Any error
 // of the run (the worker's own, its exit, the protocol) is the trial's
 // failure with that reason.
-func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int) outcome {
+func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int) (o outcome) {
 	spec := t.Spec
 	spec.Device, spec.RunDir = sl.Device, filepath.Join(s.dir, t.Name)
 	if _, err := os.Stat(filepath.Join(spec.RunDir, trainer.CheckpointFile)); err == nil && (n > 1 || s.cfg.Resume) {
@@ -951,6 +967,15 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 	if err := s.writeTrialConfig(t, spec); err != nil {
 		return failed(fmt.Errorf("writing the trial's configuration: %w", err))
 	}
+	// Placement, not configuration: the threads do not change a result
+	// (the kernels give the same bits at any thread count), so the
+	// trial's configuration file leaves them out.
+	threads := 0
+	if sl.Device == "cpu" && !sl.Remote() {
+		threads = cpuThreads(spec.CPUThreads, runtime.GOMAXPROCS(0), s.sideBySide)
+		spec.CPUThreads = threads
+	}
+	defer func() { o.cpuThreads = threads }()
 	h, err := s.launcher.Start(ctx, w, sl, n)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -1007,6 +1032,19 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", why: failureStopped, logTail: tailOf(), summary: &sum}
 	}
 	return outcome{state: TrialSucceeded, summary: &sum}
+}
+
+// cpuThreads is how many kernel threads a trial's worker on the CPU gets:
+// the trial's own cpu_threads when it sets one (set), else the cores (the
+// coordinator's GOMAXPROCS, which is also what a worker's CPU device takes
+// by default) divided between the trials running side by side, at least
+// one. Each worker's helpers spin between kernels, so workers that each
+// took every core would take turns at them.
+func cpuThreads(set, cores, sideBySide int) int {
+	if set > 0 {
+		return set
+	}
+	return max(1, cores/max(1, sideBySide))
 }
 
 // minLevel passes on the records of at least its level.

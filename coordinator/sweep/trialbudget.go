@@ -15,7 +15,7 @@ const (
 	EventBudgetWait    = "budget_wait"    // the request waits: the device has no room now
 	EventBudgetGrant   = "budget_grant"   // the request is granted, after waited_seconds
 	EventBudgetRefused = "budget_refused" // the request can never fit; the trial fails
-	EventBudgetPark    = "budget_park"    // the broker asks the trial to park, for a request of higher priority
+	EventBudgetPark    = "budget_park"    // the broker asks the trial to park, to make room for a request of equal or higher priority
 	EventBudgetParked  = "budget_parked"  // the trial parked: its budget is released, it waits to unpark
 )
 
@@ -38,8 +38,10 @@ type TrialBudget struct {
 type BudgetUpdate struct {
 	Waiting bool
 	Parked  bool // the trial parked (Bytes: what it released) and waits to unpark
-	Bytes   int64
-	Waited  time.Duration
+	// For is, for a trial that parked, the trial it made room for.
+	For    string
+	Bytes  int64
+	Waited time.Duration
 }
 
 // budgetSink answers the worker's budget request through the broker and
@@ -53,6 +55,8 @@ type budgetSink struct {
 
 	mu     sync.Mutex
 	ticket *budget.Ticket
+	// parkFor is the trial the broker last asked this one to park for.
+	parkFor string
 }
 
 func (s *budgetSink) event(kind string, fields map[string]any) {
@@ -85,9 +89,13 @@ func (s *budgetSink) Ask(req jobserver.BudgetRequest, reply jobserver.BudgetRepl
 			// The worker may have gone meanwhile; its call's end says so.
 			_ = granted(g)
 		},
-		Park: func() {
-			s.event(EventBudgetPark, map[string]any{"device": tb.Device, "bytes": need, "priority": tb.Priority})
-			s.log.Info("parking the trial for a request of higher priority", "device", tb.Device)
+		Park: func(e budget.Eviction) {
+			s.mu.Lock()
+			s.parkFor = e.For
+			s.mu.Unlock()
+			s.event(EventBudgetPark, map[string]any{"device": tb.Device, "bytes": need, "priority": tb.Priority,
+				"for": e.For, "for_priority": e.ForPriority, "idle_seconds": e.Idle.Seconds()})
+			s.log.Info("parking the trial to make room for another", "device", tb.Device, "for", e.For, "for_priority", e.ForPriority)
 			_ = reply.Park()
 		}})
 	if err != nil {
@@ -117,7 +125,10 @@ func (s *budgetSink) Parked(p jobserver.BudgetParked) error {
 	s.event(EventBudgetParked, map[string]any{"device": s.tb.Device, "released_bytes": p.ReleasedBytes})
 	s.metrics.budgetParked(s.tb.Device)
 	if s.tb.Report != nil {
-		s.tb.Report(BudgetUpdate{Parked: true, Bytes: p.ReleasedBytes})
+		s.mu.Lock()
+		by := s.parkFor
+		s.mu.Unlock()
+		s.tb.Report(BudgetUpdate{Parked: true, For: by, Bytes: p.ReleasedBytes})
 	}
 	if t := s.current(); t != nil {
 		t.Parked()

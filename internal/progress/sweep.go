@@ -169,8 +169,10 @@ func (v *Sweep) line(u coordinator.TrialUpdate, r trialRow, first bool) {
 	switch {
 	case first:
 		v.table.Printf("trial %s: started on %s (attempt %d)\n", r.name, r.device, r.attempt)
+	case u.Budget != nil && u.Budget.Parked && u.Budget.For != "":
+		v.table.Printf("trial %s: parked to make room for trial %s, %s of device memory released on %s\n", r.name, u.Budget.For, trainer.FormatBytes(u.Budget.Bytes), r.device)
 	case u.Budget != nil && u.Budget.Parked:
-		v.table.Printf("trial %s: parked for a trial of higher priority, %s of device memory released on %s\n", r.name, trainer.FormatBytes(u.Budget.Bytes), r.device)
+		v.table.Printf("trial %s: parked to make room for another trial, %s of device memory released on %s\n", r.name, trainer.FormatBytes(u.Budget.Bytes), r.device)
 	case u.Budget != nil && u.Budget.Waiting:
 		v.table.Printf("trial %s: waiting for %s of device memory on %s\n", r.name, trainer.FormatBytes(u.Budget.Bytes), r.device)
 	case u.Budget != nil:

@@ -79,7 +79,7 @@ func TestSweepShowsWaitingTrials(t *testing.T) {
 		t.Errorf("a granted trial's row %q, want running", row)
 	}
 	parked := running
-	parked.Budget = &coordinator.BudgetUpdate{Parked: true, Bytes: 3 << 20}
+	parked.Budget = &coordinator.BudgetUpdate{Parked: true, For: "high", Bytes: 3 << 20}
 	v.Update(parked)
 	if row := v.rowText(v.rows[0]); !strings.Contains(row, "parked") {
 		t.Errorf("a parked trial's row %q does not say parked", row)
@@ -92,7 +92,7 @@ func TestSweepShowsWaitingTrials(t *testing.T) {
 		"trial big: started on cpu (attempt 1)",
 		"trial big: waiting for 3.0 MiB of device memory on cpu",
 		"trial big: granted 3.0 MiB of device memory on cpu after waiting 1.5s",
-		"trial big: parked for a trial of higher priority, 3.0 MiB of device memory released on cpu",
+		"trial big: parked to make room for trial high, 3.0 MiB of device memory released on cpu",
 		"trial big: granted 3.0 MiB of device memory on cpu after waiting 1.5s",
 	}
 	if got := strings.Split(strings.TrimSpace(b.String()), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -1,0 +1,46 @@
+package sweep
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestCPUThreads: the cores divided between the trials side by side, at
+// least one each, unless the trial sets its own.
+func TestCPUThreads(t *testing.T) {
+	for _, c := range []struct{ set, cores, side, want int }{
+		{0, 2, 1, 2}, {0, 2, 2, 1}, {0, 2, 4, 1}, {0, 16, 3, 5}, {0, 16, 0, 16}, {3, 2, 2, 3}, {1, 16, 1, 1},
+	} {
+		if got := cpuThreads(c.set, c.cores, c.side); got != c.want {
+			t.Errorf("cpu_threads %d, %d cores, %d side by side: %d threads, want %d", c.set, c.cores, c.side, got, c.want)
+		}
+	}
+}
+
+// TestSweepDividesTheCores: CPU worker processes placed side by side
+// (--parallel 2) each get half the cores (at least one) unless the trial
+// sets cpu_threads; results.json says how many each had, and so does the
+// worker's CPU device, in the summary's device description.
+func TestSweepDividesTheCores(t *testing.T) {
+	cfg := sweepConfig(t, strings.Replace(budgetSweep, "  - {name: two}", "  - {name: two, cpu_threads: 3}", 1))
+	cfg.Parallel = 2
+	res, _ := runSweep(t, context.Background(), cfg)
+	if res.Counts["succeeded"] != 2 {
+		t.Fatalf("counts %v: %+v", res.Counts, res.Trials)
+	}
+	want := map[string]int{"one": max(1, runtime.GOMAXPROCS(0)/2), "two": 3}
+	for _, r := range res.Trials {
+		if r.CPUThreads != want[r.Name] {
+			t.Errorf("trial %s: cpu_threads %d in the results, want %d", r.Name, r.CPUThreads, want[r.Name])
+		}
+		if r.Summary == nil || !strings.Contains(r.Summary.DeviceDescription, fmt.Sprintf("%d threads", want[r.Name])) {
+			t.Errorf("trial %s: the worker's device %v, want %d threads", r.Name, r.Summary, want[r.Name])
+		}
+	}
+	if got := readResults(t, cfg.Dir); got.Trials[0].CPUThreads == 0 {
+		t.Errorf("results.json does not say how many threads the trials had: %+v", got.Trials)
+	}
+}
