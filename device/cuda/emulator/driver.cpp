@@ -6,12 +6,18 @@
 // work in order, kernels are the C++ builds of kernels.cpp, and stream
 // capture records work into graphs instead of running it.
 #include <cuda.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -155,23 +161,24 @@ struct Block {
     size_t mapBytes;
     bool pinned;  // cuMemAllocHost
     bool freed;
+    int ordinal;  // the device (ordinal) a device block was allocated on
 };
 
 // Memory is every block handed out, device and pinned, by address. A freed
 // block is poisoned (every byte 0xFF: a float NaN) and kept mapped in a
 // quarantine, so that late use reads NaN instead of another block's data.
+// How many bytes each device has in use is the Driver's bill, not kept here.
 struct Memory {
     std::mutex mu;
     std::map<uintptr_t, Block> blocks;
     std::deque<uintptr_t> quarantine;
     size_t quarantined = 0;
-    size_t deviceInUse = 0;
     static constexpr size_t kQuarantineBytes = 256u << 20;
 
     // alloc maps a block whose end (rounded up to 256 bytes, the driver's
     // alignment) touches an inaccessible guard page, so that a kernel
     // writing past a buffer faults at once instead of corrupting memory.
-    void *alloc(size_t bytes, bool pinned) {
+    void *alloc(size_t bytes, bool pinned, int ordinal = -1) {
         const size_t page = 4096, rounded = (bytes + 255) & ~size_t(255);
         const size_t data = (rounded + page - 1) & ~(page - 1), total = data + page;
         void *m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -179,19 +186,20 @@ struct Memory {
         mprotect(static_cast<char *>(m) + data, page, PROT_NONE);
         uintptr_t p = uintptr_t(m) + (data - rounded);
         std::lock_guard<std::mutex> l(mu);
-        blocks[p] = Block{bytes, uintptr_t(m), total, pinned, false};
-        if (!pinned) deviceInUse += bytes;
+        blocks[p] = Block{bytes, uintptr_t(m), total, pinned, false, ordinal};
         return reinterpret_cast<void *>(p);
     }
 
-    // release poisons and quarantines the block starting exactly at p.
-    CUresult release(uintptr_t p, bool pinned) {
+    // release poisons and quarantines the block starting exactly at p, and
+    // says how many bytes it held on which device (ordinal).
+    CUresult release(uintptr_t p, bool pinned, size_t *bytes = nullptr, int *ordinal = nullptr) {
         std::lock_guard<std::mutex> l(mu);
         auto it = blocks.find(p);
         if (it == blocks.end() || it->second.freed || it->second.pinned != pinned) return CUDA_ERROR_INVALID_VALUE;
         std::memset(reinterpret_cast<void *>(p), 0xFF, it->second.bytes);
         it->second.freed = true;
-        if (!pinned) deviceInUse -= it->second.bytes;
+        if (bytes) *bytes = it->second.bytes;
+        if (ordinal) *ordinal = it->second.ordinal;
         quarantine.push_back(p);
         quarantined += it->second.bytes;
         while (quarantined > kQuarantineBytes && quarantine.size() > 1) {
@@ -232,6 +240,330 @@ struct Memory {
         if (!b->pinned || b->freed || p + n > base + b->bytes) return -1;
         return 1;
     }
+};
+
+// ---- sizes ----------------------------------------------------------------------
+
+// parseBytes reads a size in bytes: digits, optionally followed by K, M, G
+// or T (binary multiples, 1024^n; "KiB", "MiB", ... are accepted too).
+bool parseBytes(const std::string &text, size_t *out) {
+    size_t i = 0;
+    unsigned long long v = 0;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+        unsigned long long next = v * 10 + unsigned(text[i] - '0');
+        if (next / 10 != v) return false;
+        v = next;
+        ++i;
+    }
+    if (i == 0) return false;
+    std::string unit = text.substr(i);
+    int shift = 0;
+    if (!unit.empty()) {
+        switch (unit[0]) {
+        case 'K': shift = 10; break;
+        case 'M': shift = 20; break;
+        case 'G': shift = 30; break;
+        case 'T': shift = 40; break;
+        default: return false;
+        }
+        std::string rest = unit.substr(1);
+        if (!rest.empty() && rest != "iB" && rest != "B") return false;
+    }
+    if (shift && (v << shift) >> shift != v) return false;
+    *out = size_t(v << shift);
+    return true;
+}
+
+// deviceSizes reads CUDAEMU_MEMORY for a machine of n devices: one size for
+// every device, or a comma-separated list, one per device in the machine's
+// order; devices past the end of a shorter list take its last size. A
+// malformed value is noted on stderr and ignored (every device keeps the
+// default, 16 GiB), as CUDAEMU_FAULTS does with a malformed rule.
+std::vector<size_t> deviceSizes(const char *env, int n) {
+    const size_t fallback = size_t(16) << 30;
+    std::vector<size_t> sizes;
+    if (env && *env) {
+        std::string v(env);
+        size_t at = 0;
+        for (;;) {
+            size_t end = v.find(',', at);
+            if (end == std::string::npos) end = v.size();
+            size_t b;
+            if (!parseBytes(v.substr(at, end - at), &b)) {
+                note("CUDAEMU_MEMORY: %s is not a size in bytes (optionally with K, M, G or T) or a comma-separated "
+                     "list of them; every device has 16 GiB",
+                     env);
+                sizes.clear();
+                break;
+            }
+            sizes.push_back(b);
+            if (end == v.size()) break;
+            at = end + 1;
+        }
+    }
+    if (sizes.empty()) sizes.push_back(fallback);
+    while (int(sizes.size()) < n) sizes.push_back(sizes.back());
+    return sizes;
+}
+
+// ---- devices shared across processes ------------------------------------------
+
+// ProcStat is what /proc/PID/stat says of a process: its state letter and
+// its start time (clock ticks after boot), which tells a process from a
+// later one given the same pid.
+struct ProcStat {
+    char state = '?';
+    unsigned long long start = 0;
+};
+
+bool readProcStat(long pid, ProcStat *st) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = std::fopen(path, "r");
+    if (!f) return false;
+    char buf[1024];
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = 0;
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses,
+    // so the fields are counted from the last ')'. starttime is field 22.
+    const char *p = std::strrchr(buf, ')');
+    if (!p || p[1] != ' ') return false;
+    st->state = p[2];
+    p += 2;
+    for (int field = 3; field < 22; ++field) {
+        p = std::strchr(p, ' ');
+        if (!p) return false;
+        ++p;
+    }
+    st->start = std::strtoull(p, nullptr, 10);
+    return true;
+}
+
+// processAlive says whether the process recorded as pid with start time
+// start still runs. A zombie (killed, not yet reaped) does not: a GPU's
+// memory is freed when its process dies, whether or not its parent has
+// waited for it yet.
+bool processAlive(long pid, unsigned long long start) {
+    ProcStat st;
+    if (readProcStat(pid, &st)) return st.state != 'Z' && st.state != 'X' && (start == 0 || st.start == start);
+    return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
+}
+
+// Ledger keeps, with CUDAEMU_STATE=DIR, each physical device's memory in use
+// by every process in DIR, so that processes placed on one emulated device
+// share its memory as they share a GPU's. For each physical device N:
+//
+//   DIR/device-N.state  the device's record (format below), replaced
+//                       atomically (written beside, then renamed), so a
+//                       reader needs no lock
+//   DIR/device-N.lock   flock(2)ed by a process while it reads and
+//                       rewrites the record; the kernel drops the lock of a
+//                       process that dies holding it
+//
+// The record, one line each (device/cuda/emulator/emurecord parses it):
+//
+//   # tolaria emulated CUDA device, CUDAEMU_STATE format 1
+//   device N total BYTES peak BYTES
+//   process PID start TICKS parent PPID context BYTES in_use BYTES peak BYTES alive|gone
+//
+// total is the device's size (CUDAEMU_MEMORY of the last process that wrote
+// the record); the device's peak is the most bytes in use at once, all
+// processes together. A process line is added when the process first
+// retains the device's primary context and kept after it ends; its in_use
+// counts its allocations plus its context's bill (context), and its peak is
+// its highest in_use. Each write first checks every process line: one
+// whose process has died (no longer in /proc, a zombie, or its pid now
+// another process's: start is /proc/PID/stat's starttime) is marked gone
+// and its in_use and context set to 0, so a process killed by SIGKILL
+// leaks nothing beyond the next write. "alive" is as of the last write.
+class Ledger {
+  public:
+    struct Proc {
+        long pid = 0;
+        unsigned long long start = 0;
+        long parent = 0;
+        size_t context = 0, inUse = 0, peak = 0;
+        bool alive = true;
+    };
+    struct Record {
+        size_t total = 0, peak = 0;
+        std::vector<Proc> procs;
+    };
+
+    void open(const std::string &dir) {
+        dir_ = dir;
+        ::mkdir(dir.c_str(), 0777);  // one level; an existing directory is fine
+        self_.pid = long(::getpid());
+        self_.parent = long(::getppid());
+        ProcStat st;
+        if (readProcStat(self_.pid, &st)) self_.start = st.start;
+    }
+    bool on() const { return !dir_.empty(); }
+
+    // set records that this process now has inUse bytes (its context's bill
+    // included) on physical device phys of size total. When grow is set
+    // and the processes' use together would exceed total, nothing changes
+    // and CUDA_ERROR_OUT_OF_MEMORY is returned.
+    CUresult set(int phys, size_t total, size_t inUse, size_t context, bool grow) {
+        std::lock_guard<std::mutex> l(mu_);
+        int lock = lockDevice(phys, LOCK_EX);
+        if (lock < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+        Record rec;
+        CUresult r = read(phys, &rec);
+        if (r == CUDA_SUCCESS) {
+            if (rec.total && rec.total != total && !warnedTotal_) {
+                warnedTotal_ = true;
+                note("CUDAEMU_STATE: device %d has %zu bytes in %s but %zu here; processes sharing the directory must "
+                     "agree on CUDAEMU_MEMORY",
+                     phys, rec.total, path(phys, ".state").c_str(), total);
+            }
+            size_t others = reap(&rec);
+            if (grow && (inUse > total || others > total - inUse)) {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            } else {
+                Proc *me = mine(&rec);
+                me->inUse = inUse;
+                me->context = context;
+                me->peak = std::max(me->peak, inUse);
+                me->alive = true;
+                rec.total = total;
+                rec.peak = std::max(rec.peak, others + inUse);
+                r = write(phys, rec);
+            }
+        }
+        ::close(lock);
+        return r;
+    }
+
+    // used is the bytes all live processes have in use on physical device phys.
+    CUresult used(int phys, size_t *out) {
+        std::lock_guard<std::mutex> l(mu_);
+        int lock = lockDevice(phys, LOCK_SH);
+        if (lock < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+        Record rec;
+        CUresult r = read(phys, &rec);
+        ::close(lock);
+        if (r) return r;
+        size_t sum = 0;
+        for (const Proc &p : rec.procs)
+            if (p.alive && (same(p, self_) || processAlive(p.pid, p.start))) sum += p.inUse;
+        *out = sum;
+        return CUDA_SUCCESS;
+    }
+
+  private:
+    std::string path(int phys, const char *ext) const { return dir_ + "/device-" + std::to_string(phys) + ext; }
+
+    static bool same(const Proc &a, const Proc &b) { return a.pid == b.pid && a.start == b.start; }
+
+    int lockDevice(int phys, int how) {
+        std::string p = path(phys, ".lock");
+        int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            note("CUDAEMU_STATE: cannot open %s: %s", p.c_str(), std::strerror(errno));
+            return -1;
+        }
+        while (::flock(fd, how) != 0) {
+            if (errno == EINTR) continue;
+            note("CUDAEMU_STATE: cannot lock %s: %s", p.c_str(), std::strerror(errno));
+            ::close(fd);
+            return -1;
+        }
+        return fd;
+    }
+
+    CUresult read(int phys, Record *rec) {
+        std::string p = path(phys, ".state");
+        FILE *f = std::fopen(p.c_str(), "r");
+        if (!f) {
+            if (errno == ENOENT) return CUDA_SUCCESS;
+            note("CUDAEMU_STATE: cannot read %s: %s", p.c_str(), std::strerror(errno));
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        char line[512];
+        bool ok = true;
+        while (ok && std::fgets(line, sizeof line, f)) {
+            if (line[0] == '#' || line[0] == '\n') continue;
+            int dev;
+            unsigned long long total, peak, start, ctx, use, ppeak;
+            long pid, parent;
+            char state[16];
+            if (std::sscanf(line, "device %d total %llu peak %llu", &dev, &total, &peak) == 3) {
+                rec->total = size_t(total);
+                rec->peak = size_t(peak);
+            } else if (std::sscanf(line, "process %ld start %llu parent %ld context %llu in_use %llu peak %llu %15s", &pid,
+                                   &start, &parent, &ctx, &use, &ppeak, state) == 7) {
+                Proc pr;
+                pr.pid = pid;
+                pr.start = start;
+                pr.parent = parent;
+                pr.context = size_t(ctx);
+                pr.inUse = size_t(use);
+                pr.peak = size_t(ppeak);
+                pr.alive = std::strcmp(state, "alive") == 0;
+                rec->procs.push_back(pr);
+            } else {
+                ok = false;
+            }
+        }
+        std::fclose(f);
+        if (!ok) {
+            note("CUDAEMU_STATE: %s is not a device record of this emulator", p.c_str());
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        return CUDA_SUCCESS;
+    }
+
+    // reap marks the processes that died gone and returns the bytes the
+    // other live processes have in use.
+    size_t reap(Record *rec) {
+        size_t others = 0;
+        for (Proc &p : rec->procs) {
+            if (same(p, self_)) continue;
+            if (p.alive && !processAlive(p.pid, p.start)) {
+                p.alive = false;
+                p.inUse = 0;
+                p.context = 0;
+            }
+            if (p.alive) others += p.inUse;
+        }
+        return others;
+    }
+
+    Proc *mine(Record *rec) {
+        for (Proc &p : rec->procs)
+            if (same(p, self_)) return &p;
+        rec->procs.push_back(self_);
+        return &rec->procs.back();
+    }
+
+    CUresult write(int phys, const Record &rec) {
+        std::string p = path(phys, ".state"), tmp = p + ".tmp" + std::to_string(self_.pid);
+        FILE *f = std::fopen(tmp.c_str(), "w");
+        if (!f) {
+            note("CUDAEMU_STATE: cannot write %s: %s", tmp.c_str(), std::strerror(errno));
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        std::fprintf(f, "# tolaria emulated CUDA device, CUDAEMU_STATE format 1\n");
+        std::fprintf(f, "device %d total %zu peak %zu\n", phys, rec.total, rec.peak);
+        for (const Proc &pr : rec.procs)
+            std::fprintf(f, "process %ld start %llu parent %ld context %zu in_use %zu peak %zu %s\n", pr.pid, pr.start,
+                         pr.parent, pr.context, pr.inUse, pr.peak, pr.alive ? "alive" : "gone");
+        bool ok = std::fflush(f) == 0;
+        ok = std::fclose(f) == 0 && ok;
+        if (!ok || std::rename(tmp.c_str(), p.c_str()) != 0) {
+            note("CUDAEMU_STATE: cannot replace %s: %s", p.c_str(), std::strerror(errno));
+            std::remove(tmp.c_str());
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        return CUDA_SUCCESS;
+    }
+
+    std::mutex mu_;  // one transaction of this process at a time
+    std::string dir_;
+    Proc self_;
+    bool warnedTotal_ = false;
 };
 
 // ---- streams, events, captures, graphs ------------------------------------
@@ -373,8 +705,10 @@ struct Exec {
     uint64_t lastTicket = 0;
 };
 
+// Context is a device's primary context, the only kind emulated.
 struct Context {
     int refs = 0;
+    int ordinal = 0;  // its device
 };
 
 // Driver is the whole emulated driver's state. mu guards the handle tables
@@ -412,8 +746,7 @@ struct Driver {
     std::mutex mu;
     bool initialised = false;
     int devices = 1;
-    size_t totalMem = size_t(16) << 30;
-    Context primary;
+    std::vector<Context> primaries;  // by ordinal; never resized, so their addresses are the handles
     Memory memory;
     std::mutex kernelLock;  // one kernel runs at a time (its __shared__ are statics)
     Stream legacy;
@@ -429,14 +762,76 @@ struct Driver {
     // physical[i] is the machine's device behind ordinal i: CUDAEMU_DEVICES
     // devices (default 1), filtered and ordered by CUDA_VISIBLE_DEVICES.
     std::vector<int> physical;
+    // sizes[n] is physical device n's memory (CUDAEMU_MEMORY).
+    std::vector<size_t> sizes;
+    // contextBytes is what a primary context is billed on its device while
+    // retained (CUDAEMU_CONTEXT_BYTES).
+    size_t contextBytes = 0;
+
+    // The bill, by ordinal, guarded by billMu: the bytes this process's
+    // device blocks hold, and its retained context's bill. With
+    // CUDAEMU_STATE the ledger shares it with every process on the device.
+    std::mutex billMu;
+    std::vector<size_t> blockBytes, contextBilled;
+    Ledger ledger;
 
     Driver() {
-        if (const char *d = std::getenv("CUDAEMU_DEVICES")) devices = std::atoi(d);
-        physical = visibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), devices);
+        int machine = 1;
+        if (const char *d = std::getenv("CUDAEMU_DEVICES")) machine = std::atoi(d);
+        physical = visibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), machine);
         devices = int(physical.size());
-        if (const char *m = std::getenv("CUDAEMU_MEMORY")) totalMem = size_t(std::atoll(m));
+        sizes = deviceSizes(std::getenv("CUDAEMU_MEMORY"), machine);
+        const char *state = std::getenv("CUDAEMU_STATE");
+        if (state && *state) {
+            ledger.open(state);
+            contextBytes = kStateContextBytes;
+        }
+        if (const char *c = std::getenv("CUDAEMU_CONTEXT_BYTES")) {
+            size_t b;
+            if (parseBytes(c, &b))
+                contextBytes = b;
+            else
+                note("CUDAEMU_CONTEXT_BYTES: %s is not a size in bytes (optionally with K, M, G or T); using %zu", c,
+                     contextBytes);
+        }
+        primaries.resize(size_t(devices));
+        for (int i = 0; i < devices; ++i) primaries[size_t(i)].ordinal = i;
+        blockBytes.assign(size_t(devices), 0);
+        contextBilled.assign(size_t(devices), 0);
         legacy.legacy = true;
         legacy.start();
+    }
+
+    // kStateContextBytes is a context's bill when CUDAEMU_STATE is set and
+    // CUDAEMU_CONTEXT_BYTES is not: 256 MiB, the order of what a real
+    // primary context holds on a data-centre GPU (a few hundred MiB).
+    // Without CUDAEMU_STATE the default is 0, the accounting of old.
+    static constexpr size_t kStateContextBytes = size_t(256) << 20;
+
+    size_t memOf(int ordinal) const { return sizes[size_t(physical[size_t(ordinal)])]; }
+
+    // context resolves a handle to one of the primary contexts, or nullptr.
+    Context *context(CUcontext h) {
+        for (Context &c : primaries)
+            if (reinterpret_cast<CUcontext>(&c) == h) return &c;
+        return nullptr;
+    }
+
+    // bill records that ordinal's blocks now hold blocks bytes and its
+    // context is billed ctx bytes; when the total grows past the device's
+    // memory (all processes' use with CUDAEMU_STATE) nothing changes and
+    // CUDA_ERROR_OUT_OF_MEMORY is returned. Call with billMu held.
+    CUresult bill(int ordinal, size_t blocks, size_t ctx) {
+        size_t o = size_t(ordinal), total = memOf(ordinal);
+        bool grow = blocks + ctx > blockBytes[o] + contextBilled[o];
+        if (ledger.on()) {
+            if (CUresult r = ledger.set(physical[o], total, blocks + ctx, ctx, grow)) return r;
+        } else if (grow && (ctx > total || blocks > total - ctx)) {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        blockBytes[o] = blocks;
+        contextBilled[o] = ctx;
+        return CUDA_SUCCESS;
     }
 };
 
@@ -866,19 +1261,30 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     if (!drv().initialised) return CUDA_ERROR_NOT_INITIALIZED;
     if (dev < 0 || dev >= drv().devices) return CUDA_ERROR_INVALID_DEVICE;
     if (!bytes) return CUDA_ERROR_INVALID_VALUE;
-    *bytes = drv().totalMem;
+    // cuda.h: "the total amount of memory available on the device dev": the
+    // size CUDAEMU_MEMORY gives the machine's device behind the ordinal.
+    *bytes = drv().memOf(dev);
     return CUDA_SUCCESS;
 }
 
+// Each device has its own primary context. Its first retain bills the
+// context (CUDAEMU_CONTEXT_BYTES) on the device and fails with
+// CUDA_ERROR_OUT_OF_MEMORY when that does not fit, as creating a context on
+// a full GPU does (cuda.h lists CUDA_ERROR_OUT_OF_MEMORY for
+// cuDevicePrimaryCtxRetain); its last release drops the bill.
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
     FAULT("cuDevicePrimaryCtxRetain");
     Driver &d = drv();
     if (!d.initialised) return CUDA_ERROR_NOT_INITIALIZED;
     if (dev < 0 || dev >= d.devices) return CUDA_ERROR_INVALID_DEVICE;
     if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> b(d.billMu);
     std::lock_guard<std::mutex> l(d.mu);
-    d.primary.refs++;
-    *ctx = reinterpret_cast<CUcontext>(&d.primary);
+    Context &c = d.primaries[size_t(dev)];
+    if (c.refs == 0)
+        if (CUresult r = d.bill(dev, d.blockBytes[size_t(dev)], d.contextBytes)) return r;
+    c.refs++;
+    *ctx = reinterpret_cast<CUcontext>(&c);
     return CUDA_SUCCESS;
 }
 
@@ -887,9 +1293,14 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     Driver &d = drv();
     if (!d.initialised) return CUDA_ERROR_NOT_INITIALIZED;
     if (dev < 0 || dev >= d.devices) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard<std::mutex> b(d.billMu);
     std::lock_guard<std::mutex> l(d.mu);
-    if (d.primary.refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
-    if (--d.primary.refs == 0 && !faults().sticky.load() && (!d.streams.empty() || !d.events.empty() || !d.execs.empty() || !d.graphs.empty()))
+    Context &c = d.primaries[size_t(dev)];
+    if (c.refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (--c.refs > 0) return CUDA_SUCCESS;
+    d.bill(dev, d.blockBytes[size_t(dev)], 0);  // a smaller bill always fits; a failed write is noted
+    bool none = std::all_of(d.primaries.begin(), d.primaries.end(), [](const Context &p) { return p.refs == 0; });
+    if (none && !faults().sticky.load() && (!d.streams.empty() || !d.events.empty() || !d.execs.empty() || !d.graphs.empty()))
         note("the primary context was released with %zu streams, %zu events, %zu graphs and %zu executables left; they stay allocated",
              d.streams.size(), d.events.size(), d.graphs.size(), d.execs.size());
     return CUDA_SUCCESS;
@@ -899,7 +1310,7 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
     FAULT("cuCtxSetCurrent");
     Driver &d = drv();
     if (!d.initialised) return CUDA_ERROR_NOT_INITIALIZED;
-    if (ctx && ctx != reinterpret_cast<CUcontext>(&d.primary)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx && !d.context(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
     currentCtx = reinterpret_cast<Context *>(ctx);
     return CUDA_SUCCESS;
 }
@@ -916,7 +1327,7 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *dev) {
     FAULT("cuCtxGetDevice");
     NEED_CONTEXT();
     if (!dev) return CUDA_ERROR_INVALID_VALUE;
-    *dev = 0;
+    *dev = currentCtx->ordinal;
     return CUDA_SUCCESS;
 }
 
@@ -937,40 +1348,75 @@ EXPORT CUresult cuCtxSynchronize() {
     return CUDA_SUCCESS;
 }
 
+// cuMemGetInfo answers for the current context's device. cuda.h: total is
+// "the total amount of memory available to the current context", free "the
+// amount of memory on the device that is free", which on a GPU shared by
+// several processes is what none of them holds ("in a multi-tenant
+// situation" it may change at once). So total is the device's size and free
+// that size less this process's bill (its blocks and its context) or, with
+// CUDAEMU_STATE, less every live process's bill on the device.
 EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
     FAULT("cuMemGetInfo_v2");
     NEED_CONTEXT();
     Driver &d = drv();
-    std::lock_guard<std::mutex> l(d.memory.mu);
-    if (free) *free = d.totalMem > d.memory.deviceInUse ? d.totalMem - d.memory.deviceInUse : 0;
-    if (total) *total = d.totalMem;
+    int o = currentCtx->ordinal;
+    size_t size = d.memOf(o), used;
+    {
+        std::lock_guard<std::mutex> l(d.billMu);
+        if (d.ledger.on()) {
+            if (CUresult r = d.ledger.used(d.physical[size_t(o)], &used)) return r;
+        } else {
+            used = d.blockBytes[size_t(o)] + d.contextBilled[size_t(o)];
+        }
+    }
+    if (free) *free = size > used ? size - used : 0;
+    if (total) *total = size;
     return CUDA_SUCCESS;
 }
 
+// cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY (cuda.h: "unable to
+// allocate enough memory to perform the requested operation") when the
+// block would take the device past its size: this process's bill alone, or
+// with CUDAEMU_STATE every live process's on the device, as on a GPU that
+// processes share.
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
     FAULT("cuMemAlloc_v2");
     NEED_CONTEXT();
     UNSAFE_CALL();
     if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     Driver &d = drv();
+    int o = currentCtx->ordinal;
     {
-        std::lock_guard<std::mutex> l(d.memory.mu);
-        if (d.memory.deviceInUse + bytes > d.totalMem) return CUDA_ERROR_OUT_OF_MEMORY;
+        std::lock_guard<std::mutex> l(d.billMu);
+        size_t have = d.blockBytes[size_t(o)];
+        if (bytes > SIZE_MAX - have) return CUDA_ERROR_OUT_OF_MEMORY;
+        if (CUresult r = d.bill(o, have + bytes, d.contextBilled[size_t(o)])) return r;
     }
-    void *m = d.memory.alloc(bytes, false);
-    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    void *m = d.memory.alloc(bytes, false, o);
+    if (!m) {
+        std::lock_guard<std::mutex> l(d.billMu);
+        d.bill(o, d.blockBytes[size_t(o)] - bytes, d.contextBilled[size_t(o)]);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *p = CUdeviceptr(m);
     return CUDA_SUCCESS;
 }
 
-// cuMemFree waits for the device's work so far, then poisons the block.
+// cuMemFree waits for the device's work so far, then poisons the block and
+// takes it off its device's bill.
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     FAULT("cuMemFree_v2");
     NEED_CONTEXT();
     UNSAFE_CALL();
     if (p == 0) return CUDA_SUCCESS;
     syncAll();
-    return drv().memory.release(uintptr_t(p), false);
+    Driver &d = drv();
+    size_t bytes;
+    int o;
+    std::lock_guard<std::mutex> l(d.billMu);  // held across the release, so the bill never runs below the blocks
+    if (CUresult r = d.memory.release(uintptr_t(p), false, &bytes, &o)) return r;
+    if (CUresult r = d.bill(o, d.blockBytes[size_t(o)] - bytes, d.contextBilled[size_t(o)])) return r;
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemAllocHost_v2(void **p, size_t bytes) {
