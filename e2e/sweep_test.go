@@ -125,7 +125,7 @@ func TestSweepRefusesBadInput(t *testing.T) {
 	file := writeSweepFile(t, dir, strings.Replace(e2eSweep, "{name: c, lr: 0.01,", "{name: c, lr: 0.01, momentun: 0.9,", 1))
 	sweepDir := filepath.Join(dir, "sweep")
 	r := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--sweep-dir", sweepDir)
-	if r.code != 2 || !strings.Contains(r.stderr, "sweep file "+file+`: trial "c": unknown keys momentun`) {
+	if r.code != 2 || !strings.Contains(r.stderr, "sweep file "+file+`: trial "c": unknown key momentun`) {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	if _, err := os.Stat(sweepDir); !errors.Is(err, os.ErrNotExist) {

@@ -173,7 +173,7 @@ func parseLayer(item any, path string) (nn.LayerSpec, error) {
 			return bad("unknown key %q; %s", name, takes(kind))
 		}
 		if err := setLayerKey(&l, name, values[name]); err != nil {
-			return bad("%s: cannot use %v: %v", name, values[name], err)
+			return bad("%s: %v", name, err)
 		}
 	}
 	for _, k := range valid {

@@ -77,7 +77,7 @@ func TestParseLayersRefuses(t *testing.T) {
 		{"[{dropout: {}}]",
 			"model.layers: layers[0] (dropout): p is required, e.g. dropout: {p: 0.5}"},
 		{"[{linear: {out: 2.5}}]",
-			"model.layers: layers[0] (linear): out: cannot use 2.5: 2.5 is not a whole number"},
+			"model.layers: layers[0] (linear): out: must be a whole number, got 2.5"},
 		{"[{linear: 10}]",
 			"model.layers: layers[0] (linear): give its settings as a map, e.g. linear: {out: 10}"},
 		{"[{residual: {relu: {}}}]",

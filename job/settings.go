@@ -134,7 +134,7 @@ func (s *Spec) Set(key field.Name, v any) error {
 		return nil
 	}
 	if err := field.Assign(f.Addr().Interface(), v); err != nil {
-		return field.Errorf(key, "cannot use %q: %w", fmt.Sprint(v), err)
+		return field.Errorf(key, "%w", err)
 	}
 	return nil
 }

@@ -238,8 +238,8 @@ func TestBoundErrorsNameTheKeyAsWritten(t *testing.T) {
 		{"optimizer: lion\n", "optimizer.kind", "optimizer: unknown kind \"lion\""},
 		{"data: {world: 2, rank: 2}\n", "data.rank", "data.rank: must be in 0..1, below data.world (2)"},
 		{"world: 2\nrank: 2\n", "data.rank", "rank: must be in 0..1, below world (2)"},
-		{"schedule: {epochs: 2.5}\n", "schedule.epochs", "schedule.epochs: cannot use \"2.5\""},
-		{"epochs: 2.5\n", "schedule.epochs", "epochs: cannot use \"2.5\""},
+		{"schedule: {epochs: 2.5}\n", "schedule.epochs", "schedule.epochs: must be a whole number, got 2.5"},
+		{"epochs: 2.5\n", "schedule.epochs", "epochs: must be a whole number, got 2.5"},
 	} {
 		st, err := ReadConfigFile(writeFile(t, []byte(c.yaml)), nil)
 		if err != nil {

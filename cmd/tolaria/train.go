@@ -33,9 +33,20 @@ first) and applied to the training and test sets alike: one scalar pair, not one
 per pixel. The synthetic dataset is standardised the same way.
 
 Configuration: flags > TOLARIA_* environment variables (TOLARIA_BATCH_SIZE,
-TOLARIA_MODEL_HIDDEN, ...) > a YAML --config file (keys as the flags with
-underscores; model.hidden, model.activation, model.loss, model.input and
-model.layers nest under model:) > defaults.
+TOLARIA_MODEL_HIDDEN, ...; or the key's path, TOLARIA_SCHEDULE_BATCH_SIZE) > a
+YAML --config file > defaults. The file nests its keys in sections, each
+section's keys those of the flags in it (docs/configuration.md):
+
+  model:     {hidden, activation, loss, input, layers}
+  optimizer: {kind, lr, momentum, weight_decay, clip_norm, warmup_steps}
+  schedule:  {epochs, batch_size, log_every, max_steps, checkpoint_every}
+  data:      {dataset, dir, synthetic_size, context, ragged, loaders, world, rank}
+  graphs:    {enabled, warmup_batches, pool_reuse}
+  staging:   {slots, prefetch_to_device}
+
+with device, seed, run_dir, resume and cpu_threads at the top. The flat keys
+of earlier releases (lr:, optimizer: adamw, epochs:) are still read, each with
+a warning naming its key.
 
 The model: --hidden and --activation give an MLP (the default is
 784-256-128-10 with GELU on Fashion-MNIST). Any other network is a list of

@@ -107,7 +107,7 @@ func TestReadSweepRefuses(t *testing.T) {
 		{"empty trial list", "trials: []\n", []string{"has no trials"}},
 		{"unknown top-level key", "base: {}\ntrial: [{lr: 0.1}]\n", []string{"field trial not found", "base:, trials:, grid:, and optionally launcher: and slurm:"}},
 		{"unknown base key", "base: {epochz: 2}\ntrials: [{}]\n", []string{"base:", "unknown key epochz"}},
-		{"bad base value", "base: {epochs: 2.5}\ntrials: [{}]\n", []string{"base:", "epochs:", "not a whole number"}},
+		{"bad base value", "base: {epochs: 2.5}\ntrials: [{}]\n", []string{"base:", "epochs: must be a whole number, got 2.5"}},
 		{"unknown trial key", "trials: [{name: a, lr: 0.1}, {name: b, learning_rate: 0.1}]\n", []string{`trial "b"`, "unknown key learning_rate"}},
 		{"dashed trial key", "trials: [{batch-size: 8}]\n", []string{`trial "trial-1"`, "batch-size (write batch_size)"}},
 		{"bad trial value", "trials: [{name: fast, lr: 50}]\n", []string{`trial "fast"`, "lr:", "(0, 10]"}},

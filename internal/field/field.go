@@ -1,8 +1,10 @@
 // Package field names configuration settings in errors. A library reports
-// a bad setting by its configuration key (batch_size, model.hidden), as it
-// is written in a configuration file; a command renders the same error
-// with its own spelling of the keys (--batch-size), so no library needs to
-// know the command's flags.
+// a bad setting by its configuration key (schedule.batch_size,
+// model.hidden), as it is written in a configuration file; a command
+// renders the same error with its own spelling of the keys (--batch-size),
+// so no library needs to know the command's flags. Schema reads a YAML
+// configuration file by those keys, and Assign reads a value into a
+// setting's field, the same way for every kind of configuration.
 package field
 
 import (

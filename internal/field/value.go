@@ -14,8 +14,9 @@ import (
 // file (typed) gives it, into *dst: an int, a uint64, a float64, a bool,
 // a string (or a type of one of those kinds) or a []int. Whole numbers
 // refuse fractions (3.7 is an error, not 3), and a list of whole numbers
-// may be text such as "256,128". The error does not name the key: the
-// caller knows it.
+// may be text such as "256,128". The error says what the value must be
+// and what it was, without the key: the caller names it
+// (Errorf(key, "%w", err)).
 func Assign(dst any, v any) error {
 	f := reflect.ValueOf(dst)
 	if f.Kind() != reflect.Pointer || f.IsNil() {
@@ -37,23 +38,24 @@ func Assign(dst any, v any) error {
 		f.SetUint(n)
 	case reflect.Float64:
 		x, err := cast.ToFloat64E(v)
-		if err != nil {
-			return err
+		if _, isBool := v.(bool); err != nil || isBool {
+			return fmt.Errorf("must be a number, got %s", spell(v))
 		}
 		f.SetFloat(x)
 	case reflect.Bool:
 		b, err := cast.ToBoolE(v)
 		if err != nil {
-			return err
+			return fmt.Errorf("must be true or false, got %s", spell(v))
 		}
 		f.SetBool(b)
 	case reflect.String:
-		if _, isList := v.([]any); isList {
-			return fmt.Errorf("want one value, not a list")
+		switch v.(type) {
+		case []any, map[string]any:
+			return fmt.Errorf("must be one value, got %s", spell(v))
 		}
 		s, err := cast.ToStringE(v)
 		if err != nil {
-			return err
+			return fmt.Errorf("must be text, got %s", spell(v))
 		}
 		f.SetString(s)
 	case reflect.Slice:
@@ -71,24 +73,44 @@ func Assign(dst any, v any) error {
 	return nil
 }
 
+// spell is a value as an error shows it: text quoted, anything else as
+// it prints.
+func spell(v any) string {
+	if s, ok := v.(string); ok {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprint(v)
+}
+
+// notWhole is the refusal of v where a whole number goes.
+func notWhole(v any) error { return fmt.Errorf("must be a whole number, got %s", spell(v)) }
+
 // WholeNumber reads an int from a flag, an environment variable or a
 // YAML value, refusing a fraction rather than truncating it.
 func WholeNumber(v any) (int, error) {
 	switch x := v.(type) {
 	case string:
-		return strconv.Atoi(strings.TrimSpace(x))
+		n, err := strconv.Atoi(strings.TrimSpace(x))
+		if err != nil {
+			return 0, notWhole(v)
+		}
+		return n, nil
 	case float64:
 		if x != math.Trunc(x) || math.IsInf(x, 0) {
-			return 0, fmt.Errorf("%v is not a whole number", x)
+			return 0, notWhole(v)
 		}
 		if x < math.MinInt64 || x >= math.MaxInt64 {
-			return 0, fmt.Errorf("%v is out of range", x)
+			return 0, fmt.Errorf("must be a whole number in range, got %v", x)
 		}
 		return int(x), nil
 	case bool:
-		return 0, fmt.Errorf("%v is not a whole number", x)
+		return 0, notWhole(v)
 	}
-	return cast.ToIntE(v)
+	n, err := cast.ToIntE(v)
+	if err != nil {
+		return 0, notWhole(v)
+	}
+	return n, nil
 }
 
 // NonNegative reads a whole number from 0 (a seed) as WholeNumber reads
@@ -96,56 +118,63 @@ func WholeNumber(v any) (int, error) {
 func NonNegative(v any) (uint64, error) {
 	switch x := v.(type) {
 	case string:
-		return strconv.ParseUint(strings.TrimSpace(x), 10, 64)
+		n, err := strconv.ParseUint(strings.TrimSpace(x), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("must be a whole number from 0, got %s", spell(v))
+		}
+		return n, nil
 	case float64:
 		if x != math.Trunc(x) || math.IsInf(x, 0) || math.IsNaN(x) {
-			return 0, fmt.Errorf("%v is not a whole number", x)
+			return 0, notWhole(v)
 		}
 		if x < 0 || x >= math.MaxUint64 {
-			return 0, fmt.Errorf("%v is out of range: give a whole number from 0", x)
+			return 0, fmt.Errorf("must be a whole number from 0, got %v", x)
 		}
 		return uint64(x), nil
 	case float32:
 		return NonNegative(float64(x))
 	case int:
 		if x < 0 {
-			return 0, fmt.Errorf("%d is out of range: give a whole number from 0", x)
+			return 0, fmt.Errorf("must be a whole number from 0, got %d", x)
 		}
 	case bool:
-		return 0, fmt.Errorf("%v is not a whole number", x)
+		return 0, notWhole(v)
 	}
-	return cast.ToUint64E(v)
+	n, err := cast.ToUint64E(v)
+	if err != nil {
+		return 0, notWhole(v)
+	}
+	return n, nil
 }
 
 // WholeNumbers reads a list of whole numbers from text ("256,128",
 // "[256,128]") or a list.
 func WholeNumbers(v any) ([]int, error) {
-	var items []string
+	var items []any
 	switch x := v.(type) {
 	case string:
 		x = strings.Trim(strings.TrimSpace(x), "[]")
 		if x != "" {
-			items = strings.Split(x, ",")
+			for _, it := range strings.Split(x, ",") {
+				items = append(items, strings.TrimSpace(it))
+			}
 		}
 	case []string:
-		items = x
+		for _, it := range x {
+			items = append(items, it)
+		}
 	case []int:
 		return append([]int{}, x...), nil
 	case []any:
-		for _, it := range x {
-			if f, ok := it.(float64); ok && f != math.Trunc(f) {
-				return nil, fmt.Errorf("%v is not a whole number", f)
-			}
-			items = append(items, fmt.Sprint(it))
-		}
+		items = x
 	default:
-		return nil, fmt.Errorf("want a list of whole numbers such as 256,128")
+		return nil, fmt.Errorf("must be a list of whole numbers such as 256,128, got %s", spell(v))
 	}
 	sizes := []int{}
 	for _, it := range items {
-		n, err := strconv.Atoi(strings.TrimSpace(it))
+		n, err := WholeNumber(it)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a whole number", it)
+			return nil, err
 		}
 		sizes = append(sizes, n)
 	}

@@ -74,7 +74,7 @@ func ParseConfig(raw []byte) (Config, error) {
 	for _, s := range settings {
 		i := slices.IndexFunc(keys, func(k configKey) bool { return k.name == s.Key })
 		if err := set(keys[i].dst, s.Value); err != nil {
-			return c, field.Errorf(s.Written, "cannot use %q: %w", fmt.Sprint(s.Value), err)
+			return c, field.Errorf(s.Written, "%w", err)
 		}
 	}
 	return c, c.Validate()

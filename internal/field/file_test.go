@@ -1,0 +1,128 @@
+package field
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var testSchema = Schema{
+	Keys: []Name{"seed", "optimizer.kind", "optimizer.lr", "model.hidden", "model.layers"},
+	Flat: map[Name]Name{"lr": "optimizer.lr", "optimizer": "optimizer.kind", "hidden": "model.hidden"},
+}
+
+func TestSchemaReadsNestedWholeAndFlatKeys(t *testing.T) {
+	for _, c := range []struct {
+		name, yaml string
+		want       []Setting // Key, Written and Value only
+	}{
+		{"nested", "optimizer: {kind: sgd, lr: 0.5}\nseed: 3\n",
+			[]Setting{{Key: "optimizer.kind", Written: "optimizer.kind", Value: "sgd"}, {Key: "optimizer.lr", Written: "optimizer.lr", Value: 0.5}, {Key: "seed", Written: "seed", Value: 3}}},
+		{"written whole", "optimizer.lr: 0.5\nmodel.hidden: [4, 2]\n",
+			[]Setting{{Key: "optimizer.lr", Written: "optimizer.lr", Value: 0.5}, {Key: "model.hidden", Written: "model.hidden", Value: []any{4, 2}}}},
+		{"a leaf's value is taken whole", "model: {layers: [{linear: {out: 2}}]}\n",
+			[]Setting{{Key: "model.layers", Written: "model.layers", Value: []any{map[string]any{"linear": map[string]any{"out": 2}}}}}},
+		{"flat", "lr: 0.5\noptimizer: adamw\n",
+			[]Setting{{Key: "optimizer.lr", Written: "lr", Value: 0.5}, {Key: "optimizer.kind", Written: "optimizer", Value: "adamw"}}},
+		{"empty", "", nil},
+		{"null", "~\n", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := testSchema.Read([]byte(c.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				got[i].Node = nil
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("got %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+	st, _ := testSchema.Read([]byte("lr: 0.5\n"))
+	if !st[0].Deprecated() || !strings.HasPrefix(st[0].Warning(), "lr is deprecated: write optimizer.lr") {
+		t.Errorf("the flat lr: deprecated %v, warning %q", st[0].Deprecated(), st[0].Warning())
+	}
+}
+
+func TestSchemaRefuses(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"sede: 1\n", "unknown key sede"},
+		{"optimizer: {lrr: 1}\n", "unknown key optimizer.lrr (optimizer holds kind, lr)"},
+		{"model: {lr: 1}\n", "unknown key model.lr (did you mean optimizer.lr?)"},
+		{"sede: 1\nmodel: {hiden: [1]}\n", "unknown keys sede; model.hiden"},
+		{"model-hidden: [1]\n", "unknown key model-hidden (write model_hidden)"},
+		{"lr: 1\noptimizer: {lr: 2}\n", "lr and optimizer.lr both set optimizer.lr; give it once"},
+		{"seed: 1\nseed: 2\n", "seed: is given twice"},
+		{"model: 3\n", "model: must be a mapping"},
+		{"[1, 2]\n", "the file: must be a mapping"},
+		{"seed: [\n", "is not valid YAML"},
+	} {
+		_, err := testSchema.Read([]byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
+		}
+		if strings.HasPrefix(c.want, "unknown") && !errors.Is(err, ErrUnknownKey) {
+			t.Errorf("%q: %v is not ErrUnknownKey", c.yaml, err)
+		}
+	}
+}
+
+func TestRespellKeepsTheChain(t *testing.T) {
+	inner := Errorf("optimizer.lr", "must be in (0, 10], got %d; see %s", 50, Name("optimizer.kind"))
+	err := Respell(inner, func(n Name) string {
+		if n == "optimizer.lr" {
+			return "lr"
+		}
+		return ""
+	})
+	if got, want := err.Error(), "lr: must be in (0, 10], got 50; see optimizer.kind"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if !Is(err, "optimizer.lr") {
+		t.Error("the respelled error lost its Error")
+	}
+	if Respell(nil, nil) != nil {
+		t.Error("Respell(nil) is not nil")
+	}
+}
+
+func TestAssign(t *testing.T) {
+	var (
+		n     int
+		u     uint64
+		x     float64
+		b     bool
+		s     string
+		sizes []int
+	)
+	for _, c := range []struct {
+		dst, v, want any
+	}{
+		{&n, "7", 7}, {&n, 8.0, 8}, {&n, 9, 9}, {&u, "3", uint64(3)}, {&u, 4.0, uint64(4)}, {&x, "0.5", 0.5}, {&x, 2, 2.0},
+		{&b, "true", true}, {&s, "adamw", "adamw"}, {&sizes, "256,128", []int{256, 128}}, {&sizes, []any{4, 2}, []int{4, 2}}, {&sizes, "", []int{}},
+	} {
+		if err := Assign(c.dst, c.v); err != nil {
+			t.Errorf("Assign(%T, %#v): %v", c.dst, c.v, err)
+			continue
+		}
+		if got := reflect.ValueOf(c.dst).Elem().Interface(); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Assign(%T, %#v) = %#v, want %#v", c.dst, c.v, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		dst, v any
+		want   string
+	}{
+		{&n, 2.5, "must be a whole number, got 2.5"}, {&n, "many", `must be a whole number, got "many"`}, {&n, true, "must be a whole number"},
+		{&u, -1, "from 0"}, {&u, 1.5, "must be a whole number, got 1.5"}, {&x, "abc", `must be a number, got "abc"`},
+		{&b, "maybe", "must be true or false"}, {&s, []any{1}, "must be one value"},
+		{&sizes, []any{16, 8.5}, "must be a whole number, got 8.5"}, {&sizes, "256,x", `must be a whole number, got "x"`},
+	} {
+		if err := Assign(c.dst, c.v); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "type ") {
+			t.Errorf("Assign(%T, %#v): %v, want %q (and no Go type)", c.dst, c.v, err, c.want)
+		}
+	}
+}
