@@ -5,8 +5,17 @@
 //   driver_test PTX faults     run with CUDAEMU_FAULTS=cuStreamCreate:2:999,cuLaunchKernel:1:700
 //   driver_test PTX visible L  run with CUDAEMU_DEVICES and CUDA_VISIBLE_DEVICES: the
 //                              ordinals must be the machine's devices L (e.g. 2,0), in order
+// The first form also runs, in processes of their own started from this
+// program, "driver_test PTX shared DIR" (devices shared across processes
+// with CUDAEMU_STATE=DIR), which starts "driver_test PTX hold BYTES"
+// processes that keep memory on a device until their stdin closes.
 // Prints one line per failed check and exits non-zero when any failed.
 #include <cuda.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -443,6 +452,249 @@ void testModules(const std::string &ptx) {
     OK(cuMemFree_v2(x));
 }
 
+// ---- devices shared across processes (CUDAEMU_STATE) ----------------------------
+
+const size_t MiB = size_t(1) << 20;
+
+// Child is a process running this program, its stdin and stdout piped.
+struct Child {
+    pid_t pid = -1;
+    int in = -1;  // its stdin: closing it tells a holder to let go
+    FILE *out = nullptr;
+};
+
+// spawn runs this program with args, the environment changed by env
+// ("KEY=VALUE" entries replace the variable or add it).
+Child spawn(const std::vector<std::string> &args, const std::vector<std::string> &env) {
+    std::vector<std::string> envs;
+    for (char **e = environ; *e; ++e) {
+        std::string kv(*e);
+        bool replaced = false;
+        for (const auto &o : env)
+            if (kv.compare(0, o.find('=') + 1, o, 0, o.find('=') + 1) == 0) replaced = true;
+        if (!replaced) envs.push_back(kv);
+    }
+    envs.insert(envs.end(), env.begin(), env.end());
+    std::vector<char *> argv{const_cast<char *>("/proc/self/exe")}, envp;
+    for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
+    argv.push_back(nullptr);
+    for (auto &e : envs) envp.push_back(const_cast<char *>(e.c_str()));
+    envp.push_back(nullptr);
+    int in[2], out[2];
+    Child c;
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return c;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    if (posix_spawn(&c.pid, "/proc/self/exe", &fa, nullptr, argv.data(), envp.data()) != 0) c.pid = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    c.in = in[1];
+    c.out = fdopen(out[0], "r");
+    return c;
+}
+
+// Held is what a holder reports: its retain's result, its device's total
+// and free memory after the retain, and its allocation's result.
+struct Held {
+    int retain = -1, alloc = -1;
+    unsigned long long total = 0, free = 0;
+};
+
+// hold starts a process that makes ordinal 0 of CUDA_VISIBLE_DEVICES=visible
+// current and allocates bytes there, and returns once it has (or failed).
+Held hold(Child *c, const char *ptx, const char *visible, size_t bytes, std::vector<std::string> env = {}) {
+    env.push_back(std::string("CUDA_VISIBLE_DEVICES=") + visible);
+    *c = spawn({ptx, "hold", std::to_string(bytes)}, env);
+    Held h;
+    char line[256];
+    if (c->out && std::fgets(line, sizeof line, c->out))
+        std::sscanf(line, "retain %d total %llu free %llu alloc %d", &h.retain, &h.total, &h.free, &h.alloc);
+    return h;
+}
+
+// release tells a holder to free its memory and exit, and says whether it
+// exited with status 0.
+bool release(Child *c) {
+    close(c->in);
+    int status = -1;
+    waitpid(c->pid, &status, 0);
+    if (c->out) std::fclose(c->out);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// runHolder is "driver_test PTX hold BYTES": retain ordinal 0, report, allocate
+// BYTES, report, and wait for stdin to close; then free and release.
+int runHolder(size_t bytes) {
+    CUcontext c;
+    CUresult retain = cuDevicePrimaryCtxRetain(&c, 0);
+    size_t free = 0, total = 0;
+    CUresult alloc = CUDA_ERROR_INVALID_CONTEXT;
+    CUdeviceptr p = 0;
+    if (retain == CUDA_SUCCESS) {
+        cuCtxSetCurrent(c);
+        cuMemGetInfo_v2(&free, &total);
+        alloc = cuMemAlloc_v2(&p, bytes);
+    }
+    std::printf("retain %d total %zu free %zu alloc %d\n", int(retain), total, free, int(alloc));
+    std::fflush(stdout);
+    char buf[64];
+    while (read(0, buf, sizeof buf) > 0) {
+    }
+    if (alloc == CUDA_SUCCESS) cuMemFree_v2(p);
+    if (retain == CUDA_SUCCESS) cuDevicePrimaryCtxRelease_v2(0);
+    return 0;
+}
+
+// Proc is a process line of a device record (CUDAEMU_STATE, docs/cuda.md).
+struct Proc {
+    long pid = 0;
+    unsigned long long context = 0, inUse = 0, peak = 0;
+    std::string state;
+};
+
+// record reads DIR/device-N.state: the device's total and peak, and its processes.
+bool record(const std::string &dir, int n, unsigned long long *total, unsigned long long *peak, std::vector<Proc> *procs) {
+    std::ifstream in(dir + "/device-" + std::to_string(n) + ".state");
+    if (!in) return false;
+    procs->clear();
+    for (std::string line; std::getline(in, line);) {
+        int dev;
+        Proc p;
+        unsigned long long start;
+        long parent;
+        char state[16];
+        if (std::sscanf(line.c_str(), "device %d total %llu peak %llu", &dev, total, peak) == 3) continue;
+        if (std::sscanf(line.c_str(), "process %ld start %llu parent %ld context %llu in_use %llu peak %llu %15s", &p.pid,
+                        &start, &parent, &p.context, &p.inUse, &p.peak, state) == 7) {
+            p.state = state;
+            procs->push_back(p);
+        }
+    }
+    return true;
+}
+
+const Proc *find(const std::vector<Proc> &procs, pid_t pid) {
+    for (const auto &p : procs)
+        if (p.pid == long(pid)) return &p;
+    return nullptr;
+}
+
+// testSharedDevices is "driver_test PTX shared DIR", run by testShared with
+// CUDAEMU_STATE=DIR on a machine of three devices of 64, 32 and 48 MiB whose
+// contexts are billed 4 MiB each.
+void testSharedDevices(const char *ptx, const std::string &dir) {
+    size_t bytes = 0, free = 0, total = 0;
+    int count = 0;
+    OK(cuDeviceGetCount(&count));
+    TRUE(count == 3);
+    OK(cuDeviceTotalMem_v2(&bytes, 0));
+    TRUE(bytes == 64 * MiB);
+    OK(cuDeviceTotalMem_v2(&bytes, 1));
+    TRUE(bytes == 32 * MiB);
+    OK(cuDeviceTotalMem_v2(&bytes, 2));
+    TRUE(bytes == 48 * MiB);
+    OK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    OK(cuCtxSetCurrent(ctx));
+    CUdevice dev = -1;
+    OK(cuCtxGetDevice(&dev));
+    TRUE(dev == 0);
+    OK(cuMemGetInfo_v2(&free, &total));
+    TRUE(total == 64 * MiB && free == 60 * MiB);  // the context is billed
+
+    // Renumbered: ordinal 0 of CUDA_VISIBLE_DEVICES=2 is the 48 MiB device.
+    Child c;
+    Held h = hold(&c, ptx, "2", MiB);
+    TRUE(h.retain == 0 && h.alloc == 0 && h.total == 48 * MiB && h.free == 44 * MiB);
+    TRUE(release(&c));
+
+    // Two processes on device 0 see each other's memory; past the device's
+    // size, the allocation is refused.
+    Child a;
+    h = hold(&a, ptx, "0", 40 * MiB);
+    TRUE(h.retain == 0 && h.alloc == 0 && h.total == 64 * MiB && h.free == 56 * MiB);
+    OK(cuMemGetInfo_v2(&free, &total));
+    TRUE(free == 16 * MiB);
+    CUdeviceptr p;
+    EXPECT(cuMemAlloc_v2(&p, 16 * MiB + 1), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemAlloc_v2(&p, 16 * MiB));
+    OK(cuMemGetInfo_v2(&free, &total));
+    TRUE(free == 0);
+    OK(cuMemFree_v2(p));
+
+    // Processes on device 1 do not touch device 0; the second one there is
+    // refused past device 1's 32 MiB, and a context that does not fit is too.
+    Child b, b2, b3;
+    h = hold(&b, ptx, "1", 20 * MiB);
+    TRUE(h.retain == 0 && h.alloc == 0 && h.total == 32 * MiB && h.free == 28 * MiB);
+    h = hold(&b2, ptx, "1", 20 * MiB);
+    TRUE(h.retain == 0 && h.free == 4 * MiB && h.alloc == CUDA_ERROR_OUT_OF_MEMORY);
+    h = hold(&b3, ptx, "1", MiB, {"CUDAEMU_CONTEXT_BYTES=8M"});
+    TRUE(h.retain == CUDA_ERROR_OUT_OF_MEMORY);
+    TRUE(release(&b3));
+    OK(cuMemGetInfo_v2(&free, &total));
+    TRUE(free == 16 * MiB);
+
+    // A process killed with SIGKILL leaves nothing behind, even before its
+    // parent reaps it.
+    kill(a.pid, SIGKILL);
+    siginfo_t info;
+    waitid(P_PID, id_t(a.pid), &info, WEXITED | WNOWAIT);  // a zombie now
+    OK(cuMemGetInfo_v2(&free, &total));
+    TRUE(free == 60 * MiB);
+    OK(cuMemAlloc_v2(&p, 56 * MiB));
+    release(&a);
+
+    // The records: each process on the device it used, with its peak; each
+    // device's peak within its size.
+    unsigned long long rtotal = 0, rpeak = 0;
+    std::vector<Proc> procs;
+    TRUE(record(dir, 0, &rtotal, &rpeak, &procs));
+    TRUE(rtotal == 64 * MiB && rpeak == 64 * MiB);
+    const Proc *me = find(procs, getpid()), *killed = find(procs, a.pid);
+    TRUE(me && me->context == 4 * MiB && me->inUse == 60 * MiB && me->peak == 60 * MiB && me->state == "alive");
+    TRUE(killed && killed->inUse == 0 && killed->context == 0 && killed->peak == 44 * MiB && killed->state == "gone");
+    TRUE(!find(procs, b.pid) && !find(procs, c.pid) && procs.size() == 2);
+    OK(cuMemFree_v2(p));
+    TRUE(release(&b));
+    TRUE(release(&b2));
+    TRUE(record(dir, 1, &rtotal, &rpeak, &procs));
+    TRUE(rtotal == 32 * MiB && rpeak == 28 * MiB);
+    const Proc *pb = find(procs, b.pid), *pb2 = find(procs, b2.pid), *pb3 = find(procs, b3.pid);
+    TRUE(pb && pb->peak == 24 * MiB && pb->inUse == 0 && pb->context == 0);  // released before it exited
+    TRUE(pb2 && pb2->peak == 4 * MiB);
+    TRUE(!pb3 && !find(procs, getpid()) && procs.size() == 2);  // a context refused is no context
+    TRUE(record(dir, 2, &rtotal, &rpeak, &procs));
+    TRUE(rtotal == 48 * MiB && rpeak == 5 * MiB && procs.size() == 1 && find(procs, c.pid) && procs[0].peak == 5 * MiB);
+    OK(cuDevicePrimaryCtxRelease_v2(0));
+    TRUE(record(dir, 0, &rtotal, &rpeak, &procs) && find(procs, getpid()) && find(procs, getpid())->inUse == 0);
+}
+
+// testShared runs testSharedDevices in a process of its own, since the
+// driver reads its environment once.
+void testShared(const char *ptx) {
+    char tmpl[] = "/tmp/cudaemu-state-XXXXXX";
+    if (!mkdtemp(tmpl)) {
+        TRUE(!"mkdtemp");
+        return;
+    }
+    std::string dir(tmpl);
+    Child c = spawn({ptx, "shared", dir}, {"CUDAEMU_STATE=" + dir, "CUDAEMU_DEVICES=3", "CUDAEMU_MEMORY=64M,32MiB,50331648",
+                                           "CUDAEMU_CONTEXT_BYTES=4194304", "CUDAEMU_FAULTS="});
+    close(c.in);
+    char line[512];
+    while (c.out && std::fgets(line, sizeof line, c.out)) std::fputs(line, stdout);  // its FAIL lines
+    int status = -1;
+    waitpid(c.pid, &status, 0);
+    if (c.out) std::fclose(c.out);
+    TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (const char *f : {"device-0.state", "device-0.lock", "device-1.state", "device-1.lock", "device-2.state", "device-2.lock"})
+        std::remove((dir + "/" + f).c_str());
+    TRUE(rmdir(dir.c_str()) == 0);  // nothing else was left there
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -455,6 +707,15 @@ int main(int argc, char **argv) {
     ss << in.rdbuf();
     const std::string ptx = ss.str();
     OK(cuInit(0));
+    if (argc > 3 && std::string(argv[2]) == "hold") return runHolder(size_t(std::stoull(argv[3])));
+    if (argc > 3 && std::string(argv[2]) == "shared") {
+        testSharedDevices(argv[1], argv[3]);
+        if (failures) {
+            std::printf("shared devices: %d of %d checks failed\n", failures, checks);
+            return 1;
+        }
+        return 0;
+    }
     int count = 0, major = 0;
     OK(cuDeviceGetCount(&count));
     if (argc > 3 && std::string(argv[2]) == "visible") {
@@ -508,6 +769,7 @@ int main(int argc, char **argv) {
         testGraphUpdate();
         testModules(ptx);
         OK(cuModuleUnload(m));
+        testShared(argv[1]);
     }
     OK(cuDevicePrimaryCtxRelease_v2(0));
     if (failures) {
