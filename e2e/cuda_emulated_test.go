@@ -66,6 +66,7 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	t.Run("sweep", func(t *testing.T) { sweepOnEmulatedDriver(t, emu) })
 	t.Run("sweep without a GPU", func(t *testing.T) { sweepWithoutAGPU(t, emu) })
 	t.Run("eval", func(t *testing.T) { evalOnEmulatedDriver(t, emu) })
+	t.Run("eval over devices", func(t *testing.T) { evalOverEmulatedDevices(t, emu) })
 	t.Run("hung worker", func(t *testing.T) { hungCUDAWorker(t, emu) })
 	t.Run("rl", func(t *testing.T) { rlOnEmulatedDriver(t, emu) })
 	t.Run("sample", func(t *testing.T) { sampleOnEmulatedDriver(t, emu) })
@@ -255,9 +256,15 @@ func evalOnEmulatedDriver(t *testing.T, emu string) {
 	}
 	// Without a GPU the shards fail, saying so: they did run on cuda.
 	r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=0"}, "eval", "--run-dir", run, "--workers", "2",
-		"--device", "cuda", "--worker", filepath.Join(emu, "tolaria-worker"))
+		"--devices", "0", "--worker", filepath.Join(emu, "tolaria-worker"))
 	if r.code != 3 || !strings.Contains(r.stderr, "no usable device") {
-		t.Errorf("tolaria eval --device cuda without a GPU: exit %d, want 3 naming the missing device\n%s", r.code, r.stderr)
+		t.Errorf("tolaria eval --devices 0 without a GPU: exit %d, want 3 naming the missing device\n%s", r.code, r.stderr)
+	}
+	// --devices auto (the default) finds none, and says so before it starts a shard.
+	r = tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=0"}, "eval", "--run-dir", run, "--workers", "2",
+		"--device", "cuda", "--worker", filepath.Join(emu, "tolaria-worker"))
+	if r.code != 1 || !strings.Contains(r.stderr, "found no usable GPU") || !strings.Contains(r.stderr, "use --device cpu") || strings.Contains(r.stderr, "shard 0") {
+		t.Errorf("tolaria eval --device cuda without a GPU: exit %d, want 1 saying no GPU was found\n%s", r.code, r.stderr)
 	}
 }
 

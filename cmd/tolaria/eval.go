@@ -56,6 +56,10 @@ target byte, and eval.json adds the accuracy and loss at each position of
 the context (position p predicts from p+1 bytes) instead of per-class
 figures.
 
+The shards spread over the GPUs (--devices auto, the default: every GPU a
+CUDA tolaria-worker finds; or a list such as 0,2), all at once unless
+--per-device or --parallel bound them; each shard's line says where it ran.
+
 The run's data.json records the files it trained on (size and SHA-256).
 The evaluation fingerprints the files it reads when it begins; a worker
 that reads other bytes (a file changed during the evaluation) fails its
@@ -72,6 +76,7 @@ written), 1 another failure, 130 interrupted.`,
 	var workers workerFlags
 	var launch launcherFlags
 	var metrics metricsFlags
+	var place placementFlags
 	fs := cmd.Flags()
 	fs.StringVar(&req.RunDir, "run-dir", "", "the run directory to evaluate (required)")
 	fs.StringVar(&req.Checkpoint, "checkpoint", "", "checkpoint file to evaluate (default: the run's checkpoint.tlck)")
@@ -81,17 +86,18 @@ written), 1 another failure, 130 interrupted.`,
 	fs.BoolVar(&req.Resume, "resume", false, "keep the shard files of an earlier evaluation that verify as this one's and score only the other shards")
 	fs.BoolVar(&req.Predictions, "predictions", false, "with a complete result, also write every example's index, label, predicted class and loss (a token model's: per position of each window) to RUN/predictions.parquet")
 	fs.IntVar(&req.TopK, "top-k", 5, "with --predictions, each row's K most probable classes and their probabilities (columns top_class, top_prob), capped at the classes; 0 for none")
-	registerDevice(fs, &req.Device, "; every shard's worker scores there (cuda: the first GPU it sees)")
+	registerDevice(fs, &req.Device, "; every shard's worker scores there")
+	place.register(fs, "shards")
 	workers.register(fs, "a shard's tolaria-worker")
 	launch.register(fs, "shard")
 	metrics.register(fs, ": the result's accuracy and loss, labelled result=complete or result=partial, and the shards by state")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return evaluate(cmd.Context(), cmd, req, workers, launch, metrics)
+		return evaluate(cmd.Context(), cmd, req, workers, launch, metrics, place)
 	}
 	return cmd
 }
 
-func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalRequest, workers workerFlags, launch launcherFlags, metrics metricsFlags) error {
+func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalRequest, workers workerFlags, launch launcherFlags, metrics metricsFlags, place placementFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	var err error
 	if err = errors.Join(checkDevice(req.Device), workers.check(), metrics.check()); err != nil {
@@ -107,9 +113,17 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	req.Logger = logger(stderr, slog.LevelError)
 	if req.Launcher == coordinator.LauncherSlurm && req.Device == "auto" {
 		req.Device = "cpu" // as a sweep's: this machine cannot tell what the nodes have
-	} else if req.Device, err = chooseDevice(ctx, req.Device, workers, req.Logger); err != nil {
+	} else if req.Launcher == coordinator.LauncherSlurm {
+		if cmd.Flags().Changed("devices") || cmd.Flags().Changed("per-device") {
+			return usagef("--devices and --per-device place workers on this machine's GPUs; with --launcher slurm the scheduler places each shard")
+		}
+		if req.Device, err = chooseDevice(ctx, req.Device, workers, req.Logger); err != nil {
+			return err
+		}
+	} else if req.Device, req.GPUs, err = place.resolve(ctx, cmd.Flags(), req.Device, workers, req.Logger); err != nil {
 		return err
 	}
+	req.PerDevice, req.Parallel = place.perDevice, place.parallel
 	// A token model's shards score windows; the plan says which.
 	view := progress.NewEval(stderr)
 	req.Progress = view.Shard
@@ -125,8 +139,8 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		view.Examples = "windows"
 		what = fmt.Sprintf("windows of %d tokens", e.Positions())
 	}
-	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %s\n",
-		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), plural(req.Workers, "worker"))
+	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %s on %s\n",
+		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), plural(req.Workers, "worker"), e.Devices())
 	if req.Resume {
 		printResume(stderr, e.Kept(), e.Rescored(), req.Workers)
 	}

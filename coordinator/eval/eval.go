@@ -59,9 +59,19 @@ type Request struct {
 	Workers    int    // worker processes, each scoring one stride shard
 	Split      string // test (the default) or train
 	// Device is where each shard's worker scores: cpu (the default) or
-	// cuda, the first GPU the worker sees (a CUDA build of tolaria-worker;
-	// CUDA_VISIBLE_DEVICES in Env chooses it). Every shard runs there.
+	// cuda (a CUDA build of tolaria-worker).
 	Device string
+	// GPUs are, with Device cuda, the GPUs to spread the shards over (as
+	// this process's driver numbers them; see launch.Slot.EnvUnder), each
+	// shard's worker seeing its GPU alone. None leaves every worker the
+	// GPUs its environment gives it, and it scores on the first.
+	GPUs []int
+	// PerDevice is how many shards' workers share a device at once; 0
+	// spreads every shard at once: ceil(Workers / GPUs) per GPU.
+	PerDevice int
+	// Parallel bounds the shards' workers running at once; 0 is every
+	// device slot (Workers without GPUs). Shards beyond wait for a slot.
+	Parallel int
 	// Worker is the tolaria-worker binary ("" finds it, see worker.Find).
 	Worker           string
 	WorkerStart      time.Duration // 0: worker.DefaultHelloTimeout
@@ -103,8 +113,9 @@ type Request struct {
 type Progress struct {
 	Shard, Shards int
 	Attempt       int
-	Samples       int   // scored, when Err is nil
-	Err           error // why the attempt failed
+	Device        string // where it ran: cpu, cuda, cuda:1 (launch.Slot.String)
+	Samples       int    // scored, when Err is nil
+	Err           error  // why the attempt failed
 	Seconds       float64
 }
 
@@ -121,6 +132,12 @@ func (r Request) Validate() error {
 		return refusal.Config(field.Errorf("device", "must be cpu or cuda, got %q", r.Device))
 	case r.DataDir != "" && !exists(r.DataDir):
 		return refusal.Config(field.Errorf("data_dir", "%s does not exist; give the directory (or text corpus) to evaluate on, or leave it unset for the run's", r.DataDir))
+	case r.PerDevice < 0:
+		return refusal.Config(field.Errorf("per_device", "cannot be negative, got %d", r.PerDevice))
+	case r.Parallel < 0:
+		return refusal.Config(field.Errorf("parallel", "cannot be negative, got %d", r.Parallel))
+	case len(r.GPUs) > 0 && r.Device != "cuda":
+		return refusal.Config(field.Errorf("devices", "names GPUs, so the device is cuda, not %q", r.Device))
 	case r.TopK < 0:
 		return refusal.Config(field.Errorf("top_k", "cannot be negative (%d); 0 gives no probabilities", r.TopK))
 	case r.WorkerStart < 0:
@@ -148,7 +165,17 @@ func (r Request) launchConfig(kind launch.Kind, path string, log *slog.Logger) l
 	if dev == "" {
 		dev = "cpu"
 	}
-	return launch.Config{Worker: path, Device: dev, GPUsFromEnv: true, Parallel: r.Workers, Workers: r.Workers,
+	per, parallel := r.PerDevice, r.Parallel
+	if len(r.GPUs) > 0 && per == 0 {
+		per = (r.Workers + len(r.GPUs) - 1) / len(r.GPUs)
+	}
+	if parallel == 0 {
+		parallel = r.Workers
+		if per > 0 && len(r.GPUs) > 0 {
+			parallel = min(r.Workers, per*len(r.GPUs))
+		}
+	}
+	return launch.Config{Worker: path, Device: dev, GPUs: r.GPUs, GPUsFromEnv: len(r.GPUs) == 0, PerDevice: per, Parallel: parallel, Workers: r.Workers,
 		Dir: r.RunDir, DirField: "run_dir", Own: filepath.Join(r.RunDir, Dir, kind.Name), WorkerStart: r.WorkerStart,
 		HeartbeatTimeout: r.HeartbeatTimeout, Env: r.Env, Slurm: r.Slurm, DryRun: r.DryRun, Logger: log}
 }
@@ -404,6 +431,13 @@ func (e *Run) shardLog(s int) string {
 func (e *Run) spools(s int) string {
 	return filepath.Join(e.req.RunDir, Dir, "spool", fmt.Sprintf("shard-%d", s))
 }
+
+// Devices says where the shards' workers run, each device once: "cpu",
+// "cuda:0, cuda:1".
+func (e *Run) Devices() string { return e.slots.Devices() }
+
+// Parallel is how many shards' workers run at once.
+func (e *Run) Parallel() int { return e.slots.Len() }
 
 // DryRun is, with the Slurm launcher, the batch script of the shards' job
 // array and the sbatch command that would submit it; nothing is written.
@@ -738,7 +772,7 @@ func (e *Run) runShard(ctx context.Context, s int) error {
 		var h jobserver.ShardHeader
 		h, err = e.attempt(ctx, s, sl, attempt)
 		if e.req.Progress != nil {
-			e.req.Progress(Progress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Samples: h.Count / max(1, e.positions),
+			e.req.Progress(Progress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Device: sl.String(), Samples: h.Count / max(1, e.positions),
 				Err: err, Seconds: time.Since(t0).Seconds()})
 		}
 		if err == nil {

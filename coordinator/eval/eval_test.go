@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -596,5 +597,52 @@ func TestMergeFilesRefusesAShardOutOfOrder(t *testing.T) {
 	}
 	if _, err := e.mergeFiles(nil); !errors.Is(err, ErrMerge) || !strings.Contains(err.Error(), "shard 1") {
 		t.Errorf("err %v", err)
+	}
+}
+
+// The shards spread over the GPUs named: by default every shard at once,
+// ceil(workers/GPUs) per GPU; --per-device and --parallel bound them, the
+// others waiting for a slot; without GPUs every shard's worker keeps the
+// GPUs of its environment.
+func TestEvalPlacement(t *testing.T) {
+	kind := launch.Local()
+	for _, c := range []struct {
+		req  Request
+		want []string
+	}{
+		{Request{Workers: 4, Device: "cuda", GPUs: []int{0, 1}}, []string{"cuda:0", "cuda:1", "cuda:0", "cuda:1"}},
+		{Request{Workers: 3, Device: "cuda", GPUs: []int{2, 0, 1}}, []string{"cuda:2", "cuda:0", "cuda:1"}},
+		{Request{Workers: 5, Device: "cuda", GPUs: []int{0, 1}}, []string{"cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"}},
+		{Request{Workers: 4, Device: "cuda", GPUs: []int{0, 1}, PerDevice: 1}, []string{"cuda:0", "cuda:1"}},
+		{Request{Workers: 4, Device: "cuda", GPUs: []int{3}, Parallel: 2}, []string{"cuda:3", "cuda:3"}},
+		{Request{Workers: 3, Device: "cpu"}, []string{"cpu", "cpu", "cpu"}},
+		{Request{Workers: 3, Device: "cpu", Parallel: 1}, []string{"cpu"}},
+		{Request{Workers: 2, Device: "cuda"}, []string{"cuda", "cuda"}},
+	} {
+		cfg := c.req.launchConfig(kind, "w", nil)
+		if cfg.GPUsFromEnv != (len(c.req.GPUs) == 0) {
+			t.Errorf("%+v: GPUs from the environment %v", c.req, cfg.GPUsFromEnv)
+		}
+		slots, err := launch.LayOut(cfg.Device, cfg.GPUs, cfg.PerDevice, cfg.Parallel)
+		if err != nil {
+			t.Errorf("%+v: %v", c.req, err)
+			continue
+		}
+		var got []string
+		for _, s := range slots {
+			got = append(got, s.String())
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%+v: slots %v, want %v", c.req, got, c.want)
+		}
+	}
+	for _, bad := range []Request{
+		{RunDir: "r", Workers: 2, Device: "cpu", GPUs: []int{0}},
+		{RunDir: "r", Workers: 2, PerDevice: -1},
+		{RunDir: "r", Workers: 2, Parallel: -1},
+	} {
+		if err := bad.Validate(); !errors.Is(err, refusal.ErrConfig) {
+			t.Errorf("%+v: %v, want a refusal", bad, err)
+		}
 	}
 }

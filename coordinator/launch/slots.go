@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"strings"
 
@@ -36,13 +37,27 @@ func (s Slot) String() string {
 	return s.Device
 }
 
-// Env is the environment a worker gets on the slot: a GPU slot's worker
-// sees its GPU alone, as device 0.
-func (s Slot) Env() []string {
+// Env is the environment a worker gets on the slot under this process's
+// CUDA_VISIBLE_DEVICES (see EnvUnder).
+func (s Slot) Env() []string { return s.EnvUnder(os.Getenv("CUDA_VISIBLE_DEVICES")) }
+
+// EnvUnder is the environment a worker gets on the slot when this process
+// sees the GPUs visible lists (CUDA_VISIBLE_DEVICES; "" for all): a GPU
+// slot's worker sees its GPU alone, as device 0. Slot.GPU numbers the GPUs
+// as this process's driver does, so GPU k is visible's k-th entry (an index
+// or a UUID, handed on as written); with visible "" it is the machine's
+// device k.
+func (s Slot) EnvUnder(visible string) []string {
 	if s.Device != "cuda" || s.Remote() || s.GPU < 0 {
 		return nil
 	}
-	return []string{"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(s.GPU)}
+	entry := strconv.Itoa(s.GPU)
+	if visible = strings.TrimSpace(visible); visible != "" {
+		if list := strings.Split(visible, ","); s.GPU < len(list) {
+			entry = strings.TrimSpace(list[s.GPU])
+		}
+	}
+	return []string{"CUDA_VISIBLE_DEVICES=" + entry}
 }
 
 // LayOut lays out the slots of device (cpu or cuda) on gpus (none: one

@@ -1,0 +1,47 @@
+package launch
+
+import (
+	"slices"
+	"testing"
+)
+
+// A GPU slot's worker sees its GPU alone; the slot numbers GPUs as this
+// process's driver does, so under CUDA_VISIBLE_DEVICES the k-th GPU is the
+// list's k-th entry, handed on as written.
+func TestSlotEnvUnder(t *testing.T) {
+	for _, c := range []struct {
+		slot    Slot
+		visible string
+		want    []string
+	}{
+		{Slot{Device: "cuda", GPU: 2}, "", []string{"CUDA_VISIBLE_DEVICES=2"}},
+		{Slot{Device: "cuda", GPU: 1}, "3,1", []string{"CUDA_VISIBLE_DEVICES=1"}},
+		{Slot{Device: "cuda", GPU: 0}, "3, 1", []string{"CUDA_VISIBLE_DEVICES=3"}},
+		{Slot{Device: "cuda", GPU: 1}, "GPU-aaaa,GPU-bbbb", []string{"CUDA_VISIBLE_DEVICES=GPU-bbbb"}},
+		{Slot{Device: "cuda", GPU: -1}, "3,1", nil},
+		{Slot{Device: "cpu", GPU: -1}, "", nil},
+		{Slot{Device: "cuda", GPU: 0, Where: "slurm"}, "", nil},
+	} {
+		if got := c.slot.EnvUnder(c.visible); !slices.Equal(got, c.want) {
+			t.Errorf("%v under %q: %q, want %q", c.slot, c.visible, got, c.want)
+		}
+	}
+}
+
+// Slots lay out interleaved, so workers spread over the devices first.
+func TestLayOutSpreads(t *testing.T) {
+	slots, err := LayOut("cuda", []int{0, 1, 2}, 2, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range slots {
+		got = append(got, s.String())
+	}
+	if want := []string{"cuda:0", "cuda:1", "cuda:2", "cuda:0", "cuda:1"}; !slices.Equal(got, want) {
+		t.Errorf("slots %v, want %v", got, want)
+	}
+	if _, err := LayOut("cuda", []int{0, 1}, 1, 3); err == nil {
+		t.Error("3 at once on 2 slots accepted")
+	}
+}
