@@ -374,3 +374,31 @@ func TestDataRecord(t *testing.T) {
 		t.Errorf("a damaged data.json: %v", err)
 	}
 }
+
+// Spec reads a run's config.yaml in the nested layout, and in the flat
+// one a run of an earlier release recorded.
+func TestSpecReadsNestedAndFlatConfig(t *testing.T) {
+	for name, text := range map[string]string{
+		"nested": "data: {dataset: synthetic}\nschedule: {epochs: 3}\noptimizer: {kind: sgd, lr: 0.05}\nmodel: {hidden: [8]}\nrun_dir: elsewhere\nresume: true\n",
+		"flat":   "dataset: synthetic\nepochs: 3\noptimizer: sgd\nlr: 0.05\nmodel: {hidden: [8]}\nrun_dir: elsewhere\nresume: true\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, ConfigFile), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Spec(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Dataset != "synthetic" || s.Epochs != 3 || s.Optimizer != "sgd" || s.LR != 0.05 || len(s.Hidden) != 1 || s.RunDir != dir || s.Resume {
+				t.Errorf("read %+v", s)
+			}
+		})
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, ConfigFile), []byte("epochs: 0\n"), 0o644)
+	if _, err := Spec(dir); !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "epochs: must be in 1..10000") || strings.Contains(err.Error(), "schedule.epochs") {
+		t.Errorf("a flat config.yaml out of bounds: %v, want its flat key named", err)
+	}
+}

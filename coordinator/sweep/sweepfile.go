@@ -248,7 +248,6 @@ func listTrials(list []yaml.Node, warnings *[]string) ([]point, error) {
 	var out []point
 	for i := range list {
 		p := point{name: fmt.Sprintf("trial-%d", i+1)}
-		var st job.Settings
 		if list[i].Kind == yaml.MappingNode {
 			// The name first: every other refusal names the trial.
 			for j := 0; j+1 < len(list[i].Content); j += 2 {

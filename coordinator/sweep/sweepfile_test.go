@@ -233,3 +233,80 @@ trials:
 		t.Errorf("a fashion-mnist trial reads %q, want %q", got, data.DefaultFashionMNISTDir)
 	}
 }
+
+// A sweep file in the nested layout: base, trials and grid take train's
+// sections, a grid key written whole or nested, and trials are named by
+// each grid key's last part. Overrides are keyed by the key, however the
+// file spelled it.
+func TestReadSweepNested(t *testing.T) {
+	s, err := ReadSweep(writeSweep(t, `
+base:
+  data: {dataset: synthetic, synthetic_size: 256}
+  schedule: {epochs: 2, batch_size: 32}
+  model: {hidden: [16]}
+trials:
+  - name: sgd
+    optimizer: {kind: sgd, momentum: 0.8}
+  - name: adamw
+    optimizer.kind: adamw
+grid:
+  optimizer: {lr: [0.01, 0.1]}
+  graphs.enabled: [true]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tr := range s.Trials {
+		names = append(names, tr.Name)
+	}
+	want := []string{"sgd,lr=0.01,enabled=true", "sgd,lr=0.1,enabled=true", "adamw,lr=0.01,enabled=true", "adamw,lr=0.1,enabled=true"}
+	if strings.Join(names, " ") != strings.Join(want, " ") {
+		t.Fatalf("trials %q, want %q", names, want)
+	}
+	first := s.Trials[0]
+	if sp := first.Spec; sp.Optimizer != "sgd" || sp.Momentum != 0.8 || sp.LR != 0.01 || !sp.EnableGraphs || sp.Epochs != 2 || sp.BatchSize != 32 || sp.SyntheticSize != 256 {
+		t.Errorf("trial %s: %+v", first.Name, sp)
+	}
+	if first.Overrides["optimizer.lr"] != 0.01 || first.Overrides["optimizer.kind"] != "sgd" || len(s.Warnings) != 0 {
+		t.Errorf("overrides %v, warnings %v", first.Overrides, s.Warnings)
+	}
+}
+
+// The flat keys of earlier releases still read, with a warning each
+// (once, however many trials use them), and trials keep their names.
+func TestReadSweepFlatKeysWarn(t *testing.T) {
+	s, err := ReadSweep(writeSweep(t, "base: {dataset: synthetic, epochs: 2}\ntrials: [{name: a, lr: 0.01}, {name: b, lr: 0.1}]\ngrid: {batch_size: [16, 32]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Trials[0].Name != "a,batch_size=16" || s.Trials[0].Spec.LR != 0.01 || s.Trials[0].Overrides["optimizer.lr"] != 0.01 {
+		t.Errorf("first trial %s: lr %v, overrides %v", s.Trials[0].Name, s.Trials[0].Spec.LR, s.Trials[0].Overrides)
+	}
+	got := strings.Join(s.Warnings, "\n")
+	for _, w := range []string{"dataset is deprecated: write data.dataset", "epochs is deprecated: write schedule.epochs",
+		"lr is deprecated: write optimizer.lr", "batch_size is deprecated: write schedule.batch_size"} {
+		if strings.Count(got, w) != 1 {
+			t.Errorf("warnings %q: want %q once", s.Warnings, w)
+		}
+	}
+}
+
+// A refusal names the key as the file wrote it: the path, or the flat key.
+func TestReadSweepNamesKeysAsWritten(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"trials: [{name: fast, optimizer: {lr: 50}}]\n", `trial "fast": optimizer.lr: must be in (0, 10], got 50`},
+		{"trials: [{name: fast, lr: 50}]\n", `trial "fast": lr: must be in (0, 10], got 50`},
+		{"grid: {optimizer.lr: [0.1, 50]}\n", `trial "lr=50": optimizer.lr: must be in (0, 10], got 50`},
+		{"base: {schedule: {max_steps: 5}}\ntrials: [{}]\n", "base: schedule.max_steps: is set by the sweep"},
+		{"base: {optimizer: {lrr: 1}}\ntrials: [{}]\n", "base: unknown key optimizer.lrr"},
+		{"grid: {optimizer: {lrr: [1]}}\n", "grid: unknown key optimizer.lrr"},
+		{"trials: [{name: a, optimizer: {lr: 0.1}}]\ngrid: {lr: [0.2]}\n", `trial "a": optimizer.lr is set by both the trial and the grid`},
+		{"base: {lr: 0.1, optimizer: {lr: 0.2}}\ntrials: [{}]\n", "base: lr and optimizer.lr both set optimizer.lr"},
+	} {
+		_, err := ReadSweep(writeSweep(t, c.text))
+		if err == nil || !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.text, err, c.want)
+		}
+	}
+}
