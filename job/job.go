@@ -91,9 +91,10 @@ func Default() Spec {
 // are the trainer's and nn's (trainer.Config.CheckSettings), written
 // there once; those checked here are the job's own.
 func (s Spec) Validate() error {
+	if err := CheckDevice(s.Device); err != nil {
+		return err
+	}
 	switch {
-	case s.Device != "auto" && s.Device != "cpu" && s.Device != "cuda":
-		return field.Errorf("device", "must be auto, cpu or cuda, got %q", s.Device)
 	case s.Dataset != "fashion-mnist" && s.Dataset != "synthetic" && s.Dataset != "text":
 		return field.Errorf("data.dataset", "must be fashion-mnist, synthetic or text, got %q", s.Dataset)
 	case s.Dataset == "synthetic" && (s.SyntheticSize < 20 || s.SyntheticSize > 1<<22):
@@ -127,6 +128,15 @@ func (s Spec) Validate() error {
 		return err
 	}
 	return s.validateTokens()
+}
+
+// CheckDevice checks a device's name (the key device): what every
+// command's --device takes.
+func CheckDevice(device string) error {
+	if device != "auto" && device != "cpu" && device != "cuda" {
+		return field.Errorf("device", "must be auto, cpu or cuda, got %q", device)
+	}
+	return nil
 }
 
 // maxContext bounds context: a window is one example of a batch record.

@@ -147,9 +147,11 @@ func registerDevice(fs *pflag.FlagSet, dst *string, where string) {
 	fs.StringVar(dst, "device", "auto", deviceHelp+where)
 }
 
+// checkDevice checks --device by the job's rule (job.CheckDevice); the
+// error names the key, which every command spells --device.
 func checkDevice(device string) error {
-	if device != "auto" && device != "cpu" && device != "cuda" {
-		return usagef("--device: must be auto, cpu or cuda, got %q", device)
+	if err := job.CheckDevice(device); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return nil
 }

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A key comes from a flag, a TOLARIA_* variable (the flag's name or the
+// key's path) or the file (nested, or in its deprecated flat spelling,
+// with a warning); an error names the key as its source spelled it, and
+// nothing is written.
+func TestTrainNamesAKeyAsItsSourceSpelledIt(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "job.yaml")
+	for _, c := range []struct {
+		name, file string
+		env        [][2]string
+		flags      []string
+		want       []string
+		unwanted   []string
+	}{
+		{name: "nested in the file", file: "optimizer: {lr: 20}\n",
+			want: []string{"invalid configuration: optimizer.lr: must be in (0, 10], got 20"}, unwanted: []string{"deprecated"}},
+		{name: "written whole in the file", file: "optimizer.lr: 20\n",
+			want: []string{"invalid configuration: optimizer.lr: must be in (0, 10], got 20"}},
+		{name: "flat in the file", file: "lr: 20\nepochs: 1\n",
+			want: []string{"lr is deprecated: write optimizer.lr", "epochs is deprecated: write schedule.epochs", "invalid configuration: lr: must be in (0, 10], got 20"}},
+		{name: "flat optimizer kind", file: "optimizer: lion\n",
+			want: []string{"optimizer is deprecated: write optimizer.kind", `invalid configuration: optimizer: unknown kind "lion"`}},
+		{name: "a flag over the file", file: "optimizer: {lr: 0.1}\n", flags: []string{"--lr", "20"},
+			want: []string{"invalid configuration: --lr: must be in (0, 10], got 20"}},
+		{name: "the flag's variable", env: [][2]string{{"TOLARIA_LR", "20"}},
+			want: []string{"invalid configuration: --lr: must be in (0, 10], got 20"}},
+		{name: "the key's variable", env: [][2]string{{"TOLARIA_OPTIMIZER_LR", "20"}},
+			want: []string{"invalid configuration: --lr: must be in (0, 10], got 20"}, unwanted: []string{"not a tolaria setting"}},
+		{name: "an unknown variable", env: [][2]string{{"TOLARIA_OPTIMIZER_LRR", "1"}, {"TOLARIA_LR", "20"}},
+			want: []string{"TOLARIA_OPTIMIZER_LRR is not a tolaria setting"}},
+		{name: "an unknown key", file: "optimizer: {lrr: 0.1}\n",
+			want: []string{"unknown key optimizer.lrr (optimizer holds lr, kind, momentum, weight_decay, clip_norm, warmup_steps)"}},
+		{name: "a file's value that does not parse", file: "schedule: {epochs: 2.5}\n",
+			want: []string{"schedule.epochs: must be a whole number, got 2.5 (set by the config file)"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, kv := range c.env {
+				t.Setenv(kv[0], kv[1])
+			}
+			run := filepath.Join(dir, "run")
+			args := []string{"train", "--device", "cpu", "--dataset", "synthetic", "--run-dir", run}
+			if c.file != "" {
+				if err := os.WriteFile(config, []byte(c.file), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config", config)
+			}
+			code, _, stderr := runTolaria(t, append(args, c.flags...)...)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d:\n%s", code, exitUsage, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			for _, w := range c.unwanted {
+				if strings.Contains(stderr, w) {
+					t.Errorf("stderr says %q:\n%s", w, stderr)
+				}
+			}
+			if _, err := os.Stat(run); err == nil {
+				t.Errorf("a refused configuration left %s", run)
+			}
+		})
+	}
+}
