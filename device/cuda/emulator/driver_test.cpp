@@ -463,18 +463,21 @@ struct Child {
     FILE *out = nullptr;
 };
 
-// spawn runs this program with args, the environment changed by env
-// ("KEY=VALUE" entries replace the variable or add it).
+// spawn runs this program with args, the environment changed by env: a
+// "KEY=VALUE" entry replaces the variable or adds it, a "KEY" entry unsets it.
 Child spawn(const std::vector<std::string> &args, const std::vector<std::string> &env) {
     std::vector<std::string> envs;
     for (char **e = environ; *e; ++e) {
         std::string kv(*e);
         bool replaced = false;
-        for (const auto &o : env)
-            if (kv.compare(0, o.find('=') + 1, o, 0, o.find('=') + 1) == 0) replaced = true;
+        for (const auto &o : env) {
+            std::string key = o.substr(0, o.find('=')) + "=";
+            if (kv.compare(0, key.size(), key) == 0) replaced = true;
+        }
         if (!replaced) envs.push_back(kv);
     }
-    envs.insert(envs.end(), env.begin(), env.end());
+    for (const auto &o : env)
+        if (o.find('=') != std::string::npos) envs.push_back(o);
     std::vector<char *> argv{const_cast<char *>("/proc/self/exe")}, envp;
     for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
     argv.push_back(nullptr);
@@ -682,7 +685,7 @@ void testShared(const char *ptx) {
     }
     std::string dir(tmpl);
     Child c = spawn({ptx, "shared", dir}, {"CUDAEMU_STATE=" + dir, "CUDAEMU_DEVICES=3", "CUDAEMU_MEMORY=64M,32MiB,50331648",
-                                           "CUDAEMU_CONTEXT_BYTES=4194304", "CUDAEMU_FAULTS="});
+                                           "CUDAEMU_CONTEXT_BYTES=4194304", "CUDAEMU_FAULTS", "CUDA_VISIBLE_DEVICES"});
     close(c.in);
     char line[512];
     while (c.out && std::fgets(line, sizeof line, c.out)) std::fputs(line, stdout);  // its FAIL lines
