@@ -73,9 +73,6 @@ const writtenAnnotation = "tolaria.written"
 func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, error) {
 	fail := func(err error) (coordinator.Request, []string, error) { return coordinator.Request{}, nil, err }
 	v := viper.New()
-	v.SetEnvPrefix("TOLARIA")
-	v.SetEnvKeyReplacer(job.EnvReplacer())
-	v.AutomaticEnv()
 	d := job.Default()
 	keys := append(job.Keys(), extraKeys...)
 	envKeys := slices.Clone(keys)
@@ -86,13 +83,18 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 		if err := v.BindPFlag(string(key), fs.Lookup(flagName(key))); err != nil {
 			return fail(err)
 		}
+		// Each key's variables are bound by name, the key's path's
+		// (TOLARIA_OPTIMIZER_LR) and the flag's (TOLARIA_LR), never
+		// through viper's automatic environment: that takes a variable
+		// named as a section (TOLARIA_OPTIMIZER, the flag --optimizer's)
+		// to hide every key in the section.
+		names := []string{job.EnvVar(key)}
 		if flat := job.Flat(key); flat != key {
-			// The flag's variable (TOLARIA_LR); TOLARIA_OPTIMIZER_LR,
-			// the key's, is read too (viper's automatic environment).
-			if err := v.BindEnv(string(key), job.EnvVar(flat)); err != nil {
-				return fail(err)
-			}
+			names = append(names, job.EnvVar(flat))
 			envKeys = append(envKeys, flat)
+		}
+		if err := v.BindEnv(append([]string{string(key)}, names...)...); err != nil {
+			return fail(err)
 		}
 	}
 	warnings := job.UnknownEnv(os.Environ(), envKeys, otherEnv...)
