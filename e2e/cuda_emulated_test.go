@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,7 +132,8 @@ func rlOnEmulatedDriver(t *testing.T, emu string) {
 	dir := t.TempDir()
 	runDir := filepath.Join(dir, "run")
 	cfg := writeRLConfig(t, dir, "model: {hidden: [32]}\nlearning_starts: 300\nbuffer_capacity: 2000\n")
-	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "rl", "--device", "cuda", "--agents", "2",
+	// Two emulated GPUs: --devices auto (the default) places agent i on GPU i.
+	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=2"}, "rl", "--device", "cuda", "--agents", "2",
 		"--total-steps", "1500", "--config", cfg, "--worker", filepath.Join(emu, "tolaria-worker"), "--run-dir", runDir)
 	if r.code != 0 {
 		t.Fatalf("tolaria rl on the emulated CUDA driver: exit %d\n%s", r.code, r.stderr)
@@ -143,6 +145,9 @@ func rlOnEmulatedDriver(t *testing.T, emu string) {
 	for _, a := range readRLSummary(t, runDir).Agents {
 		if a.State != coordinator.AgentSucceeded || a.EnvSteps != 1500 || a.LearnerSteps < 1000 || a.Fallbacks != 0 {
 			t.Errorf("agent %d: %s (%s), %d env steps, %d learner steps, %d eager fallbacks", a.Agent, a.State, a.Reason, a.EnvSteps, a.LearnerSteps, a.Fallbacks)
+		}
+		if want := fmt.Sprintf("cuda:%d", a.Agent); a.Device != want {
+			t.Errorf("agent %d ran on %q, want %s (agent %% devices)", a.Agent, a.Device, want)
 		}
 		for _, e := range rlEvents(runDir, a.Agent) {
 			if e.Event == "worker" && !strings.HasPrefix(e.Device, "cuda") {

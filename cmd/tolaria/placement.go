@@ -23,9 +23,15 @@ type placementFlags struct {
 
 // register adds the three flags; what names the workers ("shards").
 func (p *placementFlags) register(fs *pflag.FlagSet, what string) {
-	fs.StringVar(&p.devices, "devices", "auto", "GPUs to spread the "+what+" over, e.g. 0,1,2,3 (implies --device cuda), or auto: every GPU a CUDA tolaria-worker finds (with --device auto or cuda); each worker sees only its GPU (CUDA_VISIBLE_DEVICES)")
+	p.registerDevices(fs, "to spread the "+what+" over")
 	fs.IntVar(&p.perDevice, "per-device", 0, "the "+what+" sharing one device at once (default: all of them spread evenly over the devices)")
 	fs.IntVar(&p.parallel, "parallel", 0, "the "+what+" running at once (default: one per device slot); the others wait for a slot")
+}
+
+// registerDevices adds --devices alone, for an activity that places its
+// workers by a rule of its own; how says what the GPUs are for.
+func (p *placementFlags) registerDevices(fs *pflag.FlagSet, how string) {
+	fs.StringVar(&p.devices, "devices", "auto", "GPUs "+how+": a list such as 0,1,2,3 (implies --device cuda), or auto: every GPU a CUDA tolaria-worker finds (with --device auto or cuda); each worker sees only its GPU (CUDA_VISIBLE_DEVICES)")
 }
 
 // resolve turns --device and the placement flags into a device (cpu or
@@ -34,7 +40,7 @@ func (p *placementFlags) register(fs *pflag.FlagSet, what string) {
 // takes every usable one; auto falls back to the CPU when there is none.
 func (p *placementFlags) resolve(ctx context.Context, fs *pflag.FlagSet, device string, w workerFlags, log *slog.Logger) (string, []int, error) {
 	for i, n := range []int{p.perDevice, p.parallel} {
-		if flag := []string{"per-device", "parallel"}[i]; fs.Changed(flag) && n < 1 {
+		if flag := []string{"per-device", "parallel"}[i]; fs.Lookup(flag) != nil && fs.Changed(flag) && n < 1 {
 			return "", nil, usagef("--%s must be at least 1, got %d", flag, n)
 		}
 	}

@@ -76,6 +76,7 @@ input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
 	fs.StringVar(&f.req.Dir, "run-dir", "", "run directory, new (default runs/rl-<time>); with --resume, the run to continue")
 	fs.BoolVar(&f.req.Resume, "resume", false, "continue the interrupted run in --run-dir: each learner from its checkpoint, each buffer as saved")
 	registerDevice(fs, &f.req.Device, "; each worker opens its own")
+	f.place.registerDevices(fs, "to place the agents on, agent i's learner and its actor on the (i mod N)-th of N")
 	fs.BoolVar(&f.req.Graphs, "enable-graphs", true, "actors and learners capture their step once and replay it")
 	fs.IntVar(&f.req.MaxLead, "max-lead", 50, "training steps' worth of transitions an actor may run ahead of its learner (0: no bound)")
 	fs.IntVar(&f.req.Threads, "threads", 1, "CPU device threads per worker process")
@@ -95,6 +96,7 @@ type rlFlags struct {
 	req     rl.Request
 	worker  workerFlags
 	metrics metricsFlags
+	place   placementFlags
 	plot    bool
 }
 
@@ -164,7 +166,7 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	view := progress.NewRL(stderr, req.Config.NumAgents, req.Config.TotalSteps)
 	defer view.Close()
 	log := logger(view.Logs(), slog.LevelInfo)
-	if req.Device, err = chooseDevice(ctx, req.Device, f.worker, log); err != nil {
+	if req.Device, req.GPUs, err = f.place.resolve(ctx, cmd.Flags(), req.Device, f.worker, log); err != nil {
 		return err
 	}
 	var rlm *telemetry.RLMetrics

@@ -3,8 +3,10 @@ package launch
 import (
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
@@ -98,33 +100,59 @@ func LayOut(device string, gpus []int, per, parallel int) ([]Slot, error) {
 // workers run on a device than it has slots.
 type Slots struct {
 	all  []Slot
-	free chan Slot
+	mu   sync.Mutex
+	free []Slot        // in the order given back: the longest free first
+	gave chan struct{} // closed and replaced whenever a slot is given back
 }
 
 // NewSlots makes an allocator of the slots, all free.
 func NewSlots(all []Slot) *Slots {
-	s := &Slots{all: all, free: make(chan Slot, len(all))}
-	for _, sl := range all {
-		s.free <- sl
-	}
-	return s
+	return &Slots{all: all, free: slices.Clone(all), gave: make(chan struct{})}
 }
 
 // Take waits for a free slot, or for ctx to end.
-func (s *Slots) Take(ctx context.Context) (Slot, error) {
-	if err := ctx.Err(); err != nil {
-		return Slot{}, err
-	}
-	select {
-	case sl := <-s.free:
-		return sl, nil
-	case <-ctx.Done():
-		return Slot{}, ctx.Err()
+func (s *Slots) Take(ctx context.Context) (Slot, error) { return s.TakeWhere(ctx, nil) }
+
+// TakeOn waits for a free slot on GPU gpu (Slot.GPU), or for ctx to end:
+// an activity that places a worker beside another (an RL agent's actor
+// beside its learner) or by a rule of its own (agent % devices).
+func (s *Slots) TakeOn(ctx context.Context, gpu int) (Slot, error) {
+	return s.TakeWhere(ctx, func(sl Slot) bool { return sl.GPU == gpu })
+}
+
+// TakeWhere waits for the first free slot that fits (every slot when fits
+// is nil), or for ctx to end.
+func (s *Slots) TakeWhere(ctx context.Context, fits func(Slot) bool) (Slot, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return Slot{}, err
+		}
+		s.mu.Lock()
+		for i, sl := range s.free {
+			if fits == nil || fits(sl) {
+				s.free = slices.Delete(s.free, i, i+1)
+				s.mu.Unlock()
+				return sl, nil
+			}
+		}
+		gave := s.gave
+		s.mu.Unlock()
+		select {
+		case <-gave:
+		case <-ctx.Done():
+			return Slot{}, ctx.Err()
+		}
 	}
 }
 
 // Give returns a slot taken.
-func (s *Slots) Give(sl Slot) { s.free <- sl }
+func (s *Slots) Give(sl Slot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.free = append(s.free, sl)
+	close(s.gave)
+	s.gave = make(chan struct{})
+}
 
 // Len is the number of slots: how many workers run at once.
 func (s *Slots) Len() int { return len(s.all) }

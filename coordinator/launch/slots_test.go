@@ -1,8 +1,11 @@
 package launch
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"testing"
+	"time"
 )
 
 // A GPU slot's worker sees its GPU alone; the slot numbers GPUs as this
@@ -43,5 +46,48 @@ func TestLayOutSpreads(t *testing.T) {
 	}
 	if _, err := LayOut("cuda", []int{0, 1}, 1, 3); err == nil {
 		t.Error("3 at once on 2 slots accepted")
+	}
+}
+
+// A worker placed beside another waits for a slot on its GPU, however
+// many others are free; any slot serves Take; a slot given back wakes a
+// waiter.
+func TestSlotsTakeOn(t *testing.T) {
+	all, err := LayOut("cuda", []int{0, 1}, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSlots(all)
+	ctx := context.Background()
+	one, err := s.TakeOn(ctx, 1)
+	if err != nil || one.GPU != 1 {
+		t.Fatalf("TakeOn(1): %v, %v", one, err)
+	}
+	got := make(chan Slot)
+	go func() {
+		sl, err := s.TakeOn(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- sl
+	}()
+	zero, err := s.Take(ctx)
+	if err != nil || zero.GPU != 0 {
+		t.Fatalf("Take with GPU 1 busy: %v, %v", zero, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := s.Take(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Take with every slot busy: %v", err)
+	}
+	s.Give(zero) // not GPU 1: the waiter keeps waiting
+	select {
+	case sl := <-got:
+		t.Fatalf("TakeOn(1) took %v", sl)
+	case <-time.After(20 * time.Millisecond):
+	}
+	s.Give(one)
+	if sl := <-got; sl.GPU != 1 {
+		t.Fatalf("the waiter got %v", sl)
 	}
 }

@@ -95,10 +95,15 @@ type Request struct {
 	Dir        string // run directory; with Resume, the run to continue
 	Resume     bool
 	Device     string // cpu (default) or cuda: each worker opens its own
-	Graphs     bool   // actors and learners capture and replay
-	MaxLead    int    // see dqn.ActorOptions.MaxLead
-	Threads    int    // CPU device threads per worker (0: 1)
-	Worker     string // the tolaria-worker binary ("": worker.Find)
+	// GPUs are, with Device cuda, the GPUs to place the agents on: agent
+	// i's learner, and its actor beside it, on GPUs[i % len(GPUs)], each
+	// worker seeing its GPU alone (launch.Slot.EnvUnder). None leaves every
+	// worker the GPUs its environment gives it, and it opens the first.
+	GPUs    []int
+	Graphs  bool   // actors and learners capture and replay
+	MaxLead int    // see dqn.ActorOptions.MaxLead
+	Threads int    // CPU device threads per worker (0: 1)
+	Worker  string // the tolaria-worker binary ("": worker.Find)
 	// ActorRestarts is how many times an agent's actor is started again
 	// after it fails before the agent fails.
 	ActorRestarts    int
@@ -159,6 +164,9 @@ type AgentStatus struct {
 	ActorRestarts int     `json:"actor_restarts"`
 	Fallbacks     int     `json:"fallbacks"`
 	Seconds       float64 `json:"seconds"`
+	// Device is where the agent's learner and actor run: cpu, cuda (the
+	// GPU their environment gives them) or cuda:N.
+	Device string `json:"device,omitempty"`
 }
 
 // Summary is a run's summary.json.
@@ -205,6 +213,9 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 	case "", "cpu", "cuda":
 	default:
 		return nil, refusal.Config(field.Errorf("device", "must be cpu or cuda, got %q", req.Device))
+	}
+	if len(req.GPUs) > 0 && req.Device != "cuda" {
+		return nil, refusal.Config(field.Errorf("devices", "names GPUs, so the device is cuda, not %q", req.Device))
 	}
 	if req.ActorRestarts < 0 {
 		return nil, refusal.Config(field.Errorf("actor_restarts", "must be 0 or more, got %d", req.ActorRestarts))
@@ -264,8 +275,9 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 }
 
 // placeWorkers makes the run's launcher and its slots: every actor and
-// learner at once on the device, each worker seeing the GPUs its
-// environment gives it.
+// learner at once, agent i's two on GPU GPUs[i % len(GPUs)] (slots
+// enough for the agents that share a GPU), or with no GPUs named each
+// worker seeing the GPUs its environment gives it.
 func (r *Run) placeWorkers() error {
 	req := r.req
 	kind, err := launch.Resolve(req.Launch, "")
@@ -277,7 +289,11 @@ func (r *Run) placeWorkers() error {
 		dev = "cpu"
 	}
 	n := 2 * req.Config.NumAgents
-	cfg := launch.Config{Worker: r.path, Device: dev, GPUsFromEnv: true, Parallel: n, Workers: n, Dir: r.dir, DirField: "run_dir",
+	per := 0
+	if g := len(req.GPUs); g > 0 {
+		per = 2 * ((req.Config.NumAgents + g - 1) / g)
+	}
+	cfg := launch.Config{Worker: r.path, Device: dev, GPUs: req.GPUs, GPUsFromEnv: len(req.GPUs) == 0, PerDevice: per, Parallel: n, Workers: n, Dir: r.dir, DirField: "run_dir",
 		Own: filepath.Join(r.dir, kind.Name), WorkerStart: req.WorkerStart, HeartbeatTimeout: req.HeartbeatTimeout, Env: req.Env, Logger: r.log}
 	if kind.Check != nil {
 		if err := kind.Check(cfg); err != nil {
@@ -294,6 +310,20 @@ func (r *Run) placeWorkers() error {
 	r.slots = launch.NewSlots(all)
 	return nil
 }
+
+// agentSlot says which slots agent i's halves may take: those of its GPU,
+// GPUs[i % len(GPUs)], when GPUs are named; any otherwise.
+func (r *Run) agentSlot(i int) func(launch.Slot) bool {
+	gpus := r.req.GPUs
+	if len(gpus) == 0 {
+		return nil
+	}
+	gpu := gpus[i%len(gpus)]
+	return func(sl launch.Slot) bool { return sl.GPU == gpu }
+}
+
+// Devices says where the agents' workers run, each device once.
+func (r *Run) Devices() string { return r.slots.Devices() }
 
 // halfWorker is agent i's learner or actor as a launcher's worker: its
 // log is the agent's <role>.log.
@@ -698,11 +728,12 @@ func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt i
 	if err := wlog.Close(); err != nil {
 		return jobserver.RLResult{}, err
 	}
-	sl, err := a.r.slots.Take(ctx)
+	sl, err := a.r.slots.TakeWhere(ctx, a.r.agentSlot(a.i))
 	if err != nil {
 		return jobserver.RLResult{}, err
 	}
 	defer a.r.slots.Give(sl)
+	a.update(func(st *AgentStatus) { st.Device = sl.String() })
 	h, err := a.r.launcher.Start(ctx, w, sl, attempt)
 	if err != nil {
 		return jobserver.RLResult{}, err
@@ -713,7 +744,7 @@ func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt i
 		Graphs: req.Graphs, MaxLead: req.MaxLead, Threads: req.Threads}
 	obs := a.halfObserver(role, dev)
 	_, res, err := jobserver.RL(ctx, &hookHello{Transport: t, hello: func(h worker.Hello) {
-		a.event(EventWorker, map[string]any{"role": role, "pid": h.PID, "device": h.Device, "attempt": attempt})
+		a.event(EventWorker, map[string]any{"role": role, "pid": h.PID, "device": h.Device, "slot": sl.String(), "attempt": attempt})
 	}}, dev, j, func(p jobserver.RLProgress) {
 		jobserver.ObserveReplays(obs, p)
 		a.progress(p, attempt)

@@ -92,10 +92,10 @@ func (v *RL) Update(s coordinator.AgentStatus) {
 	case s.State != prev.State && s.Episodes > 0:
 		v.table.Printf("agent %d: %s: resumed after %d episodes (mean-100 %.1f)\n", s.Agent, s.State, s.Episodes, s.MeanReturn)
 	case s.State != prev.State:
-		v.table.Printf("agent %d: %s: actor and learner starting\n", s.Agent, s.State)
+		v.table.Printf("agent %d: %s: actor and learner starting%s\n", s.Agent, s.State, on(s.Device))
 	default:
-		v.table.Printf("agent %d: %s: %d episodes, mean-100 %.1f, epsilon %.3f, learner %.0f steps/s, actor %.0f steps/s, lag %d, env steps %d, greedy %s\n",
-			s.Agent, s.State, s.Episodes, s.MeanReturn, s.Epsilon, s.LearnerStepsPerSec, s.ActorStepsPerSec, s.Lag, s.EnvSteps, greedyText(s))
+		v.table.Printf("agent %d%s: %s: %d episodes, mean-100 %.1f, epsilon %.3f, learner %.0f steps/s, actor %.0f steps/s, lag %d, env steps %d, greedy %s\n",
+			s.Agent, on(s.Device), s.State, s.Episodes, s.MeanReturn, s.Epsilon, s.LearnerStepsPerSec, s.ActorStepsPerSec, s.Lag, s.EnvSteps, greedyText(s))
 	}
 }
 
