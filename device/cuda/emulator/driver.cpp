@@ -818,14 +818,18 @@ struct Driver {
     }
 
     // bill records that ordinal's blocks now hold blocks bytes and its
-    // context is billed ctx bytes; when the total grows past the device's
+    // context is billed ctx bytes. When the bill grows past the device's
     // memory (all processes' use with CUDAEMU_STATE) nothing changes and
-    // CUDA_ERROR_OUT_OF_MEMORY is returned. Call with billMu held.
+    // CUDA_ERROR_OUT_OF_MEMORY is returned, or CUDA_ERROR_OPERATING_SYSTEM
+    // when the shared record cannot be read or written. A bill that does not
+    // grow always takes effect here; a failure to share it is noted on
+    // stderr by the ledger. Call with billMu held.
     CUresult bill(int ordinal, size_t blocks, size_t ctx) {
         size_t o = size_t(ordinal), total = memOf(ordinal);
         bool grow = blocks + ctx > blockBytes[o] + contextBilled[o];
         if (ledger.on()) {
-            if (CUresult r = ledger.set(physical[o], total, blocks + ctx, ctx, grow)) return r;
+            CUresult r = ledger.set(physical[o], total, blocks + ctx, ctx, grow);
+            if (r && grow) return r;
         } else if (grow && (ctx > total || blocks > total - ctx)) {
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -1298,7 +1302,7 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     Context &c = d.primaries[size_t(dev)];
     if (c.refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (--c.refs > 0) return CUDA_SUCCESS;
-    d.bill(dev, d.blockBytes[size_t(dev)], 0);  // a smaller bill always fits; a failed write is noted
+    d.bill(dev, d.blockBytes[size_t(dev)], 0);  // a smaller bill always takes effect
     bool none = std::all_of(d.primaries.begin(), d.primaries.end(), [](const Context &p) { return p.refs == 0; });
     if (none && !faults().sticky.load() && (!d.streams.empty() || !d.events.empty() || !d.execs.empty() || !d.graphs.empty()))
         note("the primary context was released with %zu streams, %zu events, %zu graphs and %zu executables left; they stay allocated",
@@ -1415,7 +1419,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     int o;
     std::lock_guard<std::mutex> l(d.billMu);  // held across the release, so the bill never runs below the blocks
     if (CUresult r = d.memory.release(uintptr_t(p), false, &bytes, &o)) return r;
-    if (CUresult r = d.bill(o, d.blockBytes[size_t(o)] - bytes, d.contextBilled[size_t(o)])) return r;
+    d.bill(o, d.blockBytes[size_t(o)] - bytes, d.contextBilled[size_t(o)]);  // a smaller bill always takes effect
     return CUDA_SUCCESS;
 }
 

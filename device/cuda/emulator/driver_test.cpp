@@ -637,6 +637,10 @@ void testSharedDevices(const char *ptx, const std::string &dir) {
     h = hold(&b3, ptx, "1", MiB, {"CUDAEMU_CONTEXT_BYTES=8M"});
     TRUE(h.retain == CUDA_ERROR_OUT_OF_MEMORY);
     TRUE(release(&b3));
+    Child bad;  // a state directory that cannot be made: the retain fails, saying why on stderr
+    h = hold(&bad, ptx, "1", MiB, {"CUDAEMU_STATE=" + dir + "/device-1.lock/sub"});
+    TRUE(h.retain == CUDA_ERROR_OPERATING_SYSTEM);
+    TRUE(release(&bad));
     OK(cuMemGetInfo_v2(&free, &total));
     TRUE(free == 16 * MiB);
 
