@@ -18,8 +18,8 @@ package cpu
 //
 // A product is split into parts along the larger of C's two dimensions
 // (rows in multiples of 4, columns in multiples of 16), at most
-// partsPerThread parts per thread and only when each part has at least
-// gemmGrain multiply-adds. A transposed B is copied into k×n order (gemmTask.bt,
+// partsPerThread parts per thread, only when each part has at least
+// gemmGrain multiply-adds and only a product of at least minSplitWork. A transposed B is copied into k×n order (gemmTask.bt,
 // made when the kernel is enqueued), so that the tiles read B's rows
 // contiguously; then the split is by columns, and each part copies the
 // columns it computes, so no part waits for another.
@@ -55,6 +55,20 @@ func (p *gemmPacker) part(i, parts int, _ *scratch) {
 // gemmGrain is the least work (multiply-adds) worth a part of its own:
 // below it, handing the part to another thread costs more than it saves.
 const gemmGrain = 1 << 15
+
+// minSplitWork is the least work (multiply-adds) of a product split
+// between threads at all; a smaller one runs whole on the stream's
+// goroutine. Splitting one costs a hand-off to a helper and a wait for
+// it: a fraction of a microsecond on a quiet machine, but up to a
+// scheduler's time slice when another process holds the helper's core,
+// while a product this small takes 2-6 µs on one thread. Measured with
+// BenchmarkGemmThreads and BenchmarkGemmSplit on the 2-core development
+// machine (docs/cpu-results.md, "Where a product is split"): split in
+// two, the output layer's products at batch 64 (82K multiply-adds) ran
+// 1.12-1.5x one thread's speed on a quiet machine, 0.87-1.25x at a load
+// average of 4-5 and 0.13-0.23x at 6-7; at batch 128 (164K), 0.82-1.08x
+// at 4-5; from 256K on (batch 256's, a 64x64x64), 1.12-1.63x at 4-5.
+const minSplitWork = 1 << 18
 
 func newGemmTask(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) *gemmTask {
 	g := &gemmTask{transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, tile: 16}
@@ -95,17 +109,28 @@ func (g *gemmTask) run(t *team) {
 	if g.beta != 0 && g.beta != 1 {
 		scale(g.c[:m*n], g.beta)
 	}
-	dim, align, most := n, g.tile, m*n
+	if g.byRows && g.ct == nil && g.transB {
+		t.run(g.packer, min(t.parts(n*g.k, elemGrain), (n+7)/8))
+	}
+	t.run(g, g.parts(t))
+}
+
+// parts is how many parts a blocked product splits into on t's threads:
+// one for a product under minSplitWork, else one per gemmGrain of work,
+// at most partsPerThread per thread, and no more than C has rows of 4
+// (or, split by columns, columns of a tile).
+func (g *gemmTask) parts(t *team) int {
+	if g.m*g.n*g.k < minSplitWork {
+		return 1
+	}
+	dim, align, most := g.n, g.tile, g.m*g.n
 	switch {
 	case g.ct != nil:
-		dim, align, most = m, 32, transposedParts*t.threads()
+		dim, align, most = g.m, 32, transposedParts*t.threads()
 	case g.byRows:
-		dim, align = m, 4
-		if g.transB {
-			t.run(g.packer, min(t.parts(n*g.k, elemGrain), (n+7)/8))
-		}
+		dim, align = g.m, 4
 	}
-	t.run(g, min(t.parts(m*n*g.k, gemmGrain), (dim+align-1)/align, most))
+	return min(t.parts(g.m*g.n*g.k, gemmGrain), (dim+align-1)/align, most)
 }
 
 func (g *gemmTask) part(i, parts int, s *scratch) {

@@ -73,6 +73,45 @@ func BenchmarkGemmThreads(b *testing.B) {
 	}
 }
 
+// splitShapes are products around the size from which a product is split
+// between threads (minSplitWork): the MLP's output layer and its
+// gradients at batch 32, 64, 128 and 256, square-ish products of similar
+// sizes, and the default MLP's middle and first layers.
+var splitShapes = []gemmShape{
+	{m: 32, k: 128, n: 10}, {m: 64, k: 128, n: 10}, {m: 128, k: 64, n: 10, transA: true}, {m: 64, k: 10, n: 128, transB: true},
+	{m: 128, k: 128, n: 10}, {m: 128, k: 128, n: 10, transA: true}, {m: 128, k: 10, n: 128, transB: true},
+	{m: 256, k: 128, n: 10}, {m: 128, k: 256, n: 10, transA: true}, {m: 256, k: 10, n: 128, transB: true},
+	{m: 32, k: 64, n: 64}, {m: 64, k: 64, n: 64}, {m: 64, k: 128, n: 64}, {m: 64, k: 256, n: 64},
+	{m: 64, k: 256, n: 128}, {m: 256, k: 64, n: 128, transA: true}, {m: 64, k: 128, n: 256, transB: true},
+	{m: 128, k: 256, n: 128}, {m: 64, k: 784, n: 256},
+}
+
+// BenchmarkGemmSplit times the products of splitShapes on one thread and
+// on two, with the parts the device's decision gives (the split-parts
+// metric; 1 is not split). Run the two thread counts alternately (e.g.
+// -bench 'GemmSplit/.*/threads=1' then 'threads=2', in turns), as the
+// machine's load moves.
+func BenchmarkGemmSplit(b *testing.B) {
+	for _, s := range splitShapes {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", s, threads), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				x, y, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
+				task := newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, x, y, 0, c)
+				parts := 0
+				withTeam(threads, func(t *team) {
+					parts = task.parts(t)
+					for b.Loop() {
+						task.run(t)
+					}
+				})
+				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				b.ReportMetric(float64(parts), "split-parts")
+			})
+		}
+	}
+}
+
 // BenchmarkGemmConv times the device's GEMM on 1 and 2 threads on the products
 // of the example CNN's convolutions at batch 64 (examples/cnn.yaml): the
 // first conv's forward and weight gradient (k = 9, then a sum over 50,176

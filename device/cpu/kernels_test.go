@@ -81,6 +81,7 @@ var gemmShapes = slices.Concat(benchShapes, []gemmShape{
 	// left over.
 	{m: 256, k: 128, n: 10},
 	{m: 131, k: 64, n: 10, transA: true},
+	{m: 262, k: 128, n: 10, transA: true}, // split (minSplitWork), rows left over
 	{m: 70, k: 300, n: 17, transB: true},
 	// Products that run in bands of rows (gemmTask.bands), transposed B
 	// packed before the split by rows, with rows left over.
@@ -117,6 +118,44 @@ func TestGemmAgainstNaive(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGemmSplitsOnlyWherePaysOff: a product under minSplitWork runs in
+// one part whatever the threads (the output layer's at batch 64); one at
+// or above it splits, so TestGemmAgainstNaive checks split products of
+// every path too.
+func TestGemmSplitsOnlyWherePaysOff(t *testing.T) {
+	for _, c := range []struct {
+		s     gemmShape
+		split bool
+	}{
+		{gemmShape{m: 64, k: 128, n: 10}, false},
+		{gemmShape{m: 128, k: 64, n: 10, transA: true}, false},
+		{gemmShape{m: 64, k: 10, n: 128, transB: true}, false},
+		{gemmShape{m: 128, k: 128, n: 10}, false},
+		{gemmShape{m: 256, k: 128, n: 10}, true},
+		{gemmShape{m: 262, k: 128, n: 10, transA: true}, true},
+		{gemmShape{m: 64, k: 64, n: 64}, true},
+		{gemmShape{m: 64, k: 784, n: 256}, true},
+	} {
+		withTeam(2, func(tm *team) {
+			g := newGemmTask(c.s.transA, c.s.transB, c.s.m, c.s.n, c.s.k, 1, nil, nil, 0, nil)
+			if parts := g.parts(tm); (parts > 1) != c.split {
+				t.Errorf("%s (%d multiply-adds) on 2 threads: %d parts; want split %v (from %d)", c.s, c.s.m*c.s.n*c.s.k, parts, c.split, minSplitWork)
+			}
+		})
+	}
+	var split int
+	for _, s := range gemmShapes {
+		withTeam(3, func(tm *team) {
+			if newGemmTask(s.transA, s.transB, s.m, s.n, s.k, 1, nil, nil, 0, nil).parts(tm) > 1 {
+				split++
+			}
+		})
+	}
+	if split < len(gemmShapes)/2 {
+		t.Errorf("only %d of the %d shapes of gemmShapes split on 3 threads", split, len(gemmShapes))
 	}
 }
 
