@@ -87,8 +87,8 @@ func TestRefusedRequestsWriteNothing(t *testing.T) {
 		req  Request
 		key  field.Name
 	}{
-		{"an invalid spec", request(t, bad), "batch_size"},
-		{"graphs never captured", request(t, graphsForever), "warmup_batches"},
+		{"an invalid spec", request(t, bad), "schedule.batch_size"},
+		{"graphs never captured", request(t, graphsForever), "graphs.warmup_batches"},
 		{"a malformed metrics address", func() Request { r := request(t, smallSpec(dir)); r.MetricsAddr = "bad::addr"; return r }(), "metrics_addr"},
 		{"a summary path that is a directory", func() Request { r := request(t, smallSpec(dir)); r.SummaryJSON = t.TempDir(); return r }(), "summary_json"},
 		{"a summary path under a file", func() Request {
