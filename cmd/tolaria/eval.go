@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
@@ -149,9 +150,8 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	}
 	var em *telemetry.EvalMetrics
 	// The address served at, and the linger, are news worth an info line.
-	served, err := coordinator.ServeFamilies(ctx, metrics.addr, logger(stderr, slog.LevelInfo), func() (*telemetry.Metrics, error) {
-		m := telemetry.NewMetrics(version())
-		em, err = m.Eval()
+	served, err := coordinator.ServeFamilies(ctx, metrics.addr, logger(stderr, slog.LevelInfo), func() (m *telemetry.Metrics, err error) {
+		m, em, err = eval.NewMetrics(version())
 		return m, err
 	})
 	if err != nil {
@@ -161,12 +161,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	rep, err := e.Run(ctx)
 	var failed *coordinator.ShardsFailedError
 	if em != nil && rep != nil {
-		res := telemetry.EvalResult{Complete: rep.Complete, Accuracy: rep.Accuracy, Loss: rep.Loss, Kept: len(e.Kept())}
-		if errors.As(err, &failed) {
-			res.Failed = len(failed.Missing)
-		}
-		res.Scored = req.Workers - res.Kept - res.Failed
-		em.Result(res)
+		e.Record(em, rep, err)
 		defer served.Linger(ctx, metrics.linger)
 	}
 	switch {

@@ -28,6 +28,7 @@ import (
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -50,6 +51,18 @@ const shardExt = ".tles"
 
 // evalAttempts is how many times a shard is tried: once, and once more.
 const evalAttempts = 2
+
+// NewMetrics is a metrics registry with an evaluation's families: the
+// result's accuracy and loss, labelled complete or partial, and the shards
+// by state (see telemetry.EvalMetrics). Run.Record sets them.
+func NewMetrics(version string) (*telemetry.Metrics, *telemetry.EvalMetrics, error) {
+	m := telemetry.NewMetrics(version)
+	em, err := m.Eval()
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, em, nil
+}
 
 // Request is a sharded evaluation of a run's checkpoint as a command
 // asks for it.
@@ -623,6 +636,21 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// Record sets em to the outcome of Run: rep and the error it returned. An
+// evaluation without figures (interrupted, or no shard scored) sets none.
+func (e *Run) Record(em *telemetry.EvalMetrics, rep *Report, err error) {
+	if em == nil || rep == nil {
+		return
+	}
+	res := telemetry.EvalResult{Complete: rep.Complete, Accuracy: rep.Accuracy, Loss: rep.Loss, Kept: len(e.kept)}
+	var failed *ShardsFailedError
+	if errors.As(err, &failed) {
+		res.Failed = len(failed.Missing)
+	}
+	res.Scored = e.req.Workers - res.Kept - res.Failed
+	em.Result(res)
 }
 
 // describe names in rep what was evaluated: the run, the checkpoint, the
