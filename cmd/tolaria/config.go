@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cast"
 	"github.com/spf13/pflag"
@@ -27,25 +28,29 @@ type trainFlags struct {
 func (t *trainFlags) register(fs *pflag.FlagSet) {
 	d := job.Default()
 	for _, key := range job.Keys() {
+		usage := job.Usage(key)
+		if strings.Contains(string(key), ".") && !strings.HasPrefix(string(key), "model.") {
+			usage += " (file key " + string(key) + ")"
+		}
 		switch def := d.Get(key).(type) {
 		case bool:
-			fs.Bool(flagName(key), def, job.Usage(key))
+			fs.Bool(flagName(key), def, usage)
 		case int:
-			fs.Int(flagName(key), def, job.Usage(key))
+			fs.Int(flagName(key), def, usage)
 		case uint64: // the seed
-			fs.Int(flagName(key), int(def), job.Usage(key))
+			fs.Int(flagName(key), int(def), usage)
 		case float64:
-			fs.Float64(flagName(key), def, job.Usage(key))
+			fs.Float64(flagName(key), def, usage)
 		case []int:
-			fs.IntSlice(flagName(key), def, job.Usage(key))
+			fs.IntSlice(flagName(key), def, usage)
 		case job.Layers:
-			fs.String(flagName(key), "", job.Usage(key))
+			fs.String(flagName(key), "", usage)
 		default:
 			if key == "device" {
 				registerDevice(fs, &t.device, "")
 				continue
 			}
-			fs.String(flagName(key), fmt.Sprint(def), job.Usage(key))
+			fs.String(flagName(key), fmt.Sprint(def), usage)
 		}
 	}
 	fs.String("config", "", "YAML configuration file (flags > TOLARIA_* environment > file > defaults)")

@@ -32,9 +32,10 @@ func usagef(format string, args ...any) error {
 }
 
 // flagName is a setting's flag, without its dashes: the flat spelling of
-// a job's key (job.Flat: --lr for optimizer.lr), less model., dashed.
+// a job's key (job.Flat: --lr for optimizer.lr), less model., dashed; a
+// key with no flat spelling is its path dashed (--schedule-foo).
 func flagName(key field.Name) string {
-	return strings.ReplaceAll(strings.TrimPrefix(string(job.Flat(key)), "model."), "_", "-")
+	return strings.NewReplacer("_", "-", ".", "-").Replace(strings.TrimPrefix(string(job.Flat(key)), "model."))
 }
 
 // keyAnnotation marks a flag that sets a key under another name, or a key
