@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/device/cuda/emulator/emurecord"
 )
 
 // emulatedCUDA builds the emulated CUDA driver (device/cuda/emulator) and a
@@ -68,6 +69,7 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	t.Run("sweep without a GPU", func(t *testing.T) { sweepWithoutAGPU(t, emu) })
 	t.Run("eval", func(t *testing.T) { evalOnEmulatedDriver(t, emu) })
 	t.Run("eval over devices", func(t *testing.T) { evalOverEmulatedDevices(t, emu) })
+	t.Run("sweep over devices", func(t *testing.T) { sweepOverEmulatedDevices(t, emu) })
 	t.Run("hung worker", func(t *testing.T) { hungCUDAWorker(t, emu) })
 	t.Run("rl", func(t *testing.T) { rlOnEmulatedDriver(t, emu) })
 	t.Run("sample", func(t *testing.T) { sampleOnEmulatedDriver(t, emu) })
@@ -133,7 +135,8 @@ func rlOnEmulatedDriver(t *testing.T, emu string) {
 	runDir := filepath.Join(dir, "run")
 	cfg := writeRLConfig(t, dir, "model: {hidden: [32]}\nlearning_starts: 300\nbuffer_capacity: 2000\n")
 	// Two emulated GPUs: --devices auto (the default) places agent i on GPU i.
-	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=2"}, "rl", "--device", "cuda", "--agents", "2",
+	state := filepath.Join(dir, "state")
+	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=2", "CUDAEMU_STATE=" + state}, "rl", "--device", "cuda", "--agents", "2",
 		"--total-steps", "1500", "--config", cfg, "--worker", filepath.Join(emu, "tolaria-worker"), "--run-dir", runDir)
 	if r.code != 0 {
 		t.Fatalf("tolaria rl on the emulated CUDA driver: exit %d\n%s", r.code, r.stderr)
@@ -142,6 +145,7 @@ func rlOnEmulatedDriver(t *testing.T, emu string) {
 	if n := w.workersMappingLibcuda(); n < 4 {
 		t.Errorf("%d of the %d children seen mapped the emulated libcuda; want both agents' actors and learners", n, len(w.workers))
 	}
+	devs := deviceRecords(t, state)
 	for _, a := range readRLSummary(t, runDir).Agents {
 		if a.State != coordinator.AgentSucceeded || a.EnvSteps != 1500 || a.LearnerSteps < 1000 || a.Fallbacks != 0 {
 			t.Errorf("agent %d: %s (%s), %d env steps, %d learner steps, %d eager fallbacks", a.Agent, a.State, a.Reason, a.EnvSteps, a.LearnerSteps, a.Fallbacks)
@@ -152,6 +156,12 @@ func rlOnEmulatedDriver(t *testing.T, emu string) {
 		for _, e := range rlEvents(runDir, a.Agent) {
 			if e.Event == "worker" && !strings.HasPrefix(e.Device, "cuda") {
 				t.Errorf("agent %d: its %s ran on %q, want a GPU of the emulated driver", a.Agent, e.Role, e.Device)
+			}
+			// The driver's own records say where each worker opened its context.
+			if e.Event == "worker" {
+				if got := emurecord.DevicesOf(devs, e.PID); !reflect.DeepEqual(got, []int{a.Agent}) {
+					t.Errorf("agent %d: its %s (pid %d) used devices %v by the driver's records, want [%d]", a.Agent, e.Role, e.PID, got, a.Agent)
+				}
 			}
 		}
 	}

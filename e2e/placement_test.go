@@ -1,13 +1,53 @@
 package e2e
 
 import (
+	"fmt"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/device/cuda/emulator/emurecord"
 )
+
+// deviceRecords reads the emulated driver's records in state (CUDAEMU_STATE)
+// and checks that no device ever held more than its memory.
+func deviceRecords(t *testing.T, state string) []emurecord.Device {
+	t.Helper()
+	devs, err := emurecord.Read(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if d.Exceeded() {
+			t.Errorf("device %d held %d bytes at its peak, more than its %d", d.Index, d.Peak, d.Total)
+		}
+	}
+	return devs
+}
+
+// shardDevices maps each shard's worker, by the pid its log names, to the
+// devices of the machine the driver's records say it opened, and checks
+// them against the device its progress line names (want: the machine's
+// device behind each cuda:N of the line).
+func shardDevices(t *testing.T, run, stderr string, shards int, devs []emurecord.Device, want map[string]int) {
+	t.Helper()
+	for s := range shards {
+		m := regexp.MustCompile(fmt.Sprintf(`shard %d \(of %d\) on (cuda:\d+): `, s, shards)).FindStringSubmatch(stderr)
+		pids := startedWorkers(t, filepath.Join(run, coordinator.EvalDir, fmt.Sprintf("shard-%d.log", s)))
+		if m == nil || len(pids) == 0 {
+			t.Errorf("shard %d: no device in its line or no worker in its log:\n%s", s, stderr)
+			continue
+		}
+		got := emurecord.DevicesOf(devs, pids[len(pids)-1])
+		if !reflect.DeepEqual(got, []int{want[m[1]]}) {
+			t.Errorf("shard %d ran on %s, and its worker (pid %d) opened the machine's devices %v by the driver's records, want [%d]",
+				s, m[1], pids[len(pids)-1], got, want[m[1]])
+		}
+	}
+}
 
 // evalOverEmulatedDevices: on an emulated machine of three GPUs, tolaria
 // eval --device cuda finds them (--devices auto, the default) and spreads
@@ -32,7 +72,10 @@ func evalOverEmulatedDevices(t *testing.T, emu string) {
 		return readEval(t, run), r.stderr
 	}
 	one, _ := eval(three, "--workers", "1", "--devices", "1")
-	spread, stderr := eval(three, "--workers", "3")
+	state := filepath.Join(dir, "state-spread")
+	spread, stderr := eval(append(three, "CUDAEMU_STATE="+state), "--workers", "3")
+	// The driver's own records: each shard's worker on the GPU its line names.
+	shardDevices(t, run, stderr, 3, deviceRecords(t, state), map[string]int{"cuda:0": 0, "cuda:1": 1, "cuda:2": 2})
 	if !strings.Contains(stderr, "with 3 workers on cuda:0, cuda:1, cuda:2") {
 		t.Errorf("--devices auto on 3 GPUs:\n%s", stderr)
 	}
@@ -48,12 +91,50 @@ func evalOverEmulatedDevices(t *testing.T, emu string) {
 	}
 	// Under CUDA_VISIBLE_DEVICES=2,0 tolaria sees two GPUs, numbered 0
 	// and 1, as its workers would.
-	_, stderr = eval(append(three, "CUDA_VISIBLE_DEVICES=2,0"), "--workers", "4")
+	state = filepath.Join(dir, "state-visible")
+	_, stderr = eval(append(three, "CUDA_VISIBLE_DEVICES=2,0", "CUDAEMU_STATE="+state), "--workers", "4")
 	if !strings.Contains(stderr, "with 4 workers on cuda:0, cuda:1") || strings.Contains(stderr, "cuda:2") {
 		t.Errorf("--devices auto under CUDA_VISIBLE_DEVICES=2,0:\n%s", stderr)
 	}
+	// cuda:0 is the machine's device 2 and cuda:1 its device 0.
+	shardDevices(t, run, stderr, 4, deviceRecords(t, state), map[string]int{"cuda:0": 2, "cuda:1": 0})
 	_, stderr = eval(three, "--workers", "3", "--devices", "2", "--per-device", "1")
 	if strings.Count(stderr, " on cuda:2: ") != 3 || !strings.Contains(stderr, "with 3 workers on cuda:2") {
 		t.Errorf("--devices 2 --per-device 1:\n%s", stderr)
+	}
+}
+
+// sweepOverEmulatedDevices: a sweep over two emulated GPUs, one trial at a
+// time on each, runs its three trials on both, as its results and the
+// driver's own records say, none past its device's memory.
+func sweepOverEmulatedDevices(t *testing.T, emu string) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, emulatedSweep)
+	sweepDir := filepath.Join(dir, "sweep")
+	state := filepath.Join(dir, "state")
+	r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=2", "CUDAEMU_STATE=" + state}, "sweep", file,
+		"--devices", "0,1", "--per-device", "1", "--worker", filepath.Join(emu, "tolaria-worker"), "--sweep-dir", sweepDir, "--heartbeat-timeout", "3s")
+	if r.code != 0 {
+		t.Fatalf("tolaria sweep --devices 0,1: exit %d\n%s", r.code, r.stderr)
+	}
+	res := readSweepResults(t, sweepDir)
+	used := map[string]int{}
+	for _, row := range res.Trials {
+		used[row.Device]++
+	}
+	if res.Counts["succeeded"] != 3 || used["cuda:0"] == 0 || used["cuda:1"] == 0 || used["cuda:0"]+used["cuda:1"] != 3 {
+		t.Errorf("counts %v, trials by device %v; want three trials over cuda:0 and cuda:1", res.Counts, used)
+	}
+	devs := deviceRecords(t, state)
+	for _, row := range res.Trials {
+		pids := startedWorkers(t, filepath.Join(row.RunDir, coordinator.WorkerLogFile))
+		if len(pids) == 0 {
+			t.Errorf("trial %s: no worker in its log", row.Name)
+			continue
+		}
+		want := map[string]int{"cuda:0": 0, "cuda:1": 1}[row.Device]
+		if got := emurecord.DevicesOf(devs, pids[len(pids)-1]); !reflect.DeepEqual(got, []int{want}) {
+			t.Errorf("trial %s ran on %s; its worker (pid %d) opened devices %v by the driver's records", row.Name, row.Device, pids[len(pids)-1], got)
+		}
 	}
 }
