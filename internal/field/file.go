@@ -109,13 +109,25 @@ func (sc Schema) walk(n *yaml.Node, prefix string, out *[]Setting, unknown *[]st
 		}
 		return fmt.Errorf("%s: must be a mapping of keys to values, e.g. %s", where, sc.example(prefix))
 	}
+	start := len(*out)
+	var merged []*yaml.Node // the mappings of merge keys (<<: *defaults), in order
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		written := prefix + n.Content[i].Value
 		val := n.Content[i+1]
 		if val.Kind == yaml.AliasNode {
 			val = val.Alias
 		}
+		if n.Content[i].Tag == "!!merge" {
+			if val.Kind == yaml.SequenceNode {
+				merged = append(merged, val.Content...)
+			} else {
+				merged = append(merged, val)
+			}
+			continue
+		}
 		switch key, flat := sc.Flat[Name(written)]; {
+		case val.Tag == "!!null" && sc.section(written):
+			// An empty section sets nothing.
 		case strings.Contains(n.Content[i].Value, "-"):
 			*unknown = append(*unknown, fmt.Sprintf("%s (write %s)", written, strings.ReplaceAll(written, "-", "_")))
 		case val.Kind == yaml.MappingNode && sc.section(written):
@@ -134,6 +146,19 @@ func (sc Schema) walk(n *yaml.Node, prefix string, out *[]Setting, unknown *[]st
 			return fmt.Errorf("%s: must be a mapping of keys to values, e.g. %s", written, sc.example(written+"."))
 		default:
 			*unknown = append(*unknown, written+sc.hint(written))
+		}
+	}
+	// A merged mapping gives what the mapping's own keys (and an earlier
+	// merged mapping) do not, as YAML's merge key means.
+	for _, m := range merged {
+		var from []Setting
+		if err := sc.walk(m, prefix, &from, unknown); err != nil {
+			return err
+		}
+		for _, s := range from {
+			if !slices.ContainsFunc((*out)[start:], func(o Setting) bool { return o.Key == s.Key }) {
+				*out = append(*out, s)
+			}
 		}
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 var testSchema = Schema{
@@ -26,6 +28,7 @@ func TestSchemaReadsNestedWholeAndFlatKeys(t *testing.T) {
 		{"flat", "lr: 0.5\noptimizer: adamw\n",
 			[]Setting{{Key: "optimizer.lr", Written: "lr", Value: 0.5}, {Key: "optimizer.kind", Written: "optimizer", Value: "adamw"}}},
 		{"empty", "", nil},
+		{"an empty section", "optimizer:\nseed: 2\n", []Setting{{Key: "seed", Written: "seed", Value: 2}}},
 		{"null", "~\n", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -44,6 +47,30 @@ func TestSchemaReadsNestedWholeAndFlatKeys(t *testing.T) {
 	st, _ := testSchema.Read([]byte("lr: 0.5\n"))
 	if !st[0].Deprecated() || !strings.HasPrefix(st[0].Warning(), "lr is deprecated: write optimizer.lr") {
 		t.Errorf("the flat lr: deprecated %v, warning %q", st[0].Deprecated(), st[0].Warning())
+	}
+}
+
+// YAML's merge key gives a mapping's keys from an anchored one, the
+// mapping's own taking precedence.
+func TestSchemaReadsMergeKeys(t *testing.T) {
+	sc := Schema{Keys: []Name{"seed", "optimizer.lr", "optimizer.kind", "trials"}}
+	var doc struct {
+		Common yaml.Node `yaml:"common"`
+		Trial  yaml.Node `yaml:"trial"`
+	}
+	if err := yaml.Unmarshal([]byte("common: &c {seed: 1, optimizer: {lr: 0.5, kind: sgd}}\ntrial: {<<: *c, seed: 2}\n"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sc.Settings(&doc.Trial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[Name]any{}
+	for _, s := range got {
+		values[s.Key] = s.Value
+	}
+	if want := map[Name]any{"seed": 2, "optimizer.lr": 0.5, "optimizer.kind": "sgd"}; !reflect.DeepEqual(values, want) {
+		t.Errorf("got %v, want %v", values, want)
 	}
 }
 
