@@ -29,6 +29,9 @@ func TestSweepTrialsWaitForDeviceMemory(t *testing.T) {
 	cfg := sweepConfig(t, strings.Replace(budgetSweep, "  - {name: one}", "  - {name: one, epochs: 60}", 1))
 	cfg.Parallel = 2
 	cfg.DeviceMemory = int64(float64(trialBill(t, cfg, "one")) / 0.6)
+	// However slow the machine, one is not parked for two, of the same
+	// priority, before it ends.
+	cfg.MinResidence = time.Hour
 	t.Setenv(startAfterEnv, "two=one")
 	var mu sync.Mutex
 	var waits []string
