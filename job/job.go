@@ -181,6 +181,20 @@ func (s Spec) optimizer() nn.Optimizer {
 // its validation text the test set.
 func (s Spec) LoadData() (train, test data.Examples, err error) { return s.LoadDataAdvancing(nil) }
 
+// DataKey names the data the spec loads: specs with the same key load the
+// same examples (LoadData), so a caller checking several specs may load
+// once for them all.
+func (s Spec) DataKey() string {
+	switch s.Dataset {
+	case "synthetic":
+		return fmt.Sprint(s.Dataset, "\x00", s.SyntheticSize, "\x00", s.Seed)
+	case "text":
+		// A text's windows are its context's.
+		return fmt.Sprint(s.Dataset, "\x00", s.DataDir, "\x00", s.TextConfig().Context)
+	}
+	return fmt.Sprint(s.Dataset, "\x00", s.DataDir)
+}
+
 // StageDataLoad names the data load's progress (see LoadDataAdvancing).
 const StageDataLoad = "data load"
 

@@ -157,14 +157,28 @@ func (e unavailableError) Unwrap() error { return e.err }
 // because of err: its message says why in one sentence and what to do.
 func Unavailable(path string, err error) error { return unavailableError{path, err} }
 
-// Plan loads the job's data and plans it (see job.Spec.Plan) before
-// anything is written, so a batch larger than the training set, graphs
-// that would never be captured or a checkpoint that does not fit are
-// refused first. spec must have passed Validate. The plan keeps the data
-// for an in-process run; a worker process loads and plans again on its
-// side of the process boundary. It returns the files the data was read
-// from, as read (data.SourcesOf): the run directory records them.
-func (e *Executor) Plan(spec job.Spec) (*job.Plan, []data.SourceFile, error) {
+// Plan checks the job before anything is written, so a batch larger than
+// the training set, missing data, graphs that would never be captured or a
+// checkpoint that does not fit are refused first. spec must have passed
+// Validate. An in-process executor loads the data and plans here, and the
+// plan keeps the data for the run. A worker process's job is planned by a
+// worker (jobserver.PlanJobs): this process loads no dataset, and the
+// plan holds the spec alone; the worker that runs the job plans it again
+// on its side of the process boundary. A worker started elsewhere
+// (Remote) is planned here, unless the caller planned it (Request.Planned).
+// It returns the files the data was read from, as read (data.SourcesOf):
+// the run directory records them.
+func (e *Executor) Plan(ctx context.Context, spec job.Spec) (*job.Plan, []data.SourceFile, error) {
+	if e.Process != nil {
+		plans, err := jobserver.PlanJobs(ctx, e.Process, []job.Spec{spec})
+		if err != nil {
+			return nil, nil, fmt.Errorf("planning the job in the worker %s: %w", e.Process.Path, err)
+		}
+		if err := plans[0].Err(); err != nil {
+			return nil, nil, refusal.Config(err)
+		}
+		return &job.Plan{Spec: spec}, plans[0].Files, nil
+	}
 	train, test, err := spec.LoadData()
 	if err != nil {
 		return nil, nil, refusal.Config(err)

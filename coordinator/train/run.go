@@ -53,6 +53,10 @@ type Request struct {
 	// nobody. The run calls it once, before its worker starts, with the
 	// run's observer and log.
 	Budget func(obs trainer.Observer, log *slog.Logger) Budgeter
+	// Planned, when set, is the job's check done by the caller (a sweep
+	// plans its trials together, see jobserver.PlanJobs): the run neither
+	// loads the data nor plans it again, and records Planned.Files.
+	Planned *jobserver.Planned
 	// Watch, when set, hears of the worker about to run the job of s: seen
 	// notes a message from it (it may be nil), and ended is called once
 	// the worker has ended. A sweep keeps its workers' heartbeat ages so.
@@ -146,8 +150,16 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 		return nil, err
 	}
 	r.spec.Device = r.exec.Device
-	if r.plan, r.sources, err = r.exec.Plan(r.spec); err != nil {
-		return nil, err
+	switch {
+	case req.Planned != nil && (r.exec.Process != nil || r.exec.Remote != nil):
+		if err := req.Planned.Err(); err != nil {
+			return nil, refusal.Config(err)
+		}
+		r.plan, r.sources = &job.Plan{Spec: r.spec}, req.Planned.Files
+	default:
+		if r.plan, r.sources, err = r.exec.Plan(ctx, r.spec); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.dir.CheckUnfinished(); err != nil {
 		return nil, err
@@ -165,7 +177,10 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 	}
 	if r.dir.Path() != r.spec.RunDir {
 		// A generated name taken by a run started in the same second.
-		if r.plan, err = r.plan.InRunDir(r.dir.Path()); err != nil {
+		if r.plan.Trainer == nil {
+			r.plan = &job.Plan{Spec: r.plan.Spec}
+			r.plan.Spec.RunDir = r.dir.Path()
+		} else if r.plan, err = r.plan.InRunDir(r.dir.Path()); err != nil {
 			return nil, err
 		}
 		r.spec.RunDir = r.dir.Path()
