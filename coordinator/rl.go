@@ -13,11 +13,10 @@ import (
 
 // Files of a reinforcement-learning run (see package rl).
 const (
-	ReplayFile     = rl.ReplayFile
-	ActorLog       = rl.ActorLog
-	LearnerLog     = rl.LearnerLog
-	SolvedReturn   = rl.SolvedReturn
-	SolvedEpisodes = rl.SolvedEpisodes
+	ReplayFile   = rl.ReplayFile
+	ActorLog     = rl.ActorLog
+	LearnerLog   = rl.LearnerLog
+	MeanEpisodes = rl.MeanEpisodes
 )
 
 // Event kinds of an agent's events.jsonl (see package rl).
@@ -52,6 +51,10 @@ func AgentDir(runDir string, i int) string { return rl.AgentDir(runDir, i) }
 // PrepareRL checks the request and claims the run directory (see
 // rl.Prepare).
 func PrepareRL(req RLRequest, now time.Time) (*RLRun, error) { return rl.Prepare(req, now) }
+
+// ReadRLConfig reads the configuration a run began with (see
+// rl.ReadConfig).
+func ReadRLConfig(runDir string) (dqn.Config, error) { return rl.ReadConfig(runDir) }
 
 // ReadRLEpisodes reads agent i's episodes from its events.
 func ReadRLEpisodes(runDir string, i int) ([]dqn.EpisodeRecord, error) {

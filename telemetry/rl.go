@@ -16,7 +16,9 @@ import (
 // so that a rule can ask whether one agent is running.
 const (
 	LabelAgent = "agent"
+	LabelEnv   = "env" // the run's environment, on its goal
 
+	MetricRLGoalReturn            = "tolaria_rl_goal_return"
 	MetricRLAgents                = "tolaria_rl_agents"
 	MetricRLEpisodesTotal         = "tolaria_rl_episodes_total"
 	MetricRLEpisodeReturn         = "tolaria_rl_episode_return"
@@ -39,13 +41,16 @@ const (
 // work; the stalled-learner alert watches agents in it.
 const RLStateRunning = "running"
 
-// RLSolvedReturn is the mean return over 100 episodes that counts as
-// solving CartPole-v1; the dashboard draws it beside the agents' means.
-const RLSolvedReturn = 475
+// RLReturnBuckets are the episode-return histogram's buckets: one set
+// for every environment, from Acrobot-v1's and MountainCar-v0's -500 and
+// -200 (every step -1) through their goals (-100, -110) to CartPole-v1's
+// 500 and its goal of 475.
+var RLReturnBuckets = []float64{-500, -400, -300, -200, -150, -110, -100, -75, -50, -25, 0,
+	10, 25, 50, 100, 200, 300, 400, 475, 500}
 
 // RLMetricNames are the families of a reinforcement-learning run.
 func RLMetricNames() []string {
-	return []string{MetricRLAgents, MetricRLAgentState, MetricRLEpisodesTotal, MetricRLEpisodeReturn, MetricRLMeanReturn,
+	return []string{MetricRLAgents, MetricRLAgentState, MetricRLGoalReturn, MetricRLEpisodesTotal, MetricRLEpisodeReturn, MetricRLMeanReturn,
 		MetricRLGreedyMeanReturn,
 		MetricRLEnvSteps, MetricRLLearnerSteps, MetricRLActorStepsPerSecond, MetricRLLearnerStepsPerSecond,
 		MetricRLWeightLag, MetricRLEpsilon, MetricRLLoss, MetricRLPublishesTotal, MetricRLSyncsTotal,
@@ -78,7 +83,7 @@ type RLAgent struct {
 // Observer the graph families of its agents' halves.
 type RLMetrics struct {
 	m                             *Metrics
-	agents, agentState            *prometheus.GaugeVec
+	agents, agentState, goal      *prometheus.GaugeVec
 	episodes, restarts            *prometheus.CounterVec
 	publishes, syncs              *prometheus.CounterVec
 	returns                       *prometheus.HistogramVec
@@ -117,6 +122,8 @@ func (m *Metrics) RL(states []string) (*RLMetrics, error) {
 			Help: "Agents of the run by state (starting, running, succeeded, failed, interrupted)."}, []string{LabelState}),
 		agentState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRLAgentState,
 			Help: "1 for the agent's state now, 0 for its other states."}, []string{LabelAgent, LabelState}),
+		goal: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRLGoalReturn,
+			Help: "The mean greedy return over 100 episodes that solves the run's environment (475 on CartPole-v1, -100 on Acrobot-v1, -110 on MountainCar-v0)."}, []string{LabelEnv}),
 		episodes: counter(MetricRLEpisodesTotal, "Episodes the agent's actor finished."),
 		restarts: counter(MetricRLActorRestartsTotal, "Times the agent's actor failed and was started again."),
 		publishes: counter(MetricRLPublishesTotal,
@@ -125,7 +132,7 @@ func (m *Metrics) RL(states []string) (*RLMetrics, error) {
 			"Reads of newer published weights by the agent's actor."),
 		returns: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricRLEpisodeReturn,
 			Help:    "Returns of the agent's finished episodes.",
-			Buckets: []float64{10, 25, 50, 100, 200, 300, 400, RLSolvedReturn, 500}}, agent),
+			Buckets: RLReturnBuckets}, agent),
 		mean:       gauge(MetricRLMeanReturn, "Mean return of the agent's last 100 episodes (all of them while fewer)."),
 		greedy:     gauge(MetricRLGreedyMeanReturn, "Mean return of the agent's last greedy evaluation (eval_episodes episodes without exploration); absent before the first."),
 		env:        gauge(MetricRLEnvSteps, "Environment steps the agent's actors took, earlier runs' included."),
@@ -142,13 +149,19 @@ func (m *Metrics) RL(states []string) (*RLMetrics, error) {
 	for _, s := range states {
 		r.agents.WithLabelValues(s).Set(0)
 	}
-	for _, c := range []prometheus.Collector{r.agents, r.agentState, r.episodes, r.restarts, r.publishes, r.syncs, r.returns,
+	for _, c := range []prometheus.Collector{r.agents, r.agentState, r.goal, r.episodes, r.restarts, r.publishes, r.syncs, r.returns,
 		r.mean, r.greedy, r.env, r.learn, r.actRate, r.learnRate, r.lag, r.epsilon, r.loss} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// Goal sets the run's goal: the mean return that solves env.
+func (r *RLMetrics) Goal(env string, ret float64) {
+	r.goal.Reset()
+	r.goal.WithLabelValues(env).Set(ret)
 }
 
 // Episode counts a finished episode of agent and its return.

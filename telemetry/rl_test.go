@@ -121,6 +121,11 @@ func TestRLEpisodesAndGauges(t *testing.T) {
 		r.Episode(0, ret)
 	}
 	r.Episode(1, 30)
+	for _, ret := range []float64{-500, -100, -99} { // Acrobot-v1's: every step -1
+		r.Episode(2, ret)
+	}
+	r.Goal("Acrobot-v1", -100)
+	r.Goal("CartPole-v1", 475) // a run has one goal: the last set
 	r.ActorRestarted(0)
 	r.ActorRestarted(0)
 	r.Set(RLAgent{Agent: 0, State: "running", MeanReturn: 251.5, EnvSteps: 15000, LearnerSteps: 3500,
@@ -141,13 +146,18 @@ func TestRLEpisodesAndGauges(t *testing.T) {
 		MetricRLWeightLag + `{agent="0"}`:             2,
 		MetricRLEpsilon + `{agent="0"}`:               0.05,
 		MetricRLLoss + `{agent="0"}`:                  0.125,
+		MetricRLGoalReturn + `{env="CartPole-v1"}`:    475,
+	}
+	if _, ok := got[MetricRLGoalReturn+`{env="Acrobot-v1"}`]; ok {
+		t.Errorf("the goal of an earlier environment is still exported")
 	}
 	for key, w := range want {
 		if v, ok := got[key]; !ok || v != w {
 			t.Errorf("%s = %v (present %v), want %v", key, v, ok, w)
 		}
 	}
-	// 475 is a bucket boundary: a return of 475 is at most it, 500 above.
+	// 475 is a bucket boundary: a return of 475 is at most it, 500 above;
+	// so are the negative goals: -100 holds -500 and -100, not -99.
 	mfs, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -157,12 +167,13 @@ func TestRLEpisodesAndGauges(t *testing.T) {
 			continue
 		}
 		for _, x := range mf.GetMetric() {
-			if x.GetLabel()[0].GetValue() != "0" {
-				continue
-			}
+			agent := x.GetLabel()[0].GetValue()
 			for _, b := range x.GetHistogram().GetBucket() {
-				if b.GetUpperBound() == RLSolvedReturn && b.GetCumulativeCount() != 3 {
-					t.Errorf("bucket le=%v holds %d returns, want 3 (9, 22, 475)", RLSolvedReturn, b.GetCumulativeCount())
+				switch le, n := b.GetUpperBound(), b.GetCumulativeCount(); {
+				case agent == "0" && le == 475 && n != 3:
+					t.Errorf("agent 0: bucket le=475 holds %d returns, want 3 (9, 22, 475)", n)
+				case agent == "2" && le == -100 && n != 2:
+					t.Errorf("agent 2: bucket le=-100 holds %d returns, want 2 (-500, -100)", n)
 				}
 			}
 		}
@@ -174,6 +185,7 @@ func TestRLMetricsPassPromlint(t *testing.T) {
 	r.Set(RLAgent{Agent: 0, State: "running", Publishes: 1, Syncs: 1, EvalMeanReturn: 120, Evaluated: true})
 	r.Episode(0, 20)
 	r.ActorRestarted(0)
+	r.Goal("Acrobot-v1", -100)
 	mfs, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,8 @@ func newRLPlotCmd() *cobra.Command {
 		Long: `rl-plot draws every agent's return curve of a tolaria rl run from its agents'
 events: the mean return of the last 100 episodes against environment steps,
 each episode's return faint behind it, each greedy evaluation's mean as a
-square, and the goal of 475. tolaria rl --plot runs it at the end of a run.`,
+square, and the environment's goal (475 on CartPole-v1, -100 on Acrobot-v1,
+as config.yaml's env gives it). tolaria rl --plot runs it at the end of a run.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("rl-plot takes one run directory, got %d arguments", len(args))
@@ -58,8 +59,15 @@ square, and the goal of 475. tolaria rl --plot runs it at the end of a run.`,
 // plotReturns draws every agent's return curve (the mean over its last
 // 100 episodes against environment steps, each episode's return faint
 // behind it, and each greedy evaluation's mean as a square) and the goal
-// of 475 into a PNG at out.
+// of the run's environment into a PNG at out.
 func plotReturns(runDir string, agents int, out string) error {
+	cfg, err := coordinator.ReadRLConfig(runDir)
+	if err != nil {
+		return err
+	}
+	goalOf := cfg.Goal()
+	const window = coordinator.MeanEpisodes
+	lo, hi := goalOf.Return, goalOf.Return // the returns drawn, the goal among them
 	p := plot.New()
 	p.Title.Text = "Episode return (line: mean of the last 100; dots: each episode; squares: greedy evaluations)"
 	p.X.Label.Text = "environment steps"
@@ -79,11 +87,12 @@ func plotReturns(runDir string, agents int, out string) error {
 		sum := 0.0
 		for k, e := range eps {
 			sum += e.Return
-			if k >= coordinator.SolvedEpisodes {
-				sum -= eps[k-coordinator.SolvedEpisodes].Return
+			if k >= window {
+				sum -= eps[k-window].Return
 			}
 			each[k] = plotter.XY{X: float64(e.EnvSteps), Y: e.Return}
-			mean[k] = plotter.XY{X: float64(e.EnvSteps), Y: sum / float64(min(k+1, coordinator.SolvedEpisodes))}
+			mean[k] = plotter.XY{X: float64(e.EnvSteps), Y: sum / float64(min(k+1, window))}
+			lo, hi = min(lo, e.Return), max(hi, e.Return)
 		}
 		sc, err := plotter.NewScatter(each)
 		if err != nil {
@@ -121,11 +130,21 @@ func plotReturns(runDir string, agents int, out string) error {
 	if drawn == 0 {
 		return fmt.Errorf("no agent of %s has finished an episode", runDir)
 	}
-	goal := plotter.NewFunction(func(float64) float64 { return coordinator.SolvedReturn })
+	goal := plotter.NewFunction(func(float64) float64 { return goalOf.Return })
 	goal.Color, goal.Dashes = color.Gray{Y: 0x60}, []vg.Length{vg.Points(4), vg.Points(3)}
 	p.Add(goal)
-	p.Legend.Add("goal 475", goal)
-	p.Y.Min, p.Y.Max = 0, 520
+	p.Legend.Add(fmt.Sprintf("goal %g (%s)", goalOf.Return, cfg.Env.Name), goal)
+	// Returns of every step's reward 1 (CartPole-v1) from 0, of every
+	// step's -1 (Acrobot-v1, MountainCar-v0) to 0.
+	lo, hi = min(lo, 0), max(hi, 0)
+	pad := (hi - lo) / 25
+	p.Y.Min, p.Y.Max = lo, hi
+	if lo < 0 {
+		p.Y.Min -= pad
+	}
+	if hi > 0 {
+		p.Y.Max += pad
+	}
 	// Whole numbers on both axes (gonum's default ticks label 500 as "500.00").
 	p.X.Tick.Marker, p.Y.Tick.Marker = plot.TickerFunc(niceTicks), plot.TickerFunc(niceTicks)
 	w, err := p.WriterTo(9*vg.Inch, 5*vg.Inch, "png")

@@ -29,11 +29,13 @@ func newRLCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rl [--config FILE] [--agents N]",
 		Short: "train reinforcement-learning agents (Double DQN), each an actor process and a learner process",
-		Long: `rl trains --agents independent Double DQN agents on CartPole-v1. Each agent is
-two tolaria-worker processes: an actor, which steps its environments and picks
-actions with a captured forward pass on its copy of the weights, and a learner,
-which replays its captured training step on minibatches sampled from the
-agent's replay buffer. The two meet only in the agent's shared memory (a
+		Long: `rl trains --agents independent Double DQN agents on the environment the
+configuration's env: names (CartPole-v1 by default; Acrobot-v1 and
+MountainCar-v0 too, with parameters: env: {name: Acrobot-v1, max_steps: 300};
+see docs/rl.md). Each agent is two tolaria-worker processes: an actor, which
+steps its environments and picks actions with a captured forward pass on its
+copy of the weights, and a learner, which replays its captured training step
+on minibatches sampled from the agent's replay buffer. The two meet only in the agent's shared memory (a
 memfd, with no name in /dev/shm, freed when the last process holding it
 ends): the replay buffer and the published weights. This process never
 opens a device.
@@ -68,7 +70,7 @@ input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
 	fs.IntVar(&f.cfg.NumAgents, "agents", def.NumAgents, "independent agents, each an actor and a learner process")
 	fs.IntVar(&f.cfg.TotalSteps, "total-steps", def.TotalSteps, "environment steps per agent")
 	fs.Uint64Var(&f.cfg.Seed, "seed", def.Seed, "seed; agent i uses seed+i")
-	fs.BoolVar(&f.cfg.StopWhenSolved, "stop-when-solved", def.StopWhenSolved, "stop an agent once a greedy evaluation (eval_interval) of 100 or more episodes has a mean return of 475 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps")
+	fs.BoolVar(&f.cfg.StopWhenSolved, "stop-when-solved", def.StopWhenSolved, "stop an agent once a greedy evaluation (eval_interval) solves the environment: a mean return over 100 or more episodes of 475 on CartPole-v1, -100 on Acrobot-v1, -110 on MountainCar-v0 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps")
 	for flag, key := range map[string]field.Name{"agents": "num_agents", "total-steps": "total_steps", "seed": "seed", "stop-when-solved": "stop_when_solved"} {
 		setsKey(fs, flag, key, true)
 		fs.Lookup(flag).Usage += " (" + string(key) + ")"
@@ -185,7 +187,9 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	}
 	defer run.Close()
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
-	log.Info("rl", "agents", req.Config.NumAgents, "env", req.Config.Env, "total_steps", req.Config.TotalSteps,
+	goal := req.Config.Goal()
+	log.Info("rl", "agents", req.Config.NumAgents, "env", req.Config.Env.String(),
+		"goal", fmt.Sprintf("a greedy mean return of %g over %d episodes", goal.Return, goal.Episodes), "total_steps", req.Config.TotalSteps,
 		"resume", req.Resume, "graphs", req.Graphs, "run_dir", run.Dir())
 	view.Start()
 	sum, runErr := run.Run(ctx)
@@ -237,16 +241,22 @@ func fileExists(path string) bool {
 }
 
 func printRLSummary(w io.Writer, s rl.Summary) {
+	if s.Env != "" {
+		fmt.Fprintf(w, "env %s: solved by a greedy mean return of %g over %d episodes\n", s.Env, s.Goal.Return, s.Goal.Episodes)
+	}
 	fmt.Fprintf(w, "%-5s  %-11s  %8s  %9s  %9s  %11s  %9s  %s\n", "agent", "state", "episodes", "mean-100", "best-100", "greedy best", "env steps", "solved at")
 	for _, a := range s.Agents {
-		solved, greedy := "-", "-"
+		solved, greedy, best := "-", "-", "-"
 		if a.SolvedAt >= 0 {
 			solved = fmt.Sprint(a.SolvedAt)
 		}
 		if a.Evaluations > 0 {
 			greedy = fmt.Sprintf("%.1f", a.BestEvalMeanReturn)
 		}
-		fmt.Fprintf(w, "%-5d  %-11s  %8d  %9.1f  %9.1f  %11s  %9d  %s\n", a.Agent, a.State, a.Episodes, a.MeanReturn, a.BestMeanReturn, greedy, a.EnvSteps, solved)
+		if a.Episodes >= rl.MeanEpisodes {
+			best = fmt.Sprintf("%.1f", a.BestMeanReturn) // none before a full window
+		}
+		fmt.Fprintf(w, "%-5d  %-11s  %8d  %9.1f  %9s  %11s  %9d  %s\n", a.Agent, a.State, a.Episodes, a.MeanReturn, best, greedy, a.EnvSteps, solved)
 		if a.Reason != "" {
 			fmt.Fprintf(w, "       %s\n", progress.FirstLine(a.Reason, 200))
 		}

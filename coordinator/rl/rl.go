@@ -42,10 +42,10 @@ const (
 	ReplayFile = "replay.buf"
 	ActorLog   = "actor.log"
 	LearnerLog = "learner.log"
-	// SolvedReturn and SolvedEpisodes are CartPole-v1's goal: a mean
-	// return of 475 over 100 consecutive episodes.
-	SolvedReturn   = telemetry.RLSolvedReturn
-	SolvedEpisodes = 100
+	// MeanEpisodes is the window of an agent's mean training return
+	// (AgentStatus.MeanReturn). What solves the run's environment is its
+	// goal (dqn.Config.Goal), a mean over 100 episodes on every task.
+	MeanEpisodes = 100
 )
 
 // Event kinds of an agent's events.jsonl, which is written through
@@ -139,12 +139,14 @@ type AgentStatus struct {
 	Evaluations        int     `json:"evaluations"`
 	EvalMeanReturn     float64 `json:"eval_mean_return"`
 	BestEvalMeanReturn float64 `json:"best_eval_mean_return"`
-	// SolvedAt is the environment step of the first greedy evaluation of
-	// at least 100 episodes whose mean return reached 475; -1: none.
+	// SolvedAt is the environment step of the first greedy evaluation
+	// that solved the environment (Summary.Goal: at least its episodes,
+	// with a mean return of at least its return, 475 over 100 on
+	// CartPole-v1, -100 over 100 on Acrobot-v1); -1: none.
 	SolvedAt int `json:"solved_at_env_step"`
 	// TrainSolvedAt is the first environment step at which the mean
 	// return of the last 100 training (epsilon-greedy) episodes reached
-	// 475; -1: never.
+	// the goal's return; -1: never.
 	TrainSolvedAt      int     `json:"train_solved_at_env_step"`
 	Epsilon            float64 `json:"epsilon"`
 	EnvSteps           int     `json:"env_steps"`
@@ -171,9 +173,26 @@ type AgentStatus struct {
 
 // Summary is a run's summary.json.
 type Summary struct {
-	Dir         string        `json:"dir"`
+	Dir string `json:"dir"`
+	// Env is the environment, as config.yaml gives it (a name, or the
+	// mapping of its name and parameters), and Goal what solves it.
+	Env         string        `json:"env"`
+	Goal        Goal          `json:"goal"`
 	Interrupted bool          `json:"interrupted"`
 	Agents      []AgentStatus `json:"agents"`
+}
+
+// Goal is what solves a run's environment: a greedy evaluation of at
+// least Episodes episodes whose mean return is at least Return.
+type Goal struct {
+	Return   float64 `json:"return"`
+	Episodes int     `json:"episodes"`
+}
+
+// goal is what solves the run's environment.
+func (r *Run) goal() Goal {
+	g := r.req.Config.Goal()
+	return Goal{Return: g.Return, Episodes: g.Episodes}
 }
 
 // Run is a planned run: its directory claimed, nothing started.
@@ -254,8 +273,9 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 	if err != nil || !ok {
 		return nil, refusal.Config(field.Errorf("run_dir", "%s is %w; wait for it or choose another %s", dir, rundir.ErrBusy, field.Name("run_dir")))
 	}
-	if c := req.Config; c.StopWhenSolved && c.EvalInterval > 0 && c.EvalEpisodes < SolvedEpisodes {
-		req.Logger.Warn(fmt.Sprintf("eval_episodes %d is under %d: no evaluation can solve the task, so stop_when_solved never stops an agent", c.EvalEpisodes, SolvedEpisodes))
+	if c, g := req.Config, req.Config.Goal(); c.StopWhenSolved && c.EvalInterval > 0 && c.EvalEpisodes < g.Episodes {
+		req.Logger.Warn(fmt.Sprintf("eval_episodes %d is under %d: no evaluation can solve %s (a mean return of %g over %d episodes), so stop_when_solved never stops an agent",
+			c.EvalEpisodes, g.Episodes, c.Env.Name, g.Return, g.Episodes))
 	}
 	r := &Run{req: req, dir: dir, lock: lock, path: path, log: req.Logger}
 	if err := r.placeWorkers(); err != nil {
@@ -459,7 +479,10 @@ func (r *Run) Run(ctx context.Context) (Summary, error) {
 	ctx, stop := r.launcher.Hold(ctx)
 	defer stop()
 	defer launch.ReleaseAll(ctx, r.launcher, planned)
-	sum := Summary{Dir: r.dir, Agents: make([]AgentStatus, n)}
+	sum := Summary{Dir: r.dir, Env: r.req.Config.Env.String(), Goal: r.goal(), Agents: make([]AgentStatus, n)}
+	if m := r.req.Metrics; m != nil {
+		m.Goal(r.req.Config.Env.Name, sum.Goal.Return)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -855,15 +878,19 @@ func (a *agentRun) addEpisode(e dqn.EpisodeRecord, report bool) {
 	a.mu.Lock()
 	a.returns = append(a.returns, e.Return)
 	a.sum100 += e.Return
-	if len(a.returns) > SolvedEpisodes {
-		a.sum100 -= a.returns[len(a.returns)-SolvedEpisodes-1]
+	if len(a.returns) > MeanEpisodes {
+		a.sum100 -= a.returns[len(a.returns)-MeanEpisodes-1]
 	}
-	n := min(len(a.returns), SolvedEpisodes)
+	n := min(len(a.returns), MeanEpisodes)
 	st := &a.st
 	st.Episodes, st.LastReturn, st.MeanReturn = len(a.returns), e.Return, a.sum100/float64(n)
-	if n == SolvedEpisodes {
-		st.BestMeanReturn = max(st.BestMeanReturn, st.MeanReturn)
-		if st.MeanReturn >= SolvedReturn && st.TrainSolvedAt < 0 {
+	if n == MeanEpisodes {
+		// Returns may be negative (Acrobot-v1's are): the first full
+		// window is the best so far whatever its mean.
+		if len(a.returns) == MeanEpisodes || st.MeanReturn > st.BestMeanReturn {
+			st.BestMeanReturn = st.MeanReturn
+		}
+		if g := a.r.goal(); g.Episodes > 0 && st.MeanReturn >= g.Return && st.TrainSolvedAt < 0 {
 			st.TrainSolvedAt = e.EnvSteps
 		}
 	}
@@ -884,7 +911,7 @@ func (a *agentRun) addEval(e jobserver.RLEval) {
 	}
 	st.Evaluations++
 	st.EvalMeanReturn = e.MeanReturn
-	if e.Episodes >= SolvedEpisodes && e.MeanReturn >= SolvedReturn && st.SolvedAt < 0 {
+	if g := a.r.goal(); g.Episodes > 0 && e.Episodes >= g.Episodes && e.MeanReturn >= g.Return && st.SolvedAt < 0 {
 		st.SolvedAt, solved = e.EnvSteps, true
 	}
 	a.mu.Unlock()
@@ -951,6 +978,17 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return atomicfile.WriteFile(path, append(raw, '\n'), 0o644)
+}
+
+// ReadConfig reads the configuration a run began with, from its
+// config.yaml.
+func ReadConfig(runDir string) (dqn.Config, error) {
+	raw, err := os.ReadFile(filepath.Join(runDir, rundir.ConfigFile))
+	if err != nil {
+		return dqn.Config{}, err
+	}
+	// Its first line, the digest, is a YAML comment.
+	return dqn.ParseConfig(raw)
 }
 
 // ReadEpisodes reads every episode of agent i of a run from its

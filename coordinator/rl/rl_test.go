@@ -19,6 +19,7 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
+	"github.com/tolaria-ml/tolaria/rl/env"
 	"github.com/tolaria-ml/tolaria/rl/shm"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -198,6 +199,47 @@ func TestSolvedEvaluationStopsTheAgent(t *testing.T) {
 	}
 }
 
+// TestGoalFollowsTheEnvironment: the run's environment sets what solves
+// it: on Acrobot-v1 a greedy mean of -100 over 100 episodes solves it and
+// stops the agent, -100.5 does not; the training window's best mean is
+// its own, negative, not the 0 it started from.
+func TestGoalFollowsTheEnvironment(t *testing.T) {
+	cfg := dqn.DefaultConfig()
+	cfg.Env = env.Spec{Name: env.AcrobotName, Params: map[string]any{"max_steps": 300}}
+	spec, err := cfg.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Inputs != 6 || spec.Outputs != 3 {
+		t.Fatalf("Acrobot-v1's network is %s, want 6 inputs and 3 outputs", spec)
+	}
+	mem, err := shm.Create(filepath.Join(t.TempDir(), "agent0"), cfg.Layout(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	r := &Run{req: Request{Config: cfg}, log: slog.New(slog.DiscardHandler)}
+	if g := r.goal(); g != (Goal{Return: -100, Episodes: 100}) {
+		t.Fatalf("Acrobot-v1's goal is %+v", g)
+	}
+	a := &agentRun{r: r, mem: mem, st: AgentStatus{SolvedAt: -1, TrainSolvedAt: -1}}
+	for k := range 100 {
+		a.addEpisode(dqn.EpisodeRecord{Return: -300, Length: 300, EnvSteps: 300 * (k + 1)}, false)
+	}
+	a.addEpisode(dqn.EpisodeRecord{Return: -400, Length: 300, EnvSteps: 30300}, false)
+	if st := a.st; st.BestMeanReturn != -300 || st.MeanReturn != -301 || st.TrainSolvedAt >= 0 {
+		t.Errorf("training window: best %g, mean %g, solved at %d; want -300, -301 and -1", st.BestMeanReturn, st.MeanReturn, st.TrainSolvedAt)
+	}
+	a.addEval(jobserver.RLEval{EnvSteps: 5000, MeanReturn: -100.5, Episodes: 100})
+	if a.st.SolvedAt >= 0 || mem.Stopped() {
+		t.Fatalf("a greedy mean of -100.5 solved Acrobot-v1 (at %d, stopped %v)", a.st.SolvedAt, mem.Stopped())
+	}
+	a.addEval(jobserver.RLEval{EnvSteps: 10000, MeanReturn: -100, Episodes: 100})
+	if a.st.SolvedAt != 10000 || !mem.Stopped() || a.st.BestEvalMeanReturn != -100 {
+		t.Errorf("a greedy mean of -100: solved at %d, stopped %v, best %g", a.st.SolvedAt, mem.Stopped(), a.st.BestEvalMeanReturn)
+	}
+}
+
 // interruptedRL runs two agents of 8000 steps and cancels the run once
 // both have trained: each leaves a checkpoint and a saved buffer.
 func interruptedRL(t *testing.T) (Request, Summary) {
@@ -258,7 +300,8 @@ func snapshot(t *testing.T, dir string) map[string]string {
 // reason naming the file and what to do and nothing written, when an
 // agent's saved buffer has a flipped byte in a stored transition or is
 // another agent's, when its checkpoint holds NaN (digest recomputed), when
-// config.yaml was edited, and when the request changes the configuration.
+// config.yaml was edited, and when the request changes the configuration
+// (its agents, its environment).
 func TestRLResumeRefusesWhatItCannotTrust(t *testing.T) {
 	req, _ := interruptedRL(t)
 	buf0 := filepath.Join(AgentDir(req.Dir, 0), ReplayFile)
@@ -301,6 +344,9 @@ func TestRLResumeRefusesWhatItCannotTrust(t *testing.T) {
 		{"3 agents asked of a 2-agent run", func(t *testing.T, r *Request) {
 			r.Config.NumAgents = 3
 		}, []string{"num_agents: 3", "resumed only with the configuration it began with"}},
+		{"another environment asked of a CartPole-v1 run", func(t *testing.T, r *Request) {
+			r.Config.Env = env.Spec{Name: env.CartPoleName, Params: map[string]any{"max_steps": 200}}
+		}, []string{"env: {name: CartPole-v1, max_steps: 200}", "resumed only with the configuration it began with"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

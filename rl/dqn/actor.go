@@ -84,7 +84,10 @@ func NewActor(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, ag
 	// run) continues its step count, and so its epsilon schedule, and
 	// plays episodes of its own rather than those of the first actor.
 	steps := mem.Appended()
-	f, _ := env.New(cfg.Env)
+	_, f, err := cfg.Task()
+	if err != nil {
+		return nil, err
+	}
 	vec, err := env.NewVec(f, cfg.NumEnvs, seed^steps*0x9e3779b97f4a7c15)
 	if err != nil {
 		return nil, err

@@ -21,7 +21,7 @@ func checkpointHeader(cfg Config, agent int) (trainer.Checkpoint, error) {
 		return trainer.Checkpoint{}, err
 	}
 	return trainer.Checkpoint{Model: spec.String(), Optimizer: fmt.Sprintf("%s lr=%g", cfg.Optimizer.Kind, cfg.Optimizer.LR),
-		BatchSize: cfg.BatchSize, Seed: cfg.AgentSeed(agent), Dataset: "rl:" + cfg.Env, Params: spec.ParamCount()}, nil
+		BatchSize: cfg.BatchSize, Seed: cfg.AgentSeed(agent), Dataset: "rl:" + cfg.Env.String(), Params: spec.ParamCount()}, nil
 }
 
 // Save writes the learner's checkpoint into dir (trainer.CheckpointFile),

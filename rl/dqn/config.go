@@ -22,10 +22,10 @@ import (
 // Config is one run of agents. The keys in the field errors are those of
 // the configuration file.
 type Config struct {
-	Env       string // environment name (env)
-	NumAgents int    // independent agents, each with its own actor, learner, buffer and weights (num_agents)
-	NumEnvs   int    // environments each actor steps at once (num_envs)
-	Seed      uint64 // agent i uses Seed+i (seed)
+	Env       env.Spec // the environment of every agent: its name and parameters (env)
+	NumAgents int      // independent agents, each with its own actor, learner, buffer and weights (num_agents)
+	NumEnvs   int      // environments each actor steps at once (num_envs)
+	Seed      uint64   // agent i uses Seed+i (seed)
 
 	Hidden     []int             // hidden layer widths (model.hidden)
 	Activation device.Activation // hidden activation (model.activation)
@@ -58,8 +58,9 @@ type Config struct {
 	// environment, all batched through one forward pass (eval_episodes).
 	EvalEpisodes int
 	// StopWhenSolved asks whoever runs the agents to stop one at its
-	// first greedy evaluation of at least 100 episodes whose mean return
-	// reaches 475 (stop_when_solved).
+	// first greedy evaluation that solves the environment (Goal): at
+	// least Goal().Episodes episodes whose mean return reaches
+	// Goal().Return, 475 over 100 on CartPole-v1 (stop_when_solved).
 	StopWhenSolved bool
 }
 
@@ -70,7 +71,7 @@ func DefaultConfig() Config {
 	opt := nn.DefaultOptimizer()
 	opt.LR, opt.WeightDecay, opt.ClipNorm, opt.MinLRRatio = 5e-4, 0, 10, 1
 	return Config{
-		Env: env.CartPoleName, NumAgents: 1, NumEnvs: 1, Seed: 1,
+		Env: env.Spec{Name: env.CartPoleName}, NumAgents: 1, NumEnvs: 1, Seed: 1,
 		Hidden: []int{128, 128}, Activation: device.ActReLU, Optimizer: opt,
 		Gamma: 0.99, HuberDelta: 1, BatchSize: 64, BufferCapacity: 50000, LearningStarts: 1000,
 		TrainEvery: 1, TargetUpdate: 500, PublishInterval: 10, SyncInterval: 10,
@@ -81,8 +82,8 @@ func DefaultConfig() Config {
 
 // Validate reports the first bad setting.
 func (c Config) Validate() error {
-	if _, err := env.New(c.Env); err != nil {
-		return field.Errorf("env", "%w", err)
+	if _, _, err := c.Env.Env(); err != nil {
+		return err // it names the key, env.name or env.max_steps
 	}
 	switch {
 	case c.NumAgents < 1 || c.NumAgents > 1024:
@@ -134,11 +135,27 @@ func (c Config) Validate() error {
 	return c.Layout(spec).Validate()
 }
 
-// Spec is the Q-network: observations in, one value per action out.
-func (c Config) Spec() (nn.Spec, error) {
-	f, err := env.New(c.Env)
+// Task is the environment's task (its goal) and a maker of instances of
+// it, as every process of an agent builds them from Env.
+func (c Config) Task() (env.Task, env.Factory, error) { return c.Env.Env() }
+
+// Goal is what solves the environment (env.Task's Goal): CartPole-v1 a
+// mean return of 475, Acrobot-v1 -100 and MountainCar-v0 -110, each over
+// 100 episodes. It is zero for a configuration that does not validate.
+func (c Config) Goal() env.Goal {
+	t, _, err := c.Task()
 	if err != nil {
-		return nn.Spec{}, field.Errorf("env", "%w", err)
+		return env.Goal{}
+	}
+	return t.Goal
+}
+
+// Spec is the Q-network: the environment's observations in, one value per
+// action out.
+func (c Config) Spec() (nn.Spec, error) {
+	_, f, err := c.Task()
+	if err != nil {
+		return nn.Spec{}, err
 	}
 	e := f()
 	s := nn.Spec{Inputs: e.ObsSize(), Hidden: c.Hidden, Outputs: e.NumActions(), Act: c.Activation, Loss: nn.LossMSE}
@@ -166,5 +183,5 @@ func (c Config) Epsilon(step int) float64 {
 func (c Config) AgentSeed(agent int) uint64 { return c.Seed + uint64(agent) }
 
 func (c Config) String() string {
-	return fmt.Sprintf("%s %v agents=%d envs=%d batch=%d lr=%g", c.Env, c.Hidden, c.NumAgents, c.NumEnvs, c.BatchSize, c.Optimizer.LR)
+	return fmt.Sprintf("%s %v agents=%d envs=%d batch=%d lr=%g", c.Env.String(), c.Hidden, c.NumAgents, c.NumEnvs, c.BatchSize, c.Optimizer.LR)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/rl/env"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -15,7 +16,9 @@ func TestConfigValidate(t *testing.T) {
 		key    field.Name
 		change func(*Config)
 	}{
-		{"env", func(c *Config) { c.Env = "Pong" }},
+		{"env.name", func(c *Config) { c.Env = env.Spec{Name: "Pong"} }},
+		{"env.name", func(c *Config) { c.Env = env.Spec{Name: env.ForageName} }},
+		{"env.max_steps", func(c *Config) { c.Env = env.Spec{Name: env.AcrobotName, Params: map[string]any{"max_steps": 0}} }},
 		{"num_agents", func(c *Config) { c.NumAgents = 0 }},
 		{"num_envs", func(c *Config) { c.NumEnvs = 0 }},
 		{"model.hidden", func(c *Config) { c.Hidden = nil }},

@@ -11,6 +11,7 @@ import (
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/nn"
+	"github.com/tolaria-ml/tolaria/rl/env"
 )
 
 // configKey is one key of the configuration file and the field of a
@@ -74,6 +75,9 @@ func ParseConfig(raw []byte) (Config, error) {
 	for _, s := range settings {
 		i := slices.IndexFunc(keys, func(k configKey) bool { return k.name == s.Key })
 		if err := set(keys[i].dst, s.Value); err != nil {
+			if field.Is(err, "env") || field.Is(err, "env.name") {
+				return c, err // it names the key already
+			}
 			return c, field.Errorf(s.Written, "%w", err)
 		}
 	}
@@ -82,6 +86,11 @@ func ParseConfig(raw []byte) (Config, error) {
 
 // set reads a file's value into one of Config's fields.
 func set(dst, v any) error {
+	if spec, ok := dst.(*env.Spec); ok {
+		s, err := env.ParseSpec(v)
+		*spec = s
+		return err
+	}
 	if act, ok := dst.(*device.Activation); ok {
 		name, isText := v.(string)
 		if !isText {
@@ -102,7 +111,7 @@ func (c Config) YAML() []byte {
 	var b strings.Builder
 	o := c.Optimizer
 	hidden := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.Hidden)), ", "), "[]")
-	fmt.Fprintf(&b, "env: %s\nnum_agents: %d\nnum_envs: %d\nseed: %d\n", c.Env, c.NumAgents, c.NumEnvs, c.Seed)
+	fmt.Fprintf(&b, "env: %s\nnum_agents: %d\nnum_envs: %d\nseed: %d\n", c.Env.String(), c.NumAgents, c.NumEnvs, c.Seed)
 	fmt.Fprintf(&b, "model: {hidden: [%s], activation: %s}\n", hidden, c.Activation)
 	fmt.Fprintf(&b, "optimizer: {kind: %s, lr: %g, momentum: %g, nesterov: %t, beta1: %g, beta2: %g, eps: %g, weight_decay: %g, clip_norm: %g, warmup_steps: %d, total_steps: %d, min_lr_ratio: %g}\n",
 		o.Kind, o.LR, o.Momentum, o.Nesterov, o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.ClipNorm, o.WarmupSteps, o.TotalSteps, o.MinLRRatio)

@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/nn"
+	"github.com/tolaria-ml/tolaria/rl/env"
 )
 
 // TestConfigFileRoundTrip: a configuration written by YAML reads back to
@@ -33,7 +35,7 @@ func TestConfigFileRoundTrip(t *testing.T) {
 		{"num_agent: 2\n", "unknown key num_agent"},
 		{"lr: 0.1\n", "unknown key lr (did you mean optimizer.lr?)"},
 		{"model: {hiden: [8]}\n", "unknown key model.hiden (model holds hidden, activation)"},
-		{"env: Pendulum-v1\n", `env: unknown environment "Pendulum-v1"`},
+		{"env: Pendulum-v1\n", `env.name: unknown environment "Pendulum-v1"`},
 		{"gamma: [\n", "not valid YAML"},
 		{"target_update: 0\n", "target_update"},
 		{"model: {activation: swish}\n", "model.activation"},
@@ -96,5 +98,72 @@ func TestDocumentedConfigIsTheDefault(t *testing.T) {
 	}
 	if want := DefaultConfig(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("docs/rl.md's configuration reads as\n%s\nthe defaults are\n%s", got.YAML(), want.YAML())
+	}
+}
+
+// TestEnvKey: env: takes a name or a mapping of the name and the task's
+// parameters; the network's shapes follow the environment; YAML writes
+// the spec back as it reads it; a bad name or parameter is refused naming
+// env.name or env.max_steps with what is known.
+func TestEnvKey(t *testing.T) {
+	for _, tc := range []struct {
+		file            string
+		want            env.Spec
+		inputs, outputs int
+		goal            env.Goal
+	}{
+		{"env: Acrobot-v1\n", env.Spec{Name: env.AcrobotName}, 6, 3, env.Goal{Return: -100, Episodes: 100}},
+		{"env: {name: MountainCar-v0, max_steps: 50}\n", env.Spec{Name: env.MountainCarName, Params: map[string]any{"max_steps": 50}}, 2, 3, env.Goal{Return: -110, Episodes: 100}},
+		{"env:\n  name: CartPole-v1\n", env.Spec{Name: env.CartPoleName}, 4, 2, env.Goal{Return: 475, Episodes: 100}},
+	} {
+		c, err := ParseConfig([]byte(tc.file))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.file, err)
+		}
+		spec, err := c.Spec()
+		if err != nil || !reflect.DeepEqual(c.Env, tc.want) || spec.Inputs != tc.inputs || spec.Outputs != tc.outputs || c.Goal() != tc.goal {
+			t.Errorf("%q: env %+v, network %s (%v), goal %+v", tc.file, c.Env, spec, err, c.Goal())
+		}
+		back, err := ParseConfig(c.YAML())
+		if err != nil || back.Env.String() != c.Env.String() || back.Digest() != c.Digest() {
+			t.Errorf("%q: written as %q, read back as %+v (%v)", tc.file, c.Env.String(), back.Env, err)
+		}
+	}
+	// A run of the default CartPole-v1, its env written as a name, keeps
+	// the digest it had before env: took a mapping, so it still resumes;
+	// another environment, or the same with other parameters, is another
+	// configuration.
+	def := DefaultConfig()
+	if got, want := def.Digest(), "98d26f3e8330a611752578cacdd586f2dfbbc5e1603be8f15c13dc0fbfc64265"; got != want {
+		t.Errorf("the default configuration's digest is %s, was %s: earlier runs would not resume", got, want)
+	}
+	if !strings.HasPrefix(string(def.YAML()), "env: CartPole-v1\n") {
+		t.Errorf("the default env is written as %q", strings.SplitN(string(def.YAML()), "\n", 2)[0])
+	}
+	seen := map[string]string{def.Digest(): "default"}
+	for _, file := range []string{"env: Acrobot-v1\n", "env: {name: Acrobot-v1, max_steps: 300}\n", "env: {name: CartPole-v1, max_steps: 200}\n"} {
+		c, err := ParseConfig([]byte(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, ok := seen[c.Digest()]; ok {
+			t.Errorf("%q has the digest of %s", file, other)
+		}
+		seen[c.Digest()] = file
+	}
+	for _, tc := range []struct{ file, key, want string }{
+		{"env: Pong-v5\n", "env.name", "known are CartPole-v1, Acrobot-v1, MountainCar-v0, Forage"},
+		{"env: {max_steps: 300}\n", "env.name", "is missing"},
+		{"env: {name: 3}\n", "env.name", "must be an environment's name"},
+		{"env: [Acrobot-v1]\n", "env", "a mapping of its name and parameters"},
+		{"env: {name: Acrobot-v1, max_steps: 0}\n", "env.max_steps", "1..1000000"},
+		{"env: {name: Acrobot-v1, max_steps: 2.5}\n", "env.max_steps", "whole number"},
+		{"env: {name: MountainCar-v0, gravity: 3}\n", "env.gravity", "takes no such parameter; it takes max_steps"},
+		{"env: {name: Forage, agents: 1}\n", "env.name", "shared actor"},
+	} {
+		_, err := ParseConfig([]byte(tc.file))
+		if err == nil || !field.Is(err, field.Name(tc.key)) || !strings.HasPrefix(err.Error(), tc.key+": ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error naming %s that says %q", tc.file, err, tc.key, tc.want)
+		}
 	}
 }

@@ -78,7 +78,10 @@ func NewEvaluator(dev device.Device, shared *Shared, cfg Config, agent int, para
 	if params.Len() != spec.ParamCount() {
 		return nil, fmt.Errorf("dqn: evaluator: the weights have %d parameters, %s has %d", params.Len(), spec, spec.ParamCount())
 	}
-	f, _ := env.New(cfg.Env)
+	_, f, err := cfg.Task()
+	if err != nil {
+		return nil, err
+	}
 	n := cfg.EvalEpisodes
 	e := &Evaluator{spec: spec, n: n, graphs: useGraphs, seeds: evalSeeds(cfg, agent, n),
 		returns: make([]float64, n), live: make([]bool, n)}

@@ -30,7 +30,8 @@ type RunOptions struct {
 	// MaxLead bounds how far an actor runs ahead of its learner, in
 	// training steps (see ActorOptions.MaxLead); 0: no bound.
 	MaxLead int
-	// SolvedReturn, when positive, stops an agent once it is solved: with
+	// SolvedEpisodes, when positive, stops an agent once it is solved
+	// (SolvedReturn may be negative, as Acrobot-v1's -100 is): with
 	// evaluation on (Config.EvalInterval), once the mean return of a
 	// greedy evaluation reaches it (its EvalEpisodes consecutive episodes
 	// must be at least SolvedEpisodes); with evaluation off, once the mean
@@ -97,10 +98,7 @@ func RunInProcess(ctx context.Context, dev device.Device, cfg Config, opts RunOp
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.SolvedReturn > 0 && opts.SolvedEpisodes < 1 {
-		return nil, fmt.Errorf("dqn: SolvedEpisodes must be at least 1 with SolvedReturn %g", opts.SolvedReturn)
-	}
-	if opts.SolvedReturn > 0 && cfg.EvalInterval > 0 && cfg.EvalEpisodes < opts.SolvedEpisodes {
+	if opts.SolvedEpisodes > 0 && cfg.EvalInterval > 0 && cfg.EvalEpisodes < opts.SolvedEpisodes {
 		return nil, fmt.Errorf("dqn: an evaluation of eval_episodes %d episodes cannot show a mean over SolvedEpisodes %d consecutive episodes: raise eval_episodes or lower SolvedEpisodes",
 			cfg.EvalEpisodes, opts.SolvedEpisodes)
 	}
@@ -179,7 +177,7 @@ func newInProcessAgent(dev device.Device, shared *Shared, path string, cfg Confi
 	var sum float64
 	onEpisode := func(e env.Episode, steps int) {
 		res.Episodes = append(res.Episodes, EpisodeRecord{Return: e.Return, Length: e.Length, EnvSteps: steps})
-		if opts.SolvedReturn <= 0 {
+		if opts.SolvedEpisodes <= 0 {
 			return
 		}
 		window = append(window, e.Return)
@@ -197,7 +195,7 @@ func newInProcessAgent(dev device.Device, shared *Shared, path string, cfg Confi
 	}
 	onEval := func(r EvalResult) {
 		res.EvalResults = append(res.EvalResults, r)
-		if opts.SolvedReturn > 0 && r.MeanReturn >= opts.SolvedReturn {
+		if opts.SolvedEpisodes > 0 && r.MeanReturn >= opts.SolvedReturn {
 			solved(r.EnvSteps)
 		}
 	}

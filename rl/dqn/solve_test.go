@@ -11,34 +11,47 @@ import (
 	"github.com/tolaria-ml/tolaria/device/cpu"
 )
 
-// TestSolveCartPole is the measurement behind the default configuration,
-// not part of the test command: with TOLARIA_RL_SOLVE=1 it trains agents
-// with DefaultConfig until a greedy evaluation's mean return over 100
-// episodes reaches 475, and reports the environment steps it took, every
-// evaluation, and when (if ever) the mean of the last 100 training
-// episodes (epsilon-greedy, as played) reached 475 too. TOLARIA_RL_SEEDS sets how many seeds (agents)
-// to measure, one after another; TOLARIA_RL_CONFIG, JSON of Config's
-// fields, changes the configuration measured.
-func TestSolveCartPole(t *testing.T) {
+// TestSolve is the measurement behind the default configuration and
+// examples/acrobot.yaml, not part of the test command: with
+// TOLARIA_RL_SOLVE=1 it trains agents with DefaultConfig until a greedy
+// evaluation solves the environment (Config.Goal: on CartPole-v1 a mean
+// return of 475 over 100 episodes), and reports the environment steps it
+// took, every evaluation, and when (if ever) the mean of the last 100
+// training episodes (epsilon-greedy, as played) reached the goal too.
+// TOLARIA_RL_SEEDS sets how many seeds (agents) to measure, one after
+// another (TOLARIA_RL_FIRST_SEED the first, default 1); TOLARIA_RL_CONFIG
+// changes the configuration measured: JSON of Config's fields, or with
+// TOLARIA_RL_CONFIG_FILE a configuration file as tolaria rl reads it.
+func TestSolve(t *testing.T) {
 	if os.Getenv("TOLARIA_RL_SOLVE") == "" {
 		t.Skip("a measurement of minutes; set TOLARIA_RL_SOLVE=1 to run it")
 	}
-	seeds := 1
+	seeds, first := 1, 1
 	if s := os.Getenv("TOLARIA_RL_SEEDS"); s != "" {
 		seeds, _ = strconv.Atoi(s)
+	}
+	if s := os.Getenv("TOLARIA_RL_FIRST_SEED"); s != "" {
+		first, _ = strconv.Atoi(s)
 	}
 	dev, err := cpu.Open(cpu.Config{})
 	must(t, err)
 	defer dev.Close()
-	for seed := 1; seed <= seeds; seed++ {
+	for seed := first; seed < first+seeds; seed++ {
 		cfg := DefaultConfig()
+		if path := os.Getenv("TOLARIA_RL_CONFIG_FILE"); path != "" {
+			raw, err := os.ReadFile(path)
+			must(t, err)
+			cfg, err = ParseConfig(raw)
+			must(t, err)
+		}
 		if js := os.Getenv("TOLARIA_RL_CONFIG"); js != "" {
 			must(t, json.Unmarshal([]byte(js), &cfg))
 		}
 		cfg.Seed = uint64(seed)
+		goal := cfg.Goal()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		res, err := RunInProcess(ctx, dev, cfg, RunOptions{Dir: t.TempDir(), Graphs: true, MaxLead: 50,
-			SolvedReturn: 475, SolvedEpisodes: 100})
+			SolvedReturn: goal.Return, SolvedEpisodes: goal.Episodes})
 		cancel()
 		must(t, err)
 		r := res[0]
@@ -49,7 +62,7 @@ func TestSolveCartPole(t *testing.T) {
 				e.EnvSteps, e.MeanReturn, e.Episodes, trainingMean(r.Episodes, e.EnvSteps, 100))
 		}
 		if r.Solved < 0 {
-			t.Errorf("seed %d did not reach a mean of 475 over 100 episodes in %d steps", seed, cfg.TotalSteps)
+			t.Errorf("seed %d did not reach a mean of %g over %d episodes on %s in %d steps", seed, goal.Return, goal.Episodes, cfg.Env, cfg.TotalSteps)
 		}
 	}
 }

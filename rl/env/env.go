@@ -1,15 +1,15 @@
 // Package env holds the reinforcement-learning environments tolaria trains
 // on: an Env interface for one episodic environment with a discrete action
 // space, the classic-control tasks CartPole-v1, Acrobot-v1 and
-// MountainCar-v0 (New serves CartPole-v1 only until tolaria rl knows each
-// task's goal), and Vec, which steps several instances at once and
-// starts a new episode in each as soon as its last one ends. Everything is
-// seeded: the same seed gives the same episodes on every run.
+// MountainCar-v0, the multi-agent world Forage (MultiEnv), a registry that
+// builds any of them from a configuration's env: key (Spec, Tasks), and
+// Vec, which steps several instances at once and starts a new episode in
+// each as soon as its last one ends. Everything is seeded: the same seed
+// gives the same episodes on every run.
 package env
 
 import (
 	"errors"
-	"fmt"
 )
 
 // ErrEpisodeOver is returned by Step on an environment whose episode has
@@ -43,11 +43,9 @@ type Env interface {
 // Factory makes a fresh environment, for Vec.
 type Factory func() Env
 
-// New returns a factory for the environment named name.
+// New returns a factory for the single-agent task named name, with its
+// default parameters (Spec.Env).
 func New(name string) (Factory, error) {
-	switch name {
-	case CartPoleName:
-		return func() Env { return NewCartPole() }, nil
-	}
-	return nil, fmt.Errorf("unknown environment %q: known are %s", name, CartPoleName)
+	_, f, err := Spec{Name: name}.Env()
+	return f, err
 }

@@ -1,11 +1,15 @@
 package env
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
 // Spec is an environment as a configuration names it, e.g. the YAML
@@ -100,7 +104,7 @@ func Lookup(name string) (Task, error) {
 	for i, t := range tasks {
 		names[i] = t.Name
 	}
-	return Task{}, fmt.Errorf("env.name: unknown environment %q; known are %s", name, strings.Join(names, ", "))
+	return Task{}, field.Errorf("env.name", "unknown environment %q; known are %s", name, strings.Join(names, ", "))
 }
 
 // Build checks s against its task and returns the task and a maker of
@@ -126,12 +130,12 @@ func (s Spec) Build() (Task, func() MultiEnv, error) {
 	for _, k := range given {
 		i := slices.IndexFunc(t.Params, func(p Param) bool { return p.Key == k })
 		if i < 0 {
-			return Task{}, nil, fmt.Errorf("env.%s: %s takes no such parameter; it takes %s", k, t.Name, strings.Join(keys, ", "))
+			return Task{}, nil, field.Errorf(field.Name("env."+k), "%s takes no such parameter; it takes %s", t.Name, strings.Join(keys, ", "))
 		}
 		p := t.Params[i]
 		v, ok := wholeNumber(s.Params[k])
 		if !ok || v < p.Min || v > p.Max {
-			return Task{}, nil, fmt.Errorf("env.%s: %v; give a whole number in %d..%d (%s)", k, s.Params[k], p.Min, p.Max, p.Usage)
+			return Task{}, nil, field.Errorf(field.Name("env."+k), "%v; give a whole number in %d..%d (%s)", s.Params[k], p.Min, p.Max, p.Usage)
 		}
 		values[k] = v
 	}
@@ -155,4 +159,101 @@ func wholeNumber(v any) (int, bool) {
 		return int(n), n == math.Trunc(n) && math.Abs(n) <= math.MaxInt32
 	}
 	return 0, false
+}
+
+// ErrWorld is what a world of several agents is refused with where one
+// agent's environment is needed (Spec.Env).
+var ErrWorld = errors.New("a world of several agents")
+
+// Env is Build for a task of one agent: a maker of its Env, for Vec. A
+// world of several agents (Task.Agents) is refused with ErrWorld, even
+// when it is given one agent: its agents act together in one actor.
+func (s Spec) Env() (Task, Factory, error) {
+	t, mk, err := s.Build()
+	if err != nil {
+		return Task{}, nil, err
+	}
+	if _, ok := mk().(single); t.Agents || !ok {
+		return Task{}, nil, field.Errorf("env.name", "%s is %w: its agents act in one world through one shared actor, which tolaria rl does not have yet (its actors step environments of one agent each); choose one of %s",
+			t.Name, ErrWorld, strings.Join(singleNames(), ", "))
+	}
+	return t, func() Env { return mk().(single).e }, nil
+}
+
+// singleNames are the tasks of one agent.
+func singleNames() []string {
+	var names []string
+	for _, t := range Tasks() {
+		if !t.Agents {
+			names = append(names, t.Name)
+		}
+	}
+	return names
+}
+
+// ParseSpec reads a configuration's env: value as YAML or JSON decodes it:
+// a task's name (env: Acrobot-v1), or a mapping of its name and
+// parameters (env: {name: Acrobot-v1, max_steps: 300}). It checks the
+// form only; Build checks the name and the parameters.
+func ParseSpec(v any) (Spec, error) {
+	switch x := v.(type) {
+	case string:
+		if x == "" {
+			return Spec{}, field.Errorf("env.name", "is empty; known are %s", strings.Join(taskNames(), ", "))
+		}
+		return Spec{Name: x}, nil
+	case map[string]any:
+		name, given := x["name"]
+		text, isText := name.(string)
+		switch {
+		case !given:
+			return Spec{}, field.Errorf("env.name", "is missing: the mapping env: names its environment (env: {name: Acrobot-v1, max_steps: 300}); known are %s", strings.Join(taskNames(), ", "))
+		case !isText || text == "":
+			return Spec{}, field.Errorf("env.name", "must be an environment's name, got %v; known are %s", name, strings.Join(taskNames(), ", "))
+		}
+		s := Spec{Name: text}
+		for k, p := range x {
+			if k == "name" {
+				continue
+			}
+			if s.Params == nil {
+				s.Params = map[string]any{}
+			}
+			s.Params[k] = p
+		}
+		return s, nil
+	}
+	return Spec{}, field.Errorf("env", "must be an environment's name (env: Acrobot-v1) or a mapping of its name and parameters (env: {name: Acrobot-v1, max_steps: 300}), got %v", v)
+}
+
+func taskNames() []string {
+	var names []string
+	for _, t := range Tasks() {
+		names = append(names, t.Name)
+	}
+	return names
+}
+
+// String is s as a configuration writes it, which ParseSpec reads back: the
+// name alone when s has no parameters, otherwise the YAML flow mapping
+// {name: ..., key: value, ...} with the parameters in key order.
+func (s Spec) String() string {
+	if len(s.Params) == 0 {
+		return s.Name
+	}
+	keys := make([]string, 0, len(s.Params))
+	for k := range s.Params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("{name: " + s.Name)
+	for _, k := range keys {
+		v := fmt.Sprint(s.Params[k])
+		if n, ok := wholeNumber(s.Params[k]); ok {
+			v = strconv.Itoa(n) // the same text whether YAML (int) or JSON (float64) decoded it
+		}
+		fmt.Fprintf(&b, ", %s: %s", k, v)
+	}
+	return b.String() + "}"
 }

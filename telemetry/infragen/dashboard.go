@@ -201,9 +201,10 @@ func rlPanels() []PanelSpec {
 		})
 	}
 	return []PanelSpec{
-		{ID: 28, Title: fmt.Sprintf("Mean return: last 100 episodes and greedy evaluation (goal %d)", telemetry.RLSolvedReturn), Unit: "short",
+		{ID: 28, Title: "Mean return: last 100 episodes, greedy evaluation and the environment's goal", Unit: "short",
 			Queries: []Query{byAgent(telemetry.MetricRLMeanReturn),
-				{Expr: telemetry.MetricRLGreedyMeanReturn, Legend: "greedy " + agent}}, Goal: telemetry.RLSolvedReturn},
+				{Expr: telemetry.MetricRLGreedyMeanReturn, Legend: "greedy " + agent},
+				{Expr: telemetry.MetricRLGoalReturn, Legend: "goal {{" + telemetry.LabelEnv + "}}"}}},
 		{ID: 29, Title: "Episode return (" + rateW + ")", Unit: "short", Queries: returns},
 		{ID: 30, Title: "Episodes per second", Unit: "short", Queries: []Query{rate(telemetry.MetricRLEpisodesTotal, "")}},
 		{ID: 31, Title: "Actor and learner steps per second", Unit: "short", Queries: []Query{
