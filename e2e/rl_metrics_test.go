@@ -89,7 +89,7 @@ func TestPrometheusScrapesRL(t *testing.T) {
 
 	// Every agent-labelled family has a series for each agent.
 	for _, name := range telemetry.RLMetricNames() {
-		if name == telemetry.MetricRLAgents {
+		if name == telemetry.MetricRLAgents || name == telemetry.MetricRLGoalReturn {
 			continue
 		}
 		got := byAgent(fmt.Sprintf(`{__name__=~"%s(_count)?"}`, name))
@@ -135,6 +135,10 @@ func TestPrometheusScrapesRL(t *testing.T) {
 	checkRLGraphSeries(t, prom, len(summary.Agents))
 	for i := range summary.Agents {
 		checkRLEventsLog(t, run, i)
+	}
+	// The run's goal is its environment's, CartPole-v1's by default.
+	if r := prom.query(telemetry.MetricRLGoalReturn); len(r) != 1 || r[0].Metric[telemetry.LabelEnv] != "CartPole-v1" || r[0].float() != 475 {
+		t.Errorf("%s = %v, want one series of 475 for CartPole-v1", telemetry.MetricRLGoalReturn, r)
 	}
 	for st, want := range map[string]float64{"succeeded": 2, "running": 0, "failed": 0} {
 		r := prom.query(fmt.Sprintf(`%s{state=%q}`, telemetry.MetricRLAgents, st))

@@ -1,6 +1,7 @@
 package dqn
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -127,6 +128,15 @@ func TestEnvKey(t *testing.T) {
 		back, err := ParseConfig(c.YAML())
 		if err != nil || back.Env.String() != c.Env.String() || back.Digest() != c.Digest() {
 			t.Errorf("%q: written as %q, read back as %+v (%v)", tc.file, c.Env.String(), back.Env, err)
+		}
+		// A worker gets the configuration as JSON, where 50 is a float64:
+		// it builds the same environment under the same digest.
+		var job Config
+		raw, err := json.Marshal(c)
+		must(t, err)
+		must(t, json.Unmarshal(raw, &job))
+		if spec, err := job.Spec(); err != nil || job.Digest() != c.Digest() || spec.Inputs != tc.inputs {
+			t.Errorf("%q through JSON: env %+v, digest changed %v, %v", tc.file, job.Env, job.Digest() != c.Digest(), err)
 		}
 	}
 	// A run of the default CartPole-v1, its env written as a name, keeps
