@@ -27,10 +27,10 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/coordinator/train"
-	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -217,6 +217,8 @@ type Run struct {
 	broker *budget.Broker
 	// launcher places and starts the trials' workers.
 	launcher launch.Launcher
+	// planned are the trials' checks by a worker (checkTrials), by index.
+	planned []jobserver.Planned
 
 	mu   sync.Mutex // guards rows, counts and their metrics
 	rows []TrialResult
@@ -273,13 +275,13 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 	if err := checkPathLengths(s.dir, cfg.Sweep.Trials); err != nil {
 		return nil, err
 	}
-	if err := checkTrials(cfg.Sweep); err != nil {
-		return nil, err
-	}
 	path, err := worker.Find(cfg.Worker)
 	if err != nil {
 		// Every trial runs in a worker process, CPU trials too.
 		return nil, refusal.Setup(fmt.Errorf("a sweep runs each trial in a tolaria-worker process: %w", err))
+	}
+	if s.planned, err = checkTrials(ctx, cfg.Sweep, &worker.Process{Path: path, HelloTimeout: cfg.WorkerStart, HeartbeatTimeout: cfg.HeartbeatTimeout}); err != nil {
+		return nil, err
 	}
 	kind, err := launch.Resolve(cfg.Launch, cfg.Launcher)
 	if err != nil {
@@ -507,36 +509,27 @@ func checkPathLengths(dir string, trials []Trial) error {
 	return nil
 }
 
-// checkTrials plans every trial on its data, so a batch larger than the
-// training set or missing data files are refused before anything starts.
-// Trials that name the same data share one load.
-func checkTrials(sw *Sweep) error {
-	type sets struct{ train, test data.Examples }
-	loaded := map[string]sets{}
-	for _, t := range sw.Trials {
-		spec := t.Spec
-		key := fmt.Sprint(spec.Dataset, "\x00", spec.DataDir)
-		switch spec.Dataset {
-		case "synthetic":
-			key = fmt.Sprint(spec.Dataset, "\x00", spec.SyntheticSize, "\x00", spec.Seed)
-		case "text":
-			// A text's windows are its context's.
-			key = fmt.Sprint(spec.Dataset, "\x00", spec.DataDir, "\x00", spec.TextConfig().Context)
-		}
-		d, ok := loaded[key]
-		if !ok {
-			train, test, err := spec.LoadData()
-			if err != nil {
-				return refusal.Config(fmt.Errorf("sweep file %s: trial %q: %w", sw.Path, t.Name, err))
-			}
-			d = sets{train, test}
-			loaded[key] = d
-		}
-		if _, err := spec.Plan(d.train, d.test); err != nil {
-			return refusal.Config(fmt.Errorf("sweep file %s: trial %q: %w", sw.Path, t.Name, err))
+// checkTrials plans every trial on its data in a worker process (see
+// jobserver.PlanJobs), so a batch larger than the training set or missing
+// data files are refused before anything starts, and this process loads no
+// dataset: the trials that name the same data share one load there. It
+// returns each trial's check, which its run takes as done
+// (train.Request.Planned).
+func checkTrials(ctx context.Context, sw *Sweep, w *worker.Process) ([]jobserver.Planned, error) {
+	specs := make([]job.Spec, len(sw.Trials))
+	for i, t := range sw.Trials {
+		specs[i] = t.Spec
+	}
+	plans, err := jobserver.PlanJobs(ctx, w, specs)
+	if err != nil {
+		return nil, fmt.Errorf("sweep file %s: planning the trials in the worker %s: %w", sw.Path, w.Path, err)
+	}
+	for i, t := range sw.Trials {
+		if err := plans[i].Err(); err != nil {
+			return nil, refusal.Config(fmt.Errorf("sweep file %s: trial %q: %w", sw.Path, t.Name, err))
 		}
 	}
-	return nil
+	return plans, nil
 }
 
 // sweepLock marks a sweep directory in use.
@@ -990,7 +983,7 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 	// log only warnings are news.
 	runLog := slog.New(minLevel{s.log.Handler(), slog.LevelWarn}).With("trial", t.Name)
 	run, err := train.Prepare(ctx, train.Request{Spec: spec, Placement: place, Version: s.cfg.Version, Logger: runLog, Started: time.Now(),
-		Metrics: s.metrics, Trial: t.Name, Budget: budget, Watch: s.families.watchWorker})
+		Metrics: s.metrics, Trial: t.Name, Budget: budget, Watch: s.families.watchWorker, Planned: &s.planned[i]})
 	if err != nil {
 		if ctx.Err() != nil {
 			return outcome{state: TrialInterrupted, reason: "interrupted while starting: " + err.Error()}
