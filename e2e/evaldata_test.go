@@ -117,15 +117,17 @@ func TestEvalFingerprintsItsData(t *testing.T) {
 		t.Errorf("eval on a longer corpus: complete %v, %d windows (the training data's: %d)", changed.Complete, changed.Samples, same.Samples)
 	}
 
-	// The data changes after the evaluation began: a worker that starts
-	// appends to the corpus (once), then serves. Every attempt reads
-	// other bytes than the evaluation began with, so the shard fails
-	// twice naming the file, and eval.json stays as it was.
+	// The data changes after the evaluation began: the first worker
+	// started (the one that checks the evaluation and fingerprints its
+	// data) serves as it is; the next one appends to the corpus (once),
+	// then serves. Every shard attempt reads other bytes than the
+	// evaluation began with, so the shard fails twice naming the file, and
+	// eval.json stays as it was.
 	good := readFile(t, filepath.Join(run, eval.JSONFile))
 	script := filepath.Join(dir, "changing-worker")
-	marker := filepath.Join(dir, "changed")
-	body := "#!/bin/sh\nif [ ! -e " + marker + " ]; then : > " + marker + "; echo 'a late line' >> " + filepath.Join(corpus, "a") +
-		"; fi\nexec " + filepath.Join(binDir, "tolaria-worker") + " \"$@\"\n"
+	started, altered := filepath.Join(dir, "started"), filepath.Join(dir, "altered")
+	body := "#!/bin/sh\nif [ ! -e " + started + " ]; then : > " + started + "\nelif [ ! -e " + altered + " ]; then : > " + altered +
+		"; echo 'a late line' >> " + filepath.Join(corpus, "a") + "; fi\nexec " + filepath.Join(binDir, "tolaria-worker") + " \"$@\"\n"
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -182,3 +182,85 @@ func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, a
 	}
 	return EvalResult{File: ej.Out, Samples: len(scores) / shape.Labels()}, nil
 }
+
+// TypeEvalPlan asks a worker to check an evaluation before anything of it
+// is written: it loads the split of the EvalJob's spec, verifies the
+// checkpoint for the model (trainer.CheckpointForEval) and answers an
+// EvalPlan, opening no device. A coordinator so holds no dataset of an
+// evaluation whose shards run in workers.
+const TypeEvalPlan = "eval-plan"
+
+// EvalPlan is what an evaluation's shards will score: the split's
+// examples (a token model's windows), classes and positions, the
+// fingerprints of its values (Data) and of its files as read (Files), and
+// the checkpoint's step and digest; TopK is the EvalJob's top k as the
+// shards will keep it (capped at the classes; 0 for an MSE model).
+type EvalPlan struct {
+	Samples          int               `json:"samples"`
+	Classes          int               `json:"classes"`
+	Positions        int               `json:"positions,omitempty"`
+	Data             string            `json:"data"`
+	Files            []data.SourceFile `json:"files,omitempty"`
+	Step             int               `json:"step"`
+	CheckpointSHA256 string            `json:"checkpoint_sha256"`
+	TopK             int               `json:"top_k,omitempty"`
+}
+
+// PlanEval asks the worker behind t to check ej (a TypeEvalPlan request);
+// its shard fields are not used. A refusal is a *worker.Error: of kind
+// usage for the data, checkpoint for the checkpoint.
+func PlanEval(ctx context.Context, t worker.Transport, ej EvalJob) (EvalPlan, error) {
+	body, err := json.Marshal(ej)
+	if err != nil {
+		return EvalPlan{}, fmt.Errorf("worker: encoding the evaluation to plan: %w", err)
+	}
+	_, res, err := t.Call(ctx, worker.Request{Type: TypeEvalPlan, Body: body}, worker.Sink{})
+	if err != nil {
+		return EvalPlan{}, err
+	}
+	var ep EvalPlan
+	if err := json.Unmarshal(res, &ep); err != nil {
+		return EvalPlan{}, fmt.Errorf("worker: reading the evaluation's plan: %w", err)
+	}
+	return ep, nil
+}
+
+// serveEvalPlan answers TypeEvalPlan: hello, then the EvalPlan or the
+// refusal, the data load counted as progress.
+func serveEvalPlan(conn *worker.Conn, cfg Config) error {
+	var ej EvalJob
+	if err := json.Unmarshal(conn.Request().Body, &ej); err != nil {
+		return conn.Fail(usage(fmt.Sprintf("the evaluation to plan cannot be read: %v", err)))
+	}
+	hello := worker.Hello{Device: "none", Description: "planning an evaluation", Build: cfg.Build, PID: os.Getpid(), Advances: true}
+	if err := conn.Hello(hello); err != nil {
+		return err
+	}
+	ep, err := planEval(ej, conn.Advance)
+	if err != nil {
+		return conn.Fail(classify(err))
+	}
+	return conn.Result(ep)
+}
+
+// planEval is the check TypeEvalPlan answers.
+func planEval(ej EvalJob, advance func(stage string)) (EvalPlan, error) {
+	if err := ej.Spec.Validate(); err != nil {
+		return EvalPlan{}, usage(err.Error())
+	}
+	ds, tc, files, err := evalData(ej.Spec, ej.Split, advance)
+	if err != nil {
+		return EvalPlan{}, err
+	}
+	ck, err := trainer.CheckpointForEval(tc, ej.Checkpoint)
+	if err != nil {
+		return EvalPlan{}, err
+	}
+	sha, err := FileSHA256(ej.Checkpoint)
+	if err != nil {
+		return EvalPlan{}, fmt.Errorf("%w: %s: %w", trainer.ErrCheckpoint, ej.Checkpoint, err)
+	}
+	shape := ds.Shape()
+	return EvalPlan{Samples: ds.Len(), Classes: shape.Classes, Positions: shape.Positions, Data: SplitFingerprint(ds), Files: files,
+		Step: ck.Step, CheckpointSHA256: sha, TopK: min(tc.EvalTopK(ej.TopK), shape.Classes)}, nil
+}

@@ -98,9 +98,11 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		return serveDevices(conn, cfg)
 	case TypePlan:
 		return servePlan(conn, cfg)
+	case TypeEvalPlan:
+		return serveEvalPlan(conn, cfg)
 	}
 	if req.Type != worker.TypeStart && req.Type != worker.TypeProbe && req.Type != worker.TypeBench && req.Type != TypeEval && req.Type != TypeRL && req.Type != TypeSample {
-		return conn.Fail(usage("first message must be start, bench, eval, rl, sample, devices, plan or probe, got " + req.Type))
+		return conn.Fail(usage("first message must be start, bench, eval, eval-plan, rl, sample, devices, plan or probe, got " + req.Type))
 	}
 	spec := job.Default()
 	if req.Type == worker.TypeStart && len(req.Body) > 0 {

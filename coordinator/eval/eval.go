@@ -359,25 +359,6 @@ func Plan(req Request) (*Run, error) {
 	if req.DataDir != "" {
 		e.spec.DataDir, whose = req.DataDir, "the data in "+string(field.Name("data_dir"))
 	}
-	ds, tc, files, err := jobserver.EvalData(e.spec, req.Split)
-	if err != nil {
-		return nil, refusal.Config(fmt.Errorf("%s: %w", whose, err))
-	}
-	e.files = files
-	e.warnings = trainedOn(req.RunDir, e.spec, files)
-	shape := ds.Shape()
-	e.samples, e.classes, e.positions = ds.Len(), shape.Classes, shape.Positions
-	e.data = jobserver.SplitFingerprint(ds)
-	if req.Predictions {
-		e.topK = min(tc.EvalTopK(req.TopK), e.classes)
-	}
-	if req.Workers > e.samples {
-		examples := "examples"
-		if e.positions > 0 {
-			examples = "windows"
-		}
-		return nil, refusal.Config(field.Errorf("workers", "%d workers for the %d %s of the %s split; give at most %d", req.Workers, e.samples, examples, req.Split, e.samples))
-	}
 	// The run's own checkpoint is named by the run directory, the only
 	// setting the user gave for it.
 	ckField := field.Name("checkpoint")
@@ -389,19 +370,38 @@ func Plan(req Request) (*Run, error) {
 		return nil, refusal.Config(field.Errorf(ckField, "%s: %w; a run has one once it has trained an epoch (or been stopped); give another with %s",
 			e.ckPath, err, field.Name("checkpoint")))
 	}
-	ck, err := trainer.CheckpointForEval(tc, e.ckPath)
-	if err != nil {
-		return nil, refusal.Config(field.Errorf(ckField, "%w", err))
+	if e.worker, err = worker.Find(req.Worker); err != nil {
+		return nil, refusal.Setup(err)
 	}
-	e.step = ck.Step
-	if e.sha, err = jobserver.FileSHA256(e.ckPath); err != nil {
-		return nil, refusal.Config(field.Errorf(ckField, "%w", err))
+	// A worker loads the split and verifies the checkpoint: this process
+	// holds no dataset.
+	topK := 0
+	if req.Predictions {
+		topK = req.TopK
+	}
+	planner := &worker.Process{Path: e.worker, HelloTimeout: req.WorkerStart, HeartbeatTimeout: req.HeartbeatTimeout, Env: req.Env}
+	ep, err := jobserver.PlanEval(context.Background(), planner, jobserver.EvalJob{Spec: e.spec, Checkpoint: e.ckPath, Split: req.Split, Shards: req.Workers, TopK: topK})
+	var we *worker.Error
+	switch {
+	case errors.As(err, &we) && we.Kind == worker.KindCheckpoint:
+		return nil, refusal.Config(field.Errorf(ckField, "%s", we.Message))
+	case errors.As(err, &we) && we.Kind == worker.KindUsage:
+		return nil, refusal.Config(fmt.Errorf("%s: %s", whose, we.Message))
+	case err != nil:
+		return nil, fmt.Errorf("checking the evaluation in the worker %s: %w", e.worker, err)
+	}
+	e.samples, e.classes, e.positions = ep.Samples, ep.Classes, ep.Positions
+	e.data, e.files, e.step, e.sha, e.topK = ep.Data, ep.Files, ep.Step, ep.CheckpointSHA256, ep.TopK
+	e.warnings = trainedOn(req.RunDir, e.spec, e.files)
+	if req.Workers > e.samples {
+		examples := "examples"
+		if e.positions > 0 {
+			examples = "windows"
+		}
+		return nil, refusal.Config(field.Errorf("workers", "%d workers for the %d %s of the %s split; give at most %d", req.Workers, e.samples, examples, req.Split, e.samples))
 	}
 	if req.Resume {
 		e.findKept()
-	}
-	if e.worker, err = worker.Find(req.Worker); err != nil {
-		return nil, refusal.Setup(err)
 	}
 	kind, err := launch.Resolve(req.Launch, req.Launcher)
 	if err != nil {
