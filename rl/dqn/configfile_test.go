@@ -177,3 +177,16 @@ func TestEnvKey(t *testing.T) {
 		}
 	}
 }
+
+// TestAcrobotExample: examples/acrobot.yaml, the setting docs/rl.md
+// measures on Acrobot-v1, reads and validates as that setting.
+func TestAcrobotExample(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "acrobot.yaml"))
+	must(t, err)
+	c, err := ParseConfig(raw)
+	must(t, err)
+	if c.Env.String() != env.AcrobotName || c.Goal() != (env.Goal{Return: -100, Episodes: 100}) || c.Optimizer.LR != 2.5e-4 ||
+		c.TargetUpdate != 1 || c.TargetTau != 0.005 || c.BufferCapacity != 100000 || c.EpsilonEnd != 0.05 || c.TotalSteps != 150000 {
+		t.Errorf("examples/acrobot.yaml reads as\n%s", c.YAML())
+	}
+}
