@@ -13,6 +13,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/eval"
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
@@ -98,7 +99,7 @@ written), 1 another failure, 130 interrupted.`,
 	return cmd
 }
 
-func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalRequest, workers workerFlags, launch launcherFlags, metrics metricsFlags, place placementFlags) error {
+func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalRequest, workers workerFlags, launcher launcherFlags, metrics metricsFlags, place placementFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	var err error
 	if err = errors.Join(checkDevice(req.Device), workers.check(), metrics.check()); err != nil {
@@ -107,14 +108,15 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	if cmd.Flags().Changed("top-k") && !req.Predictions {
 		return usagef("--top-k is for --predictions: give both, or neither")
 	}
-	if req.Launcher, req.Slurm, err = launch.apply(cmd.Flags(), "", coordinator.SlurmConfig{}); err != nil {
+	if req.Launch, err = launcher.apply(cmd.Flags(), "", launch.SlurmConfig{}); err != nil {
 		return err
 	}
-	req.Worker, req.WorkerStart, req.HeartbeatTimeout, req.DryRun = workers.path, workers.start, workers.heartbeat, launch.dryRun
+	req.Worker, req.WorkerStart, req.HeartbeatTimeout, req.DryRun = workers.path, workers.start, workers.heartbeat, launcher.dryRun
 	req.Logger = logger(stderr, slog.LevelError)
-	if req.Launcher == coordinator.LauncherSlurm && req.Device == "auto" {
+	slurm := req.Launch.Name == launch.SlurmName
+	if slurm && req.Device == "auto" {
 		req.Device = "cpu" // as a sweep's: this machine cannot tell what the nodes have
-	} else if req.Launcher == coordinator.LauncherSlurm {
+	} else if slurm {
 		if cmd.Flags().Changed("devices") || cmd.Flags().Changed("per-device") {
 			return usagef("--devices and --per-device place workers on this machine's GPUs; with --launcher slurm the scheduler places each shard")
 		}

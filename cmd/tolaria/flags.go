@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/telemetry"
@@ -186,7 +187,7 @@ type launcherFlags struct {
 // register adds --launcher and its Slurm settings; what is what a task
 // runs ("trial").
 func (l *launcherFlags) register(fs *pflag.FlagSet, what string) {
-	fs.StringVar(&l.name, "launcher", coordinator.LauncherLocal, "where workers run: local (processes on this machine) or slurm (a Slurm job array, one task per "+what+"; see docs/slurm.md)")
+	fs.StringVar(&l.name, "launcher", launch.LocalName, "where workers run: local (processes on this machine) or slurm (a Slurm job array, one task per "+what+"; see docs/slurm.md)")
 	fs.StringVar(&l.partition, "partition", "", "with --launcher slurm: the partition to submit to (sbatch --partition; default the cluster's)")
 	fs.StringVar(&l.account, "account", "", "with --launcher slurm: the account to charge (sbatch --account)")
 	fs.StringVar(&l.timeLimit, "time-limit", "", "with --launcher slurm: each task's time limit in Slurm's format, e.g. 2:00:00 (sbatch --time); a task past it fails with reason time_limit")
@@ -196,8 +197,9 @@ func (l *launcherFlags) register(fs *pflag.FlagSet, what string) {
 }
 
 // apply puts the flags given over what a file says (a sweep file's
-// launcher: and slurm:; nothing for an evaluation).
-func (l *launcherFlags) apply(fs *pflag.FlagSet, launcher string, slurm coordinator.SlurmConfig) (string, coordinator.SlurmConfig, error) {
+// launcher: and slurm:; nothing for an evaluation) and returns the
+// launcher they name, its settings bound in.
+func (l *launcherFlags) apply(fs *pflag.FlagSet, launcher string, slurm launch.SlurmConfig) (launch.Kind, error) {
 	if fs.Changed("launcher") || launcher == "" {
 		launcher = l.name
 	}
@@ -209,14 +211,14 @@ func (l *launcherFlags) apply(fs *pflag.FlagSet, launcher string, slurm coordina
 	if fs.Changed("sbatch-arg") {
 		slurm.Args = l.sbatch
 	}
-	if launcher != coordinator.LauncherSlurm {
+	if launcher != launch.SlurmName {
 		for _, f := range []string{"partition", "account", "time-limit", "sbatch-arg", "dry-run"} {
 			if fs.Changed(f) {
-				return launcher, slurm, usagef("--%s goes with --launcher slurm", f)
+				return launch.Kind{}, usagef("--%s goes with --launcher slurm", f)
 			}
 		}
 	}
-	return launcher, slurm, nil
+	return launch.Named(launcher, slurm)
 }
 
 // printDryRun prints what --dry-run shows: the batch script, to be written

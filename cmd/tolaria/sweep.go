@@ -146,7 +146,7 @@ func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepCo
 		return cfg, err
 	}
 	cfg.DryRun = f.launch.dryRun
-	cfg.Launcher, cfg.Slurm, err = f.launch.apply(fs, cfg.Sweep.Launcher, cfg.Sweep.Slurm)
+	cfg.Launch, err = f.launch.apply(fs, cfg.Sweep.Launcher, cfg.Sweep.Slurm)
 	return cfg, err
 }
 

@@ -90,14 +90,10 @@ type Request struct {
 	WorkerStart      time.Duration // 0: worker.DefaultHelloTimeout
 	HeartbeatTimeout time.Duration // 0: worker.DefaultHeartbeatTimeout
 	Env              []string      // added to every worker's environment
-	// Launcher is where the shards' workers run: launch.LocalName ("" too),
-	// or launch.SlurmName, a task per shard of a Slurm job array (see
-	// launch.SlurmConfig), all at once; the retry of a failed shard is an array of
-	// its own.
-	Launcher string
-	Slurm    launch.SlurmConfig
-	// Launch, when it has a New, is the launcher in place of the one
-	// Launcher names (a test's).
+	// Launch is where the shards' workers run, its settings bound in (see
+	// launch.Named): the zero Kind is processes on this machine; Slurm's
+	// submits a task per shard of one job array, all at once, the retry of
+	// a failed shard an array of its own.
 	Launch launch.Kind
 	// DryRun plans the evaluation for DryRun to print; Run is not called.
 	DryRun bool
@@ -159,10 +155,7 @@ func (r Request) Validate() error {
 		return refusal.Config(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more",
 			r.HeartbeatTimeout, worker.MinHeartbeatTimeout))
 	}
-	kind, err := launch.Resolve(r.Launch, r.Launcher)
-	if err != nil {
-		return err
-	}
+	kind := r.Launch.OrLocal()
 	if kind.Check != nil {
 		// The run directory names every shard's spool and log.
 		return kind.Check(r.launchConfig(kind, r.Worker, nil))
@@ -190,7 +183,7 @@ func (r Request) launchConfig(kind launch.Kind, path string, log *slog.Logger) l
 	}
 	return launch.Config{Worker: path, Device: dev, GPUs: r.GPUs, GPUsFromEnv: len(r.GPUs) == 0, PerDevice: per, Parallel: parallel, Workers: r.Workers,
 		Dir: r.RunDir, DirField: "run_dir", Own: filepath.Join(r.RunDir, Dir, kind.Name), WorkerStart: r.WorkerStart,
-		HeartbeatTimeout: r.HeartbeatTimeout, Env: r.Env, Slurm: r.Slurm, DryRun: r.DryRun, Logger: log}
+		HeartbeatTimeout: r.HeartbeatTimeout, Env: r.Env, DryRun: r.DryRun, Logger: log}
 }
 
 // Report is eval.json: a checkpoint's figures on a split, merged from
@@ -403,10 +396,7 @@ func Plan(req Request) (*Run, error) {
 	if req.Resume {
 		e.findKept()
 	}
-	kind, err := launch.Resolve(req.Launch, req.Launcher)
-	if err != nil {
-		return nil, err
-	}
+	kind := req.Launch.OrLocal()
 	if e.launcher, err = kind.New(context.Background(), req.launchConfig(kind, e.worker, e.log)); err != nil {
 		return nil, err
 	}

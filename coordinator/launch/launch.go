@@ -139,14 +139,14 @@ type Config struct {
 	// so a missing GPU fails the attempt with a sentence saying what to
 	// do.
 	Probe bool
-	// Slurm configures the Slurm launcher.
-	Slurm SlurmConfig
 	// DryRun makes a launcher that only plans and describes.
 	DryRun bool
 	Logger *slog.Logger
 }
 
-// Kind is a launcher as a command names it.
+// Kind is a launcher as a command names it, its own settings bound in
+// (SlurmWith): an activity takes a Kind and knows no launcher's settings.
+// The zero Kind is the local launcher (OrLocal).
 type Kind struct {
 	Name string
 	// Check refuses, before anything is made or written, settings this
@@ -165,20 +165,36 @@ const (
 // Kinds are the launchers a command may name.
 func Kinds() []Kind { return []Kind{Local(), Slurm()} }
 
-// Find is the launcher kind named name ("" is local), or a refusal of
-// the launcher setting.
-func Find(name string) (Kind, error) {
+// Find is the launcher kind named name ("" is local), without settings of
+// its own, or a refusal of the launcher setting.
+func Find(name string) (Kind, error) { return Named(name, SlurmConfig{}) }
+
+// Named is the launcher kind named name ("" is local) with the settings a
+// command or a file gave (slurm, Slurm's; the others have none), or a
+// refusal of the launcher setting.
+func Named(name string, slurm SlurmConfig) (Kind, error) {
 	if name == "" {
 		name = LocalName
 	}
 	var names []string
 	for _, k := range Kinds() {
 		if k.Name == name {
+			if name == SlurmName {
+				return SlurmWith(slurm), nil
+			}
 			return k, nil
 		}
 		names = append(names, k.Name)
 	}
 	return Kind{}, refusal.Config(field.Errorf("launcher", "must be %s, got %q", orList(names), name))
+}
+
+// OrLocal is k, or the local launcher for the zero Kind.
+func (k Kind) OrLocal() Kind {
+	if k.New == nil {
+		return Local()
+	}
+	return k
 }
 
 // Valid says whether name ("" too) names a launcher.
@@ -214,15 +230,6 @@ func (k Kind) Make(ctx context.Context, cfg Config) (Launcher, error) {
 		return nil, fmt.Errorf("launcher %s made nothing", k.Name)
 	}
 	return l, nil
-}
-
-// Resolve is the launcher an activity uses: kind when it has a New (a
-// test's, or a program's own), else the kind name names (see Find).
-func Resolve(kind Kind, name string) (Kind, error) {
-	if kind.New != nil {
-		return kind, nil
-	}
-	return Find(name)
 }
 
 // ReleaseAll tells l that none of workers will start again: planned

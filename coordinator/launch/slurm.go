@@ -124,7 +124,7 @@ func (c SlurmConfig) Validate() error {
 // settings, and an activity directory or a worker's name (a trial's: a
 // grid's values make names too) that cannot go into the batch script:
 // each names the paths of a task's spool and log.
-func checkSlurm(c Config) error {
+func checkSlurm(c Config, sc SlurmConfig) error {
 	if len(c.GPUs) > 0 {
 		return refusal.Config(field.Errorf("devices", "names GPUs of this machine; with %s slurm each task gets its GPU from Slurm (--gres=gpu:1): give %s cuda", field.Name("launcher"), field.Name("device")))
 	}
@@ -134,7 +134,7 @@ func checkSlurm(c Config) error {
 	if c.DeviceMemory > 0 {
 		return refusal.Config(field.Errorf("device_memory", "budgets the devices of this machine; with %s slurm each task has its own device", field.Name("launcher")))
 	}
-	if err := c.Slurm.Validate(); err != nil {
+	if err := sc.Validate(); err != nil {
 		return err
 	}
 	if err := slurmDir(c.DirField, c.Dir); err != nil {

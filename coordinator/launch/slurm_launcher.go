@@ -18,11 +18,16 @@ var ErrInterrupted = errors.New("tolaria was interrupted")
 // its own (see slurmLauncher). Every node must share the activity's
 // directory (and the data) with this machine, and run tolaria-worker at
 // the same path.
-func Slurm() Kind {
-	return Kind{Name: SlurmName, Check: checkSlurm, New: newSlurm}
+func Slurm() Kind { return SlurmWith(SlurmConfig{}) }
+
+// SlurmWith is the Slurm launcher submitting with sc's settings.
+func SlurmWith(sc SlurmConfig) Kind {
+	return Kind{Name: SlurmName,
+		Check: func(cfg Config) error { return checkSlurm(cfg, sc) },
+		New:   func(ctx context.Context, cfg Config) (Launcher, error) { return newSlurm(ctx, cfg, sc) }}
 }
 
-func newSlurm(_ context.Context, cfg Config) (Launcher, error) {
+func newSlurm(_ context.Context, cfg Config, sc SlurmConfig) (Launcher, error) {
 	device := cfg.Device
 	switch device {
 	case "auto":
@@ -31,7 +36,7 @@ func newSlurm(_ context.Context, cfg Config) (Launcher, error) {
 	case "":
 		device = "cpu"
 	}
-	l, err := newSlurmLauncher(cfg.Slurm, cfg.Own, cfg.Worker, device, cfg.Parallel, cfg.DryRun)
+	l, err := newSlurmLauncher(sc, cfg.Own, cfg.Worker, device, cfg.Parallel, cfg.DryRun)
 	if err != nil {
 		return nil, err
 	}

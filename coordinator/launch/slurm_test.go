@@ -436,3 +436,25 @@ func TestSlurmHoldBackWithoutInterrupt(t *testing.T) {
 		t.Errorf("a sweep never interrupted made its mark (%v) or counts as interrupted (%v)", err == nil, l.interrupted)
 	}
 }
+
+// A command names a launcher, with its settings: an unknown name is
+// refused naming the setting and the launchers there are; Slurm's
+// settings travel in its Kind, checked with the activity's.
+func TestNamed(t *testing.T) {
+	if _, err := Named("kubernetes", SlurmConfig{}); !field.Is(err, "launcher") || !strings.Contains(err.Error(), "must be local or slurm") {
+		t.Errorf("an unknown launcher: %v", err)
+	}
+	if k, err := Named("", SlurmConfig{}); err != nil || k.Name != LocalName {
+		t.Errorf("no launcher named: %+v, %v; want local", k, err)
+	}
+	if (Kind{}).OrLocal().Name != LocalName {
+		t.Error("the zero Kind is not the local launcher")
+	}
+	k, err := Named(SlurmName, SlurmConfig{Args: []string{"--array=1"}})
+	if err != nil || k.Name != SlurmName {
+		t.Fatalf("slurm: %+v, %v", k, err)
+	}
+	if err := k.Check(Config{Dir: t.TempDir(), DirField: "sweep_dir"}); !field.Is(err, "sbatch_args") {
+		t.Errorf("Slurm's settings checked with the activity's: %v, want a refusal of sbatch_args", err)
+	}
+}

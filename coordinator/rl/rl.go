@@ -300,10 +300,7 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 // worker seeing the GPUs its environment gives it.
 func (r *Run) placeWorkers() error {
 	req := r.req
-	kind, err := launch.Resolve(req.Launch, "")
-	if err != nil {
-		return err
-	}
+	kind := req.Launch.OrLocal()
 	dev := req.Device
 	if dev == "" {
 		dev = "cpu"
@@ -320,6 +317,7 @@ func (r *Run) placeWorkers() error {
 			return err
 		}
 	}
+	var err error
 	if r.launcher, err = kind.New(context.Background(), cfg); err != nil {
 		return err
 	}

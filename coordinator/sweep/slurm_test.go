@@ -16,13 +16,12 @@ import (
 // devices make no sense for tasks Slurm places.
 func TestSweepRefusesLocalSettingsWithSlurm(t *testing.T) {
 	sw := &Sweep{Trials: []Trial{{Name: "a"}}}
-	base := Config{Sweep: sw, Device: "auto", RankBy: "test_accuracy", Launcher: launch.SlurmName}
+	base := Config{Sweep: sw, Device: "auto", RankBy: "test_accuracy", Launch: launch.Slurm()}
 	for f, mod := range map[field.Name]func(*Config){
 		"devices":       func(c *Config) { c.GPUs = []int{0} },
 		"per_device":    func(c *Config) { c.PerDevice = 2 },
 		"device_memory": func(c *Config) { c.DeviceMemory = 1 << 20 },
-		"launcher":      func(c *Config) { c.Launcher = "kubernetes" },
-		"dry_run":       func(c *Config) { c.Launcher, c.DryRun = launch.LocalName, true },
+		"dry_run":       func(c *Config) { c.Launch, c.DryRun = launch.Local(), true },
 	} {
 		c := base
 		mod(&c)
@@ -62,7 +61,7 @@ func TestSlurmSweepRefusesWhatCannotBeQuoted(t *testing.T) {
 	tmp := t.TempDir()
 	injected := filepath.Join(tmp, "sweep\ntouch INJECTED\n#")
 	sw := &Sweep{Trials: []Trial{{Name: "a"}}}
-	cfg := Config{Sweep: sw, Device: "auto", RankBy: "test_accuracy", Launcher: launch.SlurmName, Dir: injected}
+	cfg := Config{Sweep: sw, Device: "auto", RankBy: "test_accuracy", Launch: launch.Slurm(), Dir: injected}
 	if err := cfg.Validate(); !field.Is(err, "sweep_dir") {
 		t.Errorf("a sweep directory holding a newline: %v, want a refusal of sweep_dir", err)
 	}

@@ -90,14 +90,10 @@ type Config struct {
 	// its overrides (a number) as its priority for device memory, in
 	// place of its priority: (see Trial.Priority).
 	PriorityKey string
-	// Launcher is where trials run: launch.LocalName ("" too), worker
-	// processes on this machine, or launch.SlurmName, tasks of a Slurm job
-	// array (see launch.SlurmConfig); Parallel is then the array's limit of tasks
-	// running at once (0: none), and each task on CUDA asks for one GPU.
-	Launcher string
-	Slurm    launch.SlurmConfig
-	// Launch, when it has a New, is the launcher in place of the one
-	// Launcher names (a test's).
+	// Launch is where trials run, its settings bound in (see launch.Named):
+	// the zero Kind is worker processes on this machine; Slurm's submits
+	// tasks of a job array, Parallel then the array's limit of tasks
+	// running at once (0: none), each task on CUDA asking for one GPU.
 	Launch launch.Kind
 	// DryRun prepares nothing: Prepare checks everything and returns a
 	// Run whose DryRun says what would be submitted (Slurm only).
@@ -146,10 +142,7 @@ func (c Config) Validate() error {
 	case c.Retries < 0 || c.Retries > 100:
 		return refusal.Config(field.Errorf("retries", "must be in 0..100, got %d", c.Retries))
 	}
-	kind, err := launch.Resolve(c.Launch, c.Launcher)
-	if err != nil {
-		return err
-	}
+	kind := c.Launch.OrLocal()
 	if kind.Check != nil {
 		if err := kind.Check(c.launchConfig(c.Dir, c.Worker, nil)); err != nil {
 			return err
@@ -185,10 +178,10 @@ func (c Config) launchConfig(dir, path string, log *slog.Logger) launch.Config {
 	for i, t := range c.Sweep.Trials {
 		names[i] = t.Name
 	}
-	kind, _ := launch.Resolve(c.Launch, c.Launcher)
+	kind := c.Launch.OrLocal()
 	return launch.Config{Worker: path, Device: c.Device, GPUs: c.GPUs, PerDevice: c.PerDevice, Parallel: c.Parallel,
 		Workers: len(c.Sweep.Trials), DeviceMemory: c.DeviceMemory, Dir: dir, DirField: "sweep_dir", Own: filepath.Join(dir, kind.Name),
-		Names: names, WorkerStart: c.WorkerStart, HeartbeatTimeout: c.HeartbeatTimeout, Probe: true, Slurm: c.Slurm, DryRun: c.DryRun, Logger: log}
+		Names: names, WorkerStart: c.WorkerStart, HeartbeatTimeout: c.HeartbeatTimeout, Probe: true, DryRun: c.DryRun, Logger: log}
 }
 
 // trialWorker is trial i's worker: its spools and worker.log in its run
@@ -283,10 +276,7 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 	if s.planned, err = checkTrials(ctx, cfg.Sweep, &worker.Process{Path: path, HelloTimeout: cfg.WorkerStart, HeartbeatTimeout: cfg.HeartbeatTimeout}); err != nil {
 		return nil, err
 	}
-	kind, err := launch.Resolve(cfg.Launch, cfg.Launcher)
-	if err != nil {
-		return nil, err
-	}
+	kind := cfg.Launch.OrLocal()
 	if s.launcher, err = kind.New(ctx, cfg.launchConfig(s.dir, path, s.log)); err != nil {
 		return nil, err
 	}
