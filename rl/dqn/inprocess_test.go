@@ -33,10 +33,10 @@ type RunOptions struct {
 	// SolvedEpisodes, when positive, stops an agent once it is solved
 	// (SolvedReturn may be negative, as Acrobot-v1's -100 is): with
 	// evaluation on (Config.EvalInterval), once the mean return of a
-	// greedy evaluation reaches it (its EvalEpisodes consecutive episodes
-	// must be at least SolvedEpisodes); with evaluation off, once the mean
-	// return of its last SolvedEpisodes training episodes (epsilon-greedy,
-	// as played) does. The training-episode measure is recorded either
+	// greedy evaluation reaches SolvedReturn (its EvalEpisodes consecutive
+	// episodes must be at least SolvedEpisodes); with evaluation off, once
+	// the mean return of its last SolvedEpisodes training episodes
+	// (epsilon-greedy, as played) does. The training-episode measure is recorded either
 	// way (AgentResult.SolvedTraining).
 	SolvedReturn   float64
 	SolvedEpisodes int
