@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 )
 
@@ -70,8 +71,8 @@ checkpoints and stops).`,
 	}
 	var f sweepFlags
 	fs := cmd.Flags()
-	registerDevice(fs, &f.cfg.Device, " (auto takes GPU 0; list more with --devices)")
-	fs.StringVar(&f.devices, "devices", "", "GPUs to run trials on, e.g. 0,1,2,3 (implies --device cuda); each trial's worker sees only its GPU (CUDA_VISIBLE_DEVICES)")
+	registerDevice(fs, &f.cfg.Device, " (auto: the GPUs --devices finds, else the CPU)")
+	f.place.registerDevices(fs, "to run trials on")
 	fs.IntVar(&f.cfg.PerDevice, "per-device", 0, "trials sharing one device at once (default 1 on a GPU, --parallel on the CPU)")
 	fs.IntVar(&f.cfg.Parallel, "parallel", 0, "trials running at once (default one per device slot: devices times --per-device)")
 	fs.IntVar(&f.cfg.Retries, "retries", 0, "start a failed trial again up to N times, from its last checkpoint when it has one")
@@ -94,12 +95,13 @@ checkpoints and stops).`,
 
 // sweepFlags are the sweep's flags, read into its configuration.
 type sweepFlags struct {
-	cfg                   coordinator.SweepConfig
-	devices, deviceMemory string
-	maxTrials             int
-	worker                workerFlags
-	metrics               metricsFlags
-	launch                launcherFlags
+	cfg          coordinator.SweepConfig
+	place        placementFlags // --devices alone: a sweep has its own --per-device and --parallel
+	deviceMemory string
+	maxTrials    int
+	worker       workerFlags
+	metrics      metricsFlags
+	launch       launcherFlags
 }
 
 // config checks the flags and reads the sweep file (path), or with
@@ -121,17 +123,13 @@ func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepCo
 			return cfg, usagef("--%s must be at least 1, got %d", flag, n)
 		}
 	}
-	if f.devices != "" {
+	if f.place.devices != "auto" {
 		if fs.Changed("device") && cfg.Device != "cuda" {
 			return cfg, usagef("--devices names GPUs; it cannot go with --device %s", cfg.Device)
 		}
 		cfg.Device = "cuda"
-		for _, d := range strings.Split(f.devices, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(d))
-			if err != nil || n < 0 {
-				return cfg, usagef("--devices: %q is not a GPU index; give indices such as 0,1", d)
-			}
-			cfg.GPUs = append(cfg.GPUs, n)
+		if cfg.GPUs, err = parseGPUs(f.place.devices); err != nil {
+			return cfg, err
 		}
 	}
 	if cfg.Resume {
@@ -160,6 +158,12 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 	defer view.Close()
 	log := logger(view.Logs(), slog.LevelInfo)
 	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.Update
+	if f.place.devices == "auto" && cfg.Device != "cpu" && cfg.Launch.Name != launch.SlurmName {
+		// Every GPU a worker finds, or the CPU for device auto without one.
+		if cfg.Device, cfg.GPUs, err = f.place.resolve(ctx, cmd.Flags(), cfg.Device, f.worker, log); err != nil {
+			return err
+		}
+	}
 	for _, w := range cfg.Sweep.Warnings {
 		log.Warn(w)
 	}
