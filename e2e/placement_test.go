@@ -104,18 +104,19 @@ func evalOverEmulatedDevices(t *testing.T, emu string) {
 	}
 }
 
-// sweepOverEmulatedDevices: a sweep over two emulated GPUs, one trial at a
-// time on each, runs its three trials on both, as its results and the
-// driver's own records say, none past its device's memory.
+// sweepOverEmulatedDevices: a sweep on an emulated machine of two GPUs
+// finds both (--devices auto, the default) and, one trial at a time on
+// each, runs its three trials on both, as its results and the driver's
+// own records say, none past its device's memory.
 func sweepOverEmulatedDevices(t *testing.T, emu string) {
 	dir := t.TempDir()
 	file := writeSweepFile(t, dir, emulatedSweep)
 	sweepDir := filepath.Join(dir, "sweep")
 	state := filepath.Join(dir, "state")
 	r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=2", "CUDAEMU_STATE=" + state}, "sweep", file,
-		"--devices", "0,1", "--per-device", "1", "--worker", filepath.Join(emu, "tolaria-worker"), "--sweep-dir", sweepDir, "--heartbeat-timeout", "3s")
+		"--device", "cuda", "--per-device", "1", "--worker", filepath.Join(emu, "tolaria-worker"), "--sweep-dir", sweepDir, "--heartbeat-timeout", "3s")
 	if r.code != 0 {
-		t.Fatalf("tolaria sweep --devices 0,1: exit %d\n%s", r.code, r.stderr)
+		t.Fatalf("tolaria sweep --device cuda on two GPUs: exit %d\n%s", r.code, r.stderr)
 	}
 	res := readSweepResults(t, sweepDir)
 	used := map[string]int{}

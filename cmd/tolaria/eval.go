@@ -102,7 +102,7 @@ written), 1 another failure, 130 interrupted.`,
 func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalRequest, workers workerFlags, launcher launcherFlags, metrics metricsFlags, place placementFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	var err error
-	if err = errors.Join(checkDevice(req.Device), workers.check(), metrics.check()); err != nil {
+	if err = errors.Join(checkDevice(req.Device), workers.check(), metrics.check(), place.check(cmd.Flags())); err != nil {
 		return err
 	}
 	if cmd.Flags().Changed("top-k") && !req.Predictions {
@@ -123,7 +123,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		if req.Device, err = chooseDevice(ctx, req.Device, workers, req.Logger); err != nil {
 			return err
 		}
-	} else if req.Device, req.GPUs, err = place.resolve(ctx, cmd.Flags(), req.Device, workers, req.Logger); err != nil {
+	} else if req.Device, req.GPUs, err = place.resolve(ctx, req.Device, workers, req.Logger); err != nil {
 		return err
 	}
 	req.PerDevice, req.Parallel = place.perDevice, place.parallel

@@ -34,16 +34,22 @@ func (p *placementFlags) registerDevices(fs *pflag.FlagSet, how string) {
 	fs.StringVar(&p.devices, "devices", "auto", "GPUs "+how+": a list such as 0,1,2,3 (implies --device cuda), or auto: every GPU a CUDA tolaria-worker finds (with --device auto or cuda); each worker sees only its GPU (CUDA_VISIBLE_DEVICES)")
 }
 
+// check refuses a --per-device or --parallel given below 1 (register's
+// flags).
+func (p *placementFlags) check(fs *pflag.FlagSet) error {
+	for i, n := range []int{p.perDevice, p.parallel} {
+		if flag := []string{"per-device", "parallel"}[i]; fs.Changed(flag) && n < 1 {
+			return usagef("--%s must be at least 1, got %d", flag, n)
+		}
+	}
+	return nil
+}
+
 // resolve turns --device and the placement flags into a device (cpu or
 // cuda) and the GPUs to place workers on. --devices auto on cuda (or on
 // auto) asks a worker for the GPUs (the coordinator never opens CUDA) and
 // takes every usable one; auto falls back to the CPU when there is none.
-func (p *placementFlags) resolve(ctx context.Context, fs *pflag.FlagSet, device string, w workerFlags, log *slog.Logger) (string, []int, error) {
-	for i, n := range []int{p.perDevice, p.parallel} {
-		if flag := []string{"per-device", "parallel"}[i]; fs.Lookup(flag) != nil && fs.Changed(flag) && n < 1 {
-			return "", nil, usagef("--%s must be at least 1, got %d", flag, n)
-		}
-	}
+func (p *placementFlags) resolve(ctx context.Context, device string, w workerFlags, log *slog.Logger) (string, []int, error) {
 	if p.devices != "auto" {
 		if device == "cpu" {
 			return "", nil, usagef("--devices names GPUs; it cannot go with --device cpu")

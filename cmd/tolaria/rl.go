@@ -168,7 +168,7 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	view := progress.NewRL(stderr, req.Config.NumAgents, req.Config.TotalSteps)
 	defer view.Close()
 	log := logger(view.Logs(), slog.LevelInfo)
-	if req.Device, req.GPUs, err = f.place.resolve(ctx, cmd.Flags(), req.Device, f.worker, log); err != nil {
+	if req.Device, req.GPUs, err = f.place.resolve(ctx, req.Device, f.worker, log); err != nil {
 		return err
 	}
 	var rlm *telemetry.RLMetrics

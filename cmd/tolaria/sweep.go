@@ -160,7 +160,7 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.Update
 	if f.place.devices == "auto" && cfg.Device != "cpu" && cfg.Launch.Name != launch.SlurmName {
 		// Every GPU a worker finds, or the CPU for device auto without one.
-		if cfg.Device, cfg.GPUs, err = f.place.resolve(ctx, cmd.Flags(), cfg.Device, f.worker, log); err != nil {
+		if cfg.Device, cfg.GPUs, err = f.place.resolve(ctx, cfg.Device, f.worker, log); err != nil {
 			return err
 		}
 	}
