@@ -54,7 +54,7 @@ func (m *Metrics) Budgets() (*BudgetMetrics, error) {
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricBudgetRefusalsTotal,
 			Help: "Budget requests refused as larger than the whole device (their trials failed)."}, dev),
 		parks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricBudgetParksTotal,
-			Help: "Trials parked (their model moved to host memory, their device memory freed) to make room for a trial of higher priority."}, dev),
+			Help: "Trials parked (their model moved to host memory, their device memory freed) to make room for another trial: one of higher priority, or of equal priority once the parked one has held its budget the minimum residence and been the least recently active."}, dev),
 	}
 	for _, c := range []prometheus.Collector{b.capacity, b.granted, b.waiting, b.oldest, b.waited, b.refusals, b.parks} {
 		if err := m.reg.Register(c); err != nil {

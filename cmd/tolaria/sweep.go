@@ -83,6 +83,7 @@ checkpoints and stops).`,
 	setsNoKey(fs, "resume")
 	fs.StringVar(&f.cfg.PriorityKey, "priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
 	fs.IntVar(&f.maxTrials, "max-trials", coordinator.DefaultMaxTrials, "the most trials the sweep file may make; a larger sweep is refused before anything is written (a resumed sweep keeps the size it was accepted at)")
+	fs.DurationVar(&f.cfg.MinResidence, "min-residence", 0, "the least time a trial keeps its device-memory budget before a trial of equal priority may park it (0: 10s)")
 	fs.StringVar(&f.deviceMemory, "device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB, 512MiB or 16GB (0 or unset: what the device reports free); on the CPU it stands in for a GPU's memory")
 	f.worker.register(fs, "a trial's tolaria-worker")
 	f.metrics.register(fs, ": trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")

@@ -93,3 +93,21 @@ func TestSweepRefusesTooManyTrials(t *testing.T) {
 		t.Errorf("--max-trials 10201: exit %d\n%s", code, stderr)
 	}
 }
+
+// --min-residence reaches the sweep's configuration, whose check refuses
+// a negative one naming the flag, nothing written.
+func TestSweepMinResidenceFlag(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sweep.yaml")
+	if err := os.WriteFile(file, []byte("base: {data: {dataset: synthetic}}\ntrials: [{name: a}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sweepDir := filepath.Join(dir, "out")
+	code, _, stderr := runTolaria(t, "sweep", file, "--device", "cpu", "--min-residence", "-1s", "--sweep-dir", sweepDir)
+	if code != exitUsage || !strings.Contains(stderr, "--min-residence") {
+		t.Errorf("--min-residence -1s: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(sweepDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused sweep wrote %s (%v)", sweepDir, err)
+	}
+}
