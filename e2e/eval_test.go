@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,6 +61,17 @@ func TestShardedEvalDoesNotDependOnTheWorkers(t *testing.T) {
 		}
 		if strings.Count(r.stderr, "examples scored") != got.Workers {
 			t.Errorf("eval --workers %s: one progress line per shard expected:\n%s", n, r.stderr)
+		}
+		// Shards side by side divide the cores, as the header and each
+		// shard's CPU device say.
+		threads := max(1, runtime.GOMAXPROCS(0)/got.Workers)
+		if each := fmt.Sprintf("on cpu, %d kernel thread", threads); !strings.Contains(r.stderr, each) {
+			t.Errorf("eval --workers %s: the header does not say %q:\n%s", n, each, r.stderr)
+		}
+		log := readFile(t, filepath.Join(run, coordinator.EvalDir, "shard-0.log"))
+		last := log[strings.LastIndex(log, "serving an evaluation shard")+1:]
+		if !strings.Contains(log, "serving an evaluation shard") || !strings.Contains(strings.SplitN(last, "\n", 2)[0], fmt.Sprintf("(float32, %d threads,", threads)) {
+			t.Errorf("eval --workers %s: shard 0's CPU device had not %d threads:\n%s", n, threads, log)
 		}
 		if n == "1" {
 			one = got

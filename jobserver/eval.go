@@ -147,6 +147,7 @@ func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, a
 	if err := ej.Spec.Validate(); err != nil {
 		return EvalResult{}, usage(err.Error())
 	}
+	cfg.Logger.Info("serving an evaluation shard", "shard", ej.Shard, "shards", ej.Shards, "attempt", ej.Attempt, "device", dev.Description())
 	ds, tc, files, err := evalData(ej.Spec, ej.Split, advance)
 	if err != nil {
 		return EvalResult{}, err

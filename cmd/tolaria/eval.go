@@ -142,8 +142,12 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		view.Examples = "windows"
 		what = fmt.Sprintf("windows of %d tokens", e.Positions())
 	}
+	where := e.Devices()
+	if where == "cpu" {
+		where = fmt.Sprintf("cpu, %s each", plural(e.CPUThreads(), "kernel thread"))
+	}
 	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %s on %s\n",
-		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), plural(req.Workers, "worker"), e.Devices())
+		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), plural(req.Workers, "worker"), where)
 	if req.Resume {
 		printResume(stderr, e.Kept(), e.Rescored(), req.Workers)
 	}

@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -439,6 +440,14 @@ func (e *Run) spools(s int) string {
 // "cuda:0, cuda:1".
 func (e *Run) Devices() string { return e.slots.Devices() }
 
+// CPUThreads is how many kernel threads each shard's worker on this
+// machine's CPU gets: the run's cpu_threads when it sets one, else the
+// cores divided between the shards side by side (launch.CPUThreads); the
+// kernels give the same bits at any thread count.
+func (e *Run) CPUThreads() int {
+	return launch.CPUThreads(e.spec.CPUThreads, runtime.GOMAXPROCS(0), min(e.slots.Len(), e.req.Workers-len(e.kept)))
+}
+
 // Parallel is how many shards' workers run at once.
 func (e *Run) Parallel() int { return e.slots.Len() }
 
@@ -814,7 +823,11 @@ func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (
 	}
 	defer h.Close()
 	out := ShardFile(e.req.RunDir, s)
-	ej := jobserver.EvalJob{Spec: e.spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
+	spec := e.spec
+	if sl.Device == "cpu" && !sl.Remote() {
+		spec.CPUThreads = e.CPUThreads()
+	}
+	ej := jobserver.EvalJob{Spec: spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
 		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out, TopK: e.topK, DataFiles: e.files}
 	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej); err != nil {
 		return jobserver.ShardHeader{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)

@@ -169,3 +169,16 @@ func (s *Slots) Devices() string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// CPUThreads is how many kernel threads a worker on a CPU slot gets: the
+// job's own cpu_threads when it sets one (set), else the cores (the
+// coordinator's GOMAXPROCS, which is also what a worker's CPU device takes
+// by default) divided between the workers running side by side on this
+// machine's CPU, at least one. Each worker's helpers spin between kernels,
+// so workers that each took every core would take turns at them.
+func CPUThreads(set, cores, sideBySide int) int {
+	if set > 0 {
+		return set
+	}
+	return max(1, cores/max(1, sideBySide))
+}

@@ -91,3 +91,15 @@ func TestSlotsTakeOn(t *testing.T) {
 		t.Fatalf("the waiter got %v", sl)
 	}
 }
+
+// TestCPUThreads: the cores divided between the workers side by side, at
+// least one each, unless the job sets its own.
+func TestCPUThreads(t *testing.T) {
+	for _, c := range []struct{ set, cores, side, want int }{
+		{0, 2, 1, 2}, {0, 2, 2, 1}, {0, 2, 4, 1}, {0, 16, 3, 5}, {0, 16, 0, 16}, {3, 2, 2, 3}, {1, 16, 1, 1},
+	} {
+		if got := CPUThreads(c.set, c.cores, c.side); got != c.want {
+			t.Errorf("cpu_threads %d, %d cores, %d side by side: %d threads, want %d", c.set, c.cores, c.side, got, c.want)
+		}
+	}
+}

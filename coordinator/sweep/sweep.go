@@ -955,7 +955,7 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 	// trial's configuration file leaves them out.
 	threads := 0
 	if sl.Device == "cpu" && !sl.Remote() {
-		threads = cpuThreads(spec.CPUThreads, runtime.GOMAXPROCS(0), s.sideBySide)
+		threads = launch.CPUThreads(spec.CPUThreads, runtime.GOMAXPROCS(0), s.sideBySide)
 		spec.CPUThreads = threads
 	}
 	defer func() { o.cpuThreads = threads }()
@@ -1015,19 +1015,6 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", why: failureStopped, logTail: tailOf(), summary: &sum}
 	}
 	return outcome{state: TrialSucceeded, summary: &sum}
-}
-
-// cpuThreads is how many kernel threads a trial's worker on the CPU gets:
-// the trial's own cpu_threads when it sets one (set), else the cores (the
-// coordinator's GOMAXPROCS, which is also what a worker's CPU device takes
-// by default) divided between the trials running side by side, at least
-// one. Each worker's helpers spin between kernels, so workers that each
-// took every core would take turns at them.
-func cpuThreads(set, cores, sideBySide int) int {
-	if set > 0 {
-		return set
-	}
-	return max(1, cores/max(1, sideBySide))
 }
 
 // minLevel passes on the records of at least its level.

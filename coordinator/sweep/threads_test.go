@@ -8,18 +8,6 @@ import (
 	"testing"
 )
 
-// TestCPUThreads: the cores divided between the trials side by side, at
-// least one each, unless the trial sets its own.
-func TestCPUThreads(t *testing.T) {
-	for _, c := range []struct{ set, cores, side, want int }{
-		{0, 2, 1, 2}, {0, 2, 2, 1}, {0, 2, 4, 1}, {0, 16, 3, 5}, {0, 16, 0, 16}, {3, 2, 2, 3}, {1, 16, 1, 1},
-	} {
-		if got := cpuThreads(c.set, c.cores, c.side); got != c.want {
-			t.Errorf("cpu_threads %d, %d cores, %d side by side: %d threads, want %d", c.set, c.cores, c.side, got, c.want)
-		}
-	}
-}
-
 // TestSweepDividesTheCores: CPU worker processes placed side by side
 // (--parallel 2) each get half the cores (at least one) unless the trial
 // sets cpu_threads; results.json says how many each had, and so does the
