@@ -70,6 +70,7 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	t.Run("eval", func(t *testing.T) { evalOnEmulatedDriver(t, emu) })
 	t.Run("eval over devices", func(t *testing.T) { evalOverEmulatedDevices(t, emu) })
 	t.Run("sweep over devices", func(t *testing.T) { sweepOverEmulatedDevices(t, emu) })
+	t.Run("rl with the GPU gone", func(t *testing.T) { rlWithTheGPUGone(t, emu) })
 	t.Run("hung worker", func(t *testing.T) { hungCUDAWorker(t, emu) })
 	t.Run("rl", func(t *testing.T) { rlOnEmulatedDriver(t, emu) })
 	t.Run("sample", func(t *testing.T) { sampleOnEmulatedDriver(t, emu) })
@@ -212,16 +213,36 @@ func sweepOnEmulatedDriver(t *testing.T, emu string) {
 	t.Logf("%d workers mapped libcuda; %d reads of the coordinator's maps without it", w.workersMappingLibcuda(), w.reads)
 }
 
+// gpuGoneAfterCheck is a tolaria-worker that finds the emulated GPU when
+// tolaria first asks (its check of --devices) and none ever after: a GPU
+// that goes between the check and the work.
+func gpuGoneAfterCheck(t *testing.T, dir, emu string) string {
+	t.Helper()
+	script, checked := filepath.Join(dir, "gpu-gone-worker"), filepath.Join(dir, "checked")
+	body := "#!/bin/sh\nif [ ! -e " + checked + " ]; then : > " + checked + "; exec " + filepath.Join(emu, "tolaria-worker") + " \"$@\"; fi\n" +
+		"CUDAEMU_DEVICES=0 exec " + filepath.Join(emu, "tolaria-worker") + " \"$@\"\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
 // A cuda sweep on a machine without a GPU (the emulated driver with no
-// device): every trial fails for want of a GPU, saying so, tolaria exits 1
-// (none succeeded), and the coordinator never mapped a libcuda, although
-// its workers loaded one.
+// device) is refused before anything is written (exit 2, the GPU named);
+// and when the GPU goes after tolaria checked it, every trial fails for
+// want of a GPU, saying so, tolaria exits 1 (none succeeded), and the
+// coordinator never mapped a libcuda, although its workers loaded one.
 func sweepWithoutAGPU(t *testing.T, emu string) {
 	dir := t.TempDir()
 	file := writeSweepFile(t, dir, emulatedSweep)
 	sweepDir := filepath.Join(dir, "sweep")
-	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=0"}, "sweep", file, "--devices", "0",
+	r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=0"}, "sweep", file, "--devices", "0",
 		"--worker", filepath.Join(emu, "tolaria-worker"), "--sweep-dir", sweepDir)
+	if _, err := os.Stat(sweepDir); r.code != 2 || !strings.Contains(r.stderr, "--devices: GPU 0 is not among the 0 GPUs") || !os.IsNotExist(err) {
+		t.Fatalf("--devices 0 without a GPU: exit %d, want 2 before anything is written\n%s", r.code, r.stderr)
+	}
+	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "sweep", file, "--devices", "0",
+		"--worker", gpuGoneAfterCheck(t, dir, emu), "--sweep-dir", sweepDir)
 	if r.code != 1 {
 		t.Fatalf("a cuda sweep without a GPU: exit %d, want 1 (none succeeded)\n%s", r.code, r.stderr)
 	}
@@ -269,11 +290,18 @@ func evalOnEmulatedDriver(t *testing.T, emu string) {
 		!reflect.DeepEqual(one.Confusion, two.Confusion) || !reflect.DeepEqual(one.PerClass, two.PerClass) {
 		t.Errorf("two CUDA workers: %+v\none: %+v", two, one)
 	}
-	// Without a GPU the shards fail, saying so: they did run on cuda.
+	// A GPU named that is not there is refused before a shard starts; one
+	// that goes after tolaria checked it fails the shards, saying so: they
+	// did run on cuda.
 	r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=0"}, "eval", "--run-dir", run, "--workers", "2",
 		"--devices", "0", "--worker", filepath.Join(emu, "tolaria-worker"))
+	if r.code != 2 || !strings.Contains(r.stderr, "--devices: GPU 0 is not among the 0 GPUs") || strings.Contains(r.stderr, "shard 0") {
+		t.Errorf("tolaria eval --devices 0 without a GPU: exit %d, want 2 naming the GPU\n%s", r.code, r.stderr)
+	}
+	r = tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "eval", "--run-dir", run, "--workers", "2",
+		"--devices", "0", "--worker", gpuGoneAfterCheck(t, t.TempDir(), emu))
 	if r.code != 3 || !strings.Contains(r.stderr, "no usable device") {
-		t.Errorf("tolaria eval --devices 0 without a GPU: exit %d, want 3 naming the missing device\n%s", r.code, r.stderr)
+		t.Errorf("tolaria eval with the GPU gone after the check: exit %d, want 3 naming the missing device\n%s", r.code, r.stderr)
 	}
 	// --devices auto (the default) finds none, and says so before it starts a shard.
 	r = tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=0"}, "eval", "--run-dir", run, "--workers", "2",

@@ -139,3 +139,18 @@ func sweepOverEmulatedDevices(t *testing.T, emu string) {
 		}
 	}
 }
+
+// rlWithTheGPUGone: a failure another process would repeat is not
+// retried: when the GPU goes after tolaria checked it, each agent fails at
+// once for want of a GPU, its actor not restarted, and tolaria exits 1.
+func rlWithTheGPUGone(t *testing.T, emu string) {
+	dir := t.TempDir()
+	runDir := filepath.Join(dir, "run")
+	cfg := writeRLConfig(t, dir, "model: {hidden: [32]}\nlearning_starts: 300\nbuffer_capacity: 2000\n")
+	r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "rl", "--devices", "0", "--total-steps", "1500", "--config", cfg,
+		"--worker", gpuGoneAfterCheck(t, dir, emu), "--run-dir", runDir)
+	sum := readRLSummary(t, runDir)
+	if r.code != 1 || sum.Agents[0].State != coordinator.AgentFailed || sum.Agents[0].ActorRestarts != 0 || !strings.Contains(sum.Agents[0].Reason, "no usable device") {
+		t.Errorf("rl with the GPU gone: exit %d, %+v\n%s", r.code, sum.Agents[0], r.stderr)
+	}
+}

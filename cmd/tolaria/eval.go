@@ -60,7 +60,7 @@ figures.
 
 The shards spread over the GPUs (--devices auto, the default: every GPU a
 CUDA tolaria-worker finds; or a list such as 0,2), all at once unless
---per-device or --parallel bound them; each shard's line says where it ran.
+--per-device or --parallel bound them; on a GPU each shard's line says where it ran.
 
 The run's data.json records the files it trained on (size and SHA-256).
 The evaluation fingerprints the files it reads when it begins; a worker

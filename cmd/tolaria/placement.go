@@ -55,7 +55,10 @@ func (p *placementFlags) resolve(ctx context.Context, device string, w workerFla
 			return "", nil, usagef("--devices names GPUs; it cannot go with --device cpu")
 		}
 		gpus, err := parseGPUs(p.devices)
-		return "cuda", gpus, err
+		if err != nil {
+			return "", nil, err
+		}
+		return "cuda", gpus, checkGPUs(ctx, gpus, w)
 	}
 	if device == "cpu" {
 		return "cpu", nil, nil
@@ -84,6 +87,25 @@ func (p *placementFlags) resolve(ctx context.Context, device string, w workerFla
 		return "", nil, err
 	}
 	return "", nil, fmt.Errorf("--device cuda: the worker %s found no usable GPU (CUDA_VISIBLE_DEVICES may hide them); use --device cpu", orNext(w.path))
+}
+
+// checkGPUs refuses, before anything starts, GPUs that a worker does not
+// find usable: a machine (or a tolaria-worker) without them fails here,
+// not in every worker.
+func checkGPUs(ctx context.Context, gpus []int, w workerFlags) error {
+	found, err := coordinator.GPUs(ctx, coordinator.GPUsRequest{Worker: w.path, WorkerStart: w.start, HeartbeatTimeout: w.heartbeat})
+	if err != nil {
+		return fmt.Errorf("--devices names GPUs, but %w", err)
+	}
+	for _, g := range gpus {
+		if g >= len(found) {
+			return usagef("--devices: GPU %d is not among the %d GPUs the worker %s finds (see tolaria devices; CUDA_VISIBLE_DEVICES renumbers them)", g, len(found), orNext(w.path))
+		}
+		if gpu := found[g]; !gpu.Usable {
+			return fmt.Errorf("--devices: GPU %d (%s) is not usable: %s", g, gpu.Name, gpu.Reason)
+		}
+	}
+	return nil
 }
 
 // orNext names the worker binary: its path, or where tolaria looks.

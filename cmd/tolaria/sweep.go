@@ -159,8 +159,9 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 	defer view.Close()
 	log := logger(view.Logs(), slog.LevelInfo)
 	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.Update
-	if f.place.devices == "auto" && cfg.Device != "cpu" && cfg.Launch.Name != launch.SlurmName {
-		// Every GPU a worker finds, or the CPU for device auto without one.
+	if cfg.Device != "cpu" && cfg.Launch.Name != launch.SlurmName {
+		// The GPUs named, checked, or every GPU a worker finds (the CPU
+		// for device auto without one).
 		if cfg.Device, cfg.GPUs, err = f.place.resolve(ctx, cfg.Device, f.worker, log); err != nil {
 			return err
 		}
