@@ -148,3 +148,26 @@ func TestEvalFingerprintsItsData(t *testing.T) {
 		t.Errorf("an evaluation that scored nothing: eval.partial.json %v\nstdout %s\nstderr %s", err, r.stdout, r.stderr)
 	}
 }
+
+// TestRelativeDataDirIsRecordedWhole: a run trained on a data directory
+// given relative to where tolaria ran is evaluated from anywhere: its
+// config.yaml names the directory whole.
+func TestRelativeDataDirIsRecordedWhole(t *testing.T) {
+	dir := t.TempDir()
+	writeTwoFileCorpus(t, dir, "corpus")
+	config := filepath.Join(dir, "tiny.yaml")
+	if err := os.WriteFile(config, []byte(evalTextModel), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(dir, "run")
+	if r := tolaria(t, dir, nil, "train", "--config", config, "--data-dir", "corpus", "--run-dir", run, "--device", "cpu"); r.code != 0 {
+		t.Fatalf("train: exit %d\n%s", r.code, r.stderr)
+	}
+	if raw := readFile(t, filepath.Join(run, "config.yaml")); !strings.Contains(raw, filepath.Join(dir, "corpus")) {
+		t.Errorf("config.yaml does not name the corpus whole:\n%s", raw)
+	}
+	elsewhere := t.TempDir()
+	if r := tolaria(t, elsewhere, nil, "eval", "--run-dir", run); r.code != 0 || strings.Contains(r.stderr, "warning") {
+		t.Errorf("eval from another directory: exit %d\n%s", r.code, r.stderr)
+	}
+}

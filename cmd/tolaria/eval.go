@@ -14,6 +14,7 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/eval"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
@@ -149,7 +150,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %s on %s\n",
 		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), plural(req.Workers, "worker"), where)
 	if req.Resume {
-		printResume(stderr, e.Kept(), e.Rescored(), req.Workers)
+		printResume(stderr, e.Kept(), e.Rescored(), req.Workers, speller(cmd))
 	}
 	for _, w := range e.Warnings() {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
@@ -193,7 +194,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 
 // printResume says which shards a resumed evaluation keeps and why a shard
 // file found is scored again.
-func printResume(w io.Writer, kept []int, rescored map[int]string, shards int) {
+func printResume(w io.Writer, kept []int, rescored map[int]error, shards int, spell func(field.Name) string) {
 	names := make([]string, len(kept))
 	for i, s := range kept {
 		names[i] = fmt.Sprint(s)
@@ -205,7 +206,7 @@ func printResume(w io.Writer, kept []int, rescored map[int]string, shards int) {
 	}
 	for s := range shards {
 		if why, ok := rescored[s]; ok {
-			fmt.Fprintf(w, "shard %d (of %d): its file is scored again: %s\n", s, shards, why)
+			fmt.Fprintf(w, "shard %d (of %d): its file is scored again: %s\n", s, shards, field.Render(why, spell))
 		}
 	}
 }

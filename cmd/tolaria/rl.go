@@ -242,7 +242,7 @@ func fileExists(path string) bool {
 
 func printRLSummary(w io.Writer, s rl.Summary) {
 	if s.Env != "" {
-		fmt.Fprintf(w, "env %s: solved by a greedy mean return of %g over %d episodes\n", s.Env, s.Goal.Return, s.Goal.Episodes)
+		fmt.Fprintf(w, "env %s: the goal is a greedy mean return of at least %g over %d episodes\n", s.Env, s.Goal.Return, s.Goal.Episodes)
 	}
 	fmt.Fprintf(w, "%-5s  %-11s  %8s  %9s  %9s  %11s  %9s  %s\n", "agent", "state", "episodes", "mean-100", "best-100", "greedy best", "env steps", "solved at")
 	for _, a := range s.Agents {

@@ -320,7 +320,7 @@ type Run struct {
 	// as this one's, by rank; rescore says why each other shard file
 	// found was not kept.
 	kept    map[int]jobserver.ShardHeader
-	rescore map[int]string
+	rescore map[int]error
 	worker  string
 	log     *slog.Logger
 	// launcher places and starts the shards' workers, on slots.
@@ -349,9 +349,9 @@ func Plan(req Request) (*Run, error) {
 	if e.spec, err = rundir.Spec(req.RunDir); err != nil {
 		return nil, err
 	}
-	whose := "the run's data"
+	whose := fmt.Sprintf("the run's data, as its %s names it; %s evaluates on data elsewhere", rundir.ConfigFile, field.Name("data_dir"))
 	if req.DataDir != "" {
-		e.spec.DataDir, whose = req.DataDir, "the data in "+string(field.Name("data_dir"))
+		e.spec.DataDir, whose = req.DataDir, "the data "+string(field.Name("data_dir"))+" names"
 	}
 	// The run's own checkpoint is named by the run directory, the only
 	// setting the user gave for it.
@@ -380,7 +380,7 @@ func Plan(req Request) (*Run, error) {
 	case errors.As(err, &we) && we.Kind == worker.KindCheckpoint:
 		return nil, refusal.Config(field.Errorf(ckField, "%s", we.Message))
 	case errors.As(err, &we) && we.Kind == worker.KindUsage:
-		return nil, refusal.Config(fmt.Errorf("%s: %s", whose, we.Message))
+		return nil, refusal.Config(fmt.Errorf("%s (%s)", we.Message, whose))
 	case err != nil:
 		return nil, fmt.Errorf("checking the evaluation in the worker %s: %w", e.worker, err)
 	}
@@ -489,7 +489,7 @@ func (e *Run) Kept() []int {
 // Rescored are, with Request.Resume, the shard files found that do not
 // verify as this evaluation's, by rank, with the reason: those shards are
 // scored again.
-func (e *Run) Rescored() map[int]string { return e.rescore }
+func (e *Run) Rescored() map[int]error { return e.rescore }
 
 // findKept reads the shard files an earlier evaluation left and keeps
 // those that verify as this one's: the file's digest, its header (split,
@@ -497,7 +497,7 @@ func (e *Run) Rescored() map[int]string { return e.rescore }
 // and the data's fingerprint) and its records, exactly the examples of its
 // stride shard. Any other file is scored again.
 func (e *Run) findKept() {
-	e.kept, e.rescore = map[int]jobserver.ShardHeader{}, map[int]string{}
+	e.kept, e.rescore = map[int]jobserver.ShardHeader{}, map[int]error{}
 	for s := range e.req.Workers {
 		path := ShardFile(e.req.RunDir, s)
 		if _, err := os.Stat(path); err != nil {
@@ -505,7 +505,7 @@ func (e *Run) findKept() {
 		}
 		h, err := e.verifyFile(s, path)
 		if err != nil {
-			e.rescore[s] = err.Error()
+			e.rescore[s] = err
 			continue
 		}
 		e.kept[s] = h
@@ -521,6 +521,9 @@ func (e *Run) verifyFile(s int, path string) (jobserver.ShardHeader, error) {
 		return jobserver.ShardHeader{}, err
 	}
 	defer r.Close()
+	if err := e.explainHeader(r.Header); err != nil {
+		return jobserver.ShardHeader{}, err
+	}
 	if err := checkHeader(e.expect(), s, r.Header); err != nil {
 		return jobserver.ShardHeader{}, err
 	}
@@ -539,6 +542,26 @@ func (e *Run) verifyFile(s int, path string) (jobserver.ShardHeader, error) {
 		}
 	}
 	return r.Header, nil
+}
+
+// explainHeader says in words why a shard file of another evaluation is
+// not this one's, for the differences a user makes: another number of
+// shards, another top k, another checkpoint, other data, another split.
+func (e *Run) explainHeader(h jobserver.ShardHeader) error {
+	want := e.expect()
+	switch {
+	case h.Shards != want.Shards:
+		return field.Errorf("workers", "%w: written by an evaluation of %d shards, not %d: give %s %d to keep it", ErrMerge, h.Shards, want.Shards, field.Name("workers"), h.Shards)
+	case h.Split != want.Split:
+		return fmt.Errorf("%w: of the %s split, not %s", ErrMerge, h.Split, want.Split)
+	case h.CheckpointSHA256 != want.CheckpointSHA256:
+		return fmt.Errorf("%w: scored with another checkpoint (SHA-256 %.12s..., step %d)", ErrMerge, h.CheckpointSHA256, h.Step)
+	case h.Data != want.Data:
+		return fmt.Errorf("%w: scored on other data (fingerprint %q, this evaluation's %q)", ErrMerge, h.Data, want.Data)
+	case h.TopK != want.TopK:
+		return field.Errorf("top_k", "%w: holds the top %d classes, this evaluation %d: give the same %s", ErrMerge, h.TopK, want.TopK, field.Name("top_k"))
+	}
+	return nil
 }
 
 // shardExamples are shard s's examples (a token model's windows): first,

@@ -449,7 +449,7 @@ func TestResumeKeepsOnlyVerifiedShards(t *testing.T) {
 	if got := e.Kept(); !reflect.DeepEqual(got, []int{0}) {
 		t.Errorf("kept %v, want [0]", got)
 	}
-	if r := e.Rescored(); len(r) != 3 || r[1] == "" || r[2] == "" || r[3] == "" {
+	if r := e.Rescored(); len(r) != 3 || r[1] == nil || r[2] == nil || r[3] == nil {
 		t.Errorf("rescored %v, want shards 1, 2 and 3 with reasons", r)
 	}
 	other4 := planned(dir, 4)
@@ -644,5 +644,32 @@ func TestEvalPlacement(t *testing.T) {
 		if err := bad.Validate(); !errors.Is(err, refusal.ErrConfig) {
 			t.Errorf("%+v: %v, want a refusal", bad, err)
 		}
+	}
+}
+
+// A shard file of another evaluation is scored again with the reason in
+// words: another --workers (and which to give), split, checkpoint, data or
+// top k.
+func TestExplainHeader(t *testing.T) {
+	e := &Run{req: Request{Workers: 2, Split: "test"}, samples: 10, classes: 3, sha: "abcdef0123456789", step: 7, data: "xxh64:1", topK: 0}
+	want := e.expect()
+	for _, c := range []struct {
+		edit func(*jobserver.ShardHeader)
+		says string
+	}{
+		{func(h *jobserver.ShardHeader) { h.Shards = 3 }, "written by an evaluation of 3 shards, not 2: give workers 3 to keep it"},
+		{func(h *jobserver.ShardHeader) { h.Split = "train" }, "of the train split, not test"},
+		{func(h *jobserver.ShardHeader) { h.CheckpointSHA256, h.Step = "ffff00001111", 9 }, "scored with another checkpoint (SHA-256 ffff00001111..., step 9)"},
+		{func(h *jobserver.ShardHeader) { h.Data = "xxh64:2" }, "scored on other data"},
+		{func(h *jobserver.ShardHeader) { h.TopK = 5 }, "holds the top 5 classes, this evaluation 0: give the same top_k"},
+	} {
+		h := want
+		c.edit(&h)
+		if err := e.explainHeader(h); !errors.Is(err, ErrMerge) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%+v: %v, want %q", h, err, c.says)
+		}
+	}
+	if err := e.explainHeader(want); err != nil {
+		t.Errorf("this evaluation's own header: %v", err)
 	}
 }

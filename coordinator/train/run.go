@@ -135,6 +135,13 @@ func Prepare(ctx context.Context, req Request) (_ *Run, err error) {
 		return nil, err
 	}
 	r := &Run{req: req, spec: req.Spec, log: req.Logger}
+	if d := r.spec.DataDir; d != "" && !filepath.IsAbs(d) {
+		// config.yaml names the data for whoever reads the run later (an
+		// evaluation, a resume) from another directory.
+		if abs, err := filepath.Abs(d); err == nil {
+			r.spec.DataDir = abs
+		}
+	}
 	defer func() {
 		if err != nil {
 			_ = r.Close()

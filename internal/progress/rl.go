@@ -85,8 +85,12 @@ func (v *RL) Update(s coordinator.AgentStatus) {
 		v.table.Printf("agent %d: finished: solved at env step %d (a greedy mean of %.1f); %d episodes, mean return of the last 100 %.1f, %d env steps, %d learner steps\n",
 			s.Agent, s.SolvedAt, s.BestEvalMeanReturn, s.Episodes, s.MeanReturn, s.EnvSteps, s.LearnerSteps)
 	case s.State == coordinator.AgentSucceeded:
-		v.table.Printf("agent %d: finished: %d episodes, mean return of the last 100 %.1f (best %.1f), %d env steps, %d learner steps\n",
-			s.Agent, s.Episodes, s.MeanReturn, s.BestMeanReturn, s.EnvSteps, s.LearnerSteps)
+		best := "" // none before a full window of episodes
+		if s.Episodes >= coordinator.MeanEpisodes {
+			best = fmt.Sprintf(" (best %.1f)", s.BestMeanReturn)
+		}
+		v.table.Printf("agent %d: finished: %d episodes, mean return of the last %d %.1f%s, %d env steps, %d learner steps\n",
+			s.Agent, s.Episodes, min(s.Episodes, coordinator.MeanEpisodes), s.MeanReturn, best, s.EnvSteps, s.LearnerSteps)
 	case s.State == coordinator.AgentFailed || s.State == coordinator.AgentInterrupted:
 		v.table.Printf("agent %d: %s: %s\n", s.Agent, s.State, OneLine(s.Reason))
 	case s.State != prev.State && s.Episodes > 0:
