@@ -110,7 +110,12 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 	warnings = append(warnings, file.Warnings()...)
 	req := coordinator.Request{Spec: job.Default()}
 	for _, key := range job.Keys() {
-		if file.Has(key) && !fs.Changed(flagName(key)) && !inEnv(key) {
+		switch {
+		case fs.Changed(flagName(key)):
+		case inEnv(key):
+			// A refusal names the variable the user set, not a flag.
+			_ = fs.SetAnnotation(flagName(key), writtenAnnotation, []string{envOf(key)})
+		case file.Has(key):
 			_ = fs.SetAnnotation(flagName(key), writtenAnnotation, []string{string(file.Written(key))})
 		}
 		if err := req.Spec.Set(key, v.Get(string(key))); err != nil {
