@@ -165,6 +165,10 @@ func (sc Schema) walk(n *yaml.Node, prefix string, out *[]Setting, unknown *[]st
 }
 
 func add(out *[]Setting, key, written Name, n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		// "epochs:" with nothing after it would take the default unseen.
+		return Errorf(written, "has no value; give one, or leave the key out for its default")
+	}
 	var v any
 	if err := n.Decode(&v); err != nil {
 		return Errorf(written, "cannot be read: %w", err)

@@ -153,3 +153,13 @@ func TestAssign(t *testing.T) {
 		}
 	}
 }
+
+// A key written with no value is refused, not taken for its default.
+func TestEmptyValueIsRefused(t *testing.T) {
+	sc := Schema{Keys: []Name{"schedule.epochs", "optimizer.lr"}}
+	for _, text := range []string{"schedule: {epochs: }\n", "schedule:\n  epochs:\n", "optimizer: {lr: ~}\n", "schedule.epochs: null\n"} {
+		if _, err := sc.Read([]byte(text)); err == nil || !strings.Contains(err.Error(), "has no value") {
+			t.Errorf("%q: %v, want a refusal", text, err)
+		}
+	}
+}
