@@ -453,29 +453,8 @@ model:
 // precision).
 func TestShardedEvalOfATokenModel(t *testing.T) {
 	dir := t.TempDir()
-	corpus := filepath.Join(dir, "corpus")
-	if err := os.MkdirAll(corpus, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var a, b strings.Builder
-	for i := range 40 {
-		a.WriteString("the quick brown fox jumps over the lazy dog " + strings.Repeat("z", i%7) + "\n%\n")
-		b.WriteString("pack my box with five dozen liquor jugs " + strings.Repeat("q", i%5) + "\n%\n")
-	}
-	for name, text := range map[string]string{"a": a.String(), "b": b.String()} {
-		if err := os.WriteFile(filepath.Join(corpus, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	config := filepath.Join(dir, "tiny.yaml")
-	if err := os.WriteFile(config, []byte(evalTextModel), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run := filepath.Join(dir, "run")
-	if r := tolaria(t, dir, nil, "train", "--config", config, "--data-dir", corpus, "--run-dir", run, "--device", "cpu"); r.code != 0 {
-		t.Fatalf("train: exit %d\n%s", r.code, r.stderr)
-	}
-	size := len(a.String()) + len(b.String())
+	corpus, size := writeTwoFileCorpus(t, dir, "corpus", 40)
+	run := trainTextRun(t, dir, corpus)
 	valid := size / 10 // the default validation fraction, from the corpus's end
 	windows := (valid-17)/16 + 1
 	var first []byte

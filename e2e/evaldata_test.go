@@ -15,16 +15,16 @@ import (
 	"github.com/tolaria-ml/tolaria/data"
 )
 
-// writeTwoFileCorpus writes a two-file text corpus under dir/name and returns its
-// directory.
-func writeTwoFileCorpus(t *testing.T, dir, name string) string {
+// writeTwoFileCorpus writes a text corpus of two files, a and b, of lines
+// pangram lines each, under dir/name, and returns its directory and size.
+func writeTwoFileCorpus(t *testing.T, dir, name string, lines int) (string, int) {
 	t.Helper()
 	corpus := filepath.Join(dir, name)
 	if err := os.MkdirAll(corpus, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	var a, b strings.Builder
-	for i := range 30 {
+	for i := range lines {
 		a.WriteString("the quick brown fox jumps over the lazy dog " + strings.Repeat("z", i%7) + "\n%\n")
 		b.WriteString("pack my box with five dozen liquor jugs " + strings.Repeat("q", i%5) + "\n%\n")
 	}
@@ -33,7 +33,24 @@ func writeTwoFileCorpus(t *testing.T, dir, name string) string {
 			t.Fatal(err)
 		}
 	}
-	return corpus
+	return corpus, a.Len() + b.Len()
+}
+
+// trainTextRun trains evalTextModel, the tiny token model, on corpus (as
+// given: relative to dir, or whole) into dir/run, in dir, with extra
+// flags, and returns the run directory.
+func trainTextRun(t *testing.T, dir, corpus string, extra ...string) string {
+	t.Helper()
+	config := filepath.Join(dir, "tiny.yaml")
+	if err := os.WriteFile(config, []byte(evalTextModel), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(dir, "run")
+	args := append([]string{"train", "--config", config, "--data-dir", corpus, "--run-dir", run, "--device", "cpu"}, extra...)
+	if r := tolaria(t, dir, nil, args...); r.code != 0 {
+		t.Fatalf("train: exit %d\n%s", r.code, r.stderr)
+	}
+	return run
 }
 
 // sourceOf is the SourceFile of path, computed here.
@@ -65,15 +82,8 @@ func appendTo(t *testing.T, path, text string) {
 // was.
 func TestEvalFingerprintsItsData(t *testing.T) {
 	dir := t.TempDir()
-	corpus := writeTwoFileCorpus(t, dir, "corpus")
-	config := filepath.Join(dir, "tiny.yaml")
-	if err := os.WriteFile(config, []byte(evalTextModel), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run := filepath.Join(dir, "run")
-	if r := tolaria(t, dir, nil, "train", "--config", config, "--data-dir", corpus, "--run-dir", run, "--device", "cpu"); r.code != 0 {
-		t.Fatalf("train: exit %d\n%s", r.code, r.stderr)
-	}
+	corpus, _ := writeTwoFileCorpus(t, dir, "corpus", 30)
+	run := trainTextRun(t, dir, corpus)
 	rec := readJSON[rundir.DataRecord](t, filepath.Join(run, rundir.DataFile))
 	trained := []data.SourceFile{sourceOf(t, filepath.Join(corpus, "a")), sourceOf(t, filepath.Join(corpus, "b"))}
 	if rec.Dataset != "text" || rec.DataDir != corpus || !reflect.DeepEqual(rec.Files, trained) {
@@ -90,7 +100,7 @@ func TestEvalFingerprintsItsData(t *testing.T) {
 	}
 
 	// The same files elsewhere: the same data, no warning.
-	copyDir := writeTwoFileCorpus(t, dir, "copy")
+	copyDir, _ := writeTwoFileCorpus(t, dir, "copy", 30)
 	r = tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", "2", "--data-dir", copyDir)
 	if r.code != 0 {
 		t.Fatalf("eval --data-dir on a copy: exit %d\n%s", r.code, r.stderr)
@@ -154,15 +164,8 @@ func TestEvalFingerprintsItsData(t *testing.T) {
 // config.yaml names the directory whole.
 func TestRelativeDataDirIsRecordedWhole(t *testing.T) {
 	dir := t.TempDir()
-	writeTwoFileCorpus(t, dir, "corpus")
-	config := filepath.Join(dir, "tiny.yaml")
-	if err := os.WriteFile(config, []byte(evalTextModel), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run := filepath.Join(dir, "run")
-	if r := tolaria(t, dir, nil, "train", "--config", config, "--data-dir", "corpus", "--run-dir", run, "--device", "cpu"); r.code != 0 {
-		t.Fatalf("train: exit %d\n%s", r.code, r.stderr)
-	}
+	writeTwoFileCorpus(t, dir, "corpus", 30)
+	run := trainTextRun(t, dir, "corpus")
 	if raw := readFile(t, filepath.Join(run, "config.yaml")); !strings.Contains(raw, filepath.Join(dir, "corpus")) {
 		t.Errorf("config.yaml does not name the corpus whole:\n%s", raw)
 	}

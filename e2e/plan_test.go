@@ -45,10 +45,8 @@ func TestWorkerJobIsPlannedInAWorker(t *testing.T) {
 			t.Fatalf("%v: a refused job made %s", c.args, run)
 		}
 	}
-	corpus := writeTwoFileCorpus(t, dir, "corpus")
-	if r := tolaria(t, dir, nil, "train", "--isolate", "--config", config, "--data-dir", corpus, "--run-dir", run, "--device", "cpu"); r.code != 0 {
-		t.Fatalf("train --isolate: exit %d\n%s", r.code, r.stderr)
-	}
+	corpus, _ := writeTwoFileCorpus(t, dir, "corpus", 30)
+	trainTextRun(t, dir, corpus, "--isolate")
 	rec := readJSON[rundir.DataRecord](t, filepath.Join(run, rundir.DataFile))
 	want := []data.SourceFile{sourceOf(t, filepath.Join(corpus, "a")), sourceOf(t, filepath.Join(corpus, "b"))}
 	if rec.Dataset != "text" || !reflect.DeepEqual(rec.Files, want) {

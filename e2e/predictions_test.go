@@ -239,13 +239,5 @@ func trainedTokenRun(t *testing.T, dir string) string {
 	if err := os.WriteFile(filepath.Join(corpus, "a"), []byte(text.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(dir, "tiny.yaml")
-	if err := os.WriteFile(config, []byte(evalTextModel), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run := filepath.Join(dir, "run")
-	if r := tolaria(t, dir, nil, "train", "--config", config, "--data-dir", corpus, "--run-dir", run, "--device", "cpu"); r.code != 0 {
-		t.Fatalf("train: exit %d\n%s", r.code, r.stderr)
-	}
-	return run
+	return trainTextRun(t, dir, corpus)
 }
