@@ -70,7 +70,7 @@ func TestShardedEvalDoesNotDependOnTheWorkers(t *testing.T) {
 		}
 		log := readFile(t, filepath.Join(run, coordinator.EvalDir, "shard-0.log"))
 		last := log[strings.LastIndex(log, "serving an evaluation shard")+1:]
-		if !strings.Contains(log, "serving an evaluation shard") || !strings.Contains(strings.SplitN(last, "\n", 2)[0], fmt.Sprintf("(float32, %d threads,", threads)) {
+		if !strings.Contains(log, "serving an evaluation shard") || !strings.Contains(strings.SplitN(last, "\n", 2)[0], "(float32, "+map[bool]string{true: "1 thread,", false: fmt.Sprintf("%d threads,", threads)}[threads == 1]) {
 			t.Errorf("eval --workers %s: shard 0's CPU device had not %d threads:\n%s", n, threads, log)
 		}
 		if n == "1" {

@@ -24,11 +24,19 @@ func TestSweepDividesTheCores(t *testing.T) {
 		if r.CPUThreads != want[r.Name] {
 			t.Errorf("trial %s: cpu_threads %d in the results, want %d", r.Name, r.CPUThreads, want[r.Name])
 		}
-		if r.Summary == nil || !strings.Contains(r.Summary.DeviceDescription, fmt.Sprintf("%d threads", want[r.Name])) {
+		if r.Summary == nil || !strings.Contains(r.Summary.DeviceDescription, fmt.Sprintf("(float32, %s,", plural(want[r.Name], "thread"))) {
 			t.Errorf("trial %s: the worker's device %v, want %d threads", r.Name, r.Summary, want[r.Name])
 		}
 	}
 	if got := readResults(t, cfg.Dir); got.Trials[0].CPUThreads == 0 {
 		t.Errorf("results.json does not say how many threads the trials had: %+v", got.Trials)
 	}
+}
+
+// plural is n and noun, with an s unless n is 1, as the CPU device says it.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

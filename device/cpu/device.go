@@ -104,7 +104,11 @@ func (d *Device) Description() string {
 	if haveKernel() {
 		kernels = kernelName()
 	}
-	return fmt.Sprintf("tolaria CPU reference device (float32, %d threads, %s GEMM tiles)", d.threads, kernels)
+	threads := fmt.Sprintf("%d threads", d.threads)
+	if d.threads == 1 {
+		threads = "1 thread"
+	}
+	return fmt.Sprintf("tolaria CPU reference device (float32, %s, %s GEMM tiles)", threads, kernels)
 }
 
 // Threads is the number of threads the kernels use.
