@@ -335,6 +335,7 @@ func TestShardedEvalRefusesBadInput(t *testing.T) {
 		{[]string{"--run-dir", run, "--workers", "0"}, "--workers: must be at least 1"},
 		{[]string{"--run-dir", run, "--workers", "121"}, "at most 120"},
 		{[]string{"--run-dir", run, "--split", "val"}, "--split"},
+		{[]string{"--run-dir", run, "--data-dir", empty}, "--data-dir: names data, but the run's dataset is synthetic"},
 		{[]string{"--run-dir", damagedRun}, "--run-dir: checkpoint"},
 	} {
 		before := snapshot(t, dir)

@@ -350,6 +350,9 @@ func Plan(req Request) (*Run, error) {
 		return nil, err
 	}
 	whose := fmt.Sprintf("the run's data, as its %s names it; %s evaluates on data elsewhere", rundir.ConfigFile, field.Name("data_dir"))
+	if req.DataDir != "" && e.spec.Dataset == "synthetic" {
+		return nil, refusal.Config(field.Errorf("data_dir", "names data, but the run's dataset is synthetic, made from its seed and size: there are no files to evaluate on; leave it out"))
+	}
 	if req.DataDir != "" {
 		e.spec.DataDir, whose = req.DataDir, "the data "+string(field.Name("data_dir"))+" names"
 	}
