@@ -300,8 +300,9 @@ func evalOnEmulatedDriver(t *testing.T, emu string) {
 	}
 	r = tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "eval", "--run-dir", run, "--workers", "2",
 		"--devices", "0", "--worker", gpuGoneAfterCheck(t, t.TempDir(), emu))
-	if r.code != 3 || !strings.Contains(r.stderr, "no usable device") {
-		t.Errorf("tolaria eval with the GPU gone after the check: exit %d, want 3 naming the missing device\n%s", r.code, r.stderr)
+	if r.code != 3 || !strings.Contains(r.stderr, "no usable device") || !strings.Contains(r.stderr, "attempt 1 failed") ||
+		!strings.Contains(r.stderr, "giving up") || strings.Contains(r.stderr, "attempt 2") {
+		t.Errorf("tolaria eval with the GPU gone after the check: exit %d, want 3 naming the missing device, each shard given up after one attempt\n%s", r.code, r.stderr)
 	}
 	// --devices auto (the default) finds none, and says so before it starts a shard.
 	r = tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu, "CUDAEMU_DEVICES=0"}, "eval", "--run-dir", run, "--workers", "2",

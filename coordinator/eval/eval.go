@@ -123,10 +123,13 @@ type Request struct {
 type Progress struct {
 	Shard, Shards int
 	Attempt       int
-	Device        string // where it ran: cpu, cuda, cuda:1 (launch.Slot.String)
-	Samples       int    // scored, when Err is nil
-	Err           error  // why the attempt failed
-	Seconds       float64
+	// Last is true when no attempt follows: the second, or a failure
+	// another worker would repeat (no device, input refused).
+	Last    bool
+	Device  string // where it ran: cpu, cuda, cuda:1 (launch.Slot.String)
+	Samples int    // scored, when Err is nil
+	Err     error  // why the attempt failed
+	Seconds float64
 }
 
 // Validate checks the request's own settings, naming the one at fault.
@@ -824,19 +827,30 @@ func (e *Run) runShard(ctx context.Context, s int) error {
 		t0 := time.Now()
 		var h jobserver.ShardHeader
 		h, err = e.attempt(ctx, s, sl, attempt)
+		last := attempt == evalAttempts || repeats(err)
 		if e.req.Progress != nil {
-			e.req.Progress(Progress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Device: sl.String(), Samples: h.Count / max(1, e.positions),
+			e.req.Progress(Progress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Last: last, Device: sl.String(), Samples: h.Count / max(1, e.positions),
 				Err: err, Seconds: time.Since(t0).Seconds()})
 		}
 		if err == nil {
 			return nil
 		}
 		e.log.Warn("evaluation shard failed", "shard", s, "attempt", attempt, "err", err)
+		if last {
+			break
+		}
 	}
 	if err == nil {
 		err = ctx.Err()
 	}
 	return err
+}
+
+// repeats says whether a failed attempt would fail the same way in a new
+// worker: no device where the slot placed it, or input the worker refused.
+func repeats(err error) bool {
+	var we *worker.Error
+	return errors.As(err, &we) && (we.Kind == worker.KindNoDevice || we.Kind == worker.KindUsage)
 }
 
 func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (jobserver.ShardHeader, error) {

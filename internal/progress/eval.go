@@ -25,7 +25,7 @@ func (v *Eval) Shard(p coordinator.EvalProgress) {
 		return
 	}
 	next := "trying it once more"
-	if p.Attempt >= 2 {
+	if p.Last {
 		next = "giving up"
 	}
 	fmt.Fprintf(v.w, "shard %d (of %d)%s: attempt %d failed after %.1fs, %s: %s\n", p.Shard, p.Shards, on(p.Device), p.Attempt, p.Seconds, next, FirstLine(p.Err.Error(), 300))
