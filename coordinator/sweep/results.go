@@ -225,7 +225,7 @@ func (r Results) writeCSV(out io.Writer) error {
 	}
 	w := csv.NewWriter(out)
 	head := append([]string{"rank", "name", "state"}, figures...)
-	_ = w.Write(append(head, "steps", "params_sha256", "device", "attempts", "overrides", "run_dir", "reason", "log_tail"))
+	_ = w.Write(append(head, "steps", "params_sha256", "device", "cpu_threads", "attempts", "overrides", "run_dir", "reason", "log_tail"))
 	num := func(v float64) string { return strconv.FormatFloat(v, 'g', 8, 64) }
 	for _, t := range r.Trials {
 		row := []string{"", t.Name, string(t.State)}
@@ -243,7 +243,11 @@ func (r Results) writeCSV(out io.Writer) error {
 		if t.Summary != nil {
 			steps, params = strconv.Itoa(t.Summary.Steps), t.Summary.ParamsSHA256
 		}
-		row = append(row, steps, params, t.Device, strconv.Itoa(t.Attempts), overridesText(t.Overrides), t.RunDir, t.Reason, t.LogTail)
+		threads := ""
+		if t.CPUThreads > 0 {
+			threads = strconv.Itoa(t.CPUThreads)
+		}
+		row = append(row, steps, params, t.Device, threads, strconv.Itoa(t.Attempts), overridesText(t.Overrides), t.RunDir, t.Reason, t.LogTail)
 		_ = w.Write(row)
 	}
 	w.Flush()

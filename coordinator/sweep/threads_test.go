@@ -1,9 +1,15 @@
 package sweep
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -30,6 +36,20 @@ func TestSweepDividesTheCores(t *testing.T) {
 	}
 	if got := readResults(t, cfg.Dir); got.Trials[0].CPUThreads == 0 {
 		t.Errorf("results.json does not say how many threads the trials had: %+v", got.Trials)
+	}
+	raw, err := os.ReadFile(filepath.Join(cfg.Dir, ResultsCSV))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(bytes.NewReader(raw)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := slices.Index(rows[0], "cpu_threads")
+	for _, row := range rows[1:] {
+		if col < 0 || row[col] != strconv.Itoa(want[row[1]]) {
+			t.Errorf("results.csv does not say trial %s's threads (column %d): %q", row[1], col, row)
+		}
 	}
 }
 
