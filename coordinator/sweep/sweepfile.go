@@ -178,10 +178,11 @@ func parseSweepMax(raw []byte, maxTrials int) (*Sweep, error) {
 	return &Sweep{Trials: trials, Launcher: f.Launcher, Slurm: f.Slurm, Warnings: warnings}, nil
 }
 
-// warn adds st's deprecation warnings to warnings, each once.
-func warn(warnings *[]string, st job.Settings) {
+// warn adds st's deprecation warnings to warnings, each once, saying
+// where in the file (base, trials, grid) they were written.
+func warn(warnings *[]string, where string, st job.Settings) {
 	for _, w := range st.Warnings() {
-		if !slices.Contains(*warnings, w) {
+		if w = where + ": " + w; !slices.Contains(*warnings, w) {
 			*warnings = append(*warnings, w)
 		}
 	}
@@ -192,7 +193,7 @@ func trialsOf(f sweepYAML, maxTrials int, warnings *[]string) ([]Trial, error) {
 	if err != nil {
 		return nil, fmt.Errorf("base: %w", err)
 	}
-	warn(warnings, base)
+	warn(warnings, "base", base)
 	spec := job.Default()
 	if err := base.Apply(&spec); err != nil {
 		return nil, fmt.Errorf("base: %w", err)
@@ -275,7 +276,7 @@ func listTrials(list []yaml.Node, warnings *[]string) ([]point, error) {
 				return nil, fmt.Errorf("trial %q: priority %q: must be a number (higher: its budget comes first, and it may park trials of lower priority)", p.name, fmt.Sprint(s.Value))
 			}
 		}
-		warn(warnings, st)
+		warn(warnings, "trials", st)
 		p.settings = st.Without("name", "priority")
 		out = append(out, p)
 	}
@@ -305,7 +306,7 @@ func gridAxes(n *yaml.Node, warnings *[]string) ([]axis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("grid: %w", err)
 	}
-	warn(warnings, st)
+	warn(warnings, "grid", st)
 	var axes []axis
 	for _, s := range st {
 		values, isList := s.Value.([]any)

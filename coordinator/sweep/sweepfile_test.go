@@ -284,8 +284,8 @@ func TestReadSweepFlatKeysWarn(t *testing.T) {
 		t.Errorf("first trial %s: lr %v, overrides %v", s.Trials[0].Name, s.Trials[0].Spec.LR, s.Trials[0].Overrides)
 	}
 	got := strings.Join(s.Warnings, "\n")
-	for _, w := range []string{"dataset is deprecated: write data.dataset", "epochs is deprecated: write schedule.epochs",
-		"lr is deprecated: write optimizer.lr", "batch_size is deprecated: write schedule.batch_size"} {
+	for _, w := range []string{"base: dataset is deprecated: write data.dataset", "base: epochs is deprecated: write schedule.epochs",
+		"trials: lr is deprecated: write optimizer.lr", "grid: batch_size is deprecated: write schedule.batch_size"} {
 		if strings.Count(got, w) != 1 {
 			t.Errorf("warnings %q: want %q once", s.Warnings, w)
 		}
