@@ -101,6 +101,14 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 		if err := v.BindEnv(append([]string{string(key)}, names...)...); err != nil {
 			return fail(err)
 		}
+		if len(names) == 2 {
+			// One key set by both its variables is ambiguous, as in a file.
+			a, aSet := os.LookupEnv(names[0])
+			b, bSet := os.LookupEnv(names[1])
+			if aSet && bSet && a != b {
+				return fail(usagef("%s=%s and %s=%s both set %s; give one", names[0], a, names[1], b, key))
+			}
+		}
 	}
 	warnings := job.UnknownEnv(os.Environ(), envKeys, otherEnv...)
 	file, err := mergeConfigFiles(fs, v)

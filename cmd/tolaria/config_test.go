@@ -41,6 +41,8 @@ func TestTrainNamesAKeyAsItsSourceSpelledIt(t *testing.T) {
 			want: []string{"invalid configuration: TOLARIA_LR: must be in (0, 10], got 20"}},
 		{name: "an unknown variable", env: [][2]string{{"TOLARIA_OPTIMIZER_LRR", "1"}, {"TOLARIA_LR", "20"}},
 			want: []string{"TOLARIA_OPTIMIZER_LRR is not a tolaria setting"}},
+		{name: "both variables of a key", env: [][2]string{{"TOLARIA_LR", "0.01"}, {"TOLARIA_OPTIMIZER_LR", "0.02"}},
+			want: []string{"TOLARIA_OPTIMIZER_LR=0.02 and TOLARIA_LR=0.01 both set optimizer.lr; give one"}},
 		{name: "an unknown key", file: "optimizer: {lrr: 0.1}\n",
 			want: []string{"unknown key optimizer.lrr (optimizer holds lr, kind, momentum, weight_decay, clip_norm, warmup_steps)"}},
 		{name: "a file's value that does not parse", file: "schedule: {epochs: 2.5}\n",
