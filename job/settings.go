@@ -79,7 +79,7 @@ var usages = map[field.Name]string{
 	"data.dataset":               "fashion-mnist, synthetic or text (byte windows of a text corpus, for sequence models)",
 	"data.dir":                   "directory of the Fashion-MNIST .gz files; for dataset text, a text file or a directory of them (left unset: " + data.DefaultFortunesDir + ")",
 	"data.synthetic_size":        "training examples of the synthetic dataset",
-	"data.context":               "input bytes per example of dataset text; the targets are the next bytes (0: " + strconv.Itoa(data.DefaultTextContext) + ")",
+	"data.context":               "input bytes per example of dataset text; the targets are the next bytes (0: model.input's T when given, else " + strconv.Itoa(data.DefaultTextContext) + ")",
 	"model.hidden":               "hidden layer sizes, e.g. 256,128",
 	"model.activation":           "hidden activation: relu, gelu, tanh or none",
 	"model.loss":                 "cross_entropy or mse",
