@@ -406,7 +406,8 @@ func TestShardedEvalInterrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	status, err := waitWithin(cmd, time.Minute)
-	if err != nil || status.ExitStatus() != 130 || !strings.Contains(stderr.String(), "interrupted") || strings.Contains(stderr.String(), "examples scored") {
+	if err != nil || status.ExitStatus() != 130 || !strings.Contains(stderr.String(), "interrupted") || strings.Contains(stderr.String(), "examples scored") ||
+		strings.Contains(stderr.String(), "attempt 1 failed") {
 		t.Fatalf("after SIGINT: %v, %v\n%s", status, err, stderr)
 	}
 	for _, pid := range pids {

@@ -828,6 +828,9 @@ func (e *Run) runShard(ctx context.Context, s int) error {
 		var h jobserver.ShardHeader
 		h, err = e.attempt(ctx, s, sl, attempt)
 		last := attempt == evalAttempts || repeats(err)
+		if err != nil && ctx.Err() != nil {
+			break // interrupted: not a failure of the shard's to report
+		}
 		if e.req.Progress != nil {
 			e.req.Progress(Progress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Last: last, Device: sl.String(), Samples: h.Count / max(1, e.positions),
 				Err: err, Seconds: time.Since(t0).Seconds()})
