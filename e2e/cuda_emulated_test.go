@@ -241,7 +241,7 @@ func sweepWithoutAGPU(t *testing.T, emu string) {
 	if _, err := os.Stat(sweepDir); r.code != 2 || !strings.Contains(r.stderr, "--devices: GPU 0 is not among the 0 GPUs") || !os.IsNotExist(err) {
 		t.Fatalf("--devices 0 without a GPU: exit %d, want 2 before anything is written\n%s", r.code, r.stderr)
 	}
-	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "sweep", file, "--devices", "0",
+	r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "sweep", file, "--devices", "0", "--retries", "2",
 		"--worker", gpuGoneAfterCheck(t, dir, emu), "--sweep-dir", sweepDir)
 	if r.code != 1 {
 		t.Fatalf("a cuda sweep without a GPU: exit %d, want 1 (none succeeded)\n%s", r.code, r.stderr)
@@ -254,6 +254,9 @@ func sweepWithoutAGPU(t *testing.T, emu string) {
 	for _, row := range res.Trials {
 		if !strings.Contains(row.Reason, "no usable device") && !strings.Contains(row.Reason, "no CUDA device") && !strings.Contains(row.Reason, "no NVIDIA GPU") {
 			t.Errorf("trial %s failed for %q; want for want of a GPU", row.Name, row.Reason)
+		}
+		if row.Attempts != 1 {
+			t.Errorf("trial %s: %d attempts with --retries 2; a failure for want of a GPU here would repeat, so one", row.Name, row.Attempts)
 		}
 	}
 	t.Logf("%d workers seen (%d mapping libcuda); %d reads of the coordinator's maps without it; reason %q",

@@ -858,6 +858,12 @@ func (s *Run) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot) Tria
 		if res.State != TrialFailed || attempt > s.cfg.Retries || ctx.Err() != nil {
 			break
 		}
+		if a.why == worker.KindUsage || (a.why == worker.KindNoDevice && !sl.Remote()) {
+			// Refused input, or no device on this machine's slot: another
+			// attempt would fail the same way.
+			s.log.Warn("trial failed; not starting it again: the failure would repeat", "trial", t.Name, "reason", a.reason)
+			break
+		}
 		s.log.Warn("trial failed; starting it again", "trial", t.Name, "attempt", attempt, "reason", a.reason)
 		s.families.trialRetried()
 	}
