@@ -195,12 +195,12 @@ func TestConfigFileRefusesUnknownKeys(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct{ yaml, want string }{
 		{"batch-size: 32\n", "batch-size (write batch_size)"},
-		{"epoch: 3\n", "unknown key epoch"},
+		{"epoch: 3\n", "unknown key epoch (did you mean schedule.epochs?)"},
 		{"model:\n  hiden: [4]\n", "unknown key model.hiden (model holds hidden, activation, loss, input, layers)"},
 		{"optimizer: {lr: 0.1, lrr: 0.2}\n", "unknown key optimizer.lrr"},
 		{"schedule: {lr: 0.1}\n", "unknown key schedule.lr (did you mean optimizer.lr?)"},
 		{"optimizer: {kind: sgd}\nsgd: {lr: 1}\n", "unknown key sgd"},
-		{"epoch: 3\nmodel: {hiden: [4]}\n", "unknown keys epoch; model.hiden"},
+		{"epoch: 3\nmodel: {hiden: [4]}\n", "unknown keys epoch (did you mean schedule.epochs?); model.hiden"},
 		{"lr: 0.1\noptimizer: {lr: 0.2}\n", "lr and optimizer.lr both set optimizer.lr"},
 		{"optimizer: 3\nschedule: [1]\n", "schedule: must be a mapping"},
 	} {

@@ -194,7 +194,39 @@ func (sc Schema) hint(written string) string {
 	if i := strings.LastIndex(written, "."); i > 0 && sc.section(written[:i]) {
 		return fmt.Sprintf(" (%s holds %s)", written[:i], strings.Join(sc.under(written[:i]), ", "))
 	}
+	// A slip of a letter or two: the key whose last part is nearest.
+	best, bestDist := Name(""), 3
+	for _, k := range sc.Keys {
+		if d := editDistance(last, string(k)[strings.LastIndex(string(k), ".")+1:]); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf(" (did you mean %s?)", best)
+	}
 	return ""
+}
+
+// editDistance is the number of single-byte insertions, deletions and
+// substitutions that turn a into b (Levenshtein's distance).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // under lists the keys in section path, by their names there.

@@ -79,7 +79,7 @@ func TestSchemaRefuses(t *testing.T) {
 		{"sede: 1\n", "unknown key sede"},
 		{"optimizer: {lrr: 1}\n", "unknown key optimizer.lrr (optimizer holds kind, lr)"},
 		{"model: {lr: 1}\n", "unknown key model.lr (did you mean optimizer.lr?)"},
-		{"sede: 1\nmodel: {hiden: [1]}\n", "unknown keys sede; model.hiden"},
+		{"sede: 1\nmodel: {hiden: [1]}\n", "unknown keys sede (did you mean seed?); model.hiden"},
 		{"model-hidden: [1]\n", "unknown key model-hidden (write model_hidden)"},
 		{"lr: 1\noptimizer: {lr: 2}\n", "lr and optimizer.lr both set optimizer.lr; give it once"},
 		{"seed: 1\nseed: 2\n", "seed: is given twice"},
@@ -160,6 +160,26 @@ func TestEmptyValueIsRefused(t *testing.T) {
 	for _, text := range []string{"schedule: {epochs: }\n", "schedule:\n  epochs:\n", "optimizer: {lr: ~}\n", "schedule.epochs: null\n"} {
 		if _, err := sc.Read([]byte(text)); err == nil || !strings.Contains(err.Error(), "has no value") {
 			t.Errorf("%q: %v, want a refusal", text, err)
+		}
+	}
+}
+
+// A key a letter or two off one of the schema's is answered with it.
+func TestUnknownKeySuggestsTheNearest(t *testing.T) {
+	sc := Schema{Keys: []Name{"schedule.epochs", "num_agents", "optimizer.lr"}}
+	for text, want := range map[string]string{
+		"epoch: 3\n":     "unknown key epoch (did you mean schedule.epochs?)",
+		"num_agent: 2\n": "unknown key num_agent (did you mean num_agents?)",
+		"banana: 1\n":    "unknown key banana",
+	} {
+		_, err := sc.Read([]byte(text))
+		if err == nil || err.Error() != want {
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
+	}
+	for a, b := range map[[2]string]int{{"epoch", "epochs"}: 1, {"", "ab"}: 2, {"kitten", "sitting"}: 3, {"lr", "lr"}: 0} {
+		if got := editDistance(a[0], a[1]); got != b {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", a[0], a[1], got, b)
 		}
 	}
 }
