@@ -29,7 +29,7 @@ func (t *trainFlags) register(fs *pflag.FlagSet) {
 	d := job.Default()
 	for _, key := range job.Keys() {
 		usage := job.Usage(key)
-		if strings.Contains(string(key), ".") && !strings.HasPrefix(string(key), "model.") {
+		if strings.Contains(string(key), ".") {
 			usage += " (file key " + string(key) + ")"
 		}
 		switch def := d.Get(key).(type) {
