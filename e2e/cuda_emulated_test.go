@@ -16,6 +16,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/device/cuda/emulator/emurecord"
+	"github.com/tolaria-ml/tolaria/internal/emutest"
 )
 
 // emulatedCUDA builds the emulated CUDA driver (device/cuda/emulator) and a
@@ -24,25 +25,7 @@ import (
 // fails when TOLARIA_REQUIRE_EMULATION is set (as make test sets it).
 func emulatedCUDA(t *testing.T) string {
 	t.Helper()
-	skip := t.Skipf
-	if os.Getenv("TOLARIA_REQUIRE_EMULATION") != "" {
-		skip = t.Fatalf
-	}
-	for _, tool := range []string{"g++", "cc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			skip("%s is not installed (scripts/install-deps.sh test installs it); not running tolaria on the emulated CUDA driver", tool)
-		}
-	}
-	if _, err := os.Stat("/usr/include/cuda.h"); err != nil {
-		if _, err := os.Stat("/usr/local/cuda/include/cuda.h"); err != nil {
-			skip("no CUDA headers (scripts/install-cuda.sh installs them); not running tolaria on the emulated CUDA driver")
-		}
-	}
-	dir := t.TempDir()
-	build := exec.Command(filepath.Join(repoRoot(), "scripts", "build-cuda-emulator.sh"), dir)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the emulated CUDA driver: %v\n%s", err, out)
-	}
+	dir, _ := emutest.Build(t, repoRoot(), "tolaria on the emulated CUDA driver")
 	worker := exec.Command("go", "build", "-tags", "cuda,testhooks", "-o", filepath.Join(dir, "tolaria-worker"), "./cmd/tolaria-worker")
 	worker.Dir = repoRoot()
 	if out, err := worker.CombinedOutput(); err != nil {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tolaria-ml/tolaria/internal/emutest"
 )
 
 const sample = `# tolaria emulated CUDA device, CUDAEMU_STATE format 1
@@ -140,33 +142,11 @@ func TestRunning(t *testing.T) {
 // CUDA headers; without them it skips, or fails when
 // TOLARIA_REQUIRE_EMULATION is set.
 func TestTheDriversRecords(t *testing.T) {
-	skip := t.Skipf
-	if os.Getenv("TOLARIA_REQUIRE_EMULATION") != "" {
-		skip = t.Fatalf
-	}
-	for _, tool := range []string{"g++", "cc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			skip("%s is not installed; not running the emulated CUDA driver", tool)
-		}
-	}
-	inc := ""
-	for _, d := range []string{"/usr/local/cuda/include", "/usr/include"} {
-		if _, err := os.Stat(filepath.Join(d, "cuda.h")); err == nil {
-			inc = d
-			break
-		}
-	}
-	if inc == "" {
-		skip("no CUDA headers (scripts/install-cuda.sh installs them); not running the emulated CUDA driver")
-	}
 	root, err := filepath.Abs(filepath.Join("..", "..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	emu := t.TempDir()
-	if out, err := exec.Command(filepath.Join(root, "scripts", "build-cuda-emulator.sh"), emu).CombinedOutput(); err != nil {
-		t.Fatalf("building the emulated driver: %v\n%s", err, out)
-	}
+	emu, inc := emutest.Build(t, root, "the emulated CUDA driver")
 	prog := filepath.Join(emu, "driver_test")
 	if out, err := exec.Command("g++", "-std=c++17", "-O1", "-pthread", "-o", prog,
 		filepath.Join(root, "device", "cuda", "emulator", "driver_test.cpp"), "-I", inc, "-L", emu, "-l:libcuda.so.1").CombinedOutput(); err != nil {
