@@ -82,9 +82,10 @@ const (
 // seed: the same seed and actions give the same episode.
 type Forage struct {
 	cfg  ForageConfig
-	cell []uint8 // width·height cells: forageWall, forageFood or 0
-	pos  []int   // each agent's cell
-	at   []int   // the agent on each cell, or -1
+	cell []uint8   // width·height cells: forageWall, forageFood or 0
+	pos  []int     // each agent's cell
+	at   []int     // the agent on each cell, or -1
+	src  *rand.PCG // rng's state, which a saved world keeps (MarshalBinary)
 	rng  *rand.Rand
 	episode
 	// Step's scratch, made once.
@@ -127,7 +128,8 @@ func (f *Forage) NumActions() int { return forageActions }
 // Reset builds the grid: border walls, then the inner walls, the agents
 // and the food on distinct random free cells.
 func (f *Forage) Reset(seed uint64, obs [][]float32) {
-	f.rng = rand.New(rand.NewPCG(seed, 0x666f72616765)) // "forage"
+	f.src = rand.NewPCG(seed, 0x666f72616765) // "forage"
+	f.rng = rand.New(f.src)
 	w, h := f.cfg.Width, f.cfg.Height
 	for i := range f.cell {
 		x, y := i%w, i/w
