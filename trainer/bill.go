@@ -36,6 +36,11 @@ type Bill struct {
 	// streams (device.StreamScratch: the CUDA device's scratch for
 	// reductions split over blocks); 0 on a device without it.
 	StreamScratch int64 `json:"stream_scratch,omitempty"`
+	// Context is what the worker process's CUDA context and loaded
+	// modules take on the device, as the worker measured it once they
+	// existed (see jobserver's contextBytes); 0 on the CPU device. BillFor
+	// leaves it 0: it is the process's, not the run's.
+	Context int64 `json:"context,omitempty"`
 	// PinnedHost is the staging rings' pinned slots and the pinned
 	// buffer the accumulators are read through.
 	PinnedHost int64 `json:"pinned_host"`
@@ -45,7 +50,7 @@ type Bill struct {
 // PinnedHost.
 func (b Bill) DeviceBytes() int64 {
 	return b.Parameters + b.Gradients + b.OptimizerState + b.RunningState + b.Activations + b.Workspace + b.StagingInputs +
-		b.StreamScratch
+		b.StreamScratch + b.Context
 }
 
 // GraphPoolBytes is the part of the bill the graph pool holds as the
@@ -54,8 +59,8 @@ func (b Bill) DeviceBytes() int64 {
 func (b Bill) GraphPoolBytes() int64 { return b.Gradients + b.Activations + b.Workspace }
 
 // Kinds lists the bill's device kinds in a fixed order with their bytes,
-// for messages and events; running_state and stream_scratch only when
-// there is one.
+// for messages and events; running_state, stream_scratch and context
+// only when there is one.
 func (b Bill) Kinds() []BillKind {
 	kinds := []BillKind{{"parameters", b.Parameters}, {"gradients", b.Gradients}, {"optimizer_state", b.OptimizerState}}
 	if b.RunningState > 0 {
@@ -64,6 +69,9 @@ func (b Bill) Kinds() []BillKind {
 	kinds = append(kinds, BillKind{"activations", b.Activations}, BillKind{"workspace", b.Workspace}, BillKind{"staging_inputs", b.StagingInputs})
 	if b.StreamScratch > 0 {
 		kinds = append(kinds, BillKind{"stream_scratch", b.StreamScratch})
+	}
+	if b.Context > 0 {
+		kinds = append(kinds, BillKind{"context", b.Context})
 	}
 	return kinds
 }

@@ -2,7 +2,9 @@
 // same device ask it for a budget, by their bill, before they allocate;
 // it grants, queues by priority, parks the least recently active holder
 // of equal or lower priority to make room, and refuses a bill that can
-// never fit. It knows devices, bills and holders, no activity.
+// never fit. It knows devices, bills and holders, no activity: a sweep's
+// trials, an evaluation's shards and an rl run's actors and learners all
+// ask it alike (package holder connects a worker's request to it).
 package budget
 
 import (
@@ -100,8 +102,12 @@ func New(cfg Config) (*Broker, error) {
 
 // Ask is one worker's budget request.
 type Ask struct {
-	// Holder names who will hold the budget (a sweep's trial).
+	// Holder names who will hold the budget (a sweep's trial, an
+	// evaluation's shard, an rl agent's learner).
 	Holder string
+	// Kind is what the holder is, for messages: "trial" (the default),
+	// "evaluation shard", "actor", "learner".
+	Kind string
 	Device string       // the device the worker owns, as the sweep names it ("cpu", "cuda:0")
 	Bill   trainer.Bill // what it will hold; DeviceBytes is the request
 	// Total and Free are the device's memory as the worker found it
@@ -118,7 +124,10 @@ type Ask struct {
 	Priority float64
 	// Park, when set, asks the trial's worker to park, saying for whom;
 	// the worker's answer comes to Ticket.Parked. Called outside the
-	// broker's lock. A request without it is never parked.
+	// broker's lock. A request without it cannot be parked (an
+	// evaluation shard, an rl actor or learner): the broker never chooses
+	// it to make room, but its budget counts against the device like any
+	// other until it is released.
 	Park func(Eviction)
 }
 
@@ -146,6 +155,7 @@ var ErrRefused = errors.New("device-memory budget refused")
 
 // RefusedError is a refused request; its message names the bill by kind.
 type RefusedError struct {
+	Kind     string // what the holder is (Ask.Kind); "" is a trial
 	Holder   string
 	Device   string
 	Bill     trainer.Bill
@@ -153,11 +163,18 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("trial %s needs %s (with %.0f%% headroom %s), more than device %s has for budgets in all (%s); use a smaller model or batch, or a device with more memory (--device-memory on the CPU)",
-		e.Holder, e.Bill, (Headroom-1)*100, trainer.FormatBytes(withHeadroom(e.Bill.DeviceBytes())), e.Device, trainer.FormatBytes(e.Capacity))
+	return fmt.Sprintf("%s %s needs %s (with %.0f%% headroom %s), more than device %s has for budgets in all (%s); use a smaller model or batch, or a device with more memory (--device-memory on the CPU)",
+		kindOf(e.Kind), e.Holder, e.Bill, (Headroom-1)*100, trainer.FormatBytes(withHeadroom(e.Bill.DeviceBytes())), e.Device, trainer.FormatBytes(e.Capacity))
 }
 
 func (e *RefusedError) Unwrap() error { return ErrRefused }
+
+func kindOf(kind string) string {
+	if kind == "" {
+		return "trial"
+	}
+	return kind
+}
 
 func withHeadroom(bytes int64) int64 { return int64(float64(bytes) * Headroom) }
 
@@ -209,16 +226,18 @@ func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
 		b.devices[a.Device] = led
 	}
 	if len(led.holders) == 0 {
-		// Nothing of ours is on the device: what the worker found free is
-		// what budgets may take (less what the configuration holds back).
-		led.capacity = a.Free
+		// Nothing of ours is on the device: what the worker found free,
+		// with what its own context already holds (its bill counts that
+		// again), is what budgets may take (less what the configuration
+		// holds back).
+		led.capacity = a.Free + a.Bill.Context
 		if b.cfg.DeviceMemory > 0 && (b.cfg.DeviceMemory < led.capacity || led.capacity <= 0) {
 			led.capacity = b.cfg.DeviceMemory
 		}
 	}
 	need := a.Bill.DeviceBytes()
 	if withHeadroom(need) > led.capacity {
-		return nil, Grant{}, false, &RefusedError{Holder: a.Holder, Device: a.Device, Bill: a.Bill, Capacity: led.capacity}
+		return nil, Grant{}, false, &RefusedError{Kind: a.Kind, Holder: a.Holder, Device: a.Device, Bill: a.Bill, Capacity: led.capacity}
 	}
 	b.asked++
 	t = &Ticket{b: b, ask: a, led: led, seq: b.asked, queued: b.cfg.Now()}
@@ -451,6 +470,9 @@ func (b *Broker) Waiting(device string) []string {
 type Books struct {
 	Capacity, Granted int64
 	Holders, Waiting  int
+	// Unparkable are the holders that cannot be parked (no Ask.Park):
+	// their budgets are kept until they end.
+	Unparkable int
 	OldestWait        time.Time // when the oldest waiting request began to wait; zero: none waits
 }
 
@@ -463,6 +485,11 @@ func (b *Broker) Books(device string) Books {
 		return Books{}
 	}
 	bk := Books{Capacity: l.capacity, Granted: l.granted, Holders: len(l.holders), Waiting: len(l.queue)}
+	for t := range l.holders {
+		if t.ask.Park == nil {
+			bk.Unparkable++
+		}
+	}
 	if len(l.queue) > 0 {
 		bk.OldestWait = l.queue[0].queued
 	}

@@ -370,3 +370,68 @@ func TestBrokerMinResidenceConfig(t *testing.T) {
 		t.Fatalf("a negative minimum residence: %v", err)
 	}
 }
+
+// TestBrokerNeverParksAnUnparkableHolder: a holder that cannot park (an
+// evaluation shard, an rl half: no Park) is never chosen to make room,
+// even when it is the least recently active and of lower priority, but its
+// budget counts against the device until it is released; a parkable
+// holder beside it is parked instead, and a request that only parking the
+// unparkable one could make room for waits for its release.
+func TestBrokerNeverParksAnUnparkableHolder(t *testing.T) {
+	r := newRecencyBroker(t)
+	shard, _, now, err := r.b.Ask(Ask{Holder: "shard 0", Kind: "evaluation shard", Device: "cpu", Bill: billOf(400), Free: 1 << 40, Priority: -1,
+		OnGrant: func(g Grant) { r.log = append(r.log, "grant shard 0") }})
+	if err != nil || !now {
+		t.Fatalf("the shard on an empty device: granted %v, %v", now, err)
+	}
+	r.clock.advance(time.Second)
+	trial := r.ask("trial", 300, 0)
+	r.expect("a trial beside the shard", "granted trial")
+	if bk := r.b.Books("cpu"); bk.Granted != 700 || bk.Holders != 2 || bk.Unparkable != 1 {
+		t.Fatalf("books %+v: want the shard's 400 and the trial's 300 granted, one holder unparkable", bk)
+	}
+	r.clock.advance(time.Minute)
+	trial.Active()
+	// 400 for high needs 440: parking the trial (300) frees 600 of 1000.
+	high := r.ask("high", 400, 1)
+	r.expect("high asks", "park trial for high idle 0s")
+	trial.Parked()
+	r.expect("the trial parked", "grant high unpark=false")
+	// 700 more needs 770: parking high frees 600 of 1000; only with the
+	// shard's budget, never parked, would there be room, so nobody is
+	// parked and the request waits until the shard ends.
+	r.clock.advance(time.Minute)
+	high.Active()
+	top := r.ask("top", 700, 2)
+	r.expect("top asks while only with the unparkable shard's budget would it fit")
+	shard.Release()
+	r.expect("the shard ended: parking high now makes room", "park high for top idle 0s")
+	high.Parked()
+	r.expect("high parked", "grant top unpark=false")
+	top.Release()
+	high.Release()
+	trial.Release()
+	if bk := r.b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 || bk.Waiting != 0 {
+		t.Fatalf("books after every release: %+v", bk)
+	}
+}
+
+// TestBrokerCapacityCountsTheAskersContext: the first worker on a device
+// found its free memory with its own context already made; the capacity
+// adds the context back, since the worker's bill counts it.
+func TestBrokerCapacityCountsTheAskersContext(t *testing.T) {
+	b, _ := New(Config{})
+	bill := trainer.Bill{Parameters: 10, Context: 30}
+	a, g, now, err := b.Ask(Ask{Holder: "a", Device: "cuda:0", Bill: bill, Total: 100, Free: 70})
+	if err != nil || !now || g.Bytes != 40 {
+		t.Fatalf("a bill of 10 bytes and a 30-byte context: granted %v %+v, %v; want 40 bytes", now, g, err)
+	}
+	if bk := b.Books("cuda:0"); bk.Capacity != 100 || bk.Granted != 40 {
+		t.Fatalf("books %+v: want the capacity 70 free + 30 of the asker's context", bk)
+	}
+	a.Release()
+	_, _, _, err = b.Ask(Ask{Holder: "s", Kind: "evaluation shard", Device: "cuda:0", Bill: trainer.Bill{Parameters: 70, Context: 30}, Total: 100, Free: 70})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "evaluation shard s needs") || !strings.Contains(err.Error(), "context") {
+		t.Fatalf("100 bytes with headroom on a device of 100: %v; want a refusal naming the shard and the context", err)
+	}
+}
