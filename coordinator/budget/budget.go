@@ -107,7 +107,7 @@ type Ask struct {
 	Holder string
 	// Kind is what the holder is, for messages: "trial" (the default),
 	// "evaluation shard", "actor", "learner".
-	Kind string
+	Kind   string
 	Device string       // the device the worker owns, as the sweep names it ("cpu", "cuda:0")
 	Bill   trainer.Bill // what it will hold; DeviceBytes is the request
 	// Total and Free are the device's memory as the worker found it
@@ -473,7 +473,7 @@ type Books struct {
 	// Unparkable are the holders that cannot be parked (no Ask.Park):
 	// their budgets are kept until they end.
 	Unparkable int
-	OldestWait        time.Time // when the oldest waiting request began to wait; zero: none waits
+	OldestWait time.Time // when the oldest waiting request began to wait; zero: none waits
 }
 
 // Books returns device's figures.
