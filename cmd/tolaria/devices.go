@@ -2,14 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
-	"io"
-	"text/tabwriter"
 
-	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/progress"
 )
 
 func newDevicesCmd() *cobra.Command {
@@ -50,26 +47,7 @@ says which), 130 interrupted.`,
 			enc.SetIndent("", "  ")
 			return enc.Encode(map[string]any{"gpus": gpus})
 		}
-		return printGPUs(cmd.OutOrStdout(), gpus)
+		return progress.GPUs(cmd.OutOrStdout(), gpus)
 	}
 	return cmd
-}
-
-// printGPUs writes the GPUs as a table, or says there is none.
-func printGPUs(w io.Writer, gpus []coordinator.GPU) error {
-	if len(gpus) == 0 {
-		_, err := fmt.Fprintln(w, "no GPU: the CUDA driver reports none (check CUDA_VISIBLE_DEVICES)")
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "device\tname\tpci bus id\tcompute\tmemory\tfree\tusable")
-	for _, g := range gpus {
-		usable := "yes"
-		if !g.Usable {
-			usable = "no: " + g.Reason
-		}
-		fmt.Fprintf(tw, "cuda:%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Ordinal, g.Name, g.PCIBusID, g.ComputeCapability,
-			humanize.IBytes(uint64(g.TotalBytes)), humanize.IBytes(uint64(g.FreeBytes)), usable)
-	}
-	return tw.Flush()
 }

@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/eval"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
-	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
@@ -136,25 +133,9 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		return err
 	}
 	if req.DryRun {
-		return printDryRun(stdout, filepath.Join(req.RunDir, coordinator.EvalDir, "slurm"))(e.DryRun())
+		return progress.DryRun(stdout, filepath.Join(req.RunDir, coordinator.EvalDir, "slurm"))(e.DryRun())
 	}
-	what := view.Examples
-	if e.Positions() > 0 {
-		view.Examples = "windows"
-		what = fmt.Sprintf("windows of %d tokens", e.Positions())
-	}
-	where := e.Devices()
-	if where == "cpu" {
-		where = fmt.Sprintf("cpu, %s each", plural(e.CPUThreads(), "kernel thread"))
-	}
-	fmt.Fprintf(stderr, "evaluating %s (step %d) on %d %s of the %s split with %s on %s\n",
-		e.Checkpoint(), e.Step(), e.Samples(), what, orTest(req.Split), plural(req.Workers, "worker"), where)
-	if req.Resume {
-		printResume(stderr, e.Kept(), e.Rescored(), req.Workers, speller(cmd))
-	}
-	for _, w := range e.Warnings() {
-		fmt.Fprintf(stderr, "warning: %s\n", w)
-	}
+	view.Plan(e, req, speller(cmd))
 	var em *telemetry.EvalMetrics
 	// The address served at, and the linger, are news worth an info line.
 	served, err := coordinator.ServeFamilies(ctx, metrics.addr, logger(stderr, slog.LevelInfo), func() (m *telemetry.Metrics, err error) {
@@ -178,73 +159,16 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	case errors.As(err, &failed) && failed.Partial != "" && rep != nil:
 		// Some shards failed: the figures over the others, marked partial.
 		fmt.Fprint(stdout, "partial: ")
-		printEvalReport(stdout, rep)
+		progress.EvalReport(stdout, rep)
 		fmt.Fprintf(stdout, "partial results %s\n", failed.Partial)
 		return err
 	case err != nil:
 		return err
 	}
-	printEvalReport(stdout, rep)
+	progress.EvalReport(stdout, rep)
 	fmt.Fprintf(stdout, "results %s/%s\n", req.RunDir, coordinator.EvalJSON)
 	if rep.Predictions != "" {
 		fmt.Fprintf(stdout, "predictions %s\n", filepath.Join(req.RunDir, rep.Predictions))
 	}
 	return nil
-}
-
-// printResume says which shards a resumed evaluation keeps and why a shard
-// file found is scored again.
-func printResume(w io.Writer, kept []int, rescored map[int]error, shards int, spell func(field.Name) string) {
-	names := make([]string, len(kept))
-	for i, s := range kept {
-		names[i] = fmt.Sprint(s)
-	}
-	if len(kept) > 0 {
-		fmt.Fprintf(w, "resuming: %s of %d kept (shards %s); scoring the other %d\n", plural(len(kept), "shard"), shards, strings.Join(names, ", "), shards-len(kept))
-	} else {
-		fmt.Fprintf(w, "resuming: no shard file of an earlier evaluation verifies; scoring all %d\n", shards)
-	}
-	for s := range shards {
-		if why, ok := rescored[s]; ok {
-			fmt.Fprintf(w, "shard %d (of %d): its file is scored again: %s\n", s, shards, field.Render(why, spell))
-		}
-	}
-}
-
-// plural is n and noun, with an s unless n is 1.
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-// printEvalReport prints an evaluation's figures: a token model's per
-// token, with its accuracy at a few positions of the context.
-func printEvalReport(w io.Writer, rep *coordinator.EvalReport) {
-	seq := rep.Sequence
-	if seq == nil {
-		fmt.Fprintf(w, "accuracy %.4f  loss %.6f  (%d examples, %s split, checkpoint step %d, %s)\n",
-			rep.Accuracy, rep.Loss, rep.Samples, rep.Split, rep.Step, plural(rep.Workers, "worker"))
-		return
-	}
-	fmt.Fprintf(w, "token accuracy %.4f  loss %.6f nats/token (%.4f bits/byte)  (%d windows, %d tokens, %s split, checkpoint step %d, %s)\n",
-		rep.Accuracy, rep.Loss, seq.BitsPerByte, rep.Samples, seq.Tokens, rep.Split, rep.Step, plural(rep.Workers, "worker"))
-	var at []string
-	last := -1
-	for _, q := range []int{0, 1, 2, 3, 4} {
-		p := q * (seq.Positions - 1) / 4
-		if p != last {
-			at = append(at, fmt.Sprintf("%d: %.4f", p, seq.PositionAccuracy[p]))
-			last = p
-		}
-	}
-	fmt.Fprintf(w, "accuracy by position (of %d): %s\n", seq.Positions, strings.Join(at, "  "))
-}
-
-func orTest(split string) string {
-	if split == "" {
-		return "test"
-	}
-	return split
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -219,30 +218,4 @@ func (l *launcherFlags) apply(fs *pflag.FlagSet, launcher string, slurm launch.S
 		}
 	}
 	return launch.Named(launcher, slurm)
-}
-
-// printDryRun prints what --dry-run shows: the batch script, to be written
-// to where, and the sbatch command that would submit it.
-func printDryRun(w io.Writer, where string) func(script string, command []string) error {
-	return func(script string, command []string) error {
-		_, err := fmt.Fprintf(w, "# the batch script (written to %s when submitted):\n%s\n# submitted with:\n%s\n", where, script, shellCommand(command))
-		return err
-	}
-}
-
-// shellCommand spells a command for a shell, quoting every word that
-// holds anything but letters, digits and -_./=:,+@%: a list of what to
-// quote would miss one (!, {}, ^, a character of another script).
-func shellCommand(args []string) string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		plain := strings.IndexFunc(a, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
-		}) < 0
-		if a == "" || !plain {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-		out[i] = a
-	}
-	return strings.Join(out, " ")
 }

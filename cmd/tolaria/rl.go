@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -21,9 +19,6 @@ import (
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
-
-// PlotFile is the return-curve chart --plot writes into the run directory.
-const PlotFile = "returns.png"
 
 func newRLCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -85,7 +80,7 @@ input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
 	fs.IntVar(&f.req.ActorRestarts, "actor-restarts", 3, "start a failed actor again up to N times before its agent fails")
 	f.worker.register(fs, "an actor or learner")
 	f.metrics.register(fs, ": returns, steps/s, weight lag, publishes, syncs and restarts per agent")
-	fs.BoolVar(&f.plot, "plot", false, "draw every agent's return curve into the run directory's "+PlotFile+" at the end (with run_graph_bench rl-plot, next to tolaria or on the PATH)")
+	fs.BoolVar(&f.plot, "plot", false, "draw every agent's return curve into the run directory's "+progress.PlotFile+" at the end (with run_graph_bench rl-plot, next to tolaria or on the PATH)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runRL(cmd.Context(), cmd, &f) }
 	return cmd
 }
@@ -194,9 +189,9 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	view.Start()
 	sum, runErr := run.Run(ctx)
 	view.Close()
-	printRLSummary(stdout, sum)
+	progress.RLSummary(stdout, sum)
 	if f.plot {
-		drawReturns(ctx, run.Dir(), stdout, stderr)
+		progress.DrawReturns(ctx, run.Dir(), stdout, stderr)
 	}
 	defer metrics.Linger(ctx, f.metrics.linger)
 	ok := 0
@@ -215,51 +210,7 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	return outcome(stderr, ok, len(sum.Agents), "agent", filepath.Join(run.Dir(), coordinator.SummaryFile))
 }
 
-// drawReturns has run_graph_bench (next to tolaria, or on the PATH) draw
-// the run's return curves: charts are its, and tolaria links no plotting.
-func drawReturns(ctx context.Context, dir string, stdout, stderr io.Writer) {
-	bench := "run_graph_bench"
-	if self, err := os.Executable(); err == nil {
-		if p := filepath.Join(filepath.Dir(self), bench); fileExists(p) {
-			bench = p
-		}
-	}
-	if _, err := exec.LookPath(bench); err != nil {
-		fmt.Fprintf(stderr, "tolaria: --plot: no run_graph_bench next to tolaria or on the PATH (build it with make build), so no %s; draw it later with run_graph_bench rl-plot %s\n", PlotFile, dir)
-		return
-	}
-	draw := exec.CommandContext(context.WithoutCancel(ctx), bench, "rl-plot", dir, "--output", filepath.Join(dir, PlotFile))
-	draw.Stdout, draw.Stderr = stdout, stderr
-	if err := draw.Run(); err != nil {
-		fmt.Fprintf(stderr, "tolaria: --plot: %s rl-plot %s: %v\n", bench, dir, err)
-	}
-}
-
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-func printRLSummary(w io.Writer, s rl.Summary) {
-	if s.Env != "" {
-		fmt.Fprintf(w, "env %s: the goal is a greedy mean return of at least %g over %d episodes\n", s.Env, s.Goal.Return, s.Goal.Episodes)
-	}
-	fmt.Fprintf(w, "%-5s  %-11s  %8s  %9s  %9s  %11s  %9s  %s\n", "agent", "state", "episodes", "mean-100", "best-100", "greedy best", "env steps", "solved at")
-	for _, a := range s.Agents {
-		solved, greedy, best := "-", "-", "-"
-		if a.SolvedAt >= 0 {
-			solved = fmt.Sprint(a.SolvedAt)
-		}
-		if a.Evaluations > 0 {
-			greedy = fmt.Sprintf("%.1f", a.BestEvalMeanReturn)
-		}
-		if a.Episodes >= rl.MeanEpisodes {
-			best = fmt.Sprintf("%.1f", a.BestMeanReturn) // none before a full window
-		}
-		fmt.Fprintf(w, "%-5d  %-11s  %8d  %9.1f  %9s  %11s  %9d  %s\n", a.Agent, a.State, a.Episodes, a.MeanReturn, best, greedy, a.EnvSteps, solved)
-		if a.Reason != "" {
-			fmt.Fprintf(w, "       %s\n", progress.FirstLine(a.Reason, 200))
-		}
-	}
-	fmt.Fprintf(w, "summary %s/%s\n", s.Dir, coordinator.SummaryFile)
 }

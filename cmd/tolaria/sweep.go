@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -182,13 +180,13 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	if cfg.DryRun {
 		view.Close()
-		return printDryRun(stdout, "the sweep directory's slurm/")(s.DryRun())
+		return progress.DryRun(stdout, "the sweep directory's slurm/")(s.DryRun())
 	}
 	log.Info("sweep", "file", cfg.Sweep.Path, "resume", cfg.Resume, "trials", len(cfg.Sweep.Trials), "devices", s.Devices(), "parallel", s.Parallel(), "sweep_dir", s.Dir())
 	view.Start()
 	res, err := s.Run(ctx)
 	view.Close()
-	printResults(stdout, res, s.Dir())
+	progress.SweepResults(stdout, res, s.Dir())
 	defer s.Linger(ctx, f.metrics.linger) // after the last lines, before the exit
 	if err != nil {
 		fmt.Fprintf(stderr, "tolaria: writing the results: %v\n", err)
@@ -200,26 +198,4 @@ func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) 
 		return exitError{interruptedCode(ctx)}
 	}
 	return outcome(stderr, ok, total, "trial", filepath.Join(s.Dir(), coordinator.ResultsJSON))
-}
-
-// printResults prints the ranked trials.
-func printResults(w io.Writer, r coordinator.Results, dir string) {
-	width := len("trial")
-	for _, t := range r.Trials {
-		width = max(width, len(t.Name))
-	}
-	fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", "rank", width, "trial", "state", r.RankBy)
-	for _, t := range r.Trials {
-		rank, value := "-", ""
-		if t.Rank > 0 {
-			rank = strconv.Itoa(t.Rank)
-		}
-		if t.Value != nil {
-			value = strconv.FormatFloat(*t.Value, 'f', 4, 64)
-		} else if t.Reason != "" {
-			value = progress.FirstLine(t.Reason, 100)
-		}
-		fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", rank, width, t.Name, t.State, value)
-	}
-	fmt.Fprintf(w, "results %s/%s\n", dir, coordinator.ResultsJSON)
 }

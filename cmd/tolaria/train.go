@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 
 	"github.com/spf13/cobra"
@@ -13,8 +11,6 @@ import (
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/nn"
-	"github.com/tolaria-ml/tolaria/trainer"
-	"github.com/tolaria-ml/tolaria/worker"
 )
 
 func newTrainCmd(proc process) *cobra.Command {
@@ -124,20 +120,21 @@ func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFl
 	sum, err := run.Train(ctx, view.Report)
 	view.Close()
 	if err != nil {
-		ferr := reportFailure(ctx, stderr, err, run.Dir())
+		code := exitCode(ctx, err)
+		progress.TrainFailed(stderr, err, ctx.Err() != nil, code == exitUsage, run.Dir())
 		run.Linger(ctx, flags.metrics.linger)
-		return ferr
+		return exitError{code}
 	}
 	if err := run.Record(&sum); err != nil {
 		return err
 	}
-	printSummary(cmd.OutOrStdout(), spec, sum)
+	progress.TrainSummary(cmd.OutOrStdout(), sum, spec.Loss != string(nn.LossMSE), spec.RunDir)
 	if sum.Interrupted {
 		how := "interrupted"
 		if ctx.Err() == nil && spec.MaxSteps > 0 {
 			how = fmt.Sprintf("stopped at --max-steps %d", spec.MaxSteps)
 		}
-		reportInterruption(stderr, run.Dir(), sum, how)
+		progress.TrainStopped(stderr, run.Dir(), sum, how)
 		switch {
 		case ctx.Err() != nil:
 			return exitError{interruptedCode(ctx)}
@@ -150,67 +147,4 @@ func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFl
 	}
 	run.Linger(ctx, flags.metrics.linger)
 	return nil
-}
-
-// reportInterruption says where a stopped run stands and how to go on;
-// how says what stopped it ("interrupted", or --max-steps).
-func reportInterruption(w io.Writer, dir *coordinator.RunDir, sum trainer.Summary, how string) {
-	// sum.Steps counts the whole run, a resumed one included.
-	if sum.Steps > sum.ResumedFromStep {
-		fmt.Fprintf(w, "tolaria: %s after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
-			how, sum.Steps, dir.Path())
-		return
-	}
-	if cks, _ := dir.Checkpoints(); len(cks) > 0 {
-		fmt.Fprintf(w, "tolaria: %s before any step ran; the checkpoint of step %d is unchanged; continue with: tolaria train --resume --run-dir %s\n",
-			how, sum.ResumedFromStep, dir.Path())
-		return
-	}
-	fmt.Fprintf(w, "tolaria: %s before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", how, dir.Path())
-}
-
-func reportFailure(ctx context.Context, w io.Writer, err error, dir *coordinator.RunDir) error {
-	code := exitCode(ctx, err)
-	var we *worker.Error
-	switch {
-	case ctx.Err() != nil:
-		fmt.Fprintf(w, "tolaria: interrupted: %v\n", err)
-	case errors.As(err, &we):
-		fmt.Fprintf(w, "tolaria: %s\n", we.Message)
-		if code == exitUsage {
-			return exitError{code}
-		}
-		var wf *coordinator.WorkerFailure
-		if errors.As(err, &wf) {
-			fmt.Fprintln(w, wf.Note())
-		}
-	default:
-		fmt.Fprintf(w, "tolaria: training failed: %v\n", err)
-	}
-	resumeHint(w, dir)
-	return exitError{code}
-}
-
-// resumeHint gives the command that continues a failed or stopped run
-// when its checkpoint can be resumed from.
-func resumeHint(w io.Writer, dir *coordinator.RunDir) {
-	if step, ok := dir.ResumableStep(); ok {
-		fmt.Fprintf(w, "tolaria: the checkpoint of step %d is kept; continue with: tolaria train --resume --run-dir %s\n", step, dir.Path())
-	}
-}
-
-func printSummary(w io.Writer, spec job.Spec, s trainer.Summary) {
-	eval := fmt.Sprintf("test accuracy %.4f, test loss %.4f", s.TestAccuracy, s.TestLoss)
-	switch {
-	case len(s.EpochSeconds) == 0:
-		eval = "no epoch finished, so no evaluation yet" // the zeros in summary.json are not results
-	case spec.Loss == string(nn.LossMSE):
-		eval = fmt.Sprintf("test loss %.4f", s.TestLoss) // a regression loss has no accuracy
-	}
-	fmt.Fprintf(w, "device %s, graphs %v: %d steps (%d replays, %d eager), %s, train loss %.4f, %.0f samples/s\n",
-		s.Device, s.GraphEnabled, s.Steps, s.GraphReplays, s.EagerSteps, eval, s.TrainLoss, s.SamplesPerSecond)
-	if len(s.Fallbacks) > 0 {
-		fmt.Fprintf(w, "fallbacks: %v\n", s.Fallbacks)
-	}
-	fmt.Fprintf(w, "params sha256 %s\nrun directory %s\n", s.ParamsSHA256, spec.RunDir)
 }

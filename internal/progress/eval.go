@@ -3,8 +3,10 @@ package progress
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
 // Eval shows an evaluation: a line per shard attempt that ended.
@@ -38,4 +40,73 @@ func on(device string) string {
 		return ""
 	}
 	return " on " + device
+}
+
+// Plan says what the evaluation e is about to score, where, and for a
+// resumed one which shard files it keeps and why others are scored again
+// (their reasons' keys respelled by spell); a token model's shards score
+// windows, and their lines say so from here on.
+func (v *Eval) Plan(e *coordinator.Evaluation, req coordinator.EvalRequest, spell func(field.Name) string) {
+	what := v.Examples
+	if e.Positions() > 0 {
+		v.Examples = "windows"
+		what = fmt.Sprintf("windows of %d tokens", e.Positions())
+	}
+	where, split := e.Devices(), req.Split
+	if where == "cpu" {
+		where = fmt.Sprintf("cpu, %s each", Plural(e.CPUThreads(), "kernel thread"))
+	}
+	if split == "" {
+		split = "test"
+	}
+	fmt.Fprintf(v.w, "evaluating %s (step %d) on %d %s of the %s split with %s on %s\n",
+		e.Checkpoint(), e.Step(), e.Samples(), what, split, Plural(req.Workers, "worker"), where)
+	if req.Resume {
+		v.resume(e.Kept(), e.Rescored(), req.Workers, spell)
+	}
+	for _, w := range e.Warnings() {
+		fmt.Fprintf(v.w, "warning: %s\n", w)
+	}
+}
+
+// resume says which shards a resumed evaluation keeps and why a shard
+// file found is scored again.
+func (v *Eval) resume(kept []int, rescored map[int]error, shards int, spell func(field.Name) string) {
+	names := make([]string, len(kept))
+	for i, s := range kept {
+		names[i] = fmt.Sprint(s)
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(v.w, "resuming: %s of %d kept (shards %s); scoring the other %d\n", Plural(len(kept), "shard"), shards, strings.Join(names, ", "), shards-len(kept))
+	} else {
+		fmt.Fprintf(v.w, "resuming: no shard file of an earlier evaluation verifies; scoring all %d\n", shards)
+	}
+	for s := range shards {
+		if why, ok := rescored[s]; ok {
+			fmt.Fprintf(v.w, "shard %d (of %d): its file is scored again: %s\n", s, shards, field.Render(why, spell))
+		}
+	}
+}
+
+// EvalReport prints an evaluation's figures: a token model's per token,
+// with its accuracy at a few positions of the context.
+func EvalReport(w io.Writer, rep *coordinator.EvalReport) {
+	seq := rep.Sequence
+	if seq == nil {
+		fmt.Fprintf(w, "accuracy %.4f  loss %.6f  (%d examples, %s split, checkpoint step %d, %s)\n",
+			rep.Accuracy, rep.Loss, rep.Samples, rep.Split, rep.Step, Plural(rep.Workers, "worker"))
+		return
+	}
+	fmt.Fprintf(w, "token accuracy %.4f  loss %.6f nats/token (%.4f bits/byte)  (%d windows, %d tokens, %s split, checkpoint step %d, %s)\n",
+		rep.Accuracy, rep.Loss, seq.BitsPerByte, rep.Samples, seq.Tokens, rep.Split, rep.Step, Plural(rep.Workers, "worker"))
+	var at []string
+	last := -1
+	for _, q := range []int{0, 1, 2, 3, 4} {
+		p := q * (seq.Positions - 1) / 4
+		if p != last {
+			at = append(at, fmt.Sprintf("%d: %.4f", p, seq.PositionAccuracy[p]))
+			last = p
+		}
+	}
+	fmt.Fprintf(w, "accuracy by position (of %d): %s\n", seq.Positions, strings.Join(at, "  "))
 }

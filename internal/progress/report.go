@@ -1,0 +1,215 @@
+package progress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// The reports here are what a command prints once its work has ended: a
+// training run's summary, a sweep's ranking, an RL run's agents, an
+// evaluation's figures, the GPUs, a Slurm dry run.
+
+// TrainSummary prints a training run's figures; accuracy says whether its
+// loss has one (a regression loss has not).
+func TrainSummary(w io.Writer, s trainer.Summary, accuracy bool, runDir string) {
+	eval := fmt.Sprintf("test accuracy %.4f, test loss %.4f", s.TestAccuracy, s.TestLoss)
+	switch {
+	case len(s.EpochSeconds) == 0:
+		eval = "no epoch finished, so no evaluation yet" // the zeros in summary.json are not results
+	case !accuracy:
+		eval = fmt.Sprintf("test loss %.4f", s.TestLoss)
+	}
+	fmt.Fprintf(w, "device %s, graphs %v: %d steps (%d replays, %d eager), %s, train loss %.4f, %.0f samples/s\n",
+		s.Device, s.GraphEnabled, s.Steps, s.GraphReplays, s.EagerSteps, eval, s.TrainLoss, s.SamplesPerSecond)
+	if len(s.Fallbacks) > 0 {
+		fmt.Fprintf(w, "fallbacks: %v\n", s.Fallbacks)
+	}
+	fmt.Fprintf(w, "params sha256 %s\nrun directory %s\n", s.ParamsSHA256, runDir)
+}
+
+// TrainStopped says where a stopped run stands and how to go on; how says
+// what stopped it ("interrupted", or --max-steps).
+func TrainStopped(w io.Writer, dir *coordinator.RunDir, sum trainer.Summary, how string) {
+	// sum.Steps counts the whole run, a resumed one included.
+	if sum.Steps > sum.ResumedFromStep {
+		fmt.Fprintf(w, "tolaria: %s after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
+			how, sum.Steps, dir.Path())
+		return
+	}
+	if cks, _ := dir.Checkpoints(); len(cks) > 0 {
+		fmt.Fprintf(w, "tolaria: %s before any step ran; the checkpoint of step %d is unchanged; continue with: tolaria train --resume --run-dir %s\n",
+			how, sum.ResumedFromStep, dir.Path())
+		return
+	}
+	fmt.Fprintf(w, "tolaria: %s before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", how, dir.Path())
+}
+
+// TrainFailed says why a run failed and, when its checkpoint can be
+// resumed from, the command that continues it. A worker's refusal of what
+// the user gave (refused) gets no hint: the same command would fail again.
+func TrainFailed(w io.Writer, err error, interrupted, refused bool, dir *coordinator.RunDir) {
+	var we *worker.Error
+	switch {
+	case interrupted:
+		fmt.Fprintf(w, "tolaria: interrupted: %v\n", err)
+	case errors.As(err, &we):
+		fmt.Fprintf(w, "tolaria: %s\n", we.Message)
+		if refused {
+			return
+		}
+		var wf *coordinator.WorkerFailure
+		if errors.As(err, &wf) {
+			fmt.Fprintln(w, wf.Note())
+		}
+	default:
+		fmt.Fprintf(w, "tolaria: training failed: %v\n", err)
+	}
+	if step, ok := dir.ResumableStep(); ok {
+		fmt.Fprintf(w, "tolaria: the checkpoint of step %d is kept; continue with: tolaria train --resume --run-dir %s\n", step, dir.Path())
+	}
+}
+
+// SweepResults prints a sweep's ranked trials.
+func SweepResults(w io.Writer, r coordinator.Results, dir string) {
+	width := len("trial")
+	for _, t := range r.Trials {
+		width = max(width, len(t.Name))
+	}
+	fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", "rank", width, "trial", "state", r.RankBy)
+	for _, t := range r.Trials {
+		rank, value := "-", ""
+		if t.Rank > 0 {
+			rank = strconv.Itoa(t.Rank)
+		}
+		if t.Value != nil {
+			value = strconv.FormatFloat(*t.Value, 'f', 4, 64)
+		} else if t.Reason != "" {
+			value = FirstLine(t.Reason, 100)
+		}
+		fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", rank, width, t.Name, t.State, value)
+	}
+	fmt.Fprintf(w, "results %s/%s\n", dir, coordinator.ResultsJSON)
+}
+
+// RLSummary prints an RL run's agents, one row each.
+func RLSummary(w io.Writer, s coordinator.RLSummary) {
+	if s.Env != "" {
+		fmt.Fprintf(w, "env %s: the goal is a greedy mean return of at least %g over %d episodes\n", s.Env, s.Goal.Return, s.Goal.Episodes)
+	}
+	fmt.Fprintf(w, "%-5s  %-11s  %8s  %9s  %9s  %11s  %9s  %s\n", "agent", "state", "episodes", "mean-100", "best-100", "greedy best", "env steps", "solved at")
+	for _, a := range s.Agents {
+		solved, greedy, best := "-", "-", "-"
+		if a.SolvedAt >= 0 {
+			solved = fmt.Sprint(a.SolvedAt)
+		}
+		if a.Evaluations > 0 {
+			greedy = fmt.Sprintf("%.1f", a.BestEvalMeanReturn)
+		}
+		if a.Episodes >= coordinator.MeanEpisodes {
+			best = fmt.Sprintf("%.1f", a.BestMeanReturn) // none before a full window
+		}
+		fmt.Fprintf(w, "%-5d  %-11s  %8d  %9.1f  %9s  %11s  %9d  %s\n", a.Agent, a.State, a.Episodes, a.MeanReturn, best, greedy, a.EnvSteps, solved)
+		if a.Reason != "" {
+			fmt.Fprintf(w, "       %s\n", FirstLine(a.Reason, 200))
+		}
+	}
+	fmt.Fprintf(w, "summary %s/%s\n", s.Dir, coordinator.SummaryFile)
+}
+
+// PlotFile is the return-curve chart DrawReturns writes into a run
+// directory.
+const PlotFile = "returns.png"
+
+// DrawReturns has run_graph_bench (next to the running program, or on the
+// PATH) draw an RL run's return curves into dir's PlotFile: charts are
+// its, and tolaria links no plotting. A failure is said on stderr, with
+// how to draw the chart later.
+func DrawReturns(ctx context.Context, dir string, stdout, stderr io.Writer) {
+	bench := "run_graph_bench"
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), bench); fileExists(p) {
+			bench = p
+		}
+	}
+	if _, err := exec.LookPath(bench); err != nil {
+		fmt.Fprintf(stderr, "tolaria: --plot: no run_graph_bench next to tolaria or on the PATH (build it with make build), so no %s; draw it later with run_graph_bench rl-plot %s\n", PlotFile, dir)
+		return
+	}
+	draw := exec.CommandContext(context.WithoutCancel(ctx), bench, "rl-plot", dir, "--output", filepath.Join(dir, PlotFile))
+	draw.Stdout, draw.Stderr = stdout, stderr
+	if err := draw.Run(); err != nil {
+		fmt.Fprintf(stderr, "tolaria: --plot: %s rl-plot %s: %v\n", bench, dir, err)
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// GPUs prints the GPUs as a table, or says there is none.
+func GPUs(w io.Writer, gpus []coordinator.GPU) error {
+	if len(gpus) == 0 {
+		_, err := fmt.Fprintln(w, "no GPU: the CUDA driver reports none (check CUDA_VISIBLE_DEVICES)")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "device\tname\tpci bus id\tcompute\tmemory\tfree\tusable")
+	for _, g := range gpus {
+		usable := "yes"
+		if !g.Usable {
+			usable = "no: " + g.Reason
+		}
+		fmt.Fprintf(tw, "cuda:%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Ordinal, g.Name, g.PCIBusID, g.ComputeCapability,
+			humanize.IBytes(uint64(g.TotalBytes)), humanize.IBytes(uint64(g.FreeBytes)), usable)
+	}
+	return tw.Flush()
+}
+
+// DryRun prints what a Slurm dry run shows: the batch script, to be
+// written to where, and the sbatch command that would submit it.
+func DryRun(w io.Writer, where string) func(script string, command []string) error {
+	return func(script string, command []string) error {
+		_, err := fmt.Fprintf(w, "# the batch script (written to %s when submitted):\n%s\n# submitted with:\n%s\n", where, script, ShellCommand(command))
+		return err
+	}
+}
+
+// ShellCommand spells a command for a shell, quoting every word that
+// holds anything but letters, digits and -_./=:,+@%: a list of what to
+// quote would miss one (!, {}, ^, a character of another script).
+func ShellCommand(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		plain := strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0
+		if a == "" || !plain {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
+}
+
+// Plural is n and noun, with an s unless n is 1.
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
