@@ -239,6 +239,38 @@ func (p *Pool) Drop(dev device.Device) error {
 	return errors.Join(errs...)
 }
 
+// Retain frees the pooled entries of dev whose signature is not sig:
+// their executables and workspace. A process that keeps a device for
+// successive jobs (a kept worker) calls it before each job, so that the
+// pool holds only what the job's bill counts: the workspace of its own
+// step, which its captures then update instead of instantiating. Leased
+// entries are not touched.
+func (p *Pool) Retain(dev device.Device, sig string) error {
+	p.mu.Lock()
+	var drop []*entry
+	for k, es := range p.free {
+		if k.dev == dev && k.sig != sig {
+			drop = append(drop, es...)
+			delete(p.free, k)
+		}
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, e := range drop {
+		errs = append(errs, p.destroy(e))
+	}
+	return errors.Join(errs...)
+}
+
+// Holds reports whether the pool has a free entry for dev and signature
+// sig: the next Acquire of it allocates nothing, and captures into it
+// update executables already instantiated.
+func (p *Pool) Holds(dev device.Device, sig string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free[key{dev, sig}]) > 0
+}
+
 func (p *Pool) destroy(e *entry) error {
 	var errs []error
 	for _, x := range e.execs {

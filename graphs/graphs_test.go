@@ -290,6 +290,60 @@ func TestDropFreesADevicesEntries(t *testing.T) {
 	must(t, lease2.Release())
 }
 
+// TestRetainKeepsOnlyOneSignature: Retain frees a device's free entries
+// of every other signature and keeps the one named, executables included
+// (its next capture is still pooled), another device's entries and the
+// entries leased now.
+func TestRetainKeepsOnlyOneSignature(t *testing.T) {
+	d, other := open(t), open(t)
+	pool := graphs.NewPool()
+	defer pool.Close()
+	s, err := d.NewStream()
+	must(t, err)
+	defer s.Destroy()
+	m := newModel(t, d, 1)
+	modelOnly := d.MemoryStats().DeviceInUse
+	kept, err := pool.Acquire(d, "kept", sizes)
+	must(t, err)
+	_, err = kept.Capture(s, 0, m.step(kept.Workspace()))
+	must(t, err)
+	must(t, s.Synchronize())
+	must(t, kept.Release())
+	keptBytes := d.MemoryStats().DeviceInUse - modelOnly
+	must(t, pool.Prewarm(d, "dropped", sizes, 2))
+	must(t, pool.Prewarm(other, "dropped", sizes, 1))
+	leased, err := pool.Acquire(d, "leased", sizes)
+	must(t, err)
+	leasedBytes := d.MemoryStats().DeviceInUse - modelOnly - keptBytes - 2*keptBytes
+	if !pool.Holds(d, "dropped") || !pool.Holds(d, "kept") {
+		t.Fatal("Holds does not see the entries made")
+	}
+
+	must(t, pool.Retain(d, "kept"))
+	if pool.Holds(d, "dropped") {
+		t.Fatal("after Retain the pool still holds another signature's entry on the device")
+	}
+	if !pool.Holds(d, "kept") || !pool.Holds(other, "dropped") {
+		t.Fatal("Retain freed the kept signature's entry or another device's")
+	}
+	if got, want := d.MemoryStats().DeviceInUse, modelOnly+keptBytes+leasedBytes; got != want {
+		t.Fatalf("after Retain the device holds %d bytes, want %d (the model, the kept entry, the leased one)", got, want)
+	}
+	must(t, leased.Release())
+	if !pool.Holds(d, "leased") {
+		t.Fatal("an entry leased during Retain was not pooled on release")
+	}
+	again, err := pool.Acquire(d, "kept", sizes)
+	must(t, err)
+	res, err := again.Capture(s, 0, m.step(again.Workspace()))
+	must(t, err)
+	if !res.Pooled {
+		t.Fatal("the capture into the retained entry was cold; want its executable updated")
+	}
+	must(t, s.Synchronize())
+	must(t, again.Release())
+}
+
 // TestPoolStats: the counters behind the pool's metrics follow its events
 // exactly (two signatures prewarmed, cold and pooled captures on two slots,
 // a release, Close), so a counter that stopped adding up would show here.
