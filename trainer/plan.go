@@ -41,6 +41,12 @@ func NewPlan(cfg Config) (*Plan, error) {
 // Config is the planned configuration.
 func (p *Plan) Config() Config { return p.cfg }
 
+// Signature is the step signature the run leases its graph workspace
+// under (graphs.Pool.Acquire): model, batch size, optimizer and clipping.
+// Two runs of one signature capture graphs of the same topology, so in
+// one process the later one's captures are pooled updates.
+func (p *Plan) Signature() string { return p.cfg.stepSignature() }
+
 // StepsPerEpoch is the number of training steps in an epoch.
 func (p *Plan) StepsPerEpoch() int { return p.steps }
 

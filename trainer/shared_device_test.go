@@ -98,3 +98,48 @@ func TestRunNeedsTheSharedState(t *testing.T) {
 		t.Fatalf("a run without the process's state: %v, want ErrNoShared", err)
 	}
 }
+
+// TestAPooledRunEqualsALoneRun: a run that follows another of its step
+// signature in one process (another learning rate and seed: a sweep's
+// next trial in a kept worker) leases the pooled workspace under
+// Plan.Signature, captures every graph as a pooled update, and ends with
+// the parameters it has alone in a fresh process, bit for bit; a run of
+// another batch size has another signature.
+func TestAPooledRunEqualsALoneRun(t *testing.T) {
+	first, next := smallConfig(t), smallConfig(t)
+	first.GraphPoolReuse, next.GraphPoolReuse = true, true
+	next.Optimizer.LR, next.Seed = 3e-3, 11
+	dev, shared := openCPU(t), newShared(t)
+	plan, err := trainer.NewPlan(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trainer.Run(context.Background(), dev, shared, first); err != nil {
+		t.Fatal(err)
+	}
+	if !shared.Pool().Holds(dev, plan.Signature()) {
+		t.Fatalf("after the first run the pool holds nothing under the next run's signature %q", plan.Signature())
+	}
+	pooled, err := plan.Run(context.Background(), dev, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := run(t, next)
+	if pooled.Captures == 0 || pooled.CapturePooled != pooled.Captures || alone.CapturePooled != 0 {
+		t.Fatalf("pooled run: %d of %d captures pooled; lone run: %d pooled; want all and none",
+			pooled.CapturePooled, pooled.Captures, alone.CapturePooled)
+	}
+	if pooled.ParamsSHA256 != alone.ParamsSHA256 || pooled.TestLoss != alone.TestLoss {
+		t.Fatalf("the run after another ended with parameters %s (test loss %v), alone with %s (%v)",
+			pooled.ParamsSHA256, pooled.TestLoss, alone.ParamsSHA256, alone.TestLoss)
+	}
+	wider := next
+	wider.BatchSize = 32
+	other, err := trainer.NewPlan(wider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Signature() == plan.Signature() {
+		t.Fatalf("batch sizes 16 and 32 share the signature %q", plan.Signature())
+	}
+}

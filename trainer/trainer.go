@@ -252,13 +252,13 @@ func (r *run) newStep() error {
 		if err != nil {
 			return err
 		}
-		if r.lease, err = r.pool.Acquire(r.dev, nn.NetSignature(arch, c.Optimizer, c.BatchSize), sizes); err != nil {
+		if r.lease, err = r.pool.Acquire(r.dev, c.stepSignature(), sizes); err != nil {
 			return err
 		}
 		r.step, err = nn.NewNetStep(r.model, r.lease.Workspace(), c.BatchSize)
 		return err
 	}
-	if r.lease, err = r.pool.Acquire(r.dev, nn.Signature(c.Spec, c.Optimizer, c.BatchSize), nn.WorkspaceSizes(c.Spec, c.BatchSize)); err != nil {
+	if r.lease, err = r.pool.Acquire(r.dev, c.stepSignature(), nn.WorkspaceSizes(c.Spec, c.BatchSize)); err != nil {
 		return err
 	}
 	ws, err := nn.NewWorkspace(c.Spec, r.lease.Workspace())
@@ -267,6 +267,15 @@ func (r *run) newStep() error {
 	}
 	r.step = &nn.Step{M: r.model, W: ws, Batch: c.BatchSize}
 	return nil
+}
+
+// stepSignature is the pool signature of the run's step: a net's, or an
+// MLP's.
+func (c *Config) stepSignature() string {
+	if arch, ok := c.netArch(); ok {
+		return nn.NetSignature(arch, c.Optimizer, c.BatchSize)
+	}
+	return nn.Signature(c.Spec, c.Optimizer, c.BatchSize)
 }
 
 // advance reports that the run's work moved (Config.Advance).
