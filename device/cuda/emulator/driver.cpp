@@ -1721,6 +1721,23 @@ CUresult refuseCapturedEvent(Event *e) {
     return CUDA_ERROR_CAPTURED_EVENT;
 }
 
+// A host query of or wait for an event, even one recorded outside any
+// capture on a stream that is not capturing, is a potentially unsafe call:
+// the capture modes apply to it as to an allocation (prohibited), and a
+// refused call invalidates the captures that prohibited it. The CUDA
+// programming guide's "Prohibited and Unhandled Operations" forbids querying
+// or synchronising a captured event or a handle that encompasses a capture;
+// that the rule reaches any event under a global-mode capture is what
+// drivers do rather than what the page says: PyTorch's graph notes say event
+// queries are not allowed during a default-mode capture (its caching
+// allocator defers them until no capture runs, and its NCCL watchdog's
+// queries are counted and drained before a capture begins), a pinned-memory
+// free polling its event from another thread during a global capture failed
+// with 900 on an H100 (alpha0422/study, cuda-graph/001.pin-mem.py), and HIP
+// was changed to match: hipEventQuery/hipEventSynchronize refused under
+// another thread's global capture unless the caller's mode is relaxed or
+// thread-local (ROCm/rocm-systems PRs 2177 and 3176). A captured event is
+// refused first, with its own code.
 EXPORT CUresult cuEventQuery(CUevent ev) {
     FAULT("cuEventQuery");
     NEED_CONTEXT();
@@ -1729,6 +1746,7 @@ EXPORT CUresult cuEventQuery(CUevent ev) {
     auto *e = reinterpret_cast<Event *>(ev);
     if (!d.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
     if (capturedEvent(e)) return refuseCapturedEvent(e);
+    if (prohibited()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     return eventComplete(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -1743,6 +1761,7 @@ EXPORT CUresult cuEventSynchronize(CUevent ev) {
         auto *e = reinterpret_cast<Event *>(ev);
         if (!d.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
         if (capturedEvent(e)) return refuseCapturedEvent(e);
+        if (prohibited()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
         if (!e->recorded) return CUDA_SUCCESS;
         s = e->stream;
         t = e->ticket;
@@ -2090,6 +2109,13 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph h, unsigne
     return CUDA_SUCCESS;
 }
 
+// cuGraphExecDestroy is a potentially unsafe call too (prohibited): it
+// frees the executable's device resources, as cuMemFree does. ONNX Runtime
+// measured it refused with 900 while the calling thread's stream captured
+// (H200, CUDA 12.6 runtime, driver 580; microsoft/onnxruntime PR 32081),
+// and the programming guide's "Invalidation" rule (an invalid operation
+// attempted during a capture invalidates the capture graphs it touches)
+// makes the refusal end the capture.
 EXPORT CUresult cuGraphExecDestroy(CUgraphExec h) {
     FAULT("cuGraphExecDestroy");
     GRAPH_USE(h);
@@ -2097,7 +2123,9 @@ EXPORT CUresult cuGraphExecDestroy(CUgraphExec h) {
     Driver &d = drv();
     std::lock_guard<std::mutex> l(d.mu);
     auto *x = reinterpret_cast<Exec *>(h);
-    if (!d.execs.erase(x)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!d.execs.count(x)) return CUDA_ERROR_INVALID_HANDLE;
+    if (prohibited()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    d.execs.erase(x);
     graphUse_.release();
     delete x;  // launches in flight hold their own snapshot of the nodes
     return CUDA_SUCCESS;
@@ -2105,7 +2133,11 @@ EXPORT CUresult cuGraphExecDestroy(CUgraphExec h) {
 
 // cuGraphLaunch runs the executable's nodes in order (captured nodes come
 // after their dependencies) as one operation on the stream, after the
-// previous launch of the same executable.
+// previous launch of the same executable. Launching into a capturing stream
+// is refused with 900 (measured on an H200 with driver 580, ONNX Runtime PR
+// 32081: "CUDA does not allow launching a graph into a capturing stream";
+// a graph goes into another as a child graph node, not by a launch), and as
+// every invalid operation in a capture does, it invalidates the capture.
 EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream hs) {
     FAULT("cuGraphLaunch");
     GRAPH_USE(h);
@@ -2117,7 +2149,12 @@ EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream hs) {
     CUresult r;
     Stream *s = resolveStream(hs, &r);
     if (!s) return r;
-    if (s->capture) return CUDA_ERROR_NOT_SUPPORTED;  // launching a graph into a capture is not emulated
+    if (Capture *c = s->capture) {
+        // Refused, and the capture with it (see the comment above).
+        if (c->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        invalidate(c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     auto nodes = x->nodes;
     Stream *prev = x->lastStream;
     uint64_t prevTicket = x->lastTicket;

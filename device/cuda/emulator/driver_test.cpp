@@ -334,6 +334,85 @@ void testCaptureEvents() {
     OK(cuMemFree_v2(y));
 }
 
+// testUnsafeBesideCapture: host queries of and waits for events recorded
+// outside any capture, executable destruction and graph launches follow the
+// capture modes' rules like an allocation (docs/cuda.md, "Capture").
+void testUnsafeBesideCapture() {
+    CUstream s, o;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&o, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr x, y;
+    OK(cuMemAlloc_v2(&x, N * 4));
+    OK(cuMemAlloc_v2(&y, N * 4));
+    CUevent outside;
+    OK(cuEventCreate(&outside, CU_EVENT_DISABLE_TIMING));
+    OK(launchFill(o, y, N, 5.0f));
+    OK(cuEventRecord(outside, o));
+    CUgraph g, made;
+    CUstreamCaptureStatus st;
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(launchFill(s, x, N, 2.0f));
+    OK(cuStreamEndCapture(s, &made));
+    CUgraphExec ex;
+    OK(cuGraphInstantiateWithFlags(&ex, made, 0));
+
+    // Global: another thread's query or wait of an event that is not in the
+    // capture, on a stream that is not capturing, is refused and invalidates.
+    for (int wait = 0; wait < 2; ++wait) {
+        OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        OK(launchFill(s, x, N, 1.0f));
+        onThread([&] { EXPECT(wait ? cuEventSynchronize(outside) : cuEventQuery(outside), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); });
+        OK(cuStreamIsCapturing(s, &st));
+        TRUE(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+        EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    }
+    // Thread-local: another thread may query, the capturing thread may not.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    onThread([&] { OK(cuEventSynchronize(outside)); });
+    EXPECT(cuEventQuery(outside), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    // Relaxed: queries and waits are allowed from any thread; the capture survives.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(launchFill(s, x, N, 1.0f));
+    OK(cuEventQuery(outside));
+    onThread([&] { OK(cuEventSynchronize(outside)); });
+    OK(cuStreamEndCapture(s, &g));
+    OK(cuGraphDestroy(g));
+
+    // Destroying an executable: refused under a global capture (from any
+    // thread), which the refusal invalidates; the executable stays usable.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(launchFill(s, x, N, 1.0f));
+    onThread([&] { EXPECT(cuGraphExecDestroy(ex), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); });
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    // Launching a graph into a stream that is not capturing is plain
+    // asynchronous work, allowed beside a global capture; into the
+    // capturing stream it is refused and invalidates the capture.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(launchFill(s, y, N, 1.0f));
+    onThread([&] { OK(cuGraphLaunch(ex, o)); });
+    OK(cuStreamIsCapturing(s, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    EXPECT(cuGraphLaunch(ex, s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    OK(cuStreamIsCapturing(s, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    EXPECT(cuGraphLaunch(ex, s), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    OK(cuStreamSynchronize(o));
+    TRUE(all(download(x, N), 2.0f));  // the launch on o ran; nothing captured ran
+    // Relaxed: the executable may be destroyed meanwhile.
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(launchFill(s, x, N, 1.0f));
+    OK(cuGraphExecDestroy(ex));
+    OK(cuStreamEndCapture(s, &g));
+    OK(cuGraphDestroy(g));
+    OK(cuGraphDestroy(made));
+    OK(cuEventDestroy_v2(outside));
+    for (CUstream st2 : {s, o}) OK(cuStreamDestroy_v2(st2));
+    OK(cuMemFree_v2(x));
+    OK(cuMemFree_v2(y));
+}
+
 // capture records fill(x, v) then, when withScale, scale(x, a).
 CUgraph capture(CUstream s, CUdeviceptr x, float v, bool withScale, float a, bool scaleFirst = false) {
     CUgraph g = nullptr;
@@ -773,6 +852,7 @@ int main(int argc, char **argv) {
         testStreamsAndEvents();
         testCaptureModes();
         testCaptureEvents();
+        testUnsafeBesideCapture();
         testGraphUpdate();
         testModules(ptx);
         OK(cuModuleUnload(m));
