@@ -110,6 +110,10 @@ type Request struct {
 	WorkerStart      time.Duration
 	HeartbeatTimeout time.Duration
 	Env              []string // added to the workers' environment
+	// ReportEvery is how often each actor and learner reports its
+	// counters (and so how often Report hears of them); 0: every half
+	// second. Whole milliseconds.
+	ReportEvery time.Duration
 	// Launch, when it has a New, is the launcher in place of the local
 	// one (a test's).
 	Launch launch.Kind
@@ -762,7 +766,7 @@ func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt i
 	defer h.Close()
 	t, dev := h.Transport, sl.Device
 	j := jobserver.RLJob{Role: role, Agent: a.i, Config: req.Config, Memory: a.mem.Path(), Dir: a.dir, Resume: resume,
-		Graphs: req.Graphs, MaxLead: req.MaxLead, Threads: req.Threads}
+		Graphs: req.Graphs, MaxLead: req.MaxLead, Threads: req.Threads, ReportMS: int(req.ReportEvery / time.Millisecond)}
 	obs := a.halfObserver(role, dev)
 	_, res, err := jobserver.RL(ctx, &hookHello{Transport: t, hello: func(h worker.Hello) {
 		a.event(EventWorker, map[string]any{"role": role, "pid": h.PID, "device": h.Device, "slot": sl.String(), "attempt": attempt})
