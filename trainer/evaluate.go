@@ -216,7 +216,7 @@ func Evaluate(ctx context.Context, dev device.Device, shared *Shared, cfg EvalCo
 		return nil, err
 	}
 	cleanup = append(cleanup, compute.Destroy)
-	sc := staging.Config{BatchLen: layout.Len, Slots: 4, Buffers: 2, Loaders: max(cfg.Loaders, 1),
+	sc := staging.Config{BatchLen: layout.Len, Slots: evalSlots, Buffers: evalBuffers, Loaders: max(cfg.Loaders, 1),
 		Guard: shared.Guard(), Logger: cfg.Logger.With("stager", "eval")}
 	stager, err := staging.New(dev, sc, src)
 	if err != nil {
@@ -311,9 +311,7 @@ func (l *labeller) of(indices []int) ([]float32, error) {
 // workspace for one batch on the device, and returns the step and where
 // its evaluation leaves the logits; cleanup receives what frees them.
 func evalStep(dev device.Device, cfg EvalConfig, cleanup *[]func() error) (nn.Stepper, device.Buffer, error) {
-	// The optimizer is never used; SGD without momentum holds the least state.
-	opt := nn.DefaultOptimizer()
-	opt.Kind, opt.Momentum = nn.SGD, 0
+	opt := evalOptimizer()
 	arch, isNet := netArch(cfg.Net)
 	var m *nn.Model
 	var err error
