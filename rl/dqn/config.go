@@ -25,7 +25,12 @@ type Config struct {
 	Env       env.Spec // the environment of every agent: its name and parameters (env)
 	NumAgents int      // independent agents, each with its own actor, learner, buffer and weights (num_agents)
 	NumEnvs   int      // environments each actor steps at once (num_envs)
-	Seed      uint64   // agent i uses Seed+i (seed)
+	// Actor is how the agents act (actor): ActorPerAgent, an actor per
+	// agent stepping environments of its own; ActorShared, one actor
+	// stepping one world that every agent acts in. "" is the
+	// environment's default (ActorMode).
+	Actor string
+	Seed  uint64 // agent i uses Seed+i (seed)
 
 	Hidden     []int             // hidden layer widths (model.hidden)
 	Activation device.Activation // hidden activation (model.activation)
@@ -82,8 +87,8 @@ func DefaultConfig() Config {
 
 // Validate reports the first bad setting.
 func (c Config) Validate() error {
-	if _, _, err := c.Env.Env(); err != nil {
-		return err // it names the key, env.name or env.max_steps
+	if err := c.checkActor(); err != nil {
+		return err // it names the key: env.name, env.max_steps, actor, ...
 	}
 	switch {
 	case c.NumAgents < 1 || c.NumAgents > 1024:
@@ -141,9 +146,10 @@ func (c Config) Task() (env.Task, env.Factory, error) { return c.Env.Env() }
 
 // Goal is what solves the environment (env.Task's Goal): CartPole-v1 a
 // mean return of 475, Acrobot-v1 -100 and MountainCar-v0 -110, each over
-// 100 episodes. It is zero for a configuration that does not validate.
+// 100 episodes; a world's is zero (its agents must beat its scripted
+// baseline). It is zero for a configuration that does not validate.
 func (c Config) Goal() env.Goal {
-	t, _, err := c.Task()
+	t, _, err := c.World()
 	if err != nil {
 		return env.Goal{}
 	}
@@ -153,7 +159,7 @@ func (c Config) Goal() env.Goal {
 // Spec is the Q-network: the environment's observations in, one value per
 // action out.
 func (c Config) Spec() (nn.Spec, error) {
-	_, f, err := c.Task()
+	_, f, err := c.World()
 	if err != nil {
 		return nn.Spec{}, err
 	}

@@ -17,7 +17,10 @@ func TestConfigValidate(t *testing.T) {
 		change func(*Config)
 	}{
 		{"env.name", func(c *Config) { c.Env = env.Spec{Name: "Pong"} }},
-		{"env.name", func(c *Config) { c.Env = env.Spec{Name: env.ForageName} }},
+		{"actor", func(c *Config) { c.Env, c.Actor = env.Spec{Name: env.ForageName}, ActorPerAgent }},
+		{"actor", func(c *Config) { c.Actor = ActorShared }},
+		{"actor", func(c *Config) { c.Actor = "both" }},
+		{"num_agents", func(c *Config) { c.Env = env.Spec{Name: env.ForageName, Params: map[string]any{"agents": 3}} }},
 		{"env.max_steps", func(c *Config) { c.Env = env.Spec{Name: env.AcrobotName, Params: map[string]any{"max_steps": 0}} }},
 		{"num_agents", func(c *Config) { c.NumAgents = 0 }},
 		{"num_envs", func(c *Config) { c.NumEnvs = 0 }},

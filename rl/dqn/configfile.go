@@ -29,7 +29,7 @@ type configKey struct {
 func (c *Config) keys() []configKey {
 	o := &c.Optimizer
 	return []configKey{
-		{"env", &c.Env}, {"num_agents", &c.NumAgents}, {"num_envs", &c.NumEnvs}, {"seed", &c.Seed},
+		{"env", &c.Env}, {"num_agents", &c.NumAgents}, {"num_envs", &c.NumEnvs}, {"actor", &c.Actor}, {"seed", &c.Seed},
 		{"model.hidden", &c.Hidden}, {"model.activation", &c.Activation},
 		{"optimizer.kind", &o.Kind}, {"optimizer.lr", &o.LR}, {"optimizer.momentum", &o.Momentum}, {"optimizer.nesterov", &o.Nesterov},
 		{"optimizer.beta1", &o.Beta1}, {"optimizer.beta2", &o.Beta2}, {"optimizer.eps", &o.Eps},
@@ -111,7 +111,14 @@ func (c Config) YAML() []byte {
 	var b strings.Builder
 	o := c.Optimizer
 	hidden := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.Hidden)), ", "), "[]")
-	fmt.Fprintf(&b, "env: %s\nnum_agents: %d\nnum_envs: %d\nseed: %d\n", c.Env.String(), c.NumAgents, c.NumEnvs, c.Seed)
+	fmt.Fprintf(&b, "env: %s\nnum_agents: %d\nnum_envs: %d\n", c.Env.String(), c.NumAgents, c.NumEnvs)
+	if c.Actor != "" && c.Actor != c.defaultActor() {
+		// Only when it is not the environment's default: a configuration
+		// of before the key keeps the digest it had, and one that names
+		// its default has the digest of one that leaves it out.
+		fmt.Fprintf(&b, "actor: %s\n", c.Actor)
+	}
+	fmt.Fprintf(&b, "seed: %d\n", c.Seed)
 	fmt.Fprintf(&b, "model: {hidden: [%s], activation: %s}\n", hidden, c.Activation)
 	fmt.Fprintf(&b, "optimizer: {kind: %s, lr: %g, momentum: %g, nesterov: %t, beta1: %g, beta2: %g, eps: %g, weight_decay: %g, clip_norm: %g, warmup_steps: %d, total_steps: %d, min_lr_ratio: %g}\n",
 		o.Kind, o.LR, o.Momentum, o.Nesterov, o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.ClipNorm, o.WarmupSteps, o.TotalSteps, o.MinLRRatio)

@@ -169,7 +169,9 @@ func TestEnvKey(t *testing.T) {
 		{"env: {name: Acrobot-v1, max_steps: 0}\n", "env.max_steps", "1..1000000"},
 		{"env: {name: Acrobot-v1, max_steps: 2.5}\n", "env.max_steps", "whole number"},
 		{"env: {name: MountainCar-v0, gravity: 3}\n", "env.gravity", "takes no such parameter; it takes max_steps"},
-		{"env: {name: Forage, agents: 1}\n", "env.name", "shared actor"},
+		{"env: {name: Forage, agents: 1}\nactor: per-agent\n", "actor", "one world that all the agents act in together: set actor to shared"},
+		{"env: CartPole-v1\nactor: shared\n", "actor", "an environment of one agent: set actor to per-agent"},
+		{"env: {name: Forage, agents: 3}\nnum_agents: 2\n", "num_agents", "env.agents puts 3 agents in the Forage world"},
 	} {
 		_, err := ParseConfig([]byte(tc.file))
 		if err == nil || !field.Is(err, field.Name(tc.key)) || !strings.HasPrefix(err.Error(), tc.key+": ") || !strings.Contains(err.Error(), tc.want) {

@@ -174,7 +174,7 @@ func (s Spec) Env() (Task, Factory, error) {
 		return Task{}, nil, err
 	}
 	if _, ok := mk().(single); t.Agents || !ok {
-		return Task{}, nil, field.Errorf("env.name", "%s is %w: its agents act in one world through one shared actor, which tolaria rl does not have yet (its actors step environments of one agent each); choose one of %s",
+		return Task{}, nil, field.Errorf("env.name", "%s is %w: its agents act together in one world, which only a shared actor steps (actor: shared), not an environment of one agent; for one agent's environment choose one of %s",
 			t.Name, ErrWorld, strings.Join(singleNames(), ", "))
 	}
 	return t, func() Env { return mk().(single).e }, nil

@@ -1,0 +1,241 @@
+package dqn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/rl/env"
+	"github.com/tolaria-ml/tolaria/rl/shm"
+)
+
+// TestForageConfiguration: Forage runs the shared actor by default with
+// as many agents as num_agents; naming the default actor changes nothing,
+// not even the digest; a single-agent configuration's digest is what it
+// was before the actor key.
+func TestForageConfiguration(t *testing.T) {
+	c, err := ParseConfig([]byte("env: Forage\nnum_agents: 3\n"))
+	must(t, err)
+	_, mk, err := c.World()
+	must(t, err)
+	if c.ActorMode() != ActorShared || mk().Agents() != 3 || c.Goal() != (env.Goal{}) {
+		t.Fatalf("env: Forage with 3 agents: actor %s, a world of %d agents, goal %+v", c.ActorMode(), mk().Agents(), c.Goal())
+	}
+	spec, err := c.Spec()
+	must(t, err)
+	if spec.Inputs != 75 || spec.Outputs != 5 {
+		t.Errorf("Forage's network is %d→%d, want 75→5 (a 5×5 window of 3 channels, 5 moves)", spec.Inputs, spec.Outputs)
+	}
+	named, err := ParseConfig([]byte("env: Forage\nnum_agents: 3\nactor: shared\n"))
+	must(t, err)
+	if named.Digest() != c.Digest() {
+		t.Errorf("actor: shared, Forage's default, changed the digest:\n%s", named.YAML())
+	}
+	back, err := ParseConfig(named.YAML())
+	must(t, err)
+	if back.Digest() != c.Digest() || back.ActorMode() != ActorShared {
+		t.Errorf("the YAML reads back as another configuration:\n%s", back.YAML())
+	}
+	def := DefaultConfig()
+	def.Actor = ActorPerAgent
+	if def.ActorMode() != ActorPerAgent || def.Digest() != DefaultConfig().Digest() {
+		t.Errorf("actor: per-agent on CartPole-v1 is its default, yet changes the configuration")
+	}
+}
+
+// smallForage is a short shared run of two agents in Forage.
+func smallForage() Config {
+	c := DefaultConfig()
+	c.Env = env.Spec{Name: env.ForageName, Params: map[string]any{"width": 8, "height": 8, "food": 4, "max_steps": 40}}
+	c.NumAgents, c.NumEnvs, c.Hidden = 2, 2, []int{32}
+	c.TotalSteps, c.LearningStarts, c.BatchSize, c.BufferCapacity = 1200, 400, 32, 2000
+	c.EvalInterval, c.EvalEpisodes = 400, 4
+	return c
+}
+
+// TestSharedActorTrainsEveryAgent: one shared actor steps the worlds for
+// both agents; each agent's learner trains on its own buffer, the actor
+// reads each agent's own weights, and the agents see every episode of the
+// shared worlds, each with its own return.
+func TestSharedActorTrainsEveryAgent(t *testing.T) {
+	dev, err := cpu.Open(cpu.Config{})
+	must(t, err)
+	defer dev.Close()
+	cfg := smallForage()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := runSharedInProcess(ctx, dev, cfg, RunOptions{Graphs: true, MaxLead: 50}, "")
+	must(t, err)
+	a, b := res[0], res[1]
+	for _, r := range res {
+		if r.EnvSteps != cfg.TotalSteps || r.LearnerSteps == 0 || r.Fallbacks != 0 || len(r.EvalResults) != 3 {
+			t.Errorf("agent %d: %d env steps, %d learner steps, %d fallbacks, %d evaluations", r.Agent, r.EnvSteps, r.LearnerSteps, r.Fallbacks, len(r.EvalResults))
+		}
+		for _, e := range r.EvalResults {
+			if e.Episodes != cfg.EvalEpisodes || e.Version == 0 {
+				t.Errorf("agent %d: an evaluation of %d episodes with weights version %d", r.Agent, e.Episodes, e.Version)
+			}
+		}
+	}
+	// 1200 steps of 2 worlds of 40-step episodes: 30 episodes, each
+	// ending for both agents at once.
+	if len(a.Episodes) != 30 || len(b.Episodes) != 30 {
+		t.Fatalf("%d and %d episodes, want 30 each", len(a.Episodes), len(b.Episodes))
+	}
+	same := true
+	for i := range a.Episodes {
+		if a.Episodes[i].Length != 40 || a.Episodes[i].EnvSteps != b.Episodes[i].EnvSteps {
+			t.Fatalf("episode %d: %+v and %+v", i, a.Episodes[i], b.Episodes[i])
+		}
+		same = same && a.Episodes[i].Return == b.Episodes[i].Return
+	}
+	if same {
+		t.Error("both agents had the same return in every episode: they are not rewarded each for its own food")
+	}
+}
+
+// sharedMemories makes n anonymous memories of cfg with published weights
+// of their own (random, agent by agent).
+func sharedMemories(t *testing.T, cfg Config) []*shm.Memory {
+	t.Helper()
+	spec, err := cfg.Spec()
+	must(t, err)
+	var mems []*shm.Memory
+	for i := range cfg.NumAgents {
+		m, err := shm.CreateShared(fmt.Sprintf("tolaria-test-%d-%d", os.Getpid(), i), cfg.Layout(spec))
+		must(t, err)
+		t.Cleanup(func() { _ = m.Close() })
+		w := make([]float32, spec.ParamCount())
+		rng := rand.New(rand.NewPCG(uint64(i), 9))
+		for j := range w {
+			w[j] = float32(rng.NormFloat64() * 0.3)
+		}
+		_, err = m.Publish(w, 1)
+		must(t, err)
+		mems = append(mems, m)
+	}
+	return mems
+}
+
+// stepShared makes a shared actor over mems, syncs its weights and takes
+// steps vector steps.
+func stepShared(t *testing.T, dev device.Device, cfg Config, mems []*shm.Memory, file string, steps int) *SharedActor {
+	t.Helper()
+	shared := NewShared()
+	t.Cleanup(func() { shared.Pool.Close() })
+	s, err := NewSharedActor(dev, shared, mems, cfg, SharedActorOptions{Graphs: true, WorldFile: file})
+	must(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	must(t, s.Capture())
+	for _, ag := range s.agents {
+		must(t, s.sync(context.Background(), ag, true))
+	}
+	for range steps {
+		must(t, s.Step())
+	}
+	return s
+}
+
+// transitions reads transitions from..to-1 of every memory.
+func transitions(t *testing.T, mems []*shm.Memory, from, to uint64) [][]shm.Transition {
+	t.Helper()
+	out := make([][]shm.Transition, len(mems))
+	for i, m := range mems {
+		o := m.Layout().ObsSize
+		for j := from; j < to; j++ {
+			tr := shm.Transition{Obs: make([]float32, o), NextObs: make([]float32, o)}
+			must(t, m.Read(j, &tr))
+			out[i] = append(out[i], tr)
+		}
+	}
+	return out
+}
+
+func sameTransitions(a, b []shm.Transition) bool {
+	return slices.EqualFunc(a, b, func(x, y shm.Transition) bool {
+		return slices.Equal(x.Obs, y.Obs) && slices.Equal(x.NextObs, y.NextObs) && x.Action == y.Action && x.Reward == y.Reward &&
+			x.Terminated == y.Terminated && x.Truncated == y.Truncated
+	})
+}
+
+// TestSharedActorResumesItsWorld: a shared actor started again over the
+// same buffers goes on from the worlds it last saved, not from fresh
+// ones: with the same weights it writes, transition for transition, what
+// the actor it replaces wrote after that save (its episodes mid-way,
+// its exploration and the food still to appear included). One started
+// without the file plays other worlds.
+func TestSharedActorResumesItsWorld(t *testing.T) {
+	dev, err := cpu.Open(cpu.Config{})
+	must(t, err)
+	t.Cleanup(func() { _ = dev.Close() }) // after the actors' cleanups
+	cfg := smallForage()
+	cfg.EpsilonStart, cfg.EpsilonEnd = 0.3, 0.3 // the same exploration at every step count
+	file := filepath.Join(t.TempDir(), "world.json")
+	mems := sharedMemories(t, cfg)
+
+	first := stepShared(t, dev, cfg, mems, file, 27) // 27 steps: mid-episode in both worlds
+	must(t, first.SaveWorld())
+	saved := mems[0].Appended()
+	for range 30 {
+		must(t, first.Step()) // past the episodes' end, into new ones
+	}
+	end := mems[0].Appended()
+	want := transitions(t, mems, saved, end)
+
+	again := stepShared(t, dev, cfg, mems, file, 30)
+	if again.Restored() != int(saved) {
+		t.Fatalf("the restarted actor went on from step %d, want the save at %d", again.Restored(), saved)
+	}
+	got := transitions(t, mems, end, mems[0].Appended())
+	for i := range mems {
+		if len(got[i]) != len(want[i]) || !sameTransitions(got[i], want[i]) {
+			t.Fatalf("agent %d: the restarted actor's %d transitions differ from the %d its predecessor wrote after the save", i, len(got[i]), len(want[i]))
+		}
+	}
+
+	fresh := stepShared(t, dev, cfg, mems, "", 30)
+	if fresh.Restored() != -1 {
+		t.Fatalf("an actor without a world file says it restored step %d", fresh.Restored())
+	}
+	if other := transitions(t, mems[:1], mems[0].Appended()-uint64(len(want[0])), mems[0].Appended()); sameTransitions(other[0], want[0]) {
+		t.Fatal("an actor that starts its worlds afresh wrote the same transitions: the test cannot tell a resumed world")
+	}
+}
+
+// TestSharedWorldFileRefused: a world file of another configuration, or
+// damaged, is refused naming the file and what to do.
+func TestSharedWorldFileRefused(t *testing.T) {
+	dev, err := cpu.Open(cpu.Config{})
+	must(t, err)
+	t.Cleanup(func() { _ = dev.Close() }) // after the actors' cleanups
+	cfg := smallForage()
+	file := filepath.Join(t.TempDir(), "world.json")
+	mems := sharedMemories(t, cfg)
+	must(t, stepShared(t, dev, cfg, mems, file, 3).SaveWorld())
+	other := cfg
+	other.Seed = 9
+	for name, c := range map[string]struct {
+		cfg  Config
+		edit func()
+	}{
+		"another configuration": {other, func() {}},
+		"damaged":               {cfg, func() { must(t, os.WriteFile(file, []byte(`{"config":`), 0o644)) }},
+	} {
+		c.edit()
+		shared := NewShared()
+		_, err := NewSharedActor(dev, shared, mems, c.cfg, SharedActorOptions{WorldFile: file})
+		shared.Pool.Close()
+		if !errors.Is(err, ErrWorldFile) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "remove it") {
+			t.Errorf("%s: %v, want ErrWorldFile naming %s and what to do", name, err, file)
+		}
+	}
+}
