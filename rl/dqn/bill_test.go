@@ -20,7 +20,9 @@ func TestBillsAreWhatTheHalvesAllocate(t *testing.T) {
 	}{
 		{"default", func(*Config) {}},
 		{"no evaluations, sgd", func(c *Config) { c.EvalInterval, c.Optimizer.Kind, c.Optimizer.Momentum = 0, nn.SGD, 0 }},
-		{"wide", func(c *Config) { c.Hidden, c.NumEnvs, c.BatchSize, c.EvalInterval, c.EvalEpisodes = []int{64, 32}, 16, 128, 1000, 7 }},
+		{"wide", func(c *Config) {
+			c.Hidden, c.NumEnvs, c.BatchSize, c.EvalInterval, c.EvalEpisodes = []int{64, 32}, 16, 128, 1000, 7
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := DefaultConfig()
