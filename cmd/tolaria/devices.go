@@ -34,8 +34,7 @@ says which), 130 interrupted.`,
 		if err := workers.check(); err != nil {
 			return err
 		}
-		gpus, err := coordinator.GPUs(cmd.Context(), coordinator.GPUsRequest{Worker: workers.path,
-			WorkerStart: workers.start, HeartbeatTimeout: workers.heartbeat})
+		gpus, err := coordinator.GPUs(cmd.Context(), workers.gpus())
 		if err != nil {
 			return err
 		}

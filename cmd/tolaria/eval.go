@@ -118,7 +118,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		if cmd.Flags().Changed("devices") || cmd.Flags().Changed("per-device") {
 			return usagef("--devices and --per-device place workers on this machine's GPUs; with --launcher slurm the scheduler places each shard")
 		}
-		if req.Device, err = chooseDevice(ctx, req.Device, workers, req.Logger); err != nil {
+		if req.Device, err = coordinator.ChooseDevice(ctx, req.Device, workers.gpus(), req.Logger); err != nil {
 			return err
 		}
 	} else if req.Device, req.GPUs, err = place.resolve(ctx, req.Device, workers, req.Logger); err != nil {

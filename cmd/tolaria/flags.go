@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -114,6 +112,11 @@ func (w *workerFlags) check() error {
 	return nil
 }
 
+// gpus asks the worker the flags name about the GPUs.
+func (w *workerFlags) gpus() coordinator.GPUsRequest {
+	return coordinator.GPUsRequest{Worker: w.path, WorkerStart: w.start, HeartbeatTimeout: w.heartbeat}
+}
+
 // metricsFlags say where /metrics is served and how long after the end.
 type metricsFlags struct {
 	addr   string
@@ -155,25 +158,6 @@ func checkDevice(device string) error {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return nil
-}
-
-// chooseDevice resolves --device auto for the commands whose workers open
-// a device of their own (eval, sample, rl): cuda when a CUDA build of
-// tolaria-worker opens a GPU, cpu otherwise, as train and sweep choose.
-func chooseDevice(ctx context.Context, device string, w workerFlags, log *slog.Logger) (string, error) {
-	if device != "auto" {
-		return device, nil
-	}
-	_, hello, err := coordinator.CUDAWorker(ctx, w.path, w.start, nil)
-	switch {
-	case err == nil:
-		log.Info("device auto: using cuda", "gpu", hello.Description)
-		return "cuda", nil
-	case ctx.Err() != nil:
-		return "", ctx.Err()
-	}
-	log.Info("device auto: using cpu", "reason", err.Error())
-	return "cpu", nil
 }
 
 // launcherFlags send workers (of trials, or of shards) to Slurm.

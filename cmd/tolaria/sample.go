@@ -62,7 +62,7 @@ failure (no worker, no GPU: the message says which), 130 interrupted.`,
 			return err
 		}
 		req.Prompt, req.Worker, req.WorkerStart, req.HeartbeatTimeout = []byte(prompt), workers.path, workers.start, workers.heartbeat
-		if req.Device, err = chooseDevice(ctx, req.Device, workers, logger(cmd.ErrOrStderr(), slog.LevelError)); err != nil {
+		if req.Device, err = coordinator.ChooseDevice(ctx, req.Device, workers.gpus(), logger(cmd.ErrOrStderr(), slog.LevelError)); err != nil {
 			return err
 		}
 		text, err := coordinator.Sample(ctx, req)

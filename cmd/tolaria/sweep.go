@@ -127,7 +127,7 @@ func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepCo
 			return cfg, usagef("--devices names GPUs; it cannot go with --device %s", cfg.Device)
 		}
 		cfg.Device = "cuda"
-		if cfg.GPUs, err = parseGPUs(f.place.devices); err != nil {
+		if cfg.GPUs, err = coordinator.ParseGPUs(f.place.devices); err != nil {
 			return cfg, err
 		}
 	}
