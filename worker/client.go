@@ -64,7 +64,12 @@ type Transport interface {
 // once; the worker then checkpoints and answers with a result. alive,
 // when set, sees every message as it arrives (Process's watchdog).
 func converse(ctx context.Context, w io.Writer, r io.Reader, req Request, sink Sink, alive func(Message)) (Hello, json.RawMessage, error) {
-	enc, dec := newEncoder(w), newDecoder(r)
+	return converseOn(ctx, newEncoder(w), newDecoder(r), req, sink, alive)
+}
+
+// converseOn is converse on an encoder and a decoder that outlive the
+// request: a kept worker's, which serves one request after another.
+func converseOn(ctx context.Context, enc *encoder, dec *decoder, req Request, sink Sink, alive func(Message)) (Hello, json.RawMessage, error) {
 	start := Message{Type: req.Type, Device: req.Device, Body: req.Body, HeartbeatMS: req.Heartbeat.Milliseconds(), AskBudget: req.AskBudget}
 	if req.Heartbeat > 0 && start.HeartbeatMS == 0 {
 		start.HeartbeatMS = 1 // never round an interval asked for down to none

@@ -30,14 +30,45 @@ type Conn struct {
 
 // Accept reads the request from in; answers go to out.
 func Accept(in io.Reader, out io.Writer) (*Conn, error) {
-	dec := newDecoder(in)
-	first, err := dec.next()
+	c, err := Listen(in, out).Accept()
 	if err != nil {
 		return nil, fmt.Errorf("worker: reading the request: %w", err)
 	}
+	return c, nil
+}
+
+// Listener reads one request after another from one input: a kept
+// worker's (see Kept). Each request is served as one from Accept is, and
+// ends when the coordinator sends TypeEnd (Conn.WatchCancel's wait then
+// returns); the worker then accepts the next.
+type Listener struct {
+	in  io.Reader
+	dec *decoder
+	enc *encoder
+}
+
+// Listen reads requests from in; answers go to out.
+func Listen(in io.Reader, out io.Writer) *Listener {
+	return &Listener{in: in, dec: newDecoder(in), enc: newEncoder(out)}
+}
+
+// Accept reads the next request. It returns io.EOF when the coordinator
+// has closed the input between requests: the worker is done. Call it only
+// once the previous request's WatchCancel wait has returned, if it
+// watched; the end of one that did not is skipped here.
+func (l *Listener) Accept() (*Conn, error) {
+	first, err := l.dec.next()
+	for err == nil && first.Type == TypeEnd {
+		// The end of a request answered without waiting for it (one
+		// refused before its work began).
+		first, err = l.dec.next()
+	}
+	if err != nil {
+		return nil, err
+	}
 	req := Request{Type: first.Type, Device: first.Device, Body: first.Body, Heartbeat: time.Duration(first.HeartbeatMS) * time.Millisecond,
 		AskBudget: first.AskBudget}
-	return &Conn{req: req, in: in, dec: dec, enc: newEncoder(out), grants: make(chan Message, 1), unparks: make(chan struct{}, 1)}, nil
+	return &Conn{req: req, in: l.in, dec: l.dec, enc: l.enc, grants: make(chan Message, 1), unparks: make(chan struct{}, 1)}, nil
 }
 
 // Request is the request read.
@@ -95,7 +126,8 @@ func (c *Conn) answered() {
 // sends cancel or closes its end (it has gone, or has the answer and is
 // done), and a function that waits for that end. A worker serves its
 // request under the context, answers, then waits, so that it returns only
-// once the coordinator has let go.
+// once the coordinator has let go. A kept worker's request ends, with its
+// input still open, when the coordinator sends TypeEnd.
 func (c *Conn) WatchCancel(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -121,9 +153,9 @@ func (c *Conn) WatchCancel(ctx context.Context) (context.Context, func()) {
 				}
 				continue
 			}
-			if err != nil || m.Type == TypeCancel {
+			if err != nil || m.Type == TypeCancel || m.Type == TypeEnd {
 				cancel()
-				if err != nil {
+				if err != nil || m.Type == TypeEnd {
 					return
 				}
 			}

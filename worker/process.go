@@ -248,57 +248,23 @@ func (p *Process) Call(ctx context.Context, req Request, sink Sink) (Hello, json
 	}
 	defer stopper.leave()
 
-	cmd := exec.Command(p.Path, "serve")
-	ownProcessGroup(cmd)
-	// All the worker's pipes are files of ours, so Wait returns as soon as
-	// the worker exits even if a descendant holds them; WaitDelay is a
-	// second guard should exec ever copy through pipes of its own.
-	cmd.WaitDelay = pipeDelay
 	var errTail tail
 	var logs io.Writer = &errTail
 	if p.Stderr != nil {
 		logs = io.MultiWriter(&errTail, p.Stderr)
 	}
-	var pipes [3][2]*os.File // stdin, protocol, logs: read and write ends
-	for i := range pipes {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for _, pp := range pipes[:i] {
-				pp[0].Close()
-				pp[1].Close()
-			}
-			return Hello{}, nil, err
+	sp, err := p.start([]string{"serve"}, logs, func(pid int) {
+		if p.Stderr != nil {
+			// Before the copy starts, so the header leads this start's lines.
+			fmt.Fprintf(p.Stderr, "=== %s tolaria-worker pid %d started: %s serve (%s)\n",
+				time.Now().UTC().Format(time.RFC3339), pid, p.Path, req.Type)
 		}
-		pipes[i] = [2]*os.File{r, w}
-	}
-	stdinR, stdinW := pipes[0][0], pipes[0][1]
-	protoR, protoW := pipes[1][0], pipes[1][1]
-	logR, logW := pipes[2][0], pipes[2][1]
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, logW, logW
-	cmd.ExtraFiles = []*os.File{protoW} // fd 3 in the worker
-	cmd.Env = append(append(os.Environ(), p.Env...), ProtocolFDEnv+"=3")
-	err := cmd.Start()
-	stdinR.Close()
-	protoW.Close()
-	logW.Close()
+	})
 	if err != nil {
-		stdinW.Close()
-		protoR.Close()
-		logR.Close()
-		return Hello{}, nil, fmt.Errorf("worker %s: %w", p.Path, err)
+		return Hello{}, nil, err
 	}
-	pid := cmd.Process.Pid
-	if p.Stderr != nil {
-		// Before the copy starts, so the header leads this start's lines.
-		fmt.Fprintf(p.Stderr, "=== %s tolaria-worker pid %d started: %s serve (%s)\n",
-			time.Now().UTC().Format(time.RFC3339), pid, p.Path, req.Type)
-	}
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		_, _ = io.Copy(logs, logR)
-	}()
-	w := &watchdog{cmd: cmd, in: stdinW, out: []*os.File{protoR, logR}, exited: make(chan struct{}), gotHello: make(chan struct{})}
+	stdinW, protoR, logR, copied := sp.stdin, sp.proto, sp.logs, sp.copied
+	w := sp.watchdog()
 	w.seen()
 	go w.wait()
 	inner := sink
@@ -308,7 +274,7 @@ func (p *Process) Call(ctx context.Context, req Request, sink Sink) (Hello, json
 			sink.Hello(h)
 		}
 	}
-	go w.watch(ctx, stopper.killed(), watchTimes{hello: helloTimeout, grace: grace, beat: beatTimeout, interval: req.Heartbeat})
+	go w.watch(ctx, stopper.killed(), watchTimes{hello: helloTimeout, grace: grace, beat: beatTimeout, interval: req.Heartbeat}, nil)
 	hello, res, convErr := converse(ctx, stdinW, protoR, req, inner, w.heard)
 	stdinW.Close() // the end of input tells the worker to finish
 	reaped := w.awaitExit()
@@ -330,6 +296,78 @@ func (p *Process) Call(ctx context.Context, req Request, sink Sink) (Hello, json
 	return hello, res, w.failure(p.Path, reaped, convErr, errTail.String())
 }
 
+// spawned is a worker process started, and the coordinator's ends of its
+// pipes: its standard input, the protocol's output and its logs (copied
+// until copied is closed).
+type spawned struct {
+	cmd                *exec.Cmd
+	stdin, proto, logs *os.File
+	copied             chan struct{}
+	reap               *reaped
+	// enc and dec carry a kept worker's requests, one after another.
+	enc *encoder
+	dec *decoder
+}
+
+// reaped is a worker process's end: exited is closed once it is reaped,
+// err being cmd.Wait's.
+type reaped struct {
+	exited chan struct{}
+	err    error
+}
+
+// start starts the worker with args in a process group of its own, its
+// logs copied to logs; started is called with its pid before the copy
+// begins.
+func (p *Process) start(args []string, logs io.Writer, started func(pid int)) (*spawned, error) {
+	cmd := exec.Command(p.Path, args...)
+	ownProcessGroup(cmd)
+	// All the worker's pipes are files of ours, so Wait returns as soon as
+	// the worker exits even if a descendant holds them; WaitDelay is a
+	// second guard should exec ever copy through pipes of its own.
+	cmd.WaitDelay = pipeDelay
+	var pipes [3][2]*os.File // stdin, protocol, logs: read and write ends
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, pp := range pipes[:i] {
+				pp[0].Close()
+				pp[1].Close()
+			}
+			return nil, err
+		}
+		pipes[i] = [2]*os.File{r, w}
+	}
+	stdinR, stdinW := pipes[0][0], pipes[0][1]
+	protoR, protoW := pipes[1][0], pipes[1][1]
+	logR, logW := pipes[2][0], pipes[2][1]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, logW, logW
+	cmd.ExtraFiles = []*os.File{protoW} // fd 3 in the worker
+	cmd.Env = append(append(os.Environ(), p.Env...), ProtocolFDEnv+"=3")
+	err := cmd.Start()
+	stdinR.Close()
+	protoW.Close()
+	logW.Close()
+	if err != nil {
+		stdinW.Close()
+		protoR.Close()
+		logR.Close()
+		return nil, fmt.Errorf("worker %s: %w", p.Path, err)
+	}
+	started(cmd.Process.Pid)
+	sp := &spawned{cmd: cmd, stdin: stdinW, proto: protoR, logs: logR, copied: make(chan struct{}), reap: &reaped{exited: make(chan struct{})}}
+	go func() {
+		defer close(sp.copied)
+		_, _ = io.Copy(logs, logR)
+	}()
+	return sp, nil
+}
+
+// watchdog is a new watchdog of the process, for one request.
+func (sp *spawned) watchdog() *watchdog {
+	return &watchdog{cmd: sp.cmd, in: sp.stdin, out: []*os.File{sp.proto, sp.logs}, reap: sp.reap, gotHello: make(chan struct{})}
+}
+
 // failure says why a worker that did not answer failed.
 func (w *watchdog) failure(path string, reaped bool, convErr error, output string) *ProcessError {
 	e := &ProcessError{Path: path, PID: w.cmd.Process.Pid, Output: output}
@@ -339,8 +377,8 @@ func (w *watchdog) failure(path string, reaped bool, convErr error, output strin
 	status := "still running after SIGKILL"
 	if reaped {
 		status = "exit status 0"
-		if w.waitErr != nil {
-			status = w.waitErr.Error()
+		if w.reap.err != nil {
+			status = w.reap.err.Error()
 		}
 	}
 	var ee *exec.ExitError
@@ -351,7 +389,7 @@ func (w *watchdog) failure(path string, reaped bool, convErr error, output strin
 		return e
 	case !ended:
 		e.Reason, e.Detail = ReasonProtocol, fmt.Sprintf("%v (%s)", convErr, status)
-	case errors.As(w.waitErr, &ee) && !ee.Exited():
+	case errors.As(w.reap.err, &ee) && !ee.Exited():
 		e.Reason, e.Detail = ReasonCrashed, status
 	default:
 		e.Reason, e.Detail = ReasonExit, status
@@ -375,8 +413,7 @@ type watchdog struct {
 	cmd        *exec.Cmd
 	in         *os.File   // the coordinator's end of the worker's stdin
 	out        []*os.File // the coordinator's ends of the protocol and log pipes
-	exited     chan struct{}
-	waitErr    error // cmd.Wait's, set before exited is closed
+	reap       *reaped    // the process's end, shared by its requests' watchdogs
 	gotHello   chan struct{}
 	helloOnce  sync.Once
 	why        string // guarded by liveness.mu
@@ -460,10 +497,10 @@ func (w *liveness) silence() time.Duration {
 // descendants holding the protocol pipe would otherwise keep the
 // coordinator reading.
 func (w *watchdog) wait() {
-	w.waitErr = w.cmd.Wait()
+	w.reap.err = w.cmd.Wait()
 	killGroup(w.cmd)
 	w.unblock()
-	close(w.exited)
+	close(w.reap.exited)
 }
 
 // unblock bounds the coordinator's reads and writes on the worker's pipes,
@@ -492,6 +529,13 @@ func (w *watchdog) kill(reason, why string) {
 	w.unblock()
 }
 
+// killedFor says why the watchdog killed the worker; "" when it did not.
+func (w *watchdog) killedFor() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.why
+}
+
 func (w *watchdog) noHello() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -506,26 +550,31 @@ func (w *watchdog) awaitExit() bool {
 	t := time.NewTimer(exitTimeout)
 	defer t.Stop()
 	select {
-	case <-w.exited:
+	case <-w.reap.exited:
 		return true
 	case <-t.C:
 	}
 	w.kill(ReasonKilled, fmt.Sprintf("killed by tolaria: still running %s after its request ended", exitTimeout))
 	t.Reset(reapTimeout)
 	select {
-	case <-w.exited:
+	case <-w.reap.exited:
 		return true
 	case <-t.C:
 		return false
 	}
 }
 
-func (w *watchdog) watch(ctx context.Context, abort <-chan struct{}, d watchTimes) {
+// watch watches the worker until it is reaped or killed, or until over is
+// closed (a kept worker's request is over; nil for a worker of one
+// request).
+func (w *watchdog) watch(ctx context.Context, abort <-chan struct{}, d watchTimes, over <-chan struct{}) {
 	hello := time.NewTimer(d.hello)
 	defer hello.Stop()
 	select {
+	case <-over:
+		return
 	case <-w.gotHello:
-	case <-w.exited:
+	case <-w.reap.exited:
 		return
 	case <-abort:
 		w.kill(ReasonKilled, "killed by tolaria: stopped at once (a second interrupt)")
@@ -547,7 +596,9 @@ func (w *watchdog) watch(ctx context.Context, abort <-chan struct{}, d watchTime
 	var graceEnd <-chan time.Time
 	for {
 		select {
-		case <-w.exited:
+		case <-over:
+			return
+		case <-w.reap.exited:
 			return
 		case <-abort:
 			w.kill(ReasonKilled, "killed by tolaria: stopped at once (a second interrupt)")

@@ -50,6 +50,10 @@ const (
 	// TypeUnpark lets a parked worker set up again (its budget is granted
 	// again).
 	TypeUnpark = "unpark" // coordinator → worker
+	// TypeEnd tells a kept worker (tolaria-worker serve --keep, see Kept)
+	// that its answer has arrived: the request is over, and the worker
+	// waits for the next one, or for the end of its input.
+	TypeEnd = "end" // coordinator → worker
 )
 
 // Error kinds, so the coordinator can choose its exit status.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,11 +36,33 @@ func serveAsWorker() int {
 	if os.Getenv(ProtocolFDEnv) == "3" {
 		out = os.NewFile(3, "protocol")
 	}
-	if err := echo(context.Background(), os.Stdin, out); err != nil {
+	serve := echo
+	if slices.Contains(os.Args[1:], KeepArg) {
+		serve = echoKept
+	}
+	if err := serve(context.Background(), os.Stdin, out); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
+}
+
+// echoKept serves echo requests one after another, as tolaria-worker
+// serve --keep does, until the input ends.
+func echoKept(ctx context.Context, in io.Reader, out io.Writer) error {
+	l := Listen(in, out)
+	for {
+		conn, err := l.Accept()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := echoOn(ctx, conn, out); err != nil {
+			return err
+		}
+	}
 }
 
 // echo serves one request as a worker does, with no device: it says hello
@@ -56,6 +79,11 @@ func echo(ctx context.Context, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return echoOn(ctx, conn, out)
+}
+
+// echoOn serves the request conn read (see echo).
+func echoOn(ctx context.Context, conn *Conn, out io.Writer) (err error) {
 	req := conn.Request()
 	if req.Device == "cuda" {
 		return conn.Fail(&Error{Kind: KindNoDevice, Message: "no GPU here"})
