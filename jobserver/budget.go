@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/tolaria-ml/tolaria/device"
-	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -59,13 +58,35 @@ func deviceMemory(dev device.Device) (total, free int64, err error) {
 	return m.DeviceLimit, m.DeviceLimit - m.DeviceInUse, nil
 }
 
-// askBudget sends the plan's bill on dev and waits for the grant.
-func askBudget(ctx context.Context, conn *worker.Conn, plan *job.Plan, dev device.Device) error {
+// contextBytes is what dev holds of this process before anything is
+// allocated on it: on a GPU, the CUDA context and the modules its Open
+// made and loaded, as the driver's used memory right after opening (total
+// less free, cuMemGetInfo; the emulated driver answers by its own
+// accounting, CUDAEMU_CONTEXT_BYTES). The driver cannot be asked before a
+// context exists, so what other processes hold on the GPU at that moment
+// is counted too: the figure errs high, never low, and is exact on a GPU
+// the worker has to itself. 0 on a device without driver figures (the
+// CPU).
+func contextBytes(dev device.Device) (int64, error) {
+	dm, ok := dev.(device.DriverMemory)
+	if !ok {
+		return 0, nil
+	}
+	free, total, err := dm.DriverMemory()
+	if err != nil {
+		return 0, fmt.Errorf("reading the device's memory once its context was made, for the budget request: %w", err)
+	}
+	return max(0, total-free), nil
+}
+
+// askBudget sends bill, the job's on dev with the process's context, and
+// waits for the grant.
+func askBudget(ctx context.Context, conn *worker.Conn, bill trainer.Bill, dev device.Device) error {
 	total, free, err := deviceMemory(dev)
 	if err != nil {
 		return fmt.Errorf("reading the device's memory for the budget request: %w", err)
 	}
-	body, err := json.Marshal(BudgetRequest{Bill: plan.Trainer.Bill(dev), Device: dev.Name(), Total: total, Free: free})
+	body, err := json.Marshal(BudgetRequest{Bill: bill, Device: dev.Name(), Total: total, Free: free})
 	if err != nil {
 		return err
 	}

@@ -125,12 +125,15 @@ func CheckDataFiles(want, got []data.SourceFile) error {
 func SplitFingerprint(ds data.Examples) string { return data.Fingerprint(ds) }
 
 // Evaluate runs one evaluation shard through t and returns its result.
-func Evaluate(ctx context.Context, t worker.Transport, deviceName string, ej EvalJob) (worker.Hello, EvalResult, error) {
+// With sink.Budget set the worker asks for a device-memory budget (its
+// bill: trainer.EvalBill and its context) before it allocates, and waits
+// for the answer; a shard cannot park, so sink.Parked is not used.
+func Evaluate(ctx context.Context, t worker.Transport, deviceName string, ej EvalJob, sink Sink) (worker.Hello, EvalResult, error) {
 	body, err := json.Marshal(ej)
 	if err != nil {
 		return worker.Hello{}, EvalResult{}, fmt.Errorf("worker: encoding the evaluation: %w", err)
 	}
-	h, res, err := t.Call(ctx, worker.Request{Type: TypeEval, Device: deviceName, Body: body}, worker.Sink{})
+	h, res, err := t.Call(ctx, worker.Request{Type: TypeEval, Device: deviceName, Body: body, AskBudget: sink.Budget != nil}, sink.raw())
 	if err != nil {
 		return h, EvalResult{}, err
 	}
@@ -142,8 +145,10 @@ func Evaluate(ctx context.Context, t worker.Transport, deviceName string, ej Eva
 }
 
 // serveEval scores the shard an EvalJob names on dev and writes its file;
-// advance receives its progress (worker.Conn.Advance).
-func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, advance func(stage string)) (EvalResult, error) {
+// conn.Advance receives its progress. Asked to, it gets a budget for its
+// bill before it allocates.
+func serveEval(ctx context.Context, conn *worker.Conn, ej EvalJob, dev device.Device, cfg Config) (EvalResult, error) {
+	advance := conn.Advance
 	if err := ej.Spec.Validate(); err != nil {
 		return EvalResult{}, usage(err.Error())
 	}
@@ -170,6 +175,13 @@ func serveEval(ctx context.Context, ej EvalJob, dev device.Device, cfg Config, a
 		Shard: ej.Shard, Shards: ej.Shards, Loaders: ej.Spec.Loaders, Logger: cfg.Logger, Advance: advance, TopK: ej.TopK}
 	if cfg.AfterEvalBatch != nil {
 		ec.AfterBatch = func(n int) { cfg.AfterEvalBatch(ej, n) }
+	}
+	if conn.Request().AskBudget {
+		bill := trainer.EvalBill(ec, dev)
+		bill.Context = cfg.contextBytes
+		if err := askBudget(ctx, conn, bill, dev); err != nil {
+			return EvalResult{}, err
+		}
 	}
 	scores, err := trainer.Evaluate(ctx, dev, cfg.Shared, ec)
 	if err != nil {

@@ -169,7 +169,7 @@ func TestServeEval(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "shard-1.tles")
 	ej := EvalJob{Spec: spec, Checkpoint: ck, CheckpointSHA256: sha, Split: SplitTest, Shard: 1, Shards: 2, Attempt: 1, Out: out}
-	_, res, err := Evaluate(context.Background(), local(t), "cpu", ej)
+	_, res, err := Evaluate(context.Background(), local(t), "cpu", ej, Sink{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestServeEval(t *testing.T) {
 		bad := ej
 		edit(&bad)
 		bad.Out = filepath.Join(t.TempDir(), "shard.tles")
-		_, _, err := Evaluate(context.Background(), local(t), "cpu", bad)
+		_, _, err := Evaluate(context.Background(), local(t), "cpu", bad, Sink{})
 		var we *worker.Error
 		if !errors.As(err, &we) {
 			t.Errorf("%s: %v", name, err)
@@ -283,7 +283,7 @@ func TestServeEvalText(t *testing.T) {
 			if shards > 1 {
 				ej.TopK = 3 // the figures are those without
 			}
-			_, res, err := Evaluate(context.Background(), local(t), "cpu", ej)
+			_, res, err := Evaluate(context.Background(), local(t), "cpu", ej, Sink{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -403,7 +403,7 @@ func TestServeEvalRefusesChangedData(t *testing.T) {
 	}
 	ej := EvalJob{Spec: spec, Checkpoint: ckPath, CheckpointSHA256: sha, Split: SplitTest, Shards: 1, Attempt: 1,
 		Out: filepath.Join(t.TempDir(), "shard.tles"), DataFiles: files}
-	if _, _, err := Evaluate(context.Background(), local(t), "cpu", ej); err != nil {
+	if _, _, err := Evaluate(context.Background(), local(t), "cpu", ej, Sink{}); err != nil {
 		t.Fatalf("the data as it began: %v", err)
 	}
 	f, err := os.OpenFile(spec.DataDir, os.O_APPEND|os.O_WRONLY, 0)
@@ -415,7 +415,7 @@ func TestServeEvalRefusesChangedData(t *testing.T) {
 	}
 	f.Close()
 	ej.Out = filepath.Join(t.TempDir(), "shard.tles")
-	_, _, err = Evaluate(context.Background(), local(t), "cpu", ej)
+	_, _, err = Evaluate(context.Background(), local(t), "cpu", ej, Sink{})
 	want := fmt.Sprintf("%s was %d bytes, SHA-256 %s..., and is now %d bytes", spec.DataDir, files[0].Size, files[0].SHA256[:12], files[0].Size+14)
 	if err == nil || !strings.Contains(err.Error(), ErrDataChanged.Error()) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("a changed corpus: %v; want %q", err, want)

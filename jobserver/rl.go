@@ -136,13 +136,17 @@ type RLResult struct {
 // RL runs one half of an agent through t on the named device;
 // progress, when set, hears its reports, and obs, when set, the half's
 // graph activity (captures, replays, fallbacks and their events) as the
-// trainer's measurements.
-func RL(ctx context.Context, t worker.Transport, deviceName string, j RLJob, progress func(RLProgress), obs trainer.Observer) (worker.Hello, RLResult, error) {
+// trainer's measurements. budget, when set, makes the worker ask for a
+// device-memory budget (its bill: dqn.ActorBill or dqn.LearnerBill, and
+// its context) before it allocates, and answers it (see Sink.Budget); a
+// half cannot park.
+func RL(ctx context.Context, t worker.Transport, deviceName string, j RLJob, progress func(RLProgress), obs trainer.Observer,
+	budget func(BudgetRequest, BudgetReply) error) (worker.Hello, RLResult, error) {
 	body, err := json.Marshal(j)
 	if err != nil {
 		return worker.Hello{}, RLResult{}, fmt.Errorf("worker: encoding the %s's job: %w", j.Role, err)
 	}
-	sink := Sink{Observer: obs}.raw()
+	sink := Sink{Observer: obs, Budget: budget}.raw()
 	if progress != nil {
 		sink.Progress = func(body json.RawMessage) error {
 			var p RLProgress
@@ -153,7 +157,7 @@ func RL(ctx context.Context, t worker.Transport, deviceName string, j RLJob, pro
 			return nil
 		}
 	}
-	h, res, err := t.Call(ctx, worker.Request{Type: TypeRL, Device: deviceName, Body: body}, sink)
+	h, res, err := t.Call(ctx, worker.Request{Type: TypeRL, Device: deviceName, Body: body, AskBudget: budget != nil}, sink)
 	if err != nil {
 		return h, RLResult{}, err
 	}
@@ -199,6 +203,11 @@ func serveRL(ctx context.Context, conn *worker.Conn, j RLJob, dev device.Device,
 	var obs trainer.Observer = tally
 	res := RLResult{Role: j.Role}
 	rep := &rlReporter{conn: conn, mem: mem, cfg: c, role: j.Role, now: make(chan struct{}, 1), replays: tally}
+	if conn.Request().AskBudget {
+		if err := askRLBudget(ctx, conn, j, dev, cfg); err != nil {
+			return RLResult{}, err
+		}
+	}
 	var half rlHalf
 	var actor *dqn.Actor
 	var learner *dqn.Learner
@@ -415,4 +424,18 @@ func (t *replayTally) flush() {
 	n, seconds := t.take()
 	p := RLProgress{Replays: n, ReplaySeconds: seconds}
 	ObserveReplays(t.next, p)
+}
+
+// askRLBudget asks for the half's bill (and the process's context) and
+// waits for the grant, before the half allocates.
+func askRLBudget(ctx context.Context, conn *worker.Conn, j RLJob, dev device.Device, cfg Config) error {
+	bill, err := dqn.ActorBill(j.Config, dev)
+	if j.Role == RoleLearner {
+		bill, err = dqn.LearnerBill(j.Config, dev)
+	}
+	if err != nil {
+		return usage(err.Error())
+	}
+	bill.Context = cfg.contextBytes
+	return askBudget(ctx, conn, bill, dev)
 }

@@ -71,6 +71,10 @@ type Config struct {
 	// evaluation shard with the request and the batches scored so far.
 	// Only tolaria-worker's test-only fault switch sets it.
 	AfterEvalBatch func(ej EvalJob, batches int)
+
+	// contextBytes is, for a request that asks for a budget, what the
+	// device held once opened (see contextBytes): the bill's Context.
+	contextBytes int64
 }
 
 // Serve answers one request read from in: a probe, a job, an evaluation
@@ -154,6 +158,13 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	// worker is watched for silence only.
 	hello := worker.Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid(),
 		Advances: req.Type == worker.TypeStart || req.Type == TypeEval || req.Type == TypeRL || req.Type == TypeSample}
+	if req.AskBudget {
+		// Nothing is allocated yet: what the device holds of this process
+		// is its context and modules, which the bill counts.
+		if cfg.contextBytes, err = contextBytes(dev); err != nil {
+			return conn.Fail(&worker.Error{Kind: worker.KindNoDevice, Message: err.Error()})
+		}
+	}
 	if err := conn.Hello(hello); err != nil || req.Type == worker.TypeProbe {
 		return err
 	}
@@ -167,7 +178,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	switch req.Type {
 	case TypeEval:
 		var res EvalResult
-		if res, err = serveEval(runCtx, ej, dev, cfg, conn.Advance); err == nil {
+		if res, err = serveEval(runCtx, conn, ej, dev, cfg); err == nil {
 			err = conn.Result(res)
 		}
 	case TypeSample:
@@ -209,7 +220,9 @@ func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.De
 	}
 	if conn.Request().AskBudget {
 		// Nothing is on the device yet: the budget is granted first.
-		if err := askBudget(ctx, conn, plan, dev); err != nil {
+		bill := plan.Trainer.Bill(dev)
+		bill.Context = cfg.contextBytes
+		if err := askBudget(ctx, conn, bill, dev); err != nil {
 			return trainer.Summary{}, err
 		}
 	}

@@ -872,7 +872,7 @@ func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (
 	}
 	ej := jobserver.EvalJob{Spec: spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
 		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out, TopK: e.topK, DataFiles: e.files}
-	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej); err != nil {
+	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej, jobserver.Sink{}); err != nil {
 		return jobserver.ShardHeader{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)
 	}
 	hd, err := e.verifyFile(s, out)

@@ -773,7 +773,7 @@ func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt i
 	}}, dev, j, func(p jobserver.RLProgress) {
 		jobserver.ObserveReplays(obs, p)
 		a.progress(p, attempt)
-	}, obs)
+	}, obs, nil)
 	if err != nil {
 		return res, fmt.Errorf("%s (attempt %d): %w (worker log %s)", role, attempt, err, logPath)
 	}
