@@ -13,6 +13,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/internal/bytesize"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 )
 
@@ -113,7 +114,7 @@ func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepCo
 	}
 	cfg.Worker, cfg.WorkerStart, cfg.HeartbeatTimeout, cfg.MetricsAddr = f.worker.path, f.worker.start, f.worker.heartbeat, f.metrics.addr
 	if f.deviceMemory != "" {
-		if cfg.DeviceMemory, err = parseBytes(f.deviceMemory); err != nil {
+		if cfg.DeviceMemory, err = bytesize.Parse(f.deviceMemory); err != nil {
 			return cfg, usagef("--device-memory: %v", err)
 		}
 	}
