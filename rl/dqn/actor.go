@@ -64,6 +64,7 @@ type Actor struct {
 
 	eval   *Evaluator // nil when EvalInterval is 0
 	evalAt int        // the environment steps at which the next evaluation is due
+	solved bool       // in lockstep: the evaluation of the last step solved the task
 }
 
 // NewActor makes agent's actor on dev over its shared memory.
@@ -96,6 +97,9 @@ func NewActor(dev device.Device, shared *Shared, mem *shm.Memory, cfg Config, ag
 		rng:     rand.New(rand.NewPCG(seed, 0x6163746f72^steps)), // "actor"
 		actions: make([]int, cfg.NumEnvs), next: make([]float32, cfg.NumEnvs*spec.Inputs),
 		out: make([]env.Transition, cfg.NumEnvs)}
+	if cfg.Lockstep {
+		a.opts.OnEval = a.lockstepOnEval(opts.OnEval)
+	}
 	if a.pol, err = newGreedy(dev, shared, "dqn actor", spec, cfg.NumEnvs, device.Buffer{},
 		newGraphReport(opts.Observer, shared.Pool, GraphPolicy, true)); err != nil {
 		return nil, err
@@ -230,8 +234,12 @@ func (a *Actor) Step() error {
 // Run acts until TotalSteps environment steps are taken, the stop flag is
 // set or ctx is done, reading the published weights every SyncInterval
 // vector steps and waiting while it is MaxLead training steps ahead of
-// the learner.
+// the learner. In lockstep (Config.Lockstep) it takes turns with the
+// learner instead (see runLockstep).
 func (a *Actor) Run(ctx context.Context) error {
+	if a.cfg.Lockstep {
+		return a.runLockstep(ctx)
+	}
 	if err := a.Sync(ctx); err != nil {
 		return ignoreStop(err)
 	}

@@ -67,6 +67,17 @@ type Config struct {
 	// least Goal().Episodes episodes whose mean return reaches
 	// Goal().Return, 475 over 100 on CartPole-v1 (stop_when_solved).
 	StopWhenSolved bool
+
+	// Lockstep makes each agent's actor and learner take turns in a
+	// fixed schedule rather than run freely (lockstep): the actor
+	// collects LockstepCollect transitions, the learner takes
+	// LockstepTrain training steps and publishes, the actor reads the
+	// weights, and again; a run is then repeatable, bit for bit (see
+	// lockstep.go). train_every, publish_interval, sync_interval and
+	// the actor's lead are the schedule's then.
+	Lockstep        bool
+	LockstepCollect int // transitions per round, a multiple of NumEnvs (lockstep_collect)
+	LockstepTrain   int // training steps per round (lockstep_train)
 }
 
 // DefaultConfig is a setting that solves CartPole-v1 as greedy evaluation
@@ -82,6 +93,7 @@ func DefaultConfig() Config {
 		TrainEvery: 1, TargetUpdate: 500, PublishInterval: 10, SyncInterval: 10,
 		EpsilonStart: 1, EpsilonEnd: 0.01, EpsilonDecaySteps: 20000, TotalSteps: 150000,
 		EvalInterval: 5000, EvalEpisodes: 100, StopWhenSolved: true,
+		LockstepCollect: DefaultLockstepCollect, LockstepTrain: DefaultLockstepTrain,
 	}
 }
 
@@ -129,6 +141,9 @@ func (c Config) Validate() error {
 		return field.Errorf("eval_interval", "must be >= 0 environment steps (0: no evaluation), got %d", c.EvalInterval)
 	case c.EvalInterval > 0 && (c.EvalEpisodes < 1 || c.EvalEpisodes > 4096):
 		return field.Errorf("eval_episodes", "must be 1..4096 when %s is on, got %d", field.Name("eval_interval"), c.EvalEpisodes)
+	}
+	if err := c.checkLockstep(); err != nil {
+		return err
 	}
 	if err := c.Optimizer.Validate(); err != nil {
 		return err

@@ -41,6 +41,7 @@ func (c *Config) keys() []configKey {
 		{"epsilon_start", &c.EpsilonStart}, {"epsilon_end", &c.EpsilonEnd}, {"epsilon_decay_steps", &c.EpsilonDecaySteps},
 		{"total_steps", &c.TotalSteps}, {"eval_interval", &c.EvalInterval}, {"eval_episodes", &c.EvalEpisodes},
 		{"stop_when_solved", &c.StopWhenSolved},
+		{"lockstep", &c.Lockstep}, {"lockstep_collect", &c.LockstepCollect}, {"lockstep_train", &c.LockstepTrain},
 	}
 }
 
@@ -127,6 +128,11 @@ func (c Config) YAML() []byte {
 	fmt.Fprintf(&b, "target_update: %d\ntarget_tau: %g\npublish_interval: %d\nsync_interval: %d\n", c.TargetUpdate, c.TargetTau, c.PublishInterval, c.SyncInterval)
 	fmt.Fprintf(&b, "epsilon_start: %g\nepsilon_end: %g\nepsilon_decay_steps: %d\ntotal_steps: %d\n", c.EpsilonStart, c.EpsilonEnd, c.EpsilonDecaySteps, c.TotalSteps)
 	fmt.Fprintf(&b, "eval_interval: %d\neval_episodes: %d\nstop_when_solved: %t\n", c.EvalInterval, c.EvalEpisodes, c.StopWhenSolved)
+	if c.Lockstep || c.LockstepCollect != DefaultLockstepCollect || c.LockstepTrain != DefaultLockstepTrain {
+		// Only then: a free-running configuration of before these keys
+		// keeps its digest.
+		fmt.Fprintf(&b, "lockstep: %t\nlockstep_collect: %d\nlockstep_train: %d\n", c.Lockstep, c.LockstepCollect, c.LockstepTrain)
+	}
 	return []byte(b.String())
 }
 

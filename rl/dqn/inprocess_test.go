@@ -43,53 +43,6 @@ type RunOptions struct {
 	Logger         *slog.Logger
 }
 
-// AgentResult is what one agent did.
-type AgentResult struct {
-	Agent        int
-	Episodes     []EpisodeRecord
-	EnvSteps     int
-	LearnerSteps int
-	Loss         float64 // the learner's last mean Huber loss
-	Fallbacks    int     // learner steps run eagerly although graphs were on
-	// EvalResults are the greedy evaluations, in order.
-	EvalResults []EvalResult
-	// Solved is the environment step at which the agent was solved (see
-	// RunOptions.SolvedReturn): that of the first evaluation whose mean
-	// reached SolvedReturn, or with evaluation off SolvedTraining; -1 if
-	// never.
-	Solved int
-	// SolvedTraining is the environment step at which the mean return of
-	// the last SolvedEpisodes training episodes first reached
-	// SolvedReturn, or -1.
-	SolvedTraining int
-	Elapsed        time.Duration
-}
-
-// BestEval is the evaluation with the highest mean return (the first of
-// equals), and false when there was none.
-func (r AgentResult) BestEval() (EvalResult, bool) {
-	var best EvalResult
-	for i, e := range r.EvalResults {
-		if i == 0 || e.MeanReturn > best.MeanReturn {
-			best = e
-		}
-	}
-	return best, len(r.EvalResults) > 0
-}
-
-// MeanReturn is the mean return of the last n episodes (all if fewer).
-func (r AgentResult) MeanReturn(n int) float64 {
-	eps := r.Episodes[max(0, len(r.Episodes)-n):]
-	if len(eps) == 0 {
-		return 0
-	}
-	var s float64
-	for _, e := range eps {
-		s += e.Return
-	}
-	return s / float64(len(eps))
-}
-
 // RunInProcess trains cfg.NumAgents agents in this process: for each, a
 // memory file, a learner and an actor, each on its own goroutine, meeting
 // only in the memory file, as the actor and learner processes will. The

@@ -214,30 +214,51 @@ func (l *Learner) Capture() error {
 
 // Run publishes the initial weights, then trains until the agent's stop
 // flag is set (the replay source then ends) or ctx is done, publishing
-// every PublishInterval steps and at the end.
+// every PublishInterval steps (in lockstep, every LockstepTrain steps)
+// and at the end.
 func (l *Learner) Run(ctx context.Context) error {
-	if err := l.publish(); err != nil {
+	ctx, stop, err := l.start(ctx)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// A loader waiting for transitions that will not come (the actor has
-	// stopped with this ctx) gives up when Run ends.
-	defer l.src.quit.Store(true)
-	l.stager.Start(ctx)
+	defer stop()
 	for {
-		b, err := l.stager.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
+		ended, err := l.next(ctx)
 		if err != nil {
-			return fmt.Errorf("dqn: learner step %d: %w", l.Steps()+1, err)
-		}
-		if err := l.train(b); err != nil {
 			return err
 		}
+		if ended {
+			return l.publish()
+		}
 	}
-	return l.publish()
+}
+
+// start publishes the initial weights and starts staging minibatches;
+// stop, called once training is over, lets a loader waiting for
+// transitions that will not come give up, and cancels the staging.
+func (l *Learner) start(ctx context.Context) (_ context.Context, stop func(), _ error) {
+	if err := l.publish(); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	l.stager.Start(ctx)
+	return ctx, func() {
+		l.src.quit.Store(true)
+		cancel()
+	}, nil
+}
+
+// next takes one training step on the next staged minibatch, waiting for
+// it; ended reports that the replay source has ended (the stop flag).
+func (l *Learner) next(ctx context.Context) (ended bool, _ error) {
+	b, err := l.stager.Next(ctx)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("dqn: learner step %d: %w", l.Steps()+1, err)
+	}
+	return false, l.train(b)
 }
 
 func (l *Learner) train(b staging.Staged) error {
@@ -272,7 +293,11 @@ func (l *Learner) train(b staging.Staged) error {
 			return err
 		}
 	}
-	if n%l.cfg.PublishInterval == 0 {
+	every := l.cfg.PublishInterval
+	if l.cfg.Lockstep {
+		every = l.cfg.LockstepTrain // the end of a round
+	}
+	if n%every == 0 {
 		return l.publish()
 	}
 	return nil
@@ -372,13 +397,19 @@ func (r *replaySource) Fill(batch int, dst []float32) (staging.Meta, error) {
 	// A buffer started again empty (shm.StartAt) is refilled with
 	// learning_starts transitions before the learner samples it.
 	need := max(uint64(r.cfg.LearningStarts+seq*r.cfg.TrainEvery), r.mem.First()+uint64(r.cfg.LearningStarts))
+	pause := func() { time.Sleep(200 * time.Microsecond) }
+	if r.cfg.Lockstep {
+		need = r.cfg.lockstepNeed(seq, r.mem.First())
+		var b backoff // the actor's whole round may pass
+		pause = b.wait
+	}
 	for r.mem.Appended() < need {
 		if r.mem.Stopped() || r.quit.Load() {
 			r.waiting.Store(false)
 			return staging.Meta{}, io.EOF
 		}
 		r.waiting.Store(true)
-		time.Sleep(200 * time.Microsecond)
+		pause()
 	}
 	r.waiting.Store(false)
 	if r.mem.Stopped() {
