@@ -1,7 +1,8 @@
 // Package eval is the sharded evaluation of a run's checkpoint: shards
-// scored by workers that a launcher places and starts, their files merged
-// into eval.json. It imports the launcher and the run directory, no
-// other activity.
+// scored by workers that a launcher places and starts, each asking the
+// device-memory budget broker before it allocates, their files merged
+// into eval.json. It imports the launcher, the run directory and the
+// broker, no other activity.
 package eval
 
 import (
@@ -21,6 +22,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
+	"github.com/tolaria-ml/tolaria/coordinator/budget/holder"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
@@ -86,6 +89,13 @@ type Request struct {
 	// Parallel bounds the shards' workers running at once; 0 is every
 	// device slot (Workers without GPUs). Shards beyond wait for a slot.
 	Parallel int
+	// DeviceMemory caps the device memory the shards' budgets may take on
+	// each of this machine's devices; 0 takes what the first shard's
+	// worker finds free. Every shard's worker on this machine asks the
+	// budget broker for its bill before it allocates (package budget); a
+	// shard that does not fit beside those scoring waits for one to end.
+	// A shard cannot park. On the CPU it stands in for a GPU's memory.
+	DeviceMemory int64
 	// Worker is the tolaria-worker binary ("" finds it, see worker.Find).
 	Worker           string
 	WorkerStart      time.Duration // 0: worker.DefaultHelloTimeout
@@ -119,8 +129,13 @@ type Request struct {
 	Progress func(Progress)
 }
 
-// Progress is a shard attempt that ended.
+// Progress is a shard attempt that ended, or (Budget set) a change of
+// its device-memory request while it waits to start.
 type Progress struct {
+	// Budget, when set, is the attempt's budget request waiting (Waiting)
+	// or granted after a wait; the other fields but Shard, Shards,
+	// Attempt and Device are then unset.
+	Budget        *holder.Update
 	Shard, Shards int
 	Attempt       int
 	// Last is true when no attempt follows: the second, or a failure
@@ -149,6 +164,8 @@ func (r Request) Validate() error {
 		return refusal.Config(field.Errorf("per_device", "cannot be negative, got %d", r.PerDevice))
 	case r.Parallel < 0:
 		return refusal.Config(field.Errorf("parallel", "cannot be negative, got %d", r.Parallel))
+	case r.DeviceMemory < 0:
+		return refusal.Config(field.Errorf("device_memory", "cannot be negative (%d); give a size such as 8GiB, or 0 for what the device reports", r.DeviceMemory))
 	case len(r.GPUs) > 0 && r.Device != "cuda":
 		return refusal.Config(field.Errorf("devices", "names GPUs, so the device is cuda, not %q", r.Device))
 	case r.TopK < 0:
@@ -186,7 +203,8 @@ func (r Request) launchConfig(kind launch.Kind, path string, log *slog.Logger) l
 		}
 	}
 	return launch.Config{Worker: path, Device: dev, GPUs: r.GPUs, GPUsFromEnv: len(r.GPUs) == 0, PerDevice: per, Parallel: parallel, Workers: r.Workers,
-		Dir: r.RunDir, DirField: "run_dir", Own: filepath.Join(r.RunDir, Dir, kind.Name), WorkerStart: r.WorkerStart,
+		DeviceMemory: r.DeviceMemory,
+		Dir:          r.RunDir, DirField: "run_dir", Own: filepath.Join(r.RunDir, Dir, kind.Name), WorkerStart: r.WorkerStart,
 		HeartbeatTimeout: r.HeartbeatTimeout, Env: r.Env, DryRun: r.DryRun, Logger: log}
 }
 
@@ -237,7 +255,66 @@ type Report struct {
 	// Warnings say what a reader of the figures should know: the data
 	// differs from the data the run trained on, or that cannot be told.
 	Warnings []string `json:"warnings,omitempty"`
-	Seconds  float64  `json:"seconds"`
+	// Budgets are, per device of this machine, the device-memory budgets
+	// the shards' workers held (package budget); none for shards a
+	// scheduler placed.
+	Budgets []DeviceBudget `json:"budgets,omitempty"`
+	Seconds float64        `json:"seconds"`
+}
+
+// DeviceBudget is what the shards' budgets came to on one device: its
+// capacity for budgets, the most bytes granted and the most shards
+// holding a budget at once, and how many requests waited for room.
+type DeviceBudget struct {
+	Device      string `json:"device"`
+	Capacity    int64  `json:"capacity"`
+	PeakGranted int64  `json:"peak_granted"`
+	PeakHolders int    `json:"peak_holders"`
+	Waits       int    `json:"waits"`
+}
+
+// budgetBooks follows the broker's books of each device for the report.
+type budgetBooks struct {
+	mu sync.Mutex
+	by map[string]*DeviceBudget
+}
+
+func (b *budgetBooks) device(name string) *DeviceBudget {
+	if b.by == nil {
+		b.by = map[string]*DeviceBudget{}
+	}
+	d := b.by[name]
+	if d == nil {
+		d = &DeviceBudget{Device: name}
+		b.by[name] = d
+	}
+	return d
+}
+
+func (b *budgetBooks) changed(name string, bk budget.Books) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d := b.device(name)
+	d.Capacity = max(d.Capacity, bk.Capacity)
+	d.PeakGranted, d.PeakHolders = max(d.PeakGranted, bk.Granted), max(d.PeakHolders, bk.Holders)
+}
+
+func (b *budgetBooks) waited(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.device(name).Waits++
+}
+
+// report lists the devices' figures, by device.
+func (b *budgetBooks) report() []DeviceBudget {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []DeviceBudget
+	for _, d := range b.by {
+		out = append(out, *d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
+	return out
 }
 
 // MissingShard is a shard of a partial result that failed every attempt.
@@ -326,6 +403,10 @@ type Run struct {
 	rescore map[int]error
 	worker  string
 	log     *slog.Logger
+	// broker keeps the books of this machine's devices between the
+	// shards' workers; books follows them for the report.
+	broker *budget.Broker
+	books  budgetBooks
 	// launcher places and starts the shards' workers, on slots.
 	launcher launch.Launcher
 	slots    *launch.Slots
@@ -345,10 +426,14 @@ func Plan(req Request) (*Run, error) {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
+	var err error
+	changed := func(device string) { e.books.changed(device, e.broker.Books(device)) }
+	if e.broker, err = budget.New(budget.Config{DeviceMemory: req.DeviceMemory, Changed: changed}); err != nil {
+		return nil, err
+	}
 	if st, err := os.Stat(req.RunDir); err != nil || !st.IsDir() {
 		return nil, refusal.Config(field.Errorf("run_dir", "%s is not a run directory; point it at a run made by tolaria train", req.RunDir))
 	}
-	var err error
 	if e.spec, err = rundir.Spec(req.RunDir); err != nil {
 		return nil, err
 	}
@@ -653,7 +738,7 @@ func (e *Run) Run(ctx context.Context) (*Report, error) {
 	if written != "" {
 		rep.Predictions = PredictionsFile
 	}
-	rep.Seconds = time.Since(start).Seconds()
+	rep.Seconds, rep.Budgets = time.Since(start).Seconds(), e.books.report()
 	if err := e.publish(rep); err != nil {
 		return nil, err
 	}
@@ -872,7 +957,14 @@ func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (
 	}
 	ej := jobserver.EvalJob{Spec: spec, Checkpoint: e.ckPath, CheckpointSHA256: e.sha, Split: e.req.Split,
 		Shard: s, Shards: e.req.Workers, Attempt: attempt, Out: out, TopK: e.topK, DataFiles: e.files}
-	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej, jobserver.Sink{}); err != nil {
+	var sink jobserver.Sink
+	if !sl.Remote() {
+		// The broker keeps the books of this machine's devices.
+		b := e.shardBudget(s, attempt, sl)
+		defer b.Release()
+		sink.Budget = b.Ask
+	}
+	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej, sink); err != nil {
 		return jobserver.ShardHeader{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)
 	}
 	hd, err := e.verifyFile(s, out)
@@ -880,6 +972,20 @@ func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (
 		return jobserver.ShardHeader{}, fmt.Errorf("attempt %d: %w", attempt, err)
 	}
 	return hd, nil
+}
+
+// shardBudget is attempt's holder of a budget on sl's device: it cannot
+// park, and its waits are counted and told to Request.Progress.
+func (e *Run) shardBudget(s, attempt int, sl launch.Slot) *holder.Sink {
+	return holder.New(holder.Config{Broker: e.broker, Holder: fmt.Sprintf("shard %d", s), Kind: "evaluation shard", Device: sl.String(),
+		Logger: e.log.With("shard", s), Report: func(u holder.Update) {
+			if u.Waiting {
+				e.books.waited(sl.String())
+			}
+			if e.req.Progress != nil {
+				e.req.Progress(Progress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Device: sl.String(), Budget: &u})
+			}
+		}})
 }
 
 // ErrMerge is wrapped by every refusal of a set of shard files.

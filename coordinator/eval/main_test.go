@@ -3,7 +3,9 @@ package eval
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/tolaria-ml/tolaria/internal/workertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The test binary doubles as a CPU tolaria-worker (workertest), so the
+// shards are scored in real worker processes.
+func TestMain(m *testing.M) { workertest.Main(m) }
