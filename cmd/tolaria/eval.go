@@ -111,18 +111,15 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	}
 	req.Worker, req.WorkerStart, req.HeartbeatTimeout, req.DryRun = workers.path, workers.start, workers.heartbeat, launcher.dryRun
 	req.Logger = logger(stderr, slog.LevelError)
-	slurm := req.Launch.Name == launch.SlurmName
-	if slurm && req.Device == "auto" {
+	switch slurm := req.Launch.Name == launch.SlurmName; {
+	case slurm && req.Device == "auto":
 		req.Device = "cpu" // as a sweep's: this machine cannot tell what the nodes have
-	} else if slurm {
-		if cmd.Flags().Changed("devices") || cmd.Flags().Changed("per-device") {
-			return usagef("--devices and --per-device place workers on this machine's GPUs; with --launcher slurm the scheduler places each shard")
-		}
-		if req.Device, err = coordinator.ChooseDevice(ctx, req.Device, workers.gpus(), req.Logger); err != nil {
+	case slurm && (cmd.Flags().Changed("devices") || cmd.Flags().Changed("per-device")):
+		return usagef("--devices and --per-device place workers on this machine's GPUs; with --launcher slurm the scheduler places each shard")
+	case !slurm:
+		if req.Device, req.GPUs, err = place.resolve(ctx, req.Device, workers, req.Logger); err != nil {
 			return err
 		}
-	} else if req.Device, req.GPUs, err = place.resolve(ctx, req.Device, workers, req.Logger); err != nil {
-		return err
 	}
 	req.PerDevice, req.Parallel = place.perDevice, place.parallel
 	// A token model's shards score windows; the plan says which.
@@ -147,28 +144,14 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	}
 	defer served.Close()
 	rep, err := e.Run(ctx)
-	var failed *coordinator.ShardsFailedError
 	if em != nil && rep != nil {
 		e.Record(em, rep, err)
 		defer served.Linger(ctx, metrics.linger)
 	}
-	switch {
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		fmt.Fprintf(stderr, "tolaria: evaluation interrupted; %s is left as it was, and the shards finished are kept for --resume\n", coordinator.EvalJSON)
 		return exitError{interruptedCode(ctx)}
-	case errors.As(err, &failed) && failed.Partial != "" && rep != nil:
-		// Some shards failed: the figures over the others, marked partial.
-		fmt.Fprint(stdout, "partial: ")
-		progress.EvalReport(stdout, rep)
-		fmt.Fprintf(stdout, "partial results %s\n", failed.Partial)
-		return err
-	case err != nil:
-		return err
 	}
-	progress.EvalReport(stdout, rep)
-	fmt.Fprintf(stdout, "results %s/%s\n", req.RunDir, coordinator.EvalJSON)
-	if rep.Predictions != "" {
-		fmt.Fprintf(stdout, "predictions %s\n", filepath.Join(req.RunDir, rep.Predictions))
-	}
-	return nil
+	progress.EvalResult(stdout, rep, err, req.RunDir)
+	return err
 }

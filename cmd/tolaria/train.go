@@ -2,14 +2,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/job/jobconfig"
 	"github.com/tolaria-ml/tolaria/nn"
 )
 
@@ -147,4 +154,116 @@ func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFl
 	}
 	run.Linger(ctx, flags.metrics.linger)
 	return nil
+}
+
+// trainFlags are train's settings besides the job's keys; the job's
+// keys are flags too, each spelled as its key.
+type trainFlags struct {
+	device  string // bound to the job's device key through viper
+	worker  workerFlags
+	metrics metricsFlags
+	isolate bool
+}
+
+func (t *trainFlags) register(fs *pflag.FlagSet) {
+	d := job.Default()
+	for _, key := range job.Keys() {
+		usage := job.Usage(key)
+		if strings.Contains(string(key), ".") {
+			usage += " (file key " + string(key) + ")"
+		}
+		switch def := d.Get(key).(type) {
+		case bool:
+			fs.Bool(flagName(key), def, usage)
+		case int:
+			fs.Int(flagName(key), def, usage)
+		case uint64: // the seed
+			fs.Int(flagName(key), int(def), usage)
+		case float64:
+			fs.Float64(flagName(key), def, usage)
+		case []int:
+			fs.IntSlice(flagName(key), def, usage)
+		case job.Layers:
+			fs.String(flagName(key), "", usage)
+		default:
+			if key == "device" {
+				registerDevice(fs, &t.device, "")
+				continue
+			}
+			fs.String(flagName(key), fmt.Sprint(def), usage)
+		}
+	}
+	fs.String("config", "", "YAML configuration file (flags > TOLARIA_* environment > file > defaults)")
+	fs.String("summary-json", "", "also write summary.json to this path")
+	fs.BoolVar(&t.isolate, "isolate", false, "run a CPU job in a tolaria-worker process too (GPU jobs always are)")
+	t.worker.register(fs, "a tolaria-worker")
+	t.metrics.register(fs, "")
+}
+
+// extraKeys are the settings of train that are not the job's.
+var extraKeys = []field.Name{"summary_json", "metrics_addr", "worker", "isolate", "worker_start_timeout", "heartbeat_timeout", "metrics_linger"}
+
+// otherEnv are TOLARIA_* variables that are not configuration keys.
+var otherEnv = []string{"TOLARIA_CONFIG", "TOLARIA_WORKER", "TOLARIA_PROTOCOL_FD"}
+
+// writtenAnnotation records, on a key's flag, how the configuration file
+// wrote the key when the file gave its value: errors name it so.
+const writtenAnnotation = "tolaria.written"
+
+// resolve reads flags, TOLARIA_* variables and the YAML file into the
+// run's request (see jobconfig.Resolve) and returns the warnings to log.
+// The coordinator validates the job; t's groups check their own flags.
+func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, error) {
+	src := jobconfig.Sources{Flags: map[field.Name]any{}, Env: os.Environ(), OtherEnv: otherEnv,
+		Extra: extraKeys, RunConfig: coordinator.ConfigFile, FlagName: func(k field.Name) string { return "--" + flagName(k) }}
+	src.File, _ = fs.GetString("config")
+	if src.File == "" {
+		src.File = os.Getenv("TOLARIA_CONFIG")
+	}
+	for _, key := range append(job.Keys(), extraKeys...) {
+		if f := fs.Lookup(flagName(key)); f.Changed {
+			src.Flags[key] = flagValue(fs, f)
+		}
+	}
+	c, err := jobconfig.Resolve(src)
+	for key, written := range c.Written {
+		_ = fs.SetAnnotation(flagName(key), writtenAnnotation, []string{written})
+	}
+	if err != nil {
+		return coordinator.Request{}, nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	// The shared groups read their flags: those no flag gave take the
+	// value of the environment or the file.
+	for key, v := range c.Extra {
+		if err := fs.Lookup(flagName(key)).Value.Set(v); err != nil {
+			return coordinator.Request{}, nil, usagef("--%s: cannot use %q (set by %s): %v", flagName(key), v, c.Source(key), err)
+		}
+	}
+	if err := errors.Join(t.worker.check(), t.metrics.check()); err != nil {
+		return coordinator.Request{}, nil, err
+	}
+	req := coordinator.Request{Spec: c.Spec, MetricsAddr: t.metrics.addr, Placement: coordinator.Placement{Isolate: t.isolate,
+		Worker: t.worker.path, WorkerStart: t.worker.start, HeartbeatTimeout: t.worker.heartbeat}}
+	req.SummaryJSON, _ = fs.GetString("summary-json")
+	return req, c.Warnings, nil
+}
+
+// flagValue is what flag f gave, typed as its kind reads it.
+func flagValue(fs *pflag.FlagSet, f *pflag.Flag) any {
+	s := f.Value.String()
+	switch f.Value.Type() {
+	case "int":
+		n, _ := strconv.Atoi(s)
+		return n
+	case "bool":
+		b, _ := strconv.ParseBool(s)
+		return b
+	case "float64":
+		x, _ := strconv.ParseFloat(s, 64)
+		return x
+	case "intSlice":
+		ns, _ := fs.GetIntSlice(f.Name)
+		return ns
+	}
+	return s
 }

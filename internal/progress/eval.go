@@ -1,8 +1,10 @@
 package progress
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
@@ -109,4 +111,26 @@ func EvalReport(w io.Writer, rep *coordinator.EvalReport) {
 		}
 	}
 	fmt.Fprintf(w, "accuracy by position (of %d): %s\n", seq.Positions, strings.Join(at, "  "))
+}
+
+// EvalResult prints an evaluation's end: its figures and where they were
+// written, or for one some of whose shards failed (err a
+// ShardsFailedError with a partial result) the figures over the others,
+// marked partial. Another failure prints nothing.
+func EvalResult(w io.Writer, rep *coordinator.EvalReport, err error, runDir string) {
+	var failed *coordinator.ShardsFailedError
+	switch {
+	case rep == nil:
+	case errors.As(err, &failed) && failed.Partial != "":
+		fmt.Fprint(w, "partial: ")
+		EvalReport(w, rep)
+		fmt.Fprintf(w, "partial results %s\n", failed.Partial)
+	case err != nil:
+	default:
+		EvalReport(w, rep)
+		fmt.Fprintf(w, "results %s/%s\n", runDir, coordinator.EvalJSON)
+		if rep.Predictions != "" {
+			fmt.Fprintf(w, "predictions %s\n", filepath.Join(runDir, rep.Predictions))
+		}
+	}
 }
