@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,7 +41,11 @@ func serveAsWorker() int {
 	}
 	shared := trainer.NewShared()
 	defer shared.Close()
-	if err := Serve(context.Background(), os.Stdin, out, Config{Build: "cpu", Open: OpenCPU, Shared: shared}); err != nil {
+	serve := Serve
+	if slices.Contains(os.Args[1:], worker.KeepArg) {
+		serve = ServeKept
+	}
+	if err := serve(context.Background(), os.Stdin, out, Config{Build: "cpu", Open: OpenCPU, Shared: shared}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

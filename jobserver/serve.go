@@ -75,6 +75,9 @@ type Config struct {
 	// contextBytes is, for a request that asks for a budget, what the
 	// device held once opened (see contextBytes): the bill's Context.
 	contextBytes int64
+	// kept is, in a kept worker (ServeKept), the device it keeps for one
+	// job after another; nil in a worker of one request.
+	kept *keptDevice
 }
 
 // Serve answers one request read from in: a probe, a job, an evaluation
@@ -93,6 +96,12 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	return serveConn(ctx, conn, cfg)
+}
+
+// serveConn answers the request conn read, on a device of its own, or for
+// a job in a kept worker on the device kept (cfg.kept).
+func serveConn(ctx context.Context, conn *worker.Conn, cfg Config) error {
 	// Heartbeats flow from here to the end of the request, device
 	// start-up and a long step included.
 	defer conn.StartHeartbeat()()
@@ -141,11 +150,16 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		spec.CPUThreads = rj.Threads
 		cfg.Logger.Info("serving "+rlDescribe(rj), "agent", rj.Agent, "role", rj.Role)
 	}
-	dev, err := cfg.Open(req.Device, spec)
+	dev, keptJob, err := cfg.openFor(req, spec)
 	if err != nil {
 		return conn.Fail(&worker.Error{Kind: worker.KindNoDevice, Message: err.Error()})
 	}
 	defer func() {
+		if keptJob {
+			// Kept for the next job, if the job left it as it found it.
+			cfg.kept.after(cfg, dev)
+			return
+		}
 		// The pool may outlive this request (in process); it keeps
 		// nothing of a closed device. The request's answer is sent; a
 		// failure to release is only worth a warning.
@@ -158,7 +172,11 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	// worker is watched for silence only.
 	hello := worker.Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid(),
 		Advances: req.Type == worker.TypeStart || req.Type == TypeEval || req.Type == TypeRL || req.Type == TypeSample}
-	if req.AskBudget {
+	if keptJob {
+		// Measured when the kept device was opened: the pool's workspace
+		// it holds now is the job's own, billed as its graph pool.
+		cfg.contextBytes = cfg.kept.contextBytes
+	} else if req.AskBudget {
 		// Nothing is allocated yet: what the device holds of this process
 		// is its context and modules, which the bill counts.
 		if cfg.contextBytes, err = contextBytes(dev); err != nil {
@@ -216,6 +234,13 @@ func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.De
 		var err error
 		if plan, err = planJob(spec, conn.Advance); err != nil {
 			return trainer.Summary{}, err
+		}
+	}
+	if cfg.kept != nil {
+		// A kept device's pool keeps only this job's step: other
+		// signatures' workspace is no part of its bill.
+		if err := cfg.Shared.Pool().Retain(dev, plan.Trainer.Signature()); err != nil {
+			return trainer.Summary{}, fmt.Errorf("freeing the kept device's pooled workspace of other steps: %w", err)
 		}
 	}
 	if conn.Request().AskBudget {

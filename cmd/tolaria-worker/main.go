@@ -5,6 +5,9 @@
 // input and output and logs to standard error.
 //
 //	tolaria-worker serve              answer one request (a probe or a job) on stdin/stdout
+//	tolaria-worker serve --keep       answer requests one after another until stdin ends,
+//	                                  keeping the device and its graph pool between jobs
+//	                                  (a sweep's --reuse-workers; see jobserver.ServeKept)
 //	tolaria-worker serve --spool DIR  answer it through the spool files in DIR (a
 //	                                  scheduler's task on another node; see worker.SpoolIn)
 //	tolaria-worker info               print how the worker was built
@@ -30,11 +33,13 @@ import (
 )
 
 func main() {
-	spool := ""
+	spool, keep := "", false
 	if len(os.Args) == 4 && os.Args[1] == "serve" && os.Args[2] == "--spool" && os.Args[3] != "" {
 		spool = os.Args[3]
+	} else if len(os.Args) == 3 && os.Args[1] == "serve" && os.Args[2] == worker.KeepArg {
+		keep = true
 	} else if len(os.Args) != 2 || (os.Args[1] != "serve" && os.Args[1] != "info" && os.Args[1] != "devices") {
-		fmt.Fprintln(os.Stderr, "usage: tolaria-worker serve [--spool DIR] | info | devices (started by tolaria, which speaks to it on stdin/stdout, or through the spool files in DIR)")
+		fmt.Fprintln(os.Stderr, "usage: tolaria-worker serve [--spool DIR | --keep] | info | devices (started by tolaria, which speaks to it on stdin/stdout, or through the spool files in DIR)")
 		os.Exit(2)
 	}
 	if os.Args[1] == "devices" {
@@ -52,9 +57,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("worker_pid", os.Getpid())
-	// The process's state: one worker process serves one request, but the
-	// pool, the capture guard and the busy devices are still the
-	// process's, made here and passed down.
+	// The process's state: a worker serves one request (or, kept, one
+	// job after another), and the pool, the capture guard and the busy
+	// devices are the process's, made here and passed down.
 	shared := trainer.NewShared()
 	defer shared.Close()
 	cfg := jobserver.Config{Build: build, Open: open, Shared: shared, Logger: log, Devices: listGPUs}
@@ -75,7 +80,11 @@ func main() {
 		in, out = sin, sout
 		log.Info("serving through the spool", "dir", spool)
 	}
-	err := jobserver.Serve(ctx, in, out, cfg)
+	serve := jobserver.Serve
+	if keep {
+		serve = jobserver.ServeKept
+	}
+	err := serve(ctx, in, out, cfg)
 	if err != nil {
 		log.Error("worker failed", "err", err)
 		os.Exit(1)

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -111,7 +112,11 @@ func serve() int {
 		}
 	}
 	in := delayedStart(os.Stdin)
-	if err := jobserver.Serve(context.Background(), in, out, cfg); err != nil {
+	serveIt := jobserver.Serve
+	if slices.Contains(os.Args[1:], worker.KeepArg) {
+		serveIt = jobserver.ServeKept // tolaria-worker serve --keep
+	}
+	if err := serveIt(context.Background(), in, out, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -1,0 +1,132 @@
+package jobserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/worker"
+)
+
+// ServeKept answers requests read from in one after another, until in
+// ends: tolaria-worker serve --keep, a worker a sweep keeps for
+// successive trials (worker.Kept). Jobs run on one device, opened for the
+// first and kept, with its driver context and the process's graph pool,
+// so a later job of the same step signature captures by updating the
+// pooled executables. Between jobs the device is reset: the job's
+// trainer freed what it allocated (checked: the device holds its opening
+// figure plus the pool's workspace, and no pool entry is leased, or it is
+// closed and opened afresh), and before a job the pool frees the
+// workspace of every other step (graphs.Pool.Retain), so the device holds
+// nothing the job's bill does not count. A job whose device settings
+// differ (another device, another thread count) gets a device of its own.
+// Any other request is served as Serve serves it, on a device of its own.
+func ServeKept(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
+	if cfg.Shared == nil {
+		return errors.New("jobserver: Config.Shared is nil: make one trainer.Shared in main and pass it")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.kept = &keptDevice{}
+	defer cfg.kept.close(cfg)
+	l := worker.Listen(in, out)
+	for {
+		conn, err := l.Accept()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("worker: reading the next request: %w", err)
+		}
+		if err := serveConn(ctx, conn, cfg); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			// Stopped by a signal: the coordinator hears the answer and
+			// sees the worker go.
+			return nil
+		}
+	}
+}
+
+// keptDevice is a kept worker's device, kept from one job to the next.
+type keptDevice struct {
+	dev device.Device
+	// settings are what the device was opened for (see deviceSettings).
+	settings string
+	// baseline is the device memory in use once opened, before any job.
+	baseline int64
+	// contextBytes is what the device held of this process once opened
+	// (see contextBytes): each job's bill counts it.
+	contextBytes int64
+	// jobs counts the jobs served on dev.
+	jobs int
+}
+
+// deviceSettings are the parts of a job that its device is opened with
+// (see Opener): another value needs another device.
+func deviceSettings(name string, spec job.Spec) string {
+	return fmt.Sprintf("%s threads=%d slow_copy_ms=%g", name, spec.CPUThreads, spec.SlowStageCopyMS)
+}
+
+// openFor is the device for req: in a kept worker, a job's is the kept
+// device (opened, or opened afresh for other settings), and keptJob is
+// true; any other request opens a device of its own, the kept one closed
+// first.
+func (c Config) openFor(req worker.Request, spec job.Spec) (dev device.Device, keptJob bool, err error) {
+	if c.kept == nil || req.Type != worker.TypeStart {
+		if c.kept != nil {
+			c.kept.close(c)
+		}
+		dev, err = c.Open(req.Device, spec)
+		return dev, false, err
+	}
+	k := c.kept
+	settings := deviceSettings(req.Device, spec)
+	if k.dev != nil && k.settings == settings {
+		k.jobs++
+		c.Logger.Info("serving the job on the kept device", "device", k.dev.Name(), "job", k.jobs)
+		return k.dev, true, nil
+	}
+	k.close(c)
+	if dev, err = c.Open(req.Device, spec); err != nil {
+		return nil, false, err
+	}
+	ctxBytes, err := contextBytes(dev)
+	if err != nil {
+		_ = dev.Close()
+		return nil, false, err
+	}
+	*k = keptDevice{dev: dev, settings: settings, baseline: dev.MemoryStats().DeviceInUse, contextBytes: ctxBytes, jobs: 1}
+	return dev, true, nil
+}
+
+// after checks, once a job has ended, that the device is back as it was
+// opened but for the pool's workspace, with no pool entry leased; if it
+// is not, it closes the device, so the next job opens a fresh one.
+func (k *keptDevice) after(c Config, dev device.Device) {
+	st := c.Shared.Pool().Stats()
+	held := dev.MemoryStats().DeviceInUse - k.baseline
+	if st.LeasedEntries == 0 && held == st.ReservedBytes {
+		return
+	}
+	c.Logger.Warn("the job left the kept device other than it found it; closing it, so the next job opens a fresh one",
+		"device", dev.Name(), "held_bytes", held, "pool_bytes", st.ReservedBytes, "leased_entries", st.LeasedEntries)
+	k.close(c)
+}
+
+// close closes the kept device, if any, dropping the pool's entries of it.
+func (k *keptDevice) close(c Config) {
+	if k.dev == nil {
+		return
+	}
+	if err := errors.Join(c.Shared.Pool().Drop(k.dev), k.dev.Close()); err != nil {
+		c.Logger.Warn("closing the kept device failed", "device", k.dev.Name(), "err", err)
+	}
+	*k = keptDevice{}
+}
