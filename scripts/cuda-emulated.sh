@@ -116,6 +116,17 @@ if LD_LIBRARY_PATH="$out" CUDAEMU_FAULTS='cuMemAlloc_v2:*:2' \
 	exit 1
 fi
 
+# RL in lockstep on the emulated driver: two agents' actor and learner
+# processes end with the same bits as the one-process loop (rl/dqn).
+cd "$root"
+"$GO" test -tags cuda -c -o "$out/rl_dqn.test" ./rl/dqn
+if ! (cd "$root/rl/dqn" && LD_LIBRARY_PATH="$out" "$out/rl_dqn.test" -test.run '^TestLockstepProcessesEqualSequential$' -test.count=1 -test.v >"$out/rl_lockstep.log" 2>&1) ||
+	! grep -q -- '--- PASS: TestLockstepProcessesEqualSequential' "$out/rl_lockstep.log"; then
+	tail -n 40 "$out/rl_lockstep.log" >&2
+	echo "cuda-emulated: RL processes in lockstep did not equal the one-process loop on the emulated driver" >&2
+	exit 1
+fi
+
 # tolaria train --device cuda --enable-graphs through the CUDA worker on the
 # emulated driver, and injected driver errors as the user sees them.
 cd "$root"
