@@ -175,22 +175,43 @@ type RLSettings struct {
 	TrainEvery      int    `json:"train_every"`
 	PublishInterval int    `json:"publish_interval"`
 	SyncInterval    int    `json:"sync_interval"`
+	// Lockstep is whether the processes run the lockstep schedule too
+	// (the configuration's lockstep); the sequential loop always does, in
+	// rounds of LockstepCollect transitions and LockstepTrain training
+	// steps.
+	Lockstep        bool   `json:"lockstep"`
+	LockstepCollect int    `json:"lockstep_collect"`
+	LockstepTrain   int    `json:"lockstep_train"`
 	Threads         int    `json:"threads"`
 	MaxLead         int    `json:"max_lead"`
 	Seed            uint64 `json:"seed"`
 }
 
 // RLWindow is what one run measured: the steps every agent together took
-// in the run's steady window (see RLMeter), its length, and the whole
-// run's wall time, start-up and shut-down included.
+// in the run's training window, its length, how it was taken, and the
+// whole run's wall time, start-up and shut-down included.
 type RLWindow struct {
 	EnvSteps      int     `json:"env_steps"`
 	LearnerSteps  int     `json:"learner_steps"`
 	WindowSeconds float64 `json:"window_seconds"`
-	// Marks are the progress readings the window spans.
-	Marks       int     `json:"marks"`
+	// Window is how the window was taken: RLWindowReadings or
+	// RLWindowDifference.
+	Window string `json:"window"`
+	// Marks are the progress readings the window spans (RLWindowReadings).
+	Marks       int     `json:"marks,omitempty"`
 	WallSeconds float64 `json:"wall_seconds"`
 }
+
+// How a run's training window is taken.
+const (
+	// RLWindowReadings: from the agents' progress readings (RLMeter).
+	RLWindowReadings = "readings"
+	// RLWindowDifference: a whole run less a run of the same agents that
+	// stops when their buffers are filled (TotalSteps = LearningStarts),
+	// steps and seconds alike, for a loop that reports no progress as it
+	// goes; start-up and filling cancel out.
+	RLWindowDifference = "difference"
+)
 
 // EnvStepsPerSec is the agents' environment steps per second, together.
 func (w RLWindow) EnvStepsPerSec() float64 { return perSec(w.EnvSteps, w.WindowSeconds) }
@@ -273,6 +294,7 @@ func RunRL(ctx context.Context, cfg RLConfig) (*RLReport, error) {
 		Settings: RLSettings{Agents: slices.Clone(cfg.Agents), Graphs: slices.Clone(cfg.Graphs), Repeats: cfg.Repeats,
 			TotalSteps: d.TotalSteps, LearningStarts: d.LearningStarts, NumEnvs: d.NumEnvs, Hidden: slices.Clone(d.Hidden),
 			BatchSize: d.BatchSize, TrainEvery: d.TrainEvery, PublishInterval: d.PublishInterval, SyncInterval: d.SyncInterval,
+			Lockstep: d.Lockstep, LockstepCollect: d.LockstepCollect, LockstepTrain: d.LockstepTrain,
 			Threads: cfg.Threads, MaxLead: cfg.MaxLead, Seed: d.Seed}}
 	if rep.Settings.Hidden == nil {
 		rep.Settings.Hidden = []int{}
@@ -291,13 +313,13 @@ func RunRL(ctx context.Context, cfg RLConfig) (*RLReport, error) {
 					m := modes[(first+k)%2]
 					run, err := measureRL(ctx, m.run, d, n, g)
 					if err != nil {
-						return nil, fmt.Errorf("round %d, %d agents, graphs %v, %s: %w", round+1, n, g, m.name, err)
+						return nil, fmt.Errorf("round %d, agents %d, graphs %s, %s: %w", round+1, n, onOff(g), m.name, err)
 					}
 					run.Round, run.Mode = round+1, m.name
 					rep.Runs = append(rep.Runs, run)
 					if cfg.Progress != nil {
-						cfg.Progress(fmt.Sprintf("round %d/%d, %d agents, graphs %v, %s: %.0f env steps/s, %.0f learner steps/s over %.1f s (%.1f s in all)",
-							round+1, cfg.Repeats, n, g, m.name, run.EnvStepsPerSec, run.LearnerStepsPerSec, run.WindowSeconds, run.WallSeconds))
+						cfg.Progress(fmt.Sprintf("round %d/%d, agents %d, graphs %s, %s: %.0f env steps/s, %.0f learner steps/s over %.2f s (%.2f s in all)",
+							round+1, cfg.Repeats, n, onOff(g), m.name, run.EnvStepsPerSec, run.LearnerStepsPerSec, run.WindowSeconds, run.WallSeconds))
 					}
 				}
 			}
@@ -323,6 +345,13 @@ func measureRL(ctx context.Context, run RLRunner, d dqn.Config, n int, g bool) (
 	}
 	r.RLWindow, r.EnvStepsPerSec, r.LearnerStepsPerSec = w, w.EnvStepsPerSec(), w.LearnerStepsPerSec()
 	return r, nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 func loadAvg() string {
@@ -462,7 +491,7 @@ func (m *RLMeter) Window() (RLWindow, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	w := RLWindow{EnvSteps: m.last.env - m.first.env, LearnerSteps: m.last.learner - m.first.learner,
-		WindowSeconds: m.last.at.Sub(m.first.at).Seconds(), Marks: m.marks}
+		WindowSeconds: m.last.at.Sub(m.first.at).Seconds(), Window: RLWindowReadings, Marks: m.marks}
 	if !m.started || w.WindowSeconds <= 0 || w.EnvSteps <= 0 || w.LearnerSteps <= 0 {
 		return w, fmt.Errorf("%w (%d readings in the window)", ErrRLNoWindow, m.marks)
 	}

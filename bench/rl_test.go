@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/device"
+	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 )
 
@@ -33,7 +35,7 @@ func TestRLMeterWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := RLWindow{EnvSteps: 400, LearnerSteps: 100, WindowSeconds: 2, Marks: 4}
+	want := RLWindow{EnvSteps: 400, LearnerSteps: 100, WindowSeconds: 2, Window: RLWindowReadings, Marks: 4}
 	if w != want {
 		t.Fatalf("window %+v, want %+v", w, want)
 	}
@@ -68,7 +70,7 @@ func (f fakeRL) run(_ context.Context, cfg dqn.Config, graphs bool) (RLWindow, e
 	if graphs {
 		learn *= 1.25
 	}
-	return RLWindow{EnvSteps: int(env * 2), LearnerSteps: int(learn * 2), WindowSeconds: 2, Marks: 4, WallSeconds: 3}, nil
+	return RLWindow{EnvSteps: int(env * 2), LearnerSteps: int(learn * 2), WindowSeconds: 2, Window: RLWindowReadings, Marks: 4, WallSeconds: 3}, nil
 }
 
 func fakeRLConfig(calls *[]string) RLConfig {
@@ -161,7 +163,7 @@ func TestRLReportJSON(t *testing.T) {
 			t.Errorf("no %q in a point", k)
 		}
 	}
-	for _, k := range []string{"round", "mode", "agents", "graphs", "env_steps", "learner_steps", "window_seconds", "marks",
+	for _, k := range []string{"round", "mode", "agents", "graphs", "env_steps", "learner_steps", "window_seconds", "window", "marks",
 		"wall_seconds", "env_steps_per_second", "learner_steps_per_second"} {
 		if _, ok := back.Runs[0][k]; !ok {
 			t.Errorf("no %q in a run", k)
@@ -201,5 +203,25 @@ func TestRLConfigValidate(t *testing.T) {
 	}
 	if err := fakeRLConfig(&calls).WithDefaults().Validate(); err != nil {
 		t.Fatalf("a good configuration: %v", err)
+	}
+}
+
+// TestSequentialRunner measures the sequential loop of two small agents
+// on the CPU device: the window is the whole run less the run to
+// learning_starts, which for RunSequential's fixed schedule is exactly
+// the environment steps past learning_starts.
+func TestSequentialRunner(t *testing.T) {
+	cfg := RLTrainingConfig()
+	cfg.NumAgents, cfg.Hidden, cfg.BatchSize, cfg.BufferCapacity = 2, []int{8}, 16, 1000
+	cfg.TotalSteps, cfg.LearningStarts, cfg.TargetUpdate = 300, 100, 50
+	for _, graphs := range []bool{true, false} {
+		w, err := SequentialRunner(func() (device.Device, error) { return cpu.Open(cpu.Config{Threads: 1}) })(context.Background(), cfg, graphs)
+		if err != nil {
+			t.Fatalf("graphs %v: %v", graphs, err)
+		}
+		if w.Window != RLWindowDifference || w.EnvSteps != 2*(300-100) || w.LearnerSteps <= 0 || w.LearnerSteps > w.EnvSteps+2*cfg.LockstepTrain ||
+			!(w.WindowSeconds > 0) || w.WindowSeconds > w.WallSeconds {
+			t.Errorf("graphs %v: %+v", graphs, w)
+		}
 	}
 }

@@ -10,12 +10,13 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/tolaria-ml/tolaria/internal/workertest"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The test binary doubles as a CPU tolaria-worker (workertest), so that
+// run_graph_bench rl's agents run in real worker processes.
+func TestMain(m *testing.M) { workertest.Main(m) }
 
 func runArgs(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()

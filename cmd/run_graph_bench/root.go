@@ -59,7 +59,8 @@ times and the samples/s of both. make bench-peer installs what the peer needs.
 docs/bench.md explains every number.`,
 		Example: `  run_graph_bench --preset tiny --output tiny.json --plot tiny.png
   run_graph_bench --preset mlp --sweep-batch-sizes 8,16,32,64,128 --output mlp.json --plot mlp.png
-  run_graph_bench --peer torch --peer-batch-sizes 8,64,256,1024 --peer-widths 128,256,512,1024,2048 --output peer.json --plot peer.png`,
+  run_graph_bench --peer torch --peer-batch-sizes 8,64,256,1024 --peer-widths 128,256,512,1024,2048 --output peer.json --plot peer.png
+  run_graph_bench rl --output rl.json --plot rl.png`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("unexpected argument %q: run_graph_bench takes flags only (see --help)", args[0])
@@ -106,7 +107,8 @@ docs/bench.md explains every number.`,
 	rlPlot := newRLPlotCmd()
 	rlPlot.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.AddCommand(rlPlot)
-	for _, sub := range []*cobra.Command{newGPUCheckCmd(), newGPUReportCmd()} {
+	rlBench := newRLBenchCmd(shared, append([]string{"run_graph_bench"}, args...))
+	for _, sub := range []*cobra.Command{rlBench, newGPUCheckCmd(), newGPUReportCmd()} {
 		sub.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 		cmd.AddCommand(sub)
 	}
