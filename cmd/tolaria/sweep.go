@@ -75,6 +75,7 @@ checkpoints and stops).`,
 	fs.IntVar(&f.cfg.PerDevice, "per-device", 0, "trials sharing one device at once (default 1 on a GPU, --parallel on the CPU)")
 	fs.IntVar(&f.cfg.Parallel, "parallel", 0, "trials running at once (default one per device slot: devices times --per-device)")
 	fs.IntVar(&f.cfg.Retries, "retries", 0, "start a failed trial again up to N times, from its last checkpoint when it has one")
+	fs.BoolVar(&f.cfg.ReuseWorkers, "reuse-workers", false, "keep each worker process for the next trials on its device (reset between trials), so a trial of the same shape as the one before captures through its graph pool; results are bitwise the same (local launcher only; see docs/sweeps.md)")
 	fs.StringVar(&f.cfg.RankBy, "rank-by", "test_accuracy", "summary key to rank trials by: "+strings.Join(coordinator.RankKeys(), ", ")+
 		" (keys ending in loss or seconds rank ascending, the others descending)")
 	fs.StringVar(&f.cfg.Dir, "sweep-dir", "", "sweep directory, new or empty (default sweeps/<time>); with --resume, the sweep to resume")

@@ -95,6 +95,14 @@ type Config struct {
 	// tasks of a job array, Parallel then the array's limit of tasks
 	// running at once (0: none), each task on CUDA asking for one GPU.
 	Launch launch.Kind
+	// ReuseWorkers keeps each local worker process for the trials that
+	// follow on its device slot (tolaria-worker serve --keep), preferring
+	// for a trial the idle worker whose last trial had its shape: the
+	// worker keeps its device, driver context and graph pool, resets
+	// between trials, and a trial of the same step signature as the one
+	// before captures by updating the pooled executables. Results are
+	// bitwise those of a worker per trial. Local launcher only.
+	ReuseWorkers bool
 	// DryRun prepares nothing: Prepare checks everything and returns a
 	// Run whose DryRun says what would be submitted (Slurm only).
 	DryRun  bool
@@ -141,6 +149,9 @@ func (c Config) Validate() error {
 		return refusal.Config(field.Errorf("min_residence", "cannot be negative (%s); give a duration such as 10s, or 0 for the default", c.MinResidence))
 	case c.Retries < 0 || c.Retries > 100:
 		return refusal.Config(field.Errorf("retries", "must be in 0..100, got %d", c.Retries))
+	case c.ReuseWorkers && c.Launch.OrLocal().Name != launch.LocalName:
+		return refusal.Config(field.Errorf("reuse_workers", "keeps worker processes on this machine; the %s launcher starts a task per trial; leave it off with %s %s",
+			c.Launch.OrLocal().Name, field.Name("launcher"), c.Launch.OrLocal().Name))
 	}
 	kind := c.Launch.OrLocal()
 	if kind.Check != nil {
@@ -234,6 +245,9 @@ type Run struct {
 	journalErr error
 
 	reportMu sync.Mutex // Report sees one update at a time
+
+	// kept are the workers kept for later trials (Config.ReuseWorkers).
+	kept keptWorkers
 }
 
 // Prepare checks everything before anything is written (the
@@ -796,6 +810,8 @@ func (s *Run) Run(ctx context.Context) (Results, error) {
 		}()
 	}
 	wg.Wait()
+	// No trial runs: the kept workers end (their input closed, reaped).
+	s.kept.closeAll()
 	close(stopWriter)
 	writeErr := <-writerDone
 	// Every worker is reaped and the results writer stopped: what follows
@@ -974,7 +990,15 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 	}
 	defer h.Close()
 	tailOf = h.Tail
-	place := train.Placement{Device: sl.Device, WorkerStart: s.cfg.WorkerStart, HeartbeatTimeout: s.cfg.HeartbeatTimeout, Transport: h.Transport}
+	transport := h.Transport
+	if s.cfg.ReuseWorkers {
+		if kw := s.kept.take(sl, spec, h); kw != nil {
+			// The kept worker writes this trial's lines to its log.
+			transport = kw.k.For(kw.stderr)
+			defer s.kept.give(kw)
+		}
+	}
+	place := train.Placement{Device: sl.Device, WorkerStart: s.cfg.WorkerStart, HeartbeatTimeout: s.cfg.HeartbeatTimeout, Transport: transport}
 	// The sweep reports a trial's start and end itself; of a run's own
 	// log only warnings are news.
 	runLog := slog.New(minLevel{s.log.Handler(), slog.LevelWarn}).With("trial", t.Name)
