@@ -962,7 +962,7 @@ func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (
 		// The broker keeps the books of this machine's devices.
 		b := e.shardBudget(s, attempt, sl)
 		defer b.Release()
-		sink.Budget = b.Ask
+		sink.Budget = func(req jobserver.BudgetRequest, reply jobserver.BudgetReply) error { return b.Ask(req, reply) }
 	}
 	if _, _, err := jobserver.Evaluate(ctx, h.Transport, sl.Device, ej, sink); err != nil {
 		return jobserver.ShardHeader{}, fmt.Errorf("attempt %d: %w (worker log %s)", attempt, err, logPath)

@@ -123,6 +123,11 @@ type Request struct {
 	Report func(AgentStatus)
 	// Metrics, when set, is updated as the agents go.
 	Metrics *telemetry.RLMetrics
+	// DeviceMemory caps the device memory the agents' budgets may take
+	// on each of this machine's devices; 0 takes what the first worker
+	// finds free. Each agent's learner and actor ask the budget broker,
+	// as one holder, before they allocate (see agentBudgets).
+	DeviceMemory int64
 }
 
 // AgentStatus is what is known of an agent as it runs.
@@ -209,6 +214,8 @@ type Run struct {
 	// launcher starts the actors and learners, on slots.
 	launcher launch.Launcher
 	slots    *launch.Slots
+	// budgets are the agents' device-memory budgets on this machine.
+	budgets *agentBudgets
 	// plans are what each agent of a resumed run continues from, checked
 	// before anything was written.
 	plans []agentPlan
@@ -282,6 +289,10 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 			c.EvalEpisodes, g.Episodes, c.Env.Name, g.Return, g.Episodes))
 	}
 	r := &Run{req: req, dir: dir, lock: lock, path: path, log: req.Logger}
+	if r.budgets, err = newAgentBudgets(req); err != nil {
+		_ = lock.Unlock()
+		return nil, err // a refusal naming device_memory
+	}
 	if err := r.placeWorkers(); err != nil {
 		_ = lock.Unlock()
 		return nil, err
@@ -768,12 +779,14 @@ func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt i
 	j := jobserver.RLJob{Role: role, Agent: a.i, Config: req.Config, Memory: a.mem.Path(), Dir: a.dir, Resume: resume,
 		Graphs: req.Graphs, MaxLead: req.MaxLead, Threads: req.Threads, ReportMS: int(req.ReportEvery / time.Millisecond)}
 	obs := a.halfObserver(role, dev)
+	ask, asked := a.r.budgets.half(a.i, role, sl, obs, a.r.log)
+	defer asked()
 	_, res, err := jobserver.RL(ctx, &hookHello{Transport: t, hello: func(h worker.Hello) {
 		a.event(EventWorker, map[string]any{"role": role, "pid": h.PID, "device": h.Device, "slot": sl.String(), "attempt": attempt})
 	}}, dev, j, func(p jobserver.RLProgress) {
 		jobserver.ObserveReplays(obs, p)
 		a.progress(p, attempt)
-	}, obs, nil)
+	}, obs, ask)
 	if err != nil {
 		return res, fmt.Errorf("%s (attempt %d): %w (worker log %s)", role, attempt, err, logPath)
 	}

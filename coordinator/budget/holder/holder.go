@@ -69,6 +69,15 @@ type Update struct {
 	Waited time.Duration
 }
 
+// Reply answers a worker's budget request (jobserver.BudgetReply is one;
+// a reply may stand for several workers booked as one holder).
+type Reply interface {
+	Grant(jobserver.BudgetGrant) error
+	Refuse(reason string) error
+	Park() error
+	Unpark() error
+}
+
 // Sink answers the worker's budget request through the broker (its Ask
 // and Parked are jobserver.Sink's Budget and Parked). The ticket it books
 // is held until Release is called (the worker ended).
@@ -98,7 +107,7 @@ func (s *Sink) event(kind string, fields map[string]any) {
 // Ask books the worker's request with the broker and answers it: a grant
 // now, a refusal, or nothing yet (the grant comes later, from the call
 // that makes room).
-func (s *Sink) Ask(req jobserver.BudgetRequest, reply jobserver.BudgetReply) error {
+func (s *Sink) Ask(req jobserver.BudgetRequest, reply Reply) error {
 	c := s.cfg
 	need := req.Bill.DeviceBytes()
 	granted := func(g budget.Grant) error {
