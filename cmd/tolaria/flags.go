@@ -54,6 +54,18 @@ func setsNoKey(fs *pflag.FlagSet, flag string) {
 	_ = fs.SetAnnotation(flag, keyAnnotation, []string{"", "false"})
 }
 
+// fileKeys are the keys of the command's file that the flags given set
+// (marked by setsKey with inFile), with their values, and those flags.
+func fileKeys(fs *pflag.FlagSet) (map[field.Name]any, []string) {
+	given, flags := map[field.Name]any{}, []string(nil)
+	fs.Visit(func(f *pflag.Flag) {
+		if k := f.Annotations[keyAnnotation]; len(k) == 2 && k[1] == "true" {
+			given[field.Name(k[0])], flags = flagValue(fs, f), append(flags, f.Name)
+		}
+	})
+	return given, flags
+}
+
 // speller spells a setting's key as cmd's flag, for messages: run_dir as
 // --run-dir, model.hidden as --hidden, optimizer.lr as --lr, a key
 // marked by setsKey as its flag. A key whose value came from the

@@ -66,7 +66,8 @@ input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
 	fs.IntVar(&f.cfg.TotalSteps, "total-steps", def.TotalSteps, "environment steps per agent")
 	fs.Uint64Var(&f.cfg.Seed, "seed", def.Seed, "seed; agent i uses seed+i")
 	fs.BoolVar(&f.cfg.StopWhenSolved, "stop-when-solved", def.StopWhenSolved, "stop an agent once a greedy evaluation (eval_interval) solves the environment: a mean return over 100 or more episodes of 475 on CartPole-v1, -100 on Acrobot-v1, -110 on MountainCar-v0 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps")
-	for flag, key := range map[string]field.Name{"agents": "num_agents", "total-steps": "total_steps", "seed": "seed", "stop-when-solved": "stop_when_solved"} {
+	fs.BoolVar(&f.cfg.Lockstep, "lockstep", def.Lockstep, "each agent's actor and learner take turns: collect lockstep_collect transitions (default 10), train lockstep_train steps (default 10), publish, sync; slower, and repeatable: the same configuration gives the same weights, returns and buffers, bit for bit, as a finished agent's kept replay.buf shows")
+	for flag, key := range map[string]field.Name{"agents": "num_agents", "total-steps": "total_steps", "seed": "seed", "stop-when-solved": "stop_when_solved", "lockstep": "lockstep"} {
 		setsKey(fs, flag, key, true)
 		fs.Lookup(flag).Usage += " (" + string(key) + ")"
 	}
@@ -100,48 +101,26 @@ type rlFlags struct {
 // request reads the configuration file (or the run's, to resume), puts
 // the flags given over it and checks the result.
 func (f *rlFlags) request(fs *pflag.FlagSet) (rl.Request, error) {
-	req, path, cfg := f.req, f.config, dqn.DefaultConfig()
+	req, path := f.req, f.config
+	given, flags := fileKeys(fs)
 	if req.Resume {
-		if path != "" {
+		switch {
+		case path != "":
 			return req, usagef("--resume continues with the configuration saved in --run-dir; drop --config")
-		}
-		if req.Dir == "" {
+		case req.Dir == "":
 			return req, usagef("--resume needs --run-dir pointing at the run to continue")
 		}
 		path = filepath.Join(req.Dir, coordinator.ConfigFile)
-		if !fileExists(path) {
+		if _, err := os.Stat(path); err != nil {
 			return req, usagef("--resume: %s holds no tolaria rl run (no %s); start without --resume, or point --run-dir at an earlier run", req.Dir, coordinator.ConfigFile)
 		}
-	}
-	if path != "" {
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			return req, usagef("--config: %v", err)
-		}
-		if cfg, err = dqn.ParseConfig(raw); err != nil {
-			return req, usagef("%s: %v", path, err) // the file's keys as written there
+		if len(flags) > 0 {
+			return req, usagef("--%s cannot change a run being resumed; it continues with %s", flags[0], path)
 		}
 	}
-	for _, flag := range []string{"agents", "total-steps", "seed", "stop-when-solved"} {
-		if !fs.Changed(flag) {
-			continue
-		}
-		if req.Resume {
-			return req, usagef("--%s cannot change a run being resumed; it continues with %s", flag, path)
-		}
-		switch flag {
-		case "agents":
-			cfg.NumAgents = f.cfg.NumAgents
-		case "total-steps":
-			cfg.TotalSteps = f.cfg.TotalSteps
-		case "seed":
-			cfg.Seed = f.cfg.Seed
-		default:
-			cfg.StopWhenSolved = f.cfg.StopWhenSolved
-		}
-	}
-	if err := cfg.Validate(); err != nil {
-		return req, fmt.Errorf("%w: %w", errUsage, err)
+	cfg, err := rl.LoadConfig(path, given)
+	if err != nil {
+		return req, err
 	}
 	if req.MaxLead < 0 || req.Threads < 1 || req.ActorRestarts < 0 {
 		return req, usagef("--max-lead and --actor-restarts must be 0 or more and --threads at least 1, got %d, %d and %d", req.MaxLead, req.ActorRestarts, req.Threads)
@@ -208,9 +187,4 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 		return runErr
 	}
 	return outcome(stderr, ok, len(sum.Agents), "agent", filepath.Join(run.Dir(), coordinator.SummaryFile))
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }
