@@ -94,3 +94,32 @@ func shapeOf(spec job.Spec) string {
 		spec.Input, spec.Hidden, spec.Layers, spec.ClipNorm > 0})
 	return string(raw)
 }
+
+// startOrder is the order trials start in: the file's, or with
+// Config.ReuseWorkers the file's grouped by shape (each shape where its
+// first trial is, its trials in the file's order), so a kept worker's
+// next trial is of the shape it has pooled. The order changes no result:
+// a trial's are the same whichever ran before it.
+func (s *Run) startOrder() []int {
+	trials := s.cfg.Sweep.Trials
+	order := make([]int, 0, len(trials))
+	if !s.cfg.ReuseWorkers {
+		for i := range trials {
+			order = append(order, i)
+		}
+		return order
+	}
+	var shapes []string
+	byShape := map[string][]int{}
+	for i, t := range trials {
+		sh := shapeOf(t.Spec)
+		if _, ok := byShape[sh]; !ok {
+			shapes = append(shapes, sh)
+		}
+		byShape[sh] = append(byShape[sh], i)
+	}
+	for _, sh := range shapes {
+		order = append(order, byShape[sh]...)
+	}
+	return order
+}

@@ -788,7 +788,8 @@ func (s *Run) Run(ctx context.Context) (Results, error) {
 	defer stop()
 	defer launch.ReleaseAll(ctx, s.launcher, planned)
 	var wg sync.WaitGroup
-	for i, t := range s.cfg.Sweep.Trials {
+	for _, i := range s.startOrder() {
+		t := s.cfg.Sweep.Trials[i]
 		if s.rows[i].State == TrialSucceeded {
 			continue
 		}
