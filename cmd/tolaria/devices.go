@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
@@ -38,15 +36,7 @@ says which), 130 interrupted.`,
 		if err != nil {
 			return err
 		}
-		if asJSON {
-			if gpus == nil {
-				gpus = []coordinator.GPU{}
-			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(map[string]any{"gpus": gpus})
-		}
-		return progress.GPUs(cmd.OutOrStdout(), gpus)
+		return progress.GPUs(cmd.OutOrStdout(), gpus, asJSON)
 	}
 	return cmd
 }

@@ -2,6 +2,7 @@ package progress
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -161,8 +162,14 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// GPUs prints the GPUs as a table, or says there is none.
-func GPUs(w io.Writer, gpus []coordinator.GPU) error {
+// GPUs prints the GPUs as a table, or says there is none; asJSON prints
+// them as {"gpus": [...]} instead.
+func GPUs(w io.Writer, gpus []coordinator.GPU, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"gpus": append([]coordinator.GPU{}, gpus...)})
+	}
 	if len(gpus) == 0 {
 		_, err := fmt.Fprintln(w, "no GPU: the CUDA driver reports none (check CUDA_VISIBLE_DEVICES)")
 		return err

@@ -2,6 +2,7 @@ package progress
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,5 +67,98 @@ func TestShellCommand(t *testing.T) {
 	got := ShellCommand([]string{"sbatch", "--array=0-3%2", "", "a b", "it's", "x!", "--mem=8G"})
 	if want := `sbatch --array=0-3%2 '' 'a b' 'it'\''s' 'x!' --mem=8G`; got != want {
 		t.Errorf("ShellCommand = %s, want %s", got, want)
+	}
+}
+
+// TestSweepResults: the trials in their order, ranked ones with their
+// figure, the others with the first line of their reason, and where the
+// results are.
+func TestSweepResults(t *testing.T) {
+	v := 0.91234
+	var b bytes.Buffer
+	SweepResults(&b, coordinator.Results{RankBy: "test_accuracy", Trials: []coordinator.TrialResult{
+		{Rank: 1, Name: "lr-0.1", State: coordinator.TrialSucceeded, Value: &v},
+		{Name: "a-much-longer-name", State: coordinator.TrialFailed, Reason: "worker exited\nlog tail"},
+	}}, "sweeps/x")
+	want := "rank  trial               state        test_accuracy\n" +
+		"1     lr-0.1              succeeded    0.9123\n" +
+		"-     a-much-longer-name  failed       worker exited\n" +
+		"results sweeps/x/results.json\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// TestRLSummary: best-100 only after a full window, greedy only after an
+// evaluation, solved only when solved, and a reason under its agent.
+func TestRLSummary(t *testing.T) {
+	var b bytes.Buffer
+	s := coordinator.RLSummary{Dir: "runs/rl", Env: "CartPole-v1", Agents: []coordinator.AgentStatus{
+		{Agent: 0, State: coordinator.AgentSucceeded, Episodes: 150, MeanReturn: 480, BestMeanReturn: 490, Evaluations: 2, BestEvalMeanReturn: 500, EnvSteps: 9000, SolvedAt: 8000},
+		{Agent: 1, State: coordinator.AgentFailed, Episodes: 10, MeanReturn: 20, EnvSteps: 300, SolvedAt: -1, Reason: "learner: NaN loss\nmore"},
+	}}
+	s.Goal.Return, s.Goal.Episodes = 475, 100
+	RLSummary(&b, s)
+	got := b.String()
+	for _, want := range []string{
+		"env CartPole-v1: the goal is a greedy mean return of at least 475 over 100 episodes\n",
+		"0      succeeded         150      480.0      490.0        500.0       9000  8000\n",
+		"1      failed             10       20.0          -            -        300  -\n       learner: NaN loss\n",
+		"summary runs/rl/summary.json\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the summary lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// TestEvalResult: a complete result's figures and files; a partial one's
+// figures marked partial; another failure nothing. A token model's
+// accuracy is shown at five positions of the context.
+func TestEvalResult(t *testing.T) {
+	rep := &coordinator.EvalReport{Accuracy: 0.5, Loss: 1.25, Samples: 100, Split: "test", Step: 7, Workers: 2, Predictions: "predictions.parquet"}
+	var b bytes.Buffer
+	EvalResult(&b, rep, nil, "runs/x")
+	if want := "accuracy 0.5000  loss 1.250000  (100 examples, test split, checkpoint step 7, 2 workers)\nresults runs/x/eval.json\npredictions runs/x/predictions.parquet\n"; b.String() != want {
+		t.Errorf("complete:\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
+	EvalResult(&b, rep, &coordinator.ShardsFailedError{Missing: []int{1}, Partial: "runs/x/eval.partial.json"}, "runs/x")
+	if got := b.String(); !strings.HasPrefix(got, "partial: accuracy 0.5000") || !strings.HasSuffix(got, "partial results runs/x/eval.partial.json\n") {
+		t.Errorf("partial:\n%s", got)
+	}
+	b.Reset()
+	EvalResult(&b, rep, errors.New("the merge failed"), "runs/x")
+	if b.Len() != 0 {
+		t.Errorf("a failure printed %q", b.String())
+	}
+	seq := &coordinator.EvalReport{Accuracy: 0.5, Loss: 1, Samples: 3, Split: "test", Workers: 1, Sequence: &coordinator.SequenceFigures{
+		Positions: 9, Tokens: 27, BitsPerByte: 1.44, PositionAccuracy: []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}}}
+	b.Reset()
+	EvalReport(&b, seq)
+	if want := "accuracy by position (of 9): 0: 0.0000  2: 0.2000  4: 0.4000  6: 0.6000  8: 0.8000\n"; !strings.HasSuffix(b.String(), want) || !strings.Contains(b.String(), "(3 windows, 27 tokens, test split, checkpoint step 0, 1 worker)") {
+		t.Errorf("a token model's report:\n%s", b.String())
+	}
+}
+
+// TestGPUs: a table, a sentence when there is none, and JSON whose list
+// is never null.
+func TestGPUs(t *testing.T) {
+	var b bytes.Buffer
+	if err := GPUs(&b, nil, false); err != nil || !strings.HasPrefix(b.String(), "no GPU") {
+		t.Errorf("none: %q %v", b.String(), err)
+	}
+	b.Reset()
+	if err := GPUs(&b, nil, true); err != nil || b.String() != "{\n  \"gpus\": []\n}\n" {
+		t.Errorf("none as JSON: %q %v", b.String(), err)
+	}
+	b.Reset()
+	gpus := []coordinator.GPU{{Ordinal: 0, Name: "H100", PCIBusID: "0000:01:00.0", ComputeCapability: "9.0", TotalBytes: 80 << 30, FreeBytes: 79 << 30, Usable: true},
+		{Ordinal: 1, Name: "K80", ComputeCapability: "3.7", Reason: "compute capability below 8.0"}}
+	if err := GPUs(&b, gpus, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.String(); !strings.Contains(got, "cuda:0  H100") || !strings.Contains(got, "80 GiB") || !strings.Contains(got, "no: compute capability below 8.0") {
+		t.Errorf("table:\n%s", got)
 	}
 }
