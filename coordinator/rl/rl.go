@@ -632,7 +632,10 @@ func (r *Run) agent(ctx context.Context, i int) (AgentStatus, error) {
 	interrupted := ctx.Err() != nil
 
 	var saveErr error
-	if interrupted || learnErr == nil && actErr != nil {
+	// In lockstep a finished agent's buffer is kept too: the same
+	// configuration gives the same replay.buf, byte for byte.
+	lockstepDone := r.req.Config.Lockstep && learnErr == nil && actErr == nil
+	if interrupted || learnErr == nil && actErr != nil || lockstepDone {
 		// What a resume needs: the learner checkpointed as it stopped.
 		saveErr = a.saveReplay()
 	}
@@ -656,7 +659,7 @@ func (r *Run) agent(ctx context.Context, i int) (AgentStatus, error) {
 		}
 	})
 	st := a.status()
-	if st.State == AgentSucceeded {
+	if st.State == AgentSucceeded && !r.req.Config.Lockstep {
 		// Nothing to resume: a buffer saved by an earlier stop is stale.
 		_ = os.Remove(filepath.Join(dir, ReplayFile))
 	}
@@ -932,9 +935,11 @@ func (a *agentRun) addEval(e jobserver.RLEval) {
 	a.mu.Unlock()
 	if solved {
 		a.r.log.Info("agent solved the task", "agent", a.i, "env_steps", e.EnvSteps, "greedy_mean_return", e.MeanReturn, "episodes", e.Episodes)
-		if a.r.req.Config.StopWhenSolved {
+		if a.r.req.Config.StopWhenSolved && !a.r.req.Config.Lockstep {
 			// Within a report interval of the evaluation: the learner
-			// may have taken some more steps.
+			// may have taken some more steps. (In lockstep the actor
+			// stops the agent itself, once the learner has taken the
+			// round's steps, so that it ends at the same step every time.)
 			a.mem.Stop()
 		}
 	}
