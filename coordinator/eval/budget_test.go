@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/budget"
+	"github.com/tolaria-ml/tolaria/coordinator/budget/holder"
 	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/internal/workertest"
@@ -74,17 +75,15 @@ func TestShardsShareTheDeviceByBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := []string{workertest.ServeEnv + "=1"}
-	evaluate := func(workers int, deviceMemory int64) (*Report, []Progress) {
+	evaluate := func(workers int, deviceMemory int64) (*Report, []holder.Update) {
 		t.Helper()
 		var mu sync.Mutex
-		var waits []Progress
+		var waits []holder.Update
 		e, err := Plan(Request{RunDir: dir, Workers: workers, Worker: exe, Env: env, DeviceMemory: deviceMemory,
-			Progress: func(p Progress) {
-				if p.Budget != nil {
-					mu.Lock()
-					waits = append(waits, p)
-					mu.Unlock()
-				}
+			Budget: func(_, _ int, _ string, u holder.Update) {
+				mu.Lock()
+				waits = append(waits, u)
+				mu.Unlock()
 			}})
 		if err != nil {
 			t.Fatal(err)
@@ -109,9 +108,9 @@ func TestShardsShareTheDeviceByBudget(t *testing.T) {
 	if b.Waits != len(waits)/2 && b.Waits != (len(waits)+1)/2 {
 		t.Errorf("%d waits in the books, %d budget updates told (a wait and its grant each)", b.Waits, len(waits))
 	}
-	for _, p := range waits {
-		if p.Budget.Waiting && p.Budget.Bytes != bill.DeviceBytes() {
-			t.Errorf("shard %d waited for %d bytes, want its bill %d", p.Shard, p.Budget.Bytes, bill.DeviceBytes())
+	for _, u := range waits {
+		if u.Bytes != bill.DeviceBytes() {
+			t.Errorf("a shard waited for or was granted %d bytes, want its bill %d", u.Bytes, bill.DeviceBytes())
 		}
 	}
 	figures := func(r *Report) any { return []any{r.Samples, r.Loss, r.Accuracy, r.Correct, r.PerClass, r.Confusion} }

@@ -127,15 +127,13 @@ type Request struct {
 	Logger  *slog.Logger
 	// Progress, when set, is told of each shard's attempts as they end.
 	Progress func(Progress)
+	// Budget, when set, is told that a shard attempt's device-memory
+	// request waits (u.Waiting) and, after a wait, that it was granted.
+	Budget func(shard, attempt int, device string, u holder.Update)
 }
 
-// Progress is a shard attempt that ended, or (Budget set) a change of
-// its device-memory request while it waits to start.
+// Progress is a shard attempt that ended.
 type Progress struct {
-	// Budget, when set, is the attempt's budget request waiting (Waiting)
-	// or granted after a wait; the other fields but Shard, Shards,
-	// Attempt and Device are then unset.
-	Budget        *holder.Update
 	Shard, Shards int
 	Attempt       int
 	// Last is true when no attempt follows: the second, or a failure
@@ -975,15 +973,15 @@ func (e *Run) attempt(ctx context.Context, s int, sl launch.Slot, attempt int) (
 }
 
 // shardBudget is attempt's holder of a budget on sl's device: it cannot
-// park, and its waits are counted and told to Request.Progress.
+// park, and its waits are counted and told to Request.Budget.
 func (e *Run) shardBudget(s, attempt int, sl launch.Slot) *holder.Sink {
 	return holder.New(holder.Config{Broker: e.broker, Holder: fmt.Sprintf("shard %d", s), Kind: "evaluation shard", Device: sl.String(),
 		Logger: e.log.With("shard", s), Report: func(u holder.Update) {
 			if u.Waiting {
 				e.books.waited(sl.String())
 			}
-			if e.req.Progress != nil {
-				e.req.Progress(Progress{Shard: s, Shards: e.req.Workers, Attempt: attempt, Device: sl.String(), Budget: &u})
+			if e.req.Budget != nil {
+				e.req.Budget(s, attempt, sl.String(), u)
 			}
 		}})
 }
