@@ -54,6 +54,9 @@ func (c Config) checkLockstep() error {
 			field.Name("num_envs"), c.NumEnvs, c.LockstepCollect)
 	case c.LockstepTrain < 1 || c.LockstepTrain > MaxLockstepRound:
 		return field.Errorf("lockstep_train", "must be 1..%d training steps per round, got %d", MaxLockstepRound, c.LockstepTrain)
+	case c.ActorMode() == ActorShared:
+		return field.Errorf("lockstep", "takes turns between each agent's own actor and its learner; the shared actor (%s: %s) has no lockstep schedule: turn lockstep off, or, for an environment of one agent, set %s: %s",
+			field.Name("actor"), ActorShared, field.Name("actor"), ActorPerAgent)
 	}
 	return nil
 }

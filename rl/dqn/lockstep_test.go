@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/rl/env"
 	"github.com/tolaria-ml/tolaria/rl/shm"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -255,4 +257,41 @@ func runLockstepHalves(t *testing.T, ctx context.Context, dev device.Device, cfg
 	wg.Wait()
 	must(t, errors.Join(errs...))
 	return results
+}
+
+// TestLockstepKeys: the schedule's keys are read from a file and written
+// back under the same digest, a free-running configuration writes none
+// of them (its digest is what it was), and a bad schedule is refused
+// naming its key, only when lockstep is on.
+func TestLockstepKeys(t *testing.T) {
+	c, err := ParseConfig([]byte("lockstep: true\nlockstep_collect: 20\nlockstep_train: 5\n"))
+	if err != nil || !c.Lockstep || c.LockstepCollect != 20 || c.LockstepTrain != 5 {
+		t.Fatalf("read %+v (%v)", c, err)
+	}
+	back, err := ParseConfig(c.YAML())
+	if err != nil || !reflect.DeepEqual(back, c) || back.Digest() != c.Digest() {
+		t.Errorf("written as\n%s\nread back as %+v (%v)", c.YAML(), back, err)
+	}
+	if def := DefaultConfig(); bytes.Contains(def.YAML(), []byte("lockstep")) {
+		t.Errorf("the default configuration writes the lockstep keys:\n%s", def.YAML())
+	}
+	if _, err := ParseConfig([]byte("lockstep_collect: 0\n")); err != nil {
+		t.Errorf("a schedule not used (lockstep off) is refused: %v", err)
+	}
+	for _, tc := range []struct {
+		file string
+		key  field.Name
+		says string
+	}{
+		{"lockstep: true\nlockstep_collect: 0\n", "lockstep_collect", "1..1000000"},
+		{"lockstep: true\nnum_envs: 4\nlockstep_collect: 10\n", "lockstep_collect", "multiple of num_envs (4)"},
+		{"lockstep: true\nlockstep_train: 1000001\n", "lockstep_train", "1..1000000"},
+		{"lockstep: true\nactor: shared\nenv: Forage\nnum_agents: 2\n", "lockstep", "actor: per-agent"},
+		{"lockstep: yes please\n", "lockstep", ""},
+	} {
+		_, err := ParseConfig([]byte(tc.file))
+		if !field.Is(err, tc.key) || !strings.Contains(fmt.Sprint(err), tc.says) {
+			t.Errorf("%q: %v; want a refusal naming %s and saying %q", tc.file, err, tc.key, tc.says)
+		}
+	}
 }
