@@ -47,14 +47,24 @@ type RLJob struct {
 	Threads int    `json:"threads"`  // CPU device threads; 0: the device's default
 	// ReportMS is the interval of progress messages (default 500).
 	ReportMS int `json:"report_ms"`
+	// Memories are, for the shared actor (RoleSharedActor), every agent's
+	// memory file, agent i's at i; it saves its worlds to WorldFile every
+	// WorldSaveEvery vector steps (0: dqn.DefaultWorldSaveEvery).
+	Memories       []string `json:"memories,omitempty"`
+	WorldFile      string   `json:"world_file,omitempty"`
+	WorldSaveEvery int      `json:"world_save_every,omitempty"`
 }
 
 // Validate reports what is wrong with the job itself (its configuration
 // is checked when the actor or learner is made).
 func (j RLJob) Validate() error {
 	switch {
+	case j.Role == RoleSharedActor && len(j.Memories) != j.Config.NumAgents:
+		return fmt.Errorf("a shared actor of %d agents needs a memory file each, got %d", j.Config.NumAgents, len(j.Memories))
+	case j.Role == RoleSharedActor:
+		return nil
 	case j.Role != RoleActor && j.Role != RoleLearner:
-		return fmt.Errorf("role %q: want %q or %q", j.Role, RoleActor, RoleLearner)
+		return fmt.Errorf("role %q: want %q, %q or %q", j.Role, RoleActor, RoleLearner, RoleSharedActor)
 	case j.Memory == "":
 		return errors.New("no memory file")
 	case j.Role == RoleLearner && j.Dir == "":
@@ -87,6 +97,10 @@ type RLProgress struct {
 	// observe message each (see replayTally).
 	Replays       int64     `json:"replays,omitempty"`
 	ReplaySeconds []float64 `json:"replay_seconds,omitempty"`
+	// Agents is, in a shared actor's report, each agent's report as an
+	// actor of its own would send it (agent i's at i); EnvSteps is then
+	// the fewest steps of any agent.
+	Agents []RLProgress `json:"agents,omitempty"`
 }
 
 // MaxReplaySamples is the most replay device times one progress report
@@ -180,6 +194,9 @@ type rlHalf interface {
 // (the actor's steps, then the stop flag for the learner), its stop flag
 // is set, or ctx ends; a learner then writes its checkpoint.
 func serveRL(ctx context.Context, conn *worker.Conn, j RLJob, dev device.Device, cfg Config) (RLResult, error) {
+	if j.Role == RoleSharedActor {
+		return serveSharedActor(ctx, conn, j, dev, cfg)
+	}
 	c := j.Config
 	if err := c.Validate(); err != nil {
 		return RLResult{}, usage(err.Error())

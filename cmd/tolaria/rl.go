@@ -31,7 +31,12 @@ MountainCar-v0 too, with parameters: env: {name: Acrobot-v1, max_steps: 300};
 see docs/rl.md). Each agent is two tolaria-worker processes: an actor, which
 steps its environments and picks actions with a captured forward pass on its
 copy of the weights, and a learner, which replays its captured training step
-on minibatches sampled from the agent's replay buffer. The two meet only in the agent's shared memory (a
+on minibatches sampled from the agent's replay buffer. In the multi-agent
+world Forage (env: Forage) the agents act together: one shared actor process
+(--actor shared) steps the world for all of them, each acting with its own
+weights and writing to its own buffer, while each keeps its own learner; a
+killed shared actor is started again from the world it last saved (world.json
+in the run directory). The actor and a learner meet only in the agent's shared memory (a
 memfd, with no name in /dev/shm, freed when the last process holding it
 ends): the replay buffer and the published weights. This process never
 opens a device.
@@ -68,7 +73,8 @@ input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
 	fs.Uint64Var(&f.cfg.Seed, "seed", def.Seed, "seed; agent i uses seed+i")
 	fs.BoolVar(&f.cfg.StopWhenSolved, "stop-when-solved", def.StopWhenSolved, "stop an agent once a greedy evaluation (eval_interval) solves the environment: a mean return over 100 or more episodes of 475 on CartPole-v1, -100 on Acrobot-v1, -110 on MountainCar-v0 (its actor and learner stop within half a second, the learner checkpointing); false trains every total_steps")
 	fs.BoolVar(&f.cfg.Lockstep, "lockstep", def.Lockstep, "each agent's actor and learner take turns: collect lockstep_collect transitions (default 10), train lockstep_train steps (default 10), publish, sync; slower, and repeatable: the same configuration gives the same weights, returns and buffers, bit for bit, as a finished agent's kept replay.buf shows")
-	for flag, key := range map[string]field.Name{"agents": "num_agents", "total-steps": "total_steps", "seed": "seed", "stop-when-solved": "stop_when_solved", "lockstep": "lockstep"} {
+	fs.StringVar(&f.cfg.Actor, "actor", "", "how the agents act: per-agent (an actor process per agent, stepping environments of its own: the default for CartPole-v1, Acrobot-v1, MountainCar-v0) or shared (one actor process stepping one world that every agent acts in: the default, and the only mode, for Forage); see docs/rl.md")
+	for flag, key := range map[string]field.Name{"agents": "num_agents", "total-steps": "total_steps", "seed": "seed", "stop-when-solved": "stop_when_solved", "lockstep": "lockstep", "actor": "actor"} {
 		setsKey(fs, flag, key, true)
 		fs.Lookup(flag).Usage += " (" + string(key) + ")"
 	}

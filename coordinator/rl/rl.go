@@ -100,10 +100,14 @@ type Request struct {
 	// worker seeing its GPU alone (launch.Slot.EnvUnder). None leaves every
 	// worker the GPUs its environment gives it, and it opens the first.
 	GPUs    []int
-	Graphs  bool   // actors and learners capture and replay
-	MaxLead int    // see dqn.ActorOptions.MaxLead
-	Threads int    // CPU device threads per worker (0: 1)
-	Worker  string // the tolaria-worker binary ("": worker.Find)
+	Graphs  bool // actors and learners capture and replay
+	MaxLead int  // see dqn.ActorOptions.MaxLead
+	Threads int  // CPU device threads per worker (0: 1)
+	// WorldSaveEvery is, with the shared actor (actor: shared), how many
+	// vector steps apart it saves its worlds (WorldFile); 0:
+	// dqn.DefaultWorldSaveEvery.
+	WorldSaveEvery int
+	Worker         string // the tolaria-worker binary ("": worker.Find)
 	// ActorRestarts is how many times an agent's actor is started again
 	// after it fails before the agent fails.
 	ActorRestarts    int
@@ -219,6 +223,9 @@ type Run struct {
 	// plans are what each agent of a resumed run continues from, checked
 	// before anything was written.
 	plans []agentPlan
+	// shared is the one actor of the agents when they act in one world
+	// (actor: shared); nil when each agent has its own.
+	shared *sharedActor
 }
 
 // agentPlan is what an agent of a resumed run goes on from: its learner's
@@ -485,8 +492,15 @@ func (r *Run) Close() error { return r.lock.Unlock() }
 func (r *Run) Run(ctx context.Context) (Summary, error) {
 	n := r.req.Config.NumAgents
 	var planned []launch.Worker
+	if r.req.Config.ActorMode() == dqn.ActorShared {
+		r.shared = newSharedActor(r)
+		planned = append(planned, r.shared.worker())
+	}
 	for i := range n {
-		planned = append(planned, r.halfWorker(i, jobserver.RoleLearner), r.halfWorker(i, jobserver.RoleActor))
+		planned = append(planned, r.halfWorker(i, jobserver.RoleLearner))
+		if r.shared == nil {
+			planned = append(planned, r.halfWorker(i, jobserver.RoleActor))
+		}
 	}
 	r.launcher.Plan(planned)
 	ctx, stop := r.launcher.Hold(ctx)
@@ -498,6 +512,9 @@ func (r *Run) Run(ctx context.Context) (Summary, error) {
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
+	if r.shared != nil {
+		wg.Go(func() { r.shared.run(ctx) })
+	}
 	for i := range n {
 		wg.Go(func() { sum.Agents[i], errs[i] = r.agent(ctx, i) })
 	}
@@ -558,6 +575,11 @@ func (r *Run) agent(ctx context.Context, i int) (AgentStatus, error) {
 	plan := agentPlan{ckStep: -1}
 	if r.req.Resume {
 		plan = r.plans[i]
+	}
+	if r.shared != nil {
+		// An agent that ends before it joins (a failure, or finished
+		// before) will not act: the shared actor is told so.
+		defer r.shared.join(i, nil)
 	}
 	if plan.finished {
 		if st, ok := readAgentSummary(dir); ok {
@@ -627,8 +649,17 @@ func (r *Run) agent(ctx context.Context, i int) (AgentStatus, error) {
 			a.mem.Stop() // the actor has nobody to learn from
 		}
 	})
-	wg.Go(func() { actErr = a.actor(ctx) })
-	wg.Wait()
+	if r.shared != nil {
+		r.shared.join(i, a)
+		wg.Wait()
+		// The world goes on with an agent whose learner failed (its stop
+		// flag set, its last weights acting): the agent's memory stays
+		// open until the actor has ended.
+		actErr = r.shared.wait()
+	} else {
+		wg.Go(func() { actErr = a.actor(ctx) })
+		wg.Wait()
+	}
 	interrupted := ctx.Err() != nil
 
 	var saveErr error

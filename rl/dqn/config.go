@@ -62,6 +62,12 @@ type Config struct {
 	// EvalEpisodes is the episodes of one evaluation, each in its own
 	// environment, all batched through one forward pass (eval_episodes).
 	EvalEpisodes int
+	// EvalEpsilon is the exploration of a greedy evaluation: 0, greedy,
+	// by default; DQN's evaluations (Mnih et al. 2015) use 0.05, which
+	// keeps a memoryless policy from stalling in a world it sees only a
+	// window of (Forage). Every evaluation draws the same random numbers,
+	// so it still depends on the weights alone (eval_epsilon).
+	EvalEpsilon float64
 	// StopWhenSolved asks whoever runs the agents to stop one at its
 	// first greedy evaluation that solves the environment (Goal): at
 	// least Goal().Episodes episodes whose mean return reaches
@@ -141,6 +147,8 @@ func (c Config) Validate() error {
 		return field.Errorf("eval_interval", "must be >= 0 environment steps (0: no evaluation), got %d", c.EvalInterval)
 	case c.EvalInterval > 0 && (c.EvalEpisodes < 1 || c.EvalEpisodes > 4096):
 		return field.Errorf("eval_episodes", "must be 1..4096 when %s is on, got %d", field.Name("eval_interval"), c.EvalEpisodes)
+	case !(c.EvalEpsilon >= 0 && c.EvalEpsilon <= 1):
+		return field.Errorf("eval_epsilon", "must be in [0, 1] (0: greedy), got %g", c.EvalEpsilon)
 	}
 	if err := c.checkLockstep(); err != nil {
 		return err

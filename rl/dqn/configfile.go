@@ -39,7 +39,7 @@ func (c *Config) keys() []configKey {
 		{"learning_starts", &c.LearningStarts}, {"train_every", &c.TrainEvery}, {"target_update", &c.TargetUpdate},
 		{"target_tau", &c.TargetTau}, {"publish_interval", &c.PublishInterval}, {"sync_interval", &c.SyncInterval},
 		{"epsilon_start", &c.EpsilonStart}, {"epsilon_end", &c.EpsilonEnd}, {"epsilon_decay_steps", &c.EpsilonDecaySteps},
-		{"total_steps", &c.TotalSteps}, {"eval_interval", &c.EvalInterval}, {"eval_episodes", &c.EvalEpisodes},
+		{"total_steps", &c.TotalSteps}, {"eval_interval", &c.EvalInterval}, {"eval_episodes", &c.EvalEpisodes}, {"eval_epsilon", &c.EvalEpsilon},
 		{"stop_when_solved", &c.StopWhenSolved},
 		{"lockstep", &c.Lockstep}, {"lockstep_collect", &c.LockstepCollect}, {"lockstep_train", &c.LockstepTrain},
 	}
@@ -127,7 +127,12 @@ func (c Config) YAML() []byte {
 		c.Gamma, c.HuberDelta, c.BatchSize, c.BufferCapacity, c.LearningStarts, c.TrainEvery)
 	fmt.Fprintf(&b, "target_update: %d\ntarget_tau: %g\npublish_interval: %d\nsync_interval: %d\n", c.TargetUpdate, c.TargetTau, c.PublishInterval, c.SyncInterval)
 	fmt.Fprintf(&b, "epsilon_start: %g\nepsilon_end: %g\nepsilon_decay_steps: %d\ntotal_steps: %d\n", c.EpsilonStart, c.EpsilonEnd, c.EpsilonDecaySteps, c.TotalSteps)
-	fmt.Fprintf(&b, "eval_interval: %d\neval_episodes: %d\nstop_when_solved: %t\n", c.EvalInterval, c.EvalEpisodes, c.StopWhenSolved)
+	fmt.Fprintf(&b, "eval_interval: %d\neval_episodes: %d\n", c.EvalInterval, c.EvalEpisodes)
+	if c.EvalEpsilon != 0 {
+		// Only then: a configuration of before the key keeps its digest.
+		fmt.Fprintf(&b, "eval_epsilon: %g\n", c.EvalEpsilon)
+	}
+	fmt.Fprintf(&b, "stop_when_solved: %t\n", c.StopWhenSolved)
 	if c.Lockstep || c.LockstepCollect != DefaultLockstepCollect || c.LockstepTrain != DefaultLockstepTrain {
 		// Only then: a free-running configuration of before these keys
 		// keeps its digest.

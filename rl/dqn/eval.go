@@ -47,6 +47,8 @@ type Evaluator struct {
 
 	returns []float64
 	live    []bool
+	epsilon float64 // Config.EvalEpsilon
+	explore uint64  // the seed of every evaluation's exploration
 }
 
 // evalSeeds are the episode seeds of agent's evaluations: a stream of its
@@ -84,7 +86,7 @@ func NewEvaluator(dev device.Device, shared *Shared, cfg Config, agent int, para
 	}
 	n := cfg.EvalEpisodes
 	e := &Evaluator{spec: spec, n: n, graphs: useGraphs, seeds: evalSeeds(cfg, agent, n),
-		returns: make([]float64, n), live: make([]bool, n)}
+		returns: make([]float64, n), live: make([]bool, n), epsilon: cfg.EvalEpsilon, explore: cfg.AgentSeed(agent)}
 	for range n {
 		e.envs = append(e.envs, f())
 	}
@@ -122,6 +124,7 @@ func (e *Evaluator) Evaluate() (float64, []float64, error) {
 		en.Reset(e.seeds[i], obs[i*o:(i+1)*o])
 		e.returns[i], e.live[i] = 0, true
 	}
+	rng := evalExploration(e.explore)
 	// A finished environment's row keeps its last observation; its action
 	// is computed with the others' and ignored.
 	for left := e.n; left > 0; {
@@ -133,7 +136,11 @@ func (e *Evaluator) Evaluate() (float64, []float64, error) {
 			if !e.live[i] {
 				continue
 			}
-			r, term, trunc, err := e.envs[i].Step(int(a), obs[i*o:(i+1)*o])
+			act := int(a)
+			if e.epsilon > 0 && rng.Float64() < e.epsilon {
+				act = rng.IntN(e.spec.Outputs)
+			}
+			r, term, trunc, err := e.envs[i].Step(act, obs[i*o:(i+1)*o])
 			if err != nil {
 				return 0, nil, fmt.Errorf("dqn: evaluation environment %d: %w", i, err)
 			}
@@ -149,6 +156,12 @@ func (e *Evaluator) Evaluate() (float64, []float64, error) {
 		sum += r
 	}
 	return sum / float64(e.n), append([]float64(nil), e.returns...), nil
+}
+
+// evalExploration is the generator of an evaluation's exploration
+// (Config.EvalEpsilon): the same numbers at every evaluation.
+func evalExploration(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, 0x6576616c657073)) // "evaleps"
 }
 
 // Close frees what the evaluator allocated; the weights stay.

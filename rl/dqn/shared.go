@@ -513,6 +513,7 @@ func (s *SharedActor) playEval() error {
 	}
 	actions, rewards := make([]int, len(s.agents)), make([]float32, len(s.agents))
 	acts := make([][]float32, len(s.agents))
+	rng := evalExploration(s.cfg.Seed)
 	for left := len(live); left > 0; {
 		for i, ag := range s.agents {
 			a, err := ag.eval.act()
@@ -527,6 +528,9 @@ func (s *SharedActor) playEval() error {
 			}
 			for i := range s.agents {
 				actions[i] = int(acts[i][w])
+				if s.cfg.EvalEpsilon > 0 && rng.Float64() < s.cfg.EvalEpsilon {
+					actions[i] = rng.IntN(s.spec.Outputs)
+				}
 			}
 			term, trunc, err := world.Step(actions, s.evalObs[w], rewards)
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/rl/env"
 	"github.com/tolaria-ml/tolaria/rl/shm"
 )
@@ -237,5 +238,64 @@ func TestSharedWorldFileRefused(t *testing.T) {
 		if !errors.Is(err, ErrWorldFile) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "remove it") {
 			t.Errorf("%s: %v, want ErrWorldFile naming %s and what to do", name, err, file)
 		}
+	}
+}
+
+// TestEvalEpsilon: eval_epsilon is refused outside [0, 1] by its key, is
+// written only when set (the default configuration's digest stays), and
+// an evaluation that explores draws the same numbers every time: its
+// result depends on the weights alone.
+func TestEvalEpsilon(t *testing.T) {
+	for _, eps := range []float64{-0.1, 1.5} {
+		c := DefaultConfig()
+		c.EvalEpsilon = eps
+		if err := c.Validate(); !field.Is(err, "eval_epsilon") {
+			t.Errorf("eval_epsilon %g: %v, want an error naming eval_epsilon", eps, err)
+		}
+	}
+	c, err := ParseConfig([]byte("eval_epsilon: 0.05\n"))
+	must(t, err)
+	if c.EvalEpsilon != 0.05 || c.Digest() == DefaultConfig().Digest() || !strings.Contains(string(c.YAML()), "eval_epsilon: 0.05\n") {
+		t.Errorf("eval_epsilon 0.05 reads as %g, YAML\n%s", c.EvalEpsilon, c.YAML())
+	}
+	if strings.Contains(string(DefaultConfig().YAML()), "eval_epsilon") {
+		t.Error("the default configuration writes eval_epsilon")
+	}
+
+	dev, err := cpu.Open(cpu.Config{})
+	must(t, err)
+	defer dev.Close()
+	cfg := DefaultConfig()
+	cfg.EvalEpisodes = 8
+	spec, err := cfg.Spec()
+	must(t, err)
+	shared := NewShared()
+	defer shared.Pool.Close()
+	params, err := dev.Alloc(spec.ParamCount())
+	must(t, err)
+	defer func() { _ = dev.Free(params) }()
+	w := make([]float32, spec.ParamCount())
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := range w {
+		w[i] = float32(rng.NormFloat64() * 0.3)
+	}
+	must(t, dev.Upload(params, w))
+	evaluate := func(eps float64) []float64 {
+		c := cfg
+		c.EvalEpsilon = eps
+		e, err := NewEvaluator(dev, shared, c, 0, params, false, nil)
+		must(t, err)
+		defer func() { must(t, e.Close()) }()
+		_, returns, err := e.Evaluate()
+		must(t, err)
+		_, again, err := e.Evaluate()
+		must(t, err)
+		if !slices.Equal(returns, again) {
+			t.Fatalf("eval_epsilon %g: two evaluations of the same weights gave %v and %v", eps, returns, again)
+		}
+		return returns
+	}
+	if greedy, explored := evaluate(0), evaluate(0.5); slices.Equal(greedy, explored) {
+		t.Errorf("eval_epsilon 0.5 played the greedy episodes: %v", greedy)
 	}
 }

@@ -1,0 +1,160 @@
+package rl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/rl/dqn"
+	"github.com/tolaria-ml/tolaria/rl/env"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// sharedRequest is a run of two agents in one small Forage world.
+func sharedRequest(t *testing.T, total int) Request {
+	req := rlRequest(t)
+	cfg := req.Config
+	cfg.Env = env.Spec{Name: env.ForageName, Params: map[string]any{"width": 8, "height": 8, "food": 4, "max_steps": 40}}
+	cfg.NumEnvs, cfg.TotalSteps, cfg.EvalInterval, cfg.EvalEpisodes = 2, total, 2000, 4
+	req.Config, req.ConfigYAML, req.WorldSaveEvery = cfg, cfg.YAML(), 50
+	return req
+}
+
+// worldEvents are agent i's world events: whether each shared actor that
+// started went on from the saved worlds, and from which step.
+func worldEvents(t *testing.T, runDir string, i int) (restored []bool, savedAt []int) {
+	t.Helper()
+	err := readEvents(runDir, i, func(e trainer.Event) {
+		if e.Kind == jobserver.EventWorld {
+			r, _ := e.Fields["restored"].(bool)
+			restored = append(restored, r)
+			savedAt = append(savedAt, eventFields(e.Fields).int("saved_at_env_steps"))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return restored, savedAt
+}
+
+// sharedActorPID is the pid of the last shared actor agent 0's events name.
+func sharedActorPID(runDir string) int {
+	pid := 0
+	_ = readEvents(runDir, 0, func(e trainer.Event) {
+		if role, _ := e.Fields["role"].(string); e.Kind == EventWorker && role == jobserver.RoleSharedActor {
+			pid = eventFields(e.Fields).int("pid")
+		}
+	})
+	return pid
+}
+
+// TestSharedActorRunsEveryAgent: with Forage, one shared actor process
+// steps the world for both agents, each with its own learner process;
+// both finish every step, with the same episodes (they end together: 37
+// of 40 steps in each of the 2 worlds) and their own evaluations, and the
+// worlds are saved beside the run.
+func TestSharedActorRunsEveryAgent(t *testing.T) {
+	req := sharedRequest(t, 3000)
+	run, err := Prepare(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := run.Run(context.Background())
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range sum.Agents {
+		if a.State != AgentSucceeded || a.EnvSteps != 3000 || a.LearnerSteps == 0 || a.Episodes != 2*(3000/2/40) || a.Evaluations != 1 || a.Syncs == 0 {
+			t.Errorf("agent %d: %+v", i, a)
+		}
+		if restored, _ := worldEvents(t, req.Dir, i); len(restored) != 1 || restored[0] {
+			t.Errorf("agent %d: world events %v, want one actor that started its worlds afresh", i, restored)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(req.Dir, WorldFile)); err != nil {
+		t.Errorf("the worlds were not saved beside the run: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(req.Dir, SharedActorLog)); err != nil {
+		t.Errorf("no shared actor log: %v", err)
+	}
+	for _, dir := range []string{AgentDir(req.Dir, 0), AgentDir(req.Dir, 1)} {
+		if _, err := os.Stat(filepath.Join(dir, "actor.log")); err == nil {
+			t.Errorf("%s has an actor log of its own: an actor per agent ran", dir)
+		}
+	}
+}
+
+// TestSharedActorKilledResumesItsWorld: the shared actor, killed with
+// SIGKILL once it has saved its worlds past step 1,000, is started again
+// and goes on from the worlds it saved (its world event says from which
+// step), not from fresh ones; both agents then finish every step.
+func TestSharedActorKilledResumesItsWorld(t *testing.T) {
+	req := sharedRequest(t, 40000)
+	run, err := Prepare(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		sum Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := run.Run(context.Background())
+		done <- result{sum, errors.Join(err, run.Close())}
+	}()
+	savedAt := 0
+	for deadline := time.Now().Add(3 * time.Minute); savedAt < 1000; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the shared actor did not save its worlds past step 1,000 within 3 minutes")
+		}
+		var w struct {
+			EnvSteps int `json:"env_steps"`
+		}
+		if raw, err := os.ReadFile(filepath.Join(req.Dir, WorldFile)); err == nil && json.Unmarshal(raw, &w) == nil {
+			savedAt = w.EnvSteps
+		}
+	}
+	pid := sharedActorPID(req.Dir)
+	if pid <= 0 {
+		t.Fatal("no shared actor in agent 0's events")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	for i, a := range res.sum.Agents {
+		if a.State != AgentSucceeded || a.EnvSteps != 40000 || a.ActorRestarts != 1 {
+			t.Errorf("agent %d: %s, %d env steps, %d actor restarts; want succeeded at 40000 after 1 restart", i, a.State, a.EnvSteps, a.ActorRestarts)
+		}
+		restored, at := worldEvents(t, req.Dir, i)
+		if len(restored) != 2 || restored[0] || !restored[1] || at[1] < savedAt {
+			t.Errorf("agent %d: world events restored %v at %v; want a fresh start, then the worlds saved at step %d or later", i, restored, at, savedAt)
+		}
+	}
+	if a, b := res.sum.Agents[0], res.sum.Agents[1]; a.Episodes != b.Episodes {
+		t.Errorf("the agents finished %d and %d episodes of the same worlds", a.Episodes, b.Episodes)
+	}
+}
+
+// TestSharedActorRefusesPerAgentWorld: Forage with actor: per-agent is
+// refused before anything is written.
+func TestSharedActorRefusesPerAgentWorld(t *testing.T) {
+	req := sharedRequest(t, 3000)
+	req.Config.Actor = dqn.ActorPerAgent
+	if _, err := Prepare(req, time.Now()); err == nil {
+		t.Fatal("Forage with an actor per agent was accepted")
+	}
+	if _, err := os.Stat(req.Dir); err == nil {
+		t.Errorf("%s was made for a refused run", req.Dir)
+	}
+}
