@@ -16,8 +16,9 @@ import (
 	"github.com/tolaria-ml/tolaria/bench"
 )
 
-// The RL chart's colours: the processes in blue, the sequential loop in
-// orange; graphs off dashed.
+// The RL chart's rate colours: the processes in blue, the sequential loop
+// in orange (graphs off dashed); its speed-up panel colours graphs on in
+// blue and off in orange.
 var (
 	processesColour  = graphColour
 	sequentialColour = eagerColour
@@ -123,32 +124,43 @@ func rlRatePlot(rep *bench.RLReport, title string, rate func(bench.RLRates) benc
 			}
 		}
 	}
-	p.Y.Min, p.Y.Max = 0, hi*1.15
+	p.Y.Min, p.Y.Max = 0, hi*1.3 // room for the legend above the data
 	p.Y.Tick.Marker = plot.TickerFunc(niceTicks)
 	p.Legend.Top, p.Legend.Left = true, true
 	return p, nil
 }
 
 func rlSpeedupPlot(rep *bench.RLReport) (*plot.Plot, error) {
-	p := newPlot("Speed-up: processes / sequential (above 1 pays)", "agents", "speed-up (x)")
+	p := newPlot("Speed-up: processes / sequential (above 1 pays)", "agents", "speed-up (x, median of the rounds)")
 	agentAxis(p, rep.Settings.Agents)
 	hi := 1.0
-	for _, g := range rep.Settings.Graphs {
+	for i, g := range rep.Settings.Graphs {
+		// Graphs on in blue, off in orange, as in the other charts.
+		colour := graphColour
+		if !g {
+			colour = eagerColour
+		}
 		for _, s := range []struct {
 			name   string
-			colour color.Color
+			dashed bool
 			shape  draw.GlyphDrawer
 			y      func(bench.RLPoint) bench.RLSpread
 		}{
-			{"environment steps/s", processesColour, draw.CircleGlyph{}, func(pt bench.RLPoint) bench.RLSpread { return pt.EnvSpeedup }},
-			{"learner steps/s", pooledColour, draw.BoxGlyph{}, func(pt bench.RLPoint) bench.RLSpread { return pt.LearnerSpeedup }},
+			{"environment steps/s", false, draw.CircleGlyph{}, func(pt bench.RLPoint) bench.RLSpread { return pt.EnvSpeedup }},
+			{"learner steps/s", true, draw.BoxGlyph{}, func(pt bench.RLPoint) bench.RLSpread { return pt.LearnerSpeedup }},
 		} {
 			xys, errs := rlSeries(rep, g, s.y)
-			if err := addSpreadLine(p, fmt.Sprintf("%s, graphs %s", s.name, onOff(g)), xys, errs, s.colour, !g, s.shape); err != nil {
+			if err := addSpreadLine(p, fmt.Sprintf("%s, graphs %s", s.name, onOff(g)), xys, errs, colour, s.dashed, s.shape); err != nil {
 				return nil, err
 			}
-			if g == rep.Settings.Graphs[0] && s.name == "environment steps/s" {
-				if err := addValueLabels(p, xys, "%.2fx", vg.Points(6), vg.Points(4)); err != nil {
+			if !s.dashed {
+				// The environment speed-up's value by each marker: graphs
+				// on above it, off below.
+				dy := vg.Points(4)
+				if i > 0 {
+					dy = -vg.Points(14)
+				}
+				if err := addValueLabels(p, xys, "%.2fx", vg.Points(6), dy); err != nil {
 					return nil, err
 				}
 			}
@@ -157,7 +169,7 @@ func rlSpeedupPlot(rep *bench.RLReport) (*plot.Plot, error) {
 			}
 		}
 	}
-	p.Y.Min, p.Y.Max = 0, math.Ceil(hi*1.2*4)/4
+	p.Y.Min, p.Y.Max = 0, math.Ceil(hi*1.3*4)/4
 	p.Y.Tick.Marker = plot.TickerFunc(niceTicks)
 	even, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 1}, {X: p.X.Max, Y: 1}})
 	if err != nil {
