@@ -79,6 +79,11 @@ func contextBytes(dev device.Device) (int64, error) {
 	return max(0, total-free), nil
 }
 
+// ContextBytes is what a worker that opened dev, and allocated nothing
+// on it yet, bills as its context (see contextBytes): tolaria-worker info
+// prints it.
+func ContextBytes(dev device.Device) (int64, error) { return contextBytes(dev) }
+
 // askBudget sends bill, the job's on dev with the process's context, and
 // waits for the grant.
 func askBudget(ctx context.Context, conn *worker.Conn, bill trainer.Bill, dev device.Device) error {

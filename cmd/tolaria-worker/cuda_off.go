@@ -15,6 +15,9 @@ const build = "cpu"
 // streamScratchBytes: the CPU device's streams hold no memory of their own.
 func streamScratchBytes() int64 { return 0 }
 
+// contextBytes: the CPU device has no context; a budget bills none.
+func contextBytes() (int64, error) { return 0, nil }
+
 func openCUDA(job.Spec) (device.Device, error) {
 	return nil, fmt.Errorf("%w: this tolaria-worker was built without CUDA; build it with `make worker-cuda` (go build -tags cuda)", device.ErrNoDevice)
 }

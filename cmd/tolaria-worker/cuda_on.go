@@ -13,6 +13,18 @@ const build = "cuda"
 
 func streamScratchBytes() int64 { return cuda.StreamScratchBytes() }
 
+// contextBytes opens GPU 0 as a job's worker does and reports what its
+// context and modules took (jobserver.ContextBytes: the driver's used
+// memory right after opening, which every budget request bills).
+func contextBytes() (int64, error) {
+	dev, err := cuda.Open(cuda.Config{})
+	if err != nil {
+		return 0, err
+	}
+	defer dev.Close()
+	return jobserver.ContextBytes(dev)
+}
+
 func openCUDA(job.Spec) (device.Device, error) {
 	return cuda.Open(cuda.Config{})
 }

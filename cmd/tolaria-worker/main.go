@@ -10,7 +10,8 @@
 //	                                  (a sweep's --reuse-workers; see jobserver.ServeKept)
 //	tolaria-worker serve --spool DIR  answer it through the spool files in DIR (a
 //	                                  scheduler's task on another node; see worker.SpoolIn)
-//	tolaria-worker info               print how the worker was built
+//	tolaria-worker info               print how the worker was built and what its device's
+//	                                  streams and context take (a CUDA build opens GPU 0)
 //	tolaria-worker devices            print the GPUs the driver reports, as JSON
 package main
 
@@ -47,8 +48,16 @@ func main() {
 	}
 	if os.Args[1] == "info" {
 		// stream_scratch_bytes: the device memory each stream of this
-		// build's device holds besides its work (a sweep's budget counts it).
-		fmt.Printf("tolaria-worker build=%s stream_scratch_bytes=%d\n", build, streamScratchBytes())
+		// build's device holds besides its work; context_bytes: what
+		// opening the device took (GPU 0: its context and modules), which
+		// a worker measures the same way and bills. Both are in every
+		// budget request's bill.
+		ctx, err := contextBytes()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tolaria-worker info: opening the device to measure its context:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("tolaria-worker build=%s stream_scratch_bytes=%d context_bytes=%d\n", build, streamScratchBytes(), ctx)
 		return
 	}
 	// The coordinator cancels through the protocol; a signal to the worker
