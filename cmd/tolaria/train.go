@@ -159,7 +159,7 @@ func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFl
 // trainFlags are train's settings besides the job's keys; the job's
 // keys are flags too, each spelled as its key.
 type trainFlags struct {
-	device  string // bound to the job's device key through viper
+	device  string // the job's device key, resolved as the others are
 	worker  workerFlags
 	metrics metricsFlags
 	isolate bool
@@ -234,7 +234,11 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 	}
 	// The shared groups read their flags: those no flag gave take the
 	// value of the environment or the file.
-	for key, v := range c.Extra {
+	for _, key := range extraKeys {
+		v, ok := c.Extra[key]
+		if !ok {
+			continue
+		}
 		if err := fs.Lookup(flagName(key)).Value.Set(v); err != nil {
 			return coordinator.Request{}, nil, usagef("--%s: cannot use %q (set by %s): %v", flagName(key), v, c.Source(key), err)
 		}
