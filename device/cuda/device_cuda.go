@@ -104,6 +104,7 @@ func Open(cfg Config) (*Device, error) {
 	d.legacy = &Stream{dev: d, legacy: true}
 	d.profile = profileFromEnv(cfg.Ordinal)
 	d.pool = newPool(cfg.MemoryLimit, memAlloc, memFree)
+	d.pool.capturing = d.capturing // fences wait for no capture (fence_cuda.go)
 	d.ctl = startControl()
 	if err := d.ctl.do(d.open); err != nil {
 		d.ctl.stop()
@@ -315,13 +316,8 @@ func (d *Device) free(op string, b device.Buffer) error {
 	d.mu.Unlock()
 	// Work queued before the Free may still use the block: the pool keeps
 	// it until then (see fence_cuda.go), and no stream waits.
-	f, err := d.fence(op)
-	if err != nil {
-		a.freed.Store(false)
-		return err
-	}
-	if err := d.pool.put(uintptr(a.ptr), int64(a.n)*4, f); err != nil {
-		return device.Errorf(d.name, op, device.ErrMisuse, "%v", err)
+	if err := d.pool.put(uintptr(a.ptr), int64(a.n)*4, d.fence(op)); err != nil {
+		return d.putErr(op, err)
 	}
 	return nil
 }

@@ -307,11 +307,6 @@ func (x *Exec) Destroy() error {
 	back := d.releaseLocked(x.refs)
 	x.refs = nil
 	d.mu.Unlock()
-	d.graphMu.Lock()
-	r := graphExecDestroy(x.e)
-	d.graphMu.Unlock()
-	if r != cuSuccess {
-		return errors.Join(d.driver(op, r), d.giveBack(op, back))
-	}
-	return d.giveBack(op, back)
+	// Put off while a stream captures (fence_cuda.go).
+	return errors.Join(d.destroyExec(op, x.e), d.giveBack(op, back))
 }

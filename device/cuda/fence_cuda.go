@@ -3,9 +3,13 @@
 package cuda
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"gorgonia.org/cu"
+
+	"github.com/tolaria-ml/tolaria/device"
 )
 
 // A freed block's memory may be handed out again once the work queued
@@ -19,24 +23,60 @@ import (
 // device around it. A stream destroyed with work still queued leaves the
 // event it recorded last (a streamTail), which later fences include until
 // it has completed: cuStreamDestroy returns at once and the work runs on.
+//
+// Beside a capture. A block can come back while a stream captures: a graph
+// or executable that held it is destroyed, or updated away from it, by one
+// trainer while another captures. A fence must then touch nothing. An
+// event recorded on the capturing stream would stand for the capture's
+// nodes, not for the work queued before it, and asking about it is
+// CUDA_ERROR_CAPTURED_EVENT; and on a GPU a host query of or wait for any
+// event during a global-mode capture is refused with
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and breaks that capture (PyTorch's
+// caching allocator defers its event queries until no capture runs for
+// that reason; docs/cuda.md cites the evidence). So a fence is made
+// unarmed, with no driver call, and the pool arms it (records its events)
+// and asks it only while no capture is in progress, with BeginCapture kept
+// out meanwhile (pool.gate). Armed later, it covers more work than the
+// Free had queued, never less: the block waits a little longer, never too
+// little. Destroying an executable is deferred the same way
+// (destroyExec). A fence whose event cannot be asked reports the error; it
+// never counts as passed.
 
 // streamTail is a destroyed stream's last event.
 type streamTail struct {
 	ev     cu.Event
+	stream string
 	passed bool // guarded by Device.mu; ev is destroyed once it is set
 }
 
-// streamFence is the work queued on every stream at one Free.
-type streamFence struct {
-	d      *Device
-	events []cu.Event    // recorded by the Free, destroyed once completed
-	tails  []*streamTail // of streams destroyed before it
+// fenceEvent is one event of a fence and the stream it was recorded on.
+type fenceEvent struct {
+	ev     cu.Event
+	stream string
 }
 
-// fence records an event on every live stream of d and gathers the tails
-// of destroyed streams still running. An event that cannot be created or
-// recorded ends the fence as a device-wide wait: correct, only slower.
-func (d *Device) fence(op string) (*streamFence, error) {
+// streamFence is the work queued on every stream at (or after) one Free.
+type streamFence struct {
+	d      *Device
+	op     string // the call that gave the block back, for errors
+	armed  bool
+	events []fenceEvent  // recorded by arm, destroyed once completed
+	tails  []*streamTail // of streams destroyed before arm
+}
+
+// fence returns the fence for a block that op gives back. It makes no
+// driver call, so it is safe during any capture; the pool arms it.
+func (d *Device) fence(op string) *streamFence { return &streamFence{d: d, op: op} }
+
+// arm records an event on every live stream of d and gathers the tails of
+// destroyed streams still running; the pool calls it only while no stream
+// captures. An event that cannot be created or recorded ends the fence as
+// a device-wide wait: correct, only slower.
+func (f *streamFence) arm() error {
+	if f.armed {
+		return nil
+	}
+	d := f.d
 	d.mu.Lock()
 	streams := make([]*Stream, 0, len(d.streams))
 	for s := range d.streams {
@@ -45,9 +85,8 @@ func (d *Device) fence(op string) (*streamFence, error) {
 		}
 	}
 	d.mu.Unlock()
-	f := &streamFence{d: d}
 	for _, s := range streams {
-		if err := s.use(op); err != nil {
+		if err := s.use(f.op); err != nil {
 			continue // destroyed since: its tail is gathered below
 		}
 		ev, err := cu.MakeEvent(cu.DisableTiming)
@@ -56,12 +95,17 @@ func (d *Device) fence(op string) (*streamFence, error) {
 				_ = cu.DestroyEvent(&ev)
 			}
 		}
+		label := s.label()
 		s.mu.RUnlock()
 		if err != nil {
 			f.release()
-			return nil, d.wrap(op, cu.Synchronize())
+			if serr := cu.Synchronize(); serr != nil {
+				return f.failed(label, "recording an event (then synchronising the device instead)", serr)
+			}
+			f.armed = true
+			return nil
 		}
-		f.events = append(f.events, ev)
+		f.events = append(f.events, fenceEvent{ev: ev, stream: label})
 	}
 	d.mu.Lock()
 	kept := d.tails[:0]
@@ -74,18 +118,35 @@ func (d *Device) fence(op string) (*streamFence, error) {
 	clear(d.tails[len(kept):])
 	d.tails = kept
 	d.mu.Unlock()
-	return f, nil
+	f.armed = true
+	return nil
 }
 
-// passed reports, without waiting, whether every event has completed; it
-// destroys those that have. An event whose query fails (the context is
-// broken) counts as completed: nothing will run any more.
-func (f *streamFence) passed() bool {
+// failed is the error of a fence whose driver call failed: the block stays
+// out of use, and the caller learns which call, on which stream, and why.
+func (f *streamFence) failed(stream, what string, err error) error {
+	e := driverErr(f.d.name, "pool fence", int(codeOf(err)))
+	e.Detail = fmt.Sprintf("a block given back by %s waits for the work queued on %s; %s failed, so the block stays out of use", f.op, stream, what)
+	return e
+}
+
+// passed arms the fence if need be and reports, without waiting, whether
+// every event has completed; it destroys those that have. An event whose
+// query fails (the context is broken) is an error, never "completed".
+func (f *streamFence) passed() (bool, error) {
+	if err := f.arm(); err != nil {
+		return false, err
+	}
 	for len(f.events) > 0 {
-		if codeOf(f.events[0].Query()) == cuErrNotReady {
-			return false
+		e := f.events[0]
+		switch err := e.ev.Query(); codeOf(err) {
+		case cuSuccess:
+		case cuErrNotReady:
+			return false, nil
+		default:
+			return false, f.failed(e.stream, "cuEventQuery", err)
 		}
-		_ = cu.DestroyEvent(&f.events[0])
+		_ = cu.DestroyEvent(&e.ev)
 		f.events = f.events[1:]
 	}
 	f.d.mu.Lock()
@@ -93,32 +154,43 @@ func (f *streamFence) passed() bool {
 	for len(f.tails) > 0 {
 		t := f.tails[0]
 		if !t.passed {
-			if codeOf(t.ev.Query()) == cuErrNotReady {
-				return false
+			switch err := t.ev.Query(); codeOf(err) {
+			case cuSuccess:
+			case cuErrNotReady:
+				return false, nil
+			default:
+				return false, f.failed(t.stream+" (destroyed)", "cuEventQuery", err)
 			}
 			t.passed = true
 			_ = cu.DestroyEvent(&t.ev)
 		}
 		f.tails = f.tails[1:]
 	}
-	return true
+	return true, nil
 }
 
-// wait blocks until every event has completed. A tail is polled rather
-// than waited on under Device.mu, which other calls need meanwhile.
+// wait arms the fence if need be and blocks until every event has
+// completed. A tail is polled rather than waited on under Device.mu, which
+// other calls need meanwhile.
 func (f *streamFence) wait() error {
-	var first error
-	for _, ev := range f.events {
-		if err := ev.Synchronize(); err != nil && first == nil {
-			first = err
-		}
-		_ = cu.DestroyEvent(&ev)
+	if err := f.arm(); err != nil {
+		return err
 	}
-	f.events = nil
-	for !f.passed() {
+	for len(f.events) > 0 {
+		e := f.events[0]
+		if err := e.ev.Synchronize(); err != nil {
+			return f.failed(e.stream, "cuEventSynchronize", err)
+		}
+		_ = cu.DestroyEvent(&e.ev)
+		f.events = f.events[1:]
+	}
+	for {
+		ok, err := f.passed()
+		if ok || err != nil {
+			return err
+		}
 		time.Sleep(50 * time.Microsecond)
 	}
-	return first
 }
 
 // drop destroys the fence's own events without waiting (the tails are
@@ -127,15 +199,17 @@ func (f *streamFence) drop() { f.release() }
 
 // release destroys the fence's own events without waiting.
 func (f *streamFence) release() {
-	for _, ev := range f.events {
-		_ = cu.DestroyEvent(&ev)
+	for _, e := range f.events {
+		_ = cu.DestroyEvent(&e.ev)
 	}
 	f.events = nil
 }
 
 // retire keeps a stream's last event before the stream is destroyed (with
 // s.mu held for writing): later fences wait for it. A stream whose event
-// cannot be recorded is synchronised instead.
+// cannot be recorded is synchronised instead. Recording on a stream that
+// is not capturing is allowed beside any capture (Destroy refuses a
+// capturing stream).
 func (d *Device) retire(s *Stream) error {
 	ev, err := cu.MakeEvent(cu.DisableTiming)
 	if err == nil {
@@ -147,7 +221,7 @@ func (d *Device) retire(s *Stream) error {
 		return s.cu.Synchronize()
 	}
 	d.mu.Lock()
-	d.tails = append(d.tails, &streamTail{ev: ev})
+	d.tails = append(d.tails, &streamTail{ev: ev, stream: s.label()})
 	d.mu.Unlock()
 	return nil
 }
@@ -163,3 +237,34 @@ func (d *Device) dropTailsLocked() {
 	}
 	d.tails = nil
 }
+
+// destroyExec destroys an executable's driver handle (cuGraphExecDestroy)
+// now, or, while a stream captures, once none does: the driver refuses the
+// call during a global-mode capture and the refusal breaks that capture
+// (docs/cuda.md). Destroy has already made the executable unusable to
+// callers and given its blocks back behind fences, so nothing waits for
+// the handle; an error from a deferred destruction goes to the caller of
+// the pool call that made it.
+func (d *Device) destroyExec(op string, e execHandle) error {
+	return d.pool.outsideCapture(op, func() error {
+		d.graphMu.Lock()
+		r := graphExecDestroy(e)
+		d.graphMu.Unlock()
+		if r != cuSuccess {
+			return d.driver(op, r)
+		}
+		return nil
+	})
+}
+
+// putErr is the error of a Free whose block the pool took back with
+// trouble: a block it never handed out is the caller's misuse; a fence's
+// failure (the block stays out of use) passes through as it is.
+func (d *Device) putErr(op string, err error) error {
+	if errors.Is(err, errNotInUse) {
+		return device.Errorf(d.name, op, device.ErrMisuse, "%v", err)
+	}
+	return d.wrap(op, err)
+}
+
+var _ fence = (*streamFence)(nil)

@@ -2,6 +2,8 @@
 
 package cuda
 
+import "errors"
+
 // A graph or executable holds the device addresses it was captured
 // against. Freeing one of those buffers succeeds, but the pool must not hand
 // its memory to another Alloc while a graph or executable that refers to it
@@ -58,18 +60,19 @@ func (d *Device) releaseLocked(list []*deviceAlloc) []*deviceAlloc {
 }
 
 // giveBack returns freed blocks to the pool behind a fence: launches of the
-// graph or executable that held them may still be running.
+// graph or executable that held them may still be running. It is safe
+// beside a capture: the fence records and asks nothing until none runs.
 func (d *Device) giveBack(op string, list []*deviceAlloc) error {
 	if len(list) == 0 {
 		return nil
 	}
-	f, err := d.fence(op)
-	if err != nil {
-		return err
-	}
+	f := d.fence(op)
+	var errs []error
 	for _, a := range list {
-		// The block was handed out by the pool, so put cannot fail.
-		_ = d.pool.put(uintptr(a.ptr), int64(a.n)*4, f)
+		// The pool handed the block out, so only the fence can fail.
+		if err := d.pool.put(uintptr(a.ptr), int64(a.n)*4, f); err != nil {
+			errs = append(errs, d.putErr(op, err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

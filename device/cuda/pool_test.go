@@ -159,9 +159,9 @@ func TestPoolTrimGivesCachedBlocksBack(t *testing.T) {
 // testFence is a fence the test passes by hand; wait passes it.
 type testFence struct{ done, waited bool }
 
-func (f *testFence) passed() bool { return f.done }
-func (f *testFence) wait() error  { f.waited, f.done = true, true; return nil }
-func (f *testFence) drop()        {}
+func (f *testFence) passed() (bool, error) { return f.done, nil }
+func (f *testFence) wait() error           { f.waited, f.done = true, true; return nil }
+func (f *testFence) drop()                 {}
 
 // TestPoolHoldsFencedBlocks: a block freed with a fence that has not
 // passed (work queued before the free may still use it) is not handed out

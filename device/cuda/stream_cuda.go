@@ -333,16 +333,22 @@ func (s *Stream) BeginCapture(mode device.CaptureMode) error {
 		return d.misuse(op, "the stream is already capturing")
 	}
 	var r cuResult
-	d.ctl.do(func() error {
-		if r = bindContext(d.ctx); r == cuSuccess {
-			r = streamBeginCapture(s.cu, mode)
+	// Through the pool's gate: no fence records or asks an event meanwhile
+	// (fence_cuda.go).
+	d.pool.gate(func() {
+		d.ctl.do(func() error {
+			if r = bindContext(d.ctx); r == cuSuccess {
+				r = streamBeginCapture(s.cu, mode)
+			}
+			return nil
+		})
+		if r == cuSuccess {
+			d.beginCapture(&capture{mode: mode, origin: s})
 		}
-		return nil
 	})
 	if r != cuSuccess {
 		return d.driver(op, r)
 	}
-	d.beginCapture(&capture{mode: mode, origin: s})
 	return nil
 }
 
