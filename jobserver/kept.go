@@ -18,9 +18,10 @@ import (
 // first and kept, with its driver context and the process's graph pool,
 // so a later job of the same step signature captures by updating the
 // pooled executables. Between jobs the device is reset: the job's
-// trainer freed what it allocated (checked: the device holds its opening
-// figure plus the pool's workspace, and no pool entry is leased, or it is
-// closed and opened afresh), and before a job the pool frees the
+// trainer freed what it allocated, the device gives its cached memory back
+// to the driver (device.Trimmer), and it is checked to hold its opening
+// figure plus the pool's workspace, with no pool entry leased (else it is
+// closed and opened afresh); and before a job the pool frees the
 // workspace of every other step (graphs.Pool.Retain), so the device holds
 // nothing the job's bill does not count. A job whose device settings
 // differ (another device, another thread count) gets a device of its own.
@@ -108,16 +109,54 @@ func (c Config) openFor(req worker.Request, spec job.Spec) (dev device.Device, k
 
 // after checks, once a job has ended, that the device is back as it was
 // opened but for the pool's workspace, with no pool entry leased; if it
-// is not, it closes the device, so the next job opens a fresh one.
+// is not, it closes the device, so the next job opens a fresh one. A
+// device that keeps freed memory (device.Trimmer: the CUDA pool) first
+// gives it back to the driver; it may still hold the job's freed buffers
+// that the pooled executables reference (they are freed when the next
+// capture updates the executables, or Retain destroys them), which the
+// next job's bill counts (see held).
 func (k *keptDevice) after(c Config, dev device.Device) {
+	if t, ok := dev.(device.Trimmer); ok {
+		// What the job freed goes back to the driver, as a process's
+		// end would give it, so that the device's other workers see it
+		// free.
+		if err := t.Trim(); err != nil {
+			c.Logger.Warn("giving the kept device's cached memory back failed; closing it, so the next job opens a fresh one", "device", dev.Name(), "err", err)
+			k.close(c)
+			return
+		}
+	}
 	st := c.Shared.Pool().Stats()
 	held := dev.MemoryStats().DeviceInUse - k.baseline
-	if st.LeasedEntries == 0 && held == st.ReservedBytes {
+	_, keeps := dev.(device.Trimmer)
+	switch {
+	case st.LeasedEntries == 0 && held == st.ReservedBytes:
+		return
+	case st.LeasedEntries == 0 && keeps && held > st.ReservedBytes:
+		c.Logger.Info("the kept device's pooled executables hold the job's freed buffers until the next capture; the next job's bill counts them",
+			"device", dev.Name(), "held_bytes", held-st.ReservedBytes)
 		return
 	}
 	c.Logger.Warn("the job left the kept device other than it found it; closing it, so the next job opens a fresh one",
 		"device", dev.Name(), "held_bytes", held, "pool_bytes", st.ReservedBytes, "leased_entries", st.LeasedEntries)
 	k.close(c)
+}
+
+// held is, before a job on the kept device (once the pool kept only its
+// step), what the process holds on the device that the job's bill does
+// not count otherwise: the context and modules measured at opening, and
+// the device memory in use beyond the pool's workspace (the earlier job's
+// buffers that pooled executables still reference). It is the bill's
+// Context.
+func (k *keptDevice) held(c Config, dev device.Device) (int64, error) {
+	if t, ok := dev.(device.Trimmer); ok {
+		// Retain may have destroyed executables that held freed buffers.
+		if err := t.Trim(); err != nil {
+			return 0, fmt.Errorf("giving the kept device's cached memory back: %w", err)
+		}
+	}
+	extra := dev.MemoryStats().DeviceInUse - k.baseline - c.Shared.Pool().Stats().ReservedBytes
+	return k.contextBytes + max(0, extra), nil
 }
 
 // close closes the kept device, if any, dropping the pool's entries of it.

@@ -172,13 +172,10 @@ func serveConn(ctx context.Context, conn *worker.Conn, cfg Config) error {
 	// worker is watched for silence only.
 	hello := worker.Hello{Device: dev.Name(), Description: dev.Description(), Build: cfg.Build, PID: os.Getpid(),
 		Advances: req.Type == worker.TypeStart || req.Type == TypeEval || req.Type == TypeRL || req.Type == TypeSample}
-	if keptJob {
-		// Measured when the kept device was opened: the pool's workspace
-		// it holds now is the job's own, billed as its graph pool.
-		cfg.contextBytes = cfg.kept.contextBytes
-	} else if req.AskBudget {
+	if req.AskBudget && !keptJob {
 		// Nothing is allocated yet: what the device holds of this process
-		// is its context and modules, which the bill counts.
+		// is its context and modules, which the bill counts (a kept
+		// job's is measured once the pool holds only its step, in runJob).
 		if cfg.contextBytes, err = contextBytes(dev); err != nil {
 			return conn.Fail(&worker.Error{Kind: worker.KindNoDevice, Message: err.Error()})
 		}
@@ -241,6 +238,10 @@ func runJob(ctx context.Context, conn *worker.Conn, spec job.Spec, dev device.De
 		// signatures' workspace is no part of its bill.
 		if err := cfg.Shared.Pool().Retain(dev, plan.Trainer.Signature()); err != nil {
 			return trainer.Summary{}, fmt.Errorf("freeing the kept device's pooled workspace of other steps: %w", err)
+		}
+		var err error
+		if cfg.contextBytes, err = cfg.kept.held(cfg, dev); err != nil {
+			return trainer.Summary{}, err
 		}
 	}
 	if conn.Request().AskBudget {

@@ -45,16 +45,26 @@ type Kept struct {
 // ErrKeptClosed refuses a call on a closed Kept.
 var ErrKeptClosed = errors.New("worker: the kept worker is closed")
 
-// switchWriter writes to whichever writer the running call set.
+// switchWriter writes to whichever writer the running call set. What
+// the worker writes between calls (after an answer: its device check) is
+// kept, up to maxBetween bytes, for the next call's writer.
 type switchWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu      sync.Mutex
+	w       io.Writer
+	between []byte
 }
+
+// maxBetween bounds what a kept worker's log keeps between two calls.
+const maxBetween = 64 << 10
 
 func (s *switchWriter) set(w io.Writer) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.w = w
-	s.mu.Unlock()
+	if w != nil && len(s.between) > 0 {
+		_, _ = w.Write(s.between)
+		s.between = nil
+	}
 }
 
 func (s *switchWriter) Write(p []byte) (int, error) {
@@ -62,6 +72,8 @@ func (s *switchWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	if s.w != nil {
 		_, _ = s.w.Write(p)
+	} else if len(s.between)+len(p) <= maxBetween {
+		s.between = append(s.between, p...)
 	}
 	return len(p), nil
 }
