@@ -52,10 +52,12 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	t.Run("sweep without a GPU", func(t *testing.T) { sweepWithoutAGPU(t, emu) })
 	t.Run("eval", func(t *testing.T) { evalOnEmulatedDriver(t, emu) })
 	t.Run("eval over devices", func(t *testing.T) { evalOverEmulatedDevices(t, emu) })
+	t.Run("eval budgets", func(t *testing.T) { evalBudgetsOnEmulatedDevices(t, emu) })
 	t.Run("sweep over devices", func(t *testing.T) { sweepOverEmulatedDevices(t, emu) })
 	t.Run("rl with the GPU gone", func(t *testing.T) { rlWithTheGPUGone(t, emu) })
 	t.Run("hung worker", func(t *testing.T) { hungCUDAWorker(t, emu) })
 	t.Run("rl", func(t *testing.T) { rlOnEmulatedDriver(t, emu) })
+	t.Run("rl lockstep", func(t *testing.T) { rlLockstepOnEmulatedDriver(t, emu) })
 	t.Run("sample", func(t *testing.T) { sampleOnEmulatedDriver(t, emu) })
 	t.Run("devices", func(t *testing.T) { devicesOnEmulatedDriver(t, emu) })
 }
