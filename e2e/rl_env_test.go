@@ -55,9 +55,10 @@ func TestRLEnvFromConfig(t *testing.T) {
 	}
 }
 
-// TestRLRefusesBadEnv: an unknown environment, a bad parameter and the
-// multi-agent world are refused with exit 2, naming the key and what is
-// known, before anything is written.
+// TestRLRefusesBadEnv: an unknown environment, a bad parameter, the
+// multi-agent world with an actor per agent or with another number of
+// agents than num_agents are refused with exit 2, naming the key and what
+// is known, before anything is written.
 func TestRLRefusesBadEnv(t *testing.T) {
 	dir := t.TempDir()
 	runDir := filepath.Join(dir, "run")
@@ -66,7 +67,8 @@ func TestRLRefusesBadEnv(t *testing.T) {
 		{"env: {name: Acrobot-v1, max_steps: 0}\n", "env.max_steps: 0; give a whole number in 1..1000000"},
 		{"env: {name: MountainCar-v0, force: 2}\n", "env.force: MountainCar-v0 takes no such parameter; it takes max_steps"},
 		{"env: {max_steps: 300}\n", "env.name: is missing"},
-		{"env: {name: Forage, agents: 1}\n", "env.name: Forage is a world of several agents"},
+		{"env: {name: Forage, agents: 1}\nactor: per-agent\n", "per-agent gives each agent environments of its own, but Forage is one world that all the agents act in together"},
+		{"env: {name: Forage, agents: 3}\nnum_agents: 2\n", "env.agents puts 3 agents in the Forage world"},
 	} {
 		r := tolaria(t, dir, nil, "rl", "--config", writeRLConfig(t, dir, tc.config), "--run-dir", runDir)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {

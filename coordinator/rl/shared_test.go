@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -156,5 +157,58 @@ func TestSharedActorRefusesPerAgentWorld(t *testing.T) {
 	}
 	if _, err := os.Stat(req.Dir); err == nil {
 		t.Errorf("%s was made for a refused run", req.Dir)
+	}
+}
+
+// TestSharedActorInterruptedResumes: cancelling a shared run saves every
+// learner's checkpoint, every buffer and the worlds; the resumed run's
+// shared actor goes on from the worlds as they were when it stopped, and
+// every agent finishes.
+func TestSharedActorInterruptedResumes(t *testing.T) {
+	req := sharedRequest(t, 20000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	past := map[int]bool{}
+	req.Report = func(s AgentStatus) {
+		mu.Lock()
+		defer mu.Unlock()
+		if s.EnvSteps > 1000 && s.LearnerSteps > 0 {
+			past[s.Agent] = true
+		}
+		if len(past) == 2 {
+			cancel()
+		}
+	}
+	run, err := Prepare(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := run.Run(ctx)
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range sum.Agents {
+		if a.State != AgentInterrupted || a.EnvSteps >= 20000 {
+			t.Fatalf("agent %d after the cancel: %+v", i, a)
+		}
+	}
+	req.Report, req.Resume = nil, true
+	run, err = Prepare(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := run.Run(context.Background())
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range resumed.Agents {
+		if a.State != AgentSucceeded || a.EnvSteps != 20000 || a.LearnerSteps <= sum.Agents[i].LearnerSteps {
+			t.Errorf("agent %d resumed: %+v (interrupted at %d learner steps)", i, a, sum.Agents[i].LearnerSteps)
+		}
+		restored, at := worldEvents(t, req.Dir, i)
+		if len(restored) != 2 || restored[0] || !restored[1] || at[1] < 1000 {
+			t.Errorf("agent %d: world events restored %v at %v; want a fresh start, then the worlds saved as the first actor stopped", i, restored, at)
+		}
 	}
 }

@@ -20,6 +20,7 @@ func TestConfigValidate(t *testing.T) {
 		{"actor", func(c *Config) { c.Env, c.Actor = env.Spec{Name: env.ForageName}, ActorPerAgent }},
 		{"actor", func(c *Config) { c.Actor = ActorShared }},
 		{"actor", func(c *Config) { c.Actor = "both" }},
+		{"lockstep", func(c *Config) { c.Env, c.Lockstep = env.Spec{Name: env.ForageName}, true }},
 		{"num_agents", func(c *Config) { c.Env = env.Spec{Name: env.ForageName, Params: map[string]any{"agents": 3}} }},
 		{"env.max_steps", func(c *Config) { c.Env = env.Spec{Name: env.AcrobotName, Params: map[string]any{"max_steps": 0}} }},
 		{"num_agents", func(c *Config) { c.NumAgents = 0 }},

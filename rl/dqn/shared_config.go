@@ -72,6 +72,9 @@ func (c Config) checkActor() error {
 	case t.Agents && mode != ActorShared:
 		return field.Errorf("actor", "%s gives each agent environments of its own, but %s is one world that all the agents act in together: set %s to %s (its default)",
 			mode, t.Name, field.Name("actor"), ActorShared)
+	case t.Agents && c.Lockstep:
+		return field.Errorf("lockstep", "takes turns between each agent's own actor and learner, but %s's agents act through one shared actor, which steps the world for all of them and takes no turns: run %s without lockstep",
+			t.Name, t.Name)
 	case !t.Agents && mode == ActorShared:
 		return field.Errorf("actor", "%s steps one world of several agents, but %s is an environment of one agent: set %s to %s (its default) for independent agents",
 			mode, t.Name, field.Name("actor"), ActorPerAgent)
