@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -68,4 +69,67 @@ func TestPoolBesideCapture(t *testing.T) {
 		},
 	}
 	runBesideCapture(t, d, hooks)
+}
+
+// TestPoolBesideCapturesConcurrently: B gives blocks back (destroying
+// graphs and executables that held buffers it had freed) on one goroutine
+// while A begins and ends global-mode captures on another, so that give-
+// backs land before, during and as captures begin (BeginCapture passes the
+// pool's gate). Every one of A's captures must succeed, whatever the
+// interleaving; a failure names the capture and the driver's answer. Then
+// the blocks come back to the pool.
+func TestPoolBesideCapturesConcurrently(t *testing.T) {
+	d := openTest(t)
+	const k, n = 16, 1024
+	sA, sB := mustStream(t, d), mustStream(t, d)
+	xA := mustUpload(t, d, make([]float32, n))
+	var graphsB []device.Graph
+	var execsB []device.Exec
+	for i := range k {
+		tmp := mustUpload(t, d, make([]float32, n))
+		check(t, "BeginCapture", sB.BeginCapture(device.CaptureGlobal))
+		check(t, "Fill", sB.Fill(tmp, float32(i)))
+		g, err := sB.EndCapture()
+		check(t, "EndCapture", err)
+		x, err := d.Instantiate(g)
+		check(t, "Instantiate", err)
+		check(t, "Launch", sB.Launch(x))
+		check(t, "Free (held)", d.Free(tmp))
+		graphsB, execsB = append(graphsB, g), append(execsB, x)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		var errs []error
+		for i := range k {
+			errs = append(errs, graphsB[i].Destroy(), execsB[i].Destroy())
+		}
+		errc <- errors.Join(errs...)
+	}()
+	for i := range k {
+		check(t, "BeginCapture", sA.BeginCapture(device.CaptureGlobal))
+		if err := sA.Scale(xA, 1); err != nil {
+			t.Fatalf("A's capture %d of %d beside B's give-backs: its kernel: %v", i+1, k, err)
+		}
+		g, err := sA.EndCapture()
+		if err != nil {
+			t.Fatalf("A's capture %d of %d beside B's give-backs: %v", i+1, k, err)
+		}
+		check(t, "Graph.Destroy", g.Destroy())
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("B's give-backs: %v", err)
+	}
+	check(t, "Synchronize", d.Synchronize())
+	before := d.pool.stats()
+	check(t, "Trim", d.Trim())
+	after := d.pool.stats()
+	if before.cached < k*n*4 || after.cached != 0 || after.reserved > before.reserved-int64(k*n*4) {
+		t.Errorf("B's %d blocks did not come back to the pool: cached %d then %d after Trim, reserved %d then %d", k, before.cached, after.cached, before.reserved, after.reserved)
+	}
+	d.pool.mu.Lock()
+	late := len(d.pool.late)
+	d.pool.mu.Unlock()
+	if late != 0 {
+		t.Errorf("%d executable destructions still put off after the captures", late)
+	}
 }
