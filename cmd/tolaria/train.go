@@ -252,7 +252,9 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 	return req, c.Warnings, nil
 }
 
-// flagValue is what flag f gave, typed as its kind reads it.
+// flagValue is what flag f gave: a whole number, a truth value or a
+// list of whole numbers typed, anything else as its text (as a variable
+// gives it).
 func flagValue(fs *pflag.FlagSet, f *pflag.Flag) any {
 	s := f.Value.String()
 	switch f.Value.Type() {
@@ -262,9 +264,6 @@ func flagValue(fs *pflag.FlagSet, f *pflag.Flag) any {
 	case "bool":
 		b, _ := strconv.ParseBool(s)
 		return b
-	case "float64":
-		x, _ := strconv.ParseFloat(s, 64)
-		return x
 	case "intSlice":
 		ns, _ := fs.GetIntSlice(f.Name)
 		return ns
