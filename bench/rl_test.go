@@ -212,14 +212,16 @@ func TestRLConfigValidate(t *testing.T) {
 // the environment steps past learning_starts.
 func TestSequentialRunner(t *testing.T) {
 	cfg := RLTrainingConfig()
-	cfg.NumAgents, cfg.Hidden, cfg.BatchSize, cfg.BufferCapacity = 2, []int{8}, 16, 1000
-	cfg.TotalSteps, cfg.LearningStarts, cfg.TargetUpdate = 300, 100, 50
+	// Training steps of a batch of 256 through two layers of 64 make the
+	// whole run's training far outlast the noise in the two runs' start-up.
+	cfg.NumAgents, cfg.Hidden, cfg.BatchSize, cfg.BufferCapacity = 2, []int{64, 64}, 256, 1000
+	cfg.TotalSteps, cfg.LearningStarts, cfg.TargetUpdate = 600, 260, 50
 	for _, graphs := range []bool{true, false} {
 		w, err := SequentialRunner(func() (device.Device, error) { return cpu.Open(cpu.Config{Threads: 1}) })(context.Background(), cfg, graphs)
 		if err != nil {
 			t.Fatalf("graphs %v: %v", graphs, err)
 		}
-		if w.Window != RLWindowDifference || w.EnvSteps != 2*(300-100) || w.LearnerSteps <= 0 || w.LearnerSteps > w.EnvSteps+2*cfg.LockstepTrain ||
+		if w.Window != RLWindowDifference || w.EnvSteps != 2*(600-260) || w.LearnerSteps <= 0 || w.LearnerSteps > w.EnvSteps+2*cfg.LockstepTrain ||
 			!(w.WindowSeconds > 0) || w.WindowSeconds > w.WallSeconds {
 			t.Errorf("graphs %v: %+v", graphs, w)
 		}
