@@ -3,7 +3,8 @@
 # Go needs to check tolaria (make gpu-bundle):
 #   tolaria, tolaria-worker (-tags cuda), run_graph_bench, the -tags cuda test
 #   binary (tests/device_cuda.test), Fashion-MNIST (data/), the PyTorch peer
-#   (peer/), VERSION and run.sh (scripts/gpu-run.sh).
+#   (peer/), VERSION, run.sh (scripts/gpu-run.sh) and its budget check
+#   (budget-check.sh, scripts/gpu-budget-check.sh).
 # Usage: scripts/gpu-bundle.sh [ARCHIVE]   (default dist/tolaria-gpu.tar.xz)
 # Writes ARCHIVE and ARCHIVE.sha256 (one line, as sha256sum prints it), and
 # fails when the archive is larger than 40 MiB: a GPU machine is lent with at
@@ -42,7 +43,8 @@ for f in "$data"/*-ubyte.gz; do
 done
 cp bench/peer/torch_mlp.py bench/peer/torch_mlp_cuda.py bench/peer/torch_cnn_cuda.py "$b/peer/"
 cp scripts/gpu-run.sh "$b/run.sh"
-chmod +x "$b/run.sh"
+cp scripts/gpu-budget-check.sh "$b/budget-check.sh"
+chmod +x "$b/run.sh" "$b/budget-check.sh"
 {
 	echo "tolaria $(git describe --always --dirty 2>/dev/null || echo unknown), built $(date -u +%Y-%m-%dT%H:%M:%SZ) with $(go env GOVERSION) and $(nvcc --version | grep -o 'release [0-9.]*' || echo 'no nvcc')"
 } >"$b/VERSION"

@@ -24,6 +24,9 @@
 #                example CNN eager (peer-cnn.json)
 #   sweep        4 trials at --per-device 4 under a device-memory budget that
 #                makes a trial of higher priority park the ones in its way
+#   budget       a trial's budget bill (its buffers and the CUDA context it
+#                measured) against the driver's used memory for its worker
+#                process (budget-check.sh, results/budget.json)
 #   rl           tolaria rl --device cuda --agents 2 for a bounded number of steps
 #
 # and ends by writing results/report.md (run_graph_bench gpu-report).
@@ -60,7 +63,7 @@ while [ $# -gt 0 ]; do
 		budget=${1:-}
 		case "$budget" in '' | *[!0-9]*) echo "run.sh: --budget wants whole seconds, got '${budget}'" >&2; exit 2 ;; esac
 		;;
-	-h | --help) sed -n '2,39p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,42p' "$0"; exit 0 ;;
 	-*) echo "run.sh: unknown flag $1 (see ./run.sh --help)" >&2; exit 2 ;;
 	*) res=$1 ;;
 	esac
@@ -254,6 +257,12 @@ EOF
 	"$bench" gpu-check sweep --dir "$res/sweep" --trials 4 --min-parks 1
 }
 
+# budget_check compares a trial's bill with the driver's figure for its
+# worker (scripts/gpu-budget-check.sh, carried as budget-check.sh).
+budget_check() {
+	"$here/budget-check.sh" "$res" "$profile"
+}
+
 rl() {
 	"$here/tolaria" rl --device cuda --worker "$worker" --agents 2 --total-steps "$rl_steps" --stop-when-solved=false \
 		--run-dir "$res/rl" || return 1
@@ -268,6 +277,7 @@ if [ -n "$only" ]; then
 	bench) bench_presets ;;
 	peer) peer ;;
 	sweep) sweep ;;
+	budget) budget_check ;;
 	rl) rl ;;
 	*) echo "run.sh: no part $only" >&2; exit 2 ;;
 	esac
@@ -288,6 +298,7 @@ part bench "$bench_limit" bench_presets
 if [ "$quick" = 0 ]; then
 	part peer 150 peer
 	part sweep 120 sweep
+	part budget 45 budget_check
 	part rl 60 rl
 fi
 

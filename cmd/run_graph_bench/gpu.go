@@ -28,7 +28,7 @@ import (
 // device.
 
 // gpuParts are run.sh's parts in the order it runs them.
-var gpuParts = []string{"first-light", "tests", "train", "bench", "peer", "sweep", "rl"}
+var gpuParts = []string{"first-light", "tests", "train", "bench", "peer", "sweep", "budget", "rl"}
 
 // Part is one part's outcome, results/parts/NAME.json.
 type Part struct {

@@ -45,6 +45,8 @@ func TestGPUReport(t *testing.T) {
 		"| tiny | 64 |",
 		"| 0.4000 | not run | not run |",
 		"- **peer** (skipped): torch_mlp_cuda: skipped: no CUDA for PyTorch",
+		"| budget | passed |",
+		"| 278311936 | 268435456 | 268435456 | 278311936 | 1.000 | yes |",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)

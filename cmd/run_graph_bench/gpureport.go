@@ -105,6 +105,7 @@ func gpuReport(dir, profile, version string, now time.Time) (string, error) {
 	tolaria := reportBench(&b, dir)
 	reportDecode(&b, dir)
 	reportPeer(&b, dir, tolaria)
+	reportBudget(&b, dir)
 	reportFailures(&b, parts)
 	return b.String(), nil
 }
@@ -283,6 +284,34 @@ func reportPeer(b *strings.Builder, dir string, tolaria map[string]tolariaPoint)
 		fmt.Fprintf(b, "| %s |\n", strings.Join(append(cells, ratios...), " | "))
 	}
 	b.WriteString("\n")
+}
+
+// reportBudget renders the budget part's comparison (budget.json, written
+// by budget-check.sh): the bill a trial's worker asked the broker for
+// against the driver's used memory for that worker's process.
+func reportBudget(b *strings.Builder, dir string) {
+	var c struct {
+		Bill        int64   `json:"bill_bytes"`
+		Context     int64   `json:"context_bytes"`
+		InfoContext int64   `json:"info_context_bytes"`
+		Used        int64   `json:"used_bytes"`
+		Source      string  `json:"used_source"`
+		Ratio       float64 `json:"bill_over_used"`
+		Passed      bool    `json:"passed"`
+		Detail      string  `json:"detail"`
+	}
+	if err := readJSON(filepath.Join(dir, "budget.json"), &c); err != nil {
+		return
+	}
+	covered := "yes"
+	if !c.Passed {
+		covered = "no"
+	}
+	b.WriteString("## Device-memory budget\n\n")
+	b.WriteString("| bill (bytes) | of it the context | tolaria-worker info's context | driver's used memory | bill / used | covered with 10% headroom |\n")
+	b.WriteString("| ---: | ---: | ---: | ---: | ---: | --- |\n")
+	fmt.Fprintf(b, "| %d | %d | %d | %d | %.3f | %s |\n\n", c.Bill, c.Context, c.InfoContext, c.Used, c.Ratio, covered)
+	fmt.Fprintf(b, "The driver's figure: %s. %s\n\n", c.Source, c.Detail)
 }
 
 func reportFailures(b *strings.Builder, parts []Part) {
