@@ -133,3 +133,83 @@ func TestPoolBesideCapturesConcurrently(t *testing.T) {
 		t.Errorf("%d executable destructions still put off after the captures", late)
 	}
 }
+
+// TestDriverRefusesEventWaitsBesideGlobalCapture checks on the GPU the
+// premises of the fence's rule (docs/cuda.md, "Beside another capture"),
+// straight at the driver, past this package's own checks: during a
+// global-mode capture on one stream, another thread's cuEventQuery or
+// cuEventSynchronize of an event recorded outside it on another stream,
+// and its cuGraphExecDestroy, are refused as capture violations, and so
+// is a graph launched into the capturing stream; each refusal leaves the
+// capture invalidated. None of these is in the driver API reference's
+// lists: they are what drivers were seen to do (the evidence is in
+// docs/cuda.md), which the emulated driver copies and this test checks
+// wherever it runs.
+func TestDriverRefusesEventWaitsBesideGlobalCapture(t *testing.T) {
+	tests := []struct {
+		name      string
+		elsewhere bool // called on another thread than the capture's
+		call      func(ev *Event, x *Exec, s *Stream) cuResult
+	}{
+		{"cuEventQuery", true, func(ev *Event, _ *Exec, _ *Stream) cuResult { return codeOf(ev.ev.Query()) }},
+		{"cuEventSynchronize", true, func(ev *Event, _ *Exec, _ *Stream) cuResult { return codeOf(ev.ev.Synchronize()) }},
+		{"cuGraphExecDestroy", true, func(_ *Event, x *Exec, _ *Stream) cuResult { return graphExecDestroy(x.e) }},
+		{"cuGraphLaunch into the capturing stream", false, func(_ *Event, x *Exec, s *Stream) cuResult { return graphLaunch(x.e, s.cu) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := openTest(t)
+			s, other := mustStream(t, d).(*Stream), mustStream(t, d).(*Stream)
+			x := mustUpload(t, d, make([]float32, 1024))
+			// An executable made before the capture, and an event recorded
+			// outside it, after the executable's launch on the other stream.
+			check(t, "BeginCapture", other.BeginCapture(device.CaptureGlobal))
+			check(t, "Fill", other.Fill(x, 2))
+			g, err := other.EndCapture()
+			check(t, "EndCapture", err)
+			ex, err := d.Instantiate(g)
+			check(t, "Instantiate", err)
+			check(t, "Graph.Destroy", g.Destroy())
+			check(t, "Launch", other.Launch(ex))
+			ev, err := d.NewEvent()
+			check(t, "NewEvent", err)
+			check(t, "Record", other.Record(ev))
+
+			check(t, "BeginCapture", s.BeginCapture(device.CaptureGlobal))
+			check(t, "Fill while capturing", s.Fill(x, 1))
+			call := func() cuResult {
+				// Straight to the driver, past this package's checks.
+				if err := d.enter("test"); err != nil {
+					return cuErrInvalidContext
+				}
+				defer d.exit()
+				return tt.call(ev.(*Event), ex.(*Exec), s)
+			}
+			var r cuResult
+			if tt.elsewhere {
+				rc := make(chan cuResult)
+				go func() { rc <- call() }()
+				r = <-rc
+			} else {
+				r = call()
+			}
+			if sentinelFor(r) != device.ErrCaptureViolation {
+				t.Errorf("%s during another stream's global capture returned %v, want a capture violation (%v); a belief from drivers' behaviour, not the reference manual (docs/cuda.md)",
+					tt.name, DriverError{r}, DriverError{cuErrCaptureUnsupported})
+			}
+			got, err := s.EndCapture()
+			if got != nil {
+				_ = got.Destroy()
+			}
+			if !errors.Is(err, device.ErrCaptureInvalidated) {
+				t.Errorf("after the driver answered %s with %v, EndCapture = %v; want the capture invalidated", tt.name, DriverError{r}, err)
+			}
+			t.Logf("the driver answered %s with %v; EndCapture then: %v", tt.name, DriverError{r}, err)
+			if tt.name != "cuGraphExecDestroy" || r != cuSuccess {
+				check(t, "Exec.Destroy", ex.Destroy())
+			}
+			check(t, "Event.Destroy", ev.Destroy())
+			check(t, "Synchronize", d.Synchronize())
+		})
+	}
+}
