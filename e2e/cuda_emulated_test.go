@@ -57,6 +57,7 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	t.Run("rl with the GPU gone", func(t *testing.T) { rlWithTheGPUGone(t, emu) })
 	t.Run("hung worker", func(t *testing.T) { hungCUDAWorker(t, emu) })
 	t.Run("rl", func(t *testing.T) { rlOnEmulatedDriver(t, emu) })
+	t.Run("rl lockstep", func(t *testing.T) { rlLockstepOnEmulatedDriver(t, emu) })
 	t.Run("sample", func(t *testing.T) { sampleOnEmulatedDriver(t, emu) })
 	t.Run("devices", func(t *testing.T) { devicesOnEmulatedDriver(t, emu) })
 }
