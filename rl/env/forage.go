@@ -18,6 +18,11 @@ type ForageConfig struct {
 	Walls         int // wall cells inside the border, placed at random each episode (default 0)
 	View          int // an agent sees the cells within View steps in x and y (default 2: a 5×5 window)
 	MaxSteps      int // the time limit (default 200)
+	// LastMove adds to each agent's observation its last action (one-hot,
+	// stay at an episode's start) and whether that move was blocked: a
+	// memory of one step, which a policy of the observation alone needs
+	// to keep a heading, as ForageScripted does, rather than stall.
+	LastMove bool
 }
 
 // WithDefaults fills in the zero fields.
@@ -88,6 +93,8 @@ type Forage struct {
 	src  *rand.PCG // rng's state, which a saved world keeps (MarshalBinary)
 	rng  *rand.Rand
 	episode
+	last   []int  // each agent's last action (LastMove)
+	bumped []bool // whether it was a move that failed (LastMove)
 	// Step's scratch, made once.
 	target        []int
 	blocked, fail []bool
@@ -106,7 +113,8 @@ func NewForage(cfg ForageConfig) (*Forage, error) {
 	}
 	n := cfg.Width * cfg.Height
 	f := &Forage{cfg: cfg, episode: episode{limit: cfg.MaxSteps}, cell: make([]uint8, n), pos: make([]int, cfg.Agents), at: make([]int, n),
-		target: make([]int, cfg.Agents), blocked: make([]bool, cfg.Agents), fail: make([]bool, cfg.Agents)}
+		target: make([]int, cfg.Agents), blocked: make([]bool, cfg.Agents), fail: make([]bool, cfg.Agents),
+		last: make([]int, cfg.Agents), bumped: make([]bool, cfg.Agents)}
 	return f, nil
 }
 
@@ -119,8 +127,16 @@ func (f *Forage) Name() string { return ForageName }
 // Agents is the number of agents.
 func (f *Forage) Agents() int { return f.cfg.Agents }
 
-// ObsSize is 3·(2·View+1)².
-func (f *Forage) ObsSize() int { w := 2*f.cfg.View + 1; return 3 * w * w }
+// ObsSize is 3·(2·View+1)², and 6 more with LastMove.
+func (f *Forage) ObsSize() int { return f.cfg.obsSize() }
+
+func (c ForageConfig) obsSize() int {
+	w := 2*c.View + 1
+	if c.LastMove {
+		return 3*w*w + forageActions + 1
+	}
+	return 3 * w * w
+}
 
 // NumActions is 5: stay, up, down, left, right.
 func (f *Forage) NumActions() int { return forageActions }
@@ -148,6 +164,9 @@ func (f *Forage) Reset(seed uint64, obs [][]float32) {
 	}
 	for range f.cfg.Food {
 		f.cell[f.freeCell()] = forageFood
+	}
+	for a := range f.last {
+		f.last[a], f.bumped[a] = ForageStay, false
 	}
 	f.start()
 	f.observe(obs)
@@ -179,6 +198,10 @@ func (f *Forage) Step(actions []int, obs [][]float32, rewards []float32) (bool, 
 		}
 	}
 	f.move(actions)
+	for a, act := range actions {
+		// move leaves blocked set for every agent that stayed.
+		f.last[a], f.bumped[a] = act, act != ForageStay && f.blocked[a]
+	}
 	for a, c := range f.pos {
 		rewards[a] = 0
 		if f.cell[c] == forageFood {
@@ -269,6 +292,16 @@ func (f *Forage) observe(obs [][]float32) {
 				i += 3
 			}
 		}
+		if f.cfg.LastMove {
+			for act := range forageActions {
+				o[i+act] = 0
+			}
+			o[i+f.last[a]] = 1
+			o[i+forageActions] = 0
+			if f.bumped[a] {
+				o[i+forageActions] = 1
+			}
+		}
 	}
 }
 
@@ -302,7 +335,7 @@ func NewForageScripted(cfg ForageConfig, seed uint64) *ForageScripted {
 // Act chooses an action from an agent's observation.
 func (s *ForageScripted) Act(obs []float32) (int, error) {
 	w := 2*s.view + 1
-	if len(obs) != 3*w*w {
+	if len(obs) != 3*w*w && len(obs) != 3*w*w+forageActions+1 {
 		return 0, errors.New("env: the scripted forager's observation does not match its world's view")
 	}
 	best, bx, by := -1, 0, 0

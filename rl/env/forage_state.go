@@ -21,6 +21,8 @@ type forageState struct {
 	Cells  []uint8      `json:"cells"`
 	Pos    []int        `json:"pos"`
 	RNG    []byte       `json:"rng"` // the generator's state (rand.PCG's MarshalBinary)
+	Last   []int        `json:"last"`
+	Bumped []bool       `json:"bumped"`
 }
 
 // MarshalBinary saves the world: its grid, its agents, its episode's
@@ -28,7 +30,7 @@ type forageState struct {
 // from it (UnmarshalBinary) steps on exactly as this one would. A world
 // never reset is saved as such.
 func (f *Forage) MarshalBinary() ([]byte, error) {
-	s := forageState{Config: f.cfg, Steps: f.steps, Over: f.over, Reset: f.reset, Cells: f.cell, Pos: f.pos}
+	s := forageState{Config: f.cfg, Steps: f.steps, Over: f.over, Reset: f.reset, Cells: f.cell, Pos: f.pos, Last: f.last, Bumped: f.bumped}
 	if f.src != nil {
 		var err error
 		if s.RNG, err = f.src.MarshalBinary(); err != nil {
@@ -51,11 +53,16 @@ func (f *Forage) UnmarshalBinary(b []byte) error {
 	switch {
 	case s.Config != f.cfg:
 		return fmt.Errorf("env: %s: %w: it was saved from a world of %+v, this one is %+v", ForageName, ErrState, s.Config, f.cfg)
-	case len(s.Cells) != n || len(s.Pos) != f.cfg.Agents || s.Steps < 0 || s.Steps > f.cfg.MaxSteps:
+	case len(s.Cells) != n || len(s.Pos) != f.cfg.Agents || len(s.Last) != f.cfg.Agents || len(s.Bumped) != f.cfg.Agents || s.Steps < 0 || s.Steps > f.cfg.MaxSteps:
 		return fmt.Errorf("env: %s: %w: %d cells, %d agents and step %d for a %d×%d world of %d agents and %d steps",
 			ForageName, ErrState, len(s.Cells), len(s.Pos), s.Steps, f.cfg.Width, f.cfg.Height, f.cfg.Agents, f.cfg.MaxSteps)
 	case s.Reset != (s.RNG != nil):
 		return fmt.Errorf("env: %s: %w: a reset world has a generator state and only it", ForageName, ErrState)
+	}
+	for a, act := range s.Last {
+		if act < 0 || act >= forageActions {
+			return fmt.Errorf("env: %s: %w: agent %d's last action %d", ForageName, ErrState, a, act)
+		}
 	}
 	at := make([]int, n)
 	for i := range at {
@@ -88,6 +95,8 @@ func (f *Forage) UnmarshalBinary(b []byte) error {
 	}
 	copy(f.cell, s.Cells)
 	copy(f.pos, s.Pos)
+	copy(f.last, s.Last)
+	copy(f.bumped, s.Bumped)
 	f.at = at
 	f.steps, f.over, f.reset = s.Steps, s.Over, s.Reset
 	f.src, f.rng = src, nil

@@ -12,7 +12,7 @@ import (
 // steps on exactly as the world it was saved from, through the end of the
 // episode and the food it replaces at random.
 func TestForageStateRestores(t *testing.T) {
-	cfg := ForageConfig{Agents: 3, Walls: 4, MaxSteps: 60}
+	cfg := ForageConfig{Agents: 3, Walls: 4, MaxSteps: 60, LastMove: true}
 	f, err := NewForage(cfg)
 	if err != nil {
 		t.Fatal(err)

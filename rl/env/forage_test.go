@@ -319,3 +319,61 @@ func TestSingleIsOneAgent(t *testing.T) {
 		}
 	}
 }
+
+// TestForageLastMove: with LastMove each agent also sees its last action,
+// one-hot (stay after a reset), and whether that move was blocked, by a
+// wall or by another agent; the scripted baseline reads such
+// observations too.
+func TestForageLastMove(t *testing.T) {
+	f, err := NewForage(ForageConfig{Width: 7, Height: 7, Agents: 3, Food: 1, View: 1, LastMove: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.ObsSize() != 27+6 {
+		t.Fatalf("ObsSize %d, want 27 window values and 6 of the last move", f.ObsSize())
+	}
+	obs := [][]float32{make([]float32, 33), make([]float32, 33), make([]float32, 33)}
+	f.Reset(1, obs)
+	for a := range obs {
+		if got := obs[a][27:]; !slices.Equal(got, []float32{1, 0, 0, 0, 0, 0}) {
+			t.Fatalf("agent %d after a reset: last move %v, want stay, not blocked", a, got)
+		}
+	}
+	// Agent 0 at (2,2) moves right; agent 1 at (1,1) up into the border;
+	// agent 2 at (4,4) left into (3,4), where nobody is.
+	w := f.cfg.Width
+	for i := range f.at {
+		f.at[i] = -1
+	}
+	for a, c := range [][2]int{{2, 2}, {1, 1}, {4, 4}} {
+		f.pos[a] = c[1]*w + c[0]
+		f.at[f.pos[a]] = a
+	}
+	for i := range f.cell {
+		if f.cell[i] == forageFood {
+			f.cell[i] = 0
+		}
+	}
+	f.cell[5*w+5] = forageFood
+	if _, _, err := f.Step([]int{ForageRight, ForageUp, ForageLeft}, obs, make([]float32, 3)); err != nil {
+		t.Fatal(err)
+	}
+	for a, want := range [][]float32{{0, 0, 0, 0, 1, 0}, {0, 1, 0, 0, 0, 1}, {0, 0, 0, 1, 0, 0}} {
+		if got := obs[a][27:]; !slices.Equal(got, want) {
+			t.Errorf("agent %d: last move %v, want %v", a, got, want)
+		}
+	}
+	// Agents 0 (now at (3,2)) and 2 (now at (3,4)) both move into (3,3):
+	// both are blocked.
+	if _, _, err := f.Step([]int{ForageDown, ForageStay, ForageUp}, obs, make([]float32, 3)); err != nil {
+		t.Fatal(err)
+	}
+	for a, want := range [][]float32{{0, 0, 1, 0, 0, 1}, {1, 0, 0, 0, 0, 0}, {0, 1, 0, 0, 0, 1}} {
+		if got := obs[a][27:]; !slices.Equal(got, want) {
+			t.Errorf("after the conflict, agent %d: last move %v, want %v", a, got, want)
+		}
+	}
+	if _, err := NewForageScripted(f.cfg, 1).Act(obs[0]); err != nil {
+		t.Errorf("the scripted baseline refuses an observation with the last move: %v", err)
+	}
+}

@@ -77,12 +77,13 @@ func forageParams() []Param {
 		{"walls", d.Walls, 0, 65536, "wall cells inside the border, placed at random each episode"},
 		{"view", d.View, 1, 16, "how many cells an agent sees in each direction"},
 		{"max_steps", d.MaxSteps, 1, 1_000_000, "the step that truncates an episode"},
+		{"last_move", 0, 0, 1, "1 adds each agent's last action and whether it was blocked to its observation"},
 	}
 }
 
 func buildForage(p map[string]int) (func() MultiEnv, error) {
 	cfg := ForageConfig{Width: p["width"], Height: p["height"], Agents: p["agents"], Food: p["food"],
-		Walls: p["walls"], View: p["view"], MaxSteps: p["max_steps"]}
+		Walls: p["walls"], View: p["view"], MaxSteps: p["max_steps"], LastMove: p["last_move"] == 1}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return nil, fmt.Errorf("env: %w", err)
 	}
