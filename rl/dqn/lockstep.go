@@ -41,7 +41,8 @@ const (
 )
 
 // checkLockstep reports a bad lockstep schedule; it has none to check
-// when Lockstep is off.
+// when Lockstep is off. (The shared actor, which takes no turns, is
+// refused with lockstep by checkActor.)
 func (c Config) checkLockstep() error {
 	if !c.Lockstep {
 		return nil
@@ -54,9 +55,6 @@ func (c Config) checkLockstep() error {
 			field.Name("num_envs"), c.NumEnvs, c.LockstepCollect)
 	case c.LockstepTrain < 1 || c.LockstepTrain > MaxLockstepRound:
 		return field.Errorf("lockstep_train", "must be 1..%d training steps per round, got %d", MaxLockstepRound, c.LockstepTrain)
-	case c.ActorMode() == ActorShared:
-		return field.Errorf("lockstep", "takes turns between each agent's own actor and its learner; the shared actor (%s: %s) has no lockstep schedule: turn lockstep off, or, for an environment of one agent, set %s: %s",
-			field.Name("actor"), ActorShared, field.Name("actor"), ActorPerAgent)
 	}
 	return nil
 }

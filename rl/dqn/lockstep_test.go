@@ -286,7 +286,7 @@ func TestLockstepKeys(t *testing.T) {
 		{"lockstep: true\nlockstep_collect: 0\n", "lockstep_collect", "1..1000000"},
 		{"lockstep: true\nnum_envs: 4\nlockstep_collect: 10\n", "lockstep_collect", "multiple of num_envs (4)"},
 		{"lockstep: true\nlockstep_train: 1000001\n", "lockstep_train", "1..1000000"},
-		{"lockstep: true\nactor: shared\nenv: Forage\nnum_agents: 2\n", "lockstep", "actor: per-agent"},
+		{"lockstep: true\nactor: shared\nenv: Forage\nnum_agents: 2\n", "lockstep", "without lockstep"},
 		{"lockstep: yes please\n", "lockstep", ""},
 	} {
 		_, err := ParseConfig([]byte(tc.file))
