@@ -90,13 +90,13 @@ type agentBudget struct {
 
 type halfAsk struct {
 	req   jobserver.BudgetRequest
-	reply jobserver.BudgetReply
+	reply holder.Reply
 }
 
 // ask takes role's request: it waits for the other half's, then books the
 // two as one; a half that asks again (started again) after the pair was
 // granted or refused has the same answer at once.
-func (a *agentBudget) ask(role string, req jobserver.BudgetRequest, reply jobserver.BudgetReply) error {
+func (a *agentBudget) ask(role string, req jobserver.BudgetRequest, reply holder.Reply) error {
 	a.mu.Lock()
 	switch {
 	case a.granted != nil:

@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/budget"
 	"github.com/tolaria-ml/tolaria/coordinator/budget/holder"
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/device/cpu"
+	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -115,5 +119,134 @@ func TestAgentsAskForDeviceMemory(t *testing.T) {
 		if a.State != AgentFailed || !strings.Contains(a.Reason, fmt.Sprintf("rl agent %d needs", i)) || !strings.Contains(a.Reason, "more than device cpu has") {
 			t.Errorf("agent %d: %s (%s); want it failed, its budget refused", i, a.State, a.Reason)
 		}
+	}
+}
+
+// answers records what each half's worker was answered.
+type answers struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (a *answers) add(s string) {
+	a.mu.Lock()
+	a.got = append(a.got, s)
+	a.mu.Unlock()
+}
+
+func (a *answers) take() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := strings.Join(a.got, "; ")
+	a.got = nil
+	return out
+}
+
+// halfReply is one half's worker's end of the budget request.
+type halfReply struct {
+	a    *answers
+	half string
+}
+
+func (r halfReply) Grant(g jobserver.BudgetGrant) error {
+	r.a.add(fmt.Sprintf("%s granted %d", r.half, g.Bytes))
+	return nil
+}
+func (r halfReply) Refuse(string) error { r.a.add(r.half + " refused"); return nil }
+func (r halfReply) Park() error         { r.a.add(r.half + " parked"); return nil }
+func (r halfReply) Unpark() error       { r.a.add(r.half + " unparked"); return nil }
+
+// TestAgentHalvesAreBookedAsOne: an agent's first half to ask waits for
+// the other; the two bills are booked together and both halves answered
+// at once; an agent that does not fit beside another waits for it to end
+// (both its halves' workers), an actor started again while its agent holds
+// its budget is granted at once, and an agent whose halves fit the device
+// alone but not together has both refused. With a shared actor a learner
+// is booked alone.
+func TestAgentHalvesAreBookedAsOne(t *testing.T) {
+	cfg := dqn.DefaultConfig()
+	b, err := newAgentBudgets(Request{Config: cfg, DeviceMemory: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &answers{}
+	sl := launch.Slot{Device: "cpu"}
+	bill := func(n int64) jobserver.BudgetRequest {
+		return jobserver.BudgetRequest{Bill: trainer.Bill{Parameters: n}, Device: "cpu", Total: 1 << 30, Free: 1 << 30}
+	}
+	// start is a half's worker starting: it returns the call that says
+	// the worker ended.
+	start := func(agent int, role string) (done func()) {
+		ask, done := b.half(agent, role, sl, nil, slog.New(slog.DiscardHandler))
+		if ask == nil {
+			t.Fatalf("agent %d's %s on this machine asks nobody", agent, role)
+		}
+		return done
+	}
+	// A half's worker asks through its half's answerer; its end of the
+	// reply is a halfReply here.
+	ask := func(agent int, role string, n int64) {
+		t.Helper()
+		if err := b.agents[agent].ask(role, bill(n), halfReply{got, fmt.Sprintf("%d/%s", agent, role)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(step, want string) {
+		t.Helper()
+		if g := got.take(); g != want {
+			t.Fatalf("%s: answered %q, want %q", step, g, want)
+		}
+	}
+	a0, l0 := start(0, jobserver.RoleActor), start(0, jobserver.RoleLearner)
+	ask(0, jobserver.RoleActor, 100)
+	expect("agent 0's actor asks alone", "")
+	ask(0, jobserver.RoleLearner, 300)
+	if g := got.take(); g != "0/actor granted 100; 0/learner granted 300" && g != "0/learner granted 300; 0/actor granted 100" {
+		t.Fatalf("agent 0's learner asks: answered %q, want both halves granted their bills", g)
+	}
+	if bk := b.broker.Books("cpu"); bk.Granted != 400 || bk.Holders != 1 || bk.Unparkable != 1 {
+		t.Fatalf("books %+v: want agent 0's two bills as one unparkable holder", bk)
+	}
+	a1, l1 := start(1, jobserver.RoleActor), start(1, jobserver.RoleLearner)
+	ask(1, jobserver.RoleLearner, 500)
+	ask(1, jobserver.RoleActor, 200)
+	expect("agent 1 asks for 700 (770 with headroom) beside agent 0's 400 of 1000", "")
+	// Agent 0's actor fails and starts again: its agent holds its share.
+	a0()
+	a0 = start(0, jobserver.RoleActor)
+	ask(0, jobserver.RoleActor, 100)
+	expect("agent 0's actor started again", "0/actor granted 100")
+	a0()
+	expect("agent 0's actor ended, its learner runs", "")
+	l0()
+	if g := got.take(); g != "1/learner granted 500; 1/actor granted 200" && g != "1/actor granted 200; 1/learner granted 500" {
+		t.Fatalf("agent 0 ended: answered %q, want agent 1's halves granted", g)
+	}
+	a1()
+	l1()
+	a2, l2 := start(2, jobserver.RoleActor), start(2, jobserver.RoleLearner)
+	ask(2, jobserver.RoleActor, 600)
+	ask(2, jobserver.RoleLearner, 600)
+	if g := got.take(); g != "2/actor refused; 2/learner refused" && g != "2/learner refused; 2/actor refused" {
+		t.Fatalf("two halves of 600 on a device of 1000: answered %q, want both refused", g)
+	}
+	a2()
+	l2()
+	if bk := b.broker.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 || bk.Waiting != 0 {
+		t.Fatalf("books after every agent ended: %+v", bk)
+	}
+
+	cfg.Actor = dqn.ActorShared
+	shared, err := newAgentBudgets(Request{Config: cfg, DeviceMemory: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = shared
+	l := start(0, jobserver.RoleLearner)
+	ask(0, jobserver.RoleLearner, 300)
+	expect("a learner beside a shared actor", "0/learner granted 300")
+	l()
+	if remote, _ := b.half(0, jobserver.RoleLearner, launch.Slot{Where: "slurm", Device: "cuda"}, nil, slog.New(slog.DiscardHandler)); remote != nil {
+		t.Error("a half a scheduler placed asks the broker of this machine")
 	}
 }
