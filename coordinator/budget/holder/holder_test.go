@@ -1,0 +1,124 @@
+package holder
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
+	"github.com/tolaria-ml/tolaria/jobserver"
+	"github.com/tolaria-ml/tolaria/trainer"
+)
+
+// reply records a worker's answers.
+type reply struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *reply) add(s string) {
+	r.mu.Lock()
+	r.got = append(r.got, s)
+	r.mu.Unlock()
+}
+
+func (r *reply) answers() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.got, ";")
+}
+
+func (r *reply) Grant(jobserver.BudgetGrant) error { r.add("grant"); return nil }
+func (r *reply) Refuse(string) error               { r.add("refuse"); return nil }
+func (r *reply) Park() error                       { r.add("park"); return nil }
+func (r *reply) Unpark() error                     { r.add("unpark"); return nil }
+
+// events records the kinds of the events observed.
+type events struct {
+	mu    sync.Mutex
+	kinds []string
+	last  map[string]map[string]any
+}
+
+func (e *events) Observe(m trainer.Measurement) {
+	if ev, ok := m.(trainer.Event); ok {
+		e.mu.Lock()
+		e.kinds = append(e.kinds, ev.Kind)
+		if e.last == nil {
+			e.last = map[string]map[string]any{}
+		}
+		e.last[ev.Kind] = ev.Fields
+		e.mu.Unlock()
+	}
+}
+
+func ask(bytes int64) jobserver.BudgetRequest {
+	return jobserver.BudgetRequest{Bill: trainer.Bill{Parameters: bytes}, Device: "cpu", Total: 1 << 30, Free: 1 << 30}
+}
+
+// TestHoldersParkOnlyWhenParkable: two holders of priority 0 hold a
+// device of 1000 bytes, one parkable (a trial), one not (an evaluation
+// shard); a request of priority 1 that needs one of them to make room
+// parks the trial and never the shard, though the shard is the least
+// recently active; each step is an event, the wait and the park are
+// reported, and a request that can never fit is refused, naming its kind.
+func TestHoldersParkOnlyWhenParkable(t *testing.T) {
+	b, err := budget.New(budget.Config{DeviceMemory: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := func(name, kind string, prio float64, parkable bool, obs trainer.Observer, report func(Update)) *Sink {
+		return New(Config{Broker: b, Holder: name, Kind: kind, Device: "cpu", Priority: prio, Parkable: parkable, Observer: obs, Report: report})
+	}
+	shardEvents, trialEvents, highEvents := &events{}, &events{}, &events{}
+	shardReply, trialReply, highReply := &reply{}, &reply{}, &reply{}
+	shard := holder("shard 0", "evaluation shard", 0, false, shardEvents, nil)
+	if err := shard.Ask(ask(400), shardReply); err != nil {
+		t.Fatal(err)
+	}
+	trial := holder("a", "trial", 0, true, trialEvents, nil)
+	if err := trial.Ask(ask(300), trialReply); err != nil {
+		t.Fatal(err)
+	}
+	var updates []Update
+	high := holder("high", "trial", 1, true, highEvents, func(u Update) { updates = append(updates, u) })
+	if err := high.Ask(ask(400), highReply); err != nil {
+		t.Fatal(err)
+	}
+	if shardReply.answers() != "grant" || trialReply.answers() != "grant;park" || highReply.answers() != "" {
+		t.Fatalf("answers: shard %q, trial %q, high %q; want the trial parked, not the shard", shardReply.answers(), trialReply.answers(), highReply.answers())
+	}
+	if len(updates) != 1 || !updates[0].Waiting || updates[0].Bytes != 400 {
+		t.Fatalf("high's updates %+v: want it told it waits for 400 bytes", updates)
+	}
+	if err := trial.Parked(jobserver.BudgetParked{ReleasedBytes: 300}); err != nil {
+		t.Fatal(err)
+	}
+	if highReply.answers() != "grant" || strings.Join(highEvents.kinds, ",") != "budget_wait,budget_grant" {
+		t.Fatalf("the trial parked: high answered %q, events %v", highReply.answers(), highEvents.kinds)
+	}
+	if got := strings.Join(trialEvents.kinds, ","); got != "budget_grant,budget_park,budget_parked" {
+		t.Errorf("the trial's events %s", got)
+	}
+	if g := shardEvents.last[EventGrant]; g["bytes"] != int64(400) || g["bill"] == nil {
+		t.Errorf("the shard's grant %v: want its bytes and its bill", g)
+	}
+	high.Release()
+	if trialReply.answers() != "grant;park;unpark" {
+		t.Errorf("high ended: the trial answered %q, want it told to unpark", trialReply.answers())
+	}
+	huge := holder("shard 1", "evaluation shard", 0, false, shardEvents, nil)
+	hugeReply := &reply{}
+	if err := huge.Ask(ask(1000), hugeReply); err != nil {
+		t.Fatal(err)
+	}
+	if hugeReply.answers() != "refuse" || !strings.Contains(shardEvents.last[EventRefused]["reason"].(string), "evaluation shard shard 1 needs") {
+		t.Errorf("1000 bytes with headroom on a device of 1000: answered %q, %v", hugeReply.answers(), shardEvents.last[EventRefused])
+	}
+	shard.Release()
+	trial.Release()
+	huge.Release()
+	if bk := b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 || bk.Waiting != 0 {
+		t.Errorf("books after every release: %+v", bk)
+	}
+}
