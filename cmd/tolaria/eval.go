@@ -12,7 +12,6 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/eval"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
-	"github.com/tolaria-ml/tolaria/internal/bytesize"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
@@ -78,7 +77,7 @@ written), 1 another failure, 130 interrupted.`,
 	var launch launcherFlags
 	var metrics metricsFlags
 	var place placementFlags
-	var deviceMemory string
+	var memory memoryFlag
 	fs := cmd.Flags()
 	fs.StringVar(&req.RunDir, "run-dir", "", "the run directory to evaluate (required)")
 	fs.StringVar(&req.Checkpoint, "checkpoint", "", "checkpoint file to evaluate (default: the run's checkpoint.tlck)")
@@ -89,17 +88,15 @@ written), 1 another failure, 130 interrupted.`,
 	fs.BoolVar(&req.Predictions, "predictions", false, "with a complete result, also write every example's index, label, predicted class and loss (a token model's: per position of each window) to RUN/predictions.parquet")
 	fs.IntVar(&req.TopK, "top-k", 5, "with --predictions, each row's K most probable classes and their probabilities (columns top_class, top_prob), capped at the classes; 0 for none")
 	registerDevice(fs, &req.Device, "; every shard's worker scores there")
-	fs.StringVar(&deviceMemory, "device-memory", "", "device memory the shards' budgets may take on each device, e.g. 8GiB or 512MiB (0 or unset: what the device reports free); a shard that does not fit beside those scoring waits; on the CPU it stands in for a GPU's memory")
+	memory.register(fs, "shards'", "a shard that does not fit beside those scoring waits; ")
 	place.register(fs, "shards")
 	workers.register(fs, "a shard's tolaria-worker")
 	launch.register(fs, "shard")
 	metrics.register(fs, ": the result's accuracy and loss, labelled result=complete or result=partial, and the shards by state")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if deviceMemory != "" {
-			var err error
-			if req.DeviceMemory, err = bytesize.Parse(deviceMemory); err != nil {
-				return usagef("--device-memory: %v", err)
-			}
+		var err error
+		if req.DeviceMemory, err = memory.bytes(); err != nil {
+			return err
 		}
 		return evaluate(cmd.Context(), cmd, req, workers, launch, metrics, place)
 	}

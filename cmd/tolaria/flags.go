@@ -14,6 +14,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/internal/bytesize"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/telemetry"
@@ -129,6 +130,29 @@ func (w *workerFlags) check() error {
 // gpus asks the worker the flags name about the GPUs.
 func (w *workerFlags) gpus() coordinator.GPUsRequest {
 	return coordinator.GPUsRequest{Worker: w.path, WorkerStart: w.start, HeartbeatTimeout: w.heartbeat}
+}
+
+// memoryFlag is --device-memory, a size: the device memory an activity's
+// budgets may take on each device.
+type memoryFlag struct{ size string }
+
+// register adds --device-memory; whose names the budgets' holders
+// ("trials'"), and more says what else to know, ending in "; ".
+func (m *memoryFlag) register(fs *pflag.FlagSet, whose, more string) {
+	fs.StringVar(&m.size, "device-memory", "", "device memory the "+whose+" budgets may take on each device, e.g. 8GiB, 512MiB or 16GB (0 or unset: what the device reports free); "+
+		more+"on the CPU it stands in for a GPU's memory")
+}
+
+// bytes is the size given, 0 when none is.
+func (m memoryFlag) bytes() (int64, error) {
+	if m.size == "" {
+		return 0, nil
+	}
+	n, err := bytesize.Parse(m.size)
+	if err != nil {
+		return 0, usagef("--device-memory: %v", err)
+	}
+	return n, nil
 }
 
 // metricsFlags say where /metrics is served and how long after the end.

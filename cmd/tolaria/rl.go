@@ -14,7 +14,6 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/rl"
-	"github.com/tolaria-ml/tolaria/internal/bytesize"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
@@ -86,7 +85,7 @@ input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
 	fs.IntVar(&f.req.MaxLead, "max-lead", 50, "training steps' worth of transitions an actor may run ahead of its learner (0: no bound)")
 	fs.IntVar(&f.req.Threads, "threads", 1, "CPU device threads per worker process")
 	fs.IntVar(&f.req.ActorRestarts, "actor-restarts", 3, "start a failed actor again up to N times before its agent fails")
-	fs.StringVar(&f.deviceMemory, "device-memory", "", "device memory the agents' budgets may take on each device, e.g. 8GiB or 512MiB (0 or unset: what the device reports free); an agent's actor and learner ask for theirs together before they allocate; on the CPU it stands in for a GPU's memory")
+	f.memory.register(fs, "agents'", "an agent's actor and learner ask for theirs together before they allocate; ")
 	f.worker.register(fs, "an actor or learner")
 	f.metrics.register(fs, ": returns, steps/s, weight lag, publishes, syncs and restarts per agent")
 	fs.BoolVar(&f.plot, "plot", false, "draw every agent's return curve into the run directory's "+progress.PlotFile+" at the end (with run_graph_bench rl-plot, next to tolaria or on the PATH)")
@@ -104,8 +103,7 @@ type rlFlags struct {
 	metrics metricsFlags
 	place   placementFlags
 	plot    bool
-	// deviceMemory is --device-memory, a size.
-	deviceMemory string
+	memory  memoryFlag
 }
 
 // request reads the configuration file (or the run's, to resume), puts
@@ -138,10 +136,8 @@ func (f *rlFlags) request(fs *pflag.FlagSet) (rl.Request, error) {
 	if err := errors.Join(checkDevice(req.Device), f.worker.check(), f.metrics.check()); err != nil {
 		return req, err
 	}
-	if f.deviceMemory != "" {
-		if req.DeviceMemory, err = bytesize.Parse(f.deviceMemory); err != nil {
-			return req, usagef("--device-memory: %v", err)
-		}
+	if req.DeviceMemory, err = f.memory.bytes(); err != nil {
+		return req, err
 	}
 	req.Config, req.ConfigYAML = cfg, cfg.YAML()
 	req.Worker, req.WorkerStart, req.HeartbeatTimeout = f.worker.path, f.worker.start, f.worker.heartbeat

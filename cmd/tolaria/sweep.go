@@ -13,7 +13,6 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
-	"github.com/tolaria-ml/tolaria/internal/bytesize"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 )
 
@@ -84,7 +83,7 @@ checkpoints and stops).`,
 	fs.StringVar(&f.cfg.PriorityKey, "priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
 	fs.IntVar(&f.maxTrials, "max-trials", coordinator.DefaultMaxTrials, "the most trials the sweep file may make; a larger sweep is refused before anything is written (a resumed sweep keeps the size it was accepted at)")
 	fs.DurationVar(&f.cfg.MinResidence, "min-residence", 0, "the least time a trial keeps its device-memory budget before a trial of equal priority may park it (0: 10s)")
-	fs.StringVar(&f.deviceMemory, "device-memory", "", "device memory the trials' budgets may take on each device, e.g. 8GiB, 512MiB or 16GB (0 or unset: what the device reports free); on the CPU it stands in for a GPU's memory")
+	f.memory.register(fs, "trials'", "")
 	f.worker.register(fs, "a trial's tolaria-worker")
 	f.metrics.register(fs, ": trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")
 	f.launch.register(fs, "trial")
@@ -96,13 +95,13 @@ checkpoints and stops).`,
 
 // sweepFlags are the sweep's flags, read into its configuration.
 type sweepFlags struct {
-	cfg          coordinator.SweepConfig
-	place        placementFlags // --devices alone: a sweep has its own --per-device and --parallel
-	deviceMemory string
-	maxTrials    int
-	worker       workerFlags
-	metrics      metricsFlags
-	launch       launcherFlags
+	cfg       coordinator.SweepConfig
+	place     placementFlags // --devices alone: a sweep has its own --per-device and --parallel
+	memory    memoryFlag
+	maxTrials int
+	worker    workerFlags
+	metrics   metricsFlags
+	launch    launcherFlags
 }
 
 // config checks the flags and reads the sweep file (path), or with
@@ -114,10 +113,8 @@ func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepCo
 		return cfg, err
 	}
 	cfg.Worker, cfg.WorkerStart, cfg.HeartbeatTimeout, cfg.MetricsAddr = f.worker.path, f.worker.start, f.worker.heartbeat, f.metrics.addr
-	if f.deviceMemory != "" {
-		if cfg.DeviceMemory, err = bytesize.Parse(f.deviceMemory); err != nil {
-			return cfg, usagef("--device-memory: %v", err)
-		}
+	if cfg.DeviceMemory, err = f.memory.bytes(); err != nil {
+		return cfg, err
 	}
 	for i, n := range []int{cfg.PerDevice, cfg.Parallel, f.maxTrials} {
 		if flag := []string{"per-device", "parallel", "max-trials"}[i]; fs.Changed(flag) && n < 1 {
