@@ -845,7 +845,7 @@ func (e *Run) partial(scored []bool, reasons map[int]string, start time.Time) (*
 		rep.Missing = append(rep.Missing, MissingShard{Shard: s, First: first, Stride: stride, Count: count,
 			Reason: reasons[s], Log: e.shardLog(s)})
 	}
-	rep.Seconds = time.Since(start).Seconds()
+	rep.Seconds, rep.Budgets = time.Since(start).Seconds(), e.books.report()
 	path := filepath.Join(e.req.RunDir, PartialJSONFile)
 	if err := writeJSON(path, rep); err != nil {
 		return nil, errors.Join(fe, err)
