@@ -173,8 +173,12 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	defer run.Close()
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
 	goal := req.Config.Goal()
-	log.Info("rl", "agents", req.Config.NumAgents, "env", req.Config.Env.String(),
-		"goal", fmt.Sprintf("a greedy mean return of %g over %d episodes", goal.Return, goal.Episodes), "total_steps", req.Config.TotalSteps,
+	goalText := fmt.Sprintf("a greedy mean return of %g over %d episodes", goal.Return, goal.Episodes)
+	if goal.Episodes == 0 {
+		goalText = "none: beat the scripted baseline"
+	}
+	log.Info("rl", "agents", req.Config.NumAgents, "env", req.Config.Env.String(), "actor", req.Config.ActorMode(),
+		"goal", goalText, "total_steps", req.Config.TotalSteps,
 		"resume", req.Resume, "graphs", req.Graphs, "run_dir", run.Dir())
 	view.Start()
 	sum, runErr := run.Run(ctx)

@@ -193,6 +193,11 @@ type Summary struct {
 	Goal        Goal          `json:"goal"`
 	Interrupted bool          `json:"interrupted"`
 	Agents      []AgentStatus `json:"agents"`
+	// ScriptedBaseline is, for a world with no goal of its own (Forage),
+	// what its agents must beat: each agent's mean return over the
+	// greedy evaluation's episodes when every agent follows the world's
+	// scripted policy (dqn.ScriptedBaseline).
+	ScriptedBaseline []float64 `json:"scripted_baseline,omitempty"`
 }
 
 // Goal is what solves a run's environment: a greedy evaluation of at
@@ -507,6 +512,13 @@ func (r *Run) Run(ctx context.Context) (Summary, error) {
 	defer stop()
 	defer launch.ReleaseAll(ctx, r.launcher, planned)
 	sum := Summary{Dir: r.dir, Env: r.req.Config.Env.String(), Goal: r.goal(), Agents: make([]AgentStatus, n)}
+	if c := r.req.Config; sum.Goal.Episodes == 0 && c.ActorMode() == dqn.ActorShared && c.EvalInterval > 0 {
+		base, err := dqn.ScriptedBaseline(c)
+		if err != nil {
+			r.log.Warn("the scripted baseline could not be played", "err", err)
+		}
+		sum.ScriptedBaseline = base
+	}
 	if m := r.req.Metrics; m != nil {
 		m.Goal(r.req.Config.Env.Name, sum.Goal.Return)
 	}

@@ -164,10 +164,11 @@ func (s *sharedActor) half(ctx context.Context, attempt int) error {
 		return err
 	}
 	defer h.Close()
+	// Each agent's status names its learner's device; the actor's slot is
+	// in the worker events.
 	memories := make([]string, len(s.agents))
 	for i, a := range s.agents {
 		memories[i] = a.mem.Path()
-		a.update(func(st *AgentStatus) { st.Device = sl.String() })
 	}
 	dev := sl.Device
 	j := jobserver.RLJob{Role: jobserver.RoleSharedActor, Config: req.Config, Memories: memories, Dir: r.dir,

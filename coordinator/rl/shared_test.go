@@ -81,6 +81,9 @@ func TestSharedActorRunsEveryAgent(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(req.Dir, WorldFile)); err != nil {
 		t.Errorf("the worlds were not saved beside the run: %v", err)
 	}
+	if b := sum.ScriptedBaseline; len(b) != 2 || b[0] <= 0 || b[1] <= 0 || sum.Goal.Episodes != 0 {
+		t.Errorf("summary's goal %+v and scripted baseline %v; want no goal and each agent's baseline", sum.Goal, b)
+	}
 	if _, err := os.Stat(filepath.Join(req.Dir, SharedActorLog)); err != nil {
 		t.Errorf("no shared actor log: %v", err)
 	}

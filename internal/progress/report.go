@@ -108,7 +108,15 @@ func SweepResults(w io.Writer, r coordinator.Results, dir string) {
 
 // RLSummary prints an RL run's agents, one row each.
 func RLSummary(w io.Writer, s coordinator.RLSummary) {
-	if s.Env != "" {
+	switch {
+	case s.Env != "" && s.Goal.Episodes == 0 && len(s.ScriptedBaseline) > 0:
+		each := make([]string, len(s.ScriptedBaseline))
+		for i, b := range s.ScriptedBaseline {
+			each[i] = fmt.Sprintf("%.2f (agent %d)", b, i)
+		}
+		fmt.Fprintf(w, "env %s: no goal of its own; the agents must beat the scripted baseline, whose mean return over the greedy evaluation's episodes is %s\n",
+			s.Env, strings.Join(each, ", "))
+	case s.Env != "":
 		fmt.Fprintf(w, "env %s: the goal is a greedy mean return of at least %g over %d episodes\n", s.Env, s.Goal.Return, s.Goal.Episodes)
 	}
 	fmt.Fprintf(w, "%-5s  %-11s  %8s  %9s  %9s  %11s  %9s  %s\n", "agent", "state", "episodes", "mean-100", "best-100", "greedy best", "env steps", "solved at")

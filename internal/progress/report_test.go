@@ -112,6 +112,18 @@ func TestRLSummary(t *testing.T) {
 	}
 }
 
+// TestRLSummaryScriptedBaseline: a world with no goal of its own names
+// the scripted baseline each agent must beat instead.
+func TestRLSummaryScriptedBaseline(t *testing.T) {
+	var b bytes.Buffer
+	RLSummary(&b, coordinator.RLSummary{Dir: "runs/rl", Env: "Forage", ScriptedBaseline: []float64{30.48, 28.94},
+		Agents: []coordinator.AgentStatus{{Agent: 0, State: coordinator.AgentSucceeded, SolvedAt: -1}}})
+	want := "env Forage: no goal of its own; the agents must beat the scripted baseline, whose mean return over the greedy evaluation's episodes is 30.48 (agent 0), 28.94 (agent 1)\n"
+	if got := b.String(); !strings.HasPrefix(got, want) {
+		t.Errorf("the summary starts\n%s\nwant\n%s", got, want)
+	}
+}
+
 // TestEvalResult: a complete result's figures and files; a partial one's
 // figures marked partial; another failure nothing. A token model's
 // accuracy is shown at five positions of the context.
