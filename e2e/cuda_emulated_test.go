@@ -54,6 +54,9 @@ func TestCUDAWorkerOnTheEmulatedDriver(t *testing.T) {
 	t.Run("eval over devices", func(t *testing.T) { evalOverEmulatedDevices(t, emu) })
 	t.Run("eval budgets", func(t *testing.T) { evalBudgetsOnEmulatedDevices(t, emu) })
 	t.Run("sweep over devices", func(t *testing.T) { sweepOverEmulatedDevices(t, emu) })
+	t.Run("sweep reusing workers", func(t *testing.T) {
+		sweepReusingWorkers(t, []string{"LD_LIBRARY_PATH=" + emu}, "cuda", filepath.Join(emu, "tolaria-worker"))
+	})
 	t.Run("rl with the GPU gone", func(t *testing.T) { rlWithTheGPUGone(t, emu) })
 	t.Run("hung worker", func(t *testing.T) { hungCUDAWorker(t, emu) })
 	t.Run("rl", func(t *testing.T) { rlOnEmulatedDriver(t, emu) })
