@@ -65,23 +65,25 @@ func Shard(order []int, rank, world int) ([]int, error) {
 // size.
 type Ragged string
 
-// Ragged policies. Pad and eager plan the same batches and differ downstream: pad fills
-// the short batch up to full size with masked rows so the captured graph replays it,
-// eager runs it outside the graph at its true size.
+// Ragged policies. Pad, eager and graph plan the same batches and differ downstream:
+// pad fills the short batch up to full size with masked rows so the captured graph
+// replays it, eager runs it outside the graph at its true size, and graph captures a
+// graph of its own at its true size, once, and replays that.
 const (
 	RaggedPad   Ragged = "pad"
 	RaggedDrop  Ragged = "drop"
 	RaggedEager Ragged = "eager"
+	RaggedGraph Ragged = "graph"
 )
 
 // ParseRagged accepts a policy name as given on the command line.
 func ParseRagged(s string) (Ragged, error) {
 	switch r := Ragged(s); r {
-	case RaggedPad, RaggedDrop, RaggedEager:
+	case RaggedPad, RaggedDrop, RaggedEager, RaggedGraph:
 		return r, nil
 	}
-	return "", fmt.Errorf("%w: unknown ragged-batch policy %q; use %q, %q or %q",
-		ErrInvalid, s, RaggedPad, RaggedDrop, RaggedEager)
+	return "", fmt.Errorf("%w: unknown ragged-batch policy %q; use %q, %q, %q or %q",
+		ErrInvalid, s, RaggedPad, RaggedDrop, RaggedEager, RaggedGraph)
 }
 
 // Batch is one step's worth of example indices.
@@ -90,7 +92,7 @@ type Batch struct {
 	Ragged  bool // shorter than the batch size
 }
 
-// Plan cuts an epoch's order into batches of batchSize. Under RaggedPad and RaggedEager a
+// Plan cuts an epoch's order into batches of batchSize. Under RaggedPad, RaggedEager and RaggedGraph a
 // short last batch is kept and marked Ragged; under RaggedDrop it is left out. The
 // batches' Indices share order's memory, capped so an append cannot spill into the next
 // batch.

@@ -88,7 +88,7 @@ var usages = map[field.Name]string{
 	"graphs.warmup_batches":      "eager steps before capture",
 	"graphs.pool_reuse":          "share the process-wide graph pool",
 	"staging.prefetch_to_device": "let staging copy ahead without the capture guard (switched off around each capture)",
-	"data.ragged":                "short last batch: pad, drop or eager",
+	"data.ragged":                "short last batch: pad, drop, eager or graph",
 	"staging.slots":              "pinned host slots in the staging ring",
 	"data.loaders":               "loader goroutines",
 	"schedule.log_every":         "steps between metric reads and progress lines",

@@ -66,9 +66,10 @@ type run struct {
 	stageCopiesBefore uint64        // batch copies before a resume
 	snap              device.Buffer // the accumulators as of a read, copied on the compute stream
 	sum               Summary
-	unparking         bool      // setup restores a parked run (see park)
-	warmFrom          int       // steps of this invocation before the current warm-up (an unpark starts one)
-	stopped           []float32 // the final parameters of a run stopped while parked (see stopParked)
+	unparking         bool         // setup restores a parked run (see park)
+	warmFrom          int          // steps of this invocation before the current warm-up (an unpark starts one)
+	stopped           []float32    // the final parameters of a run stopped while parked (see stopParked)
+	ragged            raggedGraphs // the short batches' graphs under ragged policy graph
 }
 
 // Run trains according to cfg on dev: NewPlan, then Plan.Run.
@@ -559,7 +560,10 @@ func (r *run) runTrainStep(b staging.Staged) error {
 
 func (r *run) trainOn(b staging.Staged, in nn.Batch) error {
 	c := &r.cfg
-	if b.Ragged && c.Ragged == data.RaggedEager {
+	if b.Ragged && c.Ragged == data.RaggedGraph && c.EnableGraphs {
+		return r.trainRagged(b, in)
+	}
+	if b.Ragged && (c.Ragged == data.RaggedEager || c.Ragged == data.RaggedGraph) {
 		if c.EnableGraphs {
 			r.fallback(graphs.ReasonRaggedBatch, map[string]any{"stage": stageTrain, "rows": b.Valid, "batch": c.BatchSize})
 			r.obs.Observe(Event{Time: time.Now(), Kind: EventShapeChange, Fields: map[string]any{"rows": b.Valid, "batch": c.BatchSize}})
@@ -614,6 +618,8 @@ func (r *run) newEngine() error {
 			graphs.Slot{ID: k, Step: func(s device.Stream) error { return r.step.Train(s, tin) }},
 			graphs.Slot{ID: evalSlot + k, Step: func(s device.Stream) error { return r.step.Eval(s, ein) }})
 	}
+	// A new engine has a new lease: no short batch is captured in it yet.
+	r.ragged = raggedGraphs{}
 	var err error
 	r.engine, err = graphs.NewEngine(graphs.EngineConfig{Lease: r.lease, Guard: graphs.GuardFunc(r.guardCapture),
 		Slots: slots, MaxCaptureFailures: maxCaptureFailures})
@@ -642,26 +648,31 @@ func (r *run) maybeCapture(seq, done int) error {
 	}
 	r.sum.GraphEnabled = true
 	for _, res := range results {
-		if res.Leftover != nil {
-			r.log.Warn("the captured graph could not be destroyed after instantiation; it may stay allocated", "err", res.Leftover)
-		}
-		r.sum.Captures++
-		r.sum.CaptureSeconds += res.Seconds
-		if res.Pooled {
-			r.sum.CapturePooled++
-			r.obs.Observe(ExecUpdated{})
-		} else {
-			r.sum.CaptureColdSeconds += res.Seconds
-		}
-		r.obs.Observe(Captured{Seconds: res.Seconds, Pooled: res.Pooled})
-		r.obs.Observe(Event{Time: time.Now(), Kind: EventCapture, Fields: map[string]any{
-			"seconds": res.Seconds, "pooled": res.Pooled, "nodes": res.Nodes}})
+		r.captured(res)
 	}
 	r.obs.Observe(GraphEnabled{On: true})
 	r.obs.Observe(PoolReserved{Bytes: r.pool.Stats().ReservedBytes})
 	r.log.Info("captured training and evaluation graphs", "graphs", len(results),
 		"seconds", r.sum.CaptureSeconds, "pooled", r.sum.CapturePooled)
 	return nil
+}
+
+// captured counts one capture in the summary and reports it.
+func (r *run) captured(res graphs.CaptureResult) {
+	if res.Leftover != nil {
+		r.log.Warn("the captured graph could not be destroyed after instantiation; it may stay allocated", "err", res.Leftover)
+	}
+	r.sum.Captures++
+	r.sum.CaptureSeconds += res.Seconds
+	if res.Pooled {
+		r.sum.CapturePooled++
+		r.obs.Observe(ExecUpdated{})
+	} else {
+		r.sum.CaptureColdSeconds += res.Seconds
+	}
+	r.obs.Observe(Captured{Seconds: res.Seconds, Pooled: res.Pooled})
+	r.obs.Observe(Event{Time: time.Now(), Kind: EventCapture, Fields: map[string]any{
+		"seconds": res.Seconds, "pooled": res.Pooled, "nodes": res.Nodes}})
 }
 
 // guardCapture runs capture under the process's staging guard, with both
