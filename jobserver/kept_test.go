@@ -2,6 +2,7 @@ package jobserver
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -62,5 +63,64 @@ func TestKeptWorkerPoolsLaterJobsBitwise(t *testing.T) {
 			t.Fatalf("%s: parameters %s (test loss %v) in the kept worker, %s (%v) alone",
 				j.name, kept.ParamsSHA256, kept.TestLoss, alone.ParamsSHA256, alone.TestLoss)
 		}
+	}
+}
+
+// TestKeptDeviceIsCheckedBetweenJobs: a kept device that holds nothing
+// but the pool's workspace after a job is kept for the next; one left
+// holding memory the pool does not (a leak), or with a pool entry still
+// leased, is closed, so the next job opens a fresh one; a job of other
+// device settings gets a device of its own.
+func TestKeptDeviceIsCheckedBetweenJobs(t *testing.T) {
+	cfg := Config{Build: "cpu", Open: OpenCPU, Shared: newShared(t), kept: &keptDevice{}}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	defer cfg.kept.close(cfg)
+	start := worker.Request{Type: worker.TypeStart, Device: "cpu"}
+	spec := smallSpec()
+	dev, kept, err := cfg.openFor(start, spec)
+	if err != nil || !kept {
+		t.Fatalf("first job: kept %v, %v", kept, err)
+	}
+	lease, err := cfg.Shared.Pool().Acquire(dev, "step", []int{64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.kept.after(cfg, dev)
+	if again, _, _ := cfg.openFor(start, spec); again != dev {
+		t.Fatal("a device holding only the pool's workspace was not kept")
+	}
+
+	leaked, err := dev.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = leaked
+	cfg.kept.after(cfg, dev)
+	fresh, _, err := cfg.openFor(start, spec)
+	if err != nil || fresh == dev {
+		t.Fatalf("after a job that left memory behind: the same device %v, %v; want a fresh one", fresh == dev, err)
+	}
+	if cfg.Shared.Pool().Holds(dev, "step") {
+		t.Fatal("the closed device's pool entries were kept")
+	}
+
+	held, err := cfg.Shared.Pool().Acquire(fresh, "step", []int{64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.kept.after(cfg, fresh)
+	if next, _, _ := cfg.openFor(start, spec); next == fresh {
+		t.Fatal("a device with a pool entry still leased was kept")
+	}
+	_ = held.Release()
+
+	other := spec
+	other.CPUThreads = 1
+	current := cfg.kept.dev
+	if dev, kept, err := cfg.openFor(start, other); err != nil || !kept || dev == current {
+		t.Fatalf("a job of other threads: kept %v, same device %v, %v; want a kept device of its own", kept, dev == current, err)
 	}
 }
