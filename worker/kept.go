@@ -136,10 +136,30 @@ func (k *Kept) call(ctx context.Context, req Request, sink Sink, stderr io.Write
 		k.logs.set(&errTail)
 	}
 	defer k.logs.set(nil)
+	times := watchTimes{hello: helloTimeout, grace: grace, beat: beatTimeout, interval: req.Heartbeat}
+	for retry := true; ; retry = false {
+		hello, res, diedIdle, err := k.once(ctx, req, sink, stderr, &errTail, times, stopper)
+		if diedIdle && retry {
+			// The kept worker had died while idle, unnoticed until the
+			// request went to it: no trial's failure; a fresh one serves
+			// the request.
+			errTail = tail{}
+			continue
+		}
+		return hello, res, err
+	}
+}
+
+// once sends req to the kept worker, starting one first when none runs;
+// diedIdle says that the request failed on a worker kept from before that
+// answered nothing to it: one that had died while idle. k.mu is held.
+func (k *Kept) once(ctx context.Context, req Request, sink Sink, stderr io.Writer, errTail *tail, times watchTimes, stopper *Stopper) (hello Hello, res json.RawMessage, diedIdle bool, err error) {
+	p := &k.Process
 	if k.proc != nil && k.gone() {
 		// It died while idle: its end is no trial's failure.
 		k.stop()
 	}
+	reused := k.proc != nil
 	if k.proc == nil {
 		sp, err := p.start([]string{"serve", KeepArg}, &k.logs, func(pid int) {
 			if stderr != nil {
@@ -148,7 +168,7 @@ func (k *Kept) call(ctx context.Context, req Request, sink Sink, stderr io.Write
 			}
 		})
 		if err != nil {
-			return Hello{}, nil, err
+			return Hello{}, nil, false, err
 		}
 		k.proc, k.starts, k.served = sp, k.starts+1, 0
 		w := sp.watchdog()
@@ -168,12 +188,17 @@ func (k *Kept) call(ctx context.Context, req Request, sink Sink, stderr io.Write
 			sink.Hello(h)
 		}
 	}
+	heard := false
+	alive := func(m Message) {
+		heard = true
+		w.heard(m)
+	}
 	over, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
-		w.watch(ctx, stopper.killed(), watchTimes{hello: helloTimeout, grace: grace, beat: beatTimeout, interval: req.Heartbeat}, over)
+		w.watch(ctx, stopper.killed(), times, over)
 	}()
-	hello, res, convErr := converseOn(ctx, sp.enc, sp.dec, req, inner, w.heard)
+	hello, res, convErr := converseOn(ctx, sp.enc, sp.dec, req, inner, alive)
 	close(over)
 	<-watched
 	var we *Error
@@ -184,16 +209,17 @@ func (k *Kept) call(ctx context.Context, req Request, sink Sink, stderr io.Write
 			// afresh.
 			k.stop()
 		}
-		return hello, res, convErr
+		return hello, res, false, convErr
 	}
 	sp.stdin.Close()
 	reaped := w.awaitExit()
 	k.closePipes(reaped)
 	k.proc = nil
+	diedIdle = reused && !heard && w.killedFor() == ""
 	if w.noHello() {
-		return hello, res, &NoAnswerError{Path: p.Path, After: helloTimeout, Output: errTail.String()}
+		return hello, res, diedIdle, &NoAnswerError{Path: p.Path, After: times.hello, Output: errTail.String()}
 	}
-	return hello, res, w.failure(p.Path, reaped, convErr, errTail.String())
+	return hello, res, diedIdle, w.failure(p.Path, reaped, convErr, errTail.String())
 }
 
 // gone reports whether the kept process has ended; k.mu is held.
