@@ -63,9 +63,8 @@ func (r SampleRequest) Validate() error {
 		return configErr(field.Errorf("device", "must be cpu or cuda, got %q", r.Device))
 	case r.WorkerStart < 0:
 		return configErr(field.Errorf("worker_start_timeout", "cannot be negative (%s)", r.WorkerStart))
-	case r.HeartbeatTimeout != 0 && r.HeartbeatTimeout < worker.MinHeartbeatTimeout:
-		return configErr(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more",
-			r.HeartbeatTimeout, worker.MinHeartbeatTimeout))
+	case r.HeartbeatTimeout != 0 && worker.CheckHeartbeatTimeout(r.HeartbeatTimeout) != nil: // 0: the default
+		return configErr(field.Errorf("heartbeat_timeout", "%w", worker.CheckHeartbeatTimeout(r.HeartbeatTimeout)))
 	}
 	return nil
 }

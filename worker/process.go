@@ -81,6 +81,18 @@ const (
 	tailLines = 15
 )
 
+// CheckHeartbeatTimeout refuses a heartbeat timeout under
+// MinHeartbeatTimeout, saying why and what to give: the one check of the
+// bound, for every command and library. A caller whose zero value means
+// DefaultHeartbeatTimeout checks only a timeout it was given.
+func CheckHeartbeatTimeout(d time.Duration) error {
+	if d < MinHeartbeatTimeout {
+		return fmt.Errorf("%s is too short (a loaded machine's scheduling could pass for a hang); give at least %s, such as %s",
+			d, MinHeartbeatTimeout, DefaultHeartbeatTimeout)
+	}
+	return nil
+}
+
 // HeartbeatInterval is how often a worker watched with the given timeout
 // is asked to send a heartbeat: six times within the timeout, and at least
 // every two seconds.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/bytesize"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
@@ -25,11 +26,11 @@ import (
 // group has one register function and one check, and errors name them
 // the same way in every command.
 
-// errUsage marks errors in the user's configuration; they exit with 2.
-var errUsage = errors.New("invalid configuration")
-
+// usagef refuses what the user gave (exit 2) as the coordinator refuses
+// a job: marked with coordinator.ErrConfig, the one sentinel of an invalid
+// configuration, which run names in the message.
 func usagef(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+	return refusal.Config(errors.New(fmt.Sprintf(format, args...)))
 }
 
 // flagName is a setting's flag, without its dashes: the flat spelling of
@@ -120,9 +121,9 @@ func (w *workerFlags) check() error {
 	switch {
 	case w.start <= 0:
 		return usagef("--worker-start-timeout: %s is not positive; give a duration such as %s", w.start, worker.DefaultHelloTimeout)
-	case w.heartbeat < worker.MinHeartbeatTimeout:
-		return usagef("--heartbeat-timeout: %s is too short (a loaded machine's scheduling could pass for a hang); give at least %s, such as %s",
-			w.heartbeat, worker.MinHeartbeatTimeout, worker.DefaultHeartbeatTimeout)
+	}
+	if err := worker.CheckHeartbeatTimeout(w.heartbeat); err != nil { // 0 too: the flag's default is given
+		return usagef("--heartbeat-timeout: %v", err)
 	}
 	return nil
 }
@@ -193,7 +194,7 @@ func registerDevice(fs *pflag.FlagSet, dst *string, where string) {
 // error names the key, which every command spells --device.
 func checkDevice(device string) error {
 	if err := job.CheckDevice(device); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return refusal.Config(err)
 	}
 	return nil
 }

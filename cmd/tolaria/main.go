@@ -102,7 +102,7 @@ func run(ctx context.Context, proc process, args []string, stdout, stderr io.Wri
 	}
 	msg, code := field.Render(err, speller(cmd)), exitCode(ctx, err)
 	switch {
-	case code == exitUsage && !errors.Is(err, errUsage):
+	case code == exitUsage:
 		msg = "invalid configuration: " + msg
 	case ctx.Err() != nil:
 		msg = "interrupted: " + msg
@@ -139,8 +139,6 @@ func exitCode(ctx context.Context, err error) int {
 	var we *worker.Error
 	var shards *coordinator.ShardsFailedError
 	switch {
-	case errors.Is(err, errUsage):
-		return exitUsage
 	case ctx.Err() != nil:
 		return interruptedCode(ctx)
 	case errors.Is(err, coordinator.ErrConfig), errors.As(err, &we) && (we.Kind == worker.KindUsage || we.Kind == worker.KindCheckpoint):

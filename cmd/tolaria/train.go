@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/job"
@@ -230,7 +231,7 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 		_ = fs.SetAnnotation(flagName(key), writtenAnnotation, []string{written})
 	}
 	if err != nil {
-		return coordinator.Request{}, nil, fmt.Errorf("%w: %w", errUsage, err)
+		return coordinator.Request{}, nil, refusal.Config(err)
 	}
 	// The shared groups read their flags: those no flag gave take the
 	// value of the environment or the file.

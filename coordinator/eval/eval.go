@@ -170,9 +170,8 @@ func (r Request) Validate() error {
 		return refusal.Config(field.Errorf("top_k", "cannot be negative (%d); 0 gives no probabilities", r.TopK))
 	case r.WorkerStart < 0:
 		return refusal.Config(field.Errorf("worker_start_timeout", "cannot be negative (%s)", r.WorkerStart))
-	case r.HeartbeatTimeout != 0 && r.HeartbeatTimeout < worker.MinHeartbeatTimeout:
-		return refusal.Config(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more",
-			r.HeartbeatTimeout, worker.MinHeartbeatTimeout))
+	case r.HeartbeatTimeout != 0 && worker.CheckHeartbeatTimeout(r.HeartbeatTimeout) != nil: // 0: the default
+		return refusal.Config(field.Errorf("heartbeat_timeout", "%w", worker.CheckHeartbeatTimeout(r.HeartbeatTimeout)))
 	}
 	kind := r.Launch.OrLocal()
 	if kind.Check != nil {

@@ -50,9 +50,8 @@ func (p Placement) Validate() error {
 	if p.WorkerStart < 0 {
 		return refusal.Config(field.Errorf("worker_start_timeout", "cannot be negative (%s); give a duration such as 30s", p.WorkerStart))
 	}
-	if p.HeartbeatTimeout != 0 && p.HeartbeatTimeout < worker.MinHeartbeatTimeout {
-		return refusal.Config(field.Errorf("heartbeat_timeout", "%s is too short: a loaded machine's scheduling could pass for a hang; give %s or more, such as %s",
-			p.HeartbeatTimeout, worker.MinHeartbeatTimeout, worker.DefaultHeartbeatTimeout))
+	if err := worker.CheckHeartbeatTimeout(p.HeartbeatTimeout); p.HeartbeatTimeout != 0 && err != nil { // 0: the default
+		return refusal.Config(field.Errorf("heartbeat_timeout", "%w", err))
 	}
 	return nil
 }
