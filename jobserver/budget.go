@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -58,16 +59,32 @@ func deviceMemory(dev device.Device) (total, free int64, err error) {
 	return m.DeviceLimit, m.DeviceLimit - m.DeviceInUse, nil
 }
 
-// contextBytes is what dev holds of this process before anything is
-// allocated on it: on a GPU, the CUDA context and the modules its Open
-// made and loaded, as the driver's used memory right after opening (total
-// less free, cuMemGetInfo; the emulated driver answers by its own
-// accounting, CUDAEMU_CONTEXT_BYTES). The driver cannot be asked before a
-// context exists, so what other processes hold on the GPU at that moment
-// is counted too: the figure errs high, never low, and is exact on a GPU
-// the worker has to itself. 0 on a device without driver figures (the
-// CPU).
-func contextBytes(dev device.Device) (int64, error) {
+// contextMeter is a device that measures what its process holds of it
+// besides its own allocations (device/cuda: NVML's per-process figure, or
+// the driver's used memory read under a per-GPU lock; see
+// cuda.Device.ContextMemory), and says how.
+type contextMeter interface {
+	ContextMemory() (bytes int64, source string, err error)
+}
+
+// contextBytes is what dev holds of this process before the job allocates
+// anything on it: on a GPU, the CUDA context and the modules its Open made
+// and loaded. A device that measures it itself (contextMeter) is asked,
+// and log says which source answered; one with only the driver's figures
+// bills its used memory (total less free), which counts what other
+// processes hold on the GPU too; 0 on a device without driver figures
+// (the CPU).
+func contextBytes(dev device.Device, log *slog.Logger) (int64, error) {
+	if cm, ok := dev.(contextMeter); ok {
+		n, source, err := cm.ContextMemory()
+		if err != nil {
+			return 0, fmt.Errorf("measuring what the device's context holds, for the budget request: %w", err)
+		}
+		if log != nil {
+			log.Info("measured the device's context for the budget", "device", dev.Name(), "context_bytes", n, "source", source)
+		}
+		return n, nil
+	}
 	dm, ok := dev.(device.DriverMemory)
 	if !ok {
 		return 0, nil
@@ -79,10 +96,16 @@ func contextBytes(dev device.Device) (int64, error) {
 	return max(0, total-free), nil
 }
 
-// ContextBytes is what a worker that opened dev, and allocated nothing
-// on it yet, bills as its context (see contextBytes): tolaria-worker info
-// prints it.
-func ContextBytes(dev device.Device) (int64, error) { return contextBytes(dev) }
+// ContextBytes is what a worker that opened dev, and allocated nothing on
+// it yet, bills as its context, and where the figure came from (see
+// contextBytes): tolaria-worker info prints it.
+func ContextBytes(dev device.Device) (bytes int64, source string, err error) {
+	if cm, ok := dev.(contextMeter); ok {
+		return cm.ContextMemory()
+	}
+	n, err := contextBytes(dev, nil)
+	return n, "driver (total-free)", err
+}
 
 // askBudget sends bill, the job's on dev with the process's context, and
 // waits for the grant.

@@ -2,7 +2,9 @@ package jobserver
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -86,5 +88,51 @@ func TestBudgetRequestsBillTheContext(t *testing.T) {
 	}
 	if e := plain[1].Bill; e.DeviceBytes() == 0 || e.OptimizerState != e.Parameters || e.StagingInputs == 0 {
 		t.Errorf("the evaluation shard's bill %v: want the evaluation's own (trainer.EvalBill)", e)
+	}
+}
+
+// meteredDevice is a GPU shared with other processes: the driver's used
+// memory counts their others bytes too, while the device measures its own
+// context (as device/cuda does through NVML).
+type meteredDevice struct {
+	contextDevice
+	others int64
+}
+
+func (d meteredDevice) DriverMemory() (free, total int64, err error) {
+	free, total, err = d.contextDevice.DriverMemory()
+	return free - d.others, total, err
+}
+
+func (d meteredDevice) ContextMemory() (int64, string, error) { return d.context, "test meter", nil }
+
+// TestBudgetBillsTheMeasuredContext: on a GPU that other processes share,
+// a device that measures its own context is billed that, not the driver's
+// used memory (which counted the other workers' contexts in the sweep of
+// the third GPU run, refusing every trial), and the log says which source
+// answered.
+func TestBudgetBillsTheMeasuredContext(t *testing.T) {
+	const ctxBytes, others = 3 << 20, 300 << 20
+	var logged strings.Builder
+	open := func(name string, spec job.Spec) (device.Device, error) {
+		dev, err := OpenCPU(name, spec)
+		if err != nil {
+			return nil, err
+		}
+		return meteredDevice{contextDevice{Device: dev, total: 1 << 30, context: ctxBytes}, others}, nil
+	}
+	var got []BudgetRequest
+	serve := InProcess(Config{Build: "cpu", Open: open, Shared: newShared(t),
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	run := smallSpec()
+	run.RunDir = t.TempDir()
+	if _, _, err := Run(context.Background(), serve, "cpu", run, Sink{Budget: granting(&got)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Bill.Context != ctxBytes {
+		t.Fatalf("budget requests %v: want one billing the measured context, %d bytes (not the driver's %d)", got, ctxBytes, ctxBytes+others)
+	}
+	if !strings.Contains(logged.String(), `source="test meter"`) || !strings.Contains(logged.String(), "context_bytes=3145728") {
+		t.Errorf("the worker's log does not name the context's source and size:\n%s", logged.String())
 	}
 }

@@ -98,7 +98,7 @@ func (c Config) openFor(req worker.Request, spec job.Spec) (dev device.Device, k
 	if dev, err = c.Open(req.Device, spec); err != nil {
 		return nil, false, err
 	}
-	ctxBytes, err := contextBytes(dev)
+	ctxBytes, err := contextBytes(dev, c.Logger)
 	if err != nil {
 		_ = dev.Close()
 		return nil, false, err

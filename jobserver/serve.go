@@ -176,7 +176,7 @@ func serveConn(ctx context.Context, conn *worker.Conn, cfg Config) error {
 		// Nothing is allocated yet: what the device holds of this process
 		// is its context and modules, which the bill counts (a kept
 		// job's is measured once the pool holds only its step, in runJob).
-		if cfg.contextBytes, err = contextBytes(dev); err != nil {
+		if cfg.contextBytes, err = contextBytes(dev, cfg.Logger); err != nil {
 			return conn.Fail(&worker.Error{Kind: worker.KindNoDevice, Message: err.Error()})
 		}
 	}

@@ -3,6 +3,9 @@
 package main
 
 import (
+	"fmt"
+	"os"
+
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cuda"
 	"github.com/tolaria-ml/tolaria/job"
@@ -14,15 +17,21 @@ const build = "cuda"
 func streamScratchBytes() int64 { return cuda.StreamScratchBytes() }
 
 // contextBytes opens GPU 0 as a job's worker does and reports what its
-// context and modules took (jobserver.ContextBytes: the driver's used
-// memory right after opening, which every budget request bills).
+// context and modules took, as every budget request bills it
+// (jobserver.ContextBytes: NVML's figure for this process, else the
+// driver's used memory under the per-GPU lock); the source goes to
+// stderr.
 func contextBytes() (int64, error) {
 	dev, err := cuda.Open(cuda.Config{})
 	if err != nil {
 		return 0, err
 	}
 	defer dev.Close()
-	return jobserver.ContextBytes(dev)
+	n, source, err := jobserver.ContextBytes(dev)
+	if err == nil {
+		fmt.Fprintf(os.Stderr, "tolaria-worker info: context_bytes measured by %s\n", source)
+	}
+	return n, err
 }
 
 func openCUDA(job.Spec) (device.Device, error) {

@@ -54,6 +54,8 @@ type Device struct {
 	legacy *Stream
 	// profile times eager launches when ProfileEnv names a file, else nil.
 	profile *kernelProfile
+	// ctxMeasure is how Open measured its context (contextmem_cuda.go).
+	ctxMeasure contextMeasure
 
 	// life is held shared by every call and exclusively by Close, so that
 	// Close never destroys a handle a call in flight is using.
@@ -154,6 +156,9 @@ func (d *Device) open() error {
 	if d.total, err = d.dev.TotalMem(); err != nil {
 		return d.wrap(op, err)
 	}
+	// Held from before the context is made until its size is read.
+	unlock, lockErr := d.lockContextCreation()
+	defer unlock()
 	ctx, r := retainPrimaryContext(d.dev)
 	if r != cuSuccess {
 		return d.driver(op, r)
@@ -167,6 +172,7 @@ func (d *Device) open() error {
 		releasePrimaryContext(d.dev)
 		return err
 	}
+	d.measureContext(lockErr)
 	return nil
 }
 
