@@ -151,7 +151,7 @@ func TestShardedEvalFailingTwiceExits3(t *testing.T) {
 	if !strings.Contains(r.stderr, "2 shards of 3 kept (shards 0, 1)") || strings.Count(r.stderr, "examples scored") != 1 {
 		t.Errorf("the resume scored more than the missing shard:\n%s", r.stderr)
 	}
-	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); withoutSeconds(got) != withoutSeconds(whole) {
+	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); withoutRunFacts(got) != withoutRunFacts(whole) {
 		t.Errorf("the resumed eval.json:\n%s\nthe uninterrupted one:\n%s", got, whole)
 	}
 	if got := readFile(t, filepath.Join(run, eval.PrevJSONFile)); got != good {
@@ -235,7 +235,7 @@ func TestShardedEvalResumeAfterKilledWorkers(t *testing.T) {
 	if !strings.Contains(r.stderr, "2 shards of 4 kept (shards 1, 2)") || strings.Count(r.stderr, "examples scored") != 2 {
 		t.Errorf("the resume did not score shards 0 and 3 alone:\n%s", r.stderr)
 	}
-	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); withoutSeconds(got) != withoutSeconds(whole) {
+	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); withoutRunFacts(got) != withoutRunFacts(whole) {
 		t.Errorf("the resumed eval.json:\n%s\nthe uninterrupted one:\n%s", got, whole)
 	}
 }
@@ -284,10 +284,14 @@ func readFile(t *testing.T, path string) string {
 	return string(raw)
 }
 
-// withoutSeconds is an eval.json without its wall time, the one line that
-// differs between two evaluations of the same figures.
-func withoutSeconds(evalJSON string) string {
-	return regexp.MustCompile(`(?m)^  "seconds": .*\n`).ReplaceAllString(evalJSON, "")
+// withoutRunFacts is an eval.json without what names how it ran, the
+// parts that differ between two evaluations of the same figures: the wall
+// time, the number of workers and the device-memory budgets their workers
+// held (how many at once depends on the workers and on what a resume
+// rescored).
+func withoutRunFacts(evalJSON string) string {
+	evalJSON = regexp.MustCompile(`(?ms)^  "budgets": \[.*?^  \],?\n`).ReplaceAllString(evalJSON, "")
+	return regexp.MustCompile(`(?m)^  "(seconds|workers)": .*\n`).ReplaceAllString(evalJSON, "")
 }
 
 // TestShardedEvalRefusesBadInput: exit 2 and nothing written.
@@ -483,7 +487,7 @@ func TestShardedEvalOfATokenModel(t *testing.T) {
 			first, one = raw, readEval(t, run)
 			continue
 		}
-		if got, want := withoutRunLines(raw), withoutRunLines(first); got != want {
+		if got, want := withoutRunFacts(string(raw)), withoutRunFacts(string(first)); got != want {
 			t.Errorf("eval.json with 3 workers:\n%s\nwith 1:\n%s", got, want)
 		}
 		if readEval(t, run).Workers != 3 {
@@ -516,16 +520,4 @@ func TestShardedEvalOfATokenModel(t *testing.T) {
 	if one.Accuracy != sum.TestAccuracy || !closeTo(one.Loss, sum.TestLoss, 1e-6) {
 		t.Errorf("eval: accuracy %v, loss %v; the training summary: %v, %v", one.Accuracy, one.Loss, sum.TestAccuracy, sum.TestLoss)
 	}
-}
-
-// withoutRunLines is eval.json without the lines that name how it ran:
-// the number of workers and the wall time.
-func withoutRunLines(raw []byte) string {
-	var keep []string
-	for _, line := range strings.Split(string(raw), "\n") {
-		if s := strings.TrimSpace(line); !strings.HasPrefix(s, `"workers":`) && !strings.HasPrefix(s, `"seconds":`) {
-			keep = append(keep, line)
-		}
-	}
-	return strings.Join(keep, "\n")
 }
