@@ -37,4 +37,7 @@ grep -v '^#' "$src/symbols.txt" | sed '/^$/d' | sort -u >"$out/listed.txt"
 "$CC" -std=gnu11 -O2 -fPIC -c "$out/unsupported.c" -o "$out/unsupported.o"
 "$CXX" -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,--no-undefined -o "$out/libcuda.so.1" \
 	"$out/kernels.o" "$out/driver.o" "$out/unsupported.o"
+# The library answers NVML's per-process memory query too (driver.cpp), for
+# a process that loads libnvidia-ml.so.1 at run time.
+ln -sf libcuda.so.1 "$out/libnvidia-ml.so.1"
 echo "build-cuda-emulator: $out/libcuda.so.1 ($(wc -l <"$out/implemented.txt") entry points implemented, $(comm -23 "$out/listed.txt" "$out/implemented.txt" | wc -l) answer CUDA_ERROR_NOT_SUPPORTED)"

@@ -452,6 +452,23 @@ class Ledger {
         return CUDA_SUCCESS;
     }
 
+    // live lists the live processes on physical device phys with the bytes
+    // each has in use (its context's bill included), for the NVML-shaped
+    // query (nvmlDeviceGetComputeRunningProcesses below).
+    CUresult live(int phys, std::vector<Proc> *out) {
+        std::lock_guard<std::mutex> l(mu_);
+        int lock = lockDevice(phys, LOCK_SH);
+        if (lock < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+        Record rec;
+        CUresult r = read(phys, &rec);
+        ::close(lock);
+        if (r) return r;
+        out->clear();
+        for (const Proc &p : rec.procs)
+            if (p.alive && (same(p, self_) || processAlive(p.pid, p.start))) out->push_back(p);
+        return CUDA_SUCCESS;
+    }
+
   private:
     std::string path(int phys, const char *ext) const { return dir_ + "/device-" + std::to_string(phys) + ext; }
 
@@ -2249,4 +2266,92 @@ EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph hg, tl_CUgraphExecU
     info->errorNode = nullptr;
     info->errorFromNode = nullptr;
     return execUpdate(hx, hg, &info->result, &idx);
+}
+
+// ---- NVML, as far as a process measures its own context -------------------
+//
+// The build links libnvidia-ml.so.1 to this library, so that a process that
+// loads NVML at run time (device/cuda's ContextMemory) finds these entry
+// points, which answer from the emulator's own accounting: each process's
+// bill on the machine's device, its context included; with CUDAEMU_STATE
+// every live process on it, as nvidia-smi lists them. CUDAEMU_NVML=off makes
+// nvmlInit_v2 fail (no NVML on the machine); CUDAEMU_NVML=hidden lists no
+// process (a container without the host's PID namespace), so that the
+// caller's fallback can be exercised. The layout is nvml.h's
+// nvmlProcessInfo_t, as nvmlDeviceGetComputeRunningProcesses_v3 fills it.
+struct tl_nvmlProcessInfo {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+};
+static_assert(sizeof(tl_nvmlProcessInfo) == 24, "nvmlProcessInfo_t is 24 bytes");
+
+namespace {
+enum { kNvmlSuccess = 0, kNvmlInvalidArgument = 2, kNvmlNotFound = 6, kNvmlInsufficientSize = 7, kNvmlLibraryNotFound = 12 };
+
+bool nvmlMode(const char *want) {
+    const char *m = std::getenv("CUDAEMU_NVML");
+    return m && std::strcmp(m, want) == 0;
+}
+}  // namespace
+
+EXPORT int nvmlInit_v2(void) { return nvmlMode("off") ? kNvmlLibraryNotFound : kNvmlSuccess; }
+
+EXPORT int nvmlShutdown(void) { return kNvmlSuccess; }
+
+EXPORT const char *nvmlErrorString(int r) {
+    switch (r) {
+    case kNvmlSuccess: return "Success";
+    case kNvmlInvalidArgument: return "Invalid Argument";
+    case kNvmlNotFound: return "Not Found";
+    case kNvmlInsufficientSize: return "Insufficient Size";
+    case kNvmlLibraryNotFound: return "NVML Shared Library Not Found";
+    default: return "Unknown Error";
+    }
+}
+
+// The handle is the machine's device number plus one; the PCI bus id reads
+// domain:bus:device.function with the bus the device number, as
+// cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID) answers.
+EXPORT int nvmlDeviceGetHandleByPciBusId_v2(const char *busId, void **device) {
+    unsigned domain = 0, bus = 0, dev = 0;
+    if (!busId || !device || std::sscanf(busId, "%x:%x:%x", &domain, &bus, &dev) != 3) return kNvmlInvalidArgument;
+    if (domain != 0 || dev != 0 || bus >= drv().sizes.size()) return kNvmlNotFound;
+    *device = reinterpret_cast<void *>(uintptr_t(bus) + 1);
+    return kNvmlSuccess;
+}
+
+EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned int *count, tl_nvmlProcessInfo *infos) {
+    Driver &d = drv();
+    uintptr_t h = reinterpret_cast<uintptr_t>(device);
+    if (!count || h == 0 || h > d.sizes.size()) return kNvmlInvalidArgument;
+    int phys = int(h - 1);
+    std::vector<std::pair<long, size_t>> procs;
+    if (!nvmlMode("hidden")) {
+        std::lock_guard<std::mutex> l(d.billMu);
+        if (d.ledger.on()) {
+            std::vector<Ledger::Proc> live;
+            if (d.ledger.live(phys, &live) != CUDA_SUCCESS) return kNvmlNotFound;
+            for (const Ledger::Proc &p : live) procs.emplace_back(p.pid, p.inUse);
+        } else {
+            size_t mine = 0;
+            bool on = false;
+            for (int o = 0; o < d.devices; ++o)
+                if (d.physical[size_t(o)] == phys && d.contextBilled[size_t(o)] + d.blockBytes[size_t(o)] > 0) {
+                    mine += d.contextBilled[size_t(o)] + d.blockBytes[size_t(o)];
+                    on = true;
+                }
+            if (on) procs.emplace_back(long(::getpid()), mine);
+        }
+    }
+    if (*count < procs.size()) {
+        *count = unsigned(procs.size());
+        return kNvmlInsufficientSize;
+    }
+    if (!procs.empty() && !infos) return kNvmlInvalidArgument;
+    for (size_t i = 0; i < procs.size(); ++i)
+        infos[i] = tl_nvmlProcessInfo{unsigned(procs[i].first), procs[i].second, 0xFFFFFFFFu, 0xFFFFFFFFu};
+    *count = unsigned(procs.size());
+    return kNvmlSuccess;
 }
