@@ -299,3 +299,21 @@ func TestEvalEpsilon(t *testing.T) {
 		t.Errorf("eval_epsilon 0.5 played the greedy episodes: %v", greedy)
 	}
 }
+
+// TestForageExample: examples/forage.yaml, the setting docs/rl.md measures
+// on Forage, reads and validates as that setting.
+func TestForageExample(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "forage.yaml"))
+	must(t, err)
+	c, err := ParseConfig(raw)
+	must(t, err)
+	_, mk, err := c.World()
+	must(t, err)
+	spec, err := c.Spec()
+	must(t, err)
+	if c.ActorMode() != ActorShared || c.NumAgents != 2 || mk().Agents() != 2 || spec.Inputs != 75+6 || c.NumEnvs != 4 ||
+		c.Optimizer.TotalSteps != 100000 || c.Optimizer.MinLRRatio != 0.1 || c.TargetTau != 0.005 || c.TotalSteps != 100000 ||
+		c.EvalEpisodes != 50 || c.EvalEpsilon != 0 {
+		t.Errorf("examples/forage.yaml reads as\n%s", c.YAML())
+	}
+}
