@@ -143,19 +143,23 @@ func fallbackCount(m map[string]int) int {
 
 func gpuSweepBudgetCmd() *cobra.Command {
 	var path, fit string
-	var scratch int64
+	var scratch, context int64
 	return gpuCheck("sweep-budget",
 		"print a --device-memory that grants the --fit trials together (their bills with the broker's headroom) and no more",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&path, "sweep", "", "the sweep file")
 			f.StringVar(&fit, "fit", "", "comma-separated trial names whose bills the budget holds")
 			f.Int64Var(&scratch, "stream-scratch", 0, "device bytes each stream of the trials' device holds (tolaria-worker info's stream_scratch_bytes)")
+			f.Int64Var(&context, "context", 0, "device bytes each trial's worker process holds as its CUDA context and modules, which its bill counts (tolaria-worker info's context_bytes)")
 		},
 		func() (string, error) {
 			if scratch < 0 {
 				return "", fmt.Errorf("--stream-scratch: %d; give the bytes tolaria-worker info prints, 0 or more", scratch)
 			}
-			n, err := sweepBudget(path, strings.Split(fit, ","), scratch)
+			if context < 0 {
+				return "", fmt.Errorf("--context: %d; give the context_bytes tolaria-worker info prints on the trials' GPU, 0 or more", context)
+			}
+			n, err := sweepBudget(path, strings.Split(fit, ","), scratch, context)
 			return fmt.Sprint(n), err
 		})
 }
@@ -176,11 +180,12 @@ const budgetSlack = 64 << 10
 
 // sweepBudget is the sum of the named trials' device bills with the
 // broker's headroom (coordinator.Headroom), computed on the CPU device
-// (exact sizes) with streams that each hold scratch bytes (the trials'
-// device's, tolaria-worker info), plus budgetSlack for the CUDA pool's
-// rounding: a --device-memory that grants those trials together and
-// nothing more.
-func sweepBudget(path string, names []string, scratch int64) (int64, error) {
+// (exact sizes) with streams that each hold scratch bytes and a worker
+// context of context bytes (the trials' device's, as tolaria-worker info
+// measures them there: each trial's worker bills its own context), plus
+// budgetSlack for the CUDA pool's rounding: a --device-memory that grants
+// those trials together and nothing more.
+func sweepBudget(path string, names []string, scratch, context int64) (int64, error) {
 	sw, err := coordinator.ReadSweep(path)
 	if err != nil {
 		return 0, err
@@ -209,7 +214,9 @@ func sweepBudget(path string, names []string, scratch int64) (int64, error) {
 		if scratch > 0 {
 			billed = scratchDevice{dev, scratch}
 		}
-		total += int64(float64(plan.Trainer.Bill(billed).DeviceBytes()) * coordinator.Headroom)
+		bill := plan.Trainer.Bill(billed)
+		bill.Context = context
+		total += int64(float64(bill.DeviceBytes()) * coordinator.Headroom)
 	}
 	return total + budgetSlack, nil
 }

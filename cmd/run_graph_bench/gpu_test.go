@@ -191,11 +191,11 @@ func TestSweepBudgetCountsStreamScratch(t *testing.T) {
 	if err := os.WriteFile(path, []byte(sweep), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	plain, err := sweepBudget(path, []string{"a"}, 0)
+	plain, err := sweepBudget(path, []string{"a"}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	withScratch, err := sweepBudget(path, []string{"a"}, 1<<20)
+	withScratch, err := sweepBudget(path, []string{"a"}, 1<<20, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,30 @@ func TestSweepBudgetCountsStreamScratch(t *testing.T) {
 	if got, want := withScratch-plain, int64(float64(4<<20)*headroom); got < want-2 || got > want+2 {
 		t.Errorf("the budget grew by %d bytes with 1 MiB of scratch a stream, want about %d (4 streams with headroom)", got, want)
 	}
-	if _, err := sweepBudget(path, []string{"nope"}, 0); err == nil {
+	if _, err := sweepBudget(path, []string{"nope"}, 0, 0); err == nil {
 		t.Error("a trial the sweep lacks: no error")
+	}
+}
+
+// The sweep budget holds each fitted trial's worker context with
+// headroom: every trial's worker bills its own (the third GPU run's sweep
+// computed its budget without one, and every trial was refused).
+func TestSweepBudgetCountsEachTrialsContext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sweep.yaml")
+	sweep := "base:\n  dataset: synthetic\n  synthetic_size: 256\n  batch_size: 32\n  model: {hidden: [16]}\ntrials:\n  - {name: a, epochs: 1}\n  - {name: b, epochs: 1}\n"
+	if err := os.WriteFile(path, []byte(sweep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ctx int64 = 528 << 20
+	plain, err := sweepBudget(path, []string{"a", "b"}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCtx, err := sweepBudget(path, []string{"a", "b"}, 0, ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := withCtx-plain, int64(2*float64(ctx)*coordinator.Headroom); got < want-2 || got > want+2 {
+		t.Errorf("the budget of two trials grew by %d bytes with a context of %d, want about %d (one context a trial, with headroom)", got, ctx, want)
 	}
 }
