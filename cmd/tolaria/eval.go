@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -128,36 +126,12 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 		}
 	}
 	req.PerDevice, req.Parallel = place.perDevice, place.parallel
-	// A token model's shards score windows; the plan says which.
-	view := progress.NewEval(stderr)
-	req.Progress = view.Shard
-	e, err := coordinator.PlanEval(req)
-	if err != nil {
-		return err
-	}
-	if req.DryRun {
-		return progress.DryRun(stdout, filepath.Join(req.RunDir, coordinator.EvalDir, "slurm"))(e.DryRun())
-	}
-	view.Plan(e, req, speller(cmd))
-	var em *telemetry.EvalMetrics
-	// The address served at, and the linger, are news worth an info line.
-	served, err := coordinator.ServeFamilies(ctx, metrics.addr, logger(stderr, slog.LevelInfo), func() (m *telemetry.Metrics, err error) {
-		m, em, err = eval.NewMetrics(version())
-		return m, err
+	return eval.Execute(ctx, req, eval.Options{
+		View: progress.NewEvalView(progress.Streams{Stdout: stdout, Stderr: stderr}, req.RunDir, speller(cmd)),
+		// The address served at, and the linger, are news worth an info line.
+		Serve: func(families func() (*telemetry.Metrics, error)) (eval.Served, error) {
+			return coordinator.ServeFamilies(ctx, metrics.addr, logger(stderr, slog.LevelInfo), families)
+		},
+		Version: version(), Linger: metrics.linger,
 	})
-	if err != nil {
-		return err
-	}
-	defer served.Close()
-	rep, err := e.Run(ctx)
-	if em != nil && rep != nil {
-		e.Record(em, rep, err)
-		defer served.Linger(ctx, metrics.linger)
-	}
-	if ctx.Err() != nil {
-		fmt.Fprintf(stderr, "tolaria: evaluation interrupted; %s is left as it was, and the shards finished are kept for --resume\n", coordinator.EvalJSON)
-		return exitError{interruptedCode(ctx)}
-	}
-	progress.EvalResult(stdout, rep, err, req.RunDir)
-	return err
 }

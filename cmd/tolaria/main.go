@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -92,9 +93,9 @@ func run(ctx context.Context, proc process, args []string, stdout, stderr io.Wri
 	if err == nil {
 		return exitOK
 	}
-	var ex exitError
-	if errors.As(err, &ex) {
-		return ex.code // reported already
+	var end *rundir.Ending
+	if errors.As(err, &end) {
+		return endCode(ctx, end) // reported already
 	}
 	if strings.HasPrefix(err.Error(), "unknown command") {
 		fmt.Fprintln(stderr, "tolaria:", err)
@@ -109,21 +110,6 @@ func run(ctx context.Context, proc process, args []string, stdout, stderr io.Wri
 	}
 	fmt.Fprintln(stderr, "tolaria:", msg)
 	return code
-}
-
-// outcome is the exit of a command that ran many things (a sweep's trials,
-// an RL run's agents): 0 when every one succeeded, 1 when none did, 3 when
-// some failed; reasons is the file that says why.
-func outcome(w io.Writer, ok, total int, what, reasons string) error {
-	switch {
-	case ok == total:
-		return nil
-	case ok == 0:
-		fmt.Fprintf(w, "tolaria: no %s succeeded; see the reasons in %s\n", what, reasons)
-		return exitError{exitFailure}
-	}
-	fmt.Fprintf(w, "tolaria: %d of %d %ss failed; see the reasons in %s\n", total-ok, total, what, reasons)
-	return exitError{exitSomeFailed}
 }
 
 // logger logs text to w from level up.
@@ -149,10 +135,22 @@ func exitCode(ctx context.Context, err error) int {
 	return exitFailure
 }
 
-// exitError carries an exit code for an error already reported.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+// endCode is the exit status of an activity's ending.
+func endCode(ctx context.Context, end *rundir.Ending) int {
+	switch end.Kind {
+	case rundir.Done:
+		return exitOK
+	case rundir.SomeFailed:
+		return exitSomeFailed
+	case rundir.Interrupted:
+		return interruptedCode(ctx)
+	case rundir.Failed:
+		if end.Err != nil {
+			return exitCode(ctx, end.Err)
+		}
+	}
+	return exitFailure
+}
 
 // interruptedCode is the exit code of a run stopped by ctx: 128 plus the
 // signal's number, as shells report it.

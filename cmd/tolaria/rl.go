@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -145,61 +143,19 @@ func (f *rlFlags) request(fs *pflag.FlagSet) (rl.Request, error) {
 }
 
 func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
-	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	req, err := f.request(cmd.Flags())
 	if err != nil {
 		return err
 	}
-	view := progress.NewRL(stderr, req.Config.NumAgents, req.Config.TotalSteps)
-	defer view.Close()
-	log := logger(view.Logs(), slog.LevelInfo)
-	if req.Device, req.GPUs, err = f.place.resolve(ctx, req.Device, f.worker, log); err != nil {
-		return err
-	}
-	var rlm *telemetry.RLMetrics
-	metrics, err := coordinator.ServeFamilies(ctx, f.metrics.addr, log, func() (m *telemetry.Metrics, err error) {
-		m, rlm, err = rl.NewMetrics(version())
-		return m, err
+	out := progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
+	return rl.Execute(ctx, req, rl.Options{
+		View: func(agents, totalSteps int) rl.View { return progress.NewRLView(out, agents, totalSteps) },
+		Devices: func(ctx context.Context, device string, log *slog.Logger) (string, []int, error) {
+			return f.place.resolve(ctx, device, f.worker, log)
+		},
+		Serve: func(log *slog.Logger, families func() (*telemetry.Metrics, error)) (rl.Served, error) {
+			return coordinator.ServeFamilies(ctx, f.metrics.addr, log, families)
+		},
+		Version: version(), Linger: f.metrics.linger, LinksCUDA: coordinator.LinksCUDA(), Plot: f.plot,
 	})
-	if err != nil {
-		return err
-	}
-	defer metrics.Close()
-	req.Logger, req.Report, req.Metrics = log, view.Update, rlm
-	run, err := rl.Prepare(req, time.Now())
-	if err != nil {
-		return err
-	}
-	defer run.Close()
-	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
-	goal := req.Config.Goal()
-	goalText := fmt.Sprintf("a greedy mean return of %g over %d episodes", goal.Return, goal.Episodes)
-	if goal.Episodes == 0 {
-		goalText = "none: beat the scripted baseline"
-	}
-	log.Info("rl", "agents", req.Config.NumAgents, "env", req.Config.Env.String(), "actor", req.Config.ActorMode(),
-		"goal", goalText, "total_steps", req.Config.TotalSteps,
-		"resume", req.Resume, "graphs", req.Graphs, "run_dir", run.Dir())
-	view.Start()
-	sum, runErr := run.Run(ctx)
-	view.Close()
-	progress.RLSummary(stdout, sum)
-	if f.plot {
-		progress.DrawReturns(ctx, run.Dir(), stdout, stderr)
-	}
-	defer metrics.Linger(ctx, f.metrics.linger)
-	ok := 0
-	for _, a := range sum.Agents {
-		if a.State == rl.AgentSucceeded {
-			ok++
-		}
-	}
-	switch {
-	case ctx.Err() != nil:
-		fmt.Fprintf(stderr, "tolaria: interrupted: the learners checkpointed and the buffers were saved; continue with tolaria rl --resume --run-dir %s\n", run.Dir())
-		return exitError{interruptedCode(ctx)}
-	case ok < len(sum.Agents) && errors.Is(runErr, coordinator.ErrSetup):
-		return runErr
-	}
-	return outcome(stderr, ok, len(sum.Agents), "agent", filepath.Join(run.Dir(), coordinator.SummaryFile))
 }

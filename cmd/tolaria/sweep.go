@@ -3,16 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
-	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 )
 
@@ -88,7 +86,7 @@ checkpoints and stops).`,
 	f.metrics.register(fs, ": trials by state, failures by reason, retries, workers' heartbeat ages, and each trial's training metrics with a trial label")
 	f.launch.register(fs, "trial")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		return sweep(cmd.Context(), cmd, &f, append(args, "")[0])
+		return runSweep(cmd.Context(), cmd, &f, append(args, "")[0])
 	}
 	return cmd
 }
@@ -146,55 +144,18 @@ func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepCo
 	return cfg, err
 }
 
-func sweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) error {
-	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+func runSweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path string) error {
 	cfg, err := f.config(cmd.Flags(), path)
 	if err != nil {
 		return err
 	}
-	view := progress.NewSweep(stderr, cfg.Sweep.Trials)
-	defer view.Close()
-	log := logger(view.Logs(), slog.LevelInfo)
-	cfg.Logger, cfg.Version, cfg.Report = log, version(), view.Update
-	if cfg.Device != "cpu" && cfg.Launch.Name != launch.SlurmName {
-		// The GPUs named, checked, or every GPU a worker finds (the CPU
-		// for device auto without one).
-		if cfg.Device, cfg.GPUs, err = f.place.resolve(ctx, cfg.Device, f.worker, log); err != nil {
-			return err
-		}
-	}
-	for _, w := range cfg.Sweep.Warnings {
-		log.Warn(w)
-	}
-	s, err := coordinator.PrepareSweep(ctx, cfg)
-	if errors.Is(err, coordinator.ErrNothingToResume) {
-		view.Close()
-		fmt.Fprintf(stderr, "tolaria: %v; results in %s/%s\n", err, cfg.Dir, coordinator.ResultsJSON)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
-	if cfg.DryRun {
-		view.Close()
-		return progress.DryRun(stdout, "the sweep directory's slurm/")(s.DryRun())
-	}
-	log.Info("sweep", "file", cfg.Sweep.Path, "resume", cfg.Resume, "trials", len(cfg.Sweep.Trials), "devices", s.Devices(), "parallel", s.Parallel(), "sweep_dir", s.Dir())
-	view.Start()
-	res, err := s.Run(ctx)
-	view.Close()
-	progress.SweepResults(stdout, res, s.Dir())
-	defer s.Linger(ctx, f.metrics.linger) // after the last lines, before the exit
-	if err != nil {
-		fmt.Fprintf(stderr, "tolaria: writing the results: %v\n", err)
-		return exitError{exitFailure}
-	}
-	ok, total := res.Counts[string(coordinator.TrialSucceeded)], len(res.Trials)
-	if ctx.Err() != nil {
-		fmt.Fprintf(stderr, "tolaria: sweep interrupted: %d of %d trials succeeded; the running ones checkpointed; results in %s\n", ok, total, s.Dir())
-		return exitError{interruptedCode(ctx)}
-	}
-	return outcome(stderr, ok, total, "trial", filepath.Join(s.Dir(), coordinator.ResultsJSON))
+	cfg.Version = version()
+	out := progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
+	return sweep.Execute(ctx, cfg, sweep.Options{
+		View: func(trials []coordinator.Trial) sweep.View { return progress.NewSweepView(out, trials) },
+		Devices: func(ctx context.Context, device string, log *slog.Logger) (string, []int, error) {
+			return f.place.resolve(ctx, device, f.worker, log)
+		},
+		Linger: f.metrics.linger,
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -14,11 +13,11 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/job/jobconfig"
-	"github.com/tolaria-ml/tolaria/nn"
 )
 
 func newTrainCmd(proc process) *cobra.Command {
@@ -96,65 +95,25 @@ silent for --heartbeat-timeout is taken for hung and killed.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return train(cmd.Context(), cmd, proc, &flags)
+			return runTrain(cmd.Context(), cmd, proc, &flags)
 		},
 	}
 	flags.register(cmd.Flags())
 	return cmd
 }
 
-func train(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFlags) error {
-	stderr := cmd.ErrOrStderr()
+func runTrain(ctx context.Context, cmd *cobra.Command, proc process, flags *trainFlags) error {
 	req, warnings, err := resolve(cmd.Flags(), flags)
 	if err != nil {
 		return err
 	}
-	view := progress.NewTrain(stderr, req.Spec.Loss != string(nn.LossMSE))
-	defer view.Close()
-	log := logger(view.Logs(), slog.LevelInfo)
-	for _, w := range warnings {
-		log.Warn(w)
-	}
-	// A worker's logs go to the run directory's worker.log (Placement.Stderr
-	// left nil), and the log says where.
-	req.Version, req.Shared, req.Logger, req.Started = version(), proc.shared, log, proc.started
-	run, err := coordinator.Prepare(ctx, req)
-	if err != nil {
-		return err
-	}
-	defer run.Close()
-	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", coordinator.LinksCUDA()))
-	spec := run.Spec()
-	sum, err := run.Train(ctx, view.Report)
-	view.Close()
-	if err != nil {
-		code := exitCode(ctx, err)
-		progress.TrainFailed(stderr, err, ctx.Err() != nil, code == exitUsage, run.Dir())
-		run.Linger(ctx, flags.metrics.linger)
-		return exitError{code}
-	}
-	if err := run.Record(&sum); err != nil {
-		return err
-	}
-	progress.TrainSummary(cmd.OutOrStdout(), sum, spec.Loss != string(nn.LossMSE), spec.RunDir)
-	if sum.Interrupted {
-		how := "interrupted"
-		if ctx.Err() == nil && spec.MaxSteps > 0 {
-			how = fmt.Sprintf("stopped at --max-steps %d", spec.MaxSteps)
-		}
-		progress.TrainStopped(stderr, run.Dir(), sum, how)
-		switch {
-		case ctx.Err() != nil:
-			return exitError{interruptedCode(ctx)}
-		case spec.MaxSteps == 0:
-			// Neither tolaria's signal nor --max-steps: the worker was
-			// stopped (a signal to it alone). The run did not finish.
-			fmt.Fprintln(stderr, "tolaria: the worker stopped the run before it finished (was it sent a signal?)")
-			return exitError{exitFailure}
-		}
-	}
-	run.Linger(ctx, flags.metrics.linger)
-	return nil
+	req.Version, req.Shared, req.Started = version(), proc.shared, proc.started
+	out := progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
+	refused := func(err error) bool { return exitCode(ctx, err) == exitUsage }
+	return train.Execute(ctx, req, train.Options{
+		View:     func(accuracy bool) train.View { return progress.NewTrainView(out, accuracy, refused) },
+		Warnings: warnings, Linger: flags.metrics.linger,
+	})
 }
 
 // trainFlags are train's settings besides the job's keys; the job's

@@ -1,0 +1,74 @@
+package eval
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/telemetry"
+)
+
+// View shows an evaluation to its user: what it is about to score, each
+// shard attempt that ends, the result and what is said last. Package
+// progress draws one.
+type View interface {
+	Plan(e *Run, req Request)
+	Shard(Progress)
+	Result(rep *Report, err error, runDir string)
+	DryRun(script string, command []string) error
+	Note(msg string)
+}
+
+// Served is where an evaluation's figures are served for Prometheus.
+type Served interface {
+	Linger(ctx context.Context, d time.Duration)
+	Close() error
+}
+
+// Options are how Execute shows an evaluation and serves its figures.
+type Options struct {
+	View View
+	// Serve serves the metrics families makes (called at most once) until
+	// Close; the coordinator's one metrics server.
+	Serve   func(families func() (*telemetry.Metrics, error)) (Served, error)
+	Version string        // the tolaria version the metrics carry
+	Linger  time.Duration // /metrics is served this long after the end
+}
+
+// Execute plans the evaluation req asks for (or with req.DryRun prints
+// what Slurm would be given), scores its shards, merges them and shows
+// the result, keeping its figures served for opt.Linger. Its error is the
+// evaluation's (a ShardsFailedError when shards failed twice), or a
+// rundir.Ending, already reported, when ctx stopped it.
+func Execute(ctx context.Context, req Request, opt Options) error {
+	req.Progress = opt.View.Shard
+	e, err := Plan(req)
+	if err != nil {
+		return err
+	}
+	if req.DryRun {
+		return opt.View.DryRun(e.DryRun())
+	}
+	opt.View.Plan(e, req)
+	var em *telemetry.EvalMetrics
+	served, err := opt.Serve(func() (m *telemetry.Metrics, err error) {
+		m, em, err = NewMetrics(opt.Version)
+		return m, err
+	})
+	if err != nil {
+		return err
+	}
+	defer served.Close()
+	rep, err := e.Run(ctx)
+	if em != nil && rep != nil {
+		e.Record(em, rep, err)
+		defer served.Linger(ctx, opt.Linger)
+	}
+	if ctx.Err() != nil {
+		opt.View.Note(fmt.Sprintf("evaluation interrupted; %s is left as it was, and the shards finished are kept for --resume", JSONFile))
+		return &rundir.Ending{Kind: rundir.Interrupted}
+	}
+	opt.View.Result(rep, err, req.RunDir)
+	return err
+}

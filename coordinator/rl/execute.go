@@ -1,0 +1,116 @@
+package rl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/telemetry"
+)
+
+// View shows an RL run to its user: a row per agent as it trains, the
+// agents' summary at the end and what is said last. Package progress
+// draws one.
+type View interface {
+	Logs() io.Writer // the log's lines, drawn above the rows
+	Start()          // the rows appear
+	Update(AgentStatus)
+	Close() // the rows stop; later lines go below them
+	Summary(Summary)
+	Plot(ctx context.Context, runDir string) // every agent's return curve
+	Note(msg string)                         // the last thing said
+}
+
+// Served is where a run's metrics are served for Prometheus.
+type Served interface {
+	Linger(ctx context.Context, d time.Duration)
+	Close() error
+}
+
+// Options are how Execute shows a run, where it places the agents and
+// how it serves their metrics.
+type Options struct {
+	// View draws a run of agents, each of totalSteps.
+	View func(agents, totalSteps int) View
+	// Devices resolves the request's device on this machine (the GPUs
+	// named and checked, or those a worker finds), as every activity does.
+	Devices func(ctx context.Context, device string, log *slog.Logger) (string, []int, error)
+	// Serve serves the metrics families makes (called at most once) until
+	// Close, logging to log; the coordinator's one metrics server.
+	Serve     func(log *slog.Logger, families func() (*telemetry.Metrics, error)) (Served, error)
+	Version   string        // the tolaria version the metrics carry
+	Linger    time.Duration // /metrics is served this long after the end
+	LinksCUDA bool          // whether this binary links CUDA, for the log
+	Plot      bool          // draw the return curves at the end
+}
+
+// Execute places and runs the agents req asks for from start to end,
+// shows their summary and keeps their metrics served for opt.Linger. It
+// returns nil when every agent succeeded; a rundir.Ending, already
+// reported, when some or all failed or ctx stopped the run; the setup
+// error that failed the agents; or any other error before anything ran.
+func Execute(ctx context.Context, req Request, opt Options) error {
+	view := opt.View(req.Config.NumAgents, req.Config.TotalSteps)
+	defer view.Close()
+	log := slog.New(slog.NewTextHandler(view.Logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var err error
+	if req.Device, req.GPUs, err = opt.Devices(ctx, req.Device, log); err != nil {
+		return err
+	}
+	var rlm *telemetry.RLMetrics
+	metrics, err := opt.Serve(log, func() (m *telemetry.Metrics, err error) {
+		m, rlm, err = NewMetrics(opt.Version)
+		return m, err
+	})
+	if err != nil {
+		return err
+	}
+	defer metrics.Close()
+	req.Logger, req.Report, req.Metrics = log, view.Update, rlm
+	run, err := Prepare(req, time.Now())
+	if err != nil {
+		return err
+	}
+	defer run.Close()
+	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", opt.LinksCUDA))
+	goal := req.Config.Goal()
+	goalText := fmt.Sprintf("a greedy mean return of %g over %d episodes", goal.Return, goal.Episodes)
+	if goal.Episodes == 0 {
+		goalText = "none: beat the scripted baseline"
+	}
+	log.Info("rl", "agents", req.Config.NumAgents, "env", req.Config.Env.String(), "actor", req.Config.ActorMode(),
+		"goal", goalText, "total_steps", req.Config.TotalSteps,
+		"resume", req.Resume, "graphs", req.Graphs, "run_dir", run.Dir())
+	view.Start()
+	sum, runErr := run.Run(ctx)
+	view.Close()
+	view.Summary(sum)
+	if opt.Plot {
+		view.Plot(ctx, run.Dir())
+	}
+	defer metrics.Linger(ctx, opt.Linger)
+	ok := 0
+	for _, a := range sum.Agents {
+		if a.State == AgentSucceeded {
+			ok++
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		view.Note(fmt.Sprintf("interrupted: the learners checkpointed and the buffers were saved; continue with tolaria rl --resume --run-dir %s", run.Dir()))
+		return &rundir.Ending{Kind: rundir.Interrupted}
+	case ok < len(sum.Agents) && errors.Is(runErr, refusal.ErrSetup):
+		return runErr
+	}
+	note, end := rundir.Outcome(ok, len(sum.Agents), "agent", filepath.Join(run.Dir(), rundir.SummaryFile))
+	if end != nil {
+		view.Note(note)
+	}
+	return end
+}
