@@ -121,7 +121,7 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	case slurm && (cmd.Flags().Changed("devices") || cmd.Flags().Changed("per-device")):
 		return usagef("--devices and --per-device place workers on this machine's GPUs; with --launcher slurm the scheduler places each shard")
 	case !slurm:
-		if req.Device, req.GPUs, err = place.resolve(ctx, req.Device, workers, req.Logger); err != nil {
+		if req.Device, req.GPUs, err = place.chooser(workers)(ctx, req.Device, req.Logger); err != nil {
 			return err
 		}
 	}

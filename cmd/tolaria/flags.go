@@ -276,8 +276,11 @@ func (p *placementFlags) check(fs *pflag.FlagSet) error {
 	return nil
 }
 
-// resolve turns --device and the placement flags into a device (cpu or
-// cuda) and the GPUs to place workers on (coordinator.ChooseDevices).
-func (p *placementFlags) resolve(ctx context.Context, device string, w workerFlags, log *slog.Logger) (string, []int, error) {
-	return coordinator.ChooseDevices(ctx, coordinator.DevicesRequest{Device: device, Devices: p.devices, Workers: w.gpus(), Logger: log})
+// chooser turns --device and the placement flags into a device (cpu or
+// cuda) and the GPUs to place workers on (coordinator.ChooseDevices), w's
+// workers asked what they find.
+func (p *placementFlags) chooser(w workerFlags) func(context.Context, string, *slog.Logger) (string, []int, error) {
+	return func(ctx context.Context, device string, log *slog.Logger) (string, []int, error) {
+		return coordinator.ChooseDevices(ctx, coordinator.DevicesRequest{Device: device, Devices: p.devices, Workers: w.gpus(), Logger: log})
+	}
 }

@@ -149,10 +149,8 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 	}
 	out := progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
 	return rl.Execute(ctx, req, rl.Options{
-		View: func(agents, totalSteps int) rl.View { return progress.NewRLView(out, agents, totalSteps) },
-		Devices: func(ctx context.Context, device string, log *slog.Logger) (string, []int, error) {
-			return f.place.resolve(ctx, device, f.worker, log)
-		},
+		View:    func(agents, totalSteps int) rl.View { return progress.NewRLView(out, agents, totalSteps) },
+		Devices: f.place.chooser(f.worker),
 		Serve: func(log *slog.Logger, families func() (*telemetry.Metrics, error)) (rl.Served, error) {
 			return coordinator.ServeFamilies(ctx, f.metrics.addr, log, families)
 		},

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -128,15 +127,7 @@ func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepCo
 			return cfg, err
 		}
 	}
-	if cfg.Resume {
-		var saved coordinator.Results
-		if cfg.Sweep, saved, err = coordinator.LoadSweepDir(cfg.Dir); err != nil {
-			return cfg, err
-		}
-		if !fs.Changed("rank-by") {
-			cfg.RankBy = saved.RankBy // ranked as it was unless asked otherwise
-		}
-	} else if cfg.Sweep, err = coordinator.ReadSweepMax(path, f.maxTrials); err != nil {
+	if err = cfg.Load(path, f.maxTrials, fs.Changed("rank-by")); err != nil {
 		return cfg, err
 	}
 	cfg.DryRun = f.launch.dryRun
@@ -152,10 +143,8 @@ func runSweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path strin
 	cfg.Version = version()
 	out := progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
 	return sweep.Execute(ctx, cfg, sweep.Options{
-		View: func(trials []coordinator.Trial) sweep.View { return progress.NewSweepView(out, trials) },
-		Devices: func(ctx context.Context, device string, log *slog.Logger) (string, []int, error) {
-			return f.place.resolve(ctx, device, f.worker, log)
-		},
-		Linger: f.metrics.linger,
+		View:    func(trials []coordinator.Trial) sweep.View { return progress.NewSweepView(out, trials) },
+		Devices: f.place.chooser(f.worker),
+		Linger:  f.metrics.linger,
 	})
 }

@@ -95,3 +95,19 @@ func Execute(ctx context.Context, cfg Config, opt Options) error {
 	}
 	return end
 }
+
+// Load reads the sweep cfg is to run: the sweep file at path, of at most
+// maxTrials trials, or with cfg.Resume the sweep saved in cfg.Dir, ranked
+// as it was unless rankByGiven says cfg.RankBy asks otherwise.
+func (cfg *Config) Load(path string, maxTrials int, rankByGiven bool) error {
+	var err error
+	if !cfg.Resume {
+		cfg.Sweep, err = ReadSweepMax(path, maxTrials)
+		return err
+	}
+	var saved Results
+	if cfg.Sweep, saved, err = LoadDir(cfg.Dir); err == nil && !rankByGiven {
+		cfg.RankBy = saved.RankBy
+	}
+	return err
+}
