@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -152,4 +153,29 @@ func orDevice(opened, asked string) string {
 		return opened
 	}
 	return asked
+}
+
+// SampleTo draws the text req asks for and writes the prompt and the text
+// after it, with a newline, to w: the whole of tolaria sample. Device
+// "auto" takes cuda when a CUDA tolaria-worker can open a GPU and cpu
+// otherwise, saying why in log. The text is written whole at the end, so
+// a stopped sampling writes nothing and says so.
+func SampleTo(ctx context.Context, w io.Writer, req SampleRequest, log *slog.Logger) error {
+	var err error
+	gpus := GPUsRequest{Worker: req.Worker, WorkerStart: req.WorkerStart, HeartbeatTimeout: req.HeartbeatTimeout}
+	if req.Device, err = ChooseDevice(ctx, req.Device, gpus, log); err != nil {
+		return err
+	}
+	text, err := Sample(ctx, req)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("sampling stopped before its %d tokens were drawn; nothing was printed (%w)", req.Tokens, err)
+	case err != nil:
+		return err
+	}
+	if _, err := w.Write(append(req.Prompt, text...)); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w)
+	return err
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/spf13/cobra"
@@ -56,29 +55,11 @@ failure (no worker, no GPU: the message says which), 130 interrupted.`,
 	fs.BoolVar(&req.Graphs, "enable-graphs", true, "capture the decode step once and replay it per token")
 	workers.register(fs, "the tolaria-worker")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		ctx := cmd.Context()
-		var err error
-		if err = errors.Join(checkDevice(req.Device), workers.check()); err != nil {
+		if err := errors.Join(checkDevice(req.Device), workers.check()); err != nil {
 			return err
 		}
 		req.Prompt, req.Worker, req.WorkerStart, req.HeartbeatTimeout = []byte(prompt), workers.path, workers.start, workers.heartbeat
-		if req.Device, err = coordinator.ChooseDevice(ctx, req.Device, workers.gpus(), logger(cmd.ErrOrStderr(), slog.LevelError)); err != nil {
-			return err
-		}
-		text, err := coordinator.Sample(ctx, req)
-		if err != nil {
-			if ctx.Err() != nil {
-				// The text is printed whole at the end: nothing was.
-				return fmt.Errorf("sampling stopped before its %d tokens were drawn; nothing was printed (%w)", req.Tokens, err)
-			}
-			return err
-		}
-		out := cmd.OutOrStdout()
-		if _, err := out.Write(append(req.Prompt, text...)); err != nil {
-			return err
-		}
-		_, err = fmt.Fprintln(out)
-		return err
+		return coordinator.SampleTo(cmd.Context(), cmd.OutOrStdout(), req, logger(cmd.ErrOrStderr(), slog.LevelError))
 	}
 	return cmd
 }
