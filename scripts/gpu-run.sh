@@ -108,6 +108,10 @@ if [ "$profile" = rehearsal ]; then
 	transformer_args=(--epochs 1 --steps 8 --settle-steps 2 --probe-kernels -1 --decode-tokens 8)
 	sweep_examples=512
 	sweep_long=20
+	# The big trial's layers: wide enough that its bill exceeds a small
+	# trial's by a few MiB, which the emulated driver's exact contexts
+	# leave room for (sweep()).
+	sweep_big=512
 	rl_steps=1500
 	# The emulated driver runs a GPU thread as a fiber: the CNN's
 	# weight gradients (tl_gemm_klanes, 512 threads a block, a barrier
@@ -128,6 +132,7 @@ else
 	transformer_args=(--sweep-batch-sizes 64)
 	sweep_examples=4096
 	sweep_long=1000
+	sweep_big=1024
 	rl_steps=10000
 	# mlp, tiny and cnn took 16 s on an H100; the two transformers add
 	# two workers' start-up and about 10 s of steps and tokens.
@@ -222,10 +227,11 @@ peer() {
 }
 
 sweep() {
-	# The budget grants the big trial (priority 1) alone. The three small
-	# ones fit in it together; the big one starts when the short one ends
-	# (--parallel 3), finds the two long ones holding memory and parks
-	# them, one at a time, until it fits; they unpark when it ends.
+	# The budget grants the three small trials together; the big one
+	# (priority 1, its model wider: on a GPU four times, so that its bill
+	# exceeds a small one's by tens of MiB, more than two workers' contexts
+	# may differ by) starts when the short one ends (--parallel 3), finds the two long ones holding memory
+	# and parks one; it unparks when the big one ends.
 	# --per-device 4 lets every trial share cuda:0: the budget, not the
 	# slot count, is what binds. The long trials must outlast the big
 	# one's start (its worker's start-up and plan, a second or two):
@@ -243,16 +249,29 @@ trials:
   - {name: short, epochs: 1}
   - {name: long-a, epochs: $sweep_long}
   - {name: long-b, epochs: $sweep_long}
-  - {name: big, epochs: 2, priority: 1, model: {hidden: [512, 512]}}
+  - {name: big, epochs: 2, priority: 1, model: {hidden: [$sweep_big, $sweep_big]}}
 EOF
-	local memory
+	# The trials share one GPU. On the emulated driver, CUDAEMU_STATE makes
+	# their workers share one emulated device and bills each worker's
+	# context (256 MiB unless CUDAEMU_CONTEXT_BYTES says otherwise), as a
+	# GPU does; a real driver ignores both.
+	local emu=(CUDAEMU_STATE="$res/sweep-emu-state")
 	# Each of a trial's streams holds the CUDA device's scratch (1 MiB),
-	# which the worker's build reports.
-	local scratch
-	scratch=$("$worker" info | sed -n 's/.* stream_scratch_bytes=\([0-9]*\).*/\1/p')
-	memory=$("$bench" gpu-check sweep-budget --sweep "$res/sweep.yaml" --fit big --stream-scratch "${scratch:-0}") || return 1
-	echo "sweep: --device-memory $memory (the big trial's bill with headroom)"
-	"$here/tolaria" sweep "$res/sweep.yaml" --devices 0 --per-device 4 --parallel 3 --device-memory "$memory" \
+	# and each trial's worker its CUDA context and modules (hundreds of
+	# MiB on a GPU), both of which every trial's bill counts: the worker's
+	# build reports them, the context as measured on this GPU.
+	local info scratch context memory
+	info=$(env "${emu[@]}" "$worker" info) || return 1
+	echo "sweep: $info"
+	scratch=$(sed -n 's/.* stream_scratch_bytes=\([0-9]*\).*/\1/p' <<<"$info")
+	context=$(sed -n 's/.* context_bytes=\([0-9]*\).*/\1/p' <<<"$info")
+	# The budget grants the three small ones together, and is too small
+	# for the big one beside the two long ones: it lies midway between the
+	# two (sweep-budget --park-for), each bill with its worker's context.
+	memory=$("$bench" gpu-check sweep-budget --sweep "$res/sweep.yaml" --fit short,long-a,long-b --park-for big \
+		--stream-scratch "${scratch:-0}" --context "${context:-0}") || return 1
+	echo "sweep: --device-memory $memory (the three small trials together, not the big one beside the two long ones; a context of ${context:-0} bytes each)"
+	env "${emu[@]}" "$here/tolaria" sweep "$res/sweep.yaml" --devices 0 --per-device 4 --parallel 3 --device-memory "$memory" \
 		--worker "$worker" --sweep-dir "$res/sweep" || return 1
 	"$bench" gpu-check sweep --dir "$res/sweep" --trials 4 --min-parks 1
 }

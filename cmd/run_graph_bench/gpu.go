@@ -142,14 +142,15 @@ func fallbackCount(m map[string]int) int {
 }
 
 func gpuSweepBudgetCmd() *cobra.Command {
-	var path, fit string
+	var path, fit, parkFor string
 	var scratch, context int64
 	return gpuCheck("sweep-budget",
-		"print a --device-memory that grants the --fit trials together (their bills with the broker's headroom) and no more",
+		"print a --device-memory that grants the --fit trials together (their bills with the broker's headroom) and no more, or with --park-for one that also makes that trial park one of them",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&path, "sweep", "", "the sweep file")
 			f.StringVar(&fit, "fit", "", "comma-separated trial names whose bills the budget holds")
 			f.Int64Var(&scratch, "stream-scratch", 0, "device bytes each stream of the trials' device holds (tolaria-worker info's stream_scratch_bytes)")
+			f.StringVar(&parkFor, "park-for", "", "a trial that, arriving when the first --fit trial ends, must park one of the others: print a budget under which it does")
 			f.Int64Var(&context, "context", 0, "device bytes each trial's worker process holds as its CUDA context and modules, which its bill counts (tolaria-worker info's context_bytes)")
 		},
 		func() (string, error) {
@@ -158,6 +159,10 @@ func gpuSweepBudgetCmd() *cobra.Command {
 			}
 			if context < 0 {
 				return "", fmt.Errorf("--context: %d; give the context_bytes tolaria-worker info prints on the trials' GPU, 0 or more", context)
+			}
+			if parkFor != "" {
+				n, err := parkingBudget(path, strings.Split(fit, ","), parkFor, scratch, context)
+				return fmt.Sprint(n), err
 			}
 			n, err := sweepBudget(path, strings.Split(fit, ","), scratch, context)
 			return fmt.Sprint(n), err
@@ -186,39 +191,91 @@ const budgetSlack = 64 << 10
 // budgetSlack for the CUDA pool's rounding: a --device-memory that grants
 // those trials together and nothing more.
 func sweepBudget(path string, names []string, scratch, context int64) (int64, error) {
-	sw, err := coordinator.ReadSweep(path)
+	bills, err := trialBills(path, names, scratch, context)
 	if err != nil {
 		return 0, err
+	}
+	var total int64
+	for _, b := range bills {
+		total += withHeadroom(b)
+	}
+	return total + budgetSlack, nil
+}
+
+func withHeadroom(b int64) int64 { return int64(float64(b) * coordinator.Headroom) }
+
+// parkingBudget is a --device-memory under which the fit trials run
+// together, and the trial parkFor, arriving when the first of them has
+// ended, cannot be granted beside the others: the broker must park one.
+// The broker grants a request when what is not granted covers its bill
+// with headroom, so the budget lies between what the fit trials need
+// together, whatever order they ask in (their bills, and the largest's
+// headroom), and what the rest of them hold plus parkFor's bill with
+// headroom; it is the middle of that window, which parkFor's bill must
+// exceed the first trial's to open.
+func parkingBudget(path string, fit []string, parkFor string, scratch, context int64) (int64, error) {
+	if len(fit) < 2 {
+		return 0, fmt.Errorf("--fit names %d trials; a budget that forces parks needs two or more (the first ends, the rest hold theirs)", len(fit))
+	}
+	bills, err := trialBills(path, append(slices.Clone(fit), parkFor), scratch, context)
+	if err != nil {
+		return 0, err
+	}
+	park, fitBills := bills[len(fit)], bills[:len(fit)]
+	var sum, largest int64
+	for _, b := range fitBills {
+		sum += b
+		largest = max(largest, b)
+	}
+	low := sum + withHeadroom(largest) - largest + budgetSlack
+	high := sum - fitBills[0] + withHeadroom(park)
+	if low >= high {
+		return 0, fmt.Errorf("no budget both grants %s together (%d bytes with headroom) and makes %s (bill %d bytes) park one of them once %s ends (under %d bytes): give %s a larger bill",
+			strings.Join(fit, ", "), low, parkFor, park, fit[0], high, parkFor)
+	}
+	n := (low + high) / 2
+	if n < withHeadroom(park)+budgetSlack {
+		return 0, fmt.Errorf("a budget of %d bytes, which makes %s park the others, is too small for it alone (%d bytes with headroom)", n, parkFor, withHeadroom(park))
+	}
+	return n, nil
+}
+
+// trialBills are the named trials' device bills (no headroom), computed
+// on the CPU device as sweepBudget says.
+func trialBills(path string, names []string, scratch, context int64) ([]int64, error) {
+	sw, err := coordinator.ReadSweep(path)
+	if err != nil {
+		return nil, err
 	}
 	dev, err := cpu.Open(cpu.Config{Threads: 1})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer dev.Close()
-	var total int64
-	for _, name := range names {
+	var billed device.Device = dev
+	if scratch > 0 {
+		billed = scratchDevice{dev, scratch}
+	}
+	bills := make([]int64, len(names))
+	for k, name := range names {
 		i := slices.IndexFunc(sw.Trials, func(t coordinator.Trial) bool { return t.Name == name })
 		if i < 0 {
-			return 0, fmt.Errorf("%s has no trial %q", path, name)
+			return nil, fmt.Errorf("%s has no trial %q", path, name)
 		}
 		spec := sw.Trials[i].Spec
 		train, test, err := spec.LoadData()
 		if err != nil {
-			return 0, fmt.Errorf("trial %s: %w", name, err)
+			return nil, fmt.Errorf("trial %s: %w", name, err)
 		}
 		plan, err := spec.Plan(train, test)
 		if err != nil {
-			return 0, fmt.Errorf("trial %s: %w", name, err)
-		}
-		var billed device.Device = dev
-		if scratch > 0 {
-			billed = scratchDevice{dev, scratch}
+			return nil, fmt.Errorf("trial %s: %w", name, err)
 		}
 		bill := plan.Trainer.Bill(billed)
 		bill.Context = context
-		total += int64(float64(bill.DeviceBytes()) * coordinator.Headroom)
+		bills[k] = bill.DeviceBytes()
 	}
-	return total + budgetSlack, nil
+	return bills, nil
 }
 
 func gpuSweepCmd() *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -228,5 +229,50 @@ func TestSweepBudgetCountsEachTrialsContext(t *testing.T) {
 	}
 	if got, want := withCtx-plain, int64(2*float64(ctx)*coordinator.Headroom); got < want-2 || got > want+2 {
 		t.Errorf("the budget of two trials grew by %d bytes with a context of %d, want about %d (one context a trial, with headroom)", got, ctx, want)
+	}
+}
+
+// parkingBudget's budget, by the broker's rule (a request is granted when
+// what is not granted covers its bill with headroom): the fit trials are
+// granted together in any order; once the first ends, the park-for trial
+// does not fit beside the rest, but alone it does. A park-for trial no
+// larger than the first has no such budget.
+func TestParkingBudgetForcesAPark(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sweep.yaml")
+	sweep := "base:\n  dataset: synthetic\n  synthetic_size: 256\n  batch_size: 32\n  model: {hidden: [64, 64]}\n" +
+		"trials:\n  - {name: short, epochs: 1}\n  - {name: long-a, epochs: 5}\n  - {name: long-b, epochs: 5}\n" +
+		"  - {name: big, epochs: 2, priority: 1, model: {hidden: [256, 256]}}\n"
+	if err := os.WriteFile(path, []byte(sweep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fit := []string{"short", "long-a", "long-b"}
+	for _, context := range []int64{0, 528 << 20} {
+		capacity, err := parkingBudget(path, fit, "big", 1<<20, context)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bills, err := trialBills(path, append(slices.Clone(fit), "big"), 1<<20, context)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fits := func(granted, need int64) bool { return capacity-granted >= withHeadroom(need) }
+		for _, order := range [][]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}} {
+			var granted int64
+			for _, i := range order {
+				if !fits(granted, bills[i]) {
+					t.Errorf("context %d: budget %d does not grant %s after %d bytes granted (order %v)", context, capacity, fit[i], granted, order)
+				}
+				granted += bills[i]
+			}
+		}
+		if fits(bills[1]+bills[2], bills[3]) {
+			t.Errorf("context %d: budget %d grants big beside the two long trials (%d + %d): nothing would park", context, capacity, bills[1], bills[2])
+		}
+		if !fits(0, bills[3]) {
+			t.Errorf("context %d: budget %d does not grant big alone (%d)", context, capacity, bills[3])
+		}
+	}
+	if _, err := parkingBudget(path, []string{"big", "short"}, "short", 0, 0); err == nil || !strings.Contains(err.Error(), "larger bill") {
+		t.Errorf("a park-for trial no larger than the first: err %v, want one saying it needs a larger bill", err)
 	}
 }
