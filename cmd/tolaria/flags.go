@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -30,7 +29,7 @@ import (
 // a job: marked with coordinator.ErrConfig, the one sentinel of an invalid
 // configuration, which run names in the message.
 func usagef(format string, args ...any) error {
-	return refusal.Config(errors.New(fmt.Sprintf(format, args...)))
+	return refusal.Config(fmt.Errorf(format, args...))
 }
 
 // flagName is a setting's flag, without its dashes: the flat spelling of
