@@ -77,6 +77,22 @@ func TestSharedActorRunsEveryAgent(t *testing.T) {
 		if restored, _ := worldEvents(t, req.Dir, i); len(restored) != 1 || restored[0] {
 			t.Errorf("agent %d: world events %v, want one actor that started its worlds afresh", i, restored)
 		}
+		// The shared actor captured the agent's own policy and evaluation,
+		// and never fell back to eager steps.
+		captured := map[string]int{}
+		err := readEvents(req.Dir, i, func(e trainer.Event) {
+			graph, _ := e.Fields["graph"].(string)
+			role, _ := e.Fields["role"].(string)
+			switch {
+			case e.Kind == trainer.EventCapture && role == jobserver.RoleActor:
+				captured[graph]++
+			case e.Kind == trainer.EventFallback:
+				t.Errorf("agent %d: a fallback: %v", i, e.Fields)
+			}
+		})
+		if err != nil || captured[dqn.GraphPolicy] != 1 || captured[dqn.GraphEval] != 1 {
+			t.Errorf("agent %d: the shared actor's captures %v (%v), want its policy and its evaluation once each", i, captured, err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(req.Dir, WorldFile)); err != nil {
 		t.Errorf("the worlds were not saved beside the run: %v", err)
