@@ -82,6 +82,11 @@ func ParseConfig(raw []byte) (Config, error) {
 			return c, field.Errorf(s.Written, "%w", err)
 		}
 	}
+	if c.Actor == c.defaultActor() {
+		// The environment's own mode reads as no choice at all: the
+		// configuration is the one that leaves actor: out.
+		c.Actor = ""
+	}
 	return c, c.Validate()
 }
 
