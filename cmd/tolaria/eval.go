@@ -115,19 +115,14 @@ func evaluate(ctx context.Context, cmd *cobra.Command, req coordinator.EvalReque
 	}
 	req.Worker, req.WorkerStart, req.HeartbeatTimeout, req.DryRun = workers.path, workers.start, workers.heartbeat, launcher.dryRun
 	req.Logger = logger(stderr, slog.LevelError)
-	switch slurm := req.Launch.Name == launch.SlurmName; {
-	case slurm && req.Device == "auto":
-		req.Device = "cpu" // as a sweep's: this machine cannot tell what the nodes have
-	case slurm && (cmd.Flags().Changed("devices") || cmd.Flags().Changed("per-device")):
+	// With Slurm, device auto is the CPU (Execute), and --devices is not asked about.
+	if req.Launch.Name == launch.SlurmName && req.Device != "auto" && (cmd.Flags().Changed("devices") || cmd.Flags().Changed("per-device")) {
 		return usagef("--devices and --per-device place workers on this machine's GPUs; with --launcher slurm the scheduler places each shard")
-	case !slurm:
-		if req.Device, req.GPUs, err = place.chooser(workers)(ctx, req.Device, req.Logger); err != nil {
-			return err
-		}
 	}
 	req.PerDevice, req.Parallel = place.perDevice, place.parallel
 	return eval.Execute(ctx, req, eval.Options{
-		View: progress.NewEvalView(progress.Streams{Stdout: stdout, Stderr: stderr}, req.RunDir, speller(cmd)),
+		View:    progress.NewEvalView(progress.Streams{Stdout: stdout, Stderr: stderr}, req.RunDir, speller(cmd)),
+		Devices: place.chooser(workers),
 		// The address served at, and the linger, are news worth an info line.
 		Serve: func(families func() (*telemetry.Metrics, error)) (eval.Served, error) {
 			return coordinator.ServeFamilies(ctx, metrics.addr, logger(stderr, slog.LevelInfo), families)

@@ -3,8 +3,10 @@ package eval
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
@@ -26,9 +28,15 @@ type Served interface {
 	Close() error
 }
 
-// Options are how Execute shows an evaluation and serves its figures.
+// Options are how Execute shows an evaluation, where it scores it and
+// how it serves its figures.
 type Options struct {
 	View View
+	// Devices resolves the request's device on this machine (the GPUs
+	// named and checked, or those a worker finds), as every activity does;
+	// nil keeps the request's. Not called for Slurm, whose nodes this
+	// machine cannot see: device auto is the CPU there, as a sweep's.
+	Devices func(ctx context.Context, device string, log *slog.Logger) (string, []int, error)
 	// Serve serves the metrics families makes (called at most once) until
 	// Close; the coordinator's one metrics server.
 	Serve   func(families func() (*telemetry.Metrics, error)) (Served, error)
@@ -42,6 +50,15 @@ type Options struct {
 // evaluation's (a ShardsFailedError when shards failed twice), or a
 // rundir.Ending, already reported, when ctx stopped it.
 func Execute(ctx context.Context, req Request, opt Options) error {
+	var err error
+	switch slurm := req.Launch.Name == launch.SlurmName; {
+	case slurm && req.Device == "auto":
+		req.Device = "cpu"
+	case !slurm && opt.Devices != nil:
+		if req.Device, req.GPUs, err = opt.Devices(ctx, req.Device, req.Logger); err != nil {
+			return err
+		}
+	}
 	req.Progress = opt.View.Shard
 	e, err := Plan(req)
 	if err != nil {
