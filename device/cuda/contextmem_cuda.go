@@ -24,7 +24,6 @@ type contextMeasure struct {
 	bus    string // the GPU's PCI location, "" when unknown
 	source string // ContextFromNVML or a driver source with its reason
 	bytes  int64  // the driver's reading at Open (driver sources)
-	err    error  // the reading failed
 }
 
 // gpuBusID is the GPU's PCI location (domain:bus:device.0, as
@@ -81,22 +80,24 @@ func (d *Device) lockContextCreation() (release func(), why error) {
 // measureContext runs at the end of Open, on the control thread with the
 // context current and the lock (if taken) still held: it decides where
 // ContextMemory's figure comes from. NVML first; when it cannot see this
-// process, the driver's used memory now.
-func (d *Device) measureContext(lockErr error) {
+// process, the driver's used memory now, whose failure fails Open (the
+// reading cannot be taken later, without the lock).
+func (d *Device) measureContext(lockErr error) error {
 	m := &d.ctxMeasure
 	var nvmlErr error
 	if m.bus != "" {
 		if _, nvmlErr = nvmlProcessUsed(m.bus, os.Getpid()); nvmlErr == nil {
 			m.source = ContextFromNVML
-			return
+			return nil
 		}
 	} else {
 		nvmlErr = fmt.Errorf("the GPU's PCI location is unknown")
 	}
 	free, total, err := cu.MemInfo()
 	if err != nil {
-		m.err = err
-		return
+		de := driverErr(d.name, "Open", codeOf(err))
+		de.Err = fmt.Errorf("reading the driver's used memory to measure the context (NVML unused: %v): %w", nvmlErr, de.Err)
+		return de
 	}
 	m.bytes = max(0, total-free)
 	m.source = ContextFromDriverLocked
@@ -104,6 +105,7 @@ func (d *Device) measureContext(lockErr error) {
 		m.source = ContextFromDriverUnlocked + "; " + lockErr.Error()
 	}
 	m.source += "; NVML unused: " + nvmlErr.Error()
+	return nil
 }
 
 // ContextMemory is what this process holds on the GPU besides the
@@ -129,9 +131,6 @@ func (d *Device) ContextMemory() (bytes int64, source string, err error) {
 	}
 	defer d.exit()
 	m := d.ctxMeasure
-	if m.err != nil {
-		return 0, m.source, d.wrap(op, m.err)
-	}
 	if m.source != ContextFromNVML {
 		return m.bytes, m.source, nil
 	}

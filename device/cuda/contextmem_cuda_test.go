@@ -126,6 +126,21 @@ func TestContextMemoryConcurrentOpens(t *testing.T) {
 		t.Logf("three concurrent opens measured %v", got)
 		return
 	}
+	// This process too, whatever its context's bill (0 by default without
+	// CUDAEMU_STATE), is seen by NVML, and what its pool allocates is not
+	// counted as context.
+	before, source, err := d.ContextMemory()
+	if err != nil || source != ContextFromNVML {
+		t.Fatalf("ContextMemory of this process: %d by %q, %v; want a figure by %q", before, source, err, ContextFromNVML)
+	}
+	b := mustUpload(t, d, make([]float32, 1<<20))
+	after, _, err := d.ContextMemory()
+	if err != nil || after != before {
+		t.Errorf("ContextMemory with 4 MiB allocated: %d, %v; want %d as before: the pool's memory is not the context", after, err, before)
+	}
+	if err := d.Free(b); err != nil {
+		t.Fatal(err)
+	}
 	const ctxBytes = 96 << 20
 	state := "CUDAEMU_STATE=" + t.TempDir()
 	ctx := "CUDAEMU_CONTEXT_BYTES=" + strconv.Itoa(ctxBytes)

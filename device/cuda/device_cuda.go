@@ -172,7 +172,11 @@ func (d *Device) open() error {
 		releasePrimaryContext(d.dev)
 		return err
 	}
-	d.measureContext(lockErr)
+	if err := d.measureContext(lockErr); err != nil {
+		d.mod.Unload()
+		releasePrimaryContext(d.dev)
+		return d.wrap(op, err)
+	}
 	return nil
 }
 

@@ -2335,13 +2335,17 @@ EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned int *c
             if (d.ledger.live(phys, &live) != CUDA_SUCCESS) return kNvmlNotFound;
             for (const Ledger::Proc &p : live) procs.emplace_back(p.pid, p.inUse);
         } else {
+            // This process is on the device while it holds the device's
+            // primary context or memory there, even with a bill of 0.
+            std::lock_guard<std::mutex> m(d.mu);
             size_t mine = 0;
             bool on = false;
-            for (int o = 0; o < d.devices; ++o)
-                if (d.physical[size_t(o)] == phys && d.contextBilled[size_t(o)] + d.blockBytes[size_t(o)] > 0) {
-                    mine += d.contextBilled[size_t(o)] + d.blockBytes[size_t(o)];
-                    on = true;
-                }
+            for (int o = 0; o < d.devices; ++o) {
+                size_t u = size_t(o);
+                if (d.physical[u] != phys || (d.primaries[u].refs == 0 && d.blockBytes[u] == 0)) continue;
+                mine += d.contextBilled[u] + d.blockBytes[u];
+                on = true;
+            }
             if (on) procs.emplace_back(long(::getpid()), mine);
         }
     }
