@@ -212,7 +212,9 @@ func withHeadroom(b int64) int64 { return int64(float64(b) * coordinator.Headroo
 // together, whatever order they ask in (their bills, and the largest's
 // headroom), and what the rest of them hold plus parkFor's bill with
 // headroom; it is the middle of that window, which parkFor's bill must
-// exceed the first trial's to open.
+// exceed the first trial's to open. Parked, the rest still hold their
+// contexts and streams' scratch, so the budget must also cover those and
+// parkFor's bill with headroom, or nobody would be parked.
 func parkingBudget(path string, fit []string, parkFor string, scratch, context int64) (int64, error) {
 	if len(fit) < 2 {
 		return 0, fmt.Errorf("--fit names %d trials; a budget that forces parks needs two or more (the first ends, the rest hold theirs)", len(fit))
@@ -229,6 +231,11 @@ func parkingBudget(path string, fit []string, parkFor string, scratch, context i
 	}
 	low := sum + withHeadroom(largest) - largest + budgetSlack
 	high := sum - fitBills[0] + withHeadroom(park)
+	// Parking frees a worker's model, not its context and streams'
+	// scratch: the broker parks nobody unless parking every one of the
+	// rest, each keeping those, makes room for parkFor.
+	resident := int64(len(fit)-1) * (context + scratch)
+	low = max(low, resident+withHeadroom(park)+budgetSlack)
 	if low >= high {
 		return 0, fmt.Errorf("no budget both grants %s together (%d bytes with headroom) and makes %s (bill %d bytes) park one of them once %s ends (under %d bytes): give %s a larger bill",
 			strings.Join(fit, ", "), low, parkFor, park, fit[0], high, parkFor)

@@ -271,6 +271,11 @@ func TestParkingBudgetForcesAPark(t *testing.T) {
 		if !fits(0, bills[3]) {
 			t.Errorf("context %d: budget %d does not grant big alone (%d)", context, capacity, bills[3])
 		}
+		// Parked, the two long trials keep their contexts and scratch
+		// (the broker parks nobody unless that leaves room for big).
+		if resident := 2 * (context + 1<<20); !fits(resident, bills[3]) {
+			t.Errorf("context %d: budget %d does not grant big beside the parked long trials' contexts and scratch (%d): nothing would park", context, capacity, resident)
+		}
 	}
 	if _, err := parkingBudget(path, []string{"big", "short"}, "short", 0, 0); err == nil || !strings.Contains(err.Error(), "larger bill") {
 		t.Errorf("a park-for trial no larger than the first: err %v, want one saying it needs a larger bill", err)

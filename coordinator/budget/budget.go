@@ -195,7 +195,18 @@ type Ticket struct {
 	progressed bool
 	// unparked: the last grant let the trial unpark.
 	unparked bool
+	// resident is what a parked worker still holds on the device, booked
+	// while it waits to unpark: its context and its streams' scratch
+	// (parking frees the model and the pool's workspace, not the process).
+	resident int64
 }
+
+// residentBytes is what a worker of bill keeps on its device while parked.
+func residentBytes(bill trainer.Bill) int64 { return bill.Context + bill.StreamScratch }
+
+// adds is what granting t adds to the books: its bill, less what of it a
+// parked worker still holds and the books still count.
+func (t *Ticket) adds() int64 { return t.ask.Bill.DeviceBytes() - t.resident }
 
 type ticketState int
 
@@ -225,8 +236,9 @@ func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
 		led = &ledger{device: a.Device, holders: map[*Ticket]struct{}{}}
 		b.devices[a.Device] = led
 	}
-	if len(led.holders) == 0 {
-		// Nothing of ours is on the device: what the worker found free,
+	if len(led.holders) == 0 && led.granted == 0 {
+		// Nothing of ours is on the device (no holder, and no parked
+		// worker's context): what the worker found free,
 		// with what its own context already holds (its bill counts that
 		// again), is what budgets may take (less what the configuration
 		// holds back).
@@ -241,7 +253,7 @@ func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
 	}
 	b.asked++
 	t = &Ticket{b: b, ask: a, led: led, seq: b.asked, queued: b.cfg.Now()}
-	if !led.waitsAhead(t) && led.fits(need) {
+	if !led.waitsAhead(t) && led.fits(t) {
 		return t, led.grant(t, t.queued), true, nil // waited no time
 	}
 	led.enqueue(t)
@@ -295,8 +307,7 @@ func (l *ledger) victim(now time.Time, residence time.Duration) (*Ticket, Evicti
 		return nil, Eviction{}
 	}
 	head := l.queue[0]
-	need := head.ask.Bill.DeviceBytes()
-	if l.fits(need) {
+	if l.fits(head) {
 		return nil, Eviction{}
 	}
 	var room int64
@@ -308,12 +319,12 @@ func (l *ledger) victim(now time.Time, residence time.Duration) (*Ticket, Evicti
 		if !t.evictable(head, now, residence) {
 			continue
 		}
-		room += t.ask.Bill.DeviceBytes()
+		room += t.ask.Bill.DeviceBytes() - residentBytes(t.ask.Bill) // what parking it frees
 		if pick == nil || t.before(pick) {
 			pick = t
 		}
 	}
-	if pick == nil || l.capacity-l.granted+room < withHeadroom(need) {
+	if pick == nil || l.capacity-l.granted+room < l.wants(head) {
 		return nil, Eviction{}
 	}
 	pick.state = ticketParking
@@ -345,12 +356,20 @@ func (t *Ticket) before(u *Ticket) bool {
 	return t.seq < u.seq
 }
 
-func (l *ledger) fits(need int64) bool { return l.capacity-l.granted >= withHeadroom(need) }
+// wants is the room t needs on the device: its bill with headroom, less
+// (with headroom) what of it a parked worker still holds and the books
+// still count.
+func (l *ledger) wants(t *Ticket) int64 {
+	return withHeadroom(t.ask.Bill.DeviceBytes()) - withHeadroom(t.resident)
+}
+
+func (l *ledger) fits(t *Ticket) bool { return l.capacity-l.granted >= l.wants(t) }
 
 func (l *ledger) grant(t *Ticket, now time.Time) Grant {
 	t.state, t.active, t.granted, t.progressed, t.unparked = ticketGranted, now, now, false, t.parked
 	need := t.ask.Bill.DeviceBytes()
-	l.granted += need
+	l.granted += t.adds()
+	t.resident = 0
 	l.holders[t] = struct{}{}
 	g := Grant{Bytes: need, Waited: now.Sub(t.queued), Capacity: l.capacity, Granted: l.granted, Unpark: t.parked}
 	t.parked = false
@@ -360,7 +379,7 @@ func (l *ledger) grant(t *Ticket, now time.Time) Grant {
 // pump grants the waiting requests that fit, oldest first, stopping at the
 // first that does not (so a large request is not passed over for ever).
 func (l *ledger) pump(now time.Time) (granted []*Ticket, grants []Grant) {
-	for len(l.queue) > 0 && l.fits(l.queue[0].ask.Bill.DeviceBytes()) {
+	for len(l.queue) > 0 && l.fits(l.queue[0]) {
 		t := l.queue[0]
 		l.queue = l.queue[1:]
 		granted, grants = append(granted, t), append(grants, l.grant(t, now))
@@ -380,6 +399,8 @@ func (t *Ticket) Release() {
 		l.granted -= t.ask.Bill.DeviceBytes()
 		delete(l.holders, t)
 	case ticketWaiting:
+		l.granted -= t.resident // a parked worker that ends gives back its context
+		t.resident = 0
 		if i := slices.Index(l.queue, t); i >= 0 {
 			l.queue = slices.Delete(l.queue, i, i+1)
 		}
@@ -410,8 +431,10 @@ func (b *Broker) settle(l *ledger) {
 }
 
 // Parked takes back the budget of a trial told to park, now that it has
-// parked, and queues it to unpark (by its priority, as a new request);
-// what fits is granted. A trial that was not told to park is ignored.
+// parked, less what its process still holds (its context and its streams'
+// scratch, booked until it unparks or ends), and queues it to unpark (by
+// its priority, as a new request); what fits is granted. A trial that was
+// not told to park is ignored.
 func (t *Ticket) Parked() {
 	b := t.b
 	b.mu.Lock()
@@ -420,7 +443,10 @@ func (t *Ticket) Parked() {
 		b.mu.Unlock()
 		return
 	}
-	l.granted -= t.ask.Bill.DeviceBytes()
+	// The worker freed its model and workspace; its context and its
+	// streams' scratch stay on the device until it unparks or ends.
+	t.resident = residentBytes(t.ask.Bill)
+	l.granted -= t.ask.Bill.DeviceBytes() - t.resident
 	delete(l.holders, t)
 	t.state, t.parked, t.queued = ticketWaiting, true, b.cfg.Now()
 	l.enqueue(t)

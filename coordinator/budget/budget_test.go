@@ -435,3 +435,79 @@ func TestBrokerCapacityCountsTheAskersContext(t *testing.T) {
 		t.Fatalf("100 bytes with headroom on a device of 100: %v; want a refusal naming the shard and the context", err)
 	}
 }
+
+// TestBrokerBooksAParkedWorkersContext: parking frees a worker's model and
+// workspace, not its process: its context and its streams' scratch stay
+// on the device, so the broker keeps them booked while it waits to
+// unpark, parks nobody when that leaves too little room, and gives them
+// back when the parked worker ends.
+func TestBrokerBooksAParkedWorkersContext(t *testing.T) {
+	bill := trainer.Bill{Parameters: 100, Context: 40, StreamScratch: 10} // 150 bytes, 165 with headroom; 50 stay when parked
+	ask := func(b *Broker, log *[]string, trial string, prio float64) *Ticket {
+		t.Helper()
+		tk, _, now, err := b.Ask(Ask{Holder: trial, Device: "gpu", Bill: bill, Free: 1 << 40, Priority: prio,
+			OnGrant: func(g Grant) { *log = append(*log, "grant "+trial) },
+			Park:    func(Eviction) { *log = append(*log, "park "+trial) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now {
+			*log = append(*log, "granted "+trial)
+		}
+		return tk
+	}
+
+	// 200 bytes: parked, low would still hold 50, leaving 150 for high's
+	// 165: parking it could not make room, so nobody is parked. (Counting
+	// the whole bill as freed, the broker parked it and granted high 150
+	// bytes that the device did not have.)
+	var log []string
+	small, _ := New(Config{DeviceMemory: 200})
+	low := ask(small, &log, "low", 0)
+	high := ask(small, &log, "high", 1)
+	if strings.Join(log, ";") != "granted low" {
+		t.Fatalf("200 bytes: log %v; want high to wait without parking low, whose context would stay", log)
+	}
+	low.Release()
+	if strings.Join(log, ";") != "granted low;grant high" {
+		t.Fatalf("200 bytes: log %v; want high granted once low ended", log)
+	}
+	high.Release()
+
+	log = nil
+	b, _ := New(Config{DeviceMemory: 260})
+	// 260 bytes: parked, low holds 50, leaving 210 for high's 165.
+	low = ask(b, &log, "low", 0)
+	high = ask(b, &log, "high", 1)
+	low.Parked()
+	if strings.Join(log, ";") != "granted low;park low;grant high" {
+		t.Fatalf("260 bytes: log %v; want low parked for high", log)
+	}
+	if bk := b.Books("gpu"); bk.Granted != 200 || bk.Holders != 1 || bk.Waiting != 1 {
+		t.Fatalf("books %+v: want high's 150 and low's 50 (context and scratch, parked) booked", bk)
+	}
+	again := ask(b, &log, "again", 0)
+	if bk := b.Books("gpu"); bk.Granted != 200 || bk.Waiting != 2 || len(log) != 3 {
+		t.Fatalf("books %+v, log %v: want a third worker to wait (60 left, 165 wanted)", bk, log)
+	}
+	again.Release()
+	high.Release()
+	if bk := b.Books("gpu"); bk.Granted != 150 || log[len(log)-1] != "grant low" {
+		t.Fatalf("books %+v, log %v: want low unparked, its bill booked once (150)", bk, log)
+	}
+	// A parked worker that ends gives its context back.
+	low.Active() // progress since it unparked: it may be parked again
+	other := ask(b, &log, "other", 1)
+	low.Parked()
+	if bk := b.Books("gpu"); bk.Granted != 200 || strings.Join(log[len(log)-2:], ";") != "park low;grant other" {
+		t.Fatalf("books %+v, log %v: want low parked again for other", bk, log)
+	}
+	low.Release()
+	if bk := b.Books("gpu"); bk.Granted != 150 || bk.Waiting != 0 {
+		t.Fatalf("books %+v: want low's context given back when it ended parked", bk)
+	}
+	other.Release()
+	if bk := b.Books("gpu"); bk.Granted != 0 {
+		t.Fatalf("books %+v: want nothing booked", bk)
+	}
+}
