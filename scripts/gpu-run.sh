@@ -112,6 +112,7 @@ if [ "$profile" = rehearsal ]; then
 	# trial's by a few MiB, which the emulated driver's exact contexts
 	# leave room for (sweep()).
 	sweep_big=512
+	sweep_long_hidden=256
 	rl_steps=1500
 	# The emulated driver runs a GPU thread as a fiber: the CNN's
 	# weight gradients (tl_gemm_klanes, 512 threads a block, a barrier
@@ -132,7 +133,13 @@ else
 	transformer_args=(--sweep-batch-sizes 64)
 	sweep_examples=4096
 	sweep_long=1000
-	sweep_big=1024
+	# Parked, a long trial keeps its context and streams' scratch on the
+	# GPU, so a park makes room only by the long trials' models: 1024
+	# wide, tens of MiB each, a window that a MiB of difference between
+	# two workers' measured contexts does not close; the big trial twice
+	# as wide again.
+	sweep_long_hidden=1024
+	sweep_big=2048
 	rl_steps=10000
 	# mlp, tiny and cnn took 16 s on an H100; the two transformers add
 	# two workers' start-up and about 10 s of steps and tokens.
@@ -228,10 +235,12 @@ peer() {
 
 sweep() {
 	# The budget grants the three small trials together; the big one
-	# (priority 1, its model wider: on a GPU four times, so that its bill
-	# exceeds a small one's by tens of MiB, more than two workers' contexts
-	# may differ by) starts when the short one ends (--parallel 3), finds the two long ones holding memory
-	# and parks one; it unparks when the big one ends.
+	# (priority 1, its model wider: on a GPU twice the long ones', so that
+	# its bill exceeds theirs by tens of MiB, more than two workers'
+	# contexts may differ by) starts when the short one ends (--parallel
+	# 3), finds the two long ones holding memory and parks them (each
+	# keeps its context, so a park makes room only by its model); they
+	# unpark when the big one ends.
 	# --per-device 4 lets every trial share cuda:0: the budget, not the
 	# slot count, is what binds. The long trials must outlast the big
 	# one's start (its worker's start-up and plan, a second or two):
@@ -247,8 +256,8 @@ base:
   model: {hidden: [256, 256]}
 trials:
   - {name: short, epochs: 1}
-  - {name: long-a, epochs: $sweep_long}
-  - {name: long-b, epochs: $sweep_long}
+  - {name: long-a, epochs: $sweep_long, model: {hidden: [$sweep_long_hidden, $sweep_long_hidden]}}
+  - {name: long-b, epochs: $sweep_long, model: {hidden: [$sweep_long_hidden, $sweep_long_hidden]}}
   - {name: big, epochs: 2, priority: 1, model: {hidden: [$sweep_big, $sweep_big]}}
 EOF
 	# The trials share one GPU. On the emulated driver, CUDAEMU_STATE makes

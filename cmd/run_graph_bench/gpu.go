@@ -197,7 +197,7 @@ func sweepBudget(path string, names []string, scratch, context int64) (int64, er
 	}
 	var total int64
 	for _, b := range bills {
-		total += withHeadroom(b)
+		total += withHeadroom(b.DeviceBytes())
 	}
 	return total + budgetSlack, nil
 }
@@ -219,22 +219,24 @@ func parkingBudget(path string, fit []string, parkFor string, scratch, context i
 	if len(fit) < 2 {
 		return 0, fmt.Errorf("--fit names %d trials; a budget that forces parks needs two or more (the first ends, the rest hold theirs)", len(fit))
 	}
-	bills, err := trialBills(path, append(slices.Clone(fit), parkFor), scratch, context)
+	all, err := trialBills(path, append(slices.Clone(fit), parkFor), scratch, context)
 	if err != nil {
 		return 0, err
 	}
-	park, fitBills := bills[len(fit)], bills[:len(fit)]
-	var sum, largest int64
-	for _, b := range fitBills {
-		sum += b
-		largest = max(largest, b)
+	park := all[len(fit)].DeviceBytes()
+	var sum, largest, resident int64
+	for i, b := range all[:len(fit)] {
+		sum += b.DeviceBytes()
+		largest = max(largest, b.DeviceBytes())
+		if i > 0 {
+			// Parking frees a worker's model, not its context and
+			// streams' scratch: the broker parks nobody unless parking
+			// every one of the rest, each keeping those, makes room.
+			resident += b.Context + b.StreamScratch
+		}
 	}
 	low := sum + withHeadroom(largest) - largest + budgetSlack
-	high := sum - fitBills[0] + withHeadroom(park)
-	// Parking frees a worker's model, not its context and streams'
-	// scratch: the broker parks nobody unless parking every one of the
-	// rest, each keeping those, makes room for parkFor.
-	resident := int64(len(fit)-1) * (context + scratch)
+	high := sum - all[0].DeviceBytes() + withHeadroom(park)
 	low = max(low, resident+withHeadroom(park)+budgetSlack)
 	if low >= high {
 		return 0, fmt.Errorf("no budget both grants %s together (%d bytes with headroom) and makes %s (bill %d bytes) park one of them once %s ends (under %d bytes): give %s a larger bill",
@@ -249,7 +251,7 @@ func parkingBudget(path string, fit []string, parkFor string, scratch, context i
 
 // trialBills are the named trials' device bills (no headroom), computed
 // on the CPU device as sweepBudget says.
-func trialBills(path string, names []string, scratch, context int64) ([]int64, error) {
+func trialBills(path string, names []string, scratch, context int64) ([]trainer.Bill, error) {
 	sw, err := coordinator.ReadSweep(path)
 	if err != nil {
 		return nil, err
@@ -263,7 +265,7 @@ func trialBills(path string, names []string, scratch, context int64) ([]int64, e
 	if scratch > 0 {
 		billed = scratchDevice{dev, scratch}
 	}
-	bills := make([]int64, len(names))
+	bills := make([]trainer.Bill, len(names))
 	for k, name := range names {
 		i := slices.IndexFunc(sw.Trials, func(t coordinator.Trial) bool { return t.Name == name })
 		if i < 0 {
@@ -280,7 +282,7 @@ func trialBills(path string, names []string, scratch, context int64) ([]int64, e
 		}
 		bill := plan.Trainer.Bill(billed)
 		bill.Context = context
-		bills[k] = bill.DeviceBytes()
+		bills[k] = bill
 	}
 	return bills, nil
 }
