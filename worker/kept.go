@@ -112,16 +112,7 @@ func (k *Kept) call(ctx context.Context, req Request, sink Sink, stderr io.Write
 	if k.closed {
 		return Hello{}, nil, ErrKeptClosed
 	}
-	helloTimeout, grace, beatTimeout := p.HelloTimeout, p.Grace, p.HeartbeatTimeout
-	if helloTimeout <= 0 {
-		helloTimeout = DefaultHelloTimeout
-	}
-	if grace <= 0 {
-		grace = DefaultGrace
-	}
-	if beatTimeout <= 0 {
-		beatTimeout = DefaultHeartbeatTimeout
-	}
+	helloTimeout, grace, beatTimeout := p.limits()
 	req.Heartbeat = HeartbeatInterval(beatTimeout)
 	stopper := stopperOf(ctx)
 	if !stopper.enter() {

@@ -233,6 +233,22 @@ func (e *ProcessError) Is(target error) bool {
 // the protocol.
 const ProtocolFDEnv = "TOLARIA_PROTOCOL_FD"
 
+// limits are p's hello timeout, grace and heartbeat timeout, each its
+// default where unset.
+func (p *Process) limits() (hello, grace, beat time.Duration) {
+	hello, grace, beat = p.HelloTimeout, p.Grace, p.HeartbeatTimeout
+	if hello <= 0 {
+		hello = DefaultHelloTimeout
+	}
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	if beat <= 0 {
+		beat = DefaultHeartbeatTimeout
+	}
+	return hello, grace, beat
+}
+
 // Call starts the worker in a process group of its own, sends req and reads
 // the answer. Every wait is bounded: for the hello (HelloTimeout), for each
 // heartbeat once the worker has said hello (HeartbeatTimeout), for a
@@ -243,16 +259,7 @@ const ProtocolFDEnv = "TOLARIA_PROTOCOL_FD"
 // returns. A failure of the process is a *ProcessError or a
 // *NoAnswerError; a failure the worker reported is an *Error.
 func (p *Process) Call(ctx context.Context, req Request, sink Sink) (Hello, json.RawMessage, error) {
-	helloTimeout, grace, beatTimeout := p.HelloTimeout, p.Grace, p.HeartbeatTimeout
-	if helloTimeout <= 0 {
-		helloTimeout = DefaultHelloTimeout
-	}
-	if grace <= 0 {
-		grace = DefaultGrace
-	}
-	if beatTimeout <= 0 {
-		beatTimeout = DefaultHeartbeatTimeout
-	}
+	helloTimeout, grace, beatTimeout := p.limits()
 	req.Heartbeat = HeartbeatInterval(beatTimeout)
 	stopper := stopperOf(ctx)
 	if !stopper.enter() {

@@ -126,20 +126,13 @@ func newInProcessAgent(dev device.Device, shared *Shared, path string, cfg Confi
 			mem.Stop()
 		}
 	}
-	var window []float64
-	var sum float64
+	last := returnWindow{n: opts.SolvedEpisodes}
 	onEpisode := func(e env.Episode, steps int) {
 		res.Episodes = append(res.Episodes, EpisodeRecord{Return: e.Return, Length: e.Length, EnvSteps: steps})
 		if opts.SolvedEpisodes <= 0 {
 			return
 		}
-		window = append(window, e.Return)
-		sum += e.Return
-		if len(window) > opts.SolvedEpisodes {
-			sum -= window[0]
-			window = window[1:]
-		}
-		if len(window) == opts.SolvedEpisodes && sum/float64(len(window)) >= opts.SolvedReturn && res.SolvedTraining < 0 {
+		if mean, full := last.add(e.Return); full && mean >= opts.SolvedReturn && res.SolvedTraining < 0 {
 			res.SolvedTraining = steps
 			if !evaluated {
 				solved(steps)

@@ -181,20 +181,13 @@ func newSeqAgent(ctx context.Context, dev device.Device, shared *Shared, cfg Con
 	a := &seqAgent{agent: agent, cfg: cfg, opts: opts, mem: mem, res: res}
 	res.Agent, res.Solved, res.SolvedTraining = agent, -1, -1
 	goal := cfg.Goal()
-	var window []float64
-	var sum float64
+	last := returnWindow{n: goal.Episodes}
 	onEpisode := func(e env.Episode, steps int) {
 		res.Episodes = append(res.Episodes, EpisodeRecord{Return: e.Return, Length: e.Length, EnvSteps: steps})
 		if goal.Episodes <= 0 {
 			return
 		}
-		window = append(window, e.Return)
-		sum += e.Return
-		if len(window) > goal.Episodes {
-			sum -= window[0]
-			window = window[1:]
-		}
-		if len(window) == goal.Episodes && sum/float64(len(window)) >= goal.Return && res.SolvedTraining < 0 {
+		if mean, full := last.add(e.Return); full && mean >= goal.Return && res.SolvedTraining < 0 {
 			res.SolvedTraining = steps
 		}
 	}
@@ -319,4 +312,24 @@ func (a *seqAgent) close() error {
 	}
 	a.actor, a.learner, a.mem = nil, nil, nil
 	return errors.Join(errs...)
+}
+
+// returnWindow is the mean return of the last n episodes, as a goal of n
+// episodes measures it.
+type returnWindow struct {
+	n      int
+	window []float64
+	sum    float64
+}
+
+// add takes one episode's return and gives the mean of the last n, and
+// whether n have been played.
+func (w *returnWindow) add(ret float64) (mean float64, full bool) {
+	w.window = append(w.window, ret)
+	w.sum += ret
+	if len(w.window) > w.n {
+		w.sum -= w.window[0]
+		w.window = w.window[1:]
+	}
+	return w.sum / float64(len(w.window)), len(w.window) == w.n
 }
