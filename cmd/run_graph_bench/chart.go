@@ -45,17 +45,22 @@ func writeChart(w io.Writer, rep *bench.Report) error {
 	if err != nil {
 		return err
 	}
-	const width, height = 18 * vg.Inch, 5.5 * vg.Inch
+	return writePanels(w, step, speed, capture)
+}
+
+// writePanels draws the plots side by side, 6 inches each, as a PNG.
+// Each panel draws in its own tile: plot.Align would line the data areas
+// up but push titles and legends off them.
+func writePanels(w io.Writer, plots ...*plot.Plot) error {
+	width, height := vg.Length(len(plots))*6*vg.Inch, 5.5*vg.Inch
 	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(96))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8,
+	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8,
 		PadLeft: vg.Inch / 8, PadRight: vg.Inch / 4}
-	// Each panel draws in its own tile: plot.Align would line the data
-	// areas up but push titles and legends off them.
-	for i, p := range []*plot.Plot{step, speed, capture} {
+	for i, p := range plots {
 		p.Draw(tiles.At(dc, i, 0))
 	}
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 	return err
 }
 

@@ -21,7 +21,6 @@ import (
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
-	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/nn"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -195,15 +194,9 @@ func runPeerBench(cmd *cobra.Command, shared *trainer.Shared, o options, argv []
 		return err
 	}
 	rep.Command = commandLine(argv)
-	if o.output != "" {
-		if err := atomicfile.Write(o.output, 0o644, func(w io.Writer) error { return bench.WritePeerJSON(w, rep) }); err != nil {
-			return fmt.Errorf("--output: %w", err)
-		}
-	}
-	if o.plot != "" {
-		if err := atomicfile.Write(o.plot, 0o644, func(w io.Writer) error { return writePeerChart(w, rep) }); err != nil {
-			return fmt.Errorf("--plot: %w", err)
-		}
+	if err := writeOutputs(o.output, o.plot, func(w io.Writer) error { return bench.WritePeerJSON(w, rep) },
+		func(w io.Writer) error { return writePeerChart(w, rep) }); err != nil {
+		return err
 	}
 	return writePeerText(stdout, rep)
 }

@@ -13,7 +13,6 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/tolaria-ml/tolaria/bench"
 )
@@ -59,16 +58,7 @@ func writePeerChart(w io.Writer, rep *bench.PeerReport) error {
 		}
 		plots = append(plots, epochP)
 	}
-	width, height := vg.Length(len(plots))*6*vg.Inch, 5.5*vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(96))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8,
-		PadLeft: vg.Inch / 8, PadRight: vg.Inch / 4}
-	for i, p := range plots {
-		p.Draw(tiles.At(dc, i, 0))
-	}
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(w)
-	return err
+	return writePanels(w, plots...)
 }
 
 // peerAxes are the report's widths and batch sizes, sorted, each once.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/tolaria-ml/tolaria/bench"
 	"github.com/tolaria-ml/tolaria/coordinator"
-	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -169,15 +168,9 @@ func runRLBench(cmd *cobra.Command, _ *trainer.Shared, o rlOptions, argv []strin
 		return err
 	}
 	rep.Command = commandLine(argv)
-	if o.output != "" {
-		if err := atomicfile.Write(o.output, 0o644, func(w io.Writer) error { return bench.WriteRLJSON(w, rep) }); err != nil {
-			return fmt.Errorf("--output: %w", err)
-		}
-	}
-	if o.plot != "" {
-		if err := atomicfile.Write(o.plot, 0o644, func(w io.Writer) error { return writeRLChart(w, rep) }); err != nil {
-			return fmt.Errorf("--plot: %w", err)
-		}
+	if err := writeOutputs(o.output, o.plot, func(w io.Writer) error { return bench.WriteRLJSON(w, rep) },
+		func(w io.Writer) error { return writeRLChart(w, rep) }); err != nil {
+		return err
 	}
 	return writeRLText(stdout, rep)
 }

@@ -11,7 +11,6 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/tolaria-ml/tolaria/bench"
 )
@@ -42,16 +41,7 @@ func writeRLChart(w io.Writer, rep *bench.RLReport) error {
 	if err != nil {
 		return err
 	}
-	const width, height = 18 * vg.Inch, 5.5 * vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(96))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8,
-		PadLeft: vg.Inch / 8, PadRight: vg.Inch / 4}
-	for i, p := range []*plot.Plot{env, learn, speed} {
-		p.Draw(tiles.At(dc, i, 0))
-	}
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(w)
-	return err
+	return writePanels(w, env, learn, speed)
 }
 
 // agentAxis puts the agent counts on a log2 axis with a tick at each.

@@ -220,17 +220,27 @@ func runBench(cmd *cobra.Command, shared *trainer.Shared, o options, argv []stri
 		return err
 	}
 	rep.Command = commandLine(argv)
-	if o.output != "" {
-		if err := atomicfile.Write(o.output, 0o644, func(w io.Writer) error { return bench.WriteJSON(w, rep) }); err != nil {
+	if err := writeOutputs(o.output, o.plot, func(w io.Writer) error { return bench.WriteJSON(w, rep) },
+		func(w io.Writer) error { return writeChart(w, rep) }); err != nil {
+		return err
+	}
+	return writeText(stdout, rep)
+}
+
+// writeOutputs writes a report's JSON to output and its chart to plot,
+// each atomically, where given.
+func writeOutputs(output, plot string, json, chart func(io.Writer) error) error {
+	if output != "" {
+		if err := atomicfile.Write(output, 0o644, json); err != nil {
 			return fmt.Errorf("--output: %w", err)
 		}
 	}
-	if o.plot != "" {
-		if err := atomicfile.Write(o.plot, 0o644, func(w io.Writer) error { return writeChart(w, rep) }); err != nil {
+	if plot != "" {
+		if err := atomicfile.Write(plot, 0o644, chart); err != nil {
 			return fmt.Errorf("--plot: %w", err)
 		}
 	}
-	return writeText(stdout, rep)
+	return nil
 }
 
 // commandLine renders argv as a shell command line, quoting what needs it.
