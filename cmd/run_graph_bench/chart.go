@@ -249,13 +249,9 @@ func speedupPlot(pts []bench.Point) (*plot.Plot, error) {
 	}
 	p.Y.Min, p.Y.Max = 0, math.Ceil(hi*1.2*4)/4
 	p.Y.Tick.Marker = plot.TickerFunc(niceTicks)
-	even, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 1}, {X: p.X.Max, Y: 1}})
-	if err != nil {
+	if err := addBreakEven(p); err != nil {
 		return nil, err
 	}
-	even.Color, even.Width, even.Dashes = greyColour, vg.Points(1.5), []vg.Length{vg.Points(2), vg.Points(2)}
-	p.Add(even)
-	p.Legend.Add("break-even", even)
 	p.Legend.Top, p.Legend.Left = false, true
 	return p, nil
 }
@@ -364,5 +360,18 @@ func addValueLabels(p *plot.Plot, xys plotter.XYs, format string, dx, dy vg.Leng
 	}
 	l.Offset = vg.Point{X: dx, Y: dy}
 	p.Add(l)
+	return nil
+}
+
+// addBreakEven draws the dashed line at a ratio of 1 across p, in the
+// legend as break-even.
+func addBreakEven(p *plot.Plot) error {
+	even, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 1}, {X: p.X.Max, Y: 1}})
+	if err != nil {
+		return err
+	}
+	even.Color, even.Width, even.Dashes = greyColour, vg.Points(1.5), []vg.Length{vg.Points(2), vg.Points(2)}
+	p.Add(even)
+	p.Legend.Add("break-even", even)
 	return nil
 }

@@ -177,10 +177,7 @@ func runPeerBench(cmd *cobra.Command, shared *trainer.Shared, o options, argv []
 	if err != nil {
 		return err
 	}
-	if err := checkWritable("output", o.output); err != nil {
-		return err
-	}
-	if err := checkWritable("plot", o.plot); err != nil {
+	if err := errors.Join(checkWritable("output", o.output), checkWritable("plot", o.plot)); err != nil {
 		return err
 	}
 	if !o.quiet {

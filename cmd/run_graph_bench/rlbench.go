@@ -154,10 +154,7 @@ func runRLBench(cmd *cobra.Command, _ *trainer.Shared, o rlOptions, argv []strin
 	if err != nil {
 		return err
 	}
-	if err := checkWritable("output", o.output); err != nil {
-		return err
-	}
-	if err := checkWritable("plot", o.plot); err != nil {
+	if err := errors.Join(checkWritable("output", o.output), checkWritable("plot", o.plot)); err != nil {
 		return err
 	}
 	if !o.quiet {

@@ -161,13 +161,9 @@ func rlSpeedupPlot(rep *bench.RLReport) (*plot.Plot, error) {
 	}
 	p.Y.Min, p.Y.Max = 0, math.Ceil(hi*1.3*4)/4
 	p.Y.Tick.Marker = plot.TickerFunc(niceTicks)
-	even, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 1}, {X: p.X.Max, Y: 1}})
-	if err != nil {
+	if err := addBreakEven(p); err != nil {
 		return nil, err
 	}
-	even.Color, even.Width, even.Dashes = greyColour, vg.Points(1.5), []vg.Length{vg.Points(2), vg.Points(2)}
-	p.Add(even)
-	p.Legend.Add("break-even", even)
 	p.Legend.Top, p.Legend.Left = true, true
 	return p, nil
 }

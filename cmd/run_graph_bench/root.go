@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -206,10 +207,7 @@ func runBench(cmd *cobra.Command, shared *trainer.Shared, o options, argv []stri
 	if err != nil {
 		return err
 	}
-	if err := checkWritable("output", o.output); err != nil {
-		return err
-	}
-	if err := checkWritable("plot", o.plot); err != nil {
+	if err := errors.Join(checkWritable("output", o.output), checkWritable("plot", o.plot)); err != nil {
 		return err
 	}
 	if !o.quiet {
