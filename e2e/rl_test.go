@@ -253,7 +253,7 @@ func TestRLInterruptAndResume(t *testing.T) {
 			t.Fatalf("agent %d after Ctrl-C: %s (%s) at env step %d, learner step %d", a.Agent, a.State, a.Reason, a.EnvSteps, a.LearnerSteps)
 		}
 	}
-	if r := tolaria(t, dir, nil, "rl", "--resume", "--run-dir", runDir, "--agents", "3"); r.code != 2 || !strings.Contains(r.stderr, "--agents cannot change") {
+	if r := tolaria(t, dir, nil, "rl", "--resume", "--run-dir", runDir, "--agents", "3"); r.code != 2 || !strings.Contains(r.stderr, "--agents (num_agents): cannot change a run being resumed") {
 		t.Errorf("--resume --agents 3: exit %d\n%s", r.code, r.stderr)
 	}
 	// An edited config.yaml is refused, with nothing written.
@@ -314,7 +314,7 @@ func TestRLRefusesBadInput(t *testing.T) {
 		{"seed: 1.5\n", nil, "seed: must be a whole number, got 1.5"},
 		{"model: {hidden: [32.5]}\n", nil, "model.hidden: must be a whole number"},
 		{"", []string{"--agents", "0"}, "--agents (num_agents)"},
-		{"", []string{"--resume"}, "--resume needs --run-dir"},
+		{"", []string{"--resume"}, "--resume: needs --run-dir"},
 		{"", []string{"--device", "tpu"}, "device"},
 		{"", []string{"--metrics-addr", "nonsense"}, "--metrics-addr"},
 		{"", []string{"--resume", "--run-dir", filepath.Join(dir, "nothere")}, "holds no tolaria rl run"},

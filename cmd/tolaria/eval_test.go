@@ -6,18 +6,19 @@ import (
 )
 
 // TestEvalWithSlurmRefusesLocalPlacement: with --launcher slurm the
-// scheduler places the shards, so --devices names no GPU of this machine
-// and is refused, exit 2; with device auto the shards go to the CPU (as a
-// sweep's) and the run directory is the next thing checked.
+// scheduler places the shards, so --devices and --per-device, which name
+// this machine's GPUs, are refused, exit 2, whatever --device says.
 func TestEvalWithSlurmRefusesLocalPlacement(t *testing.T) {
 	dir := t.TempDir()
 	const placed = "--devices and --per-device place workers on this machine's GPUs"
-	code, _, stderr := runTolaria(t, "eval", "--run-dir", dir, "--launcher", "slurm", "--device", "cpu", "--devices", "0")
-	if code != exitUsage || !strings.Contains(stderr, "tolaria: invalid configuration: "+placed) {
-		t.Errorf("--device cpu --devices 0 with Slurm: exit %d\n%s", code, stderr)
+	for _, args := range [][]string{{"--device", "cpu", "--devices", "0"}, {"--devices", "0"}, {"--per-device", "2"}} {
+		code, _, stderr := runTolaria(t, append([]string{"eval", "--run-dir", dir, "--launcher", "slurm"}, args...)...)
+		if code != exitUsage || !strings.Contains(stderr, "tolaria: invalid configuration: "+placed) {
+			t.Errorf("%v with Slurm: exit %d\n%s", args, code, stderr)
+		}
 	}
-	code, _, stderr = runTolaria(t, "eval", "--run-dir", dir, "--launcher", "slurm", "--devices", "0")
+	code, _, stderr := runTolaria(t, "eval", "--run-dir", dir, "--launcher", "slurm")
 	if code != exitUsage || strings.Contains(stderr, placed) || !strings.Contains(stderr, "--run-dir") {
-		t.Errorf("device auto with Slurm: exit %d, want the run directory refused\n%s", code, stderr)
+		t.Errorf("Slurm without placement flags: exit %d, want the run directory refused\n%s", code, stderr)
 	}
 }

@@ -56,15 +56,15 @@ func setsNoKey(fs *pflag.FlagSet, flag string) {
 }
 
 // fileKeys are the keys of the command's file that the flags given set
-// (marked by setsKey with inFile), with their values, and those flags.
-func fileKeys(fs *pflag.FlagSet) (map[field.Name]any, []string) {
-	given, flags := map[field.Name]any{}, []string(nil)
+// (marked by setsKey with inFile), with their values.
+func fileKeys(fs *pflag.FlagSet) map[field.Name]any {
+	given := map[field.Name]any{}
 	fs.Visit(func(f *pflag.Flag) {
 		if k := f.Annotations[keyAnnotation]; len(k) == 2 && k[1] == "true" {
-			given[field.Name(k[0])], flags = flagValue(fs, f), append(flags, f.Name)
+			given[field.Name(k[0])] = flagValue(fs, f)
 		}
 	})
-	return given, flags
+	return given
 }
 
 // speller spells a setting's key as cmd's flag, for messages: run_dir as
@@ -251,11 +251,12 @@ type placementFlags struct {
 	parallel  int
 }
 
-// register adds the three flags; what names the workers ("shards").
-func (p *placementFlags) register(fs *pflag.FlagSet, what string) {
+// register adds the three flags; what names the workers ("shards"), and
+// perDevice and parallel say what each flag's default is.
+func (p *placementFlags) register(fs *pflag.FlagSet, what, perDevice, parallel string) {
 	p.registerDevices(fs, "to spread the "+what+" over")
-	fs.IntVar(&p.perDevice, "per-device", 0, "the "+what+" sharing one device at once (default: all of them spread evenly over the devices)")
-	fs.IntVar(&p.parallel, "parallel", 0, "the "+what+" running at once (default: one per device slot); the others wait for a slot")
+	fs.IntVar(&p.perDevice, "per-device", 0, "the "+what+" sharing one device at once (default: "+perDevice+")")
+	fs.IntVar(&p.parallel, "parallel", 0, "the "+what+" running at once (default: "+parallel+"); the others wait for a slot")
 }
 
 // registerDevices adds --devices alone, for an activity that places its
@@ -264,13 +265,17 @@ func (p *placementFlags) registerDevices(fs *pflag.FlagSet, how string) {
 	fs.StringVar(&p.devices, "devices", "auto", "GPUs "+how+": a list such as 0,1,2,3 (implies --device cuda), or auto: every GPU a CUDA tolaria-worker finds (with --device auto or cuda); each worker sees only its GPU (CUDA_VISIBLE_DEVICES)")
 }
 
-// check refuses a --per-device or --parallel given below 1 (register's
-// flags).
-func (p *placementFlags) check(fs *pflag.FlagSet) error {
+// check refuses a --per-device or --parallel given below 1, and with
+// Slurm (launcher) any flag that places workers on this machine's GPUs:
+// the scheduler places each task.
+func (p *placementFlags) check(fs *pflag.FlagSet, launcher string) error {
 	for i, n := range []int{p.perDevice, p.parallel} {
 		if flag := []string{"per-device", "parallel"}[i]; fs.Changed(flag) && n < 1 {
 			return usagef("--%s must be at least 1, got %d", flag, n)
 		}
+	}
+	if launcher == launch.SlurmName && (fs.Changed("devices") || fs.Changed("per-device")) {
+		return usagef("--devices and --per-device place workers on this machine's GPUs; with --launcher slurm the scheduler places each task")
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tolaria-ml/tolaria/docs/cli"
 	"io"
 	"log/slog"
 	"os"
@@ -51,20 +52,9 @@ func main() {
 
 func newRoot(ctx context.Context, proc process, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "tolaria",
-		Short: "tolaria trains models with CUDA-graph capture and replay",
-		Long: `tolaria trains models with CUDA-graph capture and replay.
-
-The flags the commands share mean the same in each: --device is auto, cpu or
-cuda, and auto (the default everywhere) takes a GPU when a CUDA build of
-tolaria-worker can open one, and the CPU otherwise; --worker,
---worker-start-timeout and --heartbeat-timeout choose and bound the
-tolaria-worker processes; --metrics-addr and --metrics-linger serve
-Prometheus metrics; --launcher and its Slurm flags place the workers.
-
-Exit status, the same for every command: 0 done, 1 failed (nothing
-succeeded), 2 bad input (nothing started), 3 some trials, agents or shards
-failed, 128 plus the signal's number when interrupted (130 for Ctrl-C).`,
+		Use:           "tolaria",
+		Short:         "tolaria trains models with CUDA-graph capture and replay",
+		Long:          cli.Help("tolaria"),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -3,9 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/tolaria-ml/tolaria/docs/cli"
 	"log/slog"
-	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -22,44 +21,8 @@ func newRLCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rl [--config FILE] [--agents N]",
 		Short: "train reinforcement-learning agents (Double DQN), each an actor process and a learner process",
-		Long: `rl trains --agents independent Double DQN agents on the environment the
-configuration's env: names (CartPole-v1 by default; Acrobot-v1 and
-MountainCar-v0 too, with parameters: env: {name: Acrobot-v1, max_steps: 300};
-see docs/rl.md). Each agent is two tolaria-worker processes: an actor, which
-steps its environments and picks actions with a captured forward pass on its
-copy of the weights, and a learner, which replays its captured training step
-on minibatches sampled from the agent's replay buffer. In the multi-agent
-world Forage (env: Forage) the agents act together: one shared actor process
-(--actor shared) steps the world for all of them, each acting with its own
-weights and writing to its own buffer, while each keeps its own learner; a
-killed shared actor is started again from the world it last saved (world.json
-in the run directory). The actor and a learner meet only in the agent's shared memory (a
-memfd, with no name in /dev/shm, freed when the last process holding it
-ends): the replay buffer and the published weights. This process never
-opens a device.
-
---config takes a YAML file of the keys in docs/rl.md (num_agents,
-sync_interval, publish_interval, target_update, the epsilon schedule, model:,
-optimizer:, ...); flags given override it.
-
-The run directory (--run-dir, default runs/rl-<time>) receives config.yaml,
-summary.json and agent-<i>/ for each agent: events.jsonl (every episode and
-greedy evaluation, each worker started, restarts),
-the learner's checkpoint.tlck, replay.buf (the buffer, saved on Ctrl-C),
-summary.json and the actor's and learner's worker logs.
-
-A failed actor is started again (up to --actor-restarts times) and its agent
-goes on from the buffer and weights in shared memory; a failed learner fails
-its agent, with the reason, and the other agents go on; so does a learner
-whose loss or weights become NaN or infinite, keeping its last good
-checkpoint. Ctrl-C checkpoints every learner and saves every buffer;
---resume --run-dir DIR continues, after checking config.yaml, every
-checkpoint and every saved buffer (an agent whose buffer is gone resumes
-from its checkpoint with an empty buffer).
-
-Exit status: 0 every agent finished, 3 some failed, 1 none finished, 2 bad
-input (nothing started), 130 interrupted by Ctrl-C (143 by SIGTERM).`,
-		Args: cobra.NoArgs,
+		Long:  cli.Help("rl"),
+		Args:  cobra.NoArgs,
 	}
 	var f rlFlags
 	fs := cmd.Flags()
@@ -104,42 +67,20 @@ type rlFlags struct {
 	memory  memoryFlag
 }
 
-// request reads the configuration file (or the run's, to resume), puts
-// the flags given over it and checks the result.
+// request checks the flags and resolves the run's configuration: the
+// file's (or, to resume, the run's), the flags given over it
+// (rl.Request.Resolve).
 func (f *rlFlags) request(fs *pflag.FlagSet) (rl.Request, error) {
-	req, path := f.req, f.config
-	given, flags := fileKeys(fs)
-	if req.Resume {
-		switch {
-		case path != "":
-			return req, usagef("--resume continues with the configuration saved in --run-dir; drop --config")
-		case req.Dir == "":
-			return req, usagef("--resume needs --run-dir pointing at the run to continue")
-		}
-		path = filepath.Join(req.Dir, coordinator.ConfigFile)
-		if _, err := os.Stat(path); err != nil {
-			return req, usagef("--resume: %s holds no tolaria rl run (no %s); start without --resume, or point --run-dir at an earlier run", req.Dir, coordinator.ConfigFile)
-		}
-		if len(flags) > 0 {
-			return req, usagef("--%s cannot change a run being resumed; it continues with %s", flags[0], path)
-		}
-	}
-	cfg, err := rl.LoadConfig(path, given)
-	if err != nil {
-		return req, err
-	}
-	if req.MaxLead < 0 || req.Threads < 1 || req.ActorRestarts < 0 {
-		return req, usagef("--max-lead and --actor-restarts must be 0 or more and --threads at least 1, got %d, %d and %d", req.MaxLead, req.ActorRestarts, req.Threads)
-	}
-	if err := errors.Join(checkDevice(req.Device), f.worker.check(), f.metrics.check()); err != nil {
+	req := f.req
+	var err error
+	if err = errors.Join(checkDevice(req.Device), f.worker.check(), f.metrics.check()); err != nil {
 		return req, err
 	}
 	if req.DeviceMemory, err = f.memory.bytes(); err != nil {
 		return req, err
 	}
-	req.Config, req.ConfigYAML = cfg, cfg.YAML()
 	req.Worker, req.WorkerStart, req.HeartbeatTimeout = f.worker.path, f.worker.start, f.worker.heartbeat
-	return req, nil
+	return req, req.Resolve(f.config, fileKeys(fs))
 }
 
 func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {

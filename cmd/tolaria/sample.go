@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"github.com/tolaria-ml/tolaria/docs/cli"
 	"log/slog"
 
 	"github.com/spf13/cobra"
@@ -13,34 +14,8 @@ func newSampleCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sample --run-dir RUN --prompt TEXT --tokens N",
 		Short: "print text drawn from a run's checkpoint of a token model",
-		Long: `sample continues --prompt with --tokens bytes drawn one at a time from the
-model of a run (config.yaml and checkpoint.tlck in --run-dir), a token model
-such as examples/char-transformer.yaml's: byte ids in, logits per position
-out. The prompt is any bytes; the model sees its last T (the model's input
-length), a shorter prompt left-padded with newlines.
-
-Each token is one decode step on the device: the evaluation forward pass (no
-dropout) of the window, a draw from the last position's logits divided by
---temperature (softmax and inverse CDF in double, one uniform from a Philox
-generator keyed by --seed and advanced by the step itself), and the window
-shifted left with the drawn byte appended. With --enable-graphs the step is
-captured once and replayed per token; the text is the same either way, and
-the same --seed gives the same text. --temperature 0 takes the most likely
-byte each time.
-
---device cpu samples in this process. --device cuda samples in a
-tolaria-worker process built for CUDA (--worker, default next to tolaria or
-$TOLARIA_WORKER) on the first GPU it sees; it verifies the checkpoint's
-SHA-256 before it loads it. --device auto (the default) takes cuda when
-that worker can open a GPU, and cpu otherwise. The same --seed gives the same text
-on either device, graphs on or off.
-
-The prompt and the drawn bytes are printed to standard output.
-
-Exit status: 0 done, 2 bad input (no run, no checkpoint, not a token
-model, --tokens < 1, --temperature < 0, another --device), 1 another
-failure (no worker, no GPU: the message says which), 130 interrupted.`,
-		Args: cobra.NoArgs,
+		Long:  cli.Help("sample"),
+		Args:  cobra.NoArgs,
 	}
 	var req coordinator.SampleRequest
 	var prompt string

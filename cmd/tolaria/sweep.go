@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/tolaria-ml/tolaria/docs/cli"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,40 +18,7 @@ func newSweepCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sweep FILE | sweep --resume --sweep-dir DIR",
 		Short: "run many training jobs (trials) from a sweep file, each in its own worker process",
-		Long: `sweep runs the trials of a YAML sweep file, each in its own tolaria-worker
-process with its own run directory under the sweep directory, several at once,
-and ranks them.
-
-The file has base: (the keys of tolaria train's --config file, nested in their
-sections), and trials: (a list of overrides in the same layout, each optionally
-with a name:) and/or grid: (key: [values], a key nested or written whole, e.g.
-optimizer.lr: [0.01, 0.1], crossed in the file's order, the last key varying
-fastest; with trials: too, every trial is crossed with every grid point).
-run_dir, resume, device and schedule.max_steps are the sweep's to set. Everything is validated before anything starts; a file
-that makes more than --max-trials trials (10000) is refused.
-
-The sweep directory (--sweep-dir, default sweeps/<time>) receives sweep.yaml,
-trials/<name>.yaml (each trial's resolved configuration, written as the trial
-first starts, usable with tolaria train --config), one run directory per trial
-(config.yaml, events.jsonl, checkpoint.tlck, summary.json, worker.log) and
-results.json and results.csv, rewritten atomically as trials start and end (at
-most once a second).
-
---resume --sweep-dir DIR continues an interrupted or partly failed sweep from
-the sweep.yaml it saved (no FILE then): succeeded trials are kept as they are,
-interrupted and failed ones resume from their checkpoints (or start again
-without one) and pending ones start; the ranking covers every trial. The
-sweep's journal.jsonl says how a sweep killed outright stood: an attempt that
-started and never ended is recorded interrupted and counted. A sweep whose
-every trial succeeded has nothing to resume (exit 0).
-
---metrics-addr serves Prometheus metrics for the whole sweep: trials by
-state, failed attempts by reason, retries, each live worker's heartbeat age,
-and every trial's training metrics with a trial label.
-
-Exit status: 0 every trial succeeded, 3 some failed, 1 none succeeded,
-2 bad input (nothing started), 130 interrupted (Ctrl-C: every running trial
-checkpoints and stops).`,
+		Long:  cli.Help("sweep"),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if resume, _ := cmd.Flags().GetBool("resume"); resume {
 				if len(args) > 0 {
@@ -67,9 +35,7 @@ checkpoints and stops).`,
 	var f sweepFlags
 	fs := cmd.Flags()
 	registerDevice(fs, &f.cfg.Device, " (auto: the GPUs --devices finds, else the CPU)")
-	f.place.registerDevices(fs, "to run trials on")
-	fs.IntVar(&f.cfg.PerDevice, "per-device", 0, "trials sharing one device at once (default 1 on a GPU, --parallel on the CPU)")
-	fs.IntVar(&f.cfg.Parallel, "parallel", 0, "trials running at once (default one per device slot: devices times --per-device)")
+	f.place.register(fs, "trials", "1 on a GPU, --parallel on the CPU", "one per device slot: devices times --per-device")
 	fs.IntVar(&f.cfg.Retries, "retries", 0, "start a failed trial again up to N times, from its last checkpoint when it has one")
 	fs.BoolVar(&f.cfg.ReuseWorkers, "reuse-workers", false, "keep each worker process for the next trials on its device (reset between trials), so a trial of the same shape as the one before captures through its graph pool; results are bitwise the same (local launcher only; see docs/sweeps.md)")
 	fs.StringVar(&f.cfg.RankBy, "rank-by", "test_accuracy", "summary key to rank trials by: "+strings.Join(coordinator.RankKeys(), ", ")+
@@ -93,7 +59,7 @@ checkpoints and stops).`,
 // sweepFlags are the sweep's flags, read into its configuration.
 type sweepFlags struct {
 	cfg       coordinator.SweepConfig
-	place     placementFlags // --devices alone: a sweep has its own --per-device and --parallel
+	place     placementFlags
 	memory    memoryFlag
 	maxTrials int
 	worker    workerFlags
@@ -106,18 +72,18 @@ type sweepFlags struct {
 func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error) {
 	cfg := f.cfg
 	var err error
-	if err = errors.Join(checkDevice(cfg.Device), f.worker.check(), f.metrics.check()); err != nil {
+	if err = errors.Join(checkDevice(cfg.Device), f.worker.check(), f.metrics.check(), f.place.check(fs, "")); err != nil {
 		return cfg, err
 	}
+	if fs.Changed("max-trials") && f.maxTrials < 1 {
+		return cfg, usagef("--max-trials must be at least 1, got %d", f.maxTrials)
+	}
 	cfg.Worker, cfg.WorkerStart, cfg.HeartbeatTimeout, cfg.MetricsAddr = f.worker.path, f.worker.start, f.worker.heartbeat, f.metrics.addr
+	cfg.PerDevice, cfg.Parallel, cfg.DryRun = f.place.perDevice, f.place.parallel, f.launch.dryRun
 	if cfg.DeviceMemory, err = f.memory.bytes(); err != nil {
 		return cfg, err
 	}
-	for i, n := range []int{cfg.PerDevice, cfg.Parallel, f.maxTrials} {
-		if flag := []string{"per-device", "parallel", "max-trials"}[i]; fs.Changed(flag) && n < 1 {
-			return cfg, usagef("--%s must be at least 1, got %d", flag, n)
-		}
-	}
+	// GPUs named now, not when the sweep starts: a Slurm sweep refuses them.
 	if f.place.devices != "auto" {
 		if fs.Changed("device") && cfg.Device != "cuda" {
 			return cfg, usagef("--devices names GPUs; it cannot go with --device %s", cfg.Device)
@@ -130,7 +96,6 @@ func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepCo
 	if err = cfg.Load(path, f.maxTrials, fs.Changed("rank-by")); err != nil {
 		return cfg, err
 	}
-	cfg.DryRun = f.launch.dryRun
 	cfg.Launch, err = f.launch.apply(fs, cfg.Sweep.Launcher, cfg.Sweep.Slurm)
 	return cfg, err
 }

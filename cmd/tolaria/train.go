@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tolaria-ml/tolaria/docs/cli"
 	"os"
 	"strconv"
 	"strings"
@@ -25,69 +26,7 @@ func newTrainCmd(proc process) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "train a model (Fashion-MNIST MLP by default)",
-		Long: `train runs a training job. With --enable-graphs the whole iteration (zero
-gradients, forward, loss, backward, clipping, optimizer update) is captured once
-into a graph and replayed with one launch per step; batches reach the device
-through a pinned staging ring on its own stream.
-
-Inputs are standardised with one mean and one standard deviation, computed over
-every pixel of the whole training set (Fashion-MNIST's pixels scaled to [0, 1]
-first) and applied to the training and test sets alike: one scalar pair, not one
-per pixel. The synthetic dataset is standardised the same way.
-
-Configuration: flags > TOLARIA_* environment variables (TOLARIA_BATCH_SIZE,
-TOLARIA_MODEL_HIDDEN, ...; or the key's path, TOLARIA_SCHEDULE_BATCH_SIZE) > a
-YAML --config file > defaults. The file nests its keys in sections, each
-section's keys those of the flags in it (docs/configuration.md):
-
-  model:     {hidden, activation, loss, input, layers}
-  optimizer: {kind, lr, momentum, weight_decay, clip_norm, warmup_steps}
-  schedule:  {epochs, batch_size, log_every, max_steps, checkpoint_every}
-  data:      {dataset, dir, synthetic_size, context, ragged, loaders, world, rank}
-  graphs:    {enabled, warmup_batches, pool_reuse}
-  staging:   {slots, prefetch_to_device}
-
-with device, seed, run_dir, resume and cpu_threads at the top. The flat keys
-of earlier releases (lr:, optimizer: adamw, epochs:) are still read, each with
-a warning naming its key.
-
-The model: --hidden and --activation give an MLP (the default is
-784-256-128-10 with GELU on Fashion-MNIST). Any other network is a list of
-layers (--layers, or model.layers in the file) on an input of shape --input:
-[C,H,W] for images, [features] for vectors (default: the dataset's features).
-Each layer is a map of one key, its kind, to its settings; defaults are in
-parentheses. Shapes are checked before anything is allocated; a layer that
-does not fit its input is named by its path, e.g. layers[4].residual[0].
-Images are stored NHWC, so flatten orders an image's values (h, w, c).
-
-` + job.LayersUsage() + `
-For example (docs/models.md and examples/cnn.yaml):
-
-  model:
-    input: [1, 28, 28]
-    layers:
-      - conv: {out: 32, kernel: 3, padding: 1}
-      - batchnorm: {}
-      - relu: {}
-      - maxpool: {kernel: 2}
-      - conv: {out: 64, kernel: 3, padding: 1}
-      - batchnorm: {}
-      - relu: {}
-      - maxpool: {kernel: 2}
-      - residual: [{conv: {out: 64, kernel: 3, padding: 1}}, {batchnorm: {}}, {relu: {}},
-                   {conv: {out: 64, kernel: 3, padding: 1}}, {batchnorm: {}}]
-      - relu: {}
-      - flatten: {}
-      - linear: {out: 128}
-      - relu: {}
-      - dropout: {p: 0.3}
-      - linear: {out: 10}
-    loss: cross_entropy
-
-The run directory (--run-dir, default runs/<time>) receives config.yaml,
-events.jsonl, checkpoint.tlck and summary.json, and worker.log (the worker's
-logs) when the job runs in a tolaria-worker (--device cuda, --isolate). A worker
-silent for --heartbeat-timeout is taken for hung and killed.`,
+		Long:  strings.Replace(cli.Help("train"), "{{layers}}", job.LayersUsage(), 1),
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("unexpected argument %q: tolaria train takes flags only (see --help)", args[0])

@@ -4,12 +4,54 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 )
+
+// Resolve completes r from the command line: the configuration read from
+// the file at path ("" for none), or with r.Resume from the run's own
+// config.yaml, with given (the keys the command line set, typed as a
+// file's values) over it; and r's own settings checked. A run being
+// resumed takes no other file and no key given: it continues as it was
+// configured. Every refusal is an ErrConfig naming the key at fault.
+func (r *Request) Resolve(path string, given map[field.Name]any) error {
+	if r.Resume {
+		switch {
+		case path != "":
+			return refusal.Config(field.Errorf("resume", "continues with the configuration saved in %s; drop %s", field.Name("run_dir"), field.Name("config")))
+		case r.Dir == "":
+			return refusal.Config(field.Errorf("resume", "needs %s pointing at the run to continue", field.Name("run_dir")))
+		}
+		path = filepath.Join(r.Dir, rundir.ConfigFile)
+		if _, err := os.Stat(path); err != nil {
+			return refusal.Config(field.Errorf("resume", "%s holds no tolaria rl run (no %s); start without %s, or point %s at an earlier run",
+				r.Dir, rundir.ConfigFile, field.Name("resume"), field.Name("run_dir")))
+		}
+		if len(given) > 0 {
+			key := slices.Sorted(maps.Keys(given))[0]
+			return refusal.Config(field.Errorf(key, "cannot change a run being resumed; it continues with %s", path))
+		}
+	}
+	for _, b := range []struct {
+		key      field.Name
+		n, least int
+	}{{"max_lead", r.MaxLead, 0}, {"actor_restarts", r.ActorRestarts, 0}, {"threads", r.Threads, 1}} {
+		if b.n < b.least {
+			return refusal.Config(field.Errorf(b.key, "must be at least %d, got %d", b.least, b.n))
+		}
+	}
+	cfg, err := LoadConfig(path, given)
+	if err != nil {
+		return err
+	}
+	r.Config, r.ConfigYAML = cfg, cfg.YAML()
+	return nil
+}
 
 // LoadConfig reads a run's configuration: the file at path ("" for none)
 // over dqn's defaults, and the keys the command line gave (given, typed

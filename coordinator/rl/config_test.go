@@ -50,3 +50,59 @@ func TestLoadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestResolve: a run being resumed takes its own config.yaml and nothing
+// else (no file, no key given), needs its directory, and a directory
+// without a run is refused; each refusal names the key at fault, as a
+// configuration error. A new run reads the file with the keys given over
+// it and checks the run's own bounds.
+func TestResolve(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	file := filepath.Join(dir, "rl.yaml")
+	for _, p := range []string{file, filepath.Join(run, "config.yaml")} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("num_agents: 3\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := Request{MaxLead: 50, Threads: 1, ActorRestarts: 3}
+	for _, c := range []struct {
+		name  string
+		req   func(*Request)
+		path  string
+		given map[field.Name]any
+		want  string // "" is accepted
+	}{
+		{"resume with a file", func(r *Request) { r.Resume, r.Dir = true, run }, file, nil, "resume: continues with the configuration saved in run_dir; drop config"},
+		{"resume without a directory", func(r *Request) { r.Resume = true }, "", nil, "resume: needs run_dir"},
+		{"resume of no run", func(r *Request) { r.Resume, r.Dir = true, dir }, "", nil, "resume: " + dir + " holds no tolaria rl run"},
+		{"resume changing a key", func(r *Request) { r.Resume, r.Dir = true, run }, "", map[field.Name]any{"num_agents": 2}, "num_agents: cannot change a run being resumed"},
+		{"resume", func(r *Request) { r.Resume, r.Dir = true, run }, "", nil, ""},
+		{"negative lead", func(r *Request) { r.MaxLead = -1 }, file, nil, "max_lead: must be at least 0, got -1"},
+		{"no threads", func(r *Request) { r.Threads = 0 }, file, nil, "threads: must be at least 1, got 0"},
+		{"negative restarts", func(r *Request) { r.ActorRestarts = -2 }, file, nil, "actor_restarts: must be at least 0, got -2"},
+		{"new run", func(*Request) {}, file, map[field.Name]any{"num_agents": 2}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := base
+			c.req(&r)
+			err := r.Resolve(c.path, c.given)
+			if c.want == "" {
+				want := 3
+				if c.given != nil {
+					want = 2
+				}
+				if err != nil || r.Config.NumAgents != want || len(r.ConfigYAML) == 0 {
+					t.Fatalf("err %v, agents %d (want %d), %d bytes of YAML", err, r.Config.NumAgents, want, len(r.ConfigYAML))
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, refusal.ErrConfig) {
+				t.Fatalf("err %v, want a configuration error saying %q", err, c.want)
+			}
+		})
+	}
+}
