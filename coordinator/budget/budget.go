@@ -1,8 +1,8 @@
 // Package budget is the device-memory budget broker: workers on the
 // same device ask it for a budget, by their bill, before they allocate;
-// it grants, queues by priority, parks the least recently active holder
-// of equal or lower priority to make room, and refuses a bill that can
-// never fit. It knows devices, bills and holders, no activity: a sweep's
+// it grants, queues by priority, reclaims an idle kept worker's booking or
+// else parks the least recently active holder of equal or lower priority
+// to make room, and refuses a bill that can never fit. It knows devices, bills and holders, no activity: a sweep's
 // trials, an evaluation's shards and an rl run's actors and learners all
 // ask it alike (package holder connects a worker's request to it).
 package budget
@@ -63,8 +63,9 @@ func (c Config) Validate() error {
 // per device, its capacity and the budgets granted. A worker asks before
 // it allocates (Ask); the request is granted at once when it fits with
 // headroom, refused at once when it could never fit, and otherwise waits
-// in a queue, oldest first, until budgets are released or a holder parks
-// to make room (see ledger.victim for whom it parks). It starts no
+// in a queue, oldest first, until budgets are released, an idle kept
+// worker's booking is reclaimed or a holder parks to make room (see
+// ledger.victim for whom it evicts). It starts no
 // goroutine and keeps no timer: grants after a wait are made by the
 // Release or Parked that frees room, through the waiting ticket's OnGrant,
 // and a holder is chosen to park when a request is booked, when room is
@@ -129,6 +130,39 @@ type Ask struct {
 	// it to make room, but its budget counts against the device like any
 	// other until it is released.
 	Park func(Eviction)
+	// Continues, when set, is the idle booking (Ticket.Keep) of the kept
+	// worker that makes this request: what that worker still holds counts
+	// toward the request, booked once. The booking ends here, granted or
+	// not; one already released is ignored.
+	Continues *Ticket
+}
+
+// KindKeptWorker is the Kind of an idle kept worker's booking, in the
+// books and messages.
+const KindKeptWorker = "idle kept worker"
+
+// Idle is what a kept worker keeps booked between two requests (see
+// Ticket.Keep).
+type Idle struct {
+	// Holder names the kept worker in the books and messages.
+	Holder string
+	// Bill is what it still holds on the device: IdleBill of its last
+	// request's bill.
+	Bill trainer.Bill
+	// Reclaim asks for the worker to be closed, to make room (for whom is
+	// in the Eviction); the booking's Release must follow once the worker
+	// has gone. Called outside the broker's lock, possibly before Keep
+	// returns.
+	Reclaim func(Eviction)
+}
+
+// IdleBill is what a kept worker whose last request had bill still holds
+// on its device while it waits for the next: its context (with what its
+// pooled graphs reference, which a kept worker's bill counts there) and
+// its graph pool's workspace. The model, the optimizer's state, the
+// staging inputs and the streams' scratch were freed with the run.
+func IdleBill(bill trainer.Bill) trainer.Bill {
+	return trainer.Bill{Context: bill.Context, Gradients: bill.Gradients, Activations: bill.Activations, Workspace: bill.Workspace}
 }
 
 // Eviction says why a holder is asked to park: for which waiting request,
@@ -197,8 +231,12 @@ type Ticket struct {
 	unparked bool
 	// resident is what a parked worker still holds on the device, booked
 	// while it waits to unpark: its context and its streams' scratch
-	// (parking frees the model and the pool's workspace, not the process).
+	// (parking frees the model and the pool's workspace, not the process);
+	// or, for a request that continues a kept worker's booking
+	// (Ask.Continues), what that worker holds.
 	resident int64
+	// reclaim closes an idle kept worker (Idle.Reclaim).
+	reclaim func(Eviction)
 }
 
 // residentBytes is what a worker of bill keeps on its device while parked.
@@ -215,6 +253,10 @@ const (
 	ticketGranted
 	ticketParking // granted, told to park, not parked yet
 	ticketReleased
+	// ticketIdle is an idle kept worker's booking (Ticket.Keep), and
+	// ticketReclaiming one whose worker was asked to close.
+	ticketIdle
+	ticketReclaiming
 )
 
 // Ask books a request. It returns the ticket and, when the request fits
@@ -253,21 +295,49 @@ func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
 	}
 	b.asked++
 	t = &Ticket{b: b, ask: a, led: led, seq: b.asked, queued: b.cfg.Now()}
+	t.ask.Continues = nil
+	continued := led.continues(t, a.Continues)
 	if !led.waitsAhead(t) && led.fits(t) {
-		return t, led.grant(t, t.queued), true, nil // waited no time
+		g = led.grant(t, t.queued) // waited no time
+		if continued {
+			// A reclaim under way frees nothing now, and room given back
+			// may serve a waiting request: whom to evict is chosen again.
+			park = b.evict(led)
+		}
+		return t, g, true, nil
 	}
 	led.enqueue(t)
 	park = b.evict(led)
 	return t, Grant{}, false, nil
 }
 
-// evict chooses a holder to park for the request at the head of l's
+// continues makes the kept worker's idle booking c the new request t's:
+// what the worker holds is booked once, as a parked worker's context is
+// (t.resident), and c ends. It reports whether it did: c is an idle
+// booking of l.
+func (l *ledger) continues(t, c *Ticket) bool {
+	if c == nil || c.b != t.b || c.led != l || (c.state != ticketIdle && c.state != ticketReclaiming) {
+		return false
+	}
+	held := c.ask.Bill.DeviceBytes()
+	t.resident = min(held, t.ask.Bill.DeviceBytes())
+	l.granted -= held - t.resident
+	delete(l.holders, c)
+	c.state = ticketReleased
+	return true
+}
+
+// evict chooses a holder to evict for the request at the head of l's
 // queue (see ledger.victim) and returns the call that asks it, to be made
-// outside the lock; nil when none is to park.
+// outside the lock: an idle kept worker's Reclaim, else a holder's Park;
+// nil when none is to go.
 func (b *Broker) evict(l *ledger) func() {
 	v, e := l.victim(b.cfg.Now(), b.cfg.MinResidence)
-	if v == nil {
+	switch {
+	case v == nil:
 		return nil
+	case v.state == ticketReclaiming:
+		return func() { v.reclaim(e) }
 	}
 	return func() { v.ask.Park(e) }
 }
@@ -287,9 +357,13 @@ func (l *ledger) enqueue(t *Ticket) {
 	l.queue = slices.Insert(l.queue, i, t)
 }
 
-// victim chooses the holder to park for the request at the head of the
-// queue, when it does not fit, and marks it parking. A candidate is a
-// granted holder that can park, of the head's priority or lower, that
+// victim chooses the holder to evict for the request at the head of the
+// queue, when it does not fit. An idle kept worker's booking (Ticket.Keep)
+// goes first, whatever the priorities: closing a worker that runs nothing
+// is the cheapest eviction; of several, the one idle longest (then the
+// one booked first) is marked reclaiming. Otherwise a holder is marked
+// parking. A candidate to park is a granted holder that can park, of the
+// head's priority or lower, that
 //
 //   - has reported progress since it was last granted, if that grant let
 //     it unpark (a parked worker is not parked again before it has made
@@ -299,9 +373,10 @@ func (l *ledger) enqueue(t *Ticket) {
 //
 // Of the candidates the one of lowest priority is parked, then the least
 // recently active (the oldest of its last grant and last progress
-// report), then the one booked first. Nobody is parked unless parking
-// every candidate could make room, nor while another holder of the device
-// is parking (parking one at a time frees no more than needed).
+// report), then the one booked first. Nobody is evicted unless evicting
+// every candidate (idle bookings and holders to park) could make room, nor
+// while another holder of the device is parking or being reclaimed
+// (evicting one at a time frees no more than needed).
 func (l *ledger) victim(now time.Time, residence time.Duration) (*Ticket, Eviction) {
 	if len(l.queue) == 0 {
 		return nil, Eviction{}
@@ -311,12 +386,18 @@ func (l *ledger) victim(now time.Time, residence time.Duration) (*Ticket, Evicti
 		return nil, Eviction{}
 	}
 	var room int64
-	var pick *Ticket
+	var pick, idle *Ticket
 	for t := range l.holders {
-		if t.state == ticketParking {
+		switch {
+		case t.state == ticketParking || t.state == ticketReclaiming:
 			return nil, Eviction{}
-		}
-		if !t.evictable(head, now, residence) {
+		case t.state == ticketIdle:
+			room += t.ask.Bill.DeviceBytes() // closing the worker frees it all
+			if idle == nil || t.idleBefore(idle) {
+				idle = t
+			}
+			continue
+		case !t.evictable(head, now, residence):
 			continue
 		}
 		room += t.ask.Bill.DeviceBytes() - residentBytes(t.ask.Bill) // what parking it frees
@@ -324,11 +405,24 @@ func (l *ledger) victim(now time.Time, residence time.Duration) (*Ticket, Evicti
 			pick = t
 		}
 	}
-	if pick == nil || l.capacity-l.granted+room < l.wants(head) {
+	if (pick == nil && idle == nil) || l.capacity-l.granted+room < l.wants(head) {
 		return nil, Eviction{}
+	}
+	if idle != nil {
+		idle.state = ticketReclaiming
+		return idle, Eviction{For: head.ask.Holder, ForPriority: head.ask.Priority, Idle: now.Sub(idle.active)}
 	}
 	pick.state = ticketParking
 	return pick, Eviction{For: head.ask.Holder, ForPriority: head.ask.Priority, Idle: now.Sub(pick.active)}
+}
+
+// idleBefore says whether the idle booking t is reclaimed before u: the
+// one idle longest, then the one booked first.
+func (t *Ticket) idleBefore(u *Ticket) bool {
+	if !t.active.Equal(u.active) {
+		return t.active.Before(u.active)
+	}
+	return t.seq < u.seq
 }
 
 // evictable says whether t may be parked for head (see victim).
@@ -395,7 +489,7 @@ func (t *Ticket) Release() {
 	b.mu.Lock()
 	l := t.led
 	switch t.state {
-	case ticketGranted, ticketParking:
+	case ticketGranted, ticketParking, ticketIdle, ticketReclaiming:
 		l.granted -= t.ask.Bill.DeviceBytes()
 		delete(l.holders, t)
 	case ticketWaiting:
@@ -428,6 +522,41 @@ func (b *Broker) settle(l *ledger) {
 	if park != nil {
 		park()
 	}
+}
+
+// Keep ends the request of a worker that is kept for another (a sweep's
+// kept worker, between trials): its budget is released but for what the
+// worker still holds (idle.Bill), which stays booked on the device by the
+// returned ticket, an idle kept worker's, until the worker's next request
+// continues it (Ask.Continues) or the booking is released (the worker
+// closed). When a request cannot be granted, the broker reclaims an idle
+// booking before it parks anyone: it calls idle.Reclaim, and the caller
+// closes the worker and releases the booking. A ticket that holds no
+// budget (it waits, or was parked, refused or released) is released, and
+// Keep returns nil: nothing of it stays booked. What now fits is granted.
+func (t *Ticket) Keep(idle Idle) *Ticket {
+	b := t.b
+	b.mu.Lock()
+	l := t.led
+	if t.state != ticketGranted && t.state != ticketParking {
+		b.mu.Unlock()
+		t.Release()
+		return nil
+	}
+	b.asked++
+	now := b.cfg.Now()
+	k := &Ticket{b: b, led: l, seq: b.asked, queued: now, active: now, granted: now, state: ticketIdle, reclaim: idle.Reclaim,
+		ask: Ask{Holder: idle.Holder, Kind: KindKeptWorker, Device: t.ask.Device, Bill: idle.Bill}}
+	if k.ask.Bill.DeviceBytes() > t.ask.Bill.DeviceBytes() {
+		// A worker holds no more idle than it did at work.
+		k.ask.Bill = t.ask.Bill
+	}
+	l.granted += k.ask.Bill.DeviceBytes() - t.ask.Bill.DeviceBytes()
+	delete(l.holders, t)
+	t.state = ticketReleased
+	l.holders[k] = struct{}{}
+	b.settle(l)
+	return k
 }
 
 // Parked takes back the budget of a trial told to park, now that it has
@@ -499,6 +628,10 @@ type Books struct {
 	// Unparkable are the holders that cannot be parked (no Ask.Park):
 	// their budgets are kept until they end.
 	Unparkable int
+	// Idle are the holders that are idle kept workers' bookings
+	// (Ticket.Keep), and IdleBytes what they book (in Granted).
+	Idle       int
+	IdleBytes  int64
 	OldestWait time.Time // when the oldest waiting request began to wait; zero: none waits
 }
 
@@ -512,7 +645,11 @@ func (b *Broker) Books(device string) Books {
 	}
 	bk := Books{Capacity: l.capacity, Granted: l.granted, Holders: len(l.holders), Waiting: len(l.queue)}
 	for t := range l.holders {
-		if t.ask.Park == nil {
+		switch {
+		case t.state == ticketIdle || t.state == ticketReclaiming:
+			bk.Idle++
+			bk.IdleBytes += t.ask.Bill.DeviceBytes()
+		case t.ask.Park == nil:
 			bk.Unparkable++
 		}
 	}

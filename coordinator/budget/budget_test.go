@@ -511,3 +511,119 @@ func TestBrokerBooksAParkedWorkersContext(t *testing.T) {
 		t.Fatalf("books %+v: want nothing booked", bk)
 	}
 }
+
+// keep ends tk's request as a kept worker's, booked as holder while idle,
+// logging its reclaims.
+func (r *recencyBroker) keep(tk *Ticket, holder string, bill trainer.Bill) *Ticket {
+	return tk.Keep(Idle{Holder: holder, Bill: IdleBill(bill), Reclaim: func(e Eviction) {
+		r.log = append(r.log, fmt.Sprintf("reclaim %s for %s", holder, e.For))
+	}})
+}
+
+// TestBrokerBooksAnIdleKeptWorker: a kept worker's request that ends
+// leaves its context and graph pool's workspace booked, as an idle kept
+// worker's booking, visible in the books; the worker's next request
+// continues it (its bill booked once, not on top of it), and the booking
+// is given back when the worker closes.
+func TestBrokerBooksAnIdleKeptWorker(t *testing.T) {
+	r := newRecencyBroker(t)
+	// 500 bytes at work; 200 (context, gradients, activations, workspace) idle.
+	bill := trainer.Bill{Parameters: 200, OptimizerState: 100, Gradients: 100, Activations: 50, Workspace: 30, Context: 20}
+	a, _, _, err := r.b.Ask(Ask{Holder: "a", Device: "cpu", Bill: bill, Free: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := r.keep(a, "kept worker 1", bill)
+	if bk := r.b.Books("cpu"); bk.Granted != 200 || bk.Holders != 1 || bk.Idle != 1 || bk.IdleBytes != 200 || bk.Unparkable != 0 {
+		t.Fatalf("books between a and the next trial: %+v; want the idle worker's 200 bytes booked", bk)
+	}
+	a.Release() // the ended request holds nothing more
+	if bk := r.b.Books("cpu"); bk.Granted != 200 {
+		t.Fatalf("books after a's release: %+v", bk)
+	}
+	next, g, now, err := r.b.Ask(Ask{Holder: "b", Device: "cpu", Bill: bill, Free: 1 << 40, Continues: idle})
+	if err != nil || !now || g.Bytes != 500 || g.Granted != 500 {
+		t.Fatalf("b on the kept worker: granted %v %+v, %v; want its 500 bytes, booked once (500 in all)", now, g, err)
+	}
+	if bk := r.b.Books("cpu"); bk.Granted != 500 || bk.Holders != 1 || bk.Idle != 0 {
+		t.Fatalf("books while b runs on the kept worker: %+v", bk)
+	}
+	idle.Release() // continued: releasing it gives back nothing twice
+	if bk := r.b.Books("cpu"); bk.Granted != 500 {
+		t.Fatalf("books after releasing a continued booking: %+v; want b's 500", bk)
+	}
+	idle = r.keep(next, "kept worker 1", bill)
+	// A request continuing a booking released meanwhile is booked whole.
+	idle.Release()
+	if bk := r.b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 || bk.Idle != 0 {
+		t.Fatalf("books once the kept worker closed: %+v; want nothing booked", bk)
+	}
+	c, g, _, _ := r.b.Ask(Ask{Holder: "c", Device: "cpu", Bill: bill, Free: 1 << 40, Continues: idle})
+	if g.Granted != 500 {
+		t.Fatalf("c continuing a released booking: %+v; want its whole bill booked", g)
+	}
+	// A request that holds no budget keeps nothing booked.
+	c.Release()
+	if k := c.Keep(Idle{Holder: "kept worker 1", Bill: IdleBill(bill)}); k != nil {
+		t.Fatalf("keeping a released request booked %+v; want nothing", k)
+	}
+	if bk := r.b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 {
+		t.Fatalf("books at the end: %+v", bk)
+	}
+	r.expect("no request waited")
+}
+
+// TestBrokerReclaimsAnIdleKeptWorkerFirst: a request that does not fit is
+// given room by reclaiming an idle kept worker's booking before any
+// running holder is parked, even one of lower priority that may be parked;
+// one eviction at a time, so the holder is parked only when the reclaimed
+// room is not enough; and nothing is evicted when even every candidate
+// together could not make room.
+func TestBrokerReclaimsAnIdleKeptWorkerFirst(t *testing.T) {
+	r := newRecencyBroker(t)
+	pool := trainer.Bill{Gradients: 300} // all of it kept while idle
+	k := r.ask("k", 300, 0)
+	x := r.ask("x", 300, -1) // lower priority: parkable at once for anyone
+	r.expect("k and x ask", "granted k", "granted x")
+	idle := r.keep(k, "kept worker 1", pool)
+	r.clock.advance(time.Minute)
+	x.Active()
+	// 500 (550 with headroom) of 400 left: closing the idle worker frees 300.
+	y := r.ask("y", 500, 0)
+	r.expect("y asks", "reclaim kept worker 1 for y")
+	if bk := r.b.Books("cpu"); bk.Idle != 1 || bk.Granted != 600 || bk.Waiting != 1 {
+		t.Fatalf("books while the idle worker closes: %+v", bk)
+	}
+	x.Active() // one eviction at a time
+	r.expect("x reports progress while the idle worker closes")
+	idle.Release()
+	r.expect("the idle worker closed", "grant y unpark=false")
+
+	// 700 wanted, 100 left: the idle booking (300) is not enough alone, but
+	// with x parked (300) it is: the idle worker goes first, then x.
+	idle = r.keep(y, "kept worker 2", trainer.Bill{Gradients: 200, Parameters: 300})
+	r.expect("y kept")
+	z := r.ask("z", 700, 0)
+	if bk := r.b.Books("cpu"); bk.Granted != 500 {
+		t.Fatalf("books %+v: want x's 300 and the idle worker's 200", bk)
+	}
+	r.expect("z asks (770 of 500 left)", "reclaim kept worker 2 for z")
+	idle.Release()
+	r.expect("the idle worker closed: 700 left, still short", "park x for z idle 0s")
+	x.Parked()
+	r.expect("x parked", "grant z unpark=false")
+
+	// z ends, kept: x unparks beside its idle worker. 715 wanted, 400
+	// left: only the idle worker's 300 could be freed (x has made no
+	// progress since it unparked), so nothing is evicted.
+	idle = r.keep(z, "kept worker 3", pool)
+	r.expect("z kept", "grant x unpark=true")
+	big := r.ask("big", 650, 0)
+	r.expect("big asks")
+	big.Release()
+	idle.Release()
+	x.Release()
+	if bk := r.b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 || bk.Waiting != 0 {
+		t.Fatalf("books after every release: %+v", bk)
+	}
+}

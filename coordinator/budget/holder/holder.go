@@ -23,6 +23,11 @@ const (
 	EventRefused = "budget_refused" // the request can never fit; the worker fails
 	EventPark    = "budget_park"    // the broker asks the holder to park, to make room for a request of equal or higher priority
 	EventParked  = "budget_parked"  // the holder parked: its budget is released, it waits to unpark
+	// EventKept: the holder ended and its worker is kept for another: what
+	// the worker still holds (its context and graph pool's workspace)
+	// stays booked, as an idle kept worker's, until the worker's next
+	// request continues it or the worker closes.
+	EventKept = "budget_kept"
 )
 
 // Metrics counts the broker's decisions (telemetry.BudgetMetrics has these
@@ -55,6 +60,9 @@ type Config struct {
 	Observer trainer.Observer
 	Metrics  Metrics
 	Logger   *slog.Logger
+	// Continues, when set, is the idle booking of the kept worker that
+	// serves this holder (see budget.Ask.Continues and Sink.Keep).
+	Continues *budget.Ticket
 }
 
 // Update is a change of a holder's device-memory request: it waits
@@ -86,6 +94,7 @@ type Sink struct {
 
 	mu     sync.Mutex
 	ticket *budget.Ticket
+	bill   trainer.Bill // the request's
 	// parkFor is the holder the broker last asked this one to park for.
 	parkFor string
 }
@@ -129,6 +138,7 @@ func (s *Sink) Ask(req jobserver.BudgetRequest, reply Reply) error {
 	recorded := make(chan struct{})
 	defer close(recorded)
 	ask := budget.Ask{Holder: c.Holder, Kind: c.Kind, Device: c.Device, Bill: req.Bill, Total: req.Total, Free: req.Free, Priority: c.Priority,
+		Continues: c.Continues,
 		OnGrant: func(g budget.Grant) {
 			<-recorded
 			// The worker may have gone meanwhile; its call's end says so.
@@ -154,7 +164,7 @@ func (s *Sink) Ask(req jobserver.BudgetRequest, reply Reply) error {
 		return reply.Refuse(err.Error())
 	}
 	s.mu.Lock()
-	s.ticket = t
+	s.ticket, s.bill = t, req.Bill
 	s.mu.Unlock()
 	if now {
 		return granted(g)
@@ -212,4 +222,26 @@ func (s *Sink) Release() {
 	if t != nil {
 		t.Release()
 	}
+}
+
+// Keep ends the holder as Release does, but its worker is kept for
+// another request: what the worker still holds (budget.IdleBill of the
+// request's bill) stays booked on the device as name's, an idle kept
+// worker's, and is returned; the broker calls reclaim when it needs that
+// room (see budget.Ticket.Keep). Nil when the holder held no budget (it
+// never asked, was refused, or waits): nothing stays booked.
+func (s *Sink) Keep(name string, reclaim func(budget.Eviction)) *budget.Ticket {
+	s.mu.Lock()
+	t, bill := s.ticket, s.bill
+	s.ticket = nil
+	s.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	idle := budget.IdleBill(bill)
+	k := t.Keep(budget.Idle{Holder: name, Bill: idle, Reclaim: reclaim})
+	if k != nil {
+		s.event(EventKept, map[string]any{"device": s.cfg.Device, "holder": name, "bytes": idle.DeviceBytes(), "bill": idle})
+	}
+	return k
 }

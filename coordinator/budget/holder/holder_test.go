@@ -122,3 +122,45 @@ func TestHoldersParkOnlyWhenParkable(t *testing.T) {
 		t.Errorf("books after every release: %+v", bk)
 	}
 }
+
+// TestHolderKeepsAKeptWorkersBooking: a holder whose worker is kept ends
+// with Keep: the worker's context and pool workspace stay booked (a
+// budget_kept event says how much), the next holder served by that worker
+// continues the booking (its bill booked once), and a holder that never
+// held a budget keeps nothing.
+func TestHolderKeepsAKeptWorkersBooking(t *testing.T) {
+	b, err := budget.New(budget.Config{DeviceMemory: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bill := trainer.Bill{Parameters: 300, Gradients: 100, Workspace: 20, Context: 30} // 450; 150 idle
+	req := jobserver.BudgetRequest{Bill: bill, Device: "cpu", Free: 1 << 30}
+	evs := &events{}
+	first := New(Config{Broker: b, Holder: "a", Device: "cpu", Parkable: true, Observer: evs})
+	if err := first.Ask(req, &reply{}); err != nil {
+		t.Fatal(err)
+	}
+	idle := first.Keep("kept worker 1", func(budget.Eviction) {})
+	if bk := b.Books("cpu"); idle == nil || bk.Granted != 150 || bk.Idle != 1 {
+		t.Fatalf("after a kept its worker: %v, books %+v; want 150 bytes booked for the idle worker", idle, bk)
+	}
+	if k := evs.last[EventKept]; k["bytes"] != int64(150) || k["holder"] != "kept worker 1" {
+		t.Fatalf("the budget_kept event %v", k)
+	}
+	next := New(Config{Broker: b, Holder: "b", Device: "cpu", Parkable: true, Continues: idle})
+	r := &reply{}
+	if err := next.Ask(req, r); err != nil {
+		t.Fatal(err)
+	}
+	if bk := b.Books("cpu"); r.answers() != "grant" || bk.Granted != 450 || bk.Idle != 0 {
+		t.Fatalf("b on the kept worker: answered %q, books %+v; want its 450 bytes booked once", r.answers(), bk)
+	}
+	next.Release()
+	never := New(Config{Broker: b, Holder: "c", Device: "cpu"})
+	if k := never.Keep("kept worker 2", nil); k != nil {
+		t.Fatalf("a holder that never asked kept %v", k)
+	}
+	if bk := b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 {
+		t.Fatalf("books at the end: %+v", bk)
+	}
+}
