@@ -230,7 +230,9 @@ func ReadConfigFile(path string, extra []field.Name, skip ...field.Name) (Settin
 	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
-	st, err := Schema(extra...).Read(raw)
+	sc := Schema(extra...)
+	sc.Command = "tolaria train --config"
+	st, err := sc.Read(raw)
 	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}

@@ -80,3 +80,30 @@ func TestTrainNamesAKeyAsItsSourceSpelledIt(t *testing.T) {
 		})
 	}
 }
+
+// TestAFileOfAnotherCommand: each example file given to a command it is
+// not for is refused, exit 2, naming the command it is for; nothing is
+// written.
+func TestAFileOfAnotherCommand(t *testing.T) {
+	dir := t.TempDir()
+	examples := filepath.Join("..", "..", "examples")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "--config", filepath.Join(examples, "forage.yaml"), "--run-dir", filepath.Join(dir, "a")}, "is a file for tolaria rl --config (it has env, num_agents"},
+		{[]string{"train", "--config", filepath.Join(examples, "sweep.yaml"), "--run-dir", filepath.Join(dir, "a")}, "is a file for tolaria sweep (it has base"},
+		{[]string{"rl", "--config", filepath.Join(examples, "cnn.yaml"), "--run-dir", filepath.Join(dir, "a")}, "is a file for tolaria train --config (it has data, schedule"},
+		{[]string{"rl", "--config", filepath.Join(examples, "sweep.yaml"), "--run-dir", filepath.Join(dir, "a")}, "is a file for tolaria sweep"},
+		{[]string{"sweep", filepath.Join(examples, "acrobot.yaml"), "--sweep-dir", filepath.Join(dir, "a")}, "is a file for tolaria rl --config"},
+		{[]string{"sweep", filepath.Join(examples, "cnn.yaml"), "--sweep-dir", filepath.Join(dir, "a")}, "is a file for tolaria train --config"},
+	} {
+		code, _, stderr := runTolaria(t, c.args...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, want 2 and %q\n%s", c.args, code, c.want, stderr)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "a")); err == nil {
+			t.Fatalf("%v wrote %s", c.args, filepath.Join(dir, "a"))
+		}
+	}
+}

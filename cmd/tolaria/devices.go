@@ -2,9 +2,9 @@ package main
 
 import (
 	"github.com/spf13/cobra"
-	"github.com/tolaria-ml/tolaria/docs/cli"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/docs/cli"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 )
 

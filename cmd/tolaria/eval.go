@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"github.com/tolaria-ml/tolaria/docs/cli"
 	"log/slog"
 
 	"github.com/spf13/cobra"
@@ -10,6 +9,7 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/eval"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/docs/cli"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"github.com/tolaria-ml/tolaria/docs/cli"
 	"log/slog"
 
 	"github.com/spf13/cobra"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/docs/cli"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/rl/dqn"

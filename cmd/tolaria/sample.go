@@ -2,12 +2,12 @@ package main
 
 import (
 	"errors"
-	"github.com/tolaria-ml/tolaria/docs/cli"
 	"log/slog"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/docs/cli"
 )
 
 func newSampleCmd() *cobra.Command {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"github.com/tolaria-ml/tolaria/docs/cli"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/sweep"
+	"github.com/tolaria-ml/tolaria/docs/cli"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 )
 

@@ -162,6 +162,17 @@ func parseSweepMax(raw []byte, maxTrials int) (*Sweep, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("is empty; give base: and trials:, grid: or both")
 		}
+		var top yaml.Node
+		if yaml.Unmarshal(raw, &top) == nil && len(top.Content) == 1 && top.Content[0].Kind == yaml.MappingNode {
+			var keys []string
+			for i := 0; i+1 < len(top.Content[0].Content); i += 2 {
+				keys = append(keys, top.Content[0].Content[i].Value)
+			}
+			ours := []string{"base", "trials", "grid", "launcher", "slurm"}
+			if other := field.OtherCommand(keys, "tolaria sweep", func(k string) bool { return slices.Contains(ours, k) }); other != "" {
+				return nil, errors.New(other)
+			}
+		}
 		return nil, fmt.Errorf("%w (a sweep file has base:, trials:, grid:, and optionally launcher: and slurm:)", err)
 	}
 	if _, err := launch.Find(f.Launcher); err != nil {

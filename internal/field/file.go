@@ -25,6 +25,10 @@ type Schema struct {
 	// (optimizer: adamw, for optimizer.kind) is the flat key only when
 	// its value is not a mapping.
 	Flat map[Name]Name
+	// Command is the command that reads these files ("tolaria train
+	// --config"): a file of another command's keys is refused as that
+	// command's (see OtherCommand).
+	Command string
 }
 
 // Setting is one value a configuration file gives.
@@ -50,6 +54,47 @@ func (s Setting) Warning() string {
 
 // ErrUnknownKey is what a file's key that is no setting wraps.
 var ErrUnknownKey = errors.New("unknown key")
+
+// ErrOtherCommand is what a file of another command's keys wraps (see
+// OtherCommand); it wraps ErrUnknownKey.
+var ErrOtherCommand = fmt.Errorf("%w of another command", ErrUnknownKey)
+
+// commandKeys are, for each command that reads a configuration file, keys
+// at the top of its files that no other command's file has.
+var commandKeys = []struct {
+	command string
+	keys    []string
+}{
+	{"tolaria train --config", []string{"schedule", "data", "graphs", "staging"}},
+	{"tolaria sweep", []string{"base", "trials", "grid"}},
+	{"tolaria rl --config", []string{"num_agents", "env", "target_update", "buffer_capacity", "learning_starts", "sync_interval", "epsilon_decay_steps"}},
+}
+
+// OtherCommand says which command a file is for when it is not self's: a
+// file whose top-level keys (top) include, among those self does not
+// know (known), two of another command's own keys, or one when self
+// knows none of top. It is "" for a file that is not another's.
+func OtherCommand(top []string, self string, known func(string) bool) string {
+	knowsSome := slices.ContainsFunc(top, known)
+	for _, c := range commandKeys {
+		var theirs []string
+		for _, k := range top {
+			if slices.Contains(c.keys, k) && !known(k) {
+				theirs = append(theirs, k)
+			}
+		}
+		if c.command != self && (len(theirs) >= 2 || len(theirs) == 1 && !knowsSome) {
+			return fmt.Sprintf("is a file for %s (it has %s), not for %s", c.command, strings.Join(theirs, ", "), self)
+		}
+	}
+	return ""
+}
+
+// errSilent wraps an error for errors.Is without adding to the message.
+type errSilent struct{ err error }
+
+func (e errSilent) Error() string { return "" }
+func (e errSilent) Unwrap() error { return e.err }
 
 // Read decodes a YAML document into its settings, in the file's order.
 // An empty document gives none.
@@ -78,12 +123,21 @@ func (sc Schema) Settings(n *yaml.Node) ([]Setting, error) {
 	if err := sc.walk(n, "", &out, &unknown); err != nil {
 		return nil, err
 	}
-	switch len(unknown) {
-	case 0:
-	case 1:
+	if len(unknown) > 0 {
+		var top []string
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			top = append(top, n.Content[i].Value)
+		}
+		known := func(k string) bool {
+			return slices.Contains(sc.Keys, Name(k)) || sc.section(k) || sc.Flat[Name(k)] != ""
+		}
+		if other := OtherCommand(top, sc.Command, known); other != "" {
+			return nil, fmt.Errorf("%s%w", other, errSilent{ErrOtherCommand})
+		}
+		if len(unknown) > 1 {
+			return nil, fmt.Errorf("%ws %s", ErrUnknownKey, strings.Join(unknown, "; "))
+		}
 		return nil, fmt.Errorf("%w %s", ErrUnknownKey, unknown[0])
-	default:
-		return nil, fmt.Errorf("%ws %s", ErrUnknownKey, strings.Join(unknown, "; "))
 	}
 	seen := map[Name]Name{}
 	for _, s := range out {

@@ -183,3 +183,36 @@ func TestUnknownKeySuggestsTheNearest(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherCommand: a file whose unknown keys include two of another
+// command's own keys, or one when the reader knows none of its keys, is
+// named as that command's file, and the refusal is still an unknown key;
+// a file with one stray key among known ones is refused key by key.
+func TestOtherCommand(t *testing.T) {
+	train := func(k string) bool { return k == "model" || k == "optimizer" || k == "seed" }
+	for _, c := range []struct {
+		top  []string
+		want string
+	}{
+		{[]string{"model", "env", "num_agents"}, "is a file for tolaria rl --config (it has env, num_agents), not for tolaria train --config"},
+		{[]string{"trials"}, "is a file for tolaria sweep (it has trials), not for tolaria train --config"},
+		{[]string{"model", "trials"}, ""},
+		{[]string{"model", "seed"}, ""},
+	} {
+		if got := OtherCommand(c.top, "tolaria train --config", train); got != c.want {
+			t.Errorf("%v: %q, want %q", c.top, got, c.want)
+		}
+	}
+	if got := OtherCommand([]string{"schedule", "data"}, "tolaria train --config", train); got != "" {
+		t.Errorf("the reader's own keys named another command: %q", got)
+	}
+	sc := Schema{Keys: []Name{"model.hidden", "seed"}, Command: "tolaria train --config"}
+	_, err := sc.Read([]byte("model: {hidden: 3}\nenv: CartPole-v1\nnum_agents: 2\n"))
+	if err == nil || !errors.Is(err, ErrOtherCommand) || !errors.Is(err, ErrUnknownKey) || err.Error() != "is a file for tolaria rl --config (it has env, num_agents), not for tolaria train --config" {
+		t.Errorf("Read: %v", err)
+	}
+	_, err = sc.Read([]byte("model: {hidden: 3}\nenv: CartPole-v1\n"))
+	if err == nil || errors.Is(err, ErrOtherCommand) || !strings.Contains(err.Error(), "unknown key env") {
+		t.Errorf("one stray key: %v", err)
+	}
+}

@@ -65,8 +65,10 @@ func Keys() []field.Name {
 // by its path, and a refusal naming the key as written.
 func ParseConfig(raw []byte) (Config, error) {
 	c := DefaultConfig()
-	settings, err := field.Schema{Keys: Keys()}.Read(raw)
+	settings, err := field.Schema{Keys: Keys(), Command: "tolaria rl --config"}.Read(raw)
 	switch {
+	case errors.Is(err, field.ErrOtherCommand):
+		return c, err
 	case errors.Is(err, field.ErrUnknownKey):
 		return c, fmt.Errorf("the configuration cannot be read: %w (the keys are listed in docs/rl.md)", err)
 	case err != nil:
