@@ -44,7 +44,8 @@ type Launcher interface {
 	// handle, which the caller closes once the worker has answered. The
 	// worker itself starts in the transport's Call, which bounds its
 	// hello, heartbeats, cancellation and reaping; with Config.Probe a
-	// local CUDA slot's worker first opens its GPU once, here.
+	// local CUDA slot's worker first opens its GPU once, here, unless
+	// Worker.Kept.
 	Start(ctx context.Context, w Worker, slot Slot, n int) (*Handle, error)
 	// Release says w will start no more attempts: a planned worker no
 	// attempt asked for is given up (its scheduler's task cancelled).
@@ -67,6 +68,11 @@ type Worker struct {
 	// Log is the worker's log file: a local worker's standard error is
 	// appended to it, a scheduler's task writes it itself.
 	Log string
+	// Kept says the attempt is served by a worker process the activity
+	// keeps open on the slot's device (sweep --reuse-workers), which has
+	// opened it already: the local launcher does not probe its GPU again
+	// (Config.Probe).
+	Kept bool
 }
 
 // Handle is one attempt at a worker, started.

@@ -64,7 +64,8 @@ func (l *local) Plan([]Worker) {}
 func (l *local) Hold(ctx context.Context) (context.Context, func()) { return ctx, func() {} }
 
 // Start makes the worker process of the attempt, logging to w.Log; with
-// Config.Probe, a CUDA slot's worker first opens its GPU once.
+// Config.Probe, a CUDA slot's worker first opens its GPU once, unless the
+// attempt goes to a kept worker that has it open (w.Kept).
 func (l *local) Start(ctx context.Context, w Worker, slot Slot, n int) (*Handle, error) {
 	f, err := os.OpenFile(w.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -75,7 +76,7 @@ func (l *local) Start(ctx context.Context, w Worker, slot Slot, n int) (*Handle,
 		HelloTimeout: l.cfg.WorkerStart, HeartbeatTimeout: l.cfg.HeartbeatTimeout,
 		Env: append(slices.Clone(l.cfg.Env), slot.Env()...)}
 	h := &Handle{Transport: proc, Tail: tail.String, NotRun: func() string { return "" }, closers: []io.Closer{f}}
-	if l.cfg.Probe && slot.Device == "cuda" {
+	if l.cfg.Probe && slot.Device == "cuda" && !w.Kept {
 		if _, err := ProbeCUDA(ctx, proc); err != nil {
 			_ = h.Close()
 			return nil, err
