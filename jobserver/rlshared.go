@@ -47,7 +47,8 @@ func (t agentTagger) Observe(m trainer.Measurement) {
 
 // serveSharedActor steps the world for every agent until their work is
 // done, every agent is stopped, or ctx ends; its worlds are saved to
-// j.WorldFile as it goes and as it stops.
+// j.WorldFile as it goes and as it stops. Asked to, it asks for its
+// budget (SharedActorBill and its context) before it allocates.
 func serveSharedActor(ctx context.Context, conn *worker.Conn, j RLJob, dev device.Device, cfg Config) (RLResult, error) {
 	c := j.Config
 	if err := c.Validate(); err != nil {
@@ -68,6 +69,16 @@ func serveSharedActor(ctx context.Context, conn *worker.Conn, j RLJob, dev devic
 	for i, path := range j.Memories {
 		if mems[i], err = shm.Open(path, c.Layout(spec)); err != nil {
 			return RLResult{}, usage(fmt.Sprintf("agent %d: %v", i, err))
+		}
+	}
+	if conn.Request().AskBudget {
+		bill, err := SharedActorBill(c, dev)
+		if err != nil {
+			return RLResult{}, usage(err.Error())
+		}
+		bill.Context = cfg.contextBytes
+		if err := askBudget(ctx, conn, bill, dev); err != nil {
+			return RLResult{}, err
 		}
 	}
 	shared := &dqn.Shared{Pool: cfg.Shared.Pool(), Guard: cfg.Shared.Guard()}
@@ -130,6 +141,42 @@ func serveSharedActor(ctx context.Context, conn *worker.Conn, j RLJob, dev devic
 		}
 	}
 	return RLResult{Role: RoleSharedActor, EnvSteps: actor.Steps(), Interrupted: interrupted}, nil
+}
+
+// SharedActorBill is what NewSharedActor holds on dev for cfg's agents:
+// for each agent what its own actor would (dqn.ActorBill: its copy of the
+// agent's weights, its policy's and evaluator's pooled workspace, their
+// pinned buffers and streams), as the shared actor builds the same for
+// every agent. The worker adds its context, as every worker does.
+func SharedActorBill(cfg dqn.Config, dev device.Device) (trainer.Bill, error) {
+	one, err := dqn.ActorBill(cfg, dev)
+	if err != nil {
+		return trainer.Bill{}, err
+	}
+	var bill trainer.Bill
+	for range cfg.NumAgents {
+		bill = SumBills(bill, one)
+	}
+	return bill, nil
+}
+
+// SumBills is the bill of several processes, or parts of one, booked as
+// one: every kind summed, their contexts too.
+func SumBills(bills ...trainer.Bill) trainer.Bill {
+	var s trainer.Bill
+	for _, b := range bills {
+		s.Parameters += b.Parameters
+		s.Gradients += b.Gradients
+		s.OptimizerState += b.OptimizerState
+		s.RunningState += b.RunningState
+		s.Activations += b.Activations
+		s.Workspace += b.Workspace
+		s.StagingInputs += b.StagingInputs
+		s.StreamScratch += b.StreamScratch
+		s.Context += b.Context
+		s.PinnedHost += b.PinnedHost
+	}
+	return s
 }
 
 // sharedReporter sends the shared actor's progress at an interval: one

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -161,8 +162,8 @@ func (r halfReply) Unpark() error       { r.a.add(r.half + " unparked"); return 
 // at once; an agent that does not fit beside another waits for it to end
 // (both its halves' workers), an actor started again while its agent holds
 // its budget is granted at once, and an agent whose halves fit the device
-// alone but not together has both refused. With a shared actor a learner
-// is booked alone.
+// alone but not together has both refused; a half a scheduler placed asks
+// nobody. (With a shared actor: TestSharedWorldIsBookedAsOne.)
 func TestAgentHalvesAreBookedAsOne(t *testing.T) {
 	cfg := dqn.DefaultConfig()
 	b, err := newAgentBudgets(Request{Config: cfg, DeviceMemory: 1000})
@@ -236,17 +237,183 @@ func TestAgentHalvesAreBookedAsOne(t *testing.T) {
 		t.Fatalf("books after every agent ended: %+v", bk)
 	}
 
-	cfg.Actor = dqn.ActorShared
-	shared, err := newAgentBudgets(Request{Config: cfg, DeviceMemory: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b = shared
-	l := start(0, jobserver.RoleLearner)
-	ask(0, jobserver.RoleLearner, 300)
-	expect("a learner beside a shared actor", "0/learner granted 300")
-	l()
 	if remote, _ := b.half(0, jobserver.RoleLearner, launch.Slot{Where: "slurm", Device: "cuda"}, nil, slog.New(slog.DiscardHandler)); remote != nil {
 		t.Error("a half a scheduler placed asks the broker of this machine")
+	}
+}
+
+// TestSharedWorldIsBookedAsOne: with a shared actor, the shared actor and
+// every learner are booked as one: nobody is answered until all have
+// asked, then all are granted their bills together; a shared actor
+// started again while the world holds its budget is granted at once, and
+// the budget goes back once every worker has ended. A learner that ends
+// before it asks leaves the world, which is then booked without it. A
+// world whose learners fit but not with the shared actor has every worker
+// refused, naming the shared actor and each bill; across two devices, a
+// part refused on one releases the part granted on the other. A world
+// that would wait for memory held outside it is refused, not held, and a
+// worker a scheduler placed asks nobody.
+func TestSharedWorldIsBookedAsOne(t *testing.T) {
+	cfg := dqn.DefaultConfig()
+	cfg.Actor, cfg.NumAgents = dqn.ActorShared, 2
+	got := &answers{}
+	quiet := slog.New(slog.DiscardHandler)
+	cpuSlot, gpu0, gpu1 := launch.Slot{Device: "cpu"}, launch.Slot{Device: "cuda", GPU: 0}, launch.Slot{Device: "cuda", GPU: 1}
+	newWorld := func() *agentBudgets {
+		t.Helper()
+		b, err := newAgentBudgets(Request{Config: cfg, DeviceMemory: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// start is a worker of the world starting on sl (agent -1: the shared
+	// actor); it returns the call that says the worker ended.
+	start := func(b *agentBudgets, agent int, sl launch.Slot) (done func()) {
+		t.Helper()
+		var ask func(jobserver.BudgetRequest, jobserver.BudgetReply) error
+		if agent < 0 {
+			ask, done = b.sharedActor(sl, quiet)
+		} else {
+			ask, done = b.half(agent, jobserver.RoleLearner, sl, nil, quiet)
+		}
+		if ask == nil {
+			t.Fatalf("worker %d on %s asks nobody", agent, sl)
+		}
+		return done
+	}
+	// ask is the worker's request through the world's answerer; its end
+	// of the reply is a halfReply here.
+	ask := func(b *agentBudgets, agent int, sl launch.Slot, n int64) {
+		t.Helper()
+		name, short := sharedActorMember, "actor"
+		if agent >= 0 {
+			name, short = learnerName(agent), fmt.Sprintf("%d/learner", agent)
+		}
+		req := jobserver.BudgetRequest{Bill: trainer.Bill{Parameters: n}, Device: sl.Device, Total: 1 << 30, Free: 1 << 30}
+		if err := b.world.ask(name, sl.String(), req, halfReply{got, short}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(step string, want ...string) {
+		t.Helper()
+		g := strings.Split(got.take(), "; ")
+		slices.Sort(g)
+		slices.Sort(want)
+		if !slices.Equal(g, want) && !(len(want) == 0 && len(g) == 1 && g[0] == "") {
+			t.Fatalf("%s: answered %q, want %q", step, g, want)
+		}
+	}
+	books := func(b *agentBudgets, dev string, granted int64, holders int) {
+		t.Helper()
+		if bk := b.broker.Books(dev); bk.Granted != granted || bk.Holders != holders || bk.Waiting != 0 {
+			t.Fatalf("books of %s %+v: want %d bytes granted to %d holders, none waiting", dev, bk, granted, holders)
+		}
+	}
+
+	b := newWorld()
+	l0, l1, a := start(b, 0, cpuSlot), start(b, 1, cpuSlot), start(b, -1, cpuSlot)
+	ask(b, 0, cpuSlot, 200)
+	ask(b, -1, cpuSlot, 300)
+	expect("the shared actor and learner 0 asked, learner 1 not yet")
+	ask(b, 1, cpuSlot, 100)
+	expect("every worker asked", "0/learner granted 200", "1/learner granted 100", "actor granted 300")
+	books(b, "cpu", 600, 1)
+	a()
+	a = start(b, -1, cpuSlot)
+	ask(b, -1, cpuSlot, 300)
+	expect("the shared actor started again", "actor granted 300")
+	a()
+	b.sharedActorEnded()
+	l0()
+	books(b, "cpu", 600, 1)
+	l1()
+	b.learnerEnded(1) // as the agent's goroutine says it again
+	books(b, "cpu", 0, 0)
+
+	b = newWorld()
+	l0, a = start(b, 0, cpuSlot), start(b, -1, cpuSlot)
+	ask(b, -1, cpuSlot, 300)
+	ask(b, 0, cpuSlot, 200)
+	expect("learner 1 has not asked")
+	b.learnerEnded(1) // it failed before it asked
+	expect("learner 1 ended before it asked", "0/learner granted 200", "actor granted 300")
+	books(b, "cpu", 500, 1)
+	a()
+	b.sharedActorEnded()
+	l0()
+	books(b, "cpu", 0, 0)
+
+	// Each learner of 300 fits alone (330 with headroom), and both do
+	// (660); with the shared actor's 400 (1,100) they do not.
+	b = newWorld()
+	l0, l1, a = start(b, 0, cpuSlot), start(b, 1, cpuSlot), start(b, -1, cpuSlot)
+	ask(b, 0, cpuSlot, 300)
+	ask(b, 1, cpuSlot, 300)
+	ask(b, -1, cpuSlot, 400)
+	expect("a world of 1,000 bytes on a device of 1,000", "0/learner refused", "1/learner refused", "actor refused")
+	reason := b.world.refused
+	t.Logf("the refusal: %s", reason)
+	for _, want := range []string{"rl shared actor and learners 0, 1 needs", "more than device cpu has",
+		"shared actor 400 B, learner 0 300 B, learner 1 300 B", "granted all at once or none is"} {
+		if !strings.Contains(reason, want) {
+			t.Errorf("the refusal %q does not say %q", reason, want)
+		}
+	}
+	a()
+	a = start(b, -1, cpuSlot)
+	ask(b, -1, cpuSlot, 400)
+	expect("the shared actor started again after the refusal", "actor refused")
+	a()
+	b.sharedActorEnded()
+	l0()
+	l1()
+	books(b, "cpu", 0, 0)
+
+	// Learner 1 alone on GPU 1 cannot fit; the part on GPU 0, granted
+	// first, is released.
+	b = newWorld()
+	l0, l1, a = start(b, 0, gpu0), start(b, 1, gpu1), start(b, -1, gpu0)
+	ask(b, 0, gpu0, 300)
+	ask(b, -1, gpu0, 300)
+	ask(b, 1, gpu1, 950)
+	expect("learner 1 cannot fit on GPU 1", "0/learner refused", "1/learner refused", "actor refused")
+	if reason := b.world.refused; !strings.Contains(reason, "rl learner 1 of the shared world needs") || !strings.Contains(reason, "shared actor 300 B on cuda:0") {
+		t.Errorf("the refusal %q does not name learner 1's part and each worker's device", reason)
+	}
+	books(b, "cuda:0", 0, 0)
+	a()
+	b.sharedActorEnded()
+	l0()
+	l1()
+
+	// Something outside the world holds 500 of the device: the world's
+	// 600 would wait, and is refused rather than held.
+	b = newWorld()
+	other, _, ok, err := b.broker.Ask(budget.Ask{Holder: "other", Device: "cpu", Bill: trainer.Bill{Parameters: 500}, Free: 1 << 30})
+	if err != nil || !ok {
+		t.Fatalf("another holder's 500 bytes: granted %v, %v", ok, err)
+	}
+	l0, l1, a = start(b, 0, cpuSlot), start(b, 1, cpuSlot), start(b, -1, cpuSlot)
+	ask(b, 0, cpuSlot, 200)
+	ask(b, 1, cpuSlot, 200)
+	ask(b, -1, cpuSlot, 200)
+	expect("a world that would wait", "0/learner refused", "1/learner refused", "actor refused")
+	if reason := b.world.refused; !strings.Contains(reason, "would wait for device memory on cpu that others hold") {
+		t.Errorf("the refusal %q does not say the world would wait", reason)
+	}
+	books(b, "cpu", 500, 1)
+	other.Release()
+	a()
+	b.sharedActorEnded()
+	l0()
+	l1()
+
+	b = newWorld()
+	if remote, _ := b.sharedActor(launch.Slot{Where: "slurm", Device: "cuda"}, quiet); remote != nil {
+		t.Error("a shared actor a scheduler placed asks the broker of this machine")
+	}
+	if remote, _ := b.half(0, jobserver.RoleLearner, launch.Slot{Where: "slurm", Device: "cuda"}, nil, quiet); remote != nil {
+		t.Error("a learner a scheduler placed asks the broker of this machine")
 	}
 }

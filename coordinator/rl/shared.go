@@ -60,6 +60,11 @@ func (s *sharedActor) join(i int, a *agentRun) {
 	if s.joined[i] {
 		return
 	}
+	if a == nil {
+		// Its learner will not ask for a budget: the world is booked
+		// without it.
+		s.r.budgets.learnerEnded(i)
+	}
 	s.joined[i], s.agents[i] = true, a
 	if s.left--; s.left == 0 {
 		close(s.ready)
@@ -76,6 +81,9 @@ func (s *sharedActor) wait() error {
 // is done, every agent is stopped, it fails for good, or ctx ends.
 func (s *sharedActor) run(ctx context.Context) {
 	defer close(s.done)
+	// Its share of the world's budget is kept for the actor started again
+	// until now.
+	defer s.r.budgets.sharedActorEnded()
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
@@ -122,7 +130,9 @@ func (s *sharedActor) loop(ctx context.Context) error {
 			return nil
 		}
 		var we *worker.Error
-		if errors.As(err, &we) && (we.Kind == worker.KindUsage || we.Kind == worker.KindNoDevice) {
+		if errors.As(err, &we) && (we.Kind == worker.KindUsage || we.Kind == worker.KindNoDevice || we.Kind == worker.KindBudget) {
+			// A refused budget is final too: the world's refusal is kept
+			// (see worldBudget).
 			s.stopAll()
 			return fmt.Errorf("shared actor: %w (not started again: the next would fail the same way)", err)
 		}
@@ -164,6 +174,9 @@ func (s *sharedActor) half(ctx context.Context, attempt int) error {
 		return err
 	}
 	defer h.Close()
+	// It asks for its budget, booked with every learner's (worldBudget).
+	ask, asked := r.budgets.sharedActor(sl, r.log)
+	defer asked()
 	// Each agent's status names its learner's device; the actor's slot is
 	// in the worker events.
 	memories := make([]string, len(s.agents))
@@ -188,7 +201,7 @@ func (s *sharedActor) half(ctx context.Context, attempt int) error {
 				s.agents[i].progress(ap, attempt)
 			}
 		}
-	}, s.observer(observers), nil)
+	}, s.observer(observers), ask)
 	if err != nil {
 		return fmt.Errorf("%s (attempt %d): %w (worker log %s)", jobserver.RoleSharedActor, attempt, err, w.Log)
 	}

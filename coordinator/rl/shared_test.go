@@ -6,11 +6,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
+	"github.com/tolaria-ml/tolaria/coordinator/budget/holder"
+	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 	"github.com/tolaria-ml/tolaria/rl/env"
@@ -230,4 +234,80 @@ func TestSharedActorInterruptedResumes(t *testing.T) {
 			t.Errorf("agent %d: world events restored %v at %v; want a fresh start, then the worlds saved as the first actor stopped", i, restored, at)
 		}
 	}
+}
+
+// TestSharedActorAsksForDeviceMemory: the shared actor asks the budget
+// broker for its bill (a copy of every agent's weights and acting graphs)
+// before it allocates, booked with every learner's as one holder: under
+// --device-memory fitting the three workers (with headroom) both agents
+// finish, each agent's events holding the one grant of the three bills
+// together; under a limit the two learners fit but not with the shared
+// actor, every agent fails at once, its reason naming the shared actor and
+// its bill, rather than the learners held while the shared actor waits.
+func TestSharedActorAsksForDeviceMemory(t *testing.T) {
+	req := sharedRequest(t, 1200)
+	req.Config.LearningStarts, req.Config.EvalInterval = 300, 0
+	actor, learner := sharedBills(t, req.Config)
+	world := actor.DeviceBytes() + 2*learner.DeviceBytes()
+	req.DeviceMemory = int64(float64(world)*budget.Headroom) + world/4
+	run, err := Prepare(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := run.Run(context.Background())
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range sum.Agents {
+		if a.State != AgentSucceeded || a.EnvSteps != 1200 {
+			t.Errorf("agent %d: %s (%s), %d env steps", i, a.State, a.Reason, a.EnvSteps)
+		}
+		var kinds []string
+		for _, e := range budgetEvents(t, req.Dir, i) {
+			kinds = append(kinds, e.Kind)
+			if e.Kind == holder.EventGrant && (e.Fields["bytes"] != float64(world) || e.Fields["capacity"] != float64(req.DeviceMemory)) {
+				t.Errorf("agent %d granted %v of %v bytes, want the shared actor's and both learners' %d of %d", i, e.Fields["bytes"], e.Fields["capacity"], world, req.DeviceMemory)
+			}
+		}
+		if len(kinds) != 1 || kinds[0] != holder.EventGrant {
+			t.Errorf("agent %d's budget events %v, want one grant for the shared actor and the learners", i, kinds)
+		}
+	}
+	t.Logf("the shared actor's bill %v; a learner's %v", actor, learner)
+
+	req = sharedRequest(t, 1200)
+	req.Config.LearningStarts, req.Config.EvalInterval = 300, 0
+	req.DeviceMemory = int64(float64(2*learner.DeviceBytes())*budget.Headroom) + actor.DeviceBytes()/2
+	run, err = Prepare(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err = run.Run(context.Background())
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range sum.Agents {
+		if a.State != AgentFailed || !strings.Contains(a.Reason, "rl shared actor and learners 0, 1 needs") ||
+			!strings.Contains(a.Reason, "shared actor "+trainer.FormatBytes(actor.DeviceBytes())) || a.EnvSteps != 0 {
+			t.Errorf("agent %d: %s (%s), %d env steps; want it failed, the world's budget refused naming the shared actor's bill", i, a.State, a.Reason, a.EnvSteps)
+		}
+	}
+}
+
+// sharedBills are the shared actor's and one learner's bills on the CPU
+// device.
+func sharedBills(t *testing.T, cfg dqn.Config) (actor, learner trainer.Bill) {
+	t.Helper()
+	dev, err := cpu.Open(cpu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if actor, err = jobserver.SharedActorBill(cfg, dev); err != nil {
+		t.Fatal(err)
+	}
+	if learner, err = dqn.LearnerBill(cfg, dev); err != nil {
+		t.Fatal(err)
+	}
+	return actor, learner
 }
