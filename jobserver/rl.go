@@ -151,8 +151,8 @@ type RLResult struct {
 // progress, when set, hears its reports, and obs, when set, the half's
 // graph activity (captures, replays, fallbacks and their events) as the
 // trainer's measurements. budget, when set, makes the worker ask for a
-// device-memory budget (its bill: dqn.ActorBill or dqn.LearnerBill, and
-// its context) before it allocates, and answers it (see Sink.Budget); a
+// device-memory budget (its bill: dqn.ActorBill, dqn.LearnerBill or, for
+// the shared actor, SharedActorBill, and its context) before it allocates, and answers it (see Sink.Budget); a
 // half cannot park.
 func RL(ctx context.Context, t worker.Transport, deviceName string, j RLJob, progress func(RLProgress), obs trainer.Observer,
 	budget func(BudgetRequest, BudgetReply) error) (worker.Hello, RLResult, error) {

@@ -129,8 +129,9 @@ type Request struct {
 	Metrics *telemetry.RLMetrics
 	// DeviceMemory caps the device memory the agents' budgets may take
 	// on each of this machine's devices; 0 takes what the first worker
-	// finds free. Each agent's learner and actor ask the budget broker,
-	// as one holder, before they allocate (see agentBudgets).
+	// finds free. Each agent's learner and actor (or, when the agents
+	// share an actor, the shared actor and every learner) ask the budget
+	// broker, as one holder, before they allocate (see agentBudgets).
 	DeviceMemory int64
 }
 
