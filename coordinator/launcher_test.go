@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -161,7 +164,7 @@ func TestFakeLauncherRunsEveryActivity(t *testing.T) {
 			t.Errorf("the sweep runs on %q, %d at once; want fake:cpu, 2", s.Devices(), s.Parallel())
 		}
 		for _, r := range res.Trials {
-			if r.State != TrialSucceeded || r.Device != "fake:cpu" {
+			if r.State != sweep.TrialSucceeded || r.Device != "fake:cpu" {
 				t.Errorf("trial %s: %s on %s (%s)", r.Name, r.State, r.Device, r.Reason)
 			}
 		}
@@ -176,7 +179,7 @@ func TestFakeLauncherRunsEveryActivity(t *testing.T) {
 		}
 		t.Setenv(serveAsWorkerEnv, "1")
 		var f *fakeLauncher
-		e, err := PlanEval(EvalRequest{RunDir: dir, Workers: 2, Worker: exe, Launch: fakeKind(func(l *fakeLauncher) { f = l })})
+		e, err := eval.Plan(eval.Request{RunDir: dir, Workers: 2, Worker: exe, Launch: fakeKind(func(l *fakeLauncher) { f = l })})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +191,7 @@ func TestFakeLauncherRunsEveryActivity(t *testing.T) {
 			t.Errorf("report %+v", rep)
 		}
 		for s := range 2 {
-			if _, err := os.Stat(filepath.Join(dir, EvalDir, fmt.Sprintf("shard-%d.log", s))); err != nil {
+			if _, err := os.Stat(filepath.Join(dir, eval.Dir, fmt.Sprintf("shard-%d.log", s))); err != nil {
 				t.Errorf("shard %d's worker log: %v", s, err)
 			}
 		}
@@ -203,10 +206,10 @@ func TestFakeLauncherRunsEveryActivity(t *testing.T) {
 		cfg := dqn.DefaultConfig()
 		cfg.NumAgents, cfg.Hidden, cfg.TotalSteps, cfg.LearningStarts, cfg.BufferCapacity = 1, []int{16}, 1000, 200, 5000
 		cfg.EvalInterval = 0
-		req := RLRequest{Config: cfg, ConfigYAML: cfg.YAML(), Dir: filepath.Join(t.TempDir(), "run"), Graphs: true, MaxLead: 50, Worker: exe}
+		req := rl.Request{Config: cfg, ConfigYAML: cfg.YAML(), Dir: filepath.Join(t.TempDir(), "run"), Graphs: true, MaxLead: 50, Worker: exe}
 		var f *fakeLauncher
 		req.Launch = fakeKind(func(l *fakeLauncher) { f = l })
-		run, err := PrepareRL(req, time.Now())
+		run, err := rl.Prepare(req, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +217,7 @@ func TestFakeLauncherRunsEveryActivity(t *testing.T) {
 		if err := errors.Join(err, run.Close()); err != nil {
 			t.Fatal(err)
 		}
-		if a := sum.Agents[0]; a.State != AgentSucceeded || a.EnvSteps != 1000 {
+		if a := sum.Agents[0]; a.State != rl.AgentSucceeded || a.EnvSteps != 1000 {
 			t.Errorf("agent %+v", a)
 		}
 		// The learner is worker 0 and the actor worker 1; both run at once.

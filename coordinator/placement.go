@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
@@ -76,7 +77,7 @@ func ChooseDevice(ctx context.Context, device string, workers GPUsRequest, log *
 	if device != "auto" {
 		return device, nil
 	}
-	_, hello, err := CUDAWorker(ctx, workers.Worker, workers.WorkerStart, nil)
+	_, hello, err := train.CUDAWorker(ctx, workers.Worker, workers.WorkerStart, nil)
 	switch {
 	case err == nil:
 		log.Info("device auto: using cuda", "gpu", hello.Description)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
@@ -21,7 +22,7 @@ func TestParseGPUs(t *testing.T) {
 	}
 	for in, want := range map[string]string{"0,x": `"x" is not a GPU index`, "-1": `"-1" is not a GPU index`, "": `"" is not a GPU index`, "1,1": "GPU 1 is named twice"} {
 		_, err := ParseGPUs(in)
-		if !errors.Is(err, ErrConfig) || !field.Is(err, "devices") || !strings.Contains(err.Error(), want) {
+		if !errors.Is(err, refusal.ErrConfig) || !field.Is(err, "devices") || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseGPUs(%q): %v; want a refusal of devices saying %q", in, err, want)
 		}
 	}
@@ -40,7 +41,7 @@ func TestChooseDevicesWithoutAWorker(t *testing.T) {
 		t.Errorf("auto without a worker: %q %v; want the CPU", dev, err)
 	}
 	_, _, err := ChooseDevices(ctx, DevicesRequest{Device: "cpu", Devices: "0", Workers: none, Logger: log})
-	if !errors.Is(err, ErrConfig) || err.Error() != "devices: names GPUs; it cannot go with device cpu" {
+	if !errors.Is(err, refusal.ErrConfig) || err.Error() != "devices: names GPUs; it cannot go with device cpu" {
 		t.Errorf("devices 0 on the CPU: %v", err)
 	}
 	_, _, err = ChooseDevices(ctx, DevicesRequest{Device: "cuda", Devices: "0", Workers: none, Logger: log})

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
+	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -21,16 +23,16 @@ func smallSpec(dir string) job.Spec {
 	return s
 }
 
-func request(t *testing.T, spec job.Spec) Request {
+func request(t *testing.T, spec job.Spec) train.Request {
 	shared := trainer.NewShared()
 	t.Cleanup(func() { shared.Close() })
-	return Request{Spec: spec, Shared: shared, Version: "test", Started: time.Now()}
+	return train.Request{Spec: spec, Shared: shared, Version: "test", Started: time.Now()}
 }
 
 // trainRun prepares, trains and records a run, as tolaria train does.
-func trainRun(t *testing.T, req Request) (*Run, trainer.Summary) {
+func trainRun(t *testing.T, req train.Request) (*train.Run, trainer.Summary) {
 	t.Helper()
-	r, err := Prepare(context.Background(), req)
+	r, err := train.Prepare(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +66,9 @@ trials:
 
 // sweepConfig runs the sweep file text with this test binary as the
 // worker.
-func sweepConfig(t *testing.T, text string) SweepConfig {
+func sweepConfig(t *testing.T, text string) sweep.Config {
 	t.Helper()
-	sw, err := ReadSweep(writeSweep(t, text))
+	sw, err := sweep.ReadSweep(writeSweep(t, text))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,12 +77,12 @@ func sweepConfig(t *testing.T, text string) SweepConfig {
 		t.Fatal(err)
 	}
 	t.Setenv(serveAsWorkerEnv, "1")
-	return SweepConfig{Sweep: sw, Dir: filepath.Join(t.TempDir(), "sweep"), Device: "cpu", RankBy: "test_accuracy", Worker: exe, Version: "test"}
+	return sweep.Config{Sweep: sw, Dir: filepath.Join(t.TempDir(), "sweep"), Device: "cpu", RankBy: "test_accuracy", Worker: exe, Version: "test"}
 }
 
-func runSweep(t *testing.T, ctx context.Context, cfg SweepConfig) (Results, *SweepRun) {
+func runSweep(t *testing.T, ctx context.Context, cfg sweep.Config) (sweep.Results, *sweep.Run) {
 	t.Helper()
-	s, err := PrepareSweep(ctx, cfg)
+	s, err := sweep.Prepare(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/jobserver"
@@ -82,13 +83,13 @@ func Sample(ctx context.Context, req SampleRequest) (_ []byte, err error) {
 	if st, err := os.Stat(req.RunDir); err != nil || !st.IsDir() {
 		return nil, configErr(field.Errorf("run_dir", "%s is not a run directory; point it at a run made by tolaria train", req.RunDir))
 	}
-	spec, err := RunSpec(req.RunDir)
+	spec, err := rundir.Spec(req.RunDir)
 	if err != nil {
 		return nil, err
 	}
 	path := filepath.Join(req.RunDir, trainer.CheckpointFile)
 	if _, err := os.Stat(path); err != nil {
-		return nil, configErr(field.Errorf("run_dir", "%s %w (%s); a run has one once it has trained an epoch (or been stopped)", req.RunDir, ErrNoCheckpoint, trainer.CheckpointFile))
+		return nil, configErr(field.Errorf("run_dir", "%s %w (%s); a run has one once it has trained an epoch (or been stopped)", req.RunDir, rundir.ErrNoCheckpoint, trainer.CheckpointFile))
 	}
 	// The model as the run trained it; sampling reads no data, so a run
 	// samples where its corpus is not (or no longer) there.

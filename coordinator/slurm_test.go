@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/internal/field"
 )
@@ -12,7 +13,7 @@ import (
 // that cannot go into the batch script is refused with the setting named.
 func TestSlurmEvalRefusesWhatCannotBeQuoted(t *testing.T) {
 	injected := filepath.Join(t.TempDir(), "run\ntouch INJECTED\n#")
-	ev := EvalRequest{RunDir: injected, Workers: 2, Launch: launch.Slurm()}
+	ev := eval.Request{RunDir: injected, Workers: 2, Launch: launch.Slurm()}
 	if err := ev.Validate(); !field.Is(err, "run_dir") {
 		t.Errorf("an evaluation's run directory holding a newline: %v, want a refusal of run_dir", err)
 	}

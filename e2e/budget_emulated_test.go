@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
 )
 
 // evalBudgetsOnEmulatedDevices: on an emulated machine of two GPUs whose
@@ -25,7 +25,7 @@ func evalBudgetsOnEmulatedDevices(t *testing.T, emu string) {
 	if r := tolaria(t, dir, two, cudaTrain(emu, run)...); r.code != 0 {
 		t.Fatalf("training on the emulated driver: exit %d\n%s", r.code, r.stderr)
 	}
-	eval := func(env []string, extra ...string) coordinator.EvalReport {
+	eval := func(env []string, extra ...string) eval.Report {
 		t.Helper()
 		args := append([]string{"eval", "--run-dir", run, "--device", "cuda", "--worker", filepath.Join(emu, "tolaria-worker"), "--heartbeat-timeout", "3s"}, extra...)
 		r := tolaria(t, dir, env, args...)

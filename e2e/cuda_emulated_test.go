@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
 	"github.com/tolaria-ml/tolaria/device/cuda/emulator/emurecord"
 	"github.com/tolaria-ml/tolaria/internal/emutest"
 )
@@ -136,7 +137,7 @@ func rlOnEmulatedDriver(t *testing.T, emu string) {
 	}
 	devs := deviceRecords(t, state)
 	for _, a := range readRLSummary(t, runDir).Agents {
-		if a.State != coordinator.AgentSucceeded || a.EnvSteps != 1500 || a.LearnerSteps < 1000 || a.Fallbacks != 0 {
+		if a.State != rl.AgentSucceeded || a.EnvSteps != 1500 || a.LearnerSteps < 1000 || a.Fallbacks != 0 {
 			t.Errorf("agent %d: %s (%s), %d env steps, %d learner steps, %d eager fallbacks", a.Agent, a.State, a.Reason, a.EnvSteps, a.LearnerSteps, a.Fallbacks)
 		}
 		if want := fmt.Sprintf("cuda:%d", a.Agent); a.Device != want {
@@ -261,7 +262,7 @@ func evalOnEmulatedDriver(t *testing.T, emu string) {
 	if r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, cudaTrain(emu, run)...); r.code != 0 {
 		t.Fatalf("training on the emulated driver: exit %d\n%s", r.code, r.stderr)
 	}
-	var reports []coordinator.EvalReport
+	var reports []eval.Report
 	for _, n := range []string{"1", "2"} {
 		r, w := tolariaWatchingMaps(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "eval", "--run-dir", run, "--workers", n,
 			"--device", "cuda", "--worker", filepath.Join(emu, "tolaria-worker"), "--heartbeat-timeout", "3s")

@@ -16,18 +16,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/eval"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 )
 
-func readEval(t *testing.T, runDir string) coordinator.EvalReport {
+func readEval(t *testing.T, runDir string) eval.Report {
 	t.Helper()
-	return readJSON[coordinator.EvalReport](t, filepath.Join(runDir, coordinator.EvalJSON))
+	return readJSON[eval.Report](t, filepath.Join(runDir, eval.JSONFile))
 }
 
 // figures are an evaluation's results without what names how it ran
 // (the workers, their time, their device-memory budgets).
-func figures(r coordinator.EvalReport) coordinator.EvalReport {
+func figures(r eval.Report) eval.Report {
 	r.Workers, r.Seconds, r.Budgets = 0, 0, nil
 	return r
 }
@@ -50,7 +50,7 @@ func trainedRun(t *testing.T, dir string) string {
 func TestShardedEvalDoesNotDependOnTheWorkers(t *testing.T) {
 	dir := t.TempDir()
 	run := trainedRun(t, dir)
-	var one coordinator.EvalReport
+	var one eval.Report
 	for _, n := range []string{"1", "2", "3"} {
 		r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", n)
 		if r.code != 0 {
@@ -69,7 +69,7 @@ func TestShardedEvalDoesNotDependOnTheWorkers(t *testing.T) {
 		if each := fmt.Sprintf("on cpu, %d kernel thread", threads); !strings.Contains(r.stderr, each) {
 			t.Errorf("eval --workers %s: the header does not say %q:\n%s", n, each, r.stderr)
 		}
-		log := readFile(t, filepath.Join(run, coordinator.EvalDir, "shard-0.log"))
+		log := readFile(t, filepath.Join(run, eval.Dir, "shard-0.log"))
 		last := log[strings.LastIndex(log, "serving an evaluation shard")+1:]
 		if !strings.Contains(log, "serving an evaluation shard") || !strings.Contains(strings.SplitN(last, "\n", 2)[0], "(float32, "+map[bool]string{true: "1 thread,", false: fmt.Sprintf("%d threads,", threads)}[threads == 1]) {
 			t.Errorf("eval --workers %s: shard 0's CPU device had not %d threads:\n%s", n, threads, log)
@@ -82,7 +82,7 @@ func TestShardedEvalDoesNotDependOnTheWorkers(t *testing.T) {
 			t.Errorf("eval --workers %s:\n%+v\nwant the single worker's\n%+v", n, figures(got), figures(one))
 		}
 	}
-	sum := readSummary(t, filepath.Join(run, coordinator.SummaryFile))
+	sum := readSummary(t, filepath.Join(run, rundir.SummaryFile))
 	if one.Accuracy != sum.TestAccuracy || !closeTo(one.Loss, sum.TestLoss, 1e-6) {
 		t.Errorf("eval: accuracy %v, loss %v; the training summary: %v, %v", one.Accuracy, one.Loss, sum.TestAccuracy, sum.TestLoss)
 	}
@@ -119,11 +119,11 @@ func TestShardedEvalFailingTwiceExits3(t *testing.T) {
 	if r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", "3"); r.code != 0 {
 		t.Fatalf("eval: exit %d\n%s", r.code, r.stderr)
 	}
-	whole := readFile(t, filepath.Join(run, coordinator.EvalJSON))
+	whole := readFile(t, filepath.Join(run, eval.JSONFile))
 	if r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", "2"); r.code != 0 {
 		t.Fatalf("eval: exit %d\n%s", r.code, r.stderr)
 	}
-	good := readFile(t, filepath.Join(run, coordinator.EvalJSON))
+	good := readFile(t, filepath.Join(run, eval.JSONFile))
 	r := tolaria(t, dir, []string{"TOLARIA_E2E_WORKER_FAULT=step=1,exit=7,shard=2"}, "eval", "--run-dir", run, "--workers", "3")
 	if r.code != 3 {
 		t.Fatalf("exit %d, want 3\n%s", r.code, r.stderr)
@@ -133,7 +133,7 @@ func TestShardedEvalFailingTwiceExits3(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}
 	}
-	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); got != good {
+	if got := readFile(t, filepath.Join(run, eval.JSONFile)); got != good {
 		t.Errorf("a failed re-evaluation changed eval.json:\n%s\nwas\n%s", got, good)
 	}
 	partial := readJSON[eval.Report](t, filepath.Join(run, eval.PartialJSONFile))
@@ -141,7 +141,7 @@ func TestShardedEvalFailingTwiceExits3(t *testing.T) {
 		t.Fatalf("eval.partial.json: %+v", partial)
 	}
 	if m := partial.Missing[0]; m.Shard != 2 || m.First != 2 || m.Stride != 3 || m.Count != 40 || !strings.Contains(m.Reason, "exit status 7") ||
-		m.Log != filepath.Join(run, coordinator.EvalDir, "shard-2.log") {
+		m.Log != filepath.Join(run, eval.Dir, "shard-2.log") {
 		t.Errorf("the missing shard: %+v", m)
 	}
 	r = tolaria(t, dir, nil, "eval", "--resume", "--run-dir", run, "--workers", "3")
@@ -151,7 +151,7 @@ func TestShardedEvalFailingTwiceExits3(t *testing.T) {
 	if !strings.Contains(r.stderr, "2 shards of 3 kept (shards 0, 1)") || strings.Count(r.stderr, "examples scored") != 1 {
 		t.Errorf("the resume scored more than the missing shard:\n%s", r.stderr)
 	}
-	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); withoutRunFacts(got) != withoutRunFacts(whole) {
+	if got := readFile(t, filepath.Join(run, eval.JSONFile)); withoutRunFacts(got) != withoutRunFacts(whole) {
 		t.Errorf("the resumed eval.json:\n%s\nthe uninterrupted one:\n%s", got, whole)
 	}
 	if got := readFile(t, filepath.Join(run, eval.PrevJSONFile)); got != good {
@@ -173,10 +173,10 @@ func TestShardedEvalResumeAfterKilledWorkers(t *testing.T) {
 	if r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", "4"); r.code != 0 {
 		t.Fatalf("eval: exit %d\n%s", r.code, r.stderr)
 	}
-	whole := readFile(t, filepath.Join(run, coordinator.EvalJSON))
+	whole := readFile(t, filepath.Join(run, eval.JSONFile))
 	// Slow the shards down, so that a worker is killed while it scores:
 	// every batch copy of the workers pauses 1s.
-	cfg := filepath.Join(run, coordinator.ConfigFile)
+	cfg := filepath.Join(run, rundir.ConfigFile)
 	plain := readFile(t, cfg)
 	if err := os.WriteFile(cfg, []byte(plain+"slow_stage_copy_ms: 1000\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestShardedEvalResumeAfterKilledWorkers(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 		for _, s := range []string{"0", "3"} {
-			for _, pid := range pidsInLogs(filepath.Join(run, coordinator.EvalDir, "shard-"+s+".log"), `tolaria-worker pid (\d+) started`) {
+			for _, pid := range pidsInLogs(filepath.Join(run, eval.Dir, "shard-"+s+".log"), `tolaria-worker pid (\d+) started`) {
 				if _, seen := killed[pid]; seen {
 					continue
 				}
@@ -235,7 +235,7 @@ func TestShardedEvalResumeAfterKilledWorkers(t *testing.T) {
 	if !strings.Contains(r.stderr, "2 shards of 4 kept (shards 1, 2)") || strings.Count(r.stderr, "examples scored") != 2 {
 		t.Errorf("the resume did not score shards 0 and 3 alone:\n%s", r.stderr)
 	}
-	if got := readFile(t, filepath.Join(run, coordinator.EvalJSON)); withoutRunFacts(got) != withoutRunFacts(whole) {
+	if got := readFile(t, filepath.Join(run, eval.JSONFile)); withoutRunFacts(got) != withoutRunFacts(whole) {
 		t.Errorf("the resumed eval.json:\n%s\nthe uninterrupted one:\n%s", got, whole)
 	}
 }
@@ -313,7 +313,7 @@ func TestShardedEvalRefusesBadInput(t *testing.T) {
 	if err := os.Mkdir(damagedRun, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{coordinator.ConfigFile, "checkpoint.tlck"} {
+	for _, name := range []string{rundir.ConfigFile, "checkpoint.tlck"} {
 		b, err := os.ReadFile(filepath.Join(run, name))
 		if err != nil {
 			t.Fatal(err)
@@ -396,7 +396,7 @@ func TestShardedEvalInterrupt(t *testing.T) {
 	dir := t.TempDir()
 	run := trainedRun(t, dir)
 	// Slow the shards down: every batch copy of the workers pauses 1s.
-	cfg := filepath.Join(run, coordinator.ConfigFile)
+	cfg := filepath.Join(run, rundir.ConfigFile)
 	raw, err := os.ReadFile(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -420,7 +420,7 @@ func TestShardedEvalInterrupt(t *testing.T) {
 			t.Errorf("worker %d outlived tolaria eval", pid)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(run, coordinator.EvalJSON)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(run, eval.JSONFile)); !os.IsNotExist(err) {
 		t.Errorf("an interrupted evaluation left eval.json: %v", err)
 	}
 }
@@ -429,7 +429,7 @@ func TestShardedEvalInterrupt(t *testing.T) {
 // line of each start in their logs.
 func evalWorkerPIDs(t *testing.T, run string) []int {
 	t.Helper()
-	return pidsInLogs(filepath.Join(run, coordinator.EvalDir, "shard-*.log"), `tolaria-worker pid (\d+) started`)
+	return pidsInLogs(filepath.Join(run, eval.Dir, "shard-*.log"), `tolaria-worker pid (\d+) started`)
 }
 
 // evalTextModel is a one-block character transformer over windows of 16
@@ -465,7 +465,7 @@ func TestShardedEvalOfATokenModel(t *testing.T) {
 	valid := size / 10 // the default validation fraction, from the corpus's end
 	windows := (valid-17)/16 + 1
 	var first []byte
-	var one coordinator.EvalReport
+	var one eval.Report
 	for _, n := range []string{"1", "3"} {
 		r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", n)
 		if r.code != 0 {
@@ -479,7 +479,7 @@ func TestShardedEvalOfATokenModel(t *testing.T) {
 		if !strings.Contains(r.stderr, "windows of 16 tokens") || strings.Count(r.stderr, "windows scored") != map[string]int{"1": 1, "3": 3}[n] {
 			t.Errorf("eval --workers %s: stderr does not count windows, one progress line per shard:\n%s", n, r.stderr)
 		}
-		raw, err := os.ReadFile(filepath.Join(run, coordinator.EvalJSON))
+		raw, err := os.ReadFile(filepath.Join(run, eval.JSONFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -515,7 +515,7 @@ func TestShardedEvalOfATokenModel(t *testing.T) {
 	if r := tolaria(t, dir, nil, "eval", "--run-dir", run, "--workers", tooMany); r.code != 2 || !strings.Contains(r.stderr, "windows of the test split") {
 		t.Errorf("eval --workers %s for %d windows: exit %d, want 2\n%s", tooMany, windows, r.code, r.stderr)
 	}
-	sum := readSummary(t, filepath.Join(run, coordinator.SummaryFile))
+	sum := readSummary(t, filepath.Join(run, rundir.SummaryFile))
 	t.Logf("eval loss %.10f, accuracy %.6f; training summary: %.10f, %.6f", one.Loss, one.Accuracy, sum.TestLoss, sum.TestAccuracy)
 	if one.Accuracy != sum.TestAccuracy || !closeTo(one.Loss, sum.TestLoss, 1e-6) {
 		t.Errorf("eval: accuracy %v, loss %v; the training summary: %v, %v", one.Accuracy, one.Loss, sum.TestAccuracy, sum.TestLoss)

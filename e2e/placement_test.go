@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/device/cuda/emulator/emurecord"
 )
 
@@ -36,7 +38,7 @@ func shardDevices(t *testing.T, run, stderr string, shards int, devs []emurecord
 	t.Helper()
 	for s := range shards {
 		m := regexp.MustCompile(fmt.Sprintf(`shard %d \(of %d\) on (cuda:\d+): `, s, shards)).FindStringSubmatch(stderr)
-		pids := startedWorkers(t, filepath.Join(run, coordinator.EvalDir, fmt.Sprintf("shard-%d.log", s)))
+		pids := startedWorkers(t, filepath.Join(run, eval.Dir, fmt.Sprintf("shard-%d.log", s)))
 		if m == nil || len(pids) == 0 {
 			t.Errorf("shard %d: no device in its line or no worker in its log:\n%s", s, stderr)
 			continue
@@ -62,7 +64,7 @@ func evalOverEmulatedDevices(t *testing.T, emu string) {
 	if r := tolaria(t, dir, three, cudaTrain(emu, run)...); r.code != 0 {
 		t.Fatalf("training on the emulated driver: exit %d\n%s", r.code, r.stderr)
 	}
-	eval := func(env []string, extra ...string) (coordinator.EvalReport, string) {
+	eval := func(env []string, extra ...string) (eval.Report, string) {
 		t.Helper()
 		args := append([]string{"eval", "--run-dir", run, "--device", "cuda", "--worker", filepath.Join(emu, "tolaria-worker"), "--heartbeat-timeout", "3s"}, extra...)
 		r := tolaria(t, dir, env, args...)
@@ -128,7 +130,7 @@ func sweepOverEmulatedDevices(t *testing.T, emu string) {
 	}
 	devs := deviceRecords(t, state)
 	for _, row := range res.Trials {
-		pids := startedWorkers(t, filepath.Join(row.RunDir, coordinator.WorkerLogFile))
+		pids := startedWorkers(t, filepath.Join(row.RunDir, rundir.WorkerLogFile))
 		if len(pids) == 0 {
 			t.Errorf("trial %s: no worker in its log", row.Name)
 			continue
@@ -150,7 +152,7 @@ func rlWithTheGPUGone(t *testing.T, emu string) {
 	r := tolaria(t, dir, []string{"LD_LIBRARY_PATH=" + emu}, "rl", "--devices", "0", "--total-steps", "1500", "--config", cfg,
 		"--worker", gpuGoneAfterCheck(t, dir, emu), "--run-dir", runDir)
 	sum := readRLSummary(t, runDir)
-	if r.code != 1 || sum.Agents[0].State != coordinator.AgentFailed || sum.Agents[0].ActorRestarts != 0 || !strings.Contains(sum.Agents[0].Reason, "no usable device") {
+	if r.code != 1 || sum.Agents[0].State != rl.AgentFailed || sum.Agents[0].ActorRestarts != 0 || !strings.Contains(sum.Agents[0].Reason, "no usable device") {
 		t.Errorf("rl with the GPU gone: exit %d, %+v\n%s", r.code, sum.Agents[0], r.stderr)
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 )
 
 // TestRLEnvFromConfig: env: {name: MountainCar-v0, max_steps: 50} builds
@@ -25,7 +25,7 @@ func TestRLEnvFromConfig(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	recorded, err := os.ReadFile(filepath.Join(runDir, coordinator.ConfigFile))
+	recorded, err := os.ReadFile(filepath.Join(runDir, rundir.ConfigFile))
 	if err != nil || !strings.Contains(string(recorded), "\nenv: {name: MountainCar-v0, max_steps: 50}\n") {
 		t.Errorf("config.yaml does not record the env (%v):\n%s", err, recorded)
 	}
@@ -34,7 +34,7 @@ func TestRLEnvFromConfig(t *testing.T) {
 	if sum.Env != "{name: MountainCar-v0, max_steps: 50}" || sum.Goal != (rl.Goal{Return: -110, Episodes: 100}) {
 		t.Errorf("summary: env %q, goal %+v", sum.Env, sum.Goal)
 	}
-	if a.State != coordinator.AgentSucceeded || a.SolvedAt != 1000 || a.EnvSteps >= 30000 || a.BestEvalMeanReturn < -50 || a.BestEvalMeanReturn > 0 {
+	if a.State != rl.AgentSucceeded || a.SolvedAt != 1000 || a.EnvSteps >= 30000 || a.BestEvalMeanReturn < -50 || a.BestEvalMeanReturn > 0 {
 		t.Errorf("agent 0: %s, solved at %d, %d env steps, best greedy mean %g; want stopped when solved at 1000 with a mean in [-50, 0]",
 			a.State, a.SolvedAt, a.EnvSteps, a.BestEvalMeanReturn)
 	}

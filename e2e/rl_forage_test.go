@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/rl"
 )
 
@@ -39,10 +38,10 @@ func TestRLForageSharedActor(t *testing.T) {
 	}
 	actors := map[int]bool{}
 	for i, a := range sum.Agents {
-		if a.State != coordinator.AgentSucceeded || a.EnvSteps != 4000 || a.LearnerSteps == 0 || a.Evaluations != 2 {
+		if a.State != rl.AgentSucceeded || a.EnvSteps != 4000 || a.LearnerSteps == 0 || a.Evaluations != 2 {
 			t.Errorf("agent %d: %s, %d env steps, %d learner steps, %d evaluations", i, a.State, a.EnvSteps, a.LearnerSteps, a.Evaluations)
 		}
-		if _, err := os.Stat(filepath.Join(coordinator.AgentDir(runDir, i), "actor.log")); err == nil {
+		if _, err := os.Stat(filepath.Join(rl.AgentDir(runDir, i), "actor.log")); err == nil {
 			t.Errorf("agent %d has an actor of its own", i)
 		}
 		for _, e := range rlEvents(runDir, i) {

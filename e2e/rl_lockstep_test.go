@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
 
@@ -41,13 +42,13 @@ func rlLockstepTwice(t *testing.T, env []string, extra ...string) string {
 		t.Errorf("config.yaml does not record lockstep: true (%v):\n%s", err, raw)
 	}
 	for _, a := range readRLSummary(t, runs[0]).Agents {
-		if a.State != coordinator.AgentSucceeded || a.EnvSteps != 1500 || a.LearnerSteps != 15*(1500/20-300/20+1) || a.Fallbacks != 0 {
+		if a.State != rl.AgentSucceeded || a.EnvSteps != 1500 || a.LearnerSteps != 15*(1500/20-300/20+1) || a.Fallbacks != 0 {
 			t.Errorf("agent %d: %s (%s), %d env steps, %d learner steps (want %d), %d eager fallbacks",
 				a.Agent, a.State, a.Reason, a.EnvSteps, a.LearnerSteps, 15*(1500/20-300/20+1), a.Fallbacks)
 		}
 		for _, f := range []string{"checkpoint.tlck", "replay.buf"} {
-			x, errA := os.ReadFile(filepath.Join(coordinator.AgentDir(runs[0], a.Agent), f))
-			y, errB := os.ReadFile(filepath.Join(coordinator.AgentDir(runs[1], a.Agent), f))
+			x, errA := os.ReadFile(filepath.Join(rl.AgentDir(runs[0], a.Agent), f))
+			y, errB := os.ReadFile(filepath.Join(rl.AgentDir(runs[1], a.Agent), f))
 			if errA != nil || errB != nil || !bytes.Equal(x, y) {
 				t.Errorf("agent %d: the two runs' %s differ (%d and %d bytes; %v, %v)", a.Agent, f, len(x), len(y), errA, errB)
 			}
@@ -64,7 +65,7 @@ func rlLockstepTwice(t *testing.T, env []string, extra ...string) string {
 // reported at once and episodes every half second, so the two kinds
 // interleave in the log as the reports fall.)
 func lockstepPlay(runDir string, agent int) []map[string]any {
-	raw, err := os.ReadFile(filepath.Join(coordinator.AgentDir(runDir, agent), coordinator.EventsFile))
+	raw, err := os.ReadFile(filepath.Join(rl.AgentDir(runDir, agent), rundir.EventsFile))
 	if err != nil {
 		return nil
 	}

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/telemetry/infragen"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -219,7 +220,7 @@ func checkRLGraphSeries(t *testing.T, prom *prometheus, agents int) {
 // episodes and its halves' captures.
 func checkRLEventsLog(t *testing.T, runDir string, i int) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(coordinator.AgentDir(runDir, i), coordinator.EventsFile))
+	f, err := os.Open(filepath.Join(rl.AgentDir(runDir, i), rundir.EventsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,8 +229,8 @@ func checkRLEventsLog(t *testing.T, runDir string, i int) {
 	if err := telemetry.ReadEvents(f, func(e trainer.Event) { kinds[e.Kind]++ }); err != nil {
 		t.Errorf("agent %d's events.jsonl is not an events log: %v", i, err)
 	}
-	for _, kind := range []string{coordinator.EventAgentStart, coordinator.EventWorker, coordinator.EventEpisode,
-		coordinator.EventAgentEnd, trainer.EventCapture} {
+	for _, kind := range []string{rl.EventAgentStart, rl.EventWorker, rl.EventEpisode,
+		rl.EventAgentEnd, trainer.EventCapture} {
 		if kinds[kind] == 0 {
 			t.Errorf("agent %d's events.jsonl has no %s event: %v", i, kind, kinds)
 		}

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -33,7 +34,7 @@ type rlEvent struct {
 // rlEvents reads an agent's events.jsonl as the events log it is (a line
 // torn by a killed coordinator is skipped).
 func rlEvents(runDir string, agent int) []rlEvent {
-	f, err := os.Open(filepath.Join(coordinator.AgentDir(runDir, agent), coordinator.EventsFile))
+	f, err := os.Open(filepath.Join(rl.AgentDir(runDir, agent), rundir.EventsFile))
 	if err != nil {
 		return nil
 	}
@@ -72,9 +73,9 @@ func rlWorker(runDir string, agent int, role string) (pid, steps int) {
 	return pid, steps
 }
 
-func readRLSummary(t *testing.T, runDir string) coordinator.RLSummary {
+func readRLSummary(t *testing.T, runDir string) rl.Summary {
 	t.Helper()
-	return readJSON[coordinator.RLSummary](t, filepath.Join(runDir, coordinator.SummaryFile))
+	return readJSON[rl.Summary](t, filepath.Join(runDir, rundir.SummaryFile))
 }
 
 func alive(pid int) bool {
@@ -135,10 +136,10 @@ func TestRLActorRestartedLearnerFailsItsAgent(t *testing.T) {
 	}
 	sum := readRLSummary(t, runDir)
 	a0, a1 := sum.Agents[0], sum.Agents[1]
-	if a0.State != coordinator.AgentSucceeded || a0.ActorRestarts != 1 || a0.EnvSteps != 30000 {
+	if a0.State != rl.AgentSucceeded || a0.ActorRestarts != 1 || a0.EnvSteps != 30000 {
 		t.Errorf("agent 0: %s, %d actor restarts, %d env steps; want succeeded after 1 restart, at 30000", a0.State, a0.ActorRestarts, a0.EnvSteps)
 	}
-	if a1.State != coordinator.AgentFailed || !strings.Contains(a1.Reason, "learner") || !strings.Contains(a1.Reason, "killed") {
+	if a1.State != rl.AgentFailed || !strings.Contains(a1.Reason, "learner") || !strings.Contains(a1.Reason, "killed") {
 		t.Errorf("agent 1: %s (%s); want failed, its learner killed", a1.State, a1.Reason)
 	}
 	// The second actor went on from the buffer: its episodes end past
@@ -182,7 +183,7 @@ func TestRLActorRestartedLearnerFailsItsAgent(t *testing.T) {
 		t.Errorf("agent 0 changed on resume: %+v, was %+v", resumed.Agents[0], a0)
 	}
 	b1 := resumed.Agents[1]
-	aside, _ := filepath.Glob(filepath.Join(coordinator.AgentDir(runDir, 1), "events-before-*.jsonl"))
+	aside, _ := filepath.Glob(filepath.Join(rl.AgentDir(runDir, 1), "events-before-*.jsonl"))
 	var starts []rlEvent
 	last = 0
 	for _, e := range rlEvents(runDir, 1) {
@@ -196,7 +197,7 @@ func TestRLActorRestartedLearnerFailsItsAgent(t *testing.T) {
 			last = e.EnvSteps
 		}
 	}
-	if b1.State != coordinator.AgentSucceeded || b1.EnvSteps != 30000 || uint64(b1.Episodes) != b1.Epoch || len(aside) != 1 ||
+	if b1.State != rl.AgentSucceeded || b1.EnvSteps != 30000 || uint64(b1.Episodes) != b1.Epoch || len(aside) != 1 ||
 		len(starts) != 1 || starts[0].Resume || starts[0].EnvSteps != 0 {
 		t.Errorf("agent 1 after --resume: %s, %d env steps, %d episodes (epoch %d), earlier events %v, starts %+v; want it started again from 0 and finished",
 			b1.State, b1.EnvSteps, b1.Episodes, b1.Epoch, aside, starts)
@@ -243,13 +244,13 @@ func TestRLInterruptAndResume(t *testing.T) {
 	}
 	before := readRLSummary(t, runDir)
 	for _, a := range before.Agents {
-		d := coordinator.AgentDir(runDir, a.Agent)
-		for _, f := range []string{trainer.CheckpointFile, coordinator.ReplayFile} {
+		d := rl.AgentDir(runDir, a.Agent)
+		for _, f := range []string{trainer.CheckpointFile, rl.ReplayFile} {
 			if _, err := os.Stat(filepath.Join(d, f)); err != nil {
 				t.Errorf("agent %d after Ctrl-C: %v", a.Agent, err)
 			}
 		}
-		if a.State != coordinator.AgentInterrupted || a.EnvSteps < 4000 || a.EnvSteps >= 40000 || a.LearnerSteps == 0 {
+		if a.State != rl.AgentInterrupted || a.EnvSteps < 4000 || a.EnvSteps >= 40000 || a.LearnerSteps == 0 {
 			t.Fatalf("agent %d after Ctrl-C: %s (%s) at env step %d, learner step %d", a.Agent, a.State, a.Reason, a.EnvSteps, a.LearnerSteps)
 		}
 	}
@@ -257,7 +258,7 @@ func TestRLInterruptAndResume(t *testing.T) {
 		t.Errorf("--resume --agents 3: exit %d\n%s", r.code, r.stderr)
 	}
 	// An edited config.yaml is refused, with nothing written.
-	cfgPath := filepath.Join(runDir, coordinator.ConfigFile)
+	cfgPath := filepath.Join(runDir, rundir.ConfigFile)
 	saved, err := os.ReadFile(cfgPath)
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +281,7 @@ func TestRLInterruptAndResume(t *testing.T) {
 	after := readRLSummary(t, runDir)
 	for i, a := range after.Agents {
 		was := before.Agents[i]
-		if a.State != coordinator.AgentSucceeded || a.EnvSteps != 40000 || a.LearnerSteps <= was.LearnerSteps || a.Episodes <= was.Episodes {
+		if a.State != rl.AgentSucceeded || a.EnvSteps != 40000 || a.LearnerSteps <= was.LearnerSteps || a.Episodes <= was.Episodes {
 			t.Errorf("agent %d resumed: %s, %d env steps, %d learner steps (was %d), %d episodes (was %d)",
 				i, a.State, a.EnvSteps, a.LearnerSteps, was.LearnerSteps, a.Episodes, was.Episodes)
 		}
@@ -339,7 +340,7 @@ func TestRLRefusesBadInput(t *testing.T) {
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(runDir, coordinator.ConfigFile), []byte("seed: 1\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(runDir, rundir.ConfigFile), []byte("seed: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := tolaria(t, dir, nil, "rl", "--run-dir", runDir)
@@ -437,7 +438,7 @@ func TestRLCoordinatorKilledLeavesNoMemory(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join("/dev/shm", "tolaria-rl-"+strconv.Itoa(pid)+"*")); len(left) > 0 {
 		t.Errorf("memory files left behind by the killed coordinator: %v", left)
 	}
-	ck, err := trainer.LoadCheckpoint(filepath.Join(coordinator.AgentDir(runDir, 0), trainer.CheckpointFile))
+	ck, err := trainer.LoadCheckpoint(filepath.Join(rl.AgentDir(runDir, 0), trainer.CheckpointFile))
 	if err != nil {
 		t.Fatalf("no checkpoint after the coordinator was killed: %v\n%s", err, stderr)
 	}
@@ -452,7 +453,7 @@ func TestRLCoordinatorKilledLeavesNoMemory(t *testing.T) {
 		}
 	}
 	a := readRLSummary(t, runDir).Agents[0]
-	if len(starts) != 2 || !starts[1].Resume || starts[1].EnvSteps < 3000 || a.State != coordinator.AgentSucceeded ||
+	if len(starts) != 2 || !starts[1].Resume || starts[1].EnvSteps < 3000 || a.State != rl.AgentSucceeded ||
 		a.EnvSteps != 40000 || a.LearnerSteps <= ck.Step {
 		t.Errorf("after --resume: starts %+v, agent %s at %d env steps and %d learner steps; want it resumed from step %d of its checkpoint",
 			starts, a.State, a.EnvSteps, a.LearnerSteps, ck.Step)

@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 )
 
 // The one-node Slurm cluster the tests share (scripts/slurm-up.sh): one
@@ -93,7 +94,7 @@ func TestSlurmSweepMatchesLocal(t *testing.T) {
 	}
 	got := readSweepResults(t, filepath.Join(dir, "slurm"))
 	for _, tr := range got.Trials {
-		if tr.State != coordinator.TrialSucceeded || tr.Summary == nil || tr.Summary.ParamsSHA256 != params[tr.Name] || params[tr.Name] == "" {
+		if tr.State != sweep.TrialSucceeded || tr.Summary == nil || tr.Summary.ParamsSHA256 != params[tr.Name] || params[tr.Name] == "" {
 			t.Errorf("trial %s through Slurm: %s, %+v; want succeeded with the local params %s", tr.Name, tr.State, tr.Summary, params[tr.Name])
 			continue
 		}
@@ -152,16 +153,16 @@ func TestSlurmCancelledTask(t *testing.T) {
 			t.Fatalf("the sweep did not end:\n%s", stderr)
 		}
 		res := readSweepResults(t, sweepDir)
-		byName := map[string]coordinator.TrialResult{}
+		byName := map[string]sweep.TrialResult{}
 		for _, tr := range res.Trials {
 			byName[tr.Name] = tr
 		}
 		first, second := byName["first"], byName["second"]
-		if second.State != coordinator.TrialSucceeded || second.Summary.ParamsSHA256 != params["second"] {
+		if second.State != sweep.TrialSucceeded || second.Summary.ParamsSHA256 != params["second"] {
 			t.Errorf("retries %s: the other trial: %s %+v; want succeeded with %s", retries, second.State, second.Summary, params["second"])
 		}
 		if retries == "1" {
-			if err != nil || first.State != coordinator.TrialSucceeded || first.Attempts != 2 || first.Summary.ParamsSHA256 != params["first"] ||
+			if err != nil || first.State != sweep.TrialSucceeded || first.Attempts != 2 || first.Summary.ParamsSHA256 != params["first"] ||
 				!strings.Contains(stderr.String(), "CANCELLED") || first.Summary.ResumedFromStep == 0 {
 				t.Fatalf("retries 1: exit %v, first trial %s after %d attempts (resumed from step %d), params %v; want succeeded on the second attempt, resumed, with %s\n%s",
 					err, first.State, first.Attempts, summaryStep(first), first.Summary, params["first"], stderr)
@@ -169,13 +170,13 @@ func TestSlurmCancelledTask(t *testing.T) {
 			continue
 		}
 		var ee *exec.ExitError
-		if !asExit(err, &ee) || ee.ExitCode() != 3 || first.State != coordinator.TrialFailed || !strings.Contains(first.Reason, "CANCELLED") {
+		if !asExit(err, &ee) || ee.ExitCode() != 3 || first.State != sweep.TrialFailed || !strings.Contains(first.Reason, "CANCELLED") {
 			t.Fatalf("retries 0: exit %v, first trial %s (%s); want exit 3 and the trial failed, cancelled\n%s", err, first.State, first.Reason, stderr)
 		}
 	}
 }
 
-func summaryStep(tr coordinator.TrialResult) int {
+func summaryStep(tr sweep.TrialResult) int {
 	if tr.Summary == nil {
 		return -1
 	}
@@ -239,9 +240,9 @@ func TestSlurmSweepInterrupted(t *testing.T) {
 	if out, err := squeue.Output(); err != nil || strings.TrimSpace(string(out)) != "" {
 		t.Fatalf("Slurm still queues or runs after the sweep ended: %q, %v", out, err)
 	}
-	var second coordinator.TrialResult
+	var second sweep.TrialResult
 	for _, tr := range readSweepResults(t, sweepDir).Trials {
-		if tr.State != coordinator.TrialInterrupted || (tr.Name == "first") != strings.Contains(tr.Reason, "checkpoint saved") {
+		if tr.State != sweep.TrialInterrupted || (tr.Name == "first") != strings.Contains(tr.Reason, "checkpoint saved") {
 			t.Errorf("trial %s: %s (%s), want interrupted, and the running one checkpointed", tr.Name, tr.State, tr.Reason)
 		}
 		if tr.Name == "second" {
@@ -262,7 +263,7 @@ func TestSlurmSweepInterrupted(t *testing.T) {
 		t.Fatalf("resumed sweep: exit %d\n%s", r.code, r.stderr)
 	}
 	for _, tr := range readSweepResults(t, sweepDir).Trials {
-		if tr.State != coordinator.TrialSucceeded || tr.Summary.ParamsSHA256 != want[tr.Name] {
+		if tr.State != sweep.TrialSucceeded || tr.Summary.ParamsSHA256 != want[tr.Name] {
 			t.Errorf("resumed trial %s: %s %+v, want succeeded with %s", tr.Name, tr.State, tr.Summary, want[tr.Name])
 		}
 	}
@@ -283,8 +284,8 @@ func TestSlurmEval(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("eval %v: exit %d\n%s", args, r.code, r.stderr)
 		}
-		var rep coordinator.EvalReport
-		raw, err := os.ReadFile(filepath.Join(run, coordinator.EvalJSON))
+		var rep eval.Report
+		raw, err := os.ReadFile(filepath.Join(run, eval.JSONFile))
 		if err == nil {
 			err = json.Unmarshal(raw, &rep)
 		}
@@ -297,7 +298,7 @@ func TestSlurmEval(t *testing.T) {
 	if got := figures("--launcher", "slurm"); got != local {
 		t.Fatalf("eval through Slurm: %s\nhere: %s", got, local)
 	}
-	logs, _ := filepath.Glob(filepath.Join(run, coordinator.EvalDir, "shard-*.log"))
+	logs, _ := filepath.Glob(filepath.Join(run, eval.Dir, "shard-*.log"))
 	for _, l := range logs {
 		if raw, _ := os.ReadFile(l); !strings.Contains(string(raw), "tolaria-worker: slurm job ") {
 			t.Errorf("%s does not show its Slurm task:\n%s", l, raw)
@@ -512,7 +513,7 @@ func TestSlurmRunsNoHostileValue(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("hostile sweep directory through Slurm: exit %d\n%s", r.code, r.stderr)
 	}
-	if res := readSweepResults(t, sweepDir); len(res.Trials) != 1 || res.Trials[0].State != coordinator.TrialSucceeded {
+	if res := readSweepResults(t, sweepDir); len(res.Trials) != 1 || res.Trials[0].State != sweep.TrialSucceeded {
 		t.Fatalf("the trial: %+v, want succeeded", res.Trials)
 	}
 	log, _ := os.ReadFile(filepath.Join(sweepDir, "only", "worker.log"))

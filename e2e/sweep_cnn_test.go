@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -94,7 +94,7 @@ func TestSweepOfALayerListCNN(t *testing.T) {
 	ended := journalEnds(t, sweepDir)
 	for _, want := range cnnTrials {
 		row := resultRow(t, res, want.name)
-		if row.State != coordinator.TrialSucceeded || row.Device != "cpu" || row.Rank == 0 || row.Summary == nil {
+		if row.State != sweep.TrialSucceeded || row.Device != "cpu" || row.Rank == 0 || row.Summary == nil {
 			t.Fatalf("trial %s: row %+v", want.name, row)
 		}
 		checkCNNSummary(t, want, *row.Summary)
@@ -107,7 +107,7 @@ func TestSweepOfALayerListCNN(t *testing.T) {
 			t.Errorf("trial %s: checkpoint of model %q, %d parameters, %d running-state values, step %d; want %q, %d, %d, step %d",
 				want.name, ck.Model, ck.Params, ck.Running, ck.Step, want.model, want.params, want.running, row.Summary.Steps)
 		}
-		if got, ok := ended[want.name]; !ok || got.State != coordinator.TrialSucceeded || got.Summary == nil || got.Summary.Model != want.model {
+		if got, ok := ended[want.name]; !ok || got.State != sweep.TrialSucceeded || got.Summary == nil || got.Summary.Model != want.model {
 			t.Errorf("trial %s: the journal's end entry is %+v", want.name, got)
 		}
 
@@ -182,7 +182,7 @@ func checkCNNSummary(t *testing.T, want cnnTrial, s trainer.Summary) {
 }
 
 // resultRow is the row of results.json for the trial name.
-func resultRow(t *testing.T, res coordinator.Results, name string) coordinator.TrialResult {
+func resultRow(t *testing.T, res sweep.Results, name string) sweep.TrialResult {
 	t.Helper()
 	for _, row := range res.Trials {
 		if row.Name == name {
@@ -190,25 +190,25 @@ func resultRow(t *testing.T, res coordinator.Results, name string) coordinator.T
 		}
 	}
 	t.Fatalf("results.json has no row for trial %s: %+v", name, res.Trials)
-	return coordinator.TrialResult{}
+	return sweep.TrialResult{}
 }
 
 // journalEnds reads a sweep's journal: each trial's row at its end entry.
-func journalEnds(t *testing.T, sweepDir string) map[string]coordinator.TrialResult {
+func journalEnds(t *testing.T, sweepDir string) map[string]sweep.TrialResult {
 	t.Helper()
-	f, err := os.Open(filepath.Join(sweepDir, coordinator.JournalFile))
+	f, err := os.Open(filepath.Join(sweepDir, sweep.JournalFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	ends := map[string]coordinator.TrialResult{}
+	ends := map[string]sweep.TrialResult{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var e struct {
-			Event string                   `json:"event"`
-			Trial string                   `json:"trial"`
-			Row   *coordinator.TrialResult `json:"row"`
+			Event string             `json:"event"`
+			Trial string             `json:"trial"`
+			Row   *sweep.TrialResult `json:"row"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("journal line %q: %v", sc.Text(), err)

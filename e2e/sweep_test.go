@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -42,9 +42,9 @@ func writeSweepFile(t *testing.T, dir, text string) string {
 	return path
 }
 
-func readSweepResults(t *testing.T, dir string) coordinator.Results {
+func readSweepResults(t *testing.T, dir string) sweep.Results {
 	t.Helper()
-	return readJSON[coordinator.Results](t, filepath.Join(dir, coordinator.ResultsJSON))
+	return readJSON[sweep.Results](t, filepath.Join(dir, sweep.ResultsJSON))
 }
 
 // TestSweepRanksTrialsAsTrainTrainsThem: four trials, two at a time, in
@@ -74,7 +74,7 @@ func TestSweepRanksTrialsAsTrainTrainsThem(t *testing.T) {
 			t.Errorf("no start and end lines for trial %s:\n%s", row.Name, r.stderr)
 		}
 		alone := filepath.Join(dir, "alone-"+row.Name)
-		tr := tolaria(t, dir, nil, "train", "--config", filepath.Join(sweepDir, coordinator.TrialConfigDir, row.Name+".yaml"), "--run-dir", alone)
+		tr := tolaria(t, dir, nil, "train", "--config", filepath.Join(sweepDir, sweep.TrialConfigDir, row.Name+".yaml"), "--run-dir", alone)
 		if tr.code != 0 {
 			t.Fatalf("tolaria train with trial %s's configuration: exit %d\n%s", row.Name, tr.code, tr.stderr)
 		}
@@ -85,7 +85,7 @@ func TestSweepRanksTrialsAsTrainTrainsThem(t *testing.T) {
 	if !strings.Contains(r.stdout, "1     "+res.Trials[0].Name) {
 		t.Errorf("the printed ranking does not start with %s:\n%s", res.Trials[0].Name, r.stdout)
 	}
-	csv, err := os.ReadFile(filepath.Join(sweepDir, coordinator.ResultsCSV))
+	csv, err := os.ReadFile(filepath.Join(sweepDir, sweep.ResultsCSV))
 	if err != nil || strings.Count(string(csv), "\n") != 5 {
 		t.Errorf("results.csv: %q, %v", csv, err)
 	}
@@ -107,7 +107,7 @@ func TestSweepSurvivesAFailedTrial(t *testing.T) {
 		t.Fatalf("counts %v", res.Counts)
 	}
 	b := res.Trials[3]
-	if b.Name != "b" || b.State != coordinator.TrialFailed || b.Rank != 0 {
+	if b.Name != "b" || b.State != sweep.TrialFailed || b.Rank != 0 {
 		t.Fatalf("last row %+v", b)
 	}
 	if !strings.Contains(b.Reason, "exit status 7") || !strings.Contains(b.LogTail, "test-only fault switch: exiting") {
@@ -170,7 +170,7 @@ func TestSweepInterruptLeavesNothingRunning(t *testing.T) {
 		t.Fatalf("counts %v", res.Counts)
 	}
 	for _, row := range res.Trials {
-		if row.State != coordinator.TrialInterrupted {
+		if row.State != sweep.TrialInterrupted {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(row.RunDir, trainer.CheckpointFile)); err != nil {
@@ -192,7 +192,7 @@ func TestSweepInterruptLeavesNothingRunning(t *testing.T) {
 	for _, row := range resumed.Trials {
 		interrupted := false
 		for _, was := range res.Trials {
-			interrupted = interrupted || (was.Name == row.Name && was.State == coordinator.TrialInterrupted)
+			interrupted = interrupted || (was.Name == row.Name && was.State == sweep.TrialInterrupted)
 		}
 		if resumedFrom := row.Summary.ResumedFromStep; interrupted != (resumedFrom > 0) {
 			t.Errorf("trial %s (interrupted: %v) resumed from step %d", row.Name, interrupted, resumedFrom)
@@ -249,7 +249,7 @@ func TestSweepRefusesATrialLargerThanTheDevice(t *testing.T) {
 		t.Fatalf("counts %v", res.Counts)
 	}
 	big := res.Trials[4]
-	if big.Name != "big" || big.State != coordinator.TrialFailed || big.Attempts != 1 {
+	if big.Name != "big" || big.State != sweep.TrialFailed || big.Attempts != 1 {
 		t.Fatalf("last row %+v", big)
 	}
 	for _, want := range []string{"trial big needs parameters", "optimizer_state", "staging_inputs", "more than device cpu has for budgets in all (1.0 MiB)"} {
@@ -312,7 +312,7 @@ func TestSweepKilledOutrightReadsTrueOnResume(t *testing.T) {
 	if res.Counts["succeeded"] != 4 {
 		t.Fatalf("after --resume: counts %v", res.Counts)
 	}
-	journal, err := os.ReadFile(filepath.Join(sweepDir, coordinator.JournalFile))
+	journal, err := os.ReadFile(filepath.Join(sweepDir, sweep.JournalFile))
 	if err != nil {
 		t.Fatal(err)
 	}

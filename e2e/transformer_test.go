@@ -16,7 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/nn"
@@ -149,7 +150,7 @@ func TestSweepOverTransformerKeys(t *testing.T) {
 	bills := map[string]trainer.Bill{}
 	for _, want := range transformerTrials {
 		row := resultRow(t, res, want.name)
-		if row.State != coordinator.TrialSucceeded || row.Rank == 0 || row.Summary == nil {
+		if row.State != sweep.TrialSucceeded || row.Rank == 0 || row.Summary == nil {
 			t.Fatalf("trial %s: row %+v", want.name, row)
 		}
 		checkTokenSummary(t, want, *row.Summary)
@@ -174,7 +175,7 @@ func TestSweepOverTransformerKeys(t *testing.T) {
 	// alone, the other trials are refused before they allocate, by the
 	// bill that counts their attention: trial heads4 for its score
 	// matrices only.
-	capacity := int64(math.Ceil(float64(small.DeviceBytes())*coordinator.Headroom)) + 4096
+	capacity := int64(math.Ceil(float64(small.DeviceBytes())*budget.Headroom)) + 4096
 	tightDir := filepath.Join(dir, "tight")
 	r = tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--parallel", "2", "--sweep-dir", tightDir,
 		"--device-memory", strconv.FormatInt(capacity, 10))
@@ -182,12 +183,12 @@ func TestSweepOverTransformerKeys(t *testing.T) {
 		t.Fatalf("the sweep on %d bytes: exit %d, want 3\n%s", capacity, r.code, r.stderr)
 	}
 	tight := readSweepResults(t, tightDir)
-	if row := resultRow(t, tight, "small"); row.State != coordinator.TrialSucceeded {
+	if row := resultRow(t, tight, "small"); row.State != sweep.TrialSucceeded {
 		t.Errorf("on %d bytes, trial small: %s %s", capacity, row.State, row.Reason)
 	}
 	for _, name := range []string{"heads4", "deep", "context32"} {
 		row, b := resultRow(t, tight, name), bills[name]
-		if row.State != coordinator.TrialFailed || !strings.Contains(row.Reason, "activations "+trainer.FormatBytes(b.Activations)) ||
+		if row.State != sweep.TrialFailed || !strings.Contains(row.Reason, "activations "+trainer.FormatBytes(b.Activations)) ||
 			!strings.Contains(row.Reason, "= "+trainer.FormatBytes(b.DeviceBytes())+" of device memory") {
 			t.Errorf("on %d bytes, trial %s: %s %q; want a refusal naming its bill %v", capacity, name, row.State, row.Reason, b)
 		}

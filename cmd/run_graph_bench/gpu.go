@@ -15,7 +15,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/bench"
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
@@ -184,7 +186,7 @@ func (d scratchDevice) StreamScratchBytes() int64 { return d.scratch }
 const budgetSlack = 64 << 10
 
 // sweepBudget is the sum of the named trials' device bills with the
-// broker's headroom (coordinator.Headroom), computed on the CPU device
+// broker's headroom (budget.Headroom), computed on the CPU device
 // (exact sizes) with streams that each hold scratch bytes and a worker
 // context of context bytes (the trials' device's, as tolaria-worker info
 // measures them there: each trial's worker bills its own context), plus
@@ -202,7 +204,7 @@ func sweepBudget(path string, names []string, scratch, context int64) (int64, er
 	return total + budgetSlack, nil
 }
 
-func withHeadroom(b int64) int64 { return int64(float64(b) * coordinator.Headroom) }
+func withHeadroom(b int64) int64 { return int64(float64(b) * budget.Headroom) }
 
 // parkingBudget is a --device-memory under which the fit trials run
 // together, and the trial parkFor, arriving when the first of them has
@@ -252,7 +254,7 @@ func parkingBudget(path string, fit []string, parkFor string, scratch, context i
 // trialBills are the named trials' device bills (no headroom), computed
 // on the CPU device as sweepBudget says.
 func trialBills(path string, names []string, scratch, context int64) ([]trainer.Bill, error) {
-	sw, err := coordinator.ReadSweep(path)
+	sw, err := sweep.ReadSweep(path)
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +269,7 @@ func trialBills(path string, names []string, scratch, context int64) ([]trainer.
 	}
 	bills := make([]trainer.Bill, len(names))
 	for k, name := range names {
-		i := slices.IndexFunc(sw.Trials, func(t coordinator.Trial) bool { return t.Name == name })
+		i := slices.IndexFunc(sw.Trials, func(t sweep.Trial) bool { return t.Name == name })
 		if i < 0 {
 			return nil, fmt.Errorf("%s has no trial %q", path, name)
 		}
@@ -334,7 +336,7 @@ func checkSweep(dir string, trials, minParks int) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		parks += kinds[coordinator.EventBudgetParked]
+		parks += kinds[sweep.EventBudgetParked]
 		unparks += kinds[trainer.EventUnpark]
 	}
 	if len(res.Trials) != trials || res.Counts["succeeded"] != trials {
@@ -399,7 +401,7 @@ func checkRL(dir string, agents int) (string, error) {
 	}
 	var problems, parts []string
 	for _, a := range s.Agents {
-		if a.State != coordinator.AgentSucceeded || a.EnvSteps == 0 || a.LearnerSteps == 0 {
+		if a.State != rl.AgentSucceeded || a.EnvSteps == 0 || a.LearnerSteps == 0 {
 			problems = append(problems, fmt.Sprintf("agent %d %s after %d environment and %d learner steps %s",
 				a.Agent, a.State, a.EnvSteps, a.LearnerSteps, a.Reason))
 		}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/bench"
-	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/budget"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -203,7 +202,7 @@ func TestSweepBudgetCountsStreamScratch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	headroom := coordinator.Headroom
+	headroom := budget.Headroom
 	if got, want := withScratch-plain, int64(float64(4<<20)*headroom); got < want-2 || got > want+2 {
 		t.Errorf("the budget grew by %d bytes with 1 MiB of scratch a stream, want about %d (4 streams with headroom)", got, want)
 	}
@@ -230,7 +229,7 @@ func TestSweepBudgetCountsEachTrialsContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := withCtx-plain, int64(2*float64(ctx)*coordinator.Headroom); got < want-2 || got > want+2 {
+	if got, want := withCtx-plain, int64(2*float64(ctx)*budget.Headroom); got < want-2 || got > want+2 {
 		t.Errorf("the budget of two trials grew by %d bytes with a context of %d, want about %d (one context a trial, with headroom)", got, ctx, want)
 	}
 }

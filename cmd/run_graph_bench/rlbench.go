@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/bench"
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -182,7 +182,7 @@ func findWorker(path string) (string, error) {
 	return p, nil
 }
 
-// processRunner runs the agents as tolaria rl does: coordinator.PrepareRL
+// processRunner runs the agents as tolaria rl does: rl.Prepare
 // and Run, each agent's actor and learner in worker processes, in a
 // temporary run directory, measured from the agents' progress reports.
 func processRunner(workerPath string, threads, maxLead int, every time.Duration) bench.RLRunner {
@@ -193,11 +193,11 @@ func processRunner(workerPath string, threads, maxLead int, every time.Duration)
 		}
 		defer os.RemoveAll(dir)
 		meter := bench.NewRLMeter(cfg.NumAgents, cfg.TotalSteps)
-		req := coordinator.RLRequest{Config: cfg, ConfigYAML: cfg.YAML(), Dir: filepath.Join(dir, "run"), Device: "cpu",
+		req := rl.Request{Config: cfg, ConfigYAML: cfg.YAML(), Dir: filepath.Join(dir, "run"), Device: "cpu",
 			Graphs: graphs, MaxLead: maxLead, Threads: threads, Worker: workerPath, ReportEvery: every,
-			Report: func(st coordinator.AgentStatus) { meter.Observe(time.Now(), st.Agent, st.EnvSteps, st.LearnerSteps) }}
+			Report: func(st rl.AgentStatus) { meter.Observe(time.Now(), st.Agent, st.EnvSteps, st.LearnerSteps) }}
 		start := time.Now()
-		run, err := coordinator.PrepareRL(req, start)
+		run, err := rl.Prepare(req, start)
 		if err != nil {
 			return bench.RLWindow{}, err
 		}
@@ -209,7 +209,7 @@ func processRunner(workerPath string, threads, maxLead int, every time.Duration)
 		}
 		for _, a := range sum.Agents {
 			switch {
-			case a.State != coordinator.AgentSucceeded:
+			case a.State != rl.AgentSucceeded:
 				return bench.RLWindow{}, fmt.Errorf("agent %d %s: %s", a.Agent, a.State, a.Reason)
 			case a.Fallbacks > 0:
 				return bench.RLWindow{}, fmt.Errorf("agent %d: %d learner steps ran eagerly although graphs were on", a.Agent, a.Fallbacks)

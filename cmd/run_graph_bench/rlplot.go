@@ -14,7 +14,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 )
 
@@ -61,12 +61,12 @@ as config.yaml's env gives it). tolaria rl --plot runs it at the end of a run.`,
 // behind it, and each greedy evaluation's mean as a square) and the goal
 // of the run's environment into a PNG at out.
 func plotReturns(runDir string, agents int, out string) error {
-	cfg, err := coordinator.ReadRLConfig(runDir)
+	cfg, err := rl.ReadConfig(runDir)
 	if err != nil {
 		return err
 	}
 	goalOf := cfg.Goal()
-	const window = coordinator.MeanEpisodes
+	const window = rl.MeanEpisodes
 	lo, hi := goalOf.Return, goalOf.Return // the returns drawn, the goal among them
 	p := plot.New()
 	p.Title.Text = "Episode return (line: mean of the last 100; dots: each episode; squares: greedy evaluations)"
@@ -75,7 +75,7 @@ func plotReturns(runDir string, agents int, out string) error {
 	p.Legend.Top, p.Legend.Left, p.Legend.XOffs = true, true, vg.Points(10)
 	drawn := 0
 	for i := range agents {
-		eps, err := coordinator.ReadRLEpisodes(runDir, i)
+		eps, err := rl.ReadEpisodes(runDir, i)
 		if err != nil && !os.IsNotExist(err) {
 			return err
 		}
@@ -108,7 +108,7 @@ func plotReturns(runDir string, agents int, out string) error {
 		ln.Color, ln.Width = c, vg.Points(1.5)
 		p.Add(sc, ln)
 		p.Legend.Add(fmt.Sprintf("agent %d", i), ln)
-		evals, err := coordinator.ReadRLEvals(runDir, i)
+		evals, err := rl.ReadEvals(runDir, i)
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/bench"
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
@@ -173,7 +173,7 @@ func parseHidden(s string) ([]int, error) {
 // GPU in a tolaria-worker process (this binary never links CUDA).
 func (o options) measure(ctx context.Context, shared *trainer.Shared, cfg bench.Config, stderr io.Writer) (*bench.Report, error) {
 	if o.device != "cpu" {
-		proc, _, err := coordinator.CUDAWorker(ctx, o.worker, 0, os.Stderr)
+		proc, _, err := train.CUDAWorker(ctx, o.worker, 0, os.Stderr)
 		switch {
 		case err == nil:
 			_, rep, err := jobserver.Bench(ctx, proc, "cuda", cfg)

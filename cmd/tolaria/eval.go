@@ -6,9 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/eval"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
+	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/docs/cli"
 	"github.com/tolaria-ml/tolaria/internal/progress"
 	"github.com/tolaria-ml/tolaria/telemetry"
@@ -21,7 +21,7 @@ func newEvalCmd() *cobra.Command {
 		Long:  cli.Help("eval"),
 		Args:  cobra.NoArgs,
 	}
-	var req coordinator.EvalRequest
+	var req eval.Request
 	var workers workerFlags
 	var launcher launcherFlags
 	var metrics metricsFlags
@@ -64,7 +64,7 @@ func newEvalCmd() *cobra.Command {
 			Devices: place.chooser(workers),
 			// The address served at, and the linger, are news worth an info line.
 			Serve: func(families func() (*telemetry.Metrics, error)) (eval.Served, error) {
-				return coordinator.ServeFamilies(ctx, metrics.addr, logger(stderr, slog.LevelInfo), families)
+				return train.ServeFamilies(ctx, metrics.addr, logger(stderr, slog.LevelInfo), families)
 			},
 			Version: version(), Linger: metrics.linger,
 		})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 )
@@ -25,7 +24,7 @@ func TestExitCodes(t *testing.T) {
 	}{
 		{"flag refusal", live, usagef("--parallel must be at least 1, got 0"), exitUsage},
 		{"coordinator refusal", live, refusal.Config(errors.New("no run")), exitUsage},
-		{"setup", live, coordinator.ErrSetup, exitFailure},
+		{"setup", live, refusal.ErrSetup, exitFailure},
 		{"nothing to resume", live, &rundir.Ending{Kind: rundir.Done}, exitOK},
 		{"none succeeded", live, &rundir.Ending{Kind: rundir.Failed}, exitFailure},
 		{"some failed", live, &rundir.Ending{Kind: rundir.SomeFailed}, exitSomeFailed},

@@ -26,7 +26,7 @@ import (
 // the same way in every command.
 
 // usagef refuses what the user gave (exit 2) as the coordinator refuses
-// a job: marked with coordinator.ErrConfig, the one sentinel of an invalid
+// a job: marked with refusal.ErrConfig, the one sentinel of an invalid
 // configuration, which run names in the message.
 func usagef(format string, args ...any) error {
 	return refusal.Config(fmt.Errorf(format, args...))

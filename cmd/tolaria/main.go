@@ -18,6 +18,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/docs/cli"
 	"github.com/tolaria-ml/tolaria/internal/field"
@@ -113,11 +115,11 @@ func logger(w io.Writer, level slog.Level) *slog.Logger {
 // evaluation some of whose shards failed 3, anything else 1.
 func exitCode(ctx context.Context, err error) int {
 	var we *worker.Error
-	var shards *coordinator.ShardsFailedError
+	var shards *eval.ShardsFailedError
 	switch {
 	case ctx.Err() != nil:
 		return interruptedCode(ctx)
-	case errors.Is(err, coordinator.ErrConfig), errors.As(err, &we) && (we.Kind == worker.KindUsage || we.Kind == worker.KindCheckpoint):
+	case errors.Is(err, refusal.ErrConfig), errors.As(err, &we) && (we.Kind == worker.KindUsage || we.Kind == worker.KindCheckpoint):
 		return exitUsage
 	case errors.As(err, &shards):
 		return exitSomeFailed

@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/docs/cli"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/internal/progress"
@@ -93,8 +93,8 @@ func runRL(ctx context.Context, cmd *cobra.Command, f *rlFlags) error {
 		View:    func(agents, totalSteps int) rl.View { return progress.NewRLView(out, agents, totalSteps) },
 		Devices: f.place.chooser(f.worker),
 		Serve: func(log *slog.Logger, families func() (*telemetry.Metrics, error)) (rl.Served, error) {
-			return coordinator.ServeFamilies(ctx, f.metrics.addr, log, families)
+			return train.ServeFamilies(ctx, f.metrics.addr, log, families)
 		},
-		Version: version(), Linger: f.metrics.linger, LinksCUDA: coordinator.LinksCUDA(), Plot: f.plot,
+		Version: version(), Linger: f.metrics.linger, LinksCUDA: train.LinksCUDA(), Plot: f.plot,
 	})
 }

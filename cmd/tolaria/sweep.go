@@ -38,13 +38,13 @@ func newSweepCmd() *cobra.Command {
 	f.place.register(fs, "trials", "1 on a GPU, --parallel on the CPU", "one per device slot: devices times --per-device")
 	fs.IntVar(&f.cfg.Retries, "retries", 0, "start a failed trial again up to N times, from its last checkpoint when it has one")
 	fs.BoolVar(&f.cfg.ReuseWorkers, "reuse-workers", false, "keep each worker process for the next trials on its device (reset between trials), so a trial of the same shape as the one before captures through its graph pool; results are bitwise the same (local launcher only; see docs/sweeps.md)")
-	fs.StringVar(&f.cfg.RankBy, "rank-by", "test_accuracy", "summary key to rank trials by: "+strings.Join(coordinator.RankKeys(), ", ")+
+	fs.StringVar(&f.cfg.RankBy, "rank-by", "test_accuracy", "summary key to rank trials by: "+strings.Join(sweep.RankKeys(), ", ")+
 		" (keys ending in loss or seconds rank ascending, the others descending)")
 	fs.StringVar(&f.cfg.Dir, "sweep-dir", "", "sweep directory, new or empty (default sweeps/<time>); with --resume, the sweep to resume")
 	fs.BoolVar(&f.cfg.Resume, "resume", false, "resume the sweep in --sweep-dir: run only its trials that did not succeed")
 	setsNoKey(fs, "resume")
 	fs.StringVar(&f.cfg.PriorityKey, "priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of lower priority")
-	fs.IntVar(&f.maxTrials, "max-trials", coordinator.DefaultMaxTrials, "the most trials the sweep file may make; a larger sweep is refused before anything is written (a resumed sweep keeps the size it was accepted at)")
+	fs.IntVar(&f.maxTrials, "max-trials", sweep.DefaultMaxTrials, "the most trials the sweep file may make; a larger sweep is refused before anything is written (a resumed sweep keeps the size it was accepted at)")
 	fs.DurationVar(&f.cfg.MinResidence, "min-residence", 0, "the least time a trial keeps its device-memory budget before a trial of equal priority may park it (0: 10s)")
 	f.memory.register(fs, "trials'", "")
 	f.worker.register(fs, "a trial's tolaria-worker")
@@ -58,7 +58,7 @@ func newSweepCmd() *cobra.Command {
 
 // sweepFlags are the sweep's flags, read into its configuration.
 type sweepFlags struct {
-	cfg       coordinator.SweepConfig
+	cfg       sweep.Config
 	place     placementFlags
 	memory    memoryFlag
 	maxTrials int
@@ -69,7 +69,7 @@ type sweepFlags struct {
 
 // config checks the flags and reads the sweep file (path), or with
 // --resume the sweep saved in --sweep-dir.
-func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (coordinator.SweepConfig, error) {
+func (f *sweepFlags) config(fs *pflag.FlagSet, path string) (sweep.Config, error) {
 	cfg := f.cfg
 	var err error
 	if err = errors.Join(checkDevice(cfg.Device), f.worker.check(), f.metrics.check(), f.place.check(fs, "")); err != nil {
@@ -108,7 +108,7 @@ func runSweep(ctx context.Context, cmd *cobra.Command, f *sweepFlags, path strin
 	cfg.Version = version()
 	out := progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
 	return sweep.Execute(ctx, cfg, sweep.Options{
-		View:    func(trials []coordinator.Trial) sweep.View { return progress.NewSweepView(out, trials) },
+		View:    func(trials []sweep.Trial) sweep.View { return progress.NewSweepView(out, trials) },
 		Devices: f.place.chooser(f.worker),
 		Linger:  f.metrics.linger,
 	})

@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/docs/cli"
 	"github.com/tolaria-ml/tolaria/internal/field"
@@ -112,9 +112,9 @@ const writtenAnnotation = "tolaria.written"
 // resolve reads flags, TOLARIA_* variables and the YAML file into the
 // run's request (see jobconfig.Resolve) and returns the warnings to log.
 // The coordinator validates the job; t's groups check their own flags.
-func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, error) {
+func resolve(fs *pflag.FlagSet, t *trainFlags) (train.Request, []string, error) {
 	src := jobconfig.Sources{Flags: map[field.Name]any{}, Env: os.Environ(), OtherEnv: otherEnv,
-		Extra: extraKeys, RunConfig: coordinator.ConfigFile, FlagName: func(k field.Name) string { return "--" + flagName(k) }}
+		Extra: extraKeys, RunConfig: rundir.ConfigFile, FlagName: func(k field.Name) string { return "--" + flagName(k) }}
 	src.File, _ = fs.GetString("config")
 	if src.File == "" {
 		src.File = os.Getenv("TOLARIA_CONFIG")
@@ -129,7 +129,7 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 		_ = fs.SetAnnotation(flagName(key), writtenAnnotation, []string{written})
 	}
 	if err != nil {
-		return coordinator.Request{}, nil, refusal.Config(err)
+		return train.Request{}, nil, refusal.Config(err)
 	}
 	// The shared groups read their flags: those no flag gave take the
 	// value of the environment or the file.
@@ -139,13 +139,13 @@ func resolve(fs *pflag.FlagSet, t *trainFlags) (coordinator.Request, []string, e
 			continue
 		}
 		if err := fs.Lookup(flagName(key)).Value.Set(v); err != nil {
-			return coordinator.Request{}, nil, usagef("--%s: cannot use %q (set by %s): %v", flagName(key), v, c.Source(key), err)
+			return train.Request{}, nil, usagef("--%s: cannot use %q (set by %s): %v", flagName(key), v, c.Source(key), err)
 		}
 	}
 	if err := errors.Join(t.worker.check(), t.metrics.check()); err != nil {
-		return coordinator.Request{}, nil, err
+		return train.Request{}, nil, err
 	}
-	req := coordinator.Request{Spec: c.Spec, MetricsAddr: t.metrics.addr, Placement: coordinator.Placement{Isolate: t.isolate,
+	req := train.Request{Spec: c.Spec, MetricsAddr: t.metrics.addr, Placement: train.Placement{Isolate: t.isolate,
 		Worker: t.worker.path, WorkerStart: t.worker.start, HeartbeatTimeout: t.worker.heartbeat}}
 	req.SummaryJSON, _ = fs.GetString("summary-json")
 	return req, c.Warnings, nil

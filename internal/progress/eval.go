@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
 	"github.com/tolaria-ml/tolaria/internal/field"
 )
 
@@ -22,8 +22,8 @@ type Eval struct {
 // NewEval shows an evaluation on w.
 func NewEval(w io.Writer) *Eval { return &Eval{w: w, Examples: "examples"} }
 
-// Shard takes a shard attempt that ended (coordinator.EvalRequest.Progress).
-func (v *Eval) Shard(p coordinator.EvalProgress) {
+// Shard takes a shard attempt that ended (eval.Request.Progress).
+func (v *Eval) Shard(p eval.Progress) {
 	if p.Err == nil {
 		fmt.Fprintf(v.w, "shard %d (of %d)%s: %d %s scored in %.1fs\n", p.Shard, p.Shards, on(p.Device), p.Samples, v.Examples, p.Seconds)
 		return
@@ -48,7 +48,7 @@ func on(device string) string {
 // resumed one which shard files it keeps and why others are scored again
 // (their reasons' keys respelled by spell); a token model's shards score
 // windows, and their lines say so from here on.
-func (v *Eval) Plan(e *coordinator.Evaluation, req coordinator.EvalRequest, spell func(field.Name) string) {
+func (v *Eval) Plan(e *eval.Run, req eval.Request, spell func(field.Name) string) {
 	what := v.Examples
 	if e.Positions() > 0 {
 		v.Examples = "windows"
@@ -92,7 +92,7 @@ func (v *Eval) resume(kept []int, rescored map[int]error, shards int, spell func
 
 // EvalReport prints an evaluation's figures: a token model's per token,
 // with its accuracy at a few positions of the context.
-func EvalReport(w io.Writer, rep *coordinator.EvalReport) {
+func EvalReport(w io.Writer, rep *eval.Report) {
 	seq := rep.Sequence
 	if seq == nil {
 		fmt.Fprintf(w, "accuracy %.4f  loss %.6f  (%d examples, %s split, checkpoint step %d, %s)\n",
@@ -117,8 +117,8 @@ func EvalReport(w io.Writer, rep *coordinator.EvalReport) {
 // written, or for one some of whose shards failed (err a
 // ShardsFailedError with a partial result) the figures over the others,
 // marked partial. Another failure prints nothing.
-func EvalResult(w io.Writer, rep *coordinator.EvalReport, err error, runDir string) {
-	var failed *coordinator.ShardsFailedError
+func EvalResult(w io.Writer, rep *eval.Report, err error, runDir string) {
+	var failed *eval.ShardsFailedError
 	switch {
 	case rep == nil:
 	case errors.As(err, &failed) && failed.Partial != "":
@@ -128,7 +128,7 @@ func EvalResult(w io.Writer, rep *coordinator.EvalReport, err error, runDir stri
 	case err != nil:
 	default:
 		EvalReport(w, rep)
-		fmt.Fprintf(w, "results %s/%s\n", runDir, coordinator.EvalJSON)
+		fmt.Fprintf(w, "results %s/%s\n", runDir, eval.JSONFile)
 		if rep.Predictions != "" {
 			fmt.Fprintf(w, "predictions %s\n", filepath.Join(runDir, rep.Predictions))
 		}

@@ -16,6 +16,10 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
+	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -44,7 +48,7 @@ func TrainSummary(w io.Writer, s trainer.Summary, accuracy bool, runDir string) 
 
 // TrainStopped says where a stopped run stands and how to go on; how says
 // what stopped it ("interrupted", or --max-steps).
-func TrainStopped(w io.Writer, dir *coordinator.RunDir, sum trainer.Summary, how string) {
+func TrainStopped(w io.Writer, dir *rundir.Dir, sum trainer.Summary, how string) {
 	// sum.Steps counts the whole run, a resumed one included.
 	if sum.Steps > sum.ResumedFromStep {
 		fmt.Fprintf(w, "tolaria: %s after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
@@ -62,7 +66,7 @@ func TrainStopped(w io.Writer, dir *coordinator.RunDir, sum trainer.Summary, how
 // TrainFailed says why a run failed and, when its checkpoint can be
 // resumed from, the command that continues it. A worker's refusal of what
 // the user gave (refused) gets no hint: the same command would fail again.
-func TrainFailed(w io.Writer, err error, interrupted, refused bool, dir *coordinator.RunDir) {
+func TrainFailed(w io.Writer, err error, interrupted, refused bool, dir *rundir.Dir) {
 	var we *worker.Error
 	switch {
 	case interrupted:
@@ -72,7 +76,7 @@ func TrainFailed(w io.Writer, err error, interrupted, refused bool, dir *coordin
 		if refused {
 			return
 		}
-		var wf *coordinator.WorkerFailure
+		var wf *train.WorkerFailure
 		if errors.As(err, &wf) {
 			fmt.Fprintln(w, wf.Note())
 		}
@@ -85,7 +89,7 @@ func TrainFailed(w io.Writer, err error, interrupted, refused bool, dir *coordin
 }
 
 // SweepResults prints a sweep's ranked trials.
-func SweepResults(w io.Writer, r coordinator.Results, dir string) {
+func SweepResults(w io.Writer, r sweep.Results, dir string) {
 	width := len("trial")
 	for _, t := range r.Trials {
 		width = max(width, len(t.Name))
@@ -103,11 +107,11 @@ func SweepResults(w io.Writer, r coordinator.Results, dir string) {
 		}
 		fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", rank, width, t.Name, t.State, value)
 	}
-	fmt.Fprintf(w, "results %s/%s\n", dir, coordinator.ResultsJSON)
+	fmt.Fprintf(w, "results %s/%s\n", dir, sweep.ResultsJSON)
 }
 
 // RLSummary prints an RL run's agents, one row each.
-func RLSummary(w io.Writer, s coordinator.RLSummary) {
+func RLSummary(w io.Writer, s rl.Summary) {
 	switch {
 	case s.Env != "" && s.Goal.Episodes == 0 && len(s.ScriptedBaseline) > 0:
 		each := make([]string, len(s.ScriptedBaseline))
@@ -128,7 +132,7 @@ func RLSummary(w io.Writer, s coordinator.RLSummary) {
 		if a.Evaluations > 0 {
 			greedy = fmt.Sprintf("%.1f", a.BestEvalMeanReturn)
 		}
-		if a.Episodes >= coordinator.MeanEpisodes {
+		if a.Episodes >= rl.MeanEpisodes {
 			best = fmt.Sprintf("%.1f", a.BestMeanReturn) // none before a full window
 		}
 		fmt.Fprintf(w, "%-5d  %-11s  %8d  %9.1f  %9s  %11s  %9d  %s\n", a.Agent, a.State, a.Episodes, a.MeanReturn, best, greedy, a.EnvSteps, solved)
@@ -136,7 +140,7 @@ func RLSummary(w io.Writer, s coordinator.RLSummary) {
 			fmt.Fprintf(w, "       %s\n", FirstLine(a.Reason, 200))
 		}
 	}
-	fmt.Fprintf(w, "summary %s/%s\n", s.Dir, coordinator.SummaryFile)
+	fmt.Fprintf(w, "summary %s/%s\n", s.Dir, rundir.SummaryFile)
 }
 
 // PlotFile is the return-curve chart DrawReturns writes into a run

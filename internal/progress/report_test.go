@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -33,7 +37,7 @@ func TestTrainSummary(t *testing.T) {
 
 func TestTrainStopped(t *testing.T) {
 	dir := t.TempDir()
-	rd, err := coordinator.PlanRunDir(dir, false, time.Now())
+	rd, err := rundir.Plan(dir, false, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +80,9 @@ func TestShellCommand(t *testing.T) {
 func TestSweepResults(t *testing.T) {
 	v := 0.91234
 	var b bytes.Buffer
-	SweepResults(&b, coordinator.Results{RankBy: "test_accuracy", Trials: []coordinator.TrialResult{
-		{Rank: 1, Name: "lr-0.1", State: coordinator.TrialSucceeded, Value: &v},
-		{Name: "a-much-longer-name", State: coordinator.TrialFailed, Reason: "worker exited\nlog tail"},
+	SweepResults(&b, sweep.Results{RankBy: "test_accuracy", Trials: []sweep.TrialResult{
+		{Rank: 1, Name: "lr-0.1", State: sweep.TrialSucceeded, Value: &v},
+		{Name: "a-much-longer-name", State: sweep.TrialFailed, Reason: "worker exited\nlog tail"},
 	}}, "sweeps/x")
 	want := "rank  trial               state        test_accuracy\n" +
 		"1     lr-0.1              succeeded    0.9123\n" +
@@ -93,9 +97,9 @@ func TestSweepResults(t *testing.T) {
 // evaluation, solved only when solved, and a reason under its agent.
 func TestRLSummary(t *testing.T) {
 	var b bytes.Buffer
-	s := coordinator.RLSummary{Dir: "runs/rl", Env: "CartPole-v1", Agents: []coordinator.AgentStatus{
-		{Agent: 0, State: coordinator.AgentSucceeded, Episodes: 150, MeanReturn: 480, BestMeanReturn: 490, Evaluations: 2, BestEvalMeanReturn: 500, EnvSteps: 9000, SolvedAt: 8000},
-		{Agent: 1, State: coordinator.AgentFailed, Episodes: 10, MeanReturn: 20, EnvSteps: 300, SolvedAt: -1, Reason: "learner: NaN loss\nmore"},
+	s := rl.Summary{Dir: "runs/rl", Env: "CartPole-v1", Agents: []rl.AgentStatus{
+		{Agent: 0, State: rl.AgentSucceeded, Episodes: 150, MeanReturn: 480, BestMeanReturn: 490, Evaluations: 2, BestEvalMeanReturn: 500, EnvSteps: 9000, SolvedAt: 8000},
+		{Agent: 1, State: rl.AgentFailed, Episodes: 10, MeanReturn: 20, EnvSteps: 300, SolvedAt: -1, Reason: "learner: NaN loss\nmore"},
 	}}
 	s.Goal.Return, s.Goal.Episodes = 475, 100
 	RLSummary(&b, s)
@@ -116,8 +120,8 @@ func TestRLSummary(t *testing.T) {
 // the scripted baseline each agent must beat instead.
 func TestRLSummaryScriptedBaseline(t *testing.T) {
 	var b bytes.Buffer
-	RLSummary(&b, coordinator.RLSummary{Dir: "runs/rl", Env: "Forage", ScriptedBaseline: []float64{30.48, 28.94},
-		Agents: []coordinator.AgentStatus{{Agent: 0, State: coordinator.AgentSucceeded, SolvedAt: -1}}})
+	RLSummary(&b, rl.Summary{Dir: "runs/rl", Env: "Forage", ScriptedBaseline: []float64{30.48, 28.94},
+		Agents: []rl.AgentStatus{{Agent: 0, State: rl.AgentSucceeded, SolvedAt: -1}}})
 	want := "env Forage: no goal of its own; the agents must beat the scripted baseline, whose mean return over the greedy evaluation's episodes is 30.48 (agent 0), 28.94 (agent 1)\n"
 	if got := b.String(); !strings.HasPrefix(got, want) {
 		t.Errorf("the summary starts\n%s\nwant\n%s", got, want)
@@ -128,14 +132,14 @@ func TestRLSummaryScriptedBaseline(t *testing.T) {
 // figures marked partial; another failure nothing. A token model's
 // accuracy is shown at five positions of the context.
 func TestEvalResult(t *testing.T) {
-	rep := &coordinator.EvalReport{Accuracy: 0.5, Loss: 1.25, Samples: 100, Split: "test", Step: 7, Workers: 2, Predictions: "predictions.parquet"}
+	rep := &eval.Report{Accuracy: 0.5, Loss: 1.25, Samples: 100, Split: "test", Step: 7, Workers: 2, Predictions: "predictions.parquet"}
 	var b bytes.Buffer
 	EvalResult(&b, rep, nil, "runs/x")
 	if want := "accuracy 0.5000  loss 1.250000  (100 examples, test split, checkpoint step 7, 2 workers)\nresults runs/x/eval.json\npredictions runs/x/predictions.parquet\n"; b.String() != want {
 		t.Errorf("complete:\n%s\nwant\n%s", b.String(), want)
 	}
 	b.Reset()
-	EvalResult(&b, rep, &coordinator.ShardsFailedError{Missing: []int{1}, Partial: "runs/x/eval.partial.json"}, "runs/x")
+	EvalResult(&b, rep, &eval.ShardsFailedError{Missing: []int{1}, Partial: "runs/x/eval.partial.json"}, "runs/x")
 	if got := b.String(); !strings.HasPrefix(got, "partial: accuracy 0.5000") || !strings.HasSuffix(got, "partial results runs/x/eval.partial.json\n") {
 		t.Errorf("partial:\n%s", got)
 	}
@@ -144,7 +148,7 @@ func TestEvalResult(t *testing.T) {
 	if b.Len() != 0 {
 		t.Errorf("a failure printed %q", b.String())
 	}
-	seq := &coordinator.EvalReport{Accuracy: 0.5, Loss: 1, Samples: 3, Split: "test", Workers: 1, Sequence: &coordinator.SequenceFigures{
+	seq := &eval.Report{Accuracy: 0.5, Loss: 1, Samples: 3, Split: "test", Workers: 1, Sequence: &eval.SequenceFigures{
 		Positions: 9, Tokens: 27, BitsPerByte: 1.44, PositionAccuracy: []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}}}
 	b.Reset()
 	EvalReport(&b, seq)

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
 )
 
 // rlLineEvery is how often a piped run prints each running agent's line.
@@ -22,7 +22,7 @@ type RL struct {
 	total int // environment steps per agent
 
 	mu    sync.Mutex
-	st    []coordinator.AgentStatus
+	st    []rl.AgentStatus
 	shown []time.Time // when each agent's line was last printed (piped)
 	seen  []bool      // whether each agent has sent a status yet
 }
@@ -30,9 +30,9 @@ type RL struct {
 // NewRL shows agents agents of totalSteps environment steps each on w.
 func NewRL(w io.Writer, agents, totalSteps int) *RL {
 	v := &RL{table: NewTable(w, false), total: totalSteps,
-		st: make([]coordinator.AgentStatus, agents), shown: make([]time.Time, agents), seen: make([]bool, agents)}
+		st: make([]rl.AgentStatus, agents), shown: make([]time.Time, agents), seen: make([]bool, agents)}
 	for i := range v.st {
-		v.st[i] = coordinator.AgentStatus{Agent: i, State: coordinator.AgentStarting, SolvedAt: -1}
+		v.st[i] = rl.AgentStatus{Agent: i, State: rl.AgentStarting, SolvedAt: -1}
 	}
 	return v
 }
@@ -57,8 +57,8 @@ func (v *RL) Start() {
 	}
 }
 
-// Update takes one change of an agent (coordinator.RLRequest.Report).
-func (v *RL) Update(s coordinator.AgentStatus) {
+// Update takes one change of an agent (rl.Request.Report).
+func (v *RL) Update(s rl.AgentStatus) {
 	v.mu.Lock()
 	prev := v.st[s.Agent]
 	v.st[s.Agent] = s
@@ -81,17 +81,17 @@ func (v *RL) Update(s coordinator.AgentStatus) {
 	switch {
 	case restarted:
 		v.table.Printf("agent %d: actor failed; started again (restart %d)\n", s.Agent, s.ActorRestarts)
-	case s.State == coordinator.AgentSucceeded && s.SolvedAt >= 0:
+	case s.State == rl.AgentSucceeded && s.SolvedAt >= 0:
 		v.table.Printf("agent %d: finished: solved at env step %d (a greedy mean of %.1f); %d episodes, mean return of the last 100 %.1f, %d env steps, %d learner steps\n",
 			s.Agent, s.SolvedAt, s.BestEvalMeanReturn, s.Episodes, s.MeanReturn, s.EnvSteps, s.LearnerSteps)
-	case s.State == coordinator.AgentSucceeded:
+	case s.State == rl.AgentSucceeded:
 		best := "" // none before a full window of episodes
-		if s.Episodes >= coordinator.MeanEpisodes {
+		if s.Episodes >= rl.MeanEpisodes {
 			best = fmt.Sprintf(" (best %.1f)", s.BestMeanReturn)
 		}
 		v.table.Printf("agent %d: finished: %d episodes, mean return of the last %d %.1f%s, %d env steps, %d learner steps\n",
-			s.Agent, s.Episodes, min(s.Episodes, coordinator.MeanEpisodes), s.MeanReturn, best, s.EnvSteps, s.LearnerSteps)
-	case s.State == coordinator.AgentFailed || s.State == coordinator.AgentInterrupted:
+			s.Agent, s.Episodes, min(s.Episodes, rl.MeanEpisodes), s.MeanReturn, best, s.EnvSteps, s.LearnerSteps)
+	case s.State == rl.AgentFailed || s.State == rl.AgentInterrupted:
 		v.table.Printf("agent %d: %s: %s\n", s.Agent, s.State, OneLine(s.Reason))
 	case s.State != prev.State && s.Episodes > 0:
 		v.table.Printf("agent %d: %s: resumed after %d episodes (mean-100 %.1f)\n", s.Agent, s.State, s.Episodes, s.MeanReturn)
@@ -103,11 +103,11 @@ func (v *RL) Update(s coordinator.AgentStatus) {
 	}
 }
 
-func (v *RL) drawRow(s, prev coordinator.AgentStatus, restarted bool) {
+func (v *RL) drawRow(s, prev rl.AgentStatus, restarted bool) {
 	switch s.State {
-	case coordinator.AgentSucceeded:
+	case rl.AgentSucceeded:
 		v.table.Done(s.Agent)
-	case coordinator.AgentFailed, coordinator.AgentInterrupted:
+	case rl.AgentFailed, rl.AgentInterrupted:
 		if s.State != prev.State {
 			v.table.Printf("agent %d: %s: %s\n", s.Agent, s.State, FirstLine(s.Reason, 200))
 		}
@@ -121,7 +121,7 @@ func (v *RL) drawRow(s, prev coordinator.AgentStatus, restarted bool) {
 }
 
 // greedyText is the last greedy evaluation's mean return, "-" before one.
-func greedyText(s coordinator.AgentStatus) string {
+func greedyText(s rl.AgentStatus) string {
 	if s.Evaluations == 0 {
 		return "-"
 	}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -25,7 +25,7 @@ type Sweep struct {
 // trialRow is what the table shows of one trial.
 type trialRow struct {
 	name     string
-	state    coordinator.TrialState
+	state    sweep.TrialState
 	device   string
 	attempt  int
 	progress trainer.Progress
@@ -36,10 +36,10 @@ type trialRow struct {
 }
 
 // NewSweep shows trials on w.
-func NewSweep(w io.Writer, trials []coordinator.Trial) *Sweep {
+func NewSweep(w io.Writer, trials []sweep.Trial) *Sweep {
 	v := &Sweep{table: NewTable(w, false), width: len("trial")}
 	for _, t := range trials {
-		v.rows = append(v.rows, &trialRow{name: t.Name, state: coordinator.TrialPending})
+		v.rows = append(v.rows, &trialRow{name: t.Name, state: sweep.TrialPending})
 		v.width = max(v.width, len(t.Name))
 	}
 	v.width = min(v.width, 40)
@@ -74,15 +74,15 @@ func (v *Sweep) rowText(r *trialRow) string {
 		loss = fmt.Sprintf("%.4f", p.Loss)
 		acc = fmt.Sprintf("%.4f", r.accuracy)
 		rate = fmt.Sprintf("%.0f", p.SamplesPerSecond)
-		if r.state == coordinator.TrialRunning {
+		if r.state == sweep.TrialRunning {
 			eta = etaText(r.started, done(p))
 		}
 	}
 	state := string(r.state)
 	switch {
-	case r.parked && r.state == coordinator.TrialRunning:
+	case r.parked && r.state == sweep.TrialRunning:
 		state = "parked"
-	case r.waiting && r.state == coordinator.TrialRunning:
+	case r.waiting && r.state == sweep.TrialRunning:
 		state = "waiting"
 	}
 	return fmt.Sprintf("%-*s  %-11s  %-7s  %9s  %8s  %10s  %8s ", v.width, name, state, epoch, loss, acc, rate, eta)
@@ -107,11 +107,11 @@ func etaText(started time.Time, frac float64) string {
 	return left.Round(time.Second).String()
 }
 
-// Update takes one change of a trial (coordinator.SweepConfig.Report).
-func (v *Sweep) Update(u coordinator.TrialUpdate) {
+// Update takes one change of a trial (sweep.Config.Report).
+func (v *Sweep) Update(u sweep.TrialUpdate) {
 	v.mu.Lock()
 	r := v.rows[u.Index]
-	first := u.State == coordinator.TrialRunning && u.Progress == nil && u.Budget == nil
+	first := u.State == sweep.TrialRunning && u.Progress == nil && u.Budget == nil
 	if first {
 		r.started, r.progress, r.accuracy = time.Now(), trainer.Progress{}, 0
 	}
@@ -123,7 +123,7 @@ func (v *Sweep) Update(u coordinator.TrialUpdate) {
 		if !r.waiting {
 			r.started = time.Now() // the time left counts from the grant
 		}
-	case u.State != coordinator.TrialRunning:
+	case u.State != sweep.TrialRunning:
 		r.waiting, r.parked = false, false
 	}
 	r.state, r.attempt = u.State, u.Attempt
@@ -136,7 +136,7 @@ func (v *Sweep) Update(u coordinator.TrialUpdate) {
 			r.accuracy = u.Progress.TestAccuracy
 		}
 	}
-	if s := u.Result; s != nil && s.Summary != nil && s.State == coordinator.TrialSucceeded {
+	if s := u.Result; s != nil && s.Summary != nil && s.State == sweep.TrialSucceeded {
 		r.accuracy = s.Summary.TestAccuracy
 	}
 	row := *r
@@ -148,9 +148,9 @@ func (v *Sweep) Update(u coordinator.TrialUpdate) {
 	v.line(u, row, first)
 }
 
-func (v *Sweep) drawRow(u coordinator.TrialUpdate, r trialRow) {
+func (v *Sweep) drawRow(u sweep.TrialUpdate, r trialRow) {
 	switch {
-	case u.Result != nil && u.Result.State == coordinator.TrialSucceeded:
+	case u.Result != nil && u.Result.State == sweep.TrialSucceeded:
 		v.table.Done(u.Index)
 	case u.Result != nil:
 		if u.Result.Reason != "" {
@@ -165,7 +165,7 @@ func (v *Sweep) drawRow(u coordinator.TrialUpdate, r trialRow) {
 
 // line prints one event: a start, a budget's wait, grant or parking, an
 // epoch's end or a trial's end.
-func (v *Sweep) line(u coordinator.TrialUpdate, r trialRow, first bool) {
+func (v *Sweep) line(u sweep.TrialUpdate, r trialRow, first bool) {
 	switch {
 	case first:
 		v.table.Printf("trial %s: started on %s (attempt %d)\n", r.name, r.device, r.attempt)
@@ -181,7 +181,7 @@ func (v *Sweep) line(u coordinator.TrialUpdate, r trialRow, first bool) {
 		p := u.Progress
 		v.table.Printf("trial %s: epoch %d/%d: loss %.4f, test accuracy %.4f, %.0f samples/s\n",
 			r.name, p.Epoch, p.Epochs, p.Loss, p.TestAccuracy, p.SamplesPerSecond)
-	case u.Result != nil && u.Result.State == coordinator.TrialSucceeded:
+	case u.Result != nil && u.Result.State == sweep.TrialSucceeded:
 		s := u.Result.Summary
 		v.table.Printf("trial %s: succeeded in %.1fs: test accuracy %.4f, test loss %.4f, params sha256 %s\n",
 			r.name, u.Result.Seconds, s.TestAccuracy, s.TestLoss, s.ParamsSHA256)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -14,17 +14,17 @@ import (
 // epoch's end, a trial's end) and nothing for the progress in between.
 func TestSweepLines(t *testing.T) {
 	var b bytes.Buffer
-	v := NewSweep(&b, []coordinator.Trial{{Name: "a"}, {Name: "b"}})
+	v := NewSweep(&b, []sweep.Trial{{Name: "a"}, {Name: "b"}})
 	v.Start()
-	ok := coordinator.TrialResult{Name: "a", State: coordinator.TrialSucceeded, Seconds: 1.5,
+	ok := sweep.TrialResult{Name: "a", State: sweep.TrialSucceeded, Seconds: 1.5,
 		Summary: &trainer.Summary{TestAccuracy: 0.9, TestLoss: 0.3, ParamsSHA256: "abc"}}
-	failed := coordinator.TrialResult{Name: "b", State: coordinator.TrialFailed, Reason: "worker exited\nwith 7"}
-	for _, u := range []coordinator.TrialUpdate{
-		{Trial: "a", Index: 0, State: coordinator.TrialRunning, Device: "cpu", Attempt: 1},
-		{Trial: "a", Index: 0, State: coordinator.TrialRunning, Device: "cpu", Attempt: 1, Progress: &trainer.Progress{Epoch: 1, Epochs: 2, Step: 3, StepsPerEpoch: 8}},
-		{Trial: "a", Index: 0, State: coordinator.TrialRunning, Device: "cpu", Attempt: 1, Progress: &trainer.Progress{Epoch: 1, Epochs: 2, Loss: 0.5, TestAccuracy: 0.8, SamplesPerSecond: 100, EpochDone: true}},
-		{Trial: "a", Index: 0, State: coordinator.TrialSucceeded, Device: "cpu", Result: &ok},
-		{Trial: "b", Index: 1, State: coordinator.TrialFailed, Device: "cpu", Result: &failed},
+	failed := sweep.TrialResult{Name: "b", State: sweep.TrialFailed, Reason: "worker exited\nwith 7"}
+	for _, u := range []sweep.TrialUpdate{
+		{Trial: "a", Index: 0, State: sweep.TrialRunning, Device: "cpu", Attempt: 1},
+		{Trial: "a", Index: 0, State: sweep.TrialRunning, Device: "cpu", Attempt: 1, Progress: &trainer.Progress{Epoch: 1, Epochs: 2, Step: 3, StepsPerEpoch: 8}},
+		{Trial: "a", Index: 0, State: sweep.TrialRunning, Device: "cpu", Attempt: 1, Progress: &trainer.Progress{Epoch: 1, Epochs: 2, Loss: 0.5, TestAccuracy: 0.8, SamplesPerSecond: 100, EpochDone: true}},
+		{Trial: "a", Index: 0, State: sweep.TrialSucceeded, Device: "cpu", Result: &ok},
+		{Trial: "b", Index: 1, State: sweep.TrialFailed, Device: "cpu", Result: &failed},
 	} {
 		v.Update(u)
 	}
@@ -64,11 +64,11 @@ func startedAgo(seconds int) time.Time { return time.Now().Add(-time.Duration(se
 // and in the live table's state column, until the grant.
 func TestSweepShowsWaitingTrials(t *testing.T) {
 	var b bytes.Buffer
-	v := NewSweep(&b, []coordinator.Trial{{Name: "big"}})
-	running := coordinator.TrialUpdate{Trial: "big", Index: 0, State: coordinator.TrialRunning, Device: "cpu", Attempt: 1}
+	v := NewSweep(&b, []sweep.Trial{{Name: "big"}})
+	running := sweep.TrialUpdate{Trial: "big", Index: 0, State: sweep.TrialRunning, Device: "cpu", Attempt: 1}
 	wait, grant := running, running
-	wait.Budget = &coordinator.BudgetUpdate{Waiting: true, Bytes: 3 << 20}
-	grant.Budget = &coordinator.BudgetUpdate{Bytes: 3 << 20, Waited: 1500 * time.Millisecond}
+	wait.Budget = &sweep.BudgetUpdate{Waiting: true, Bytes: 3 << 20}
+	grant.Budget = &sweep.BudgetUpdate{Bytes: 3 << 20, Waited: 1500 * time.Millisecond}
 	v.Update(running)
 	v.Update(wait)
 	if row := v.rowText(v.rows[0]); !strings.Contains(row, "waiting") {
@@ -79,7 +79,7 @@ func TestSweepShowsWaitingTrials(t *testing.T) {
 		t.Errorf("a granted trial's row %q, want running", row)
 	}
 	parked := running
-	parked.Budget = &coordinator.BudgetUpdate{Parked: true, For: "high", Bytes: 3 << 20}
+	parked.Budget = &sweep.BudgetUpdate{Parked: true, For: "high", Bytes: 3 << 20}
 	v.Update(parked)
 	if row := v.rowText(v.rows[0]); !strings.Contains(row, "parked") {
 		t.Errorf("a parked trial's row %q does not say parked", row)

@@ -6,7 +6,10 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/coordinator/eval"
+	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/coordinator/sweep"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -29,12 +32,12 @@ type SweepView struct {
 }
 
 // NewSweepView draws trials on s.Stderr and the ranking on s.Stdout.
-func NewSweepView(s Streams, trials []coordinator.Trial) SweepView {
+func NewSweepView(s Streams, trials []sweep.Trial) SweepView {
 	return SweepView{NewSweep(s.Stderr, trials), s}
 }
 
 // Results prints the ranking.
-func (v SweepView) Results(r coordinator.Results, dir string) { SweepResults(v.Stdout, r, dir) }
+func (v SweepView) Results(r sweep.Results, dir string) { SweepResults(v.Stdout, r, dir) }
 
 // DryRun prints what Slurm would be given.
 func (v SweepView) DryRun(script string, command []string) error {
@@ -57,18 +60,18 @@ func NewEvalView(s Streams, runDir string, spell func(field.Name) string) EvalVi
 }
 
 // Plan says what the evaluation is about to score (see Eval.Plan).
-func (v EvalView) Plan(e *coordinator.Evaluation, req coordinator.EvalRequest) {
+func (v EvalView) Plan(e *eval.Run, req eval.Request) {
 	v.Eval.Plan(e, req, v.spell)
 }
 
 // Result prints the figures, or the partial ones (see EvalResult).
-func (v EvalView) Result(rep *coordinator.EvalReport, err error, runDir string) {
+func (v EvalView) Result(rep *eval.Report, err error, runDir string) {
 	EvalResult(v.Stdout, rep, err, runDir)
 }
 
 // DryRun prints what Slurm would be given.
 func (v EvalView) DryRun(script string, command []string) error {
-	return DryRun(v.Stdout, filepath.Join(v.runDir, coordinator.EvalDir, "slurm"))(script, command)
+	return DryRun(v.Stdout, filepath.Join(v.runDir, eval.Dir, "slurm"))(script, command)
 }
 
 // RLView shows an RL run: its agents' rows and their summary.
@@ -84,7 +87,7 @@ func NewRLView(s Streams, agents, totalSteps int) RLView {
 }
 
 // Summary prints the agents' summary (see RLSummary).
-func (v RLView) Summary(s coordinator.RLSummary) { RLSummary(v.Stdout, s) }
+func (v RLView) Summary(s rl.Summary) { RLSummary(v.Stdout, s) }
 
 // Plot draws every agent's return curve (see DrawReturns).
 func (v RLView) Plot(ctx context.Context, runDir string) {
@@ -113,7 +116,7 @@ func (v TrainView) Summary(sum trainer.Summary, accuracy bool, runDir string) {
 
 // Stopped says where a stopped run stands (see TrainStopped): interrupted,
 // or stopped at --max-steps.
-func (v TrainView) Stopped(dir *coordinator.RunDir, sum trainer.Summary, interrupted bool, maxSteps int) {
+func (v TrainView) Stopped(dir *rundir.Dir, sum trainer.Summary, interrupted bool, maxSteps int) {
 	how := "interrupted"
 	if !interrupted && maxSteps > 0 {
 		how = fmt.Sprintf("stopped at --max-steps %d", maxSteps)
@@ -122,6 +125,6 @@ func (v TrainView) Stopped(dir *coordinator.RunDir, sum trainer.Summary, interru
 }
 
 // Failed says why the run failed (see TrainFailed).
-func (v TrainView) Failed(err error, interrupted bool, dir *coordinator.RunDir) {
+func (v TrainView) Failed(err error, interrupted bool, dir *rundir.Dir) {
 	TrainFailed(v.Stderr, err, interrupted, v.refused(err), dir)
 }
