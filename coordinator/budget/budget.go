@@ -132,8 +132,9 @@ type Ask struct {
 	Park func(Eviction)
 	// Continues, when set, is the idle booking (Ticket.Keep) of the kept
 	// worker that makes this request: what that worker still holds counts
-	// toward the request, booked once. The booking ends here, granted or
-	// not; one already released is ignored.
+	// toward the request, booked once, and the request goes before every
+	// waiting one (granted when it fits, else first in the queue). The
+	// booking ends here, granted or not; one already released is ignored.
 	Continues *Ticket
 }
 
@@ -296,8 +297,11 @@ func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
 	b.asked++
 	t = &Ticket{b: b, ask: a, led: led, seq: b.asked, queued: b.cfg.Now()}
 	t.ask.Continues = nil
+	// A request that continues a kept worker's booking is its worker's
+	// next: it goes before those that wait (some may wait for that very
+	// worker to close, which it will not while it serves this request).
 	continued := led.continues(t, a.Continues)
-	if !led.waitsAhead(t) && led.fits(t) {
+	if (continued || !led.waitsAhead(t)) && led.fits(t) {
 		g = led.grant(t, t.queued) // waited no time
 		if continued {
 			// A reclaim under way frees nothing now, and room given back
@@ -306,7 +310,11 @@ func (b *Broker) Ask(a Ask) (t *Ticket, g Grant, granted bool, err error) {
 		}
 		return t, g, true, nil
 	}
-	led.enqueue(t)
+	if continued {
+		led.queue = slices.Insert(led.queue, 0, t)
+	} else {
+		led.enqueue(t)
+	}
 	park = b.evict(led)
 	return t, Grant{}, false, nil
 }

@@ -627,3 +627,43 @@ func TestBrokerReclaimsAnIdleKeptWorkerFirst(t *testing.T) {
 		t.Fatalf("books after every release: %+v", bk)
 	}
 }
+
+// TestBrokerServesAContinuedBookingFirst: a kept worker taken for its next
+// request while another request waits for room (which reclaiming that
+// worker's idle booking would have made) does not wait behind it: its
+// request, continuing the booking, is granted when it fits, and otherwise
+// waits first in the queue; the other gets the room once the worker's
+// booking is given back.
+func TestBrokerServesAContinuedBookingFirst(t *testing.T) {
+	r := newRecencyBroker(t)
+	pool := trainer.Bill{Parameters: 200, Gradients: 300} // 500 at work, 300 idle
+	h, _, _, _ := r.b.Ask(Ask{Holder: "shard", Kind: "evaluation shard", Device: "cpu", Bill: billOf(200), Free: 1 << 40})
+	a, _, _, _ := r.b.Ask(Ask{Holder: "a", Device: "cpu", Bill: pool, Free: 1 << 40})
+	idle := r.keep(a, "kept worker 1", pool)
+	z := r.ask("z", 600, 0)
+	r.expect("z asks (660 of 500 left)", "reclaim kept worker 1 for z")
+	// The worker was taken for b before it could close: b continues its
+	// booking and, fitting, is granted though z waits.
+	b, g, now, err := r.b.Ask(Ask{Holder: "b", Device: "cpu", Bill: pool, Free: 1 << 40, Continues: idle})
+	if err != nil || !now || g.Granted != 700 {
+		t.Fatalf("b on the kept worker while z waits: granted %v %+v, %v; want its 500 bytes booked once, beside the shard's 200", now, g, err)
+	}
+	idle = r.keep(b, "kept worker 1", pool)
+	r.expect("b ended: its booking is reclaimed for z", "reclaim kept worker 1 for z")
+	// Taken again, for c, which needs 660 more than its worker's 300 with
+	// 500 left: it waits, first.
+	c, _, now, _ := r.b.Ask(Ask{Holder: "c", Device: "cpu", Bill: trainer.Bill{Parameters: 600, Gradients: 300}, Free: 1 << 40, Continues: idle,
+		OnGrant: func(Grant) { r.log = append(r.log, "grant c") }})
+	if w := r.b.Waiting("cpu"); now || strings.Join(w, ",") != "c,z" {
+		t.Fatalf("c granted %v, waiting %v; want c to wait first", now, w)
+	}
+	idle.Release() // continued: gives back nothing
+	h.Release()
+	r.expect("the shard ended", "grant c")
+	c.Release()
+	r.expect("c ended", "grant z unpark=false")
+	z.Release()
+	if bk := r.b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 || bk.Waiting != 0 {
+		t.Fatalf("books after every release: %+v", bk)
+	}
+}

@@ -268,6 +268,12 @@ func TestSweepInterruptedWhileWaiting(t *testing.T) {
 // trialBill is the device bytes the sweep's trial named will ask for.
 func trialBill(t *testing.T, cfg Config, name string) int64 {
 	t.Helper()
+	return trialBillParts(t, cfg, name).DeviceBytes()
+}
+
+// trialBillParts is the bill the sweep's trial named will ask with.
+func trialBillParts(t *testing.T, cfg Config, name string) trainer.Bill {
+	t.Helper()
 	for _, tr := range cfg.Sweep.Trials {
 		if tr.Name != name {
 			continue
@@ -285,10 +291,10 @@ func trialBill(t *testing.T, cfg Config, name string) int64 {
 			t.Fatal(err)
 		}
 		defer dev.Close()
-		return plan.Trainer.Bill(dev).DeviceBytes()
+		return plan.Trainer.Bill(dev)
 	}
 	t.Fatalf("no trial %s", name)
-	return 0
+	return trainer.Bill{}
 }
 
 // budgetEvent is one line of a trial's events log.

@@ -2,9 +2,13 @@ package sweep
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
+	"slices"
 	"sync"
 
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/worker"
@@ -12,29 +16,44 @@ import (
 
 // keptWorkers are a sweep's worker processes kept for later trials
 // (Config.ReuseWorkers): each runs one trial at a time, and between
-// trials waits idle for the next on a slot of its device.
+// trials waits idle for the next on a slot of its device. An idle one
+// keeps what it still holds on the device (its context and its graph
+// pool's workspace) booked with the broker; the broker may reclaim that
+// booking for a request that does not fit, and the worker is then closed.
 type keptWorkers struct {
 	mu   sync.Mutex
 	idle []*keptWorker
 	all  []*keptWorker
+	made int // kept workers made, naming them
+	// closing counts the idle workers being closed for the broker.
+	closing sync.WaitGroup
 }
 
 // keptWorker is one kept process, its slot's device, the shape of its
 // last trial and where the running trial's log lines go.
 type keptWorker struct {
 	k      *worker.Kept
+	name   string // its holder's name while idle, e.g. "kept worker 2 on cpu"
 	device string // the slot's, e.g. cpu or cuda:1
 	shape  string
 	stderr io.Writer
+	// booking is what it holds booked while idle (budget.Ticket.Keep): its
+	// last trial's, which the next trial's request continues; nil when it
+	// has none (its trial held no budget), and it is then closed when
+	// given back.
+	booking *budget.Ticket
+	// ending: its trial has ended and it is not yet given back; retire:
+	// the broker reclaimed its booking meanwhile, so it is closed when
+	// given back.
+	ending, retire bool
 }
 
-// take is the kept worker for a trial of spec on slot sl, whose attempt
-// the launcher readied as h: an idle one of the slot's device, the one
-// whose last trial had the trial's shape first, else a new one made with
-// h's settings. nil when h is not a local worker process.
-func (w *keptWorkers) take(sl launch.Slot, spec job.Spec, h *launch.Handle) *keptWorker {
-	p, ok := h.Transport.(*worker.Process)
-	if !ok || sl.Remote() {
+// take is an idle kept worker for a trial of spec on slot sl, taken off
+// the idle list: one of the slot's device, the one whose last trial had
+// the trial's shape first; nil when none waits (or sl is remote). The
+// worker has its device open: the attempt needs no probe.
+func (w *keptWorkers) take(sl launch.Slot, spec job.Spec) *keptWorker {
+	if sl.Remote() {
 		return nil
 	}
 	shape := shapeOf(spec)
@@ -46,36 +65,126 @@ func (w *keptWorkers) take(sl launch.Slot, spec job.Spec, h *launch.Handle) *kep
 			pick = i
 		}
 	}
-	var kw *keptWorker
-	if pick >= 0 {
-		kw = w.idle[pick]
-		w.idle = append(w.idle[:pick], w.idle[pick+1:]...)
-	} else {
-		proc := *p
-		proc.Stderr = nil // each trial's own log, through For
-		kw = &keptWorker{k: &worker.Kept{Process: proc}, device: sl.String()}
-		w.all = append(w.all, kw)
+	if pick < 0 {
+		return nil
 	}
-	kw.shape, kw.stderr = shape, p.Stderr
+	kw := w.idle[pick]
+	w.idle = append(w.idle[:pick], w.idle[pick+1:]...)
+	kw.shape, kw.ending, kw.retire = shape, false, false
 	return kw
 }
 
-// give makes kw idle again, for the next trial on its device.
-func (w *keptWorkers) give(kw *keptWorker) {
+// start is a new kept worker for a trial of spec on slot sl, made with
+// the settings of the attempt the launcher readied as h; nil when h is
+// not a local worker process.
+func (w *keptWorkers) start(sl launch.Slot, spec job.Spec, h *launch.Handle) *keptWorker {
+	p, ok := h.Transport.(*worker.Process)
+	if !ok || sl.Remote() {
+		return nil
+	}
+	proc := *p
+	proc.Stderr = nil // each trial's own log, through For
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.made++
+	kw := &keptWorker{k: &worker.Kept{Process: proc}, name: fmt.Sprintf("kept worker %d on %s", w.made, sl.String()),
+		device: sl.String(), shape: shapeOf(spec)}
+	w.all = append(w.all, kw)
+	return kw
+}
+
+// continued is the booking of kw's trial's request to continue: kw's
+// idle booking, taken with it.
+func (w *keptWorkers) continued(kw *keptWorker) *budget.Ticket {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return kw.booking
+}
+
+// end hears that kw's trial ended: keep books what the worker still
+// holds (nil: nothing), and end releases the booking the trial's request
+// continued when the request did not (it never asked, or was refused).
+func (w *keptWorkers) end(kw *keptWorker, keep func() *budget.Ticket) {
+	w.mu.Lock()
+	kw.ending = true // a reclaim from here on closes it when given back
+	w.mu.Unlock()
+	idle := keep()
+	w.mu.Lock()
+	before := kw.booking
+	kw.booking = idle
+	w.mu.Unlock()
+	if before != nil {
+		before.Release() // continued, it gives back nothing twice
+	}
+}
+
+// reclaim answers the broker, which needs kw's idle booking (for e.For):
+// an idle worker is closed, in the background, and its booking released
+// once it has gone; one whose trial has just ended is closed when given
+// back. One that serves its next trial already is left alone: that
+// trial's request continues the booking.
+func (w *keptWorkers) reclaim(kw *keptWorker, e budget.Eviction, log *slog.Logger) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i := slices.Index(w.idle, kw); i >= 0 {
+		w.idle = slices.Delete(w.idle, i, i+1)
+		w.forget(kw)
+		log.Info("closing an idle kept worker to make room for another", "worker", kw.name, "device", kw.device, "for", e.For)
+		w.closing.Add(1)
+		go func() {
+			defer w.closing.Done()
+			w.close(kw)
+		}()
+		return
+	}
+	if kw.ending {
+		kw.retire = true
+		log.Info("closing a kept worker as its trial ends, to make room for another", "worker", kw.name, "device", kw.device, "for", e.For)
+	}
+}
+
+// give makes kw idle again, for the next trial on its device; a kept
+// worker with no booking, or whose booking the broker reclaimed, is
+// closed instead.
+func (w *keptWorkers) give(kw *keptWorker) {
+	w.mu.Lock()
 	kw.stderr = nil
-	w.idle = append(w.idle, kw)
+	if kw.booking != nil && !kw.retire {
+		w.idle = append(w.idle, kw)
+		w.mu.Unlock()
+		return
+	}
+	w.forget(kw)
+	w.mu.Unlock()
+	w.close(kw)
+}
+
+// forget takes kw off the list of workers; w.mu is held.
+func (w *keptWorkers) forget(kw *keptWorker) {
+	if i := slices.Index(w.all, kw); i >= 0 {
+		w.all = slices.Delete(w.all, i, i+1)
+	}
+}
+
+// close ends kw's process, then gives back its booking: the device's
+// memory is free once the process has gone.
+func (w *keptWorkers) close(kw *keptWorker) {
+	_ = kw.k.Close()
+	if kw.booking != nil {
+		kw.booking.Release()
+	}
 }
 
 // closeAll ends every kept worker; call it once no trial runs.
 func (w *keptWorkers) closeAll() {
+	w.closing.Wait()
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, kw := range w.all {
-		_ = kw.k.Close()
-	}
+	all := w.all
 	w.all, w.idle = nil, nil
+	w.mu.Unlock()
+	for _, kw := range all {
+		w.close(kw)
+	}
 }
 
 // shapeOf is what decides a trial's step signature (the model, its input,

@@ -1,16 +1,25 @@
 package sweep
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/trainer"
+	"github.com/tolaria-ml/tolaria/worker"
 )
 
 // TestReuseWorkersPoolsLaterTrialsBitwise: the same trials with and
@@ -63,5 +72,300 @@ func TestReuseWorkersIsLocalOnly(t *testing.T) {
 	err := cfg.Validate()
 	if !errors.Is(err, refusal.ErrConfig) || !field.Is(err, "reuse_workers") || !strings.Contains(err.Error(), "slurm") {
 		t.Fatalf("--reuse-workers with the slurm launcher: %v, want a refusal naming reuse_workers", err)
+	}
+}
+
+// grantedBill is the bill of a trial's (last) budget grant, from its
+// events, and the bytes booked on its device with that grant.
+func grantedBill(t *testing.T, runDir string) (trainer.Bill, int64) {
+	t.Helper()
+	grants := kinds(readEvents(t, runDir), EventBudgetGrant)
+	if len(grants) == 0 {
+		t.Fatalf("%s: no budget grant", runDir)
+	}
+	g := grants[len(grants)-1]
+	raw, _ := json.Marshal(g.Fields["bill"])
+	var bill trainer.Bill
+	if err := json.Unmarshal(raw, &bill); err != nil {
+		t.Fatal(err)
+	}
+	booked, _ := g.Fields["granted"].(float64)
+	return bill, int64(booked)
+}
+
+// TestReuseWorkersBookIdleWorkers: between two trials, the kept worker's
+// context and graph pool's workspace (budget.IdleBill of its trial's
+// bill) stay booked on its device as an idle kept worker's, visible in the
+// books and in a budget_kept event; the next trial on it has its bill
+// booked once, not on top of the idle booking, and once the sweep ends
+// and the worker has closed, nothing is booked.
+func TestReuseWorkersBookIdleWorkers(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	cfg.Parallel, cfg.ReuseWorkers = 1, true
+	var s *Run
+	var mu sync.Mutex
+	idle := map[string]budget.Books{} // by trial, once it ended
+	cfg.Report = func(u TrialUpdate) {
+		if u.Result != nil {
+			mu.Lock()
+			idle[u.Trial] = s.broker.Books("cpu")
+			mu.Unlock()
+		}
+	}
+	s, err := Prepare(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Run(context.Background())
+	if err != nil || res.Counts["succeeded"] != 4 {
+		t.Fatalf("counts %v, %v", res.Counts, err)
+	}
+	for _, r := range res.Trials {
+		bill, booked := grantedBill(t, r.RunDir)
+		if booked != bill.DeviceBytes() {
+			t.Errorf("trial %s: %d bytes booked with its grant, want its bill's %d alone", r.Name, booked, bill.DeviceBytes())
+		}
+		want := budget.IdleBill(bill).DeviceBytes()
+		if bk := idle[r.Name]; want == 0 || bk.Idle != 1 || bk.Holders != 1 || bk.IdleBytes != want || bk.Granted != want {
+			t.Errorf("trial %s ended: books %+v; want its kept worker's %d bytes (context and pool workspace) booked, idle", r.Name, bk, want)
+		}
+		kept := kinds(readEvents(t, r.RunDir), EventBudgetKept)
+		if len(kept) != 1 || kept[0].Fields["bytes"] != float64(want) {
+			t.Errorf("trial %s: budget_kept events %v; want one of %d bytes", r.Name, kept, want)
+		}
+	}
+	if bk := s.broker.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 || bk.Idle != 0 {
+		t.Errorf("books once the sweep ended: %+v; want the kept worker's booking released", bk)
+	}
+}
+
+// reclaimSweep has a small trial and a larger one of another shape.
+const reclaimSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 256
+  epochs: 2
+  batch_size: 32
+  log_every: 2
+  enable_graphs: true
+  model: {hidden: [8]}
+trials:
+  - {name: small}
+  - {name: big, model: {hidden: [64]}}
+`
+
+// TestReuseWorkersReclaimIdleWorkerForRoom: two trials at once on a
+// device whose --device-memory fits the big one alone but not beside the
+// small one's kept worker, idle. The big trial waits while the small one
+// runs (never parked: it has not held its budget the minimum residence);
+// when the small trial ends, its kept worker's booking is reclaimed (the
+// worker closed) and the big trial is granted with nothing else booked,
+// and ends with exactly the parameters of the same job run alone.
+func TestReuseWorkersReclaimIdleWorkerForRoom(t *testing.T) {
+	cfg := sweepConfig(t, reclaimSweep)
+	cfg.Parallel, cfg.ReuseWorkers, cfg.MinResidence = 2, true, time.Hour
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	cfg.Logger = slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logs}, nil))
+	small := budget.IdleBill(trialBillParts(t, cfg, "small")).DeviceBytes()
+	big := trialBill(t, cfg, "big")
+	// The big trial fits alone, with headroom, but not beside half the
+	// small one's kept worker.
+	cfg.DeviceMemory = int64(float64(big)*budget.Headroom) + small/2
+	t.Setenv(startAfterEnv, "big=small")
+	res, s := runSweep(t, context.Background(), cfg)
+	if res.Counts["succeeded"] != 2 {
+		t.Fatalf("counts %v: %+v", res.Counts, res.Trials)
+	}
+	logMu.Lock()
+	log := logs.String()
+	logMu.Unlock()
+	if !strings.Contains(log, "kept worker") || !strings.Contains(log, "to make room for another") || !strings.Contains(log, "for=big") {
+		t.Errorf("the sweep's log does not say the small trial's kept worker was closed for big:\n%s", log)
+	}
+	smallEvents, bigEvents := readEvents(t, filepath.Join(cfg.Dir, "small")), readEvents(t, filepath.Join(cfg.Dir, "big"))
+	if len(kinds(smallEvents, EventBudgetKept)) != 1 || len(kinds(smallEvents, EventBudgetPark)) != 0 {
+		t.Errorf("the small trial's events: %v; want its worker kept, never parked", smallEvents)
+	}
+	if len(kinds(bigEvents, EventBudgetWait)) != 1 || len(kinds(bigEvents, EventBudgetGrant)) != 1 {
+		t.Fatalf("the big trial's budget events: %v; want a wait, then a grant", bigEvents)
+	}
+	if _, booked := grantedBill(t, filepath.Join(cfg.Dir, "big")); booked != big {
+		t.Errorf("the big trial was granted with %d bytes booked on the device, want its own %d alone", booked, big)
+	}
+	if bk := s.broker.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 {
+		t.Errorf("books once the sweep ended: %+v", bk)
+	}
+	spec := cfg.Sweep.Trials[1].Spec
+	spec.Device, spec.RunDir = "cpu", filepath.Join(t.TempDir(), "alone")
+	_, alone := trainRun(t, request(t, spec))
+	for _, r := range res.Trials {
+		if r.Name == "big" && (r.Summary == nil || r.Summary.ParamsSHA256 != alone.ParamsSHA256) {
+			t.Errorf("the big trial's params %v, the same job alone %s", r.Summary, alone.ParamsSHA256)
+		}
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// countingLauncher is the local launcher, recording for each attempt it
+// starts whether a kept worker serves it.
+type countingLauncher struct {
+	launch.Launcher
+	mu   sync.Mutex
+	kept []bool
+}
+
+func (c *countingLauncher) Start(ctx context.Context, w launch.Worker, sl launch.Slot, n int) (*launch.Handle, error) {
+	c.mu.Lock()
+	c.kept = append(c.kept, w.Kept)
+	c.mu.Unlock()
+	return c.Launcher.Start(ctx, w, sl, n)
+}
+
+// TestReuseWorkersProbeOnlyFreshWorkers: the sweep tells the launcher
+// which attempts a kept worker, its device already open, serves, and the
+// local launcher probes a CUDA slot's GPU only before the others (see
+// launch's TestLocalProbesOnlyFreshWorkers): with --reuse-workers, one
+// slot and four trials, the first attempt is a fresh worker's and the
+// three after it are the kept worker's; without, all four are fresh.
+func TestReuseWorkersProbeOnlyFreshWorkers(t *testing.T) {
+	for _, reuse := range []bool{false, true} {
+		cfg := sweepConfig(t, testSweep)
+		cfg.Parallel, cfg.ReuseWorkers = 1, reuse
+		counting := &countingLauncher{}
+		cfg.Launch = launch.Kind{Name: launch.LocalName, New: func(ctx context.Context, c launch.Config) (launch.Launcher, error) {
+			l, err := launch.Local().New(ctx, c)
+			counting.Launcher = l
+			return counting, err
+		}}
+		res, _ := runSweep(t, context.Background(), cfg)
+		if res.Counts["succeeded"] != 4 {
+			t.Fatalf("reuse %v: counts %v", reuse, res.Counts)
+		}
+		probed := 0
+		for _, k := range counting.kept {
+			if !k {
+				probed++
+			}
+		}
+		want := map[bool]int{false: 4, true: 1}[reuse]
+		if len(counting.kept) != 4 || probed != want || (reuse && counting.kept[0]) {
+			t.Errorf("reuse %v: attempts served by a kept worker %v; want %d of 4 fresh (probed on a GPU), the first among them", reuse, counting.kept, want)
+		}
+	}
+}
+
+// TestKeptWorkersGiveUpTheirBookingWhenReclaimed: the broker reclaims a
+// kept worker's idle booking whenever it stands: an idle worker is closed
+// in the background and its booking released; one whose trial is ending
+// is closed when given back; one already serving its next trial is left
+// to it, whose request continues the booking, and is closed only when the
+// broker reclaims the booking of that trial's end.
+func TestKeptWorkersGiveUpTheirBookingWhenReclaimed(t *testing.T) {
+	b, err := budget.New(budget.Config{DeviceMemory: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &keptWorkers{}
+	log := slog.New(slog.DiscardHandler)
+	sl := launch.Slot{Device: "cpu", GPU: -1}
+	bill := trainer.Bill{Parameters: 200, Gradients: 300} // 500 at work, 300 idle
+	var mu sync.Mutex
+	granted := map[string]bool{}
+	ask := func(holder string, bytes int64, continues *budget.Ticket) *budget.Ticket {
+		t.Helper()
+		bl := trainer.Bill{Parameters: bytes}
+		if bytes == 0 {
+			bl = bill
+		}
+		tk, _, now, err := b.Ask(budget.Ask{Holder: holder, Device: "cpu", Bill: bl, Free: 1 << 40, Continues: continues,
+			OnGrant: func(budget.Grant) { mu.Lock(); granted[holder] = true; mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		granted[holder] = granted[holder] || now
+		mu.Unlock()
+		return tk
+	}
+	isGranted := func(holder string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return granted[holder]
+	}
+	newWorker := func(name string) *keptWorker {
+		kw := &keptWorker{k: &worker.Kept{}, name: name, device: sl.String()}
+		w.all = append(w.all, kw)
+		return kw
+	}
+	end := func(kw *keptWorker, trial *budget.Ticket) {
+		w.end(kw, func() *budget.Ticket {
+			return trial.Keep(budget.Idle{Holder: kw.name, Bill: budget.IdleBill(bill), Reclaim: func(e budget.Eviction) { w.reclaim(kw, e, log) }})
+		})
+	}
+
+	// Idle: closed in the background for x, which is then granted.
+	one := newWorker("one")
+	end(one, ask("a", 0, nil))
+	w.give(one)
+	if bk := b.Books("cpu"); bk.Idle != 1 || bk.Granted != 300 || len(w.idle) != 1 {
+		t.Fatalf("one idle: books %+v, %d idle", bk, len(w.idle))
+	}
+	x := ask("x", 800, nil)
+	w.closing.Wait()
+	if bk := b.Books("cpu"); !isGranted("x") || bk.Idle != 0 || bk.Granted != 800 || len(w.idle) != 0 || len(w.all) != 0 {
+		t.Fatalf("x asked beside the idle worker: granted %v, books %+v, %d idle, %d kept; want the worker closed for x", isGranted("x"), bk, len(w.idle), len(w.all))
+	}
+	x.Release()
+
+	// Ending: y waits while the trial runs; as it ends, the booking is
+	// reclaimed, and the worker closed when given back.
+	two := newWorker("two")
+	trial := ask("b", 0, nil)
+	y := ask("y", 800, nil)
+	end(two, trial)
+	if isGranted("y") || !two.retire {
+		t.Fatalf("the trial ended: y granted %v, worker to close %v; want y to wait for the worker to close", isGranted("y"), two.retire)
+	}
+	w.give(two)
+	if !isGranted("y") || len(w.idle) != 0 || len(w.all) != 0 {
+		t.Fatalf("the worker given back: y granted %v, %d idle, %d kept", isGranted("y"), len(w.idle), len(w.all))
+	}
+	y.Release()
+
+	// Serving: the worker is taken for c before z asks; c's request
+	// continues the booking, so the worker stays until c ends.
+	three := newWorker("three")
+	end(three, ask("c0", 0, nil))
+	w.give(three)
+	if got := w.take(sl, job.Spec{}); got != three {
+		t.Fatalf("took %v, want the idle worker", got)
+	}
+	z := ask("z", 800, nil)
+	c := ask("c", 0, w.continued(three))
+	if bk := b.Books("cpu"); !isGranted("c") || isGranted("z") || bk.Granted != 500 || bk.Idle != 0 || three.retire {
+		t.Fatalf("c on the kept worker: granted %v, z %v, books %+v, to close %v; want c's bill booked once, z waiting", isGranted("c"), isGranted("z"), bk, three.retire)
+	}
+	end(three, c)
+	w.give(three)
+	if !isGranted("z") || len(w.all) != 0 {
+		t.Fatalf("c ended: z granted %v, %d kept; want the worker closed for z", isGranted("z"), len(w.all))
+	}
+	z.Release()
+	w.closeAll()
+	if bk := b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 {
+		t.Fatalf("books at the end: %+v", bk)
 	}
 }

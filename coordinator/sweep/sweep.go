@@ -957,6 +957,15 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 	w := s.trialWorker(i, t)
 	defer s.launcher.Release(ctx, w)
 	tailOf := func() string { return "" }
+	// With Config.ReuseWorkers, an idle kept worker of the slot's device
+	// serves the attempt when one waits, else a new one (below).
+	var kw *keptWorker
+	if s.cfg.ReuseWorkers {
+		if kw = s.kept.take(sl, spec); kw != nil {
+			w.Kept = true // its device is open: no probe
+			defer func() { s.kept.give(kw) }()
+		}
+	}
 	var budget func(trainer.Observer, *slog.Logger) train.Budgeter
 	if !sl.Remote() {
 		// The broker keeps the books of this machine's devices.
@@ -964,7 +973,7 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 			s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: n, Budget: &b})
 		}}
 		budget = func(obs trainer.Observer, log *slog.Logger) train.Budgeter {
-			return &budgetSink{tb: tb, obs: obs, metrics: s.families, log: log}
+			return &budgetSink{tb: tb, obs: obs, metrics: s.families, log: log, kept: kw, workers: &s.kept, sweepLog: s.log}
 		}
 	}
 	failed := func(err error) outcome {
@@ -992,12 +1001,17 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 	defer h.Close()
 	tailOf = h.Tail
 	transport := h.Transport
-	if s.cfg.ReuseWorkers {
-		if kw := s.kept.take(sl, spec, h); kw != nil {
-			// The kept worker writes this trial's lines to its log.
-			transport = kw.k.For(kw.stderr)
-			defer s.kept.give(kw)
+	if s.cfg.ReuseWorkers && kw == nil {
+		if kw = s.kept.start(sl, spec, h); kw != nil {
+			defer func() { s.kept.give(kw) }()
 		}
+	}
+	if kw != nil {
+		// The kept worker writes this trial's lines to its log.
+		if p, ok := h.Transport.(*worker.Process); ok {
+			kw.stderr = p.Stderr
+		}
+		transport = kw.k.For(kw.stderr)
 	}
 	place := train.Placement{Device: sl.Device, WorkerStart: s.cfg.WorkerStart, HeartbeatTimeout: s.cfg.HeartbeatTimeout, Transport: transport}
 	// The sweep reports a trial's start and end itself; of a run's own

@@ -19,6 +19,7 @@ const (
 	EventBudgetRefused = holder.EventRefused
 	EventBudgetPark    = holder.EventPark
 	EventBudgetParked  = holder.EventParked
+	EventBudgetKept    = holder.EventKept
 )
 
 // TrialBudget connects one run to a sweep's broker: its worker asks
@@ -45,6 +46,14 @@ type budgetSink struct {
 	obs     trainer.Observer
 	metrics *sweepFamilies
 	log     *slog.Logger
+	// kept is the kept worker that serves the trial, of workers
+	// (Config.ReuseWorkers); nil for a worker of its own. Its trial's
+	// request continues its idle booking, and at the trial's end what it
+	// still holds stays booked.
+	kept    *keptWorker
+	workers *keptWorkers
+	// sweepLog hears of the kept workers the broker reclaims.
+	sweepLog *slog.Logger
 
 	once sync.Once
 	h    *holder.Sink
@@ -56,8 +65,12 @@ func (s *budgetSink) holder() *holder.Sink {
 		if s.metrics != nil {
 			m = familyMetrics{s.metrics}
 		}
+		var continues *budget.Ticket
+		if s.kept != nil {
+			continues = s.workers.continued(s.kept)
+		}
 		s.h = holder.New(holder.Config{Broker: s.tb.Broker, Holder: s.tb.Trial, Kind: "trial", Device: s.tb.Device,
-			Priority: s.tb.Priority, Parkable: true, Report: s.tb.Report, Observer: s.obs, Metrics: m, Logger: s.log})
+			Priority: s.tb.Priority, Parkable: true, Report: s.tb.Report, Observer: s.obs, Metrics: m, Logger: s.log, Continues: continues})
 	})
 	return s.h
 }
@@ -73,8 +86,19 @@ func (s *budgetSink) Parked(p jobserver.BudgetParked) error { return s.holder().
 // Active notes the trial's progress.
 func (s *budgetSink) Active() { s.holder().Active() }
 
-// Release gives the run's budget back, or leaves the queue.
-func (s *budgetSink) Release() { s.holder().Release() }
+// Release gives the run's budget back, or leaves the queue; on a kept
+// worker, what the worker still holds stays booked as its own, idle, until
+// its next trial continues it or it is closed.
+func (s *budgetSink) Release() {
+	if s.kept == nil {
+		s.holder().Release()
+		return
+	}
+	kw, w := s.kept, s.workers
+	w.end(kw, func() *budget.Ticket {
+		return s.holder().Keep(kw.name, func(e budget.Eviction) { w.reclaim(kw, e, s.sweepLog) })
+	})
+}
 
 // familyMetrics counts the broker's decisions in the sweep's metrics.
 type familyMetrics struct{ f *sweepFamilies }
