@@ -31,14 +31,15 @@ import (
 // as one in the same way (worldBudget).
 type agentBudgets struct {
 	broker *budget.Broker
-	// pair is whether an agent has an actor of its own beside its learner.
-	pair bool
 	// world books the shared actor and the learners, when the agents
-	// share an actor; nil otherwise.
+	// share an actor; nil when each agent has its own actor.
 	world *worldBudget
 
 	mu     sync.Mutex
 	agents map[int]*agentBudget
+	// learnersEnded are the agents whose learners have ended: an actor
+	// of theirs that asks when the pair is not booked is refused.
+	learnersEnded map[int]bool
 }
 
 func newAgentBudgets(req Request) (*agentBudgets, error) {
@@ -46,8 +47,8 @@ func newAgentBudgets(req Request) (*agentBudgets, error) {
 	if err != nil {
 		return nil, err
 	}
-	ab := &agentBudgets{broker: b, pair: req.Config.ActorMode() != dqn.ActorShared, agents: map[int]*agentBudget{}}
-	if !ab.pair {
+	ab := &agentBudgets{broker: b, agents: map[int]*agentBudget{}, learnersEnded: map[int]bool{}}
+	if req.Config.ActorMode() == dqn.ActorShared {
 		ab.world = newWorldBudget(b, req.Config.NumAgents)
 	}
 	return ab, nil
@@ -72,12 +73,11 @@ func (b *agentBudgets) half(agent int, role string, sl launch.Slot, obs trainer.
 	b.mu.Lock()
 	a := b.agents[agent]
 	if a == nil {
-		halves := 1
-		if b.pair {
-			halves = 2
-		}
-		a = &agentBudget{halves: halves, sink: holder.New(holder.Config{Broker: b.broker, Holder: fmt.Sprintf("agent %d", agent),
+		a = &agentBudget{sink: holder.New(holder.Config{Broker: b.broker, Holder: fmt.Sprintf("agent %d", agent),
 			Kind: "rl", Device: sl.String(), Observer: obs, Logger: log.With("agent", agent)})}
+		if b.learnersEnded[agent] {
+			a.refused = learnerGone(agent)
+		}
 		b.agents[agent] = a
 	}
 	a.running++
@@ -118,19 +118,34 @@ func (b *agentBudgets) sharedActorEnded() {
 
 // learnerEnded says agent's learner has ended, or will never start: with
 // a shared actor, the world is booked without it rather than waiting for
-// a request that will not come. (An agent's own actor and learner are
-// booked by half and its done alone.)
+// a request that will not come; an agent's own actor whose pair is not
+// booked (its learner failed before it asked) is refused rather than left
+// waiting for its learner's request.
 func (b *agentBudgets) learnerEnded(agent int) {
-	if b != nil && b.world != nil {
+	switch {
+	case b == nil:
+		return
+	case b.world != nil:
 		b.world.leave(learnerName(agent))
+		return
 	}
+	b.mu.Lock()
+	b.learnersEnded[agent] = true
+	a := b.agents[agent]
+	b.mu.Unlock()
+	if a != nil {
+		a.learnerEnded(agent)
+	}
+}
+
+func learnerGone(agent int) string {
+	return fmt.Sprintf("agent %d's learner ended before it asked for its budget; its actor waits for the learner's weights, so it is not started alone", agent)
 }
 
 // agentBudget is one agent's holder: the halves' requests until both
 // have asked, then the pair's grant or refusal.
 type agentBudget struct {
 	sink    *holder.Sink
-	halves  int // requests that make the agent's bill: 2 for a learner and its actor, 1 for a learner alone
 	running int // halves whose workers have not ended
 
 	mu      sync.Mutex
@@ -163,7 +178,7 @@ func (a *agentBudget) ask(role string, req jobserver.BudgetRequest, reply holder
 		a.asked = map[string]halfAsk{}
 	}
 	a.asked[role] = halfAsk{req, reply}
-	if len(a.asked) < a.halves {
+	if len(a.asked) < 2 {
 		a.mu.Unlock()
 		return nil // the other half's request completes the bill
 	}
@@ -174,6 +189,27 @@ func (a *agentBudget) ask(role string, req jobserver.BudgetRequest, reply holder
 	}
 	a.mu.Unlock()
 	return a.sink.Ask(both, pairReply{a})
+}
+
+// learnerEnded refuses the actor's request, and its next, when the
+// learner ended before it asked: the pair can never be booked.
+func (a *agentBudget) learnerEnded(agent int) {
+	a.mu.Lock()
+	if _, asked := a.asked[jobserver.RoleLearner]; asked || a.granted != nil || a.refused != "" {
+		a.mu.Unlock()
+		return
+	}
+	reason := learnerGone(agent)
+	a.refused = reason
+	var waiting []halfAsk
+	for _, h := range a.asked {
+		waiting = append(waiting, h)
+	}
+	a.asked = nil
+	a.mu.Unlock()
+	for _, h := range waiting {
+		_ = h.reply.Refuse(reason) // its worker, gone meanwhile, fails its own call
+	}
 }
 
 // pairReply answers both halves' requests as the broker answers the pair.

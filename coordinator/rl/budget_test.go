@@ -162,8 +162,10 @@ func (r halfReply) Unpark() error       { r.a.add(r.half + " unparked"); return 
 // at once; an agent that does not fit beside another waits for it to end
 // (both its halves' workers), an actor started again while its agent holds
 // its budget is granted at once, and an agent whose halves fit the device
-// alone but not together has both refused; a half a scheduler placed asks
-// nobody. (With a shared actor: TestSharedWorldIsBookedAsOne.)
+// alone but not together has both refused; an actor whose learner ended
+// before it asked is refused rather than left waiting, and a half a
+// scheduler placed asks nobody. (With a shared actor:
+// TestSharedWorldIsBookedAsOne.)
 func TestAgentHalvesAreBookedAsOne(t *testing.T) {
 	cfg := dqn.DefaultConfig()
 	b, err := newAgentBudgets(Request{Config: cfg, DeviceMemory: 1000})
@@ -233,6 +235,24 @@ func TestAgentHalvesAreBookedAsOne(t *testing.T) {
 	}
 	a2()
 	l2()
+	// Agent 3's learner fails before it asks: its actor, waiting, is
+	// refused, and so is the actor started again; agent 4's learner fails
+	// before its actor has started.
+	a3 := start(3, jobserver.RoleActor)
+	ask(3, jobserver.RoleActor, 100)
+	expect("agent 3's actor asks alone", "")
+	b.learnerEnded(3)
+	expect("agent 3's learner ended before it asked", "3/actor refused")
+	a3()
+	a3 = start(3, jobserver.RoleActor)
+	ask(3, jobserver.RoleActor, 100)
+	expect("agent 3's actor started again", "3/actor refused")
+	a3()
+	b.learnerEnded(4)
+	a4 := start(4, jobserver.RoleActor)
+	ask(4, jobserver.RoleActor, 100)
+	expect("agent 4's actor starts after its learner ended", "4/actor refused")
+	a4()
 	if bk := b.broker.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 || bk.Waiting != 0 {
 		t.Fatalf("books after every agent ended: %+v", bk)
 	}

@@ -658,8 +658,8 @@ func (r *Run) agent(ctx context.Context, i int) (AgentStatus, error) {
 	var learnErr, actErr error
 	wg.Go(func() {
 		learnRes, learnErr = a.half(ctx, jobserver.RoleLearner, resume, 1)
-		// Even one that failed before it asked: a shared actor's budget
-		// is booked without it.
+		// Even one that failed before it asked: its actor's (or the
+		// shared actor's) budget request does not wait for it.
 		r.budgets.learnerEnded(i)
 		if learnErr != nil {
 			a.mem.Stop() // the actor has nobody to learn from
