@@ -286,6 +286,7 @@ func TestSharedActorAsksForDeviceMemory(t *testing.T) {
 	if err := errors.Join(err, run.Close()); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("agent 0's reason: %s", sum.Agents[0].Reason)
 	for i, a := range sum.Agents {
 		if a.State != AgentFailed || !strings.Contains(a.Reason, "rl shared actor and learners 0, 1 needs") ||
 			!strings.Contains(a.Reason, "shared actor "+trainer.FormatBytes(actor.DeviceBytes())) || a.EnvSteps != 0 {
