@@ -17,6 +17,7 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator/budget/holder"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/device"
 	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
@@ -24,15 +25,16 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// pairBill is one agent's actor and learner's bills on the CPU device.
-func pairBill(t *testing.T, cfg dqn.Config) (actor, learner trainer.Bill) {
+// bills are an actor's bill (actorBill: an agent's own actor's, or the
+// shared actor's) and one learner's, on the CPU device.
+func bills(t *testing.T, cfg dqn.Config, actorBill func(dqn.Config, device.Device) (trainer.Bill, error)) (actor, learner trainer.Bill) {
 	t.Helper()
 	dev, err := cpu.Open(cpu.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	if actor, err = dqn.ActorBill(cfg, dev); err != nil {
+	if actor, err = actorBill(cfg, dev); err != nil {
 		t.Fatal(err)
 	}
 	if learner, err = dqn.LearnerBill(cfg, dev); err != nil {
@@ -70,7 +72,7 @@ func budgetEvents(t *testing.T, runDir string, i int) []trainer.Event {
 func TestAgentsAskForDeviceMemory(t *testing.T) {
 	req := rlRequest(t)
 	req.Config.TotalSteps, req.Config.LearningStarts, req.Config.EvalInterval = 1500, 300, 0
-	actor, learner := pairBill(t, req.Config)
+	actor, learner := bills(t, req.Config, dqn.ActorBill)
 	both := actor.DeviceBytes() + learner.DeviceBytes()
 	req.DeviceMemory = int64(float64(both)*budget.Headroom) + both/2
 	run, err := Prepare(req, time.Now())

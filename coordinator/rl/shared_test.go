@@ -14,7 +14,6 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator/budget"
 	"github.com/tolaria-ml/tolaria/coordinator/budget/holder"
-	"github.com/tolaria-ml/tolaria/device/cpu"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 	"github.com/tolaria-ml/tolaria/rl/env"
@@ -247,7 +246,7 @@ func TestSharedActorInterruptedResumes(t *testing.T) {
 func TestSharedActorAsksForDeviceMemory(t *testing.T) {
 	req := sharedRequest(t, 1200)
 	req.Config.LearningStarts, req.Config.EvalInterval = 300, 0
-	actor, learner := sharedBills(t, req.Config)
+	actor, learner := bills(t, req.Config, jobserver.SharedActorBill)
 	world := actor.DeviceBytes() + 2*learner.DeviceBytes()
 	req.DeviceMemory = int64(float64(world)*budget.Headroom) + world/4
 	run, err := Prepare(req, time.Now())
@@ -293,22 +292,4 @@ func TestSharedActorAsksForDeviceMemory(t *testing.T) {
 			t.Errorf("agent %d: %s (%s), %d env steps; want it failed, the world's budget refused naming the shared actor's bill", i, a.State, a.Reason, a.EnvSteps)
 		}
 	}
-}
-
-// sharedBills are the shared actor's and one learner's bills on the CPU
-// device.
-func sharedBills(t *testing.T, cfg dqn.Config) (actor, learner trainer.Bill) {
-	t.Helper()
-	dev, err := cpu.Open(cpu.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	if actor, err = jobserver.SharedActorBill(cfg, dev); err != nil {
-		t.Fatal(err)
-	}
-	if learner, err = dqn.LearnerBill(cfg, dev); err != nil {
-		t.Fatal(err)
-	}
-	return actor, learner
 }
