@@ -107,3 +107,18 @@ func TestAFileOfAnotherCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestRLPlotWithoutItsPlotter: --plot without run_graph_bench (next to
+// tolaria or on the PATH) is refused before anything runs, exit 2, saying
+// how to get it; nothing is written.
+func TestRLPlotWithoutItsPlotter(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	run := filepath.Join(t.TempDir(), "rl")
+	code, _, stderr := runTolaria(t, "rl", "--plot", "--device", "cpu", "--total-steps", "100", "--run-dir", run)
+	if want := "--plot: no run_graph_bench next to tolaria or on the PATH: build it with make build"; code != exitUsage || !strings.Contains(stderr, want) {
+		t.Errorf("exit %d, want 2 and %q:\n%s", code, want, stderr)
+	}
+	if _, err := os.Stat(run); err == nil {
+		t.Errorf("a refused --plot wrote %s", run)
+	}
+}

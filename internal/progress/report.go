@@ -147,21 +147,25 @@ func RLSummary(w io.Writer, s rl.Summary) {
 // directory.
 const PlotFile = "returns.png"
 
-// DrawReturns has run_graph_bench (next to the running program, or on the
-// PATH) draw an RL run's return curves into dir's PlotFile: charts are
-// its, and tolaria links no plotting. A failure is said on stderr, with
-// how to draw the chart later.
-func DrawReturns(ctx context.Context, dir string, stdout, stderr io.Writer) {
+// Plotter is run_graph_bench, which draws an RL run's return curves:
+// next to the running program, or on the PATH. tolaria links no plotting.
+func Plotter() (string, error) {
 	bench := "run_graph_bench"
 	if self, err := os.Executable(); err == nil {
 		if p := filepath.Join(filepath.Dir(self), bench); fileExists(p) {
 			bench = p
 		}
 	}
-	if _, err := exec.LookPath(bench); err != nil {
-		fmt.Fprintf(stderr, "tolaria: --plot: no run_graph_bench next to tolaria or on the PATH (build it with make build), so no %s; draw it later with run_graph_bench rl-plot %s\n", PlotFile, dir)
-		return
+	path, err := exec.LookPath(bench)
+	if err != nil {
+		return "", fmt.Errorf("no run_graph_bench next to tolaria or on the PATH: build it with make build, or leave out --plot and draw the chart later with run_graph_bench rl-plot RUN")
 	}
+	return path, nil
+}
+
+// DrawReturns has bench (Plotter) draw an RL run's return curves into
+// dir's PlotFile. A failure is said on stderr.
+func DrawReturns(ctx context.Context, bench, dir string, stdout, stderr io.Writer) {
 	draw := exec.CommandContext(context.WithoutCancel(ctx), bench, "rl-plot", dir, "--output", filepath.Join(dir, PlotFile))
 	draw.Stdout, draw.Stderr = stdout, stderr
 	if err := draw.Run(); err != nil {

@@ -78,12 +78,14 @@ func (v EvalView) DryRun(script string, command []string) error {
 type RLView struct {
 	*RL
 	Streams
+	plotter string
 }
 
 // NewRLView draws agents, each of totalSteps, on s.Stderr and their
-// summary on s.Stdout.
-func NewRLView(s Streams, agents, totalSteps int) RLView {
-	return RLView{NewRL(s.Stderr, agents, totalSteps), s}
+// summary on s.Stdout; plotter (see Plotter) draws their return curves
+// at the end when asked.
+func NewRLView(s Streams, agents, totalSteps int, plotter string) RLView {
+	return RLView{NewRL(s.Stderr, agents, totalSteps), s, plotter}
 }
 
 // Summary prints the agents' summary (see RLSummary).
@@ -91,7 +93,7 @@ func (v RLView) Summary(s rl.Summary) { RLSummary(v.Stdout, s) }
 
 // Plot draws every agent's return curve (see DrawReturns).
 func (v RLView) Plot(ctx context.Context, runDir string) {
-	DrawReturns(ctx, runDir, v.Stdout, v.Stderr)
+	DrawReturns(ctx, v.plotter, runDir, v.Stdout, v.Stderr)
 }
 
 // TrainView shows a training run: its progress line and its end.
