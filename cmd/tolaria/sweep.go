@@ -39,7 +39,7 @@ func newSweepCmd() *cobra.Command {
 	var maxTrials int
 	fs := cmd.Flags()
 	registerDevice(fs, &cfg.Device, " (auto: the GPUs --devices finds, else the CPU)")
-	place.register(fs, "trials", "1 on a GPU, --parallel on the CPU", "one per device slot: devices times --per-device")
+	place.register(fs, "trials", "1 on a GPU; --parallel on the CPU", "1 on the CPU; on GPUs one per device slot, the GPUs times --per-device")
 	fs.IntVar(&cfg.Retries, "retries", 0, "start a failed trial again up to N times, from its last checkpoint when it has one")
 	fs.BoolVar(&cfg.ReuseWorkers, "reuse-workers", false, "keep each worker process for the next trials on its device (reset between trials), so a trial of the same shape as the one before captures through its graph pool; results are bitwise the same (local launcher only; see docs/sweeps.md)")
 	fs.StringVar(&cfg.RankBy, "rank-by", "test_accuracy", "summary key to rank trials by: "+strings.Join(sweep.RankKeys(), ", ")+

@@ -12,7 +12,7 @@ import (
 )
 
 // Hint is what every refusal of a size says to give instead.
-const Hint = "give bytes or a number with a unit, e.g. 8GiB, 512MiB or 16GB (KiB, MiB, GiB, TiB count in 1024s; KB, MB, GB, TB in 1000s)"
+const Hint = "give bytes or a number with a unit, e.g. 8GiB, 512MiB or 16GB (KiB, MiB, GiB, TiB count in 1024s; KB, MB, GB, TB, and K, M, G, T alone, in 1000s)"
 
 // Parse reads a byte size such as 8GiB, 512MiB, 16GB or 1048576.
 // go-humanize does the reading (IEC units in powers of 1024, SI units in
