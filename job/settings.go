@@ -77,7 +77,7 @@ var usages = map[field.Name]string{
 	"optimizer.warmup_steps":     "linear learning-rate warm-up steps before cosine decay",
 	"seed":                       "random seed (initialisation and data order)",
 	"data.dataset":               "fashion-mnist, synthetic or text (byte windows of a text corpus, for sequence models)",
-	"data.dir":                   "directory of the Fashion-MNIST .gz files; for dataset text, a text file or a directory of them (left unset: " + data.DefaultFortunesDir + ")",
+	"data.dir":                   "directory of the Fashion-MNIST .gz files (left unset: " + data.DefaultFashionMNISTDir + "); for dataset text, a text file or a directory of them (left unset: " + data.DefaultFortunesDir + ")",
 	"data.synthetic_size":        "training examples of the synthetic dataset",
 	"data.context":               "input bytes per example of dataset text; the targets are the next bytes (0: model.input's T when given, else " + strconv.Itoa(data.DefaultTextContext) + ")",
 	"model.hidden":               "hidden layer sizes, e.g. 256,128",

@@ -89,6 +89,9 @@ func (t *trainFlags) register(fs *pflag.FlagSet) {
 				registerDevice(fs, &t.device, "")
 				continue
 			}
+			if key == "data.dir" {
+				def = "" // the dataset's own, as its usage says
+			}
 			fs.String(flagName(key), fmt.Sprint(def), usage)
 		}
 	}
