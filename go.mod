@@ -3,6 +3,7 @@ module github.com/tolaria-ml/tolaria
 go 1.26.0
 
 require (
+	github.com/agnivade/levenshtein v1.2.2
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/dustin/go-humanize v1.1.0
 	github.com/gofrs/flock v0.13.2

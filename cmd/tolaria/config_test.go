@@ -122,3 +122,22 @@ func TestRLPlotWithoutItsPlotter(t *testing.T) {
 		t.Errorf("a refused --plot wrote %s", run)
 	}
 }
+
+// TestAMistypedFlag: an unknown flag a letter or two off one of the
+// command's is named, exit 2, with where the flags are listed; another
+// unknown flag is said as it is; neither reads as an invalid configuration.
+func TestAMistypedFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "--epoch", "3"}, "tolaria: unknown flag: --epoch (did you mean --epochs?); see tolaria train --help"},
+		{[]string{"sweep", "x.yaml", "--paralel", "2"}, "tolaria: unknown flag: --paralel (did you mean --parallel?); see tolaria sweep --help"},
+		{[]string{"eval", "--zzz"}, "tolaria: unknown flag: --zzz; see tolaria eval --help"},
+	} {
+		code, _, stderr := runTolaria(t, c.args...)
+		if code != exitUsage || strings.TrimSpace(stderr) != c.want {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr, c.want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
 	"github.com/tolaria-ml/tolaria/coordinator/eval"
@@ -63,8 +64,18 @@ func newRoot(ctx context.Context, proc process, stdout, stderr io.Writer) *cobra
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetContext(ctx)
-	// Flag errors (unknown flag, a value that does not parse) are usage.
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
+	// Flag errors (unknown flag, a value that does not parse) are usage;
+	// an unknown flag a letter or two off one of the command's is named.
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if name, ok := strings.CutPrefix(err.Error(), "unknown flag: --"); ok {
+			var names []string
+			cmd.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+			if near := field.Nearest(name, names); near != "" {
+				err = fmt.Errorf("%w (did you mean --%s?)", err, near)
+			}
+		}
+		return flagError{usagef("%w; see %s --help", err, cmd.CommandPath())}
+	})
 	root.AddCommand(newTrainCmd(proc), newSweepCmd(), newEvalCmd(), newSampleCmd(), newRLCmd(), newDevicesCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "print the version",
@@ -89,7 +100,7 @@ func run(ctx context.Context, proc process, args []string, stdout, stderr io.Wri
 	if errors.As(err, &end) {
 		return endCode(ctx, end) // reported already
 	}
-	if strings.HasPrefix(err.Error(), "unknown command") {
+	if strings.HasPrefix(err.Error(), "unknown command") || errors.As(err, new(flagError)) {
 		fmt.Fprintln(stderr, "tolaria:", err)
 		return exitUsage
 	}
@@ -103,6 +114,12 @@ func run(ctx context.Context, proc process, args []string, stdout, stderr io.Wri
 	fmt.Fprintln(stderr, "tolaria:", msg)
 	return code
 }
+
+// flagError is a flag the command line got wrong: said as it is, not as
+// an invalid configuration.
+type flagError struct{ error }
+
+func (e flagError) Unwrap() error { return e.error }
 
 // logger logs text to w from level up.
 func logger(w io.Writer, level slog.Level) *slog.Logger {

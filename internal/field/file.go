@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"gopkg.in/yaml.v3"
 )
 
@@ -248,11 +249,18 @@ func (sc Schema) hint(written string) string {
 	if i := strings.LastIndex(written, "."); i > 0 && sc.section(written[:i]) {
 		return fmt.Sprintf(" (%s holds %s)", written[:i], strings.Join(sc.under(written[:i]), ", "))
 	}
-	// A slip of a letter or two: the key whose last part is nearest.
-	best, bestDist := Name(""), 3
+	// A slip of a letter or two: the key whose last part is nearest, or
+	// the section (optimiser for optimizer).
+	best, bestDist := "", 3
 	for _, k := range sc.Keys {
-		if d := editDistance(last, string(k)[strings.LastIndex(string(k), ".")+1:]); d < bestDist {
-			best, bestDist = k, d
+		name := string(k)
+		if d := levenshtein.ComputeDistance(last, name[strings.LastIndex(name, ".")+1:]); d < bestDist {
+			best, bestDist = name, d
+		}
+		if i := strings.Index(name, "."); i > 0 && !strings.Contains(written, ".") {
+			if d := levenshtein.ComputeDistance(written, name[:i]); d < bestDist {
+				best, bestDist = name[:i], d
+			}
 		}
 	}
 	if best != "" {
@@ -261,26 +269,16 @@ func (sc Schema) hint(written string) string {
 	return ""
 }
 
-// editDistance is the number of single-byte insertions, deletions and
-// substitutions that turn a into b (Levenshtein's distance).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+// Nearest is the one of names nearest to name by a slip of a letter or
+// two (Levenshtein's distance below 3), "" when none is.
+func Nearest(name string, names []string) string {
+	best, bestDist := "", 3
+	for _, n := range names {
+		if d := levenshtein.ComputeDistance(name, n); d < bestDist {
+			best, bestDist = n, d
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return best
 }
 
 // under lists the keys in section path, by their names there.

@@ -168,18 +168,20 @@ func TestEmptyValueIsRefused(t *testing.T) {
 func TestUnknownKeySuggestsTheNearest(t *testing.T) {
 	sc := Schema{Keys: []Name{"schedule.epochs", "num_agents", "optimizer.lr"}}
 	for text, want := range map[string]string{
-		"epoch: 3\n":     "unknown key epoch (did you mean schedule.epochs?)",
-		"num_agent: 2\n": "unknown key num_agent (did you mean num_agents?)",
-		"banana: 1\n":    "unknown key banana",
+		"epoch: 3\n":             "unknown key epoch (did you mean schedule.epochs?)",
+		"num_agent: 2\n":         "unknown key num_agent (did you mean num_agents?)",
+		"banana: 1\n":            "unknown key banana",
+		"optimiser: {lr: 0.1}\n": "unknown key optimiser (did you mean optimizer?)",
 	} {
 		_, err := sc.Read([]byte(text))
 		if err == nil || err.Error() != want {
 			t.Errorf("%q: %v, want %q", text, err, want)
 		}
 	}
-	for a, b := range map[[2]string]int{{"epoch", "epochs"}: 1, {"", "ab"}: 2, {"kitten", "sitting"}: 3, {"lr", "lr"}: 0} {
-		if got := editDistance(a[0], a[1]); got != b {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", a[0], a[1], got, b)
+	names := []string{"epochs", "batch-size", "lr"}
+	for name, want := range map[string]string{"epoch": "epochs", "batch_siz": "batch-size", "kitten": "", "lr": "lr"} {
+		if got := Nearest(name, names); got != want {
+			t.Errorf("Nearest(%q) = %q, want %q", name, got, want)
 		}
 	}
 }
