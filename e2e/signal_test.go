@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tolaria-ml/tolaria/coordinator"
 )
 
 // TestSecondSignalEndsTolariaAtOnce: the first SIGINT stops a run with a
@@ -64,6 +66,9 @@ func TestSecondSignalEndsTolariaAtOnce(t *testing.T) {
 				return
 			}
 
+			// Later than SameRequestWithin: a second Ctrl-C, not the
+			// first one delivered again.
+			time.Sleep(coordinator.SameRequestWithin)
 			sent := time.Now()
 			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 				t.Fatal(err)
