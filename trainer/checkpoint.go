@@ -11,6 +11,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
@@ -166,6 +168,28 @@ func optimizerString(o nn.Optimizer) string {
 		o.Kind, o.LR, o.Momentum, o.Nesterov, o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.ClipNorm, o.WarmupSteps, o.TotalSteps, o.MinLRRatio)
 }
 
+// differing is what differs between two optimizers' settings, written as
+// words (adamw lr=0.003 momentum=0.9 ...): the words of each that the
+// other lacks, or the two whole when they share none.
+func differing(got, want string) (string, string) {
+	g, w := strings.Fields(got), strings.Fields(want)
+	var gs, ws []string
+	for _, x := range g {
+		if !slices.Contains(w, x) {
+			gs = append(gs, x)
+		}
+	}
+	for _, x := range w {
+		if !slices.Contains(g, x) {
+			ws = append(ws, x)
+		}
+	}
+	if len(gs) == 0 || len(ws) == 0 || len(gs) == len(g) {
+		return got, want
+	}
+	return strings.Join(gs, " "), strings.Join(ws, " ")
+}
+
 // matches explains how a checkpoint differs from what this run needs.
 func (h Checkpoint) matches(want Checkpoint) error {
 	type field struct {
@@ -181,8 +205,11 @@ func (h Checkpoint) matches(want Checkpoint) error {
 		{"dataset", h.Dataset, want.Dataset}, {"training-set size", h.TrainSize, want.TrainSize},
 		{"shard", h.Shard, want.Shard}, {"ragged policy", h.Ragged, want.Ragged},
 	} {
-		if fmt.Sprint(f.got) != fmt.Sprint(f.want) {
-			return fmt.Errorf("it was written for %s %v but this run has %v; resume with the original settings or start a new run in another --run-dir", f.name, f.got, f.want)
+		if got, want := fmt.Sprint(f.got), fmt.Sprint(f.want); got != want {
+			if f.name == "optimizer" {
+				got, want = differing(got, want)
+			}
+			return fmt.Errorf("it was written for %s %s but this run has %s; resume with the original settings or start a new run in another --run-dir", f.name, got, want)
 		}
 	}
 	if h.Data != "" && want.Data != "" && h.Data != want.Data {

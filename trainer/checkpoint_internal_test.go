@@ -183,3 +183,23 @@ func TestCheckpointNamesTheLayers(t *testing.T) {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
 }
+
+// TestCheckpointNamesTheOptimizerSettingThatDiffers: a resume with another
+// learning rate is told that one setting, not the optimizer's every
+// setting twice; another kind is told by its kind.
+func TestCheckpointNamesTheOptimizerSettingThatDiffers(t *testing.T) {
+	o := nn.Optimizer{Kind: "adamw", LR: 0.003, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
+	faster, sgd := o, o
+	faster.LR, sgd.Kind = 0.01, "sgd"
+	ck := Checkpoint{Model: "m", Optimizer: optimizerString(o)}
+	for other, want := range map[nn.Optimizer]string{
+		faster: "it was written for optimizer lr=0.003 but this run has lr=0.01;",
+		sgd:    "it was written for optimizer adamw but this run has sgd;",
+	} {
+		w := ck
+		w.Optimizer = optimizerString(other)
+		if err := ck.matches(w); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("got %v\nwant %s ...", err, want)
+		}
+	}
+}
