@@ -278,6 +278,22 @@ func SaveCheckpoint(dir string, ck Checkpoint, params []float32, state [][]float
 	return nil
 }
 
+// promisedSize is the length of the file raw's header describes, read
+// without trusting it (the digest did not hold): only to say, of a file
+// that fails its digest, that it was cut short.
+func promisedSize(raw []byte, v2 bool) (int, bool) {
+	body := raw[len(checkpointMagic):]
+	if len(body) < 4 {
+		return 0, false
+	}
+	n := int(binary.LittleEndian.Uint32(body))
+	var ck Checkpoint
+	if n > len(body)-4 || json.Unmarshal(body[4:4+n], &ck) != nil || ck.Params <= 0 || ck.States < 0 || ck.Running < 0 || (v2 && ck.Running != 0) {
+		return 0, false
+	}
+	return len(checkpointMagic) + 4 + n + 4*(ck.Params*(1+ck.States)+ck.Running) + checkpointDigestSize, true
+}
+
 // LoadCheckpoint reads and verifies a checkpoint file. It never modifies it.
 func LoadCheckpoint(path string) (Checkpoint, error) {
 	refuse := func(format string, args ...any) (Checkpoint, error) {
@@ -303,6 +319,9 @@ func LoadCheckpoint(path string) (Checkpoint, error) {
 	}
 	body, digest := raw[:len(raw)-checkpointDigestSize], raw[len(raw)-checkpointDigestSize:]
 	if sum := sha256.Sum256(body); !bytes.Equal(sum[:], digest) {
+		if size, ok := promisedSize(raw, v2); ok && size != len(raw) {
+			return refuse("checksum mismatch, and the file is %d bytes where its header promises %d: it was cut short or added to (an interrupted copy?); %s", len(raw), size, damaged)
+		}
 		return refuse("checksum mismatch (the SHA-256 covers every byte of the header and the payload); %s", damaged)
 	}
 	// The digest holds, so the bytes are the ones tolaria wrote; what

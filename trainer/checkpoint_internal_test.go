@@ -3,6 +3,7 @@ package trainer
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -80,6 +81,24 @@ func TestEveryCheckpointByteIsVerified(t *testing.T) {
 		if !strings.Contains(err.Error(), path) {
 			t.Fatalf("refusal does not name the file: %v", err)
 		}
+	}
+}
+
+// TestCutShortCheckpointIsSaidSo: a checkpoint cut short (an interrupted
+// copy) is refused saying how long it is and how long it should be.
+func TestCutShortCheckpointIsSaidSo(t *testing.T) {
+	path, _, _, _ := savedCheckpoint(t)
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := len(orig) - 40
+	if err := os.WriteFile(path, orig[:cut], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadCheckpoint(path)
+	if want := fmt.Sprintf("checksum mismatch, and the file is %d bytes where its header promises %d: it was cut short", cut, len(orig)); !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v\nwant %s ...", err, want)
 	}
 }
 
