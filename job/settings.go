@@ -1,8 +1,10 @@
 package job
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -220,6 +222,9 @@ func ParseSettings(n *yaml.Node, extra ...field.Name) (Settings, error) {
 	return Settings(st), err
 }
 
+// trainCommand is the command whose files ReadConfigFile reads.
+const trainCommand = "tolaria train --config"
+
 // ReadConfigFile reads a configuration file (nested, as ConfigFile
 // writes it, or with the deprecated flat keys of earlier releases): a
 // key that is neither a job's nor among extra is refused, so that a typo
@@ -231,12 +236,51 @@ func ReadConfigFile(path string, extra []field.Name, skip ...field.Name) (Settin
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	sc := Schema(extra...)
-	sc.Command = "tolaria train --config"
+	sc.Command = trainCommand
 	st, err := sc.Read(raw)
 	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	return Settings(st).Without(skip...), nil
+}
+
+// OtherRunError is a run directory whose recorded configuration is
+// another command's: the directory of a tolaria rl run, read as a
+// training run's. Its message says so in the run's terms (the user named
+// a run directory, not a configuration file); the caller adds what to do.
+type OtherRunError struct {
+	Dir     string
+	File    string   // the configuration file, in Dir
+	Command string   // the command that made the run: "tolaria rl"
+	Keys    []string // the file's keys that tell
+}
+
+func (e *OtherRunError) Error() string {
+	keys := e.Keys[:min(len(e.Keys), 2)] // two tell enough
+	return fmt.Sprintf("%s is a %s run (its %s has %s), not a tolaria train run",
+		e.Dir, e.Command, filepath.Base(e.File), strings.Join(keys, ", "))
+}
+
+// Unwrap is field.ErrOtherCommand, as the file's own refusal is.
+func (e *OtherRunError) Unwrap() error { return field.ErrOtherCommand }
+
+// ReadRunConfig reads path, the configuration file a run recorded in its
+// directory dir, as ReadConfigFile reads it; a file of another command's
+// (a tolaria rl run's config.yaml) is an *OtherRunError.
+func ReadRunConfig(dir, path string, extra []field.Name, skip ...field.Name) (Settings, error) {
+	st, err := ReadConfigFile(path, extra, skip...)
+	if errors.Is(err, field.ErrOtherCommand) {
+		raw, rerr := os.ReadFile(path)
+		if rerr != nil {
+			return nil, err
+		}
+		sc := Schema(extra...)
+		sc.Command = trainCommand
+		if command, keys := sc.Whose(raw); command != "" {
+			return nil, &OtherRunError{Dir: dir, File: path, Command: strings.TrimSuffix(command, " --config"), Keys: keys}
+		}
+	}
+	return st, err
 }
 
 // Without is st less the settings of keys.

@@ -103,12 +103,24 @@ func (d *Dir) busyErr(owner string) error {
 		d.path, ErrBusy, owner, field.Name("run_dir")))
 }
 
-// check refuses a fresh run in a directory that holds one, or that holds
-// files of someone else's (a tolaria run directory has its lock file from
-// the start), and a resumed run in one without a checkpoint.
+// check refuses a directory of another kind (CheckKind), a fresh run in a
+// directory that holds one, or that holds files of someone else's (a
+// tolaria run directory has its lock file from the start), and a resumed
+// run in one without a checkpoint.
 func (d *Dir) check() error {
+	use := UseNew
+	if d.resume {
+		use = UseResume
+	}
+	if err := CheckKind(d.path, use); err != nil {
+		return err
+	}
 	_, err := os.Stat(d.CheckpointPath())
 	switch {
+	case !d.resume && err == nil && d.finished():
+		// --resume would be refused too: say so now, not after it.
+		return refusal.Config(field.Errorf("run_dir", "%s %w, and it is complete (its %s says so): there is nothing to resume, and a run resumes only with the settings it was written with (its epochs included); choose another %s for a new run",
+			d.path, ErrExists, SummaryFile, field.Name("run_dir")))
 	case d.resume && errors.Is(err, os.ErrNotExist):
 		return refusal.Config(field.Errorf("resume", "%s %w (%s); start without %s or point %s at an earlier run",
 			d.path, ErrNoCheckpoint, trainer.CheckpointFile, field.Name("resume"), field.Name("run_dir")))

@@ -15,6 +15,9 @@ import (
 // made by an earlier release (read as it is, without a warning: the run,
 // not the user, wrote it).
 func Spec(dir string) (job.Spec, error) {
+	if err := CheckKind(dir, UseRead); err != nil {
+		return job.Spec{}, err
+	}
 	path := filepath.Join(dir, ConfigFile)
 	if _, err := os.Stat(path); err != nil {
 		return job.Spec{}, refusal.Config(field.Errorf("run_dir", "%s has no %s, so it is not a tolaria run; point it at a run made by tolaria train", dir, ConfigFile))

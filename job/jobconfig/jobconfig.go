@@ -6,6 +6,7 @@
 package jobconfig
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -204,12 +205,24 @@ func (c *Config) readFiles() error {
 	if _, err := os.Stat(recorded); err != nil {
 		return nil
 	}
-	st, err := job.ReadConfigFile(recorded, c.src.Extra, PerInvocation...)
+	st, err := job.ReadRunConfig(runDir, recorded, c.src.Extra, PerInvocation...)
+	if other := (*job.OtherRunError)(nil); errors.As(err, &other) {
+		return field.Errorf("resume", "%w; %s", other, resumeOther(other))
+	}
 	if err != nil {
 		return err
 	}
 	c.files = append(st, c.file...)
 	return nil
+}
+
+// resumeOther says how to go on with a run of another command that a
+// resumed training run was pointed at.
+func resumeOther(e *job.OtherRunError) string {
+	if e.Command == "tolaria rl" {
+		return fmt.Sprintf("continue it with tolaria rl --resume --run-dir %s", e.Dir)
+	}
+	return fmt.Sprintf("point %s at a run of tolaria train", field.Name("run_dir"))
 }
 
 // oneModel refuses model.layers alongside the model.hidden shorthand (or

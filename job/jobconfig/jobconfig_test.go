@@ -125,3 +125,23 @@ func TestDataDir(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeOfAnRLRun: resuming a directory whose config.yaml is a tolaria
+// rl run's is refused as an rl run, with the command that continues it,
+// not as a configuration file of tolaria rl's (the user gave none).
+func TestResumeOfAnRLRun(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "config.yaml"), "env: CartPole-v1\nnum_agents: 2\nseed: 1\n")
+	_, err := Resolve(Sources{Flags: map[field.Name]any{"resume": true, "run_dir": dir}, FlagName: flag, RunConfig: "config.yaml"})
+	if err == nil || !field.Is(err, "resume") {
+		t.Fatalf("got %v, want a refusal of resume", err)
+	}
+	for _, want := range []string{dir + " is a tolaria rl run (its config.yaml has env, num_agents)", "continue it with tolaria rl --resume --run-dir " + dir} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v\nlacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "--config") {
+		t.Errorf("%v\nspeaks of a configuration file", err)
+	}
+}
