@@ -434,6 +434,9 @@ func Plan(req Request) (*Run, error) {
 	if e.spec, err = rundir.Spec(req.RunDir); err != nil {
 		return nil, err
 	}
+	if err := rundir.CheckIdle(req.RunDir, inUse(req.RunDir)); err != nil {
+		return nil, err
+	}
 	whose := fmt.Sprintf("the run's data, as its %s names it; %s evaluates on data elsewhere", rundir.ConfigFile, field.Name("data_dir"))
 	if req.DataDir != "" && e.spec.Dataset == "synthetic" {
 		return nil, refusal.Config(field.Errorf("data_dir", "names data, but the run's dataset is synthetic, made from its seed and size: there are no files to evaluate on; leave it out"))
@@ -669,6 +672,14 @@ func (e *Run) shardExamples(s int) (first, stride, count int) {
 // stops the workers; the shard files finished are kept for a resume.
 func (e *Run) Run(ctx context.Context) (*Report, error) {
 	start := time.Now()
+	// Held for the whole evaluation: a run resumed in the directory would
+	// replace the checkpoint the shards verify, and a second evaluation
+	// would replace their files.
+	held, err := rundir.Hold(e.req.RunDir, "tolaria eval", inUse(e.req.RunDir))
+	if err != nil {
+		return nil, err
+	}
+	defer held.Release()
 	dir := filepath.Join(e.req.RunDir, Dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -799,6 +810,13 @@ func trainedOn(runDir string, spec job.Spec, files []data.SourceFile) []string {
 	}
 	return []string{fmt.Sprintf("the data differs from the data the run trained on (%s, read from %s): in %s, %s",
 		record, rec.DataDir, spec.DataDir, data.DescribeChanges(changes))}
+}
+
+// inUse says what to do about a run directory another tolaria holds.
+func inUse(runDir string) string {
+	runDir = filepath.Clean(runDir)
+	return fmt.Sprintf("its checkpoint and files change while it is held, so the shards would fail their checks: wait for it to end, or evaluate a copy (cp -r %s %s-copy, then tolaria eval --run-dir %s-copy)",
+		runDir, runDir, runDir)
 }
 
 // exists reports whether path names a file or directory.

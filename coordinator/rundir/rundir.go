@@ -133,6 +133,45 @@ func (d *Dir) check() error {
 	return nil
 }
 
+// CheckIdle refuses the run directory dir when another tolaria holds it
+// (a run training in it, an evaluation of it), naming the holder: what
+// it writes would change the run under a reader. todo says what to do
+// instead. It creates nothing.
+func CheckIdle(dir, todo string) error {
+	d := &Dir{path: dir}
+	if owner, busy := d.busy(); busy {
+		return d.busyTodo(owner, todo)
+	}
+	return nil
+}
+
+// Hold locks the existing run directory dir for an activity that reads
+// the run and writes beside it (activity names it, "tolaria eval"): a
+// directory another tolaria holds is refused as CheckIdle refuses it,
+// and while dir is held a run (or another such activity) is refused in
+// turn, naming the activity. Release gives it back.
+func Hold(dir, activity, todo string) (*Dir, error) {
+	d := &Dir{path: dir, resume: true}
+	l := flock.New(filepath.Join(dir, LockFile), flock.SetPermissions(0o644))
+	ok, err := l.TryLock()
+	if err != nil {
+		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
+	}
+	if !ok {
+		return nil, d.busyTodo(d.owner(), todo)
+	}
+	if err := os.WriteFile(l.Path(), fmt.Appendf(nil, "pid %d, %s", os.Getpid(), activity), 0o644); err != nil {
+		_ = l.Close()
+		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
+	}
+	d.lock = l
+	return d, nil
+}
+
+func (d *Dir) busyTodo(owner, todo string) error {
+	return refusal.Config(field.Errorf("run_dir", "%s is %w (%s); %s", d.path, ErrBusy, owner, todo))
+}
+
 // CheckUnfinished refuses to resume a run that ended and kept its summary
 // (one that was not interrupted). A run killed after its last checkpoint
 // has none, and resuming it finishes it. A run calls it once its
