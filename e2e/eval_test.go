@@ -415,6 +415,9 @@ func TestShardedEvalInterrupt(t *testing.T) {
 		strings.Contains(stderr.String(), "attempt 1 failed") {
 		t.Fatalf("after SIGINT: %v, %v\n%s", status, err, stderr)
 	}
+	if want := "continue with tolaria eval --resume --run-dir " + run + " --workers 2"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("after SIGINT, stderr lacks %q:\n%s", want, stderr)
+	}
 	for _, pid := range pids {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
 			t.Errorf("worker %d outlived tolaria eval", pid)

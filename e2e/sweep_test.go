@@ -160,6 +160,9 @@ func TestSweepInterruptLeavesNothingRunning(t *testing.T) {
 	if err != nil || status.ExitStatus() != 130 {
 		t.Fatalf("after SIGINT: %v, %v\n%s", status, err, stderr)
 	}
+	if want := "continue with tolaria sweep --resume --sweep-dir " + sweepDir; !strings.Contains(stderr.String(), want) {
+		t.Errorf("after SIGINT, stderr lacks %q:\n%s", want, stderr)
+	}
 	for _, pid := range pids {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
 			t.Errorf("worker %d outlived the sweep", pid)

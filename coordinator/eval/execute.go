@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
 
@@ -83,9 +86,30 @@ func Execute(ctx context.Context, req Request, opt Options) error {
 		defer served.Linger(ctx, opt.Linger)
 	}
 	if ctx.Err() != nil {
-		opt.View.Note(fmt.Sprintf("evaluation interrupted; %s is left as it was, and the shards finished are kept for --resume", JSONFile))
+		opt.View.Note(fmt.Sprintf("evaluation interrupted; %s is left as it was, and the shards finished are kept: continue with %s", JSONFile, ResumeCommand(req)))
 		return &rundir.Ending{Kind: rundir.Interrupted}
 	}
 	opt.View.Result(rep, err, req.RunDir)
 	return err
+}
+
+// ResumeCommand is the command that continues the evaluation req asked
+// for once it was stopped: --resume, and every setting a kept shard file
+// must match (the shards, the split, the checkpoint, the data, the
+// predictions' top-k), so that the shards finished are kept.
+func ResumeCommand(req Request) string {
+	args := []string{"tolaria eval --resume --run-dir", req.RunDir, "--workers", strconv.Itoa(req.Workers)}
+	if req.Split != "" && req.Split != jobserver.SplitTest {
+		args = append(args, "--split", req.Split)
+	}
+	if req.Checkpoint != "" {
+		args = append(args, "--checkpoint", req.Checkpoint)
+	}
+	if req.DataDir != "" {
+		args = append(args, "--data-dir", req.DataDir)
+	}
+	if req.Predictions {
+		args = append(args, "--predictions", "--top-k", strconv.Itoa(req.TopK))
+	}
+	return strings.Join(args, " ")
 }

@@ -86,7 +86,8 @@ func Execute(ctx context.Context, cfg Config, opt Options) error {
 		view.Note(fmt.Sprintf("writing the results: %v", err))
 		return &rundir.Ending{Kind: rundir.Failed}
 	case ctx.Err() != nil:
-		view.Note(fmt.Sprintf("sweep interrupted: %d of %d trials succeeded; the running ones checkpointed; results in %s", ok, total, s.Dir()))
+		view.Note(fmt.Sprintf("sweep interrupted: %d of %d trials succeeded; the running ones checkpointed; results in %s; continue with tolaria sweep --resume --sweep-dir %s",
+			ok, total, s.Dir(), s.Dir()))
 		return &rundir.Ending{Kind: rundir.Interrupted}
 	}
 	note, end := rundir.Outcome(ok, total, "trial", filepath.Join(s.Dir(), ResultsJSON))

@@ -463,6 +463,12 @@ func (s *Run) journalAdd(e journalEntry) {
 	}
 }
 
+// fileExists reports whether path names a file.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 // planSweepDir refuses a directory that holds anything; "" names
 // sweeps/<now>.
 func planSweepDir(dir string, now time.Time) (string, error) {
@@ -482,6 +488,9 @@ func planSweepDir(dir string, now time.Time) (string, error) {
 		return dir, nil
 	case err != nil:
 		return "", refusal.Config(field.Errorf("sweep_dir", "%w", err))
+	case len(entries) > 0 && fileExists(filepath.Join(dir, ResultsJSON)):
+		return "", refusal.Config(field.Errorf("sweep_dir", "%s holds a sweep (its %s); continue it with %s, or give a new or empty directory for a new sweep, so its results are not overwritten",
+			dir, ResultsJSON, field.Name("resume")))
 	case len(entries) > 0:
 		return "", refusal.Config(field.Errorf("sweep_dir", "%s is not empty; give a new or empty directory, so no earlier sweep's results are overwritten", dir))
 	}
