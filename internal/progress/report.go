@@ -46,13 +46,25 @@ func TrainSummary(w io.Writer, s trainer.Summary, accuracy bool, runDir string) 
 	fmt.Fprintf(w, "params sha256 %s\nrun directory %s\n", s.ParamsSHA256, runDir)
 }
 
-// TrainStopped says where a stopped run stands and how to go on; how says
-// what stopped it ("interrupted", or --max-steps).
-func TrainStopped(w io.Writer, dir *rundir.Dir, sum trainer.Summary, how string) {
-	// sum.Steps counts the whole run, a resumed one included.
-	if sum.Steps > sum.ResumedFromStep {
-		fmt.Fprintf(w, "tolaria: %s after %d steps; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n",
-			how, sum.Steps, dir.Path())
+// TrainStopped says where a stopped run stands and how to go on;
+// maxSteps is the --max-steps that stopped it, 0 when it was interrupted.
+// --max-steps counts the steps of one start, summary.json's steps the
+// whole run's: a resumed run's line says both, so that "--max-steps 3"
+// and "8 steps" do not read as a contradiction.
+func TrainStopped(w io.Writer, dir *rundir.Dir, sum trainer.Summary, maxSteps int) {
+	how := "interrupted"
+	if maxSteps > 0 {
+		how = fmt.Sprintf("stopped by --max-steps %d", maxSteps)
+	}
+	if ran := sum.Steps - sum.ResumedFromStep; ran > 0 {
+		after := fmt.Sprintf("interrupted after %d steps", ran)
+		if maxSteps > 0 {
+			after = fmt.Sprintf("stopped after %d steps (--max-steps %d)", ran, maxSteps)
+		}
+		if sum.ResumedFromStep > 0 {
+			after += fmt.Sprintf(", %d in all", sum.Steps)
+		}
+		fmt.Fprintf(w, "tolaria: %s; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n", after, dir.Path())
 		return
 	}
 	if cks, _ := dir.Checkpoints(); len(cks) > 0 {

@@ -41,27 +41,32 @@ func TestTrainStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	say := func(sum trainer.Summary) string {
+	say := func(sum trainer.Summary, maxSteps int) string {
 		var b bytes.Buffer
-		TrainStopped(&b, rd, sum, "interrupted")
+		TrainStopped(&b, rd, sum, maxSteps)
 		return b.String()
 	}
-	if got := say(trainer.Summary{Steps: 0}); !strings.Contains(got, "nothing to resume") || strings.Contains(got, "checkpoint saved") {
+	if got := say(trainer.Summary{Steps: 0}, 0); !strings.Contains(got, "nothing to resume") || strings.Contains(got, "checkpoint saved") {
 		t.Errorf("stopped before the first step of a fresh run: %q", got)
 	}
 	if err := os.WriteFile(filepath.Join(dir, trainer.CheckpointFile), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := say(trainer.Summary{Steps: 40, ResumedFromStep: 40}); !strings.Contains(got, "checkpoint of step 40 is unchanged") || !strings.Contains(got, "--resume") {
-		t.Errorf("stopped before a resumed run's first step: %q", got)
-	}
-	if got := say(trainer.Summary{Steps: 52, ResumedFromStep: 40}); !strings.Contains(got, "interrupted after 52 steps; checkpoint saved") {
-		t.Errorf("stopped after steps: %q", got)
-	}
-	var b bytes.Buffer
-	TrainStopped(&b, rd, trainer.Summary{Steps: 5}, "stopped at --max-steps 5")
-	if got := b.String(); !strings.HasPrefix(got, "tolaria: stopped at --max-steps 5 after 5 steps; checkpoint saved") {
-		t.Errorf("stopped by --max-steps: %q", got)
+	for _, c := range []struct {
+		sum      trainer.Summary
+		maxSteps int
+		want     string
+	}{
+		{trainer.Summary{Steps: 40, ResumedFromStep: 40}, 0, "tolaria: interrupted before any step ran; the checkpoint of step 40 is unchanged; continue with: tolaria train --resume"},
+		{trainer.Summary{Steps: 12}, 0, "tolaria: interrupted after 12 steps; checkpoint saved; continue with: tolaria train --resume"},
+		{trainer.Summary{Steps: 52, ResumedFromStep: 40}, 0, "tolaria: interrupted after 12 steps, 52 in all; checkpoint saved"},
+		{trainer.Summary{Steps: 5}, 5, "tolaria: stopped after 5 steps (--max-steps 5); checkpoint saved; continue with: tolaria train --resume"},
+		// --max-steps counts one start's steps, the summary the run's.
+		{trainer.Summary{Steps: 8, ResumedFromStep: 5}, 3, "tolaria: stopped after 3 steps (--max-steps 3), 8 in all; checkpoint saved"},
+	} {
+		if got := say(c.sum, c.maxSteps); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%+v, --max-steps %d:\n got %q\nwant %q...", c.sum, c.maxSteps, got, c.want)
+		}
 	}
 }
 

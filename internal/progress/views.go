@@ -117,13 +117,12 @@ func (v TrainView) Summary(sum trainer.Summary, accuracy bool, runDir string) {
 }
 
 // Stopped says where a stopped run stands (see TrainStopped): interrupted,
-// or stopped at --max-steps.
+// or stopped by --max-steps.
 func (v TrainView) Stopped(dir *rundir.Dir, sum trainer.Summary, interrupted bool, maxSteps int) {
-	how := "interrupted"
-	if !interrupted && maxSteps > 0 {
-		how = fmt.Sprintf("stopped at --max-steps %d", maxSteps)
+	if interrupted {
+		maxSteps = 0
 	}
-	TrainStopped(v.Stderr, dir, sum, how)
+	TrainStopped(v.Stderr, dir, sum, maxSteps)
 }
 
 // Failed says why the run failed (see TrainFailed).
