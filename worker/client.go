@@ -30,6 +30,18 @@ type Sink struct {
 	// Parked hears that a worker told to park (Reply.Park) has parked;
 	// body says what it released. It must not block.
 	Parked func(body json.RawMessage) error
+	// Held hears, before the call returns, what a kept worker's process
+	// still holds on its device once its request ended (the final
+	// message's Message.HeldBytes); not called when the worker measured
+	// nothing.
+	Held func(bytes int64)
+}
+
+// held passes on what the final message m says the worker still holds.
+func (s Sink) held(m Message) {
+	if s.Held != nil && m.HeldBytes != nil {
+		s.Held(*m.HeldBytes)
+	}
 }
 
 // Reply answers a worker's budget request.
@@ -143,11 +155,13 @@ func converseOn(ctx context.Context, enc *encoder, dec *decoder, req Request, si
 			if len(m.Body) == 0 {
 				return hello, nil, errors.New("worker: result without a body")
 			}
+			sink.held(m)
 			return hello, m.Body, nil
 		case TypeError:
 			if m.Error == nil {
 				return hello, nil, errors.New("worker: error without a description")
 			}
+			sink.held(m)
 			return hello, nil, m.Error
 		default:
 			return hello, nil, fmt.Errorf("worker protocol: unexpected message %q", m.Type)

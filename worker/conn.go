@@ -26,6 +26,9 @@ type Conn struct {
 	// work counts the advances of the work (Advance); stage names the last.
 	work  atomic.Uint64
 	stage atomic.Pointer[string]
+	// held is what the final message reports the process still holds on
+	// its device (Holding); nil: nothing measured.
+	held atomic.Pointer[int64]
 }
 
 // Accept reads the request from in; answers go to out.
@@ -105,14 +108,21 @@ func (c *Conn) Result(v any) error {
 		return fmt.Errorf("worker: encoding the result: %w", err)
 	}
 	defer c.answered()
-	return c.enc.send(Message{Type: TypeResult, Body: body})
+	return c.enc.send(Message{Type: TypeResult, Body: body, HeldBytes: c.held.Load()})
 }
 
 // Fail sends the request's failure.
 func (c *Conn) Fail(e *Error) error {
 	defer c.answered()
-	return c.enc.send(Message{Type: TypeError, Error: e})
+	return c.enc.send(Message{Type: TypeError, Error: e, HeldBytes: c.held.Load()})
 }
+
+// Holding records what the worker's process still holds on its device
+// once the request's memory is freed (see Message.HeldBytes): the result
+// or error sent next carries it, and the coordinator books it while the
+// worker waits for its next request. A kept worker measures it before it
+// answers.
+func (c *Conn) Holding(bytes int64) { c.held.Store(&bytes) }
 
 // answered tells an input that wants to know (the spool's) that the
 // request's answer is sent.

@@ -91,6 +91,14 @@ type Message struct {
 	// heartbeat timeout, however regularly its heartbeats come.
 	Work  uint64 `json:"work,omitempty"`
 	Stage string `json:"stage,omitempty"`
+	// HeldBytes is, in the result or error that ends a kept worker's job
+	// (see Kept), what the worker's process still holds on its device
+	// once the job's memory is freed, beyond its graph pool's workspace:
+	// its context and modules, and buffers the pooled executables still
+	// reference, as the worker measured them (Conn.Holding). Absent when
+	// the worker measured nothing (a worker of one request, or an older
+	// worker).
+	HeldBytes *int64 `json:"held_bytes,omitempty"`
 }
 
 // Request is what the coordinator asks of a worker: a message of type
