@@ -26,11 +26,18 @@ type Sink struct {
 	Budget func(BudgetRequest, BudgetReply) error
 	// Parked hears that the worker, told to park, has parked.
 	Parked func(BudgetParked) error
+	// Held hears, as the job ends on a kept worker (ServeKept), what the
+	// worker's process still holds on its device beyond the graph pool's
+	// workspace, as the worker measured it once the job's memory was
+	// freed: what the next job's bill counts as its context (see
+	// worker.Message.HeldBytes). An older worker measures nothing, and
+	// Held is not called.
+	Held func(bytes int64)
 }
 
 // raw decodes what the worker sends into the sink's types.
 func (s Sink) raw() worker.Sink {
-	ws := worker.Sink{Hello: s.Hello, Alive: s.Alive}
+	ws := worker.Sink{Hello: s.Hello, Alive: s.Alive, Held: s.Held}
 	if s.Observer != nil {
 		ws.Observe = func(name string, body json.RawMessage) error {
 			m, err := trainer.DecodeMeasurement(name, body)

@@ -21,9 +21,10 @@ import (
 // trainer freed what it allocated, the device gives its cached memory back
 // to the driver (device.Trimmer), and it is checked to hold its opening
 // figure plus the pool's workspace, with no pool entry leased (else it is
-// closed and opened afresh); and before a job the pool frees the
-// workspace of every other step (graphs.Pool.Retain), so the device holds
-// nothing the job's bill does not count. A job whose device settings
+// closed and opened afresh), all before the job's answer, which then
+// carries what the process still holds (see end); and before a job the
+// pool frees the workspace of every other step (graphs.Pool.Retain), so
+// the device holds nothing the job's bill does not count. A job whose device settings
 // differ (another device, another thread count) gets a device of its own.
 // Any other request is served as Serve serves it, on a device of its own.
 func ServeKept(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
@@ -142,12 +143,35 @@ func (k *keptDevice) after(c Config, dev device.Device) {
 	k.close(c)
 }
 
-// held is, before a job on the kept device (once the pool kept only its
-// step), what the process holds on the device that the job's bill does
-// not count otherwise: the context and modules measured at opening, and
-// the device memory in use beyond the pool's workspace (the earlier job's
-// buffers that pooled executables still reference). It is the bill's
-// Context.
+// end resets the kept device once a job has ended (see after) and, when
+// the device is still kept, records in conn what the process then holds
+// on it beyond the pool's workspace (held), for the job's answer to carry
+// (worker.Message.HeldBytes): the coordinator books that, with the pool's
+// workspace, while the worker waits, and the next job's bill counts it
+// again as its context. A device closed by the check holds nothing, and
+// nothing is recorded.
+func (k *keptDevice) end(c Config, dev device.Device, conn *worker.Conn) {
+	k.after(c, dev)
+	if k.dev == nil {
+		return
+	}
+	n, err := k.held(c, dev)
+	if err != nil {
+		c.Logger.Warn("measuring what the kept device holds after the job failed; the coordinator books what the job's bill says instead",
+			"device", dev.Name(), "err", err)
+		return
+	}
+	c.Logger.Info("the kept device waits for the next job", "device", dev.Name(), "held_bytes", n,
+		"pool_bytes", c.Shared.Pool().Stats().ReservedBytes)
+	conn.Holding(n)
+}
+
+// held is what the process holds on the kept device that a job's bill
+// does not count otherwise: the context and modules measured at opening,
+// and the device memory in use beyond the pool's workspace (an earlier
+// job's buffers that pooled executables still reference). Before a job
+// (once the pool kept only its step) it is the job's bill's Context; after
+// one, what the idle worker holds besides the pool's workspace (end).
 func (k *keptDevice) held(c Config, dev device.Device) (int64, error) {
 	if t, ok := dev.(device.Trimmer); ok {
 		// Retain may have destroyed executables that held freed buffers.

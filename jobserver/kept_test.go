@@ -124,3 +124,36 @@ func TestKeptDeviceIsCheckedBetweenJobs(t *testing.T) {
 		t.Fatalf("a job of other threads: kept %v, same device %v, %v; want a kept device of its own", kept, dev == current, err)
 	}
 }
+
+// TestKeptWorkerSaysWhatItHolds: each job's answer from a kept worker
+// carries what the process holds on its device once the job's memory is
+// freed, beyond the pool's workspace (on the CPU device nothing: 0, said,
+// not left out), and a worker of one request says nothing, so the
+// coordinator books its bill's figures instead.
+func TestKeptWorkerSaysWhatItHolds(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(serveAsWorkerEnv, "1")
+	k := &worker.Kept{Process: worker.Process{Path: exe, HelloTimeout: time.Minute}}
+	defer k.Close()
+	for i := range 2 {
+		spec := smallSpec()
+		spec.RunDir = t.TempDir()
+		var held []int64
+		if _, _, err := Run(context.Background(), k, "cpu", spec, Sink{Held: func(n int64) { held = append(held, n) }}); err != nil {
+			t.Fatalf("job %d in the kept worker: %v", i+1, err)
+		}
+		if len(held) != 1 || held[0] != 0 {
+			t.Fatalf("job %d in the kept worker: held %v; want [0]", i+1, held)
+		}
+	}
+	spec := smallSpec()
+	spec.RunDir = t.TempDir()
+	var held []int64
+	if _, _, err := Run(context.Background(), &worker.Process{Path: exe, HelloTimeout: time.Minute}, "cpu", spec,
+		Sink{Held: func(n int64) { held = append(held, n) }}); err != nil || len(held) != 0 {
+		t.Fatalf("a worker of one request: held %v (%v); want nothing said", held, err)
+	}
+}

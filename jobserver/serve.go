@@ -154,10 +154,15 @@ func serveConn(ctx context.Context, conn *worker.Conn, cfg Config) error {
 	if err != nil {
 		return conn.Fail(&worker.Error{Kind: worker.KindNoDevice, Message: err.Error()})
 	}
+	// ended: the kept device was reset once the job ended, before its
+	// answer (keptDevice.end).
+	ended := false
 	defer func() {
 		if keptJob {
-			// Kept for the next job, if the job left it as it found it.
-			cfg.kept.after(cfg, dev)
+			if !ended {
+				// Kept for the next job, if the job left it as it found it.
+				cfg.kept.after(cfg, dev)
+			}
 			return
 		}
 		// The pool may outlive this request (in process); it keeps
@@ -208,7 +213,14 @@ func serveConn(ctx context.Context, conn *worker.Conn, cfg Config) error {
 		}
 	default:
 		var sum trainer.Summary
-		if sum, err = runJob(runCtx, conn, spec, dev, cfg); err == nil {
+		sum, err = runJob(runCtx, conn, spec, dev, cfg)
+		if keptJob {
+			// Reset before the answer, so that the answer says what the
+			// process holds while it waits for the next job.
+			ended = true
+			cfg.kept.end(cfg, dev, conn)
+		}
+		if err == nil {
 			err = conn.Result(sum)
 		}
 	}
