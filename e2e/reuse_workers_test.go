@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tolaria-ml/tolaria/coordinator/budget"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // reuseSweep is four small trials: three of one model (a, b, d) and one of
@@ -31,7 +35,10 @@ trials:
 // ways; without reuse no capture is pooled; with it one worker process
 // (tolaria-worker serve --keep) serves the four trials, the trials of one
 // model one after another, and b and d, each after a trial of its model,
-// have every capture pooled.
+// have every capture pooled. Between two trials of one model, what the
+// kept worker keeps booked (budget_kept, as the worker measured it) is, to
+// the byte, what the next trial's bill counts of it: its context and the
+// pool's workspace (see checkIdleBookings).
 func sweepReusingWorkers(t *testing.T, env []string, device, worker string) {
 	dir := t.TempDir()
 	file := writeSweepFile(t, dir, reuseSweep)
@@ -75,6 +82,71 @@ func sweepReusingWorkers(t *testing.T, env []string, device, worker string) {
 				t.Errorf("trial %s: worker.log lacks %q (%v):\n%s", row.Name, served, err, log)
 			}
 		}
+		if reuse {
+			runDirs := map[string]string{}
+			for _, row := range res.Trials {
+				runDirs[row.Name] = row.RunDir
+			}
+			checkIdleBookings(t, device, runDirs)
+		}
+	}
+}
+
+// checkIdleBookings: every trial of reuseSweep ended on its kept worker
+// with one budget_kept event, of a figure the worker measured; a (b) and b
+// (d) were each followed on that worker by a trial of their model, whose
+// bill's context and pool workspace (gradients, activations, workspace)
+// are the idle booking to the byte: on the emulated driver that context
+// includes the ended trial's freed buffers its pooled executables still
+// reference, which the ended trial's bill could not know of. On the CPU,
+// which keeps nothing referenced, the booking is budget.IdleBill of the
+// trial's own bill.
+func checkIdleBookings(t *testing.T, device string, runDirs map[string]string) {
+	t.Helper()
+	type kept struct {
+		Bytes    int64        `json:"bytes"`
+		Bill     trainer.Bill `json:"bill"`
+		Measured bool         `json:"measured"`
+	}
+	keptOf, billOf := map[string]kept{}, map[string]trainer.Bill{}
+	for name, dir := range runDirs {
+		var n int
+		for _, e := range readEvents(t, filepath.Join(dir, "events.jsonl")) {
+			switch e.Kind {
+			case "budget_kept":
+				var k kept
+				if err := json.Unmarshal(e.Fields, &k); err != nil {
+					t.Fatalf("trial %s: budget_kept %s: %v", name, e.Fields, err)
+				}
+				keptOf[name] = k
+				n++
+			case "budget_grant":
+				var g struct{ Bill trainer.Bill }
+				if err := json.Unmarshal(e.Fields, &g); err != nil {
+					t.Fatalf("trial %s: budget_grant %s: %v", name, e.Fields, err)
+				}
+				billOf[name] = g.Bill
+			}
+		}
+		if k := keptOf[name]; n != 1 || !k.Measured || k.Bytes != k.Bill.DeviceBytes() {
+			t.Errorf("trial %s: %d budget_kept events, the last %+v; want one, of what the kept worker measured it holds", name, n, k)
+		}
+		if device == "cpu" {
+			if want := budget.IdleBill(billOf[name]); keptOf[name].Bill != want {
+				t.Errorf("trial %s on the CPU: idle booking %+v, want budget.IdleBill of its bill %+v", name, keptOf[name].Bill, want)
+			}
+		}
+	}
+	for _, pair := range [][2]string{{"a", "b"}, {"b", "d"}} {
+		ended, next := pair[0], pair[1]
+		nb := billOf[next]
+		if want := nb.Context + nb.GraphPoolBytes(); keptOf[ended].Bytes != want {
+			t.Errorf("the kept worker idle after trial %s booked %d bytes; trial %s, next on it, bills %d of what it holds (context %d, pool workspace %d)",
+				ended, keptOf[ended].Bytes, next, want, nb.Context, nb.GraphPoolBytes())
+		}
+	}
+	if device != "cpu" && billOf["b"].Context == 0 {
+		t.Errorf("trial b on %s bills no context after a trial of its model; want the buffers the pooled executables still reference", device)
 	}
 }
 

@@ -147,8 +147,9 @@ const KindKeptWorker = "idle kept worker"
 type Idle struct {
 	// Holder names the kept worker in the books and messages.
 	Holder string
-	// Bill is what it still holds on the device: IdleBill of its last
-	// request's bill.
+	// Bill is what it still holds on the device: MeasuredIdleBill of its
+	// last request's bill and what the worker measured, or IdleBill of
+	// that bill when the worker measured nothing.
 	Bill trainer.Bill
 	// Reclaim asks for the worker to be closed, to make room (for whom is
 	// in the Eviction); the booking's Release must follow once the worker
@@ -164,6 +165,23 @@ type Idle struct {
 // staging inputs and the streams' scratch were freed with the run.
 func IdleBill(bill trainer.Bill) trainer.Bill {
 	return trainer.Bill{Context: bill.Context, Gradients: bill.Gradients, Activations: bill.Activations, Workspace: bill.Workspace}
+}
+
+// MeasuredIdleBill is IdleBill of bill with the context the kept worker
+// measured once its request ended (held: what its process holds on the
+// device beyond its graph pool's workspace, which on a GPU includes the
+// ended request's freed buffers that the pooled executables still
+// reference, a part bill.Context cannot know of). That measurement is the
+// one the worker's next bill takes for its Context, so the idle booking
+// is what that bill will count again. It replaces bill.Context whether
+// larger or smaller: the measurement is the truth, and a smaller one (an
+// update that released an earlier request's referenced buffers) frees
+// the difference for other requests, which the next request asks back
+// if its own bill needs it.
+func MeasuredIdleBill(bill trainer.Bill, held int64) trainer.Bill {
+	idle := IdleBill(bill)
+	idle.Context = held
+	return idle
 }
 
 // Eviction says why a holder is asked to park: for which waiting request,

@@ -86,6 +86,11 @@ func (s *budgetSink) Parked(p jobserver.BudgetParked) error { return s.holder().
 // Active notes the trial's progress.
 func (s *budgetSink) Active() { s.holder().Active() }
 
+// Held hears what the trial's kept worker measured it still holds on the
+// device beyond its pool's workspace once the trial ended: Release books
+// that while the worker is idle.
+func (s *budgetSink) Held(bytes int64) { s.holder().Held(bytes) }
+
 // Release gives the run's budget back, or leaves the queue; on a kept
 // worker, what the worker still holds stays booked as its own, idle, until
 // its next trial continues it or it is closed.

@@ -70,6 +70,9 @@ type Budgeter interface {
 	Ask(jobserver.BudgetRequest, jobserver.BudgetReply) error
 	Parked(jobserver.BudgetParked) error
 	Active()
+	// Held hears what a kept worker measured it holds once the run ended
+	// (jobserver.Sink.Held), before Release.
+	Held(bytes int64)
 	Release()
 }
 
@@ -258,7 +261,7 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 	if r.req.Budget != nil {
 		bs := r.req.Budget(r.obs, r.log)
 		defer bs.Release()
-		sink.Budget, sink.Parked = bs.Ask, bs.Parked
+		sink.Budget, sink.Parked, sink.Held = bs.Ask, bs.Parked, bs.Held
 		sink.Progress = func(p trainer.Progress) {
 			bs.Active()
 			if progress != nil {

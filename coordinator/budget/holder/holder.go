@@ -24,9 +24,9 @@ const (
 	EventPark    = "budget_park"    // the broker asks the holder to park, to make room for a request of equal or higher priority
 	EventParked  = "budget_parked"  // the holder parked: its budget is released, it waits to unpark
 	// EventKept: the holder ended and its worker is kept for another: what
-	// the worker still holds (its context and graph pool's workspace)
-	// stays booked, as an idle kept worker's, until the worker's next
-	// request continues it or the worker closes.
+	// the worker still holds (its context, as the worker measured it, and
+	// its graph pool's workspace) stays booked, as an idle kept worker's,
+	// until the worker's next request continues it or the worker closes.
 	EventKept = "budget_kept"
 )
 
@@ -95,6 +95,9 @@ type Sink struct {
 	mu     sync.Mutex
 	ticket *budget.Ticket
 	bill   trainer.Bill // the request's
+	// held is what the kept worker measured it holds beyond its pool's
+	// workspace once its request ended (Held); nil: nothing measured.
+	held *int64
 	// parkFor is the holder the broker last asked this one to park for.
 	parkFor string
 }
@@ -224,24 +227,39 @@ func (s *Sink) Release() {
 	}
 }
 
+// Held hears what the kept worker measured it holds on the device beyond
+// its graph pool's workspace once its request ended (see
+// jobserver.Sink.Held): Keep books that as the idle worker's context.
+func (s *Sink) Held(bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = &bytes
+}
+
 // Keep ends the holder as Release does, but its worker is kept for
-// another request: what the worker still holds (budget.IdleBill of the
-// request's bill) stays booked on the device as name's, an idle kept
-// worker's, and is returned; the broker calls reclaim when it needs that
-// room (see budget.Ticket.Keep). Nil when the holder held no budget (it
-// never asked, was refused, or waits): nothing stays booked.
+// another request: what the worker still holds stays booked on the device
+// as name's, an idle kept worker's, and is returned; the broker calls
+// reclaim when it needs that room (see budget.Ticket.Keep). What it holds
+// is budget.MeasuredIdleBill of the request's bill and the figure the
+// worker measured (Held), or, from a worker that measured nothing (an
+// older one), budget.IdleBill of the bill. Nil when the holder held no
+// budget (it never asked, was refused, or waits): nothing stays booked.
 func (s *Sink) Keep(name string, reclaim func(budget.Eviction)) *budget.Ticket {
 	s.mu.Lock()
-	t, bill := s.ticket, s.bill
+	t, bill, held := s.ticket, s.bill, s.held
 	s.ticket = nil
 	s.mu.Unlock()
 	if t == nil {
 		return nil
 	}
 	idle := budget.IdleBill(bill)
+	if held != nil {
+		idle = budget.MeasuredIdleBill(bill, *held)
+	}
 	k := t.Keep(budget.Idle{Holder: name, Bill: idle, Reclaim: reclaim})
 	if k != nil {
-		s.event(EventKept, map[string]any{"device": s.cfg.Device, "holder": name, "bytes": idle.DeviceBytes(), "bill": idle})
+		s.event(EventKept, map[string]any{"device": s.cfg.Device, "holder": name, "bytes": idle.DeviceBytes(), "bill": idle,
+			"measured": held != nil})
 	}
 	return k
 }

@@ -164,3 +164,57 @@ func TestHolderKeepsAKeptWorkersBooking(t *testing.T) {
 		t.Fatalf("books at the end: %+v", bk)
 	}
 }
+
+// TestHolderKeepsWhatTheWorkerMeasured: a kept worker that says what it
+// still holds beyond its pool's workspace (Held) has that booked as its
+// context while idle, larger or smaller than its bill's context; its next
+// request, whose bill counts that context, is booked once, adding nothing.
+// A worker that said nothing has budget.IdleBill booked.
+func TestHolderKeepsWhatTheWorkerMeasured(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		held     int64 // < 0: not measured
+		wantIdle int64
+	}{
+		{"more than billed (referenced buffers)", 80, 80 + 120},
+		{"less than billed", 10, 10 + 120},
+		{"not measured", -1, 30 + 120},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := budget.New(budget.Config{DeviceMemory: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bill := trainer.Bill{Parameters: 300, Gradients: 100, Workspace: 20, Context: 30}
+			evs := &events{}
+			first := New(Config{Broker: b, Holder: "a", Device: "cpu", Parkable: true, Observer: evs})
+			if err := first.Ask(jobserver.BudgetRequest{Bill: bill, Device: "cpu", Free: 1 << 30}, &reply{}); err != nil {
+				t.Fatal(err)
+			}
+			if c.held >= 0 {
+				first.Held(c.held)
+			}
+			idle := first.Keep("kept worker 1", func(budget.Eviction) {})
+			k := evs.last[EventKept]
+			if bk := b.Books("cpu"); idle == nil || bk.Granted != c.wantIdle || bk.IdleBytes != c.wantIdle {
+				t.Fatalf("books %+v; want %d bytes booked for the idle worker", bk, c.wantIdle)
+			}
+			if k["bytes"] != c.wantIdle || k["measured"] != (c.held >= 0) {
+				t.Fatalf("the budget_kept event %v; want %d bytes, measured %v", k, c.wantIdle, c.held >= 0)
+			}
+			next := bill
+			if c.held >= 0 {
+				next.Context = c.held // what the next bill measures
+			}
+			n := New(Config{Broker: b, Holder: "b", Device: "cpu", Parkable: true, Continues: idle})
+			r := &reply{}
+			if err := n.Ask(jobserver.BudgetRequest{Bill: next, Device: "cpu", Free: 1 << 30}, r); err != nil {
+				t.Fatal(err)
+			}
+			if bk := b.Books("cpu"); r.answers() != "grant" || bk.Granted != next.DeviceBytes() || bk.Idle != 0 {
+				t.Fatalf("b on the kept worker: answered %q, books %+v; want its %d bytes booked once", r.answers(), bk, next.DeviceBytes())
+			}
+			n.Release()
+		})
+	}
+}
