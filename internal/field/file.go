@@ -76,17 +76,8 @@ var commandKeys = []struct {
 // know (known), two of another command's own keys, or one when self
 // knows none of top. It is "" for a file that is not another's.
 func OtherCommand(top []string, self string, known func(string) bool) string {
-	knowsSome := slices.ContainsFunc(top, known)
-	for _, c := range commandKeys {
-		var theirs []string
-		for _, k := range top {
-			if slices.Contains(c.keys, k) && !known(k) {
-				theirs = append(theirs, k)
-			}
-		}
-		if c.command != self && (len(theirs) >= 2 || len(theirs) == 1 && !knowsSome) {
-			return fmt.Sprintf("is a file for %s (it has %s), not for %s", c.command, strings.Join(theirs, ", "), self)
-		}
+	if command, theirs := whose(top, self, known); command != "" {
+		return fmt.Sprintf("is a file for %s (it has %s), not for %s", command, strings.Join(theirs, ", "), self)
 	}
 	return ""
 }
