@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
@@ -103,7 +106,7 @@ func Execute(ctx context.Context, req Request, opt Options) error {
 	}
 	switch {
 	case ctx.Err() != nil:
-		view.Note(fmt.Sprintf("interrupted: the learners checkpointed and the buffers were saved; continue with tolaria rl --resume --run-dir %s", run.Dir()))
+		view.Note(interruptedNote(sum))
 		return &rundir.Ending{Kind: rundir.Interrupted}
 	case ok < len(sum.Agents) && errors.Is(runErr, refusal.ErrSetup):
 		return runErr
@@ -113,4 +116,45 @@ func Execute(ctx context.Context, req Request, opt Options) error {
 		view.Note(note)
 	}
 	return end
+}
+
+// interruptedNote says what an interrupted run saved, as its agents read
+// it from their directories when they ended: which learners checkpointed,
+// which buffers were saved, what --resume does with those that were not,
+// and whether the shared world was saved.
+func interruptedNote(sum Summary) string {
+	var parts, finished, saved []string
+	complete := true
+	for _, a := range sum.Agents {
+		switch {
+		case a.State == AgentSucceeded:
+			finished = append(finished, fmt.Sprintf("agent %d had finished", a.Agent))
+			parts = append(parts, finished[len(finished)-1])
+		case a.Saved == nil:
+			complete = false
+			parts = append(parts, fmt.Sprintf("agent %d: %s", a.Agent, a.State))
+		default:
+			complete = complete && a.Saved.complete()
+			saved = append(saved, strconv.Itoa(a.Agent))
+			parts = append(parts, fmt.Sprintf("agent %d: %s", a.Agent, a.Saved))
+		}
+	}
+	said := strings.Join(parts, "; ")
+	switch {
+	case complete && len(saved) == 1:
+		said = strings.Join(append([]string{fmt.Sprintf("the learner of agent %s checkpointed and its replay buffer was saved", saved[0])}, finished...), "; ")
+	case complete && len(saved) > 1:
+		said = strings.Join(append([]string{fmt.Sprintf("the learners of agents %s checkpointed and their replay buffers were saved", strings.Join(saved, ", "))}, finished...), "; ")
+	}
+	if w := sum.WorldSaved; w != nil {
+		switch _, err := os.Stat(filepath.Join(sum.Dir, WorldFile)); {
+		case *w:
+			said += "; the shared world was saved"
+		case err == nil:
+			said += fmt.Sprintf("; the shared world was not saved as it stopped: --resume goes on from its last periodic save (%s)", WorldFile)
+		default:
+			said += "; the shared world was never saved: --resume starts it afresh"
+		}
+	}
+	return fmt.Sprintf("interrupted: %s; continue with tolaria rl --resume --run-dir %s", said, sum.Dir)
 }

@@ -183,6 +183,55 @@ type AgentStatus struct {
 	// Device is where the agent's learner and actor run: cpu, cuda (the
 	// GPU their environment gives them) or cuda:N.
 	Device string `json:"device,omitempty"`
+	// Saved is, for an agent that did not succeed, what it left for
+	// --resume, read from its directory once its processes ended.
+	Saved *AgentSaved `json:"saved,omitempty"`
+}
+
+// AgentSaved is what an agent that stopped before its work was done left
+// in its directory for --resume: the learner's checkpoint and the replay
+// buffer.
+type AgentSaved struct {
+	// CheckpointStep is the learner step of the checkpoint in the agent's
+	// directory, checked as --resume checks it; -1: none that resumes.
+	CheckpointStep int `json:"checkpoint_step"`
+	// Checkpointed says the learner wrote that checkpoint as it stopped
+	// in this run; false: it did not (a second interrupt killed it), and
+	// the checkpoint, if any, is an earlier run's.
+	Checkpointed bool `json:"checkpointed"`
+	// Buffer says the replay buffer (ReplayFile) was saved as the agent
+	// stopped.
+	Buffer bool `json:"buffer_saved"`
+	// Unusable is why the checkpoint in the agent's directory cannot be
+	// resumed from, when it cannot.
+	Unusable string `json:"checkpoint_unusable,omitempty"`
+}
+
+// String says what was saved and what --resume does with it.
+func (s AgentSaved) String() string {
+	buffer := "the replay buffer was saved"
+	if !s.Buffer {
+		buffer = "the replay buffer was not saved"
+	}
+	switch {
+	case s.Unusable != "":
+		return fmt.Sprintf("the learner did not checkpoint, and the checkpoint there cannot be resumed (%s): --resume refuses the agent until that file is restored or removed", s.Unusable)
+	case s.CheckpointStep < 0:
+		return "the learner did not checkpoint and has no earlier checkpoint, so no replay buffer was saved: --resume starts the agent again from step 0"
+	case s.Checkpointed && s.Buffer:
+		return fmt.Sprintf("the learner checkpointed at learner step %d and %s: --resume goes on from there", s.CheckpointStep, buffer)
+	case s.Checkpointed:
+		return fmt.Sprintf("the learner checkpointed at learner step %d; %s: --resume goes on from learner step %d with the buffer saved before, or an empty one its actor refills", s.CheckpointStep, buffer, s.CheckpointStep)
+	case s.Buffer:
+		return fmt.Sprintf("the learner did not checkpoint; its earlier checkpoint (learner step %d) is kept and %s: --resume goes on from learner step %d", s.CheckpointStep, buffer, s.CheckpointStep)
+	}
+	return fmt.Sprintf("the learner did not checkpoint; its earlier checkpoint (learner step %d) is kept; %s: --resume goes on from learner step %d with the buffer saved before, or an empty one its actor refills", s.CheckpointStep, buffer, s.CheckpointStep)
+}
+
+// complete says the agent stopped with all that a resume wants: the
+// learner checkpointed as it stopped, and the buffer saved.
+func (s *AgentSaved) complete() bool {
+	return s != nil && s.Checkpointed && s.Buffer && s.Unusable == ""
 }
 
 // Summary is a run's summary.json.
@@ -194,6 +243,12 @@ type Summary struct {
 	Goal        Goal          `json:"goal"`
 	Interrupted bool          `json:"interrupted"`
 	Agents      []AgentStatus `json:"agents"`
+	// WorldSaved is, for an interrupted run whose agents share one world
+	// (actor: shared), whether the shared actor saved the worlds
+	// (WorldFile) as it stopped; when it did not (a second interrupt
+	// killed it), --resume goes on from their last periodic save, or
+	// starts them afresh when there is none.
+	WorldSaved *bool `json:"world_saved,omitempty"`
 	// ScriptedBaseline is, for a world with no goal of its own (Forage),
 	// what its agents must beat: each agent's mean return over the
 	// greedy evaluation's episodes when every agent follows the world's
@@ -302,6 +357,7 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 			c.EvalEpisodes, g.Episodes, c.Env.Name, g.Return, g.Episodes))
 	}
 	r := &Run{req: req, dir: dir, lock: lock, path: path, log: req.Logger}
+	r.removeTemps()
 	if r.budgets, err = newAgentBudgets(req); err != nil {
 		_ = lock.Unlock()
 		return nil, err // a refusal naming device_memory
@@ -485,6 +541,33 @@ func (r *Run) checkConfig() error {
 		path, strings.Join(changed, ", "), field.Name("run_dir")))
 }
 
+// removeTemps removes the temporary files of writes cut short from the
+// run directory and its agents' directories: a worker killed while it
+// writes (a second interrupt kills the shared actor as it saves the
+// worlds, a learner as it checkpoints) leaves one beside the file, as
+// does a tolaria killed while it saves a buffer. Only the holder of the
+// directory's lock writes there, when no worker runs, so none is in use.
+func (r *Run) removeTemps() {
+	dirs := []string{r.dir}
+	for i := range r.req.Config.NumAgents {
+		dirs = append(dirs, AgentDir(r.dir, i))
+	}
+	for _, d := range dirs {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if !e.Type().IsRegular() || !atomicfile.IsTemp(e.Name()) {
+				continue
+			}
+			path := filepath.Join(d, e.Name())
+			if err := os.Remove(path); err != nil {
+				r.log.Warn("a temporary file left by a write cut short could not be removed", "file", path, "err", err)
+			} else {
+				r.log.Info("removed a temporary file left by a write cut short", "file", path)
+			}
+		}
+	}
+}
+
 // Dir is the run directory.
 func (r *Run) Dir() string { return r.dir }
 
@@ -533,6 +616,11 @@ func (r *Run) Run(ctx context.Context) (Summary, error) {
 	}
 	wg.Wait()
 	sum.Interrupted = ctx.Err() != nil
+	if r.shared != nil && sum.Interrupted {
+		saved := r.shared.savedAsStopped()
+		sum.WorldSaved = &saved
+	}
+	r.removeTemps()
 	if err := writeJSON(filepath.Join(r.dir, rundir.SummaryFile), sum); err != nil {
 		errs = append(errs, err)
 	}
@@ -656,8 +744,12 @@ func (r *Run) agent(ctx context.Context, i int) (AgentStatus, error) {
 	var wg sync.WaitGroup
 	var learnRes jobserver.RLResult
 	var learnErr, actErr error
+	// learnerStopping: the learner ended once the run was being stopped
+	// (a second interrupt kills it before it checkpoints).
+	var learnerStopping bool
 	wg.Go(func() {
 		learnRes, learnErr = a.half(ctx, jobserver.RoleLearner, resume, 1)
+		learnerStopping = ctx.Err() != nil
 		// Even one that failed before it asked: its actor's (or the
 		// shared actor's) budget request does not wait for it.
 		r.budgets.learnerEnded(i)
@@ -677,14 +769,22 @@ func (r *Run) agent(ctx context.Context, i int) (AgentStatus, error) {
 		wg.Wait()
 	}
 	interrupted := ctx.Err() != nil
+	// A learner that failed as the run was stopped (killed by a second
+	// interrupt, or its checkpoint's write failed) leaves an interrupted
+	// agent, resumed from whatever checkpoint its directory holds.
+	cut := interrupted && learnErr != nil && learnerStopping
+	saved := a.readSaved(learnErr == nil && learnRes.Checkpoint != "")
 
 	var saveErr error
 	// In lockstep a finished agent's buffer is kept too: the same
 	// configuration gives the same replay.buf, byte for byte.
 	lockstepDone := r.req.Config.Lockstep && learnErr == nil && actErr == nil
-	if interrupted || learnErr == nil && actErr != nil || lockstepDone {
-		// What a resume needs: the learner checkpointed as it stopped.
+	// What a resume needs: a checkpoint, and the buffer as the agent
+	// stopped. With no checkpoint a resume starts the agent again from
+	// step 0 and has no use for a buffer: none is written.
+	if (interrupted || learnErr == nil && actErr != nil) && saved.CheckpointStep >= 0 || lockstepDone {
 		saveErr = a.saveReplay()
+		saved.Buffer = saveErr == nil
 	}
 	a.update(func(st *AgentStatus) {
 		st.Seconds = a.earlier + time.Since(a.started).Seconds()
@@ -692,14 +792,19 @@ func (r *Run) agent(ctx context.Context, i int) (AgentStatus, error) {
 			st.LearnerSteps, st.Loss, st.Fallbacks = learnRes.LearnerSteps, learnRes.Loss, learnRes.Fallbacks
 		}
 		switch {
+		case cut:
+			st.State, st.Reason = AgentInterrupted, saved.String()+" (learner: "+learnErr.Error()+")"
 		case learnErr != nil:
 			st.State, st.Reason = AgentFailed, learnErr.Error()
 		case actErr != nil:
 			st.State, st.Reason = AgentFailed, actErr.Error()
 		case interrupted:
-			st.State, st.Reason = AgentInterrupted, "the learner's checkpoint and the replay buffer were saved: continue with --resume"
+			st.State, st.Reason = AgentInterrupted, saved.String()
 		default:
 			st.State = AgentSucceeded
+		}
+		if st.State != AgentSucceeded {
+			st.Saved = &saved
 		}
 		if saveErr != nil {
 			st.Reason = strings.TrimPrefix(st.Reason+"; saving the replay buffer failed: "+saveErr.Error(), "; ")
@@ -745,6 +850,24 @@ func (a *agentRun) openMemory(plan agentPlan) error {
 	steps := a.loadEpisodes()
 	a.mem.SetEpoch(uint64(a.status().Episodes))
 	return a.mem.StartAt(uint64(steps))
+}
+
+// readSaved reads the checkpoint the agent's directory holds, once its
+// learner has ended; checkpointed says the learner answered that it wrote
+// it as it stopped.
+func (a *agentRun) readSaved(checkpointed bool) AgentSaved {
+	s := AgentSaved{CheckpointStep: -1}
+	path := filepath.Join(a.dir, trainer.CheckpointFile)
+	if _, err := os.Stat(path); err != nil {
+		return s
+	}
+	ck, err := dqn.CheckCheckpoint(path, a.r.req.Config, a.i)
+	if err != nil {
+		s.Unusable = err.Error()
+		return s
+	}
+	s.CheckpointStep, s.Checkpointed = ck.Step, checkpointed
+	return s
 }
 
 // saveReplay saves the agent's memory into its directory (replay.buf),

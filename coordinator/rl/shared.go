@@ -37,6 +37,9 @@ type sharedActor struct {
 	ready  chan struct{} // closed once every agent joined
 	done   chan struct{} // closed once the actor has ended for good
 	err    error
+	// stoppedWell says the actor's last process answered as it ended:
+	// stopped, it saved the worlds first.
+	stoppedWell bool
 }
 
 func newSharedActor(r *Run) *sharedActor {
@@ -103,6 +106,14 @@ func (s *sharedActor) run(ctx context.Context) {
 	s.err = s.loop(ctx)
 }
 
+// savedAsStopped says, once the actor has ended for good, whether it
+// saved the worlds as it stopped (a process killed by a second interrupt
+// does not).
+func (s *sharedActor) savedAsStopped() bool {
+	<-s.done
+	return s.stoppedWell
+}
+
 // stopAll sets every joined agent's stop flag: their learners end.
 func (s *sharedActor) stopAll() {
 	for _, a := range s.agents {
@@ -127,6 +138,7 @@ func (s *sharedActor) loop(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
 		err := s.half(ctx, attempt)
 		if err == nil || ctx.Err() != nil || s.allStopped() {
+			s.stoppedWell = err == nil
 			return nil
 		}
 		var we *worker.Error
