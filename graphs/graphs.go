@@ -67,7 +67,7 @@ type Stats struct {
 	ColdSeconds      float64 // total time of cold captures (capture + instantiate + upload)
 	PooledSeconds    float64 // total time of pooled captures (capture + update)
 	WorkspaceAllocs  uint64  // workspace buffers allocated
-	ReservedBytes    int64   // workspace bytes the pool holds, leased or free
+	ReservedBytes    int64   // device memory the pool's workspace holds, leased or free (each buffer rounded up to the device's granule)
 	LeasedEntries    int     // entries held by leases now
 	FreeEntries      int     // entries ready for the next Acquire
 	LastCaptureNodes int     // nodes in the latest captured graph
@@ -145,7 +145,7 @@ func (p *Pool) newEntry(k key, sizes []int) (*entry, error) {
 			return nil, fmt.Errorf("graphs: pool workspace buffer %d (%d elements) for %q: %w", i, n, k.sig, err)
 		}
 		e.workspace = append(e.workspace, b)
-		bytes += b.Bytes()
+		bytes += device.AllocBytes(k.dev, n)
 	}
 	p.mu.Lock()
 	p.stats.WorkspaceAllocs += uint64(len(sizes))
@@ -279,7 +279,7 @@ func (p *Pool) destroy(e *entry) error {
 	var bytes int64
 	for _, b := range e.workspace {
 		errs = append(errs, e.key.dev.Free(b))
-		bytes += b.Bytes()
+		bytes += device.AllocBytes(e.key.dev, b.Len())
 	}
 	p.mu.Lock()
 	p.stats.ReservedBytes -= bytes
