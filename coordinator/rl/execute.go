@@ -123,29 +123,46 @@ func Execute(ctx context.Context, req Request, opt Options) error {
 // which buffers were saved, what --resume does with those that were not,
 // and whether the shared world was saved.
 func interruptedNote(sum Summary) string {
-	var parts, finished, saved []string
+	// Agents that saved the same are named together, in order.
+	var groups []*agentGroup
+	group := func(i int, said string) {
+		for _, g := range groups {
+			if g.said == said {
+				g.agents = append(g.agents, strconv.Itoa(i))
+				return
+			}
+		}
+		groups = append(groups, &agentGroup{agents: []string{strconv.Itoa(i)}, said: said})
+	}
+	var saved []string
 	complete := true
 	for _, a := range sum.Agents {
 		switch {
 		case a.State == AgentSucceeded:
-			finished = append(finished, fmt.Sprintf("agent %d had finished", a.Agent))
-			parts = append(parts, finished[len(finished)-1])
+			group(a.Agent, finishedBefore)
 		case a.Saved == nil:
 			complete = false
-			parts = append(parts, fmt.Sprintf("agent %d: %s", a.Agent, a.State))
+			group(a.Agent, a.State)
 		default:
 			complete = complete && a.Saved.complete()
 			saved = append(saved, strconv.Itoa(a.Agent))
-			parts = append(parts, fmt.Sprintf("agent %d: %s", a.Agent, a.Saved))
+			group(a.Agent, a.Saved.String())
+		}
+	}
+	var parts []string
+	if complete && len(saved) > 0 {
+		if len(saved) == 1 {
+			parts = append(parts, fmt.Sprintf("the learner of agent %s checkpointed and its replay buffer was saved", saved[0]))
+		} else {
+			parts = append(parts, fmt.Sprintf("the learners of agents %s checkpointed and their replay buffers were saved", strings.Join(saved, ", ")))
+		}
+	}
+	for _, g := range groups {
+		if !complete || g.said == finishedBefore {
+			parts = append(parts, g.String())
 		}
 	}
 	said := strings.Join(parts, "; ")
-	switch {
-	case complete && len(saved) == 1:
-		said = strings.Join(append([]string{fmt.Sprintf("the learner of agent %s checkpointed and its replay buffer was saved", saved[0])}, finished...), "; ")
-	case complete && len(saved) > 1:
-		said = strings.Join(append([]string{fmt.Sprintf("the learners of agents %s checkpointed and their replay buffers were saved", strings.Join(saved, ", "))}, finished...), "; ")
-	}
 	if w := sum.WorldSaved; w != nil {
 		switch _, err := os.Stat(filepath.Join(sum.Dir, WorldFile)); {
 		case *w:
@@ -157,4 +174,24 @@ func interruptedNote(sum Summary) string {
 		}
 	}
 	return fmt.Sprintf("interrupted: %s; continue with tolaria rl --resume --run-dir %s", said, sum.Dir)
+}
+
+// finishedBefore marks, in interruptedNote, the agents that had finished.
+const finishedBefore = "had finished"
+
+// agentGroup is agents that saved the same, and what that is.
+type agentGroup struct {
+	agents []string
+	said   string
+}
+
+func (g *agentGroup) String() string {
+	who := "agent " + g.agents[0]
+	if len(g.agents) > 1 {
+		who = "agents " + strings.Join(g.agents, ", ")
+	}
+	if g.said == finishedBefore {
+		return who + " " + g.said
+	}
+	return who + ": " + g.said
 }

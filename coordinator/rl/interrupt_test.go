@@ -306,8 +306,7 @@ func TestSharedSecondInterruptSaysWhatWasSaved(t *testing.T) {
 	note := interruptedNote(sum)
 	t.Log(note)
 	for _, want := range []string{
-		"agent 0: the learner did not checkpoint and has no earlier checkpoint, so no replay buffer was saved: --resume starts the agent again from step 0",
-		"agent 1: the learner did not checkpoint",
+		"agents 0, 1: the learner did not checkpoint and has no earlier checkpoint, so no replay buffer was saved: --resume starts the agent again from step 0",
 		"the shared world was not saved as it stopped: --resume goes on from its last periodic save (world.json)",
 		"continue with tolaria rl --resume --run-dir " + req.Dir,
 	} {
