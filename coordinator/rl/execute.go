@@ -143,6 +143,10 @@ func interruptedNote(sum Summary) string {
 		case a.Saved == nil:
 			complete = false
 			group(a.Agent, a.State)
+		case a.State == AgentFailed:
+			// Its reason, in the summary above, says why.
+			complete = false
+			group(a.Agent, "failed; "+a.Saved.String())
 		default:
 			complete = complete && a.Saved.complete()
 			saved = append(saved, strconv.Itoa(a.Agent))

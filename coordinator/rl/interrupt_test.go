@@ -350,9 +350,11 @@ func TestInterruptedNoteWhenAllWasSaved(t *testing.T) {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 	sum.Agents[2].Saved = &AgentSaved{CheckpointStep: 400, Buffer: true}
+	sum.Agents = append(sum.Agents, AgentStatus{Agent: 3, State: AgentFailed, Saved: &AgentSaved{CheckpointStep: -1}})
 	got := interruptedNote(sum)
 	for _, w := range []string{"agent 0: the learner checkpointed at learner step 900", "agent 1 had finished",
-		"agent 2: the learner did not checkpoint; its earlier checkpoint (learner step 400) is kept and the replay buffer was saved: --resume goes on from learner step 400"} {
+		"agent 2: the learner did not checkpoint; its earlier checkpoint (learner step 400) is kept and the replay buffer was saved: --resume goes on from learner step 400",
+		"agent 3: failed; the learner did not checkpoint and has no earlier checkpoint"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("%q does not say %q", got, w)
 		}
