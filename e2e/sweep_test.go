@@ -91,6 +91,55 @@ func TestSweepRanksTrialsAsTrainTrainsThem(t *testing.T) {
 	}
 }
 
+// TestSweepTrialFileTrainsAsGiven: a trial's trials/<name>.yaml is taken
+// by tolaria train --config as it is, with no --run-dir: it names no run
+// directory (nor resume, nor a step limit), so the run goes to train's
+// default runs/<time>, leaves the trial's run directory as it was, and
+// ends with the trial's parameters.
+func TestSweepTrialFileTrainsAsGiven(t *testing.T) {
+	dir := t.TempDir()
+	file := writeSweepFile(t, dir, `
+base:
+  dataset: synthetic
+  synthetic_size: 256
+  epochs: 1
+  batch_size: 32
+  log_every: 1000
+  enable_graphs: true
+  model: {hidden: [16]}
+trials:
+  - {name: a, lr: 0.003}
+`)
+	sweepDir := filepath.Join(dir, "sweep")
+	if r := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--sweep-dir", sweepDir); r.code != 0 {
+		t.Fatalf("sweep: exit %d\n%s", r.code, r.stderr)
+	}
+	row := readSweepResults(t, sweepDir).Trials[0]
+	trialFile := filepath.Join(sweepDir, sweep.TrialConfigDir, "a.yaml")
+	raw, err := os.ReadFile(trialFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"run_dir:", "resume:", "max_steps:"} {
+		if strings.Contains(string(raw), key) {
+			t.Errorf("%s sets %s, a key of one invocation:\n%s", trialFile, key, raw)
+		}
+	}
+	before := snapshot(t, row.RunDir)
+	tr := tolaria(t, dir, nil, "train", "--config", trialFile)
+	if tr.code != 0 {
+		t.Fatalf("tolaria train --config %s: exit %d\n%s", trialFile, tr.code, tr.stderr)
+	}
+	sameFiles(t, before, snapshot(t, row.RunDir))
+	runs, _ := filepath.Glob(filepath.Join(dir, "runs", "*", "summary.json"))
+	if len(runs) != 1 {
+		t.Fatalf("train's runs: %v; want one under runs/\n%s", runs, tr.stderr)
+	}
+	if sum := readSummary(t, runs[0]); sum.ParamsSHA256 != row.Summary.ParamsSHA256 {
+		t.Errorf("params %s from tolaria train --config %s, %s in the sweep", sum.ParamsSHA256, trialFile, row.Summary.ParamsSHA256)
+	}
+}
+
 // TestSweepSurvivesAFailedTrial: the worker of trial b exits with code 7
 // at its third step (the test-only fault switch); the other three finish,
 // b's row carries the reason and its log's tail, and tolaria exits 3.

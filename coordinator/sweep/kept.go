@@ -48,17 +48,21 @@ type keptWorker struct {
 	ending, retire bool
 }
 
-// take is an idle kept worker for a trial of spec on slot sl, taken off
+// take is an idle kept worker for a trial of shape on slot sl, taken off
 // the idle list: one of the slot's device, the one whose last trial had
-// the trial's shape first; nil when none waits (or sl is remote). The
-// worker has its device open: the attempt needs no probe.
-func (w *keptWorkers) take(sl launch.Slot, spec job.Spec) *keptWorker {
+// the shape first; nil when none waits (or sl is remote). The worker has
+// its device open: the attempt needs no probe.
+func (w *keptWorkers) take(sl launch.Slot, shape string) *keptWorker {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.takeLocked(sl, shape)
+}
+
+// takeLocked is take with w.mu held.
+func (w *keptWorkers) takeLocked(sl launch.Slot, shape string) *keptWorker {
 	if sl.Remote() {
 		return nil
 	}
-	shape := shapeOf(spec)
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	pick := -1
 	for i, kw := range w.idle {
 		if kw.device == sl.String() && (pick < 0 || kw.shape == shape) {
@@ -74,10 +78,33 @@ func (w *keptWorkers) take(sl launch.Slot, spec job.Spec) *keptWorker {
 	return kw
 }
 
-// start is a new kept worker for a trial of spec on slot sl, made with
+// assign takes the trial free slot sl runs next off q (see trialQueue,
+// which the idle kept workers steer) and the idle kept worker that
+// serves its first attempt (see take; nil: a fresh one). Deciding both
+// under w.mu, no trial ending meanwhile changes the idle workers between
+// the choice of the trial and of its worker.
+func (w *keptWorkers) assign(q *trialQueue, sl launch.Slot) (int, *keptWorker) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var here []string
+	held := map[string]bool{}
+	for _, kw := range w.idle {
+		held[kw.shape] = true
+		if kw.device == sl.String() && !sl.Remote() {
+			here = append(here, kw.shape)
+		}
+	}
+	i, shape := q.next(here, held)
+	if i < 0 {
+		return -1, nil
+	}
+	return i, w.takeLocked(sl, shape)
+}
+
+// start is a new kept worker for a trial of shape on slot sl, made with
 // the settings of the attempt the launcher readied as h; nil when h is
 // not a local worker process.
-func (w *keptWorkers) start(sl launch.Slot, spec job.Spec, h *launch.Handle) *keptWorker {
+func (w *keptWorkers) start(sl launch.Slot, shape string, h *launch.Handle) *keptWorker {
 	p, ok := h.Transport.(*worker.Process)
 	if !ok || sl.Remote() {
 		return nil
@@ -88,7 +115,7 @@ func (w *keptWorkers) start(sl launch.Slot, spec job.Spec, h *launch.Handle) *ke
 	defer w.mu.Unlock()
 	w.made++
 	kw := &keptWorker{k: &worker.Kept{Process: proc}, name: fmt.Sprintf("kept worker %d on %s", w.made, sl.String()),
-		device: sl.String(), shape: shapeOf(spec)}
+		device: sl.String(), shape: shape}
 	w.all = append(w.all, kw)
 	return kw
 }
@@ -191,7 +218,9 @@ func (w *keptWorkers) closeAll() {
 // the batch, the optimizer and clipping) and its device's settings: two
 // trials of one shape on one kept worker share its pooled graphs. It only
 // steers the choice of an idle worker; the worker itself pools by the
-// real signature.
+// real signature. It is taken of a trial's spec as the sweep file makes
+// it, before placement sets the device's threads: those follow from the
+// trial's own cpu_threads, the same way for every trial of a sweep.
 func shapeOf(spec job.Spec) string {
 	raw, _ := json.Marshal(struct {
 		Dataset, Activation, Loss, Optimizer string
@@ -202,33 +231,4 @@ func shapeOf(spec job.Spec) string {
 	}{spec.Dataset, spec.Activation, spec.Loss, spec.Optimizer, spec.Context, spec.BatchSize, spec.CPUThreads,
 		spec.Input, spec.Hidden, spec.Layers, spec.ClipNorm > 0})
 	return string(raw)
-}
-
-// startOrder is the order trials start in: the file's, or with
-// Config.ReuseWorkers the file's grouped by shape (each shape where its
-// first trial is, its trials in the file's order), so a kept worker's
-// next trial is of the shape it has pooled. The order changes no result:
-// a trial's are the same whichever ran before it.
-func (s *Run) startOrder() []int {
-	trials := s.cfg.Sweep.Trials
-	order := make([]int, 0, len(trials))
-	if !s.cfg.ReuseWorkers {
-		for i := range trials {
-			order = append(order, i)
-		}
-		return order
-	}
-	var shapes []string
-	byShape := map[string][]int{}
-	for i, t := range trials {
-		sh := shapeOf(t.Spec)
-		if _, ok := byShape[sh]; !ok {
-			shapes = append(shapes, sh)
-		}
-		byShape[sh] = append(byShape[sh], i)
-	}
-	for _, sh := range shapes {
-		order = append(order, byShape[sh]...)
-	}
-	return order
 }

@@ -66,6 +66,133 @@ func TestReuseWorkersPoolsLaterTrialsBitwise(t *testing.T) {
 	}
 }
 
+// sideBySideSweep is two shapes of two trials each, listed alternately:
+// a and c of one model, b and d of another.
+const sideBySideSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 256
+  epochs: 2
+  batch_size: 32
+  log_every: 2
+  enable_graphs: true
+  model: {hidden: [8]}
+trials:
+  - {name: a, lr: 0.0001}
+  - {name: b, lr: 0.003, model: {hidden: [16]}}
+  - {name: c, lr: 0.01}
+  - {name: d, lr: 0.03, model: {hidden: [16]}}
+`
+
+// orderedLauncher is the local launcher whose Release of a trial's worker
+// waits until the workers of the trials after names (by index) have been
+// released. A sweep releases a trial's worker once the trial has ended
+// and its kept worker is idle again, and frees its slot after: a trial so
+// frees its slot only after those trials have ended, however fast it
+// trained, which makes the order of the trials' ends one a test can rely
+// on.
+type orderedLauncher struct {
+	launch.Launcher
+	after map[int][]int
+	mu    sync.Mutex
+	ended map[int]chan struct{}
+}
+
+// endOf is closed once trial i's worker has been released.
+func (o *orderedLauncher) endOf(i int) chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ended == nil {
+		o.ended = map[int]chan struct{}{}
+	}
+	if o.ended[i] == nil {
+		o.ended[i] = make(chan struct{})
+	}
+	return o.ended[i]
+}
+
+func (o *orderedLauncher) Release(ctx context.Context, w launch.Worker) {
+	for _, j := range o.after[w.Index] {
+		select {
+		case <-o.endOf(j):
+		case <-ctx.Done():
+		}
+	}
+	o.Launcher.Release(ctx, w)
+	ended := o.endOf(w.Index)
+	select {
+	case <-ended: // released before (the sweep releases every worker as it ends)
+	default:
+		close(ended)
+	}
+}
+
+// TestReuseWorkersPoolEachShapeSideBySide: at --parallel 2, with two
+// shapes of two trials each listed alternately, the two shapes start side
+// by side (a and b, on two fresh workers), and each shape's second trial
+// (c, d) runs on the kept worker its first trial left idle, every capture
+// pooled, with the parameters of the same sweep without reuse; whichever
+// of a and b ends first, its slot takes its own shape's next trial. Each
+// second trial's slot is freed only after both first trials have ended
+// (orderedLauncher), so no trial is left for a slot but one of a shape
+// whose worker is idle.
+func TestReuseWorkersPoolEachShapeSideBySide(t *testing.T) {
+	fresh := sweepConfig(t, sideBySideSweep)
+	fresh.Parallel = 2
+	apart, _ := runSweep(t, context.Background(), fresh)
+	reuse := sweepConfig(t, sideBySideSweep)
+	reuse.Parallel, reuse.ReuseWorkers = 2, true
+	ordered := &orderedLauncher{after: map[int][]int{2: {0, 1}, 3: {0, 1}}}
+	reuse.Launch = launch.Kind{Name: launch.LocalName, New: func(ctx context.Context, c launch.Config) (launch.Launcher, error) {
+		l, err := launch.Local().New(ctx, c)
+		ordered.Launcher = l
+		return ordered, err
+	}}
+	kept, _ := runSweep(t, context.Background(), reuse)
+	if kept.Counts["succeeded"] != 4 || apart.Counts["succeeded"] != 4 {
+		t.Fatalf("counts: %v with reuse, %v without", kept.Counts, apart.Counts)
+	}
+	byName := map[string]TrialResult{}
+	for _, r := range apart.Trials {
+		byName[r.Name] = r
+	}
+	logs := map[string]string{}
+	for _, r := range kept.Trials {
+		if r.Summary.ParamsSHA256 != byName[r.Name].Summary.ParamsSHA256 {
+			t.Errorf("trial %s: parameters %s with --reuse-workers, %s without", r.Name, r.Summary.ParamsSHA256, byName[r.Name].Summary.ParamsSHA256)
+		}
+		want := 0
+		if r.Name == "c" || r.Name == "d" {
+			want = r.Summary.Captures
+		}
+		if r.Summary.Captures == 0 || r.Summary.CapturePooled != want {
+			t.Errorf("trial %s with reuse at --parallel 2: %d of %d captures pooled, want %d", r.Name, r.Summary.CapturePooled, r.Summary.Captures, want)
+		}
+		raw, err := os.ReadFile(filepath.Join(r.RunDir, "worker.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[r.Name] = string(raw)
+	}
+	// Each second trial was its first trial's worker's second request.
+	for _, pair := range [][2]string{{"a", "c"}, {"b", "d"}} {
+		pid := workerPID(logs[pair[0]])
+		if pid == "" || !strings.Contains(logs[pair[0]], "started") || !strings.Contains(logs[pair[1]], "pid "+pid+" kept: request 2") {
+			t.Errorf("trial %s did not run second on trial %s's worker (pid %q):\n%s\n%s", pair[1], pair[0], pid, logs[pair[0]], logs[pair[1]])
+		}
+	}
+}
+
+// workerPID is the process id the first header of a worker.log names.
+func workerPID(log string) string {
+	_, rest, ok := strings.Cut(log, " pid ")
+	if !ok {
+		return ""
+	}
+	pid, _, _ := strings.Cut(rest, " ")
+	return pid
+}
+
 func TestReuseWorkersIsLocalOnly(t *testing.T) {
 	cfg := sweepConfig(t, testSweep)
 	cfg.ReuseWorkers, cfg.Launch = true, launch.Slurm()
@@ -352,7 +479,7 @@ func TestKeptWorkersGiveUpTheirBookingWhenReclaimed(t *testing.T) {
 	three := newWorker("three")
 	end(three, ask("c0", 0, nil))
 	w.give(three)
-	if got := w.take(sl, job.Spec{}); got != three {
+	if got := w.take(sl, shapeOf(job.Spec{})); got != three {
 		t.Fatalf("took %v, want the idle worker", got)
 	}
 	z := ask("z", 800, nil)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+	"gopkg.in/yaml.v3"
 
 	"github.com/tolaria-ml/tolaria/coordinator/budget"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
@@ -30,6 +31,7 @@ import (
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/job/jobconfig"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
@@ -96,11 +98,12 @@ type Config struct {
 	// running at once (0: none), each task on CUDA asking for one GPU.
 	Launch launch.Kind
 	// ReuseWorkers keeps each local worker process for the trials that
-	// follow on its device slot (tolaria-worker serve --keep), preferring
-	// for a trial the idle worker whose last trial had its shape: the
-	// worker keeps its device, driver context and graph pool, resets
-	// between trials, and a trial of the same step signature as the one
-	// before captures by updating the pooled executables. Results are
+	// follow on its device slot (tolaria-worker serve --keep), a free slot
+	// taking the next trial of the shape an idle worker holds, so each
+	// shape's trials run one after another on one worker (see
+	// trialQueue): the worker keeps its device, driver context and graph
+	// pool, resets between trials, and a trial of the same step signature
+	// as the one before captures by updating the pooled executables. Results are
 	// bitwise those of a worker per trial. Local launcher only.
 	ReuseWorkers bool
 	// DryRun prepares nothing: Prepare checks everything and returns a
@@ -596,18 +599,43 @@ func (s *Run) trialConfigPath(t Trial) string {
 // writeTrialConfig writes the resolved configuration of a trial about to
 // run on spec's device, unless an earlier attempt (or the sweep a resumed
 // one continues) wrote it: it stays the configuration the trial first
-// ran with.
+// ran with. It is a file for tolaria train --config (see
+// trialConfigFile); nothing of the sweep reads it back.
 func (s *Run) writeTrialConfig(t Trial, spec job.Spec) error {
 	path := s.trialConfigPath(t)
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
-	spec.Resume = false
-	raw, err := spec.ConfigFile()
+	raw, err := trialConfigFile(spec)
 	if err != nil {
 		return err
 	}
 	return atomicfile.WriteFile(path, raw, 0o644)
+}
+
+// trialConfigFile is spec's configuration file less the keys of one
+// invocation (jobconfig.PerInvocation: run_dir, resume,
+// schedule.max_steps): tolaria train --config takes it as it is, its run
+// going where train puts a new run (runs/<time>, or --run-dir), not into
+// the trial's run directory, which holds the trial's run already.
+func trialConfigFile(spec job.Spec) ([]byte, error) {
+	raw, err := spec.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	var root map[string]any
+	if err := yaml.Unmarshal(raw, &root); err != nil {
+		return nil, err
+	}
+	for _, key := range jobconfig.PerInvocation {
+		m := root
+		path := strings.Split(string(key), ".")
+		for _, section := range path[:len(path)-1] {
+			m, _ = m[section].(map[string]any)
+		}
+		delete(m, path[len(path)-1])
+	}
+	return yaml.Marshal(root)
 }
 
 // Dir is the sweep directory.
@@ -797,25 +825,27 @@ func (s *Run) Run(ctx context.Context) (Results, error) {
 	defer stop()
 	defer launch.ReleaseAll(ctx, s.launcher, planned)
 	var wg sync.WaitGroup
-	for _, i := range s.startOrder() {
-		t := s.cfg.Sweep.Trials[i]
-		if s.rows[i].State == TrialSucceeded {
-			continue
-		}
+	queue := s.queue()
+	for queue.Left() > 0 {
 		sl, err := s.slots.Take(ctx)
 		if err != nil || ctx.Err() != nil {
 			break
 		}
+		i, kw := s.assign(queue, sl)
+		t := s.cfg.Sweep.Trials[i]
 		s.setRow(i, func(r *TrialResult) { r.State, r.Device = TrialRunning, sl.String() })
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res := s.runTrial(ctx, i, t, sl)
+			res := s.runTrial(ctx, i, t, sl, kw)
 			s.journalAdd(journalEntry{Time: time.Now().UTC(), Event: journalEnd, Trial: t.Name, Attempt: res.Attempts, Device: res.Device, Row: &res})
 			s.mu.Lock()
 			s.putRow(i, res)
 			s.mu.Unlock()
 			s.report(TrialUpdate{Trial: t.Name, Index: i, State: res.State, Device: res.Device, Attempt: res.Attempts, Result: &res})
+			// Before the slot is free: the trial that takes it sees the
+			// shape no longer running (its kept worker is idle already).
+			queue.done(i)
 			s.slots.Give(sl)
 		}()
 	}
@@ -854,9 +884,36 @@ func (s *Run) setRow(i int, f func(*TrialResult)) {
 	s.putRow(i, r)
 }
 
+// queue is the trials to run (those not succeeded), for the slots to
+// take in turn (see trialQueue).
+func (s *Run) queue() *trialQueue {
+	var todo []int
+	for i := range s.cfg.Sweep.Trials {
+		if s.rows[i].State != TrialSucceeded {
+			todo = append(todo, i)
+		}
+	}
+	if !s.cfg.ReuseWorkers {
+		return newTrialQueue(todo, nil)
+	}
+	return newTrialQueue(todo, func(i int) string { return shapeOf(s.cfg.Sweep.Trials[i].Spec) })
+}
+
+// assign is the trial free slot sl runs next and, with
+// Config.ReuseWorkers, the idle kept worker that serves its first attempt
+// (nil: a fresh worker).
+func (s *Run) assign(q *trialQueue, sl launch.Slot) (int, *keptWorker) {
+	if !s.cfg.ReuseWorkers {
+		i, _ := q.next(nil, nil)
+		return i, nil
+	}
+	return s.kept.assign(q, sl)
+}
+
 // runTrial runs one trial until it succeeds, is interrupted or has failed
-// 1+Retries times.
-func (s *Run) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot) TrialResult {
+// 1+Retries times; kw, when not nil, is the idle kept worker its first
+// attempt runs on (see assign).
+func (s *Run) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot, kw *keptWorker) TrialResult {
 	s.mu.Lock()
 	res := s.rows[i]
 	s.mu.Unlock()
@@ -870,7 +927,10 @@ func (s *Run) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot) Tria
 		s.journalAdd(journalEntry{Time: time.Now().UTC(), Event: journalStart, Trial: t.Name, Attempt: res.Attempts, Device: sl.String()})
 		s.setRow(i, func(r *TrialResult) { r.State, r.Attempts, r.Device = TrialRunning, res.Attempts, sl.String() })
 		s.report(TrialUpdate{Trial: t.Name, Index: i, State: TrialRunning, Device: sl.String(), Attempt: res.Attempts})
-		a := s.attempt(ctx, i, t, sl, res.Attempts)
+		if attempt > 1 && s.cfg.ReuseWorkers {
+			kw = s.kept.take(sl, shapeOf(t.Spec))
+		}
+		a := s.attempt(ctx, i, t, sl, res.Attempts, kw)
 		prev := res.Summary
 		res.State, res.Reason, res.LogTail, res.Summary, res.Device = a.state, a.reason, a.logTail, a.summary, sl.String()
 		res.CPUThreads = a.cpuThreads
@@ -955,7 +1015,7 @@ func failureReason(err error) string {
 // a resumed sweep continues) left a checkpoint. Any error
 // of the run (the worker's own, its exit, the protocol) is the trial's
 // failure with that reason.
-func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int) (o outcome) {
+func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int, kw *keptWorker) (o outcome) {
 	spec := t.Spec
 	spec.Device, spec.RunDir = sl.Device, filepath.Join(s.dir, t.Name)
 	if _, err := os.Stat(filepath.Join(spec.RunDir, trainer.CheckpointFile)); err == nil && (n > 1 || s.cfg.Resume) {
@@ -966,14 +1026,12 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 	w := s.trialWorker(i, t)
 	defer s.launcher.Release(ctx, w)
 	tailOf := func() string { return "" }
-	// With Config.ReuseWorkers, an idle kept worker of the slot's device
-	// serves the attempt when one waits, else a new one (below).
-	var kw *keptWorker
-	if s.cfg.ReuseWorkers {
-		if kw = s.kept.take(sl, spec); kw != nil {
-			w.Kept = true // its device is open: no probe
-			defer func() { s.kept.give(kw) }()
-		}
+	// With Config.ReuseWorkers, kw is the idle kept worker of the slot's
+	// device that serves the attempt, when one waited; else a new one
+	// (below).
+	if kw != nil {
+		w.Kept = true // its device is open: no probe
+		defer func() { s.kept.give(kw) }()
 	}
 	var budget func(trainer.Observer, *slog.Logger) train.Budgeter
 	if !sl.Remote() {
@@ -1011,7 +1069,7 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 	tailOf = h.Tail
 	transport := h.Transport
 	if s.cfg.ReuseWorkers && kw == nil {
-		if kw = s.kept.start(sl, spec, h); kw != nil {
+		if kw = s.kept.start(sl, shapeOf(t.Spec), h); kw != nil {
 			defer func() { s.kept.give(kw) }()
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/job/jobconfig"
 )
 
 // TestASweepDirectoryHoldingASweepSaysResume: a new sweep given the
@@ -30,5 +32,61 @@ func TestASweepDirectoryHoldingASweepSaysResume(t *testing.T) {
 	_, err = planSweepDir(other, time.Now())
 	if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "is not empty") || strings.Contains(err.Error(), "resume") {
 		t.Errorf("a directory of other files: %v", err)
+	}
+}
+
+// trialFileSweep has an MLP trial and one of layers.
+const trialFileSweep = `
+base:
+  dataset: synthetic
+  synthetic_size: 256
+  epochs: 2
+  batch_size: 32
+  enable_graphs: true
+trials:
+  - {name: mlp, lr: 0.003, model: {hidden: [16, 8]}}
+  - name: convs
+    model:
+      input: [1, 28, 28]
+      layers: [{conv: {out: 4, kernel: 3, padding: 1}}, {relu: {}}, {flatten: {}}, {linear: {out: 10}}]
+`
+
+// TestTrialConfigFileIsTrainsAsItIs: a trial's configuration file, as a
+// trial about to run writes it (its run directory, resume and a step
+// limit set), names no key of one invocation (run_dir, resume,
+// schedule.max_steps), and read as tolaria train reads --config it is
+// the trial's job to the last setting, those keys at their defaults.
+func TestTrialConfigFileIsTrainsAsItIs(t *testing.T) {
+	sw, err := ReadSweep(writeSweep(t, trialFileSweep))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range sw.Trials {
+		spec := tr.Spec
+		spec.Device, spec.RunDir, spec.Resume, spec.MaxSteps = "cpu", filepath.Join(t.TempDir(), tr.Name), true, 7
+		raw, err := trialConfigFile(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"run_dir:", "resume:", "max_steps:"} {
+			if strings.Contains(string(raw), key) {
+				t.Errorf("trial %s: its configuration file sets %s\n%s", tr.Name, key, raw)
+			}
+		}
+		path := filepath.Join(t.TempDir(), tr.Name+".yaml")
+		if err := os.WriteFile(path, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		read, err := jobconfig.Resolve(jobconfig.Sources{File: path})
+		if err != nil {
+			t.Fatalf("trial %s: tolaria train's reading of %s: %v\n%s", tr.Name, path, err, raw)
+		}
+		want, def := spec, job.Default()
+		want.RunDir, want.Resume, want.MaxSteps = def.RunDir, def.Resume, def.MaxSteps
+		// Compared as configuration files: an empty list reads as nil.
+		got, _ := read.Spec.ConfigFile()
+		if wantFile, _ := want.ConfigFile(); string(got) != string(wantFile) {
+			t.Errorf("trial %s: its configuration file reads as\n%s\nwant\n%s", tr.Name, got, wantFile)
+		}
 	}
 }
