@@ -2,10 +2,12 @@ package rl
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
@@ -46,6 +48,15 @@ func (r *Request) Resolve(path string, given map[field.Name]any) error {
 		}
 	}
 	cfg, err := LoadConfig(path, given)
+	if r.Resume && errors.Is(err, field.ErrOtherCommand) {
+		// The run directory's own file: said as a run of that kind.
+		raw, _ := os.ReadFile(path)
+		if command, keys := (field.Schema{Keys: dqn.Keys(), Command: dqn.ConfigCommand}).Whose(raw); command != "" {
+			command = strings.TrimSuffix(command, " --config")
+			return refusal.Config(field.Errorf("run_dir", "%s is a %s run (its %s has %s), not a tolaria rl run; continue it with %s --resume --run-dir %s",
+				r.Dir, command, rundir.ConfigFile, strings.Join(keys[:min(len(keys), 2)], ", "), command, r.Dir))
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -66,6 +77,9 @@ func LoadConfig(path string, given map[field.Name]any) (dqn.Config, error) {
 			return cfg, refusal.Config(field.Errorf("config", "%w", err))
 		}
 		if cfg, err = dqn.ParseConfig(raw); err != nil {
+			if errors.Is(err, field.ErrOtherCommand) { // names no key of ours
+				return cfg, refusal.Config(fmt.Errorf("%s: %w", path, err))
+			}
 			// Spelled now: the keys as the file wrote them, not as flags.
 			return cfg, refusal.Config(errors.New(path + ": " + err.Error()))
 		}

@@ -68,6 +68,13 @@ func TestResolve(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	trainRun := filepath.Join(dir, "train-run")
+	if err := os.MkdirAll(trainRun, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(trainRun, "config.yaml"), []byte("model: {hidden: [8]}\nschedule: {epochs: 1}\ndata: {dataset: synthetic}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	base := Request{MaxLead: 50, Threads: 1, ActorRestarts: 3}
 	for _, c := range []struct {
 		name  string
@@ -81,6 +88,8 @@ func TestResolve(t *testing.T) {
 		{"resume of no run", func(r *Request) { r.Resume, r.Dir = true, dir }, "", nil, "resume: " + dir + " holds no tolaria rl run"},
 		{"resume changing a key", func(r *Request) { r.Resume, r.Dir = true, run }, "", map[field.Name]any{"num_agents": 2}, "num_agents: cannot change a run being resumed"},
 		{"resume", func(r *Request) { r.Resume, r.Dir = true, run }, "", nil, ""},
+		{"resume of a training run", func(r *Request) { r.Resume, r.Dir = true, trainRun }, "", nil,
+			"run_dir: " + trainRun + " is a tolaria train run (its config.yaml has schedule, data), not a tolaria rl run; continue it with tolaria train --resume --run-dir " + trainRun},
 		{"negative lead", func(r *Request) { r.MaxLead = -1 }, file, nil, "max_lead: must be at least 0, got -1"},
 		{"no threads", func(r *Request) { r.Threads = 0 }, file, nil, "threads: must be at least 1, got 0"},
 		{"negative restarts", func(r *Request) { r.ActorRestarts = -2 }, file, nil, "actor_restarts: must be at least 0, got -2"},

@@ -56,6 +56,10 @@ func Keys() []field.Name {
 	return names
 }
 
+// ConfigCommand is the command that reads an rl configuration file, as
+// a refusal of another command's file names it (field.Schema.Command).
+const ConfigCommand = "tolaria rl --config"
+
 // ParseConfig reads a configuration file (YAML, the keys of Config's
 // field errors: num_agents, sync_interval, publish_interval,
 // target_update, the epsilon schedule, model: {hidden, activation},
@@ -65,7 +69,7 @@ func Keys() []field.Name {
 // by its path, and a refusal naming the key as written.
 func ParseConfig(raw []byte) (Config, error) {
 	c := DefaultConfig()
-	settings, err := field.Schema{Keys: Keys(), Command: "tolaria rl --config"}.Read(raw)
+	settings, err := field.Schema{Keys: Keys(), Command: ConfigCommand}.Read(raw)
 	switch {
 	case errors.Is(err, field.ErrOtherCommand):
 		return c, err
