@@ -1,8 +1,6 @@
 package rl
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/budget"
 	"github.com/tolaria-ml/tolaria/coordinator/budget/holder"
@@ -75,14 +72,7 @@ func TestAgentsAskForDeviceMemory(t *testing.T) {
 	actor, learner := bills(t, req.Config, dqn.ActorBill)
 	both := actor.DeviceBytes() + learner.DeviceBytes()
 	req.DeviceMemory = int64(float64(both)*budget.Headroom) + both/2
-	run, err := Prepare(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := run.Run(context.Background())
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	sum := runToEnd(t, req)
 	waited := 0
 	for i, a := range sum.Agents {
 		if a.State != AgentSucceeded || a.EnvSteps != 1500 {
@@ -110,14 +100,7 @@ func TestAgentsAskForDeviceMemory(t *testing.T) {
 	req.Config.TotalSteps, req.Config.LearningStarts, req.Config.EvalInterval = 1500, 300, 0
 	req.ActorRestarts = 0
 	req.DeviceMemory = int64(float64(max(actor.DeviceBytes(), learner.DeviceBytes()))*budget.Headroom) + 1
-	run, err = Prepare(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err = run.Run(context.Background())
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	sum = runToEnd(t, req)
 	for i, a := range sum.Agents {
 		if a.State != AgentFailed || !strings.Contains(a.Reason, fmt.Sprintf("rl agent %d needs", i)) || !strings.Contains(a.Reason, "more than device cpu has") {
 			t.Errorf("agent %d: %s (%s); want it failed, its budget refused", i, a.State, a.Reason)

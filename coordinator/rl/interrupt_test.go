@@ -241,14 +241,7 @@ func TestRLSecondInterruptSaysWhatWasSaved(t *testing.T) {
 	}
 
 	req.Report, req.Resume = nil, true
-	run, err := Prepare(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	resumed, err := run.Run(context.Background())
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	resumed := runToEnd(t, req)
 	for i, a := range resumed.Agents {
 		if a.State != AgentSucceeded || a.EnvSteps != 8000 {
 			t.Errorf("agent %d resumed: %+v", i, a)
@@ -320,14 +313,7 @@ func TestSharedSecondInterruptSaysWhatWasSaved(t *testing.T) {
 	}
 
 	req.Report, req.Resume = nil, true
-	run, err := Prepare(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	resumed, err := run.Run(context.Background())
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	resumed := runToEnd(t, req)
 	for i, a := range resumed.Agents {
 		if a.State != AgentSucceeded || a.EnvSteps != 6000 {
 			t.Errorf("agent %d resumed: %+v", i, a)

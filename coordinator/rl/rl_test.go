@@ -60,14 +60,7 @@ func TestRLRunsAgentsInWorkers(t *testing.T) {
 		reports[s.Agent]++
 		mu.Unlock()
 	}
-	run, err := Prepare(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := run.Run(context.Background())
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	sum := runToEnd(t, req)
 	for i, a := range sum.Agents {
 		if a.State != AgentSucceeded || a.EnvSteps != 3000 || a.LearnerSteps < 2000 || a.Episodes == 0 || a.Publishes == 0 || a.Syncs == 0 ||
 			a.Epoch != uint64(a.Episodes) || a.Evaluations != 3 {
@@ -129,14 +122,7 @@ func TestRLInterruptedSavesAndResumes(t *testing.T) {
 	if err := writeJSON(filepath.Join(AgentDir(req.Dir, 0), rundir.SummaryFile), earlier); err != nil {
 		t.Fatal(err)
 	}
-	run, err := Prepare(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	resumed, err := run.Run(context.Background())
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	resumed := runToEnd(t, req)
 	for i, a := range resumed.Agents {
 		if a.State != AgentSucceeded || a.EnvSteps != 8000 || a.LearnerSteps <= sum.Agents[i].LearnerSteps || a.Epoch != uint64(a.Episodes) {
 			t.Errorf("agent %d resumed: %+v (interrupted at %d learner steps)", i, a, sum.Agents[i].LearnerSteps)
@@ -445,14 +431,7 @@ func TestRLResumeNeverThrowsProgressAway(t *testing.T) {
 		t.Fatalf("agent 0's events record environment step %d at the cancel; want 1000..%d", reached, sum.Agents[0].EnvSteps)
 	}
 
-	run, err := Prepare(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	resumed, err := run.Run(context.Background())
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	resumed := runToEnd(t, req)
 	a0, a1 := resumed.Agents[0], resumed.Agents[1]
 	if a0.State != AgentSucceeded || a0.EnvSteps != 8000 || a0.LearnerSteps <= ck0.Step {
 		t.Errorf("agent 0 without its buffer: %+v; want it finished from its checkpoint of step %d", a0, ck0.Step)
@@ -566,4 +545,19 @@ func checkAgentGraphSeries(t *testing.T, m *telemetry.Metrics, agents int) {
 			}
 		}
 	}
+}
+
+// runToEnd prepares req and runs it to its end, closing it; a failure of
+// either fails the test.
+func runToEnd(t *testing.T, req Request) Summary {
+	t.Helper()
+	run, err := Prepare(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := run.Run(context.Background())
+	if err := errors.Join(err, run.Close()); err != nil {
+		t.Fatal(err)
+	}
+	return sum
 }

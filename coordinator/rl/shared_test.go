@@ -65,14 +65,7 @@ func sharedActorPID(runDir string) int {
 // worlds are saved beside the run.
 func TestSharedActorRunsEveryAgent(t *testing.T) {
 	req := sharedRequest(t, 3000)
-	run, err := Prepare(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := run.Run(context.Background())
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	sum := runToEnd(t, req)
 	for i, a := range sum.Agents {
 		if a.State != AgentSucceeded || a.EnvSteps != 3000 || a.LearnerSteps == 0 || a.Episodes != 2*(3000/2/40) || a.Evaluations != 1 || a.Syncs == 0 {
 			t.Errorf("agent %d: %+v", i, a)
@@ -249,14 +242,7 @@ func TestSharedActorAsksForDeviceMemory(t *testing.T) {
 	actor, learner := bills(t, req.Config, jobserver.SharedActorBill)
 	world := actor.DeviceBytes() + 2*learner.DeviceBytes()
 	req.DeviceMemory = int64(float64(world)*budget.Headroom) + world/4
-	run, err := Prepare(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := run.Run(context.Background())
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	sum := runToEnd(t, req)
 	for i, a := range sum.Agents {
 		if a.State != AgentSucceeded || a.EnvSteps != 1200 {
 			t.Errorf("agent %d: %s (%s), %d env steps", i, a.State, a.Reason, a.EnvSteps)
@@ -277,14 +263,7 @@ func TestSharedActorAsksForDeviceMemory(t *testing.T) {
 	req = sharedRequest(t, 1200)
 	req.Config.LearningStarts, req.Config.EvalInterval = 300, 0
 	req.DeviceMemory = int64(float64(2*learner.DeviceBytes())*budget.Headroom) + actor.DeviceBytes()/2
-	run, err = Prepare(req, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err = run.Run(context.Background())
-	if err := errors.Join(err, run.Close()); err != nil {
-		t.Fatal(err)
-	}
+	sum = runToEnd(t, req)
 	t.Logf("agent 0's reason: %s", sum.Agents[0].Reason)
 	for i, a := range sum.Agents {
 		if a.State != AgentFailed || !strings.Contains(a.Reason, "rl shared actor and learners 0, 1 needs") ||
