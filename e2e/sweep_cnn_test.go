@@ -126,7 +126,7 @@ func TestSweepOfALayerListCNN(t *testing.T) {
 	if r := tolaria(t, dir, nil, "sweep", "--resume", "--sweep-dir", sweepDir, "--device", "cpu"); r.code != 0 || !strings.Contains(r.stderr, "nothing to resume") {
 		t.Errorf("--resume of the finished sweep: exit %d\n%s", r.code, r.stderr)
 	}
-	if r := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--sweep-dir", sweepDir); r.code != 2 || !strings.Contains(r.stderr, "is not empty") {
+	if r := tolaria(t, dir, nil, "sweep", file, "--device", "cpu", "--sweep-dir", sweepDir); r.code != 2 || !strings.Contains(r.stderr, "holds a sweep (its results.json); continue it with --resume") {
 		t.Errorf("the sweep again in its directory: exit %d\n%s", r.code, r.stderr)
 	}
 	sameFiles(t, before, snapshot(t, sweepDir))

@@ -384,8 +384,8 @@ func TestFreshRunRefusesAnExistingRun(t *testing.T) {
 	}
 	before := snapshot(t, run)
 	r := tolaria(t, dir, nil, quick(run)...)
-	if r.code != 2 || !strings.Contains(r.stderr, "--resume") {
-		t.Fatalf("exit %d, want 2 with a hint to --resume:\n%s", r.code, r.stderr)
+	if r.code != 2 || !strings.Contains(r.stderr, "already holds a run, and it is complete") || !strings.Contains(r.stderr, "choose another --run-dir") {
+		t.Fatalf("exit %d, want 2 saying the run is complete and to choose another --run-dir:\n%s", r.code, r.stderr)
 	}
 	sameFiles(t, before, snapshot(t, run))
 }

@@ -49,12 +49,6 @@ func setsKey(fs *pflag.FlagSet, flag string, key field.Name, inFile bool) {
 	_ = fs.SetAnnotation(flag, keyAnnotation, []string{string(key), fmt.Sprint(inFile)})
 }
 
-// setsNoKey records that flag sets none of the keys messages name: a
-// sweep's --resume is not a trial's resume.
-func setsNoKey(fs *pflag.FlagSet, flag string) {
-	_ = fs.SetAnnotation(flag, keyAnnotation, []string{"", "false"})
-}
-
 // fileKeys are the keys of the command's file that the flags given set
 // (marked by setsKey with inFile), with their values.
 func fileKeys(fs *pflag.FlagSet) map[field.Name]any {

@@ -67,6 +67,7 @@ func TestSpeller(t *testing.T) {
 		{"sweep", "sbatch_args", "--sbatch-arg"},
 		{"sweep", "lr", ""},
 		{"sweep", "resume", ""}, // a trial's, not --resume
+		{"sweep", "sweep_resume", "--resume"},
 		{"sweep", "sweep_dir", "--sweep-dir"},
 		{"eval", "run_dir", "--run-dir"},
 		{"rl", "num_agents", "--agents (num_agents)"},

@@ -46,7 +46,7 @@ func newSweepCmd() *cobra.Command {
 		" (keys ending in loss or seconds rank ascending, the others descending)")
 	fs.StringVar(&cfg.Dir, "sweep-dir", "", "sweep directory, new or empty (default sweeps/<time>); with --resume, the sweep to resume")
 	fs.BoolVar(&cfg.Resume, "resume", false, "resume the sweep in --sweep-dir: run only its trials that did not succeed")
-	setsNoKey(fs, "resume")
+	setsKey(fs, "resume", "sweep_resume", false) // the sweep's own, not a trial's resume
 	fs.StringVar(&cfg.PriorityKey, "priority", "", "a sweep key whose number is each trial's priority for device memory (default: each trial's priority:, else 0); a trial whose budget does not fit parks the least recently active trial of equal or lower priority (see --min-residence)")
 	fs.IntVar(&maxTrials, "max-trials", sweep.DefaultMaxTrials, "the most trials the sweep file may make; a larger sweep is refused before anything is written (a resumed sweep keeps the size it was accepted at)")
 	fs.DurationVar(&cfg.MinResidence, "min-residence", 0, "the least time a trial keeps its device-memory budget before a trial of equal priority may park it (0: 10s)")

@@ -493,7 +493,7 @@ func planSweepDir(dir string, now time.Time) (string, error) {
 		return "", refusal.Config(field.Errorf("sweep_dir", "%w", err))
 	case len(entries) > 0 && fileExists(filepath.Join(dir, ResultsJSON)):
 		return "", refusal.Config(field.Errorf("sweep_dir", "%s holds a sweep (its %s); continue it with %s, or give a new or empty directory for a new sweep, so its results are not overwritten",
-			dir, ResultsJSON, field.Name("resume")))
+			dir, ResultsJSON, field.Name("sweep_resume")))
 	case len(entries) > 0:
 		return "", refusal.Config(field.Errorf("sweep_dir", "%s is not empty; give a new or empty directory, so no earlier sweep's results are overwritten", dir))
 	}

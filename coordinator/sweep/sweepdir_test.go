@@ -22,7 +22,7 @@ func TestASweepDirectoryHoldingASweepSaysResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := planSweepDir(held, time.Now())
-	if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), held+" holds a sweep") || !strings.Contains(err.Error(), "continue it with resume") {
+	if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), held+" holds a sweep") || !strings.Contains(err.Error(), "continue it with sweep_resume") {
 		t.Errorf("a sweep's directory: %v", err)
 	}
 	other := t.TempDir()
