@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"runtime"
 	"slices"
 	"time"
@@ -653,7 +654,7 @@ func (r *run) maybeCapture(seq, done int) error {
 	r.obs.Observe(GraphEnabled{On: true})
 	r.obs.Observe(PoolReserved{Bytes: r.pool.Stats().ReservedBytes})
 	r.log.Info("captured training and evaluation graphs", "graphs", len(results),
-		"seconds", r.sum.CaptureSeconds, "pooled", r.sum.CapturePooled)
+		"seconds", math.Round(r.sum.CaptureSeconds*1e9)/1e9, "pooled", r.sum.CapturePooled) // to the nanosecond: a sum of floats prints its noise
 	return nil
 }
 
