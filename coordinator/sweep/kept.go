@@ -46,6 +46,11 @@ type keptWorker struct {
 	// the broker reclaimed its booking meanwhile, so it is closed when
 	// given back.
 	ending, retire bool
+	// reclaimed is the idle booking the broker reclaimed while the worker
+	// served its next trial (see reclaim): that trial's request was to
+	// continue it; if it is still the worker's booking when the worker is
+	// given back, no request did, and the worker is closed.
+	reclaimed *budget.Ticket
 }
 
 // take is an idle kept worker for a trial of shape on slot sl, taken off
@@ -74,7 +79,7 @@ func (w *keptWorkers) takeLocked(sl launch.Slot, shape string) *keptWorker {
 	}
 	kw := w.idle[pick]
 	w.idle = append(w.idle[:pick], w.idle[pick+1:]...)
-	kw.shape, kw.ending, kw.retire = shape, false, false
+	kw.shape, kw.ending, kw.retire, kw.reclaimed = shape, false, false, nil
 	return kw
 }
 
@@ -149,7 +154,11 @@ func (w *keptWorkers) end(kw *keptWorker, keep func() *budget.Ticket) {
 // an idle worker is closed, in the background, and its booking released
 // once it has gone; one whose trial has just ended is closed when given
 // back. One that serves its next trial already is left alone: that
-// trial's request continues the booking.
+// trial's request continues the booking. If the attempt fails before its
+// request is made (its configuration, its start or its preparation
+// failed), nothing continues the booking; the broker, having asked once,
+// evicts nobody else on the device while the booking is being reclaimed,
+// so give closes the worker and releases the booking then.
 func (w *keptWorkers) reclaim(kw *keptWorker, e budget.Eviction, log *slog.Logger) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -167,15 +176,23 @@ func (w *keptWorkers) reclaim(kw *keptWorker, e budget.Eviction, log *slog.Logge
 	if kw.ending {
 		kw.retire = true
 		log.Info("closing a kept worker as its trial ends, to make room for another", "worker", kw.name, "device", kw.device, "for", e.For)
+		return
 	}
+	kw.reclaimed = kw.booking
 }
 
 // give makes kw idle again, for the next trial on its device; a kept
 // worker with no booking, or whose booking the broker reclaimed, is
-// closed instead.
+// closed instead. The latter includes a booking reclaimed while the
+// worker served a trial whose request never continued it (see reclaim):
+// kept idle, it would hold a booking the broker waits on for ever.
 func (w *keptWorkers) give(kw *keptWorker) {
 	w.mu.Lock()
 	kw.stderr = nil
+	if kw.booking != nil && kw.booking == kw.reclaimed {
+		kw.retire = true
+	}
+	kw.reclaimed = nil
 	if kw.booking != nil && !kw.retire {
 		w.idle = append(w.idle, kw)
 		w.mu.Unlock()

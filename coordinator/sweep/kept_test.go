@@ -498,3 +498,71 @@ func TestKeptWorkersGiveUpTheirBookingWhenReclaimed(t *testing.T) {
 		t.Fatalf("books at the end: %+v", bk)
 	}
 }
+
+// TestKeptWorkerClosedWhenItsReclaimedBookingWasNeverContinued: the
+// broker reclaims the idle booking of a kept worker already taken for its
+// next trial, and that trial's attempt fails before its request is made
+// (its start or preparation failed: no request continues the booking, no
+// end). Given back, the worker is closed and its booking released, so the
+// request that waits for the room is granted; kept idle, the booking
+// would stay "being reclaimed" and the broker would evict nobody else on
+// the device again.
+func TestKeptWorkerClosedWhenItsReclaimedBookingWasNeverContinued(t *testing.T) {
+	b, err := budget.New(budget.Config{DeviceMemory: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &keptWorkers{}
+	log := slog.New(slog.DiscardHandler)
+	sl := launch.Slot{Device: "cpu", GPU: -1}
+	bill := trainer.Bill{Parameters: 200, Gradients: 300} // 500 at work, 300 idle
+	var mu sync.Mutex
+	granted := map[string]bool{}
+	reclaims := 0
+	ask := func(holder string, bl trainer.Bill) *budget.Ticket {
+		t.Helper()
+		tk, _, now, err := b.Ask(budget.Ask{Holder: holder, Device: "cpu", Bill: bl, Free: 1 << 40,
+			OnGrant: func(budget.Grant) { mu.Lock(); granted[holder] = true; mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		granted[holder] = granted[holder] || now
+		mu.Unlock()
+		return tk
+	}
+	isGranted := func(holder string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return granted[holder]
+	}
+	kw := &keptWorker{k: &worker.Kept{}, name: "kept", device: sl.String()}
+	w.all = append(w.all, kw)
+	first := ask("first", bill)
+	w.end(kw, func() *budget.Ticket {
+		return first.Keep(budget.Idle{Holder: kw.name, Bill: budget.IdleBill(bill), Reclaim: func(e budget.Eviction) {
+			mu.Lock()
+			reclaims++
+			mu.Unlock()
+			w.reclaim(kw, e, log)
+		}})
+	})
+	w.give(kw)
+	if got := w.take(sl, shapeOf(job.Spec{})); got != kw {
+		t.Fatalf("took %v, want the idle worker", got)
+	}
+	y := ask("y", trainer.Bill{Parameters: 800})
+	if bk := b.Books("cpu"); reclaims != 1 || isGranted("y") || bk.Idle != 1 {
+		t.Fatalf("y asked beside the taken worker: %d reclaims, y granted %v, books %+v; want the booking reclaimed once, y waiting", reclaims, isGranted("y"), bk)
+	}
+	// The attempt fails before its trial's request: given back without end.
+	w.give(kw)
+	if bk := b.Books("cpu"); !isGranted("y") || bk.Idle != 0 || bk.Granted != 800 || len(w.idle) != 0 || len(w.all) != 0 {
+		t.Fatalf("the worker given back after a failed attempt: y granted %v, books %+v, %d idle, %d kept; want the worker closed and y granted", isGranted("y"), bk, len(w.idle), len(w.all))
+	}
+	y.Release()
+	w.closeAll()
+	if bk := b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 {
+		t.Fatalf("books at the end: %+v", bk)
+	}
+}
