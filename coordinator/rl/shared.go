@@ -59,18 +59,20 @@ func (s *sharedActor) worker() launch.Worker {
 // the first call of each agent counts.
 func (s *sharedActor) join(i int, a *agentRun) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.joined[i] {
+		s.mu.Unlock()
 		return
-	}
-	if a == nil {
-		// Its learner will not ask for a budget: the world is booked
-		// without it.
-		s.r.budgets.learnerEnded(i)
 	}
 	s.joined[i], s.agents[i] = true, a
 	if s.left--; s.left == 0 {
 		close(s.ready)
+	}
+	s.mu.Unlock()
+	if a == nil {
+		// Its learner will not ask for a budget: the world is booked
+		// without it. Outside s.mu: booking the world answers every
+		// worker that asked, over its connection.
+		s.r.budgets.learnerEnded(i)
 	}
 }
 
