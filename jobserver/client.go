@@ -33,11 +33,16 @@ type Sink struct {
 	// worker.Message.HeldBytes). An older worker measures nothing, and
 	// Held is not called.
 	Held func(bytes int64)
+	// DeviceClosed hears, as the job ends on a kept worker, that the
+	// worker closed its device (the job left it other than found): the
+	// process holds nothing there, and Held is not called (see
+	// worker.Message.DeviceClosed).
+	DeviceClosed func()
 }
 
 // raw decodes what the worker sends into the sink's types.
 func (s Sink) raw() worker.Sink {
-	ws := worker.Sink{Hello: s.Hello, Alive: s.Alive, Held: s.Held}
+	ws := worker.Sink{Hello: s.Hello, Alive: s.Alive, Held: s.Held, DeviceClosed: s.DeviceClosed}
 	if s.Observer != nil {
 		ws.Observe = func(name string, body json.RawMessage) error {
 			m, err := trainer.DecodeMeasurement(name, body)

@@ -149,10 +149,13 @@ func (k *keptDevice) after(c Config, dev device.Device) {
 // (worker.Message.HeldBytes): the coordinator books that, with the pool's
 // workspace, while the worker waits, and the next job's bill counts it
 // again as its context. A device closed by the check holds nothing, and
-// nothing is recorded.
+// conn records that instead (worker.Conn.ClosedDevice), so the
+// coordinator books nothing for the worker: its context and pool are
+// gone, and its next job opens a fresh device.
 func (k *keptDevice) end(c Config, dev device.Device, conn *worker.Conn) {
 	k.after(c, dev)
 	if k.dev == nil {
+		conn.ClosedDevice()
 		return
 	}
 	n, err := k.held(c, dev)

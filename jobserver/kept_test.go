@@ -2,6 +2,7 @@ package jobserver
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"testing"
@@ -155,5 +156,53 @@ func TestKeptWorkerSaysWhatItHolds(t *testing.T) {
 	if _, _, err := Run(context.Background(), &worker.Process{Path: exe, HelloTimeout: time.Minute}, "cpu", spec,
 		Sink{Held: func(n int64) { held = append(held, n) }}); err != nil || len(held) != 0 {
 		t.Fatalf("a worker of one request: held %v (%v); want nothing said", held, err)
+	}
+}
+
+// TestKeptWorkerThatClosedItsDeviceSaysSo: a job's end that finds the
+// kept device other than it was opened (here a buffer the job leaked)
+// closes the device, and the job's answer says so instead of a figure of
+// what the process holds: the coordinator books nothing for a worker
+// that holds neither context nor pool. A device kept says what it holds.
+func TestKeptWorkerThatClosedItsDeviceSaysSo(t *testing.T) {
+	for _, leak := range []bool{false, true} {
+		cfg := Config{Build: "cpu", Open: OpenCPU, Shared: newShared(t), kept: &keptDevice{}}
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		start := worker.Request{Type: worker.TypeStart, Device: "cpu", Body: []byte(`{}`)}
+		dev, kept, err := cfg.openFor(start, smallSpec())
+		if err != nil || !kept {
+			t.Fatalf("leak %v: opening the kept device: kept %v, %v", leak, kept, err)
+		}
+		if leak {
+			if _, err := dev.Alloc(16); err != nil {
+				t.Fatal(err)
+			}
+		}
+		serve := worker.InProcess(func(ctx context.Context, in io.Reader, out io.Writer) error {
+			conn, err := worker.Accept(in, out)
+			if err != nil {
+				return err
+			}
+			if err := conn.Hello(worker.Hello{Device: "cpu"}); err != nil {
+				return err
+			}
+			cfg.kept.end(cfg, dev, conn)
+			return conn.Result(map[string]int{"steps": 1})
+		})
+		var held []int64
+		closed := 0
+		sink := Sink{Held: func(n int64) { held = append(held, n) }, DeviceClosed: func() { closed++ }}
+		if _, _, err := serve.Call(context.Background(), start, sink.raw()); err != nil {
+			t.Fatalf("leak %v: %v", leak, err)
+		}
+		switch {
+		case leak && (cfg.kept.dev != nil || closed != 1 || len(held) != 0):
+			t.Fatalf("a job that leaked: device kept %v, DeviceClosed called %d times, held %v; want the device closed, said once, no figure",
+				cfg.kept.dev != nil, closed, held)
+		case !leak && (cfg.kept.dev == nil || closed != 0 || len(held) != 1 || held[0] != 0):
+			t.Fatalf("a job that left the device clean: device kept %v, DeviceClosed called %d times, held %v; want it kept, held [0]",
+				cfg.kept.dev != nil, closed, held)
+		}
+		cfg.kept.close(cfg)
 	}
 }

@@ -35,11 +35,21 @@ type Sink struct {
 	// message's Message.HeldBytes); not called when the worker measured
 	// nothing.
 	Held func(bytes int64)
+	// DeviceClosed hears, before the call returns, that a kept worker
+	// closed its device once its request ended (the final message's
+	// Message.DeviceClosed): its process holds nothing there. Held is then
+	// not called.
+	DeviceClosed func()
 }
 
 // held passes on what the final message m says the worker still holds.
 func (s Sink) held(m Message) {
-	if s.Held != nil && m.HeldBytes != nil {
+	switch {
+	case m.DeviceClosed:
+		if s.DeviceClosed != nil {
+			s.DeviceClosed()
+		}
+	case s.Held != nil && m.HeldBytes != nil:
 		s.Held(*m.HeldBytes)
 	}
 }

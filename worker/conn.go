@@ -29,6 +29,9 @@ type Conn struct {
 	// held is what the final message reports the process still holds on
 	// its device (Holding); nil: nothing measured.
 	held atomic.Pointer[int64]
+	// closed: the worker closed its device once the request ended
+	// (ClosedDevice).
+	closed atomic.Bool
 }
 
 // Accept reads the request from in; answers go to out.
@@ -108,13 +111,13 @@ func (c *Conn) Result(v any) error {
 		return fmt.Errorf("worker: encoding the result: %w", err)
 	}
 	defer c.answered()
-	return c.enc.send(Message{Type: TypeResult, Body: body, HeldBytes: c.held.Load()})
+	return c.enc.send(Message{Type: TypeResult, Body: body, HeldBytes: c.held.Load(), DeviceClosed: c.closed.Load()})
 }
 
 // Fail sends the request's failure.
 func (c *Conn) Fail(e *Error) error {
 	defer c.answered()
-	return c.enc.send(Message{Type: TypeError, Error: e, HeldBytes: c.held.Load()})
+	return c.enc.send(Message{Type: TypeError, Error: e, HeldBytes: c.held.Load(), DeviceClosed: c.closed.Load()})
 }
 
 // Holding records what the worker's process still holds on its device
@@ -123,6 +126,16 @@ func (c *Conn) Fail(e *Error) error {
 // worker waits for its next request. A kept worker measures it before it
 // answers.
 func (c *Conn) Holding(bytes int64) { c.held.Store(&bytes) }
+
+// ClosedDevice records that the worker closed its device once the
+// request's memory was freed, so its process holds nothing there (see
+// Message.DeviceClosed): the result or error sent next says so, in place
+// of a figure from Holding, and the coordinator books nothing for the
+// worker while it waits.
+func (c *Conn) ClosedDevice() {
+	c.held.Store(nil)
+	c.closed.Store(true)
+}
 
 // answered tells an input that wants to know (the spool's) that the
 // request's answer is sent.

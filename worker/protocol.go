@@ -99,6 +99,13 @@ type Message struct {
 	// the worker measured nothing (a worker of one request, or an older
 	// worker).
 	HeldBytes *int64 `json:"held_bytes,omitempty"`
+	// DeviceClosed is, in the result or error that ends a kept worker's
+	// job, true when the worker closed its device once the job ended (the
+	// job left it other than found, or its cached memory could not be
+	// given back): the process then holds nothing on the device, neither
+	// context nor graph pool, and opens a fresh device for its next job
+	// (Conn.ClosedDevice). HeldBytes is then absent.
+	DeviceClosed bool `json:"device_closed,omitempty"`
 }
 
 // Request is what the coordinator asks of a worker: a message of type
