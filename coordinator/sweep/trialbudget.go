@@ -91,6 +91,11 @@ func (s *budgetSink) Active() { s.holder().Active() }
 // that while the worker is idle.
 func (s *budgetSink) Held(bytes int64) { s.holder().Held(bytes) }
 
+// DeviceClosed hears that the trial's kept worker closed its device once
+// the trial ended: Release books nothing for it, and the worker is closed
+// when given back (it holds nothing worth keeping).
+func (s *budgetSink) DeviceClosed() { s.holder().DeviceClosed() }
+
 // Release gives the run's budget back, or leaves the queue; on a kept
 // worker, what the worker still holds stays booked as its own, idle, until
 // its next trial continues it or it is closed.

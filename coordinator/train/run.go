@@ -73,6 +73,10 @@ type Budgeter interface {
 	// Held hears what a kept worker measured it holds once the run ended
 	// (jobserver.Sink.Held), before Release.
 	Held(bytes int64)
+	// DeviceClosed hears, in Held's place, that a kept worker closed its
+	// device once the run ended (jobserver.Sink.DeviceClosed): it holds
+	// nothing there.
+	DeviceClosed()
 	Release()
 }
 
@@ -261,7 +265,7 @@ func (r *Run) Train(ctx context.Context, progress func(trainer.Progress)) (train
 	if r.req.Budget != nil {
 		bs := r.req.Budget(r.obs, r.log)
 		defer bs.Release()
-		sink.Budget, sink.Parked, sink.Held = bs.Ask, bs.Parked, bs.Held
+		sink.Budget, sink.Parked, sink.Held, sink.DeviceClosed = bs.Ask, bs.Parked, bs.Held, bs.DeviceClosed
 		sink.Progress = func(p trainer.Progress) {
 			bs.Active()
 			if progress != nil {

@@ -98,6 +98,9 @@ type Sink struct {
 	// held is what the kept worker measured it holds beyond its pool's
 	// workspace once its request ended (Held); nil: nothing measured.
 	held *int64
+	// closed: the kept worker closed its device once its request ended
+	// (DeviceClosed), so it holds nothing there.
+	closed bool
 	// parkFor is the holder the broker last asked this one to park for.
 	parkFor string
 }
@@ -236,6 +239,15 @@ func (s *Sink) Held(bytes int64) {
 	s.held = &bytes
 }
 
+// DeviceClosed hears that the kept worker closed its device once its
+// request ended (see jobserver.Sink.DeviceClosed): its process holds
+// neither context nor pool there, so Keep books nothing.
+func (s *Sink) DeviceClosed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+}
+
 // Keep ends the holder as Release does, but its worker is kept for
 // another request: what the worker still holds stays booked on the device
 // as name's, an idle kept worker's, and is returned; the broker calls
@@ -243,13 +255,20 @@ func (s *Sink) Held(bytes int64) {
 // is budget.MeasuredIdleBill of the request's bill and the figure the
 // worker measured (Held), or, from a worker that measured nothing (an
 // older one), budget.IdleBill of the bill. Nil when the holder held no
-// budget (it never asked, was refused, or waits): nothing stays booked.
+// budget (it never asked, was refused, or waits), or when the worker
+// closed its device (DeviceClosed): its budget is released, and nothing
+// stays booked. (budget.MeasuredIdleBill of a figure of 0 would still
+// book the pool's workspace, which a closed device no longer holds.)
 func (s *Sink) Keep(name string, reclaim func(budget.Eviction)) *budget.Ticket {
 	s.mu.Lock()
-	t, bill, held := s.ticket, s.bill, s.held
+	t, bill, held, closed := s.ticket, s.bill, s.held, s.closed
 	s.ticket = nil
 	s.mu.Unlock()
 	if t == nil {
+		return nil
+	}
+	if closed {
+		t.Release()
 		return nil
 	}
 	idle := budget.IdleBill(bill)

@@ -218,3 +218,40 @@ func TestHolderKeepsWhatTheWorkerMeasured(t *testing.T) {
 		})
 	}
 }
+
+// TestHolderKeepsNothingForAWorkerThatClosedItsDevice: a kept worker that
+// closed its device once its request ended (DeviceClosed) holds neither
+// context nor pool: Keep releases its budget and books nothing, with no
+// budget_kept event, so a request that waits for the room is granted.
+func TestHolderKeepsNothingForAWorkerThatClosedItsDevice(t *testing.T) {
+	b, err := budget.New(budget.Config{DeviceMemory: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bill := trainer.Bill{Parameters: 300, Gradients: 100, Workspace: 20, Context: 30}
+	evs := &events{}
+	first := New(Config{Broker: b, Holder: "a", Device: "cpu", Parkable: true, Observer: evs})
+	if err := first.Ask(jobserver.BudgetRequest{Bill: bill, Device: "cpu", Free: 1 << 30}, &reply{}); err != nil {
+		t.Fatal(err)
+	}
+	// 450 booked; a request of 600 waits for the room.
+	waiting := New(Config{Broker: b, Holder: "w", Device: "cpu", Parkable: true})
+	r := &reply{}
+	if err := waiting.Ask(jobserver.BudgetRequest{Bill: trainer.Bill{Parameters: 600}, Device: "cpu", Free: 1 << 30}, r); err != nil {
+		t.Fatal(err)
+	}
+	if r.answers() != "" {
+		t.Fatalf("w answered %q beside a; want it waiting", r.answers())
+	}
+	first.DeviceClosed()
+	if k := first.Keep("kept worker 1", func(budget.Eviction) { t.Error("reclaim called for a booking that should not exist") }); k != nil {
+		t.Fatalf("a worker that closed its device kept %v booked; want nothing", k)
+	}
+	evs.mu.Lock()
+	_, kept := evs.last[EventKept]
+	evs.mu.Unlock()
+	if bk := b.Books("cpu"); kept || bk.Idle != 0 || bk.Granted != 600 || r.answers() != "grant" {
+		t.Fatalf("after Keep: budget_kept event %v, books %+v, w answered %q; want nothing kept and w granted", kept, bk, r.answers())
+	}
+	waiting.Release()
+}
