@@ -18,6 +18,7 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/job"
+	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -564,5 +565,55 @@ func TestKeptWorkerClosedWhenItsReclaimedBookingWasNeverContinued(t *testing.T) 
 	w.closeAll()
 	if bk := b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 {
 		t.Fatalf("books at the end: %+v", bk)
+	}
+}
+
+// grantReply answers a holder's request in the sweep's tests: it notes
+// grants and refuses nothing else.
+type grantReply struct{ granted int }
+
+func (r *grantReply) Grant(jobserver.BudgetGrant) error { r.granted++; return nil }
+func (r *grantReply) Refuse(string) error               { return nil }
+func (r *grantReply) Park() error                       { return nil }
+func (r *grantReply) Unpark() error                     { return nil }
+
+// TestKeptWorkerThatClosedItsDeviceIsNotKept: a trial on a kept worker
+// that closed its device as the trial ended (the answer's device_closed)
+// leaves nothing booked, and the worker, holding nothing worth keeping,
+// is closed when given back; one that says what it holds is kept idle,
+// that booked.
+func TestKeptWorkerThatClosedItsDeviceIsNotKept(t *testing.T) {
+	for _, closed := range []bool{false, true} {
+		b, err := budget.New(budget.Config{DeviceMemory: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &keptWorkers{}
+		kw := &keptWorker{k: &worker.Kept{}, name: "kept worker 1 on cpu", device: "cpu"}
+		w.all = append(w.all, kw)
+		s := &budgetSink{tb: &TrialBudget{Broker: b, Trial: "a", Device: "cpu"}, kept: kw, workers: w, sweepLog: slog.New(slog.DiscardHandler)}
+		r := &grantReply{}
+		bill := trainer.Bill{Parameters: 300, Gradients: 100, Workspace: 20, Context: 30}
+		if err := s.holder().Ask(jobserver.BudgetRequest{Bill: bill, Device: "cpu", Free: 1 << 30}, r); err != nil || r.granted != 1 {
+			t.Fatalf("closed %v: the trial's request: granted %d, %v", closed, r.granted, err)
+		}
+		if closed {
+			s.DeviceClosed()
+		} else {
+			s.Held(30)
+		}
+		s.Release()
+		w.give(kw)
+		bk := b.Books("cpu")
+		switch {
+		case closed && (kw.booking != nil || bk.Granted != 0 || bk.Holders != 0 || len(w.idle) != 0 || len(w.all) != 0):
+			t.Fatalf("a worker that closed its device: books %+v, %d idle, %d kept; want nothing booked and the worker closed", bk, len(w.idle), len(w.all))
+		case !closed && (kw.booking == nil || bk.Idle != 1 || bk.IdleBytes != 150 || len(w.idle) != 1):
+			t.Fatalf("a worker that kept its device: books %+v, %d idle; want its 150 bytes booked, idle", bk, len(w.idle))
+		}
+		w.closeAll()
+		if bk := b.Books("cpu"); bk.Granted != 0 || bk.Holders != 0 {
+			t.Fatalf("closed %v: books at the end: %+v", closed, bk)
+		}
 	}
 }
