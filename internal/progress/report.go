@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -41,7 +43,11 @@ func TrainSummary(w io.Writer, s trainer.Summary, accuracy bool, runDir string) 
 	fmt.Fprintf(w, "device %s, graphs %v: %d steps (%d replays, %d eager), %s, train loss %.4f, %.0f samples/s\n",
 		s.Device, s.GraphEnabled, s.Steps, s.GraphReplays, s.EagerSteps, eval, s.TrainLoss, s.SamplesPerSecond)
 	if len(s.Fallbacks) > 0 {
-		fmt.Fprintf(w, "fallbacks: %v\n", s.Fallbacks)
+		var by []string
+		for _, reason := range slices.Sorted(maps.Keys(s.Fallbacks)) {
+			by = append(by, fmt.Sprintf("%s %d", reason, s.Fallbacks[reason]))
+		}
+		fmt.Fprintf(w, "eager fallbacks by reason: %s\n", strings.Join(by, ", "))
 	}
 	fmt.Fprintf(w, "params sha256 %s\nrun directory %s\n", s.ParamsSHA256, runDir)
 }
