@@ -412,29 +412,16 @@ func TestKeptWorkersGiveUpTheirBookingWhenReclaimed(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	sl := launch.Slot{Device: "cpu", GPU: -1}
 	bill := trainer.Bill{Parameters: 200, Gradients: 300} // 500 at work, 300 idle
-	var mu sync.Mutex
-	granted := map[string]bool{}
+	asks := &asks{t: t, b: b}
 	ask := func(holder string, bytes int64, continues *budget.Ticket) *budget.Ticket {
 		t.Helper()
 		bl := trainer.Bill{Parameters: bytes}
 		if bytes == 0 {
 			bl = bill
 		}
-		tk, _, now, err := b.Ask(budget.Ask{Holder: holder, Device: "cpu", Bill: bl, Free: 1 << 40, Continues: continues,
-			OnGrant: func(budget.Grant) { mu.Lock(); granted[holder] = true; mu.Unlock() }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		granted[holder] = granted[holder] || now
-		mu.Unlock()
-		return tk
+		return asks.ask(holder, bl, continues)
 	}
-	isGranted := func(holder string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return granted[holder]
-	}
+	isGranted := asks.granted
 	newWorker := func(name string) *keptWorker {
 		kw := &keptWorker{k: &worker.Kept{}, name: name, device: sl.String()}
 		w.all = append(w.all, kw)
@@ -518,25 +505,10 @@ func TestKeptWorkerClosedWhenItsReclaimedBookingWasNeverContinued(t *testing.T) 
 	sl := launch.Slot{Device: "cpu", GPU: -1}
 	bill := trainer.Bill{Parameters: 200, Gradients: 300} // 500 at work, 300 idle
 	var mu sync.Mutex
-	granted := map[string]bool{}
 	reclaims := 0
-	ask := func(holder string, bl trainer.Bill) *budget.Ticket {
-		t.Helper()
-		tk, _, now, err := b.Ask(budget.Ask{Holder: holder, Device: "cpu", Bill: bl, Free: 1 << 40,
-			OnGrant: func(budget.Grant) { mu.Lock(); granted[holder] = true; mu.Unlock() }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		granted[holder] = granted[holder] || now
-		mu.Unlock()
-		return tk
-	}
-	isGranted := func(holder string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return granted[holder]
-	}
+	asks := &asks{t: t, b: b}
+	ask := func(holder string, bl trainer.Bill) *budget.Ticket { t.Helper(); return asks.ask(holder, bl, nil) }
+	isGranted := asks.granted
 	kw := &keptWorker{k: &worker.Kept{}, name: "kept", device: sl.String()}
 	w.all = append(w.all, kw)
 	first := ask("first", bill)
@@ -616,4 +588,40 @@ func TestKeptWorkerThatClosedItsDeviceIsNotKept(t *testing.T) {
 			t.Fatalf("closed %v: books at the end: %+v", closed, bk)
 		}
 	}
+}
+
+// asks asks a broker for holders' budgets on the CPU and remembers which
+// were granted, at once or later.
+type asks struct {
+	t  *testing.T
+	b  *budget.Broker
+	mu sync.Mutex
+	ok map[string]bool
+}
+
+func (a *asks) ask(holder string, bl trainer.Bill, continues *budget.Ticket) *budget.Ticket {
+	a.t.Helper()
+	grant := func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.ok == nil {
+			a.ok = map[string]bool{}
+		}
+		a.ok[holder] = true
+	}
+	tk, _, now, err := a.b.Ask(budget.Ask{Holder: holder, Device: "cpu", Bill: bl, Free: 1 << 40, Continues: continues,
+		OnGrant: func(budget.Grant) { grant() }})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if now {
+		grant()
+	}
+	return tk
+}
+
+func (a *asks) granted(holder string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ok[holder]
 }
