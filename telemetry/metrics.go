@@ -75,11 +75,13 @@ func MetricNames() []string {
 
 // Base bucket layouts in seconds. bucketsFor adds every threshold of the
 // table to them, so alert and dashboard thresholds are bucket boundaries.
+// They reach down to what was measured: CPU steps of about 0.25 ms, and
+// cold captures of 0.6 to 2.7 ms on an H100 (docs/gpu-results.md).
 var (
-	captureBase   = []float64{0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2, 4, 8, 15, 30, 60}
+	captureBase   = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2, 4, 8, 15, 30, 60}
 	replayBase    = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
 	stageCopyBase = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1}
-	stepBase      = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	stepBase      = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 )
 
 // bucketsFor returns base plus every threshold value the table holds for
