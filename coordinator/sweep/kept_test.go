@@ -69,16 +69,7 @@ func TestReuseWorkersPoolsLaterTrialsBitwise(t *testing.T) {
 
 // sideBySideSweep is two shapes of two trials each, listed alternately:
 // a and c of one model, b and d of another.
-const sideBySideSweep = `
-base:
-  dataset: synthetic
-  synthetic_size: 256
-  epochs: 2
-  batch_size: 32
-  log_every: 2
-  enable_graphs: true
-  model: {hidden: [8]}
-trials:
+const sideBySideSweep = smallBase + `trials:
   - {name: a, lr: 0.0001}
   - {name: b, lr: 0.003, model: {hidden: [16]}}
   - {name: c, lr: 0.01}
@@ -271,16 +262,7 @@ func TestReuseWorkersBookIdleWorkers(t *testing.T) {
 }
 
 // reclaimSweep has a small trial and a larger one of another shape.
-const reclaimSweep = `
-base:
-  dataset: synthetic
-  synthetic_size: 256
-  epochs: 2
-  batch_size: 32
-  log_every: 2
-  enable_graphs: true
-  model: {hidden: [8]}
-trials:
+const reclaimSweep = smallBase + `trials:
   - {name: small}
   - {name: big, model: {hidden: [64]}}
 `

@@ -21,8 +21,9 @@ import (
 	"github.com/tolaria-ml/tolaria/worker"
 )
 
-// testSweep is four small trials on synthetic data, a second or so each.
-const testSweep = `
+// smallBase is the base of the small sweeps the tests run: an MLP of 8
+// hidden units on 256 synthetic examples, 2 epochs.
+const smallBase = `
 base:
   dataset: synthetic
   synthetic_size: 256
@@ -31,7 +32,10 @@ base:
   log_every: 2
   enable_graphs: true
   model: {hidden: [8]}
-trials:
+`
+
+// testSweep is four small trials on synthetic data, a second or so each.
+const testSweep = smallBase + `trials:
   - {name: a, lr: 0.0001}
   - {name: b, lr: 0.003}
   - {name: c, lr: 0.01, model: {hidden: [16]}}

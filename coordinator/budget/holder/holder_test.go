@@ -181,16 +181,7 @@ func TestHolderKeepsWhatTheWorkerMeasured(t *testing.T) {
 		{"not measured", -1, 30 + 120},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := budget.New(budget.Config{DeviceMemory: 1000})
-			if err != nil {
-				t.Fatal(err)
-			}
-			bill := trainer.Bill{Parameters: 300, Gradients: 100, Workspace: 20, Context: 30}
-			evs := &events{}
-			first := New(Config{Broker: b, Holder: "a", Device: "cpu", Parkable: true, Observer: evs})
-			if err := first.Ask(jobserver.BudgetRequest{Bill: bill, Device: "cpu", Free: 1 << 30}, &reply{}); err != nil {
-				t.Fatal(err)
-			}
+			b, bill, evs, first := keptWorkerGranted(t)
 			if c.held >= 0 {
 				first.Held(c.held)
 			}
@@ -224,16 +215,7 @@ func TestHolderKeepsWhatTheWorkerMeasured(t *testing.T) {
 // context nor pool: Keep releases its budget and books nothing, with no
 // budget_kept event, so a request that waits for the room is granted.
 func TestHolderKeepsNothingForAWorkerThatClosedItsDevice(t *testing.T) {
-	b, err := budget.New(budget.Config{DeviceMemory: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bill := trainer.Bill{Parameters: 300, Gradients: 100, Workspace: 20, Context: 30}
-	evs := &events{}
-	first := New(Config{Broker: b, Holder: "a", Device: "cpu", Parkable: true, Observer: evs})
-	if err := first.Ask(jobserver.BudgetRequest{Bill: bill, Device: "cpu", Free: 1 << 30}, &reply{}); err != nil {
-		t.Fatal(err)
-	}
+	b, _, evs, first := keptWorkerGranted(t)
 	// 450 booked; a request of 600 waits for the room.
 	waiting := New(Config{Broker: b, Holder: "w", Device: "cpu", Parkable: true})
 	r := &reply{}
@@ -254,4 +236,22 @@ func TestHolderKeepsNothingForAWorkerThatClosedItsDevice(t *testing.T) {
 		t.Fatalf("after Keep: budget_kept event %v, books %+v, w answered %q; want nothing kept and w granted", kept, bk, r.answers())
 	}
 	waiting.Release()
+}
+
+// keptWorkerGranted is a broker of 1,000 bytes on the CPU and the granted
+// holder "a" of a worker that will be kept: 450 bytes billed, 150 of them
+// what an idle worker keeps (context and pool parts); evs records its events.
+func keptWorkerGranted(t *testing.T) (*budget.Broker, trainer.Bill, *events, *Sink) {
+	t.Helper()
+	b, err := budget.New(budget.Config{DeviceMemory: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bill := trainer.Bill{Parameters: 300, Gradients: 100, Workspace: 20, Context: 30}
+	evs := &events{}
+	first := New(Config{Broker: b, Holder: "a", Device: "cpu", Parkable: true, Observer: evs})
+	if err := first.Ask(jobserver.BudgetRequest{Bill: bill, Device: "cpu", Free: 1 << 30}, &reply{}); err != nil {
+		t.Fatal(err)
+	}
+	return b, bill, evs, first
 }
