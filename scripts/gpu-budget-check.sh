@@ -33,12 +33,9 @@ examples=8192 epochs=4
 [ "$profile" = rehearsal ] && examples=512 epochs=1
 cat >"$dir/sweep.yaml" <<EOF
 base:
-  dataset: synthetic
-  synthetic_size: $examples
-  batch_size: 64
-  log_every: 32
-  enable_graphs: true
-  epochs: $epochs
+  data: {dataset: synthetic, synthetic_size: $examples}
+  schedule: {batch_size: 64, log_every: 32, epochs: $epochs}
+  graphs: {enabled: true}
   model: {hidden: [512, 512]}
 trials:
   - {name: billed}
@@ -49,6 +46,21 @@ EOF
 export CUDAEMU_STATE=$dir/emu-state
 info=$("$worker" info) || { echo "budget: tolaria-worker info failed"; exit 1; }
 echo "budget: $info"
+
+# A look at the context's measure where the worker runs in a PID namespace
+# of its own, as in a container: NVML lists the host's pids, so the worker
+# does not find itself there and measures its context from the driver's
+# used memory instead, saying why. Recorded in budget.json (pid_namespace);
+# it fails nothing, since unshare may be refused where this runs.
+pidns="not looked at: no unshare"
+if command -v unshare >/dev/null 2>&1; then
+	if out=$(unshare --pid --fork --mount-proc "$worker" info 2>&1); then
+		pidns="tolaria-worker info in a new PID namespace: $(tr '\n' ' ' <<<"$out")"
+	else
+		pidns="unshare --pid --fork --mount-proc tolaria-worker info failed: $(tr '\n' ' ' <<<"$out")"
+	fi
+fi
+echo "budget: $pidns"
 
 sampler=
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -68,10 +80,10 @@ if [ "$rc" != 0 ]; then
 	exit 1
 fi
 
-python3 - "$dir" "$res/budget.json" "$info" <<'PY'
+python3 - "$dir" "$res/budget.json" "$info" "$pidns" <<'PY'
 import glob, json, os, re, sys
 
-d, out, info = sys.argv[1], sys.argv[2], sys.argv[3]
+d, out, info, pidns = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 res = json.load(open(os.path.join(d, "sweep", "results.json")))
 trial = res["trials"][0]
 run = trial["run_dir"]
@@ -85,7 +97,7 @@ for line in open(os.path.join(run, "events.jsonl")):
     elif e.get("kind") == "memory_bill" and memory_bill is None:
         memory_bill = e["fields"]
 m = re.search(r"worker_pid=(\d+)", open(os.path.join(run, "worker.log")).read())
-check = {"trial": trial["name"], "device": trial.get("device", "")}
+check = {"trial": trial["name"], "device": trial.get("device", ""), "pid_namespace": pidns.strip()}
 problems = []
 if grant is None or m is None:
     problems.append("the trial's events hold no budget_grant" if grant is None else "its worker log names no worker_pid")

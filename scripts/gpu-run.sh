@@ -132,7 +132,7 @@ else
 	transformer_batch=16
 	transformer_args=(--sweep-batch-sizes 64)
 	sweep_examples=4096
-	sweep_long=1000
+	sweep_long=150
 	# Parked, a long trial keeps its context and streams' scratch on the
 	# GPU, so a park makes room only by the long trials' models: 1024
 	# wide, tens of MiB each, a window that a MiB of difference between
@@ -238,27 +238,26 @@ sweep() {
 	# (priority 1, its model wider: on a GPU twice the long ones', so that
 	# its bill exceeds theirs by tens of MiB, more than two workers'
 	# contexts may differ by) starts when the short one ends (--parallel
-	# 3), finds the two long ones holding memory and parks them (each
-	# keeps its context, so a park makes room only by its model); they
-	# unpark when the big one ends.
+	# 3), finds the two long ones holding memory and parks one of them
+	# (each keeps its context, so a park makes room only by its model);
+	# it stays parked while the big one runs, and unparks when it ends
+	# (gpu-check sweep fails an unpark before that).
 	# --per-device 4 lets every trial share cuda:0: the budget, not the
 	# slot count, is what binds. The long trials must outlast the big
-	# one's start (its worker's start-up and plan, a second or two):
-	# 1000 epochs of 128 steps are tens of seconds on a GPU at the step
-	# times of such a model.
+	# one (its worker's start-up and plan, a second or two, and its two
+	# epochs, two more): on an H100 an epoch of 128 steps of the long
+	# trials' model took about 0.12 s, so 150 epochs are about 18 s.
 	cat >"$res/sweep.yaml" <<EOF
 base:
-  dataset: synthetic
-  synthetic_size: $sweep_examples
-  batch_size: 32
-  log_every: 32
-  enable_graphs: true
+  data: {dataset: synthetic, synthetic_size: $sweep_examples}
+  schedule: {batch_size: 32, log_every: 32}
+  graphs: {enabled: true}
   model: {hidden: [256, 256]}
 trials:
-  - {name: short, epochs: 1}
-  - {name: long-a, epochs: $sweep_long, model: {hidden: [$sweep_long_hidden, $sweep_long_hidden]}}
-  - {name: long-b, epochs: $sweep_long, model: {hidden: [$sweep_long_hidden, $sweep_long_hidden]}}
-  - {name: big, epochs: 2, priority: 1, model: {hidden: [$sweep_big, $sweep_big]}}
+  - {name: short, schedule: {epochs: 1}}
+  - {name: long-a, schedule: {epochs: $sweep_long}, model: {hidden: [$sweep_long_hidden, $sweep_long_hidden]}}
+  - {name: long-b, schedule: {epochs: $sweep_long}, model: {hidden: [$sweep_long_hidden, $sweep_long_hidden]}}
+  - {name: big, priority: 1, schedule: {epochs: 2}, model: {hidden: [$sweep_big, $sweep_big]}}
 EOF
 	# The trials share one GPU. On the emulated driver, CUDAEMU_STATE makes
 	# their workers share one emulated device and bills each worker's

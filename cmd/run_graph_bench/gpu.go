@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -292,7 +293,7 @@ func trialBills(path string, names []string, scratch, context int64) ([]trainer.
 func gpuSweepCmd() *cobra.Command {
 	var dir string
 	var trials, parks int
-	return gpuCheck("sweep", "check a sweep directory: every trial succeeded, at least --min-parks parks",
+	return gpuCheck("sweep", "check a sweep directory: every trial succeeded, at least --min-parks parks, no trial unparked before the one it was parked for ended",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&dir, "dir", "", "the sweep directory")
 			f.IntVar(&trials, "trials", 4, "trials that must have succeeded")
@@ -321,6 +322,8 @@ func checkSweep(dir string, trials, minParks int) (string, error) {
 	}
 	parks, unparks := 0, 0
 	var problems []string
+	ended := map[string]time.Time{} // each trial's last event
+	var spans []parkSpan            // every park with its unpark
 	for _, r := range res.Trials {
 		if r.State != "succeeded" {
 			problems = append(problems, fmt.Sprintf("trial %s %s", r.Name, r.State))
@@ -338,6 +341,19 @@ func checkSweep(dir string, trials, minParks int) (string, error) {
 		}
 		parks += kinds[sweep.EventBudgetParked]
 		unparks += kinds[trainer.EventUnpark]
+		last, ps, err := parkSpans(r.Name, filepath.Join(run, "events.jsonl"))
+		if err != nil {
+			return "", err
+		}
+		ended[r.Name], spans = last, append(spans, ps...)
+	}
+	// A trial parked for another stays parked while that one runs: the
+	// broker leaves the room the park made to the trial it was made for.
+	for _, p := range spans {
+		if end, ok := ended[p.forTrial]; ok && !p.unpark.IsZero() && p.unpark.Before(end) {
+			problems = append(problems, fmt.Sprintf("trial %s unparked at %s, before trial %s, which it was parked for, ended (%s)",
+				p.trial, p.unpark.Format("15:04:05.000"), p.forTrial, end.Format("15:04:05.000")))
+		}
 	}
 	if len(res.Trials) != trials || res.Counts["succeeded"] != trials {
 		problems = append(problems, fmt.Sprintf("%d trials, counts %v; want %d succeeded", len(res.Trials), res.Counts, trials))
@@ -350,6 +366,45 @@ func checkSweep(dir string, trials, minParks int) (string, error) {
 		return "", fmt.Errorf("%s: %s", msg, strings.Join(problems, "; "))
 	}
 	return msg, nil
+}
+
+// parkSpan is one park of a trial: whom it was for, and when the trial
+// unparked (zero if it did not).
+type parkSpan struct {
+	trial, forTrial string
+	unpark          time.Time
+}
+
+// parkSpans reads a trial's events.jsonl: the time of its last event, and
+// each budget_park with the unpark that followed it.
+func parkSpans(trial, path string) (last time.Time, spans []parkSpan, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return last, nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var e struct {
+			Time   time.Time `json:"time"`
+			Kind   string    `json:"kind"`
+			Fields struct {
+				For string `json:"for"`
+			} `json:"fields"`
+		}
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		last = e.Time
+		switch {
+		case e.Kind == sweep.EventBudgetPark:
+			spans = append(spans, parkSpan{trial: trial, forTrial: e.Fields.For})
+		case e.Kind == trainer.EventUnpark && len(spans) > 0 && spans[len(spans)-1].unpark.IsZero():
+			spans[len(spans)-1].unpark = e.Time
+		}
+	}
+	return last, spans, sc.Err()
 }
 
 // eventKinds counts the kinds of an events.jsonl file.

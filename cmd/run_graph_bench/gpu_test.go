@@ -162,6 +162,32 @@ func TestCheckSweep(t *testing.T) {
 	if _, err := checkSweep(parked, 4, 2); err == nil || !strings.Contains(err.Error(), "1 parks; want at least 2") {
 		t.Errorf("checkSweep wanting two parks = %v", err)
 	}
+	// long-a parked for big and unparked before big ended: the room the
+	// park made went back to it at once.
+	early := writeSweepDir(t, map[string][]string{"long-a": {"start"}, "big": {"start", "done"}}, "succeeded")
+	events := func(name string, lines ...string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(early, "trials", name, "events.jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events("big", `{"time":"2026-11-27T00:00:01Z","kind":"start","fields":{}}`, `{"time":"2026-11-27T00:00:03Z","kind":"done","fields":{}}`)
+	events("long-a", `{"time":"2026-11-27T00:00:00Z","kind":"start","fields":{}}`,
+		`{"time":"2026-11-27T00:00:01.5Z","kind":"budget_park","fields":{"for":"big"}}`,
+		`{"time":"2026-11-27T00:00:01.6Z","kind":"budget_parked","fields":{}}`,
+		`{"time":"2026-11-27T00:00:01.7Z","kind":"unpark","fields":{}}`,
+		`{"time":"2026-11-27T00:00:09Z","kind":"done","fields":{}}`)
+	if _, err := checkSweep(early, 2, 1); err == nil || !strings.Contains(err.Error(), "trial long-a unparked at 00:00:01.700, before trial big, which it was parked for, ended (00:00:03.000)") {
+		t.Errorf("checkSweep of an unpark before the trial parked for ended = %v", err)
+	}
+	events("long-a", `{"time":"2026-11-27T00:00:00Z","kind":"start","fields":{}}`,
+		`{"time":"2026-11-27T00:00:01.5Z","kind":"budget_park","fields":{"for":"big"}}`,
+		`{"time":"2026-11-27T00:00:01.6Z","kind":"budget_parked","fields":{}}`,
+		`{"time":"2026-11-27T00:00:03.1Z","kind":"unpark","fields":{}}`,
+		`{"time":"2026-11-27T00:00:09Z","kind":"done","fields":{}}`)
+	if msg, err := checkSweep(early, 2, 1); err != nil || !strings.Contains(msg, "1 parked and 1 unparked") {
+		t.Errorf("checkSweep of an unpark after big ended = %q, %v", msg, err)
+	}
 	failed := writeSweepDir(t, map[string][]string{"a": {"start"}}, "failed")
 	if _, err := checkSweep(failed, 1, 0); err == nil || !strings.Contains(err.Error(), "trial a failed") {
 		t.Errorf("checkSweep of a failed trial = %v", err)

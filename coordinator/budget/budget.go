@@ -256,6 +256,10 @@ type Ticket struct {
 	resident int64
 	// reclaim closes an idle kept worker (Idle.Reclaim).
 	reclaim func(Eviction)
+	// parkedFor is the request this ticket was last parked for, until
+	// its next grant: while that request holds its grant, the room its
+	// headroom took stays with it (see wants).
+	parkedFor *Ticket
 }
 
 // residentBytes is what a worker of bill keeps on its device while parked.
@@ -438,7 +442,7 @@ func (l *ledger) victim(now time.Time, residence time.Duration) (*Ticket, Evicti
 		idle.state = ticketReclaiming
 		return idle, Eviction{For: head.ask.Holder, ForPriority: head.ask.Priority, Idle: now.Sub(idle.active)}
 	}
-	pick.state = ticketParking
+	pick.state, pick.parkedFor = ticketParking, head
 	return pick, Eviction{For: head.ask.Holder, ForPriority: head.ask.Priority, Idle: now.Sub(pick.active)}
 }
 
@@ -478,15 +482,25 @@ func (t *Ticket) before(u *Ticket) bool {
 
 // wants is the room t needs on the device: its bill with headroom, less
 // (with headroom) what of it a parked worker still holds and the books
-// still count.
+// still count. A worker parked for a request that still holds its grant
+// also leaves that request's headroom free: the park made room for the
+// request with its headroom, and the books hold only its bill, so without
+// this the parked worker would unpark into the headroom at once, undoing
+// the park it was asked for.
 func (l *ledger) wants(t *Ticket) int64 {
-	return withHeadroom(t.ask.Bill.DeviceBytes()) - withHeadroom(t.resident)
+	w := withHeadroom(t.ask.Bill.DeviceBytes()) - withHeadroom(t.resident)
+	if f := t.parkedFor; f != nil && f.state == ticketGranted {
+		need := f.ask.Bill.DeviceBytes()
+		w += withHeadroom(need) - need
+	}
+	return w
 }
 
 func (l *ledger) fits(t *Ticket) bool { return l.capacity-l.granted >= l.wants(t) }
 
 func (l *ledger) grant(t *Ticket, now time.Time) Grant {
 	t.state, t.active, t.granted, t.progressed, t.unparked = ticketGranted, now, now, false, t.parked
+	t.parkedFor = nil
 	need := t.ask.Bill.DeviceBytes()
 	l.granted += t.adds()
 	t.resident = 0
