@@ -66,8 +66,9 @@ func decodeNVMLProcesses(buf []byte, n int) ([]nvmlProcess, error) {
 }
 
 // nvmlUsedBy is pid's used memory among procs, or an error saying why NVML
-// cannot tell: the process is not listed (a container without the host's
-// PID namespace lists host pids) or its figure is not available.
+// cannot tell: the process is not listed (a driver that lists the host's
+// pids to a process in a PID namespace of its own; driver 580 listed a
+// worker under its own pid there) or its figure is not available.
 func nvmlUsedBy(procs []nvmlProcess, pid int) (int64, error) {
 	for _, p := range procs {
 		if int(p.pid) != pid {
@@ -78,7 +79,7 @@ func nvmlUsedBy(procs []nvmlProcess, pid int) (int64, error) {
 		}
 		return int64(p.used), nil
 	}
-	return 0, fmt.Errorf("NVML does not list process %d among the GPU's %d compute processes (a PID namespace of its own, as in a container, hides it)", pid, len(procs))
+	return 0, fmt.Errorf("NVML does not list process %d among the GPU's %d compute processes (a driver that lists the host's pids hides a process in a PID namespace of its own, as in a container)", pid, len(procs))
 }
 
 // pciBusID formats a GPU's PCI location as cuDeviceGetPCIBusId does
