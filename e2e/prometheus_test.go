@@ -291,6 +291,7 @@ func TestPrometheusScrapesEverything(t *testing.T) {
 		telemetry.MetricTrainEpoch:                            func(v float64) bool { return v >= 1 },
 		telemetry.MetricEvalAccuracy:                          func(v float64) bool { return v > 0 && v <= 1 },
 		telemetry.MetricPoolReservedBytes:                     func(v float64) bool { return v > 0 },
+		telemetry.MetricProcessFinished:                       func(v float64) bool { return v == 0 },
 	} {
 		r := prom.query(expr)
 		if len(r) == 0 || !want(r[0].float()) {
@@ -361,6 +362,46 @@ func TestPrometheusScrapesEverything(t *testing.T) {
 		}
 	}
 	stop()
+}
+
+// A run that ends says so before its target goes, and TolariaTargetDown's
+// expression, on a real Prometheus (whose failed scrapes make the target's
+// series stale), leaves that target out while its up is 0.
+func TestFinishedTargetStaysOutOfTargetDown(t *testing.T) {
+	dir := t.TempDir()
+	cmd, stderr := startRun(t, dir, "train", "--device", "cpu", "--isolate", "--dataset", "synthetic", "--synthetic-size", "2048",
+		"--epochs", "2", "--hidden", "32", "--metrics-addr", "127.0.0.1:0", "--metrics-linger", "60s", "--run-dir", filepath.Join(dir, "run"))
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	prom := startPrometheus(t, servingAt(t, stderr))
+	waitFor(t, "the finished run scraped", func() bool {
+		r := prom.query(telemetry.MetricProcessFinished)
+		return len(r) == 1 && r[0].float() == 1
+	})
+	// The linger is over at a signal: the target goes.
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("tolaria did not exit on SIGINT while lingering:\n%s", stderr)
+	}
+	waitFor(t, "the target scraped as down", func() bool { return len(prom.query(`up{job="tolaria"} == 0`)) == 1 })
+	var expr string
+	for _, th := range telemetry.Thresholds() {
+		if th.Alert == "TolariaTargetDown" {
+			expr = th.Expr()
+		}
+	}
+	if r := prom.query(expr); len(r) != 0 {
+		t.Errorf("TolariaTargetDown's expression %s matches the finished target: %v", expr, r)
+	}
+	if r := prom.query(`up{job="tolaria"} == 0 unless on (job, instance) ` + telemetry.MetricProcessFinished + ` == 1`); len(r) != 1 {
+		t.Errorf("the instant value of %s is still there after the target went down (%v): the check above proves nothing", telemetry.MetricProcessFinished, r)
+	}
 }
 
 // panelQuery is a query of a dashboard panel, and the title of the row the

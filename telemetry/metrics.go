@@ -34,6 +34,11 @@ const (
 	MetricDeviceMemoryBytes = "tolaria_device_memory_bytes"
 	MetricLastStepTimestamp = "tolaria_train_last_step_timestamp_seconds"
 	MetricCheckpointsTotal  = "tolaria_train_checkpoints_total"
+	// MetricProcessFinished is the process's, without device or worker: 0
+	// while its run goes on, 1 once the run has ended (whatever the
+	// outcome) and the process serves its final metrics before it exits.
+	// TolariaTargetDown stays silent for a target whose last process said 1.
+	MetricProcessFinished = "tolaria_process_finished"
 )
 
 // Label names.
@@ -126,6 +131,7 @@ type Metrics struct {
 	deviceMemory     *prometheus.GaugeVec
 	lastStep         *prometheus.GaugeVec
 	checkpoints      *prometheus.CounterVec
+	finished         prometheus.Gauge
 }
 
 // NewMetrics creates the metrics on a new registry. version is the build
@@ -198,11 +204,15 @@ func newMetrics(version string, perTrial, perAgent bool) *Metrics {
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
 	})
 	buildInfo.Set(1)
+	m.finished = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: MetricProcessFinished,
+		Help: "1 once this process's run has ended, whatever the outcome, and it serves its final metrics before exiting; 0 while the run goes on.",
+	})
 
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildInfo,
+		buildInfo, m.finished,
 		m.graphEnabled, m.captureSeconds, m.replaySeconds, m.stageCopySeconds,
 		m.replaysTotal, m.fallbackTotal, m.capturesTotal, m.poolReserved,
 		m.execUpdates, m.prefetchDisabled, m.stepSeconds, m.samplesTotal,
@@ -211,6 +221,10 @@ func newMetrics(version string, perTrial, perAgent bool) *Metrics {
 	)
 	return m
 }
+
+// Finished says that the process's run has ended (MetricProcessFinished),
+// before it serves its final metrics and exits.
+func (m *Metrics) Finished() { m.finished.Set(1) }
 
 // Registry returns the registry holding every metric, for Serve or for
 // registering more collectors.

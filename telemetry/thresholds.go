@@ -209,14 +209,17 @@ func Thresholds() []Threshold {
 			Anchor:      "tolariarllearnerstalled",
 		},
 		{
-			Alert:       "TolariaTargetDown",
-			Metric:      "up",
-			Condition:   TargetDown,
-			Value:       0,
+			Alert:     "TolariaTargetDown",
+			Metric:    "up",
+			Condition: TargetDown,
+			Value:     0,
+			// A target whose process said it finished stays silent this
+			// long after its last scrape.
+			Window:      24 * time.Hour,
 			For:         2 * time.Minute,
 			Severity:    SeverityCritical,
 			Summary:     "tolaria metrics target {{ $labels.instance }} is down",
-			Description: "Prometheus has not been able to scrape {{ $labels.instance }} for 2 minutes: the trainer exited, hung, or --metrics-addr is wrong.",
+			Description: "Prometheus has not been able to scrape {{ $labels.instance }} for 2 minutes, and the process it last scraped there had not finished its run (tolaria_process_finished was 0): the process crashed, was killed or hangs, or --metrics-addr is wrong. A process that ends its run says so before it exits, and its target going down raises nothing for 24h.",
 			Anchor:      "tolariatargetdown",
 		},
 	}
@@ -261,7 +264,10 @@ func (t Threshold) Expr() string {
 	case AgeAbove:
 		return fmt.Sprintf("time() - %s > %s and on (job, instance) up{job=%q} == 1", t.Metric, v, ScrapeJob)
 	case TargetDown:
-		return fmt.Sprintf("up{job=%q} == %s", ScrapeJob, v)
+		// Unless the last value the target's process gave within the
+		// window said it finished: a failed scrape makes the target's
+		// series stale, and last_over_time skips staleness markers.
+		return fmt.Sprintf("up{job=%q} == %s unless on (job, instance) last_over_time(%s[%s]) == 1", ScrapeJob, v, MetricProcessFinished, w)
 	case FlatWhileRunning:
 		running := fmt.Sprintf("%s{%s=%q}", MetricRLAgentState, LabelState, RLStateRunning)
 		on := fmt.Sprintf("on (job, instance, %s)", LabelAgent)

@@ -86,9 +86,13 @@ func (r *Metrics) EndSeries(s telemetry.Series) {
 }
 
 // Linger keeps /metrics up for d after the run, so that Prometheus scrapes
-// the final values (the last epoch's accuracy) before the target goes; ctx
-// ending (a signal) ends it at once.
+// the final values (the last epoch's accuracy, and that the process
+// finished, which keeps TolariaTargetDown silent once it has gone) before
+// the target goes; ctx ending (a signal) ends it at once.
 func (r *Metrics) Linger(ctx context.Context, d time.Duration) {
+	if r.m != nil {
+		r.m.Finished()
+	}
 	if r.srv == nil || d <= 0 || ctx.Err() != nil {
 		return
 	}

@@ -491,23 +491,36 @@ func ageScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 	return bad, healthy, nil
 }
 
-// targetDownScenarios: up drops to the threshold value a minute in (bad) or
-// stays 1 (healthy).
+// targetDownScenarios: up drops to the threshold value a minute in, with
+// no word from the process, or after its process (or a later one on the
+// same target) scraped as not finished (bad); up stays 1, or drops after
+// the process scraped as finished (healthy). A failed scrape makes the
+// target's series stale, as Prometheus does.
 func targetDownScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 	l := targetLabels()
 	down := time.Minute
 	eval := down + t.For + time.Minute
 	span := eval + time.Minute
-	bad = []scenario{{
-		name:   "a target that goes down",
-		series: []InputSeries{{series("up", l), fmt.Sprintf("%s %s", constant(1, down-scrapeStep), constant(t.Value, span))}},
-		eval:   eval,
-		labels: l,
-	}}
-	healthy = []scenario{{
-		name:   "a target that stays up",
-		series: []InputSeries{{series("up", l), constant(1, span)}},
-		eval:   eval,
-	}}
+	up := InputSeries{series("up", l), fmt.Sprintf("%s %s", constant(1, down-scrapeStep), constant(t.Value, span))}
+	finished := func(values string) InputSeries {
+		return InputSeries{series(telemetry.MetricProcessFinished, l), values + " stale"}
+	}
+	// The finished gauge's samples up to the last scrape that reached the
+	// target, the last one's value given.
+	before := func(last string) string { return fmt.Sprintf("%s %s", constant(0, down-2*scrapeStep), last) }
+	bad = []scenario{
+		{name: "a target that goes down", series: []InputSeries{up}, eval: eval, labels: l},
+		{name: "a target whose process goes down without finishing", series: []InputSeries{up, finished(before("0"))}, eval: eval, labels: l},
+		{
+			name:   "a target whose next process goes down without finishing",
+			series: []InputSeries{up, finished(fmt.Sprintf("1 %s 0", constant(0, down-3*scrapeStep)))},
+			eval:   eval,
+			labels: l,
+		},
+	}
+	healthy = []scenario{
+		{name: "a target that stays up", series: []InputSeries{{series("up", l), constant(1, span)}}, eval: eval},
+		{name: "a target whose process finished before it went down", series: []InputSeries{up, finished(before("1"))}, eval: eval},
+	}
 	return bad, healthy, nil
 }
