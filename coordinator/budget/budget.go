@@ -257,8 +257,9 @@ type Ticket struct {
 	// reclaim closes an idle kept worker (Idle.Reclaim).
 	reclaim func(Eviction)
 	// parkedFor is the request this ticket was last parked for, until
-	// its next grant: while that request holds its grant, the room its
-	// headroom took stays with it (see wants).
+	// its next grant, or until that request parks or ends: while the
+	// request holds its grant, the room its headroom took stays with it
+	// (see wants).
 	parkedFor *Ticket
 }
 
@@ -431,6 +432,10 @@ func (l *ledger) victim(now time.Time, residence time.Duration) (*Ticket, Evicti
 			continue
 		}
 		room += t.ask.Bill.DeviceBytes() - residentBytes(t.ask.Bill) // what parking it frees
+		if t == head.parkedFor {
+			// Parked, it no longer keeps its headroom from head (see wants).
+			room += withHeadroom(t.ask.Bill.DeviceBytes()) - t.ask.Bill.DeviceBytes()
+		}
 		if pick == nil || t.before(pick) {
 			pick = t
 		}
@@ -617,6 +622,13 @@ func (t *Ticket) Parked() {
 	t.resident = residentBytes(t.ask.Bill)
 	l.granted -= t.ask.Bill.DeviceBytes() - t.resident
 	delete(l.holders, t)
+	// Parked, t gives up the headroom it was granted with: a worker
+	// parked for it owes it nothing more, even once t is granted again.
+	for _, q := range l.queue {
+		if q.parkedFor == t {
+			q.parkedFor = nil
+		}
+	}
 	t.state, t.parked, t.queued = ticketWaiting, true, b.cfg.Now()
 	l.enqueue(t)
 	b.settle(l)

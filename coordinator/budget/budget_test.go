@@ -711,3 +711,76 @@ func TestBrokerParkedWorkerLeavesItsRequestsHeadroom(t *testing.T) {
 		t.Fatalf("after big ended: %s; want long-a unparked", got)
 	}
 }
+
+// headroomBroker asks on a device of capacity bytes, each bill its
+// parameters plus a context of 40 and 10 of scratch, logging grants and
+// parks (with whom each park is for).
+type headroomBroker struct {
+	t     *testing.T
+	b     *Broker
+	clock *fakeClock
+	log   []string
+}
+
+func newHeadroomBroker(t *testing.T, capacity int64) *headroomBroker {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	b, err := New(Config{DeviceMemory: capacity, Now: clock.Now, MinResidence: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &headroomBroker{t: t, b: b, clock: clock}
+}
+
+func (h *headroomBroker) ask(holder string, params int64, prio float64) *Ticket {
+	h.t.Helper()
+	bill := trainer.Bill{Parameters: params, Context: 40, StreamScratch: 10}
+	tk, _, now, err := h.b.Ask(Ask{Holder: holder, Device: "gpu", Bill: bill, Free: 1 << 40, Priority: prio,
+		OnGrant: func(Grant) { h.log = append(h.log, "grant "+holder) },
+		Park:    func(e Eviction) { h.log = append(h.log, "park "+holder+" for "+e.For) }})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if now {
+		h.log = append(h.log, "granted "+holder)
+	}
+	return tk
+}
+
+// Two trials of equal priority still take turns where the capacity holds
+// one with its headroom and the other's context: a is parked for b, and
+// after b's residence b is parked for a, since parking b also frees the
+// headroom a would otherwise leave b.
+func TestBrokerEqualPrioritiesTakeTurnsBesideTheHeadroomRule(t *testing.T) {
+	h := newHeadroomBroker(t, 162)
+	a := h.ask("a", 50, 0) // 100, 110 with headroom
+	b := h.ask("b", 50, 0) // waits: 62 free
+	h.clock.advance(11 * time.Second)
+	a.Active()
+	a.Parked() // 112 free: b granted, 12 left
+	h.clock.advance(11 * time.Second)
+	b.Active() // parking b frees 50 and b's 10 of headroom: a wants 55 of 62
+	b.Parked()
+	if got := strings.Join(h.log, ";"); got != "granted a;park a for b;grant b;park b for a;grant a" {
+		t.Fatalf("log %s; want a and b to take turns", got)
+	}
+}
+
+// A worker parked for a request owes it nothing once that request has
+// parked: granted again later, the request gets no headroom kept from it.
+func TestBrokerParkedWorkerOwesNothingToARequestThatParked(t *testing.T) {
+	h := newHeadroomBroker(t, 1040)
+	p := h.ask("p", 350, 0) // 400
+	f := h.ask("f", 550, 1) // 600, 660 with headroom: p is parked for it
+	p.Parked()              // f granted; p wants 385 and f's 60 of 390 free
+	hi := h.ask("hi", 450, 2)
+	f.Parked() // f parked for hi: hi granted
+	hi.Release()
+	// f is granted again (390 free after), and p, which f no longer holds
+	// anything for, with it.
+	if got := strings.Join(h.log, ";"); got != "granted p;park p for f;grant f;park f for hi;grant hi;grant f;grant p" {
+		t.Fatalf("log %s; want p granted once f was granted again", got)
+	}
+	if w := h.b.Waiting("gpu"); len(w) != 0 {
+		t.Fatalf("waiting %v; want nobody", w)
+	}
+}
