@@ -48,10 +48,11 @@ info=$("$worker" info) || { echo "budget: tolaria-worker info failed"; exit 1; }
 echo "budget: $info"
 
 # A look at the context's measure where the worker runs in a PID namespace
-# of its own, as in a container: NVML lists the host's pids, so the worker
-# does not find itself there and measures its context from the driver's
-# used memory instead, saying why. Recorded in budget.json (pid_namespace);
-# it fails nothing, since unshare may be refused where this runs.
+# of its own, as in a container: a driver whose NVML lists the host's pids
+# there hides the worker from itself, and it measures its context from the
+# driver's used memory instead, saying why (driver 580 on an H100 listed it
+# under its own pid, and it measured through NVML). Recorded in budget.json
+# (pid_namespace); it fails nothing, since unshare may be refused here.
 pidns="not looked at: no unshare"
 if command -v unshare >/dev/null 2>&1; then
 	if out=$(unshare --pid --fork --mount-proc "$worker" info 2>&1); then

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -322,8 +323,7 @@ func checkSweep(dir string, trials, minParks int) (string, error) {
 	}
 	parks, unparks := 0, 0
 	var problems []string
-	ended := map[string]time.Time{} // each trial's last event
-	var spans []parkSpan            // every park with its unpark
+	times := map[string]trialTimes{}
 	for _, r := range res.Trials {
 		if r.State != "succeeded" {
 			problems = append(problems, fmt.Sprintf("trial %s %s", r.Name, r.State))
@@ -341,20 +341,13 @@ func checkSweep(dir string, trials, minParks int) (string, error) {
 		}
 		parks += kinds[sweep.EventBudgetParked]
 		unparks += kinds[trainer.EventUnpark]
-		last, ps, err := parkSpans(r.Name, filepath.Join(run, "events.jsonl"))
+		tt, err := readTrialTimes(filepath.Join(run, "events.jsonl"))
 		if err != nil {
 			return "", err
 		}
-		ended[r.Name], spans = last, append(spans, ps...)
+		times[r.Name] = tt
 	}
-	// A trial parked for another stays parked while that one runs: the
-	// broker leaves the room the park made to the trial it was made for.
-	for _, p := range spans {
-		if end, ok := ended[p.forTrial]; ok && !p.unpark.IsZero() && p.unpark.Before(end) {
-			problems = append(problems, fmt.Sprintf("trial %s unparked at %s, before trial %s, which it was parked for, ended (%s)",
-				p.trial, p.unpark.Format("15:04:05.000"), p.forTrial, end.Format("15:04:05.000")))
-		}
-	}
+	problems = append(problems, earlyUnparks(times)...)
 	if len(res.Trials) != trials || res.Counts["succeeded"] != trials {
 		problems = append(problems, fmt.Sprintf("%d trials, counts %v; want %d succeeded", len(res.Trials), res.Counts, trials))
 	}
@@ -368,19 +361,26 @@ func checkSweep(dir string, trials, minParks int) (string, error) {
 	return msg, nil
 }
 
-// parkSpan is one park of a trial: whom it was for, and when the trial
-// unparked (zero if it did not).
-type parkSpan struct {
-	trial, forTrial string
-	unpark          time.Time
+// trialTimes is what the sweep check reads of a trial's events: when its
+// training ended (its last event before done or error, which the trial
+// writes after its budget is released), when it parked, and each park
+// with whom it was for and when the trial unparked (zero if it did not).
+type trialTimes struct {
+	trained time.Time
+	parked  []time.Time
+	parks   []parkSpan
 }
 
-// parkSpans reads a trial's events.jsonl: the time of its last event, and
-// each budget_park with the unpark that followed it.
-func parkSpans(trial, path string) (last time.Time, spans []parkSpan, err error) {
+type parkSpan struct {
+	forTrial     string
+	park, unpark time.Time
+}
+
+// readTrialTimes reads a trial's events.jsonl.
+func readTrialTimes(path string) (tt trialTimes, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return last, nil, err
+		return tt, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -396,15 +396,55 @@ func parkSpans(trial, path string) (last time.Time, spans []parkSpan, err error)
 		if json.Unmarshal(sc.Bytes(), &e) != nil {
 			continue
 		}
-		last = e.Time
-		switch {
-		case e.Kind == sweep.EventBudgetPark:
-			spans = append(spans, parkSpan{trial: trial, forTrial: e.Fields.For})
-		case e.Kind == trainer.EventUnpark && len(spans) > 0 && spans[len(spans)-1].unpark.IsZero():
-			spans[len(spans)-1].unpark = e.Time
+		n := len(tt.parks)
+		switch e.Kind {
+		case trainer.EventDone, trainer.EventError:
+			continue
+		case sweep.EventBudgetPark:
+			tt.parks = append(tt.parks, parkSpan{forTrial: e.Fields.For, park: e.Time})
+		case sweep.EventBudgetParked:
+			tt.parked = append(tt.parked, e.Time)
+		case trainer.EventUnpark:
+			if n > 0 && tt.parks[n-1].unpark.IsZero() {
+				tt.parks[n-1].unpark = e.Time
+			}
+		}
+		tt.trained = e.Time
+	}
+	return tt, sc.Err()
+}
+
+// earlyUnparks names each trial that unparked while the trial it was
+// parked for still trained. The broker keeps that trial's headroom from
+// it until then; only room freed otherwise in between (another trial's
+// end, or a park of the trial it was parked for or of another) lets it
+// unpark sooner, and such spans are not judged.
+func earlyUnparks(trials map[string]trialTimes) []string {
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(trials)) {
+		for _, p := range trials[name].parks {
+			f, ok := trials[p.forTrial]
+			switch {
+			case !ok:
+				problems = append(problems, fmt.Sprintf("trial %s was parked for trial %q, which the sweep's results do not list", name, p.forTrial))
+				continue
+			case p.unpark.IsZero() || !p.unpark.Before(f.trained):
+				continue
+			}
+			freed := false
+			for other, o := range trials {
+				in := func(t time.Time) bool { return t.After(p.park) && t.Before(p.unpark) }
+				if other != name && slices.ContainsFunc(o.parked, in) || other != name && other != p.forTrial && in(o.trained) {
+					freed = true
+				}
+			}
+			if !freed {
+				problems = append(problems, fmt.Sprintf("trial %s unparked at %s, while trial %s, which it was parked for, still trained (until %s)",
+					name, p.unpark.Format("15:04:05.000"), p.forTrial, f.trained.Format("15:04:05.000")))
+			}
 		}
 	}
-	return last, spans, sc.Err()
+	return problems
 }
 
 // eventKinds counts the kinds of an events.jsonl file.

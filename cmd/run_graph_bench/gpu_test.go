@@ -162,31 +162,45 @@ func TestCheckSweep(t *testing.T) {
 	if _, err := checkSweep(parked, 4, 2); err == nil || !strings.Contains(err.Error(), "1 parks; want at least 2") {
 		t.Errorf("checkSweep wanting two parks = %v", err)
 	}
-	// long-a parked for big and unparked before big ended: the room the
-	// park made went back to it at once.
-	early := writeSweepDir(t, map[string][]string{"long-a": {"start"}, "big": {"start", "done"}}, "succeeded")
+	// long-a parked for big and unparked while big still trained: the
+	// room the park made went back to it at once.
+	early := writeSweepDir(t, map[string][]string{"long-a": {"start"}, "big": {"start", "done"}, "short": {"start", "done"}}, "succeeded")
 	events := func(name string, lines ...string) {
 		t.Helper()
 		if err := os.WriteFile(filepath.Join(early, "trials", name, "events.jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	events("big", `{"time":"2026-11-27T00:00:01Z","kind":"start","fields":{}}`, `{"time":"2026-11-27T00:00:03Z","kind":"done","fields":{}}`)
-	events("long-a", `{"time":"2026-11-27T00:00:00Z","kind":"start","fields":{}}`,
-		`{"time":"2026-11-27T00:00:01.5Z","kind":"budget_park","fields":{"for":"big"}}`,
-		`{"time":"2026-11-27T00:00:01.6Z","kind":"budget_parked","fields":{}}`,
-		`{"time":"2026-11-27T00:00:01.7Z","kind":"unpark","fields":{}}`,
-		`{"time":"2026-11-27T00:00:09Z","kind":"done","fields":{}}`)
-	if _, err := checkSweep(early, 2, 1); err == nil || !strings.Contains(err.Error(), "trial long-a unparked at 00:00:01.700, before trial big, which it was parked for, ended (00:00:03.000)") {
-		t.Errorf("checkSweep of an unpark before the trial parked for ended = %v", err)
+	ev := func(at, kind, fields string) string {
+		return fmt.Sprintf(`{"time":"2026-11-27T00:00:%sZ","kind":%q,"fields":{%s}}`, at, kind, fields)
 	}
-	events("long-a", `{"time":"2026-11-27T00:00:00Z","kind":"start","fields":{}}`,
-		`{"time":"2026-11-27T00:00:01.5Z","kind":"budget_park","fields":{"for":"big"}}`,
-		`{"time":"2026-11-27T00:00:01.6Z","kind":"budget_parked","fields":{}}`,
-		`{"time":"2026-11-27T00:00:03.1Z","kind":"unpark","fields":{}}`,
-		`{"time":"2026-11-27T00:00:09Z","kind":"done","fields":{}}`)
-	if msg, err := checkSweep(early, 2, 1); err != nil || !strings.Contains(msg, "1 parked and 1 unparked") {
-		t.Errorf("checkSweep of an unpark after big ended = %q, %v", msg, err)
+	// big trains until 02.5; its done, written after its budget is
+	// released, comes at 03.
+	events("big", ev("01", "start", ""), ev("02.5", "epoch", ""), ev("03", "done", ""))
+	events("short", ev("00", "start", ""), ev("00.5", "epoch", ""), ev("00.9", "done", ""))
+	longA := func(unpark string) {
+		events("long-a", ev("00", "start", ""), ev("01.5", "budget_park", `"for":"big"`), ev("01.6", "budget_parked", ""),
+			ev(unpark, "unpark", ""), ev("09", "done", ""))
+	}
+	longA("01.7")
+	if _, err := checkSweep(early, 3, 1); err == nil || !strings.Contains(err.Error(), "trial long-a unparked at 00:00:01.700, while trial big, which it was parked for, still trained (until 00:00:02.500)") {
+		t.Errorf("checkSweep of an unpark while the trial parked for trained = %v", err)
+	}
+	for _, unpark := range []string{"02.7", "03.1"} {
+		longA(unpark) // after big's training, before or after its done
+		if msg, err := checkSweep(early, 3, 1); err != nil || !strings.Contains(msg, "1 parked and 1 unparked") {
+			t.Errorf("checkSweep of an unpark at %s, after big trained = %q, %v", unpark, msg, err)
+		}
+	}
+	// short ended while long-a was parked: that freed room of its own.
+	events("short", ev("00", "start", ""), ev("01.65", "epoch", ""), ev("01.8", "done", ""))
+	longA("01.7")
+	if _, err := checkSweep(early, 3, 1); err != nil {
+		t.Errorf("checkSweep of an unpark after another trial ended = %v", err)
+	}
+	events("long-a", ev("00", "start", ""), ev("01.5", "budget_park", `"for":"nobody"`), ev("01.6", "budget_parked", ""), ev("09", "done", ""))
+	if _, err := checkSweep(early, 3, 1); err == nil || !strings.Contains(err.Error(), `parked for trial "nobody", which the sweep's results do not list`) {
+		t.Errorf("checkSweep of a park for an unknown trial = %v", err)
 	}
 	failed := writeSweepDir(t, map[string][]string{"a": {"start"}}, "failed")
 	if _, err := checkSweep(failed, 1, 0); err == nil || !strings.Contains(err.Error(), "trial a failed") {
