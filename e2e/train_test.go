@@ -5,7 +5,9 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tolaria-ml/tolaria/telemetry"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -680,15 +683,35 @@ func TestSIGTERMCheckpointsWithItsExitCode(t *testing.T) {
 
 // A signal to the worker alone (not to tolaria) stops the run with a
 // checkpoint, and tolaria says the run did not finish and exits 1: a
-// scheduler must not count it a success.
+// scheduler must not count it a success. Like every end, it serves its
+// final metrics for the linger, saying the process finished.
 func TestSignalToTheWorkerIsNotASuccess(t *testing.T) {
 	dir := t.TempDir()
 	run := filepath.Join(dir, "run")
-	cmd, stderr := startRun(t, dir, longer(run, "--isolate")...)
+	cmd, stderr := startRun(t, dir, longer(run, "--isolate", "--metrics-addr", "127.0.0.1:0", "--metrics-linger", "5s")...)
+	metrics := "http://" + servingAt(t, stderr) + "/metrics"
 	waitFor(t, "the first epoch", func() bool { return epochsLogged(filepath.Join(run, "events.jsonl")) >= 1 })
 	pid := childOf(t, cmd.Process.Pid)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	_ = syscall.Kill(pid, syscall.SIGTERM)
-	err := cmd.Wait()
+	var err error
+	finished := false
+	for done := false; !done; {
+		select {
+		case err = <-exited:
+			done = true
+		case <-time.After(100 * time.Millisecond):
+			if resp, gerr := http.Get(metrics); gerr == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				finished = finished || strings.Contains(string(body), "\n"+telemetry.MetricProcessFinished+" 1\n")
+			}
+		}
+	}
+	if !finished {
+		t.Errorf("/metrics never said %s 1 between the worker's end and tolaria's exit", telemetry.MetricProcessFinished)
+	}
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 1 {
 		t.Fatalf("after SIGTERM to the worker: %v (want exit 1)\n%s", err, stderr)

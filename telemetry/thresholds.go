@@ -182,7 +182,7 @@ func Thresholds() []Threshold {
 			Value:       300,
 			Severity:    SeverityCritical,
 			Summary:     "Training stalled on {{ $labels.device }} (worker {{ $labels.worker }})",
-			Description: "No training step has completed for 5m while the metrics endpoint is still up.",
+			Description: "No training step has completed for 5m while the metrics endpoint is still up and its process has not finished its run.",
 			Anchor:      "tolariatrainingstalled",
 			Panel:       PanelLastStepAge,
 		},
@@ -219,7 +219,7 @@ func Thresholds() []Threshold {
 			For:         2 * time.Minute,
 			Severity:    SeverityCritical,
 			Summary:     "tolaria metrics target {{ $labels.instance }} is down",
-			Description: "Prometheus has not been able to scrape {{ $labels.instance }} for 2 minutes, and the process it last scraped there had not finished its run (tolaria_process_finished was 0): the process crashed, was killed or hangs, or --metrics-addr is wrong. A process that ends its run says so before it exits, and its target going down raises nothing for 24h.",
+			Description: "Prometheus has not been able to scrape {{ $labels.instance }} for 2 minutes, and the process it last scraped there had not said it finished its run (tolaria_process_finished 1): the process crashed, was killed or hangs, or --metrics-addr is wrong. A process that ends its run says so before it exits, and its target going down raises nothing for 24h.",
 			Anchor:      "tolariatargetdown",
 		},
 	}
@@ -262,7 +262,9 @@ func (t Threshold) Expr() string {
 		return fmt.Sprintf("(%s) - (%s) > 0 or ((%s) > 0 unless %s_count offset %s) or ((%s) > 0 and %s)",
 			above, before, above, t.Metric, w, above, newProcess(w))
 	case AgeAbove:
-		return fmt.Sprintf("time() - %s > %s and on (job, instance) up{job=%q} == 1", t.Metric, v, ScrapeJob)
+		// While the target answers and its process has not finished: a
+		// finished process lingering keeps its last timestamps.
+		return fmt.Sprintf("time() - %s > %s and on (job, instance) up{job=%q} == 1 unless on (job, instance) %s == 1", t.Metric, v, ScrapeJob, MetricProcessFinished)
 	case TargetDown:
 		// Unless the last value the target's process gave within the
 		// window said it finished: a failed scrape makes the target's

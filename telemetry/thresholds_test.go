@@ -133,7 +133,7 @@ func TestExpr(t *testing.T) {
 		{Threshold{Metric: "m", Condition: AnyAbove, Window: 5 * time.Minute, Value: 0.2},
 			`(m_count - ignoring (le) m_bucket{le="0.2"}) - (m_count offset 5m - ignoring (le) m_bucket{le="0.2"} offset 5m) > 0 or ((m_count - ignoring (le) m_bucket{le="0.2"}) > 0 unless m_count offset 5m) or ((m_count - ignoring (le) m_bucket{le="0.2"}) > 0 and on (job, instance) changes(process_start_time_seconds[5m]) > 0)`},
 		{Threshold{Metric: "ts", Condition: AgeAbove, Value: 300},
-			`time() - ts > 300 and on (job, instance) up{job="tolaria"} == 1`},
+			`time() - ts > 300 and on (job, instance) up{job="tolaria"} == 1 unless on (job, instance) tolaria_process_finished == 1`},
 		{Threshold{Metric: "up", Condition: TargetDown, Window: 24 * time.Hour},
 			`up{job="tolaria"} == 0 unless on (job, instance) last_over_time(tolaria_process_finished[24h]) == 1`},
 		{Threshold{Metric: "g", Condition: FlatWhileRunning, Window: 10 * time.Minute},

@@ -80,10 +80,11 @@ func Execute(ctx context.Context, req Request, opt Options) error {
 		return err
 	}
 	defer served.Close()
+	// After the last lines, whatever the outcome (a signal cuts it short).
+	defer served.Linger(ctx, opt.Linger)
 	rep, err := e.Run(ctx)
 	if em != nil && rep != nil {
 		e.Record(em, rep, err)
-		defer served.Linger(ctx, opt.Linger)
 	}
 	if ctx.Err() != nil {
 		opt.View.Note(fmt.Sprintf("evaluation interrupted; %s is left as it was, and the shards finished are kept: continue with %s", JSONFile, ResumeCommand(req)))

@@ -56,13 +56,15 @@ func Execute(ctx context.Context, req Request, opt Options) error {
 		return err
 	}
 	defer run.Close()
+	// Every end from here on, whatever the outcome, keeps the metrics
+	// served for the linger (a signal cuts it short), before Close.
+	defer run.Linger(ctx, opt.Linger)
 	log.Info(fmt.Sprintf("CUDA initialized in coordinator: %v", LinksCUDA()))
 	spec := run.Spec()
 	sum, err := run.Train(ctx, view.Report)
 	view.Close()
 	if err != nil {
 		view.Failed(err, ctx.Err() != nil, run.Dir())
-		run.Linger(ctx, opt.Linger)
 		return &rundir.Ending{Kind: rundir.Failed, Err: err}
 	}
 	if err := run.Record(&sum); err != nil {
@@ -81,6 +83,5 @@ func Execute(ctx context.Context, req Request, opt Options) error {
 			return &rundir.Ending{Kind: rundir.Failed}
 		}
 	}
-	run.Linger(ctx, opt.Linger)
 	return nil
 }

@@ -459,9 +459,10 @@ func anyAboveScenarios(t telemetry.Threshold) (bad, healthy []scenario, err erro
 	return bad, healthy, nil
 }
 
-// ageScenarios: a timestamp that stops a minute in (bad), keeps up with
-// time (healthy), or stops while the target is down (silent: that is
-// TargetDown's job).
+// ageScenarios: a timestamp that stops a minute in while its process
+// runs (bad), keeps up with time (healthy), stops while the target is down
+// (silent: that is TargetDown's job), or stops as its process finishes and
+// lingers (silent).
 func ageScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 	l := seriesLabels(t)
 	stop := time.Minute
@@ -470,12 +471,23 @@ func ageScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 	stuck := fmt.Sprintf("0+%sx%d %sx%d", num(scrapeStep.Seconds()), steps(stop)-1, num(stop.Seconds()), steps(span))
 	moving := ramp(scrapeStep.Seconds(), span)
 	up := func(v float64) InputSeries { return InputSeries{series("up", targetLabels()), constant(v, span)} }
-	bad = []scenario{{
-		name:   "a timestamp that stops moving while the target is up",
-		series: []InputSeries{{series(t.Metric, l), stuck}, up(1)},
-		eval:   eval,
-		labels: l,
-	}}
+	finished := func(values string) InputSeries {
+		return InputSeries{series(telemetry.MetricProcessFinished, targetLabels()), values}
+	}
+	bad = []scenario{
+		{
+			name:   "a timestamp that stops moving while the target is up",
+			series: []InputSeries{{series(t.Metric, l), stuck}, up(1)},
+			eval:   eval,
+			labels: l,
+		},
+		{
+			name:   "a timestamp that stops moving while the target is up and its process has not finished",
+			series: []InputSeries{{series(t.Metric, l), stuck}, up(1), finished(constant(0, span))},
+			eval:   eval,
+			labels: l,
+		},
+	}
 	healthy = []scenario{
 		{
 			name:   "a timestamp that keeps up",
@@ -485,6 +497,11 @@ func ageScenarios(t telemetry.Threshold) (bad, healthy []scenario, err error) {
 		{
 			name:   "a timestamp that stops moving while the target is down",
 			series: []InputSeries{{series(t.Metric, l), stuck}, up(0)},
+			eval:   eval,
+		},
+		{
+			name:   "a timestamp that stops moving as its process finishes and lingers",
+			series: []InputSeries{{series(t.Metric, l), stuck}, up(1), finished(fmt.Sprintf("%s %s", constant(0, stop-scrapeStep), constant(1, span)))},
 			eval:   eval,
 		},
 	}
