@@ -159,7 +159,9 @@ type metricsFlags struct {
 // metrics are.
 func (m *metricsFlags) register(fs *pflag.FlagSet, what string) {
 	fs.StringVar(&m.addr, "metrics-addr", "", "serve Prometheus metrics here, e.g. :9464 (loopback when no host is given)"+what)
-	fs.DurationVar(&m.linger, "metrics-linger", 15*time.Second, "with --metrics-addr, keep serving /metrics this long after the end so the final values are scraped (0: exit at once)")
+	// Twice the shipped scrape interval (infra/prometheus, 15s), so that a
+	// scrape sees the final values and tolaria_process_finished.
+	fs.DurationVar(&m.linger, "metrics-linger", 30*time.Second, "with --metrics-addr, keep serving /metrics this long after the end so the final values are scraped; at least twice the scrape interval (0: exit at once)")
 }
 
 func (m *metricsFlags) check() error {
