@@ -674,40 +674,24 @@ func TestBrokerServesAContinuedBookingFirst(t *testing.T) {
 // (seen on an H100, where long-a parked for big and was granted again in
 // the same millisecond).
 func TestBrokerParkedWorkerLeavesItsRequestsHeadroom(t *testing.T) {
-	var log []string
-	b, _ := New(Config{DeviceMemory: 255})
-	ask := func(trial string, params int64, prio float64) *Ticket {
-		t.Helper()
-		// Each bill: its parameters, a context of 40 and 10 of scratch.
-		bill := trainer.Bill{Parameters: params, Context: 40, StreamScratch: 10}
-		tk, _, now, err := b.Ask(Ask{Holder: trial, Device: "gpu", Bill: bill, Free: 1 << 40, Priority: prio,
-			OnGrant: func(g Grant) { log = append(log, "grant "+trial) },
-			Park:    func(Eviction) { log = append(log, "park "+trial) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if now {
-			log = append(log, "granted "+trial)
-		}
-		return tk
-	}
-	short := ask("short", 10, 0)  // 60
-	longA := ask("long-a", 20, 0) // 70
-	ask("long-b", 20, 0)          // 70: 200 of 255 booked
+	h := newHeadroomBroker(t, 255)
+	short := h.ask("short", 10, 0)  // 60
+	longA := h.ask("long-a", 20, 0) // 70
+	h.ask("long-b", 20, 0)          // 70: 200 of 255 booked
 	short.Release()
-	big := ask("big", 60, 1) // 110, 121 with headroom: 115 free
-	if got := strings.Join(log, ";"); got != "granted short;granted long-a;granted long-b;park long-a" {
+	big := h.ask("big", 60, 1) // 110, 121 with headroom: 115 free
+	if got := strings.Join(h.log, ";"); got != "granted short;granted long-a;granted long-b;park long-a for big" {
 		t.Fatalf("log %s; want long-a parked for big", got)
 	}
 	longA.Parked() // frees its 20: 135 free, big granted, 25 left
-	if got := strings.Join(log[4:], ";"); got != "grant big" {
+	if got := strings.Join(h.log[4:], ";"); got != "grant big" {
 		t.Fatalf("after the park: %s; want big granted and long-a to stay parked (it wants 22 of the 25 left, which big's 11 of headroom leave 14 of)", got)
 	}
-	if bk := b.Books("gpu"); bk.Granted != 230 || bk.Waiting != 1 {
+	if bk := h.b.Books("gpu"); bk.Granted != 230 || bk.Waiting != 1 {
 		t.Fatalf("books %+v: want big's 110, long-b's 70 and long-a's 50 (parked) booked, long-a waiting", bk)
 	}
 	big.Release()
-	if got := strings.Join(log[4:], ";"); got != "grant big;grant long-a" {
+	if got := strings.Join(h.log[4:], ";"); got != "grant big;grant long-a" {
 		t.Fatalf("after big ended: %s; want long-a unparked", got)
 	}
 }
