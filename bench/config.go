@@ -119,9 +119,11 @@ const (
 	DefaultStepsCNN  = 20
 	// DefaultStepsTinyTransformer: its step is well under a millisecond.
 	DefaultStepsTinyTransformer = 500
-	DefaultSettleSteps          = 4
-	DefaultProbeKernels         = 1000
-	DefaultProbeRepeats         = 15
+	// DefaultSettleSteps: more than the five steps the host runs ahead
+	// of the device with two staging buffers.
+	DefaultSettleSteps  = 6
+	DefaultProbeKernels = 1000
+	DefaultProbeRepeats = 15
 	// DefaultDecodeTokens is the measured decode tokens of each mode for
 	// a token model: a decode step is a small forward pass at batch 1.
 	DefaultDecodeTokens = 256
@@ -147,8 +149,9 @@ type Config struct {
 	// Steps is the number of measured steps per phase (eager, then graph)
 	// in each epoch.
 	Steps int
-	// SettleSteps run at the start of each phase without being measured,
-	// so the pipeline is full when measurement starts.
+	// SettleSteps run before each block of measured steps, in the
+	// block's mode, without being measured, so that the pipeline holds
+	// only that mode's steps when measurement starts.
 	SettleSteps int
 	// ReuseTrainer keeps one setup for every epoch: one capture in the
 	// first epoch, replayed in all of them.

@@ -629,13 +629,8 @@ func graphSteps(ctx context.Context, guard *staging.Guard, open Opener, wl Workl
 	if _, err := s.capture(); err != nil {
 		return nil, "", fmt.Errorf("capture: %w", err)
 	}
-	for range settle {
-		if _, err := s.issue(ctx, s.compute, true, nil); err != nil {
-			return nil, "", err
-		}
-	}
 	p := phase{graph: true}
-	if _, err := s.block(ctx, &p, es.steps, time.Now()); err != nil {
+	if err := s.block(ctx, &p, es.steps, settle); err != nil {
 		return nil, "", err
 	}
 	if err := s.compute.Synchronize(); err != nil {

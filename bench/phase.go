@@ -84,8 +84,8 @@ const maxBlocks = 10
 func blockCount(steps int) int { return max(1, min(maxBlocks, steps/(2*StepWindow))) }
 
 // measure runs settle unmeasured eager steps, then steps measured steps
-// of each mode in alternating blocks, and reads the events once the device
-// is done. Eager steps are issued one kernel at a time; graph steps replay
+// of each mode in alternating blocks, each after settle unmeasured steps of
+// its mode, and reads the events once the device is done. Eager steps are issued one kernel at a time; graph steps replay
 // the captured executable (or run eagerly, counted as a fallback, when
 // there is none).
 //
@@ -115,8 +115,6 @@ func (s *setup) measure(ctx context.Context, es *eventSet, steps, settle int) (e
 		}
 	}
 	eager.kernels = counter.Kernels
-	s.copies.take()
-	last := time.Now()
 	next := 0 // next free mark
 	blocks := blockCount(steps)
 	for b := range blocks {
@@ -126,7 +124,7 @@ func (s *setup) measure(ctx context.Context, es *eventSet, steps, settle int) (e
 			order[0], order[1] = order[1], order[0]
 		}
 		for _, p := range order {
-			if last, err = s.block(ctx, p, es.steps[next:next+n], last); err != nil {
+			if err = s.block(ctx, p, es.steps[next:next+n], settle); err != nil {
 				return eager, graph, err
 			}
 			next += n
@@ -155,15 +153,25 @@ func btoi(b bool) int {
 	return 0
 }
 
-// block issues len(ms) measured steps of p's mode, the first timed from
-// last, and returns the time the last one was issued.
-func (s *setup) block(ctx context.Context, p *phase, mk []marks, last time.Time) (time.Time, error) {
+// block issues lead unmeasured steps of p's mode, then len(mk) measured
+// ones. The host runs a few steps ahead of the device (up to five with two
+// staging buffers), so without the lead a block's first intervals would
+// time the steps the previous block, of the other mode, left in the
+// pipeline, or the pipeline filling after the settle steps.
+func (s *setup) block(ctx context.Context, p *phase, mk []marks, lead int) error {
+	for range lead {
+		if _, err := s.issue(ctx, s.compute, p.graph, nil); err != nil {
+			return err
+		}
+	}
+	s.copies.take()
+	last := time.Now()
 	proc0, procOK := processCPU()
 	wall := make([]float64, 0, len(mk))
 	for i := range mk {
 		res, err := s.issue(ctx, s.compute, p.graph, &mk[i])
 		if err != nil {
-			return last, err
+			return err
 		}
 		if p.graph && !res.Replayed {
 			p.fallbackSteps++
@@ -182,7 +190,7 @@ func (s *setup) block(ctx context.Context, p *phase, mk []marks, last time.Time)
 	p.wall = append(p.wall, Windowed(wall, StepWindow)...)
 	p.copies = append(p.copies, s.copies.take()...)
 	p.blockMarks = append(p.blockMarks, mk)
-	return last, nil
+	return nil
 }
 
 func msSince(a, b time.Time) float64 { return ms(b.Sub(a)) }

@@ -354,3 +354,56 @@ func TestTokenSource(t *testing.T) {
 		}
 	}
 }
+
+// TestEachBlockStartsWithUnmeasuredStepsOfItsMode: the settle steps run
+// first (eager), then before every measured block as many steps of the
+// block's own mode, so that no block's first intervals time the other
+// mode's steps still in the pipeline.
+func TestEachBlockStartsWithUnmeasuredStepsOfItsMode(t *testing.T) {
+	dev, err := openCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	pool := graphs.NewPool()
+	defer pool.Close()
+	w, err := PresetTiny.Workload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSetup(context.Background(), dev, pool, new(staging.Guard), w, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	if err := s.warmUp(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.capture(); err != nil {
+		t.Fatal(err)
+	}
+	const steps, settle = 20, 3
+	es, err := newEventSet(dev, 2*steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer es.destroy()
+	counter := NewCountingStream(s.compute)
+	s.compute = counter
+	eager, graph, err := s.measure(context.Background(), es, steps, settle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := blockCount(steps) // 2 of 10 steps each mode
+	if eager.steps != steps || graph.steps != steps {
+		t.Fatalf("measured %d eager and %d graph steps; want %d each", eager.steps, graph.steps, steps)
+	}
+	if want := blocks * (settle + steps/blocks); counter.Launches != want {
+		t.Errorf("%d graph launches; want %d (each of %d blocks: %d unmeasured, %d measured)", counter.Launches, want, blocks, settle, steps/blocks)
+	}
+	// The settle steps before the blocks are counted on the stream the
+	// measure wraps itself, which forwards to this one.
+	if want := eager.kernels * (settle + blocks*(settle+steps/blocks)); counter.Kernels != want {
+		t.Errorf("%d eager kernels; want %d (%d a step)", counter.Kernels, want, eager.kernels)
+	}
+}
