@@ -108,6 +108,7 @@ if [ "$profile" = rehearsal ]; then
 	transformer_args=(--epochs 1 --steps 8 --settle-steps 2 --probe-kernels -1 --decode-tokens 8)
 	sweep_examples=512
 	sweep_long=20
+	sweep_short=1
 	# The big trial's layers: wide enough that its bill exceeds a small
 	# trial's by a few MiB, which the emulated driver's exact contexts
 	# leave room for (sweep()).
@@ -133,6 +134,13 @@ else
 	transformer_args=(--sweep-batch-sizes 64)
 	sweep_examples=4096
 	sweep_long=150
+	# The short trial must outlast the long ones' asks for their budgets,
+	# or the big one asks first and a long one waits instead of being
+	# parked (18:43 UTC, docs/gpu-results.md: one long worker asked 1.7 s
+	# after the start, its context made after the other two's under the
+	# per-GPU lock, and the short trial had ended at 0.9 s). An epoch of
+	# the short trial is about 0.03 s on an H100: 150 epochs are about 5 s.
+	sweep_short=150
 	# Parked, a long trial keeps its context and streams' scratch on the
 	# GPU, so a park makes room only by the long trials' models: 1024
 	# wide, tens of MiB each, a window that a MiB of difference between
@@ -254,7 +262,7 @@ base:
   graphs: {enabled: true}
   model: {hidden: [256, 256]}
 trials:
-  - {name: short, schedule: {epochs: 1}}
+  - {name: short, schedule: {epochs: $sweep_short}}
   - {name: long-a, schedule: {epochs: $sweep_long}, model: {hidden: [$sweep_long_hidden, $sweep_long_hidden]}}
   - {name: long-b, schedule: {epochs: $sweep_long}, model: {hidden: [$sweep_long_hidden, $sweep_long_hidden]}}
   - {name: big, priority: 1, schedule: {epochs: 2}, model: {hidden: [$sweep_big, $sweep_big]}}
