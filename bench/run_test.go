@@ -389,7 +389,8 @@ func TestEachBlockStartsWithUnmeasuredStepsOfItsMode(t *testing.T) {
 	}
 	defer es.destroy()
 	counter := NewCountingStream(s.compute)
-	s.compute = counter
+	seq := &stepLog{Stream: counter}
+	s.compute = seq
 	eager, graph, err := s.measure(context.Background(), es, steps, settle)
 	if err != nil {
 		t.Fatal(err)
@@ -406,4 +407,79 @@ func TestEachBlockStartsWithUnmeasuredStepsOfItsMode(t *testing.T) {
 	if want := eager.kernels * (settle + blocks*(settle+steps/blocks)); counter.Kernels != want {
 		t.Errorf("%d eager kernels; want %d (%d a step)", counter.Kernels, want, eager.kernels)
 	}
+	// In order: each graph block's replays are settle unmeasured ones (a
+	// launch between the copy-done wait and step-done, "wL") and then its
+	// measured ones (marks around them, "RwRLR"). The blocks run eager,
+	// graph, graph, eager: the two graph blocks are one run of replays.
+	block := strings.Repeat("wL", settle) + strings.Repeat("RwRLR", steps/blocks)
+	if got := seq.graphRuns(); len(got) != 1 || got[0] != strings.Repeat(block, blocks) {
+		t.Errorf("graph steps issued %q; want two blocks of %q", got, block)
+	}
+}
+
+// stepLog notes, in order, a stream's waits ("w"), event records ("R")
+// and graph launches ("L"), except the record of a step-done event, which
+// ends every step alike; launches of kernels are not noted.
+type stepLog struct {
+	device.Stream
+	ops strings.Builder
+}
+
+func (l *stepLog) Wait(e device.Event) error { l.ops.WriteByte('w'); return l.Stream.Wait(e) }
+
+func (l *stepLog) Record(e device.Event) error {
+	l.ops.WriteByte('R')
+	return l.Stream.Record(e)
+}
+
+func (l *stepLog) Launch(x device.Exec) error { l.ops.WriteByte('L'); return l.Stream.Launch(x) }
+
+// graphRuns are the runs of graph steps in the log: the longest stretches
+// with launches and no eager step (a wait followed by no launch before
+// the next wait).
+func (l *stepLog) graphRuns() []string {
+	// Each step ends with its step-done record; a step is the ops from a
+	// wait (with the mark before it, if any) to that record.
+	var runs []string
+	var cur strings.Builder
+	for _, step := range splitSteps(l.ops.String()) {
+		if strings.Contains(step, "L") {
+			cur.WriteString(step)
+			continue
+		}
+		if cur.Len() > 0 {
+			runs = append(runs, cur.String())
+			cur.Reset()
+		}
+	}
+	if cur.Len() > 0 {
+		runs = append(runs, cur.String())
+	}
+	return runs
+}
+
+// splitSteps cuts a log into steps, dropping each step's final step-done
+// record: a measured step is "RwRLRR" or, eager, "RwRRR"; an unmeasured
+// one "wLR" or "wR".
+func splitSteps(ops string) []string {
+	var steps []string
+	for len(ops) > 0 {
+		n := 0
+		if ops[0] == 'R' { // a measured step: its mark before the wait
+			n = 1
+		}
+		n++ // the wait
+		if n < len(ops) && ops[n] == 'R' && ops[0] == 'R' {
+			n++ // the mark after the wait
+		}
+		if n < len(ops) && ops[n] == 'L' {
+			n++
+		}
+		if ops[0] == 'R' {
+			n++ // the mark at the end
+		}
+		steps = append(steps, ops[:n])
+		ops = ops[min(n+1, len(ops)):] // and the step-done record
+	}
+	return steps
 }

@@ -684,34 +684,28 @@ func TestSIGTERMCheckpointsWithItsExitCode(t *testing.T) {
 // A signal to the worker alone (not to tolaria) stops the run with a
 // checkpoint, and tolaria says the run did not finish and exits 1: a
 // scheduler must not count it a success. Like every end, it serves its
-// final metrics for the linger, saying the process finished.
+// final metrics for the linger, saying the process finished; and a signal
+// to tolaria during that linger ends it without making the failure an
+// interruption.
 func TestSignalToTheWorkerIsNotASuccess(t *testing.T) {
 	dir := t.TempDir()
 	run := filepath.Join(dir, "run")
-	cmd, stderr := startRun(t, dir, longer(run, "--isolate", "--metrics-addr", "127.0.0.1:0", "--metrics-linger", "5s")...)
+	cmd, stderr := startRun(t, dir, longer(run, "--isolate", "--metrics-addr", "127.0.0.1:0", "--metrics-linger", "10m")...)
 	metrics := "http://" + servingAt(t, stderr) + "/metrics"
 	waitFor(t, "the first epoch", func() bool { return epochsLogged(filepath.Join(run, "events.jsonl")) >= 1 })
 	pid := childOf(t, cmd.Process.Pid)
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	_ = syscall.Kill(pid, syscall.SIGTERM)
-	var err error
-	finished := false
-	for done := false; !done; {
-		select {
-		case err = <-exited:
-			done = true
-		case <-time.After(100 * time.Millisecond):
-			if resp, gerr := http.Get(metrics); gerr == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				finished = finished || strings.Contains(string(body), "\n"+telemetry.MetricProcessFinished+" 1\n")
-			}
+	waitFor(t, "/metrics to say the process finished", func() bool {
+		resp, err := http.Get(metrics)
+		if err != nil {
+			return false
 		}
-	}
-	if !finished {
-		t.Errorf("/metrics never said %s 1 between the worker's end and tolaria's exit", telemetry.MetricProcessFinished)
-	}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(body), "\n"+telemetry.MetricProcessFinished+" 1\n")
+	})
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 1 {
 		t.Fatalf("after SIGTERM to the worker: %v (want exit 1)\n%s", err, stderr)
@@ -720,6 +714,36 @@ func TestSignalToTheWorkerIsNotASuccess(t *testing.T) {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("stderr does not say %q:\n%s", want, stderr)
 		}
+	}
+}
+
+// A run that failed (its worker exited with an error) and lingers to serve
+// its final metrics still exits 1 when a signal ends the linger: the
+// failure was decided before the signal.
+func TestFailedRunStaysFailedWhenStoppedWhileLingering(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	cmd := exec.Command(filepath.Join(binDir, "tolaria"), longer(run, "--isolate", "--metrics-addr", "127.0.0.1:0", "--metrics-linger", "10m")...)
+	cmd.Dir, cmd.Env = dir, append(cleanEnv(), "TOLARIA_E2E_WORKER_FAULT=step=3,exit=7")
+	stderr := new(lockedBuffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	metrics := "http://" + servingAt(t, stderr) + "/metrics"
+	waitFor(t, "/metrics to say the process finished", func() bool {
+		resp, err := http.Get(metrics)
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(body), "\n"+telemetry.MetricProcessFinished+" 1\n")
+	})
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("a failed run stopped while lingering: %v (want exit 1)\n%s", err, stderr)
 	}
 }
 

@@ -252,9 +252,10 @@ sweep() {
 	# (gpu-check sweep fails an unpark before that).
 	# --per-device 4 lets every trial share cuda:0: the budget, not the
 	# slot count, is what binds. The long trials must outlast the big
-	# one (its worker's start-up and plan, a second or two, and its two
-	# epochs, two more): on an H100 an epoch of 128 steps of the long
-	# trials' model took about 0.12 s, so 150 epochs are about 18 s.
+	# one, which starts when the short one ends (about 5 s on a GPU, see
+	# sweep_short) and takes its worker's start-up and two epochs, a few
+	# seconds more: on an H100 an epoch of 128 steps of the long trials'
+	# model took about 0.12 s, so 150 epochs are about 18 s.
 	cat >"$res/sweep.yaml" <<EOF
 base:
   data: {dataset: synthetic, synthetic_size: $sweep_examples}

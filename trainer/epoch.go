@@ -353,6 +353,13 @@ func (r *run) close() {
 		}
 	}
 	if r.timer != nil {
+		// The replays timed since the last collection are reported, so
+		// that a park or a stop loses none of them; the streams are
+		// synchronised, so nothing waits. After an error the device's
+		// events may not answer, and the error is what matters.
+		if errors.Join(errs...) == nil {
+			errs = append(errs, r.timer.flush())
+		}
 		errs = append(errs, r.timer.destroy())
 	}
 	if r.lease != nil {

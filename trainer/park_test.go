@@ -185,3 +185,32 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// TestParkLosesNoReplayTimes: every replay's device time reaches the
+// observer, those timed just before a park included (the park tears down
+// the timer's ring of events).
+func TestParkLosesNoReplayTimes(t *testing.T) {
+	cfg := smallConfig(t)
+	dev := openCPU(t)
+	p := &stepParker{dev: dev, at: map[int]bool{23: true}}
+	var mu sync.Mutex
+	timed := 0
+	cfg.Observer = trainer.Tee(p, trainer.ObserverFunc(func(m trainer.Measurement) {
+		if _, ok := m.(trainer.Replayed); ok {
+			mu.Lock()
+			timed++
+			mu.Unlock()
+		}
+	}))
+	cfg.Parker = p
+	sum, err := trainer.Run(context.Background(), dev, newShared(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.unparked != 1 {
+		t.Fatalf("unparked %d times; want 1", p.unparked)
+	}
+	if timed != sum.GraphReplays || timed == 0 {
+		t.Fatalf("%d replays timed, %d replayed; want every replay timed", timed, sum.GraphReplays)
+	}
+}

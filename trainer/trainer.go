@@ -193,12 +193,11 @@ func (r *run) setup(ctx context.Context, startSeq int, ck *Checkpoint) error {
 	if r.snap, err = r.dev.Alloc(2 * device.StatsLen); err != nil {
 		return err
 	}
-	// A ring longer than the steps the host runs ahead of the device (up
-	// to five with two staging buffers, in the bench's loop on the
-	// emulated driver: the stager waits for a buffer's step-done before
-	// reusing it), so that collecting the pair about to be reused does not
-	// wait on the device.
-	if r.timer, err = newEventTimer(r.dev, 8, func(s float64) { r.obs.Observe(Replayed{Seconds: s}) }); err != nil {
+	// A ring longer than the steps the host runs ahead of the device
+	// (about one more than the pinned slots: five with the bench's four,
+	// traced on the emulated driver), so that collecting the pair about to
+	// be reused does not wait on the device.
+	if r.timer, err = newEventTimer(r.dev, max(8, c.Slots+4), func(s float64) { r.obs.Observe(Replayed{Seconds: s}) }); err != nil {
 		return err
 	}
 	if err := r.startStaging(ctx, startSeq); err != nil {

@@ -434,7 +434,9 @@ func earlyUnparks(trials map[string]trialTimes) []string {
 			freed := false
 			for other, o := range trials {
 				in := func(t time.Time) bool { return t.After(p.park) && t.Before(p.unpark) }
-				if other != name && slices.ContainsFunc(o.parked, in) || other != name && other != p.forTrial && in(o.trained) {
+				// (The trial parked for trains past the unpark: its own
+				// end is never in the span.)
+				if other != name && (slices.ContainsFunc(o.parked, in) || in(o.trained)) {
 					freed = true
 				}
 			}

@@ -198,8 +198,33 @@ func TestCheckSweep(t *testing.T) {
 	if _, err := checkSweep(early, 3, 1); err != nil {
 		t.Errorf("checkSweep of an unpark after another trial ended = %v", err)
 	}
+	// long-b parked while long-a was: room freed by another park.
+	events("short", ev("00", "start", ""), ev("00.5", "epoch", ""), ev("00.9", "done", ""))
+	longA("01.7")
+	if _, err := checkSweep(early, 3, 1); err == nil {
+		t.Error("checkSweep of an early unpark passed before the other park was added")
+	}
+	longB := filepath.Join(early, "trials", "long-b")
+	if err := os.MkdirAll(longB, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(longB, "events.jsonl"), []byte(strings.Join([]string{ev("00", "start", ""),
+		ev("01.55", "budget_park", `"for":"big"`), ev("01.6", "budget_parked", ""), ev("02.8", "unpark", ""), ev("09", "done", "")}, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := `{"counts":{"succeeded":4},"trials":[` + strings.Join([]string{
+		`{"name":"long-a","state":"succeeded","device":"cuda:0","run_dir":"trials/long-a"}`,
+		`{"name":"long-b","state":"succeeded","device":"cuda:0","run_dir":"trials/long-b"}`,
+		`{"name":"big","state":"succeeded","device":"cuda:0","run_dir":"trials/big"}`,
+		`{"name":"short","state":"succeeded","device":"cuda:0","run_dir":"trials/short"}`}, ",") + `]}`
+	if err := os.WriteFile(filepath.Join(early, "results.json"), []byte(res), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := checkSweep(early, 4, 1); err != nil {
+		t.Errorf("checkSweep of an unpark after another trial parked = %v", err)
+	}
 	events("long-a", ev("00", "start", ""), ev("01.5", "budget_park", `"for":"nobody"`), ev("01.6", "budget_parked", ""), ev("09", "done", ""))
-	if _, err := checkSweep(early, 3, 1); err == nil || !strings.Contains(err.Error(), `parked for trial "nobody", which the sweep's results do not list`) {
+	if _, err := checkSweep(early, 4, 1); err == nil || !strings.Contains(err.Error(), `parked for trial "nobody", which the sweep's results do not list`) {
 		t.Errorf("checkSweep of a park for an unknown trial = %v", err)
 	}
 	failed := writeSweepDir(t, map[string][]string{"a": {"start"}}, "failed")

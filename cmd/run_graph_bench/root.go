@@ -96,7 +96,7 @@ docs/bench.md explains every number.`,
 	f.StringVar(&o.hidden, "hidden", "", `hidden layer widths, e.g. "256,128", or "none" (default: the preset's)`)
 	f.BoolVar(&o.reuse, "reuse-trainer", false, "keep one setup for every epoch: capture once, replay in every epoch")
 	f.IntVar(&o.steps, "steps", 0, fmt.Sprintf("measured steps per phase (0: %d for mlp, %d for tiny)", bench.DefaultStepsMLP, bench.DefaultStepsTiny))
-	f.IntVar(&o.settle, "settle-steps", bench.DefaultSettleSteps, "unmeasured steps before each measured block, in its mode, to fill the pipeline with that mode's steps")
+	f.IntVar(&o.settle, "settle-steps", bench.DefaultSettleSteps, "unmeasured steps before each measured block, in its mode, to fill the pipeline with that mode's steps (6 or more: the host runs up to five steps ahead)")
 	f.IntVar(&o.probe, "probe-kernels", bench.DefaultProbeKernels, "kernels in the launch-cost probe (negative skips it)")
 	f.IntVar(&o.decodeTokens, "decode-tokens", bench.DefaultDecodeTokens, "measured tokens of each mode of the decode step (token models: transformer, tiny-transformer; negative skips it)")
 	f.StringVar(&o.output, "output", "", "write the JSON report to this file")

@@ -30,7 +30,9 @@ func TestExitCodes(t *testing.T) {
 		{"some failed", live, &rundir.Ending{Kind: rundir.SomeFailed}, exitSomeFailed},
 		{"interrupted", stopped, &rundir.Ending{Kind: rundir.Interrupted}, exitInterrupted},
 		{"failed on a refusal", live, &rundir.Ending{Kind: rundir.Failed, Err: refusal.Config(errors.New("bad checkpoint"))}, exitUsage},
-		{"failed when stopped", stopped, &rundir.Ending{Kind: rundir.Failed, Err: errors.New("cancelled")}, exitInterrupted},
+		// A failure decided before a signal that came during the linger.
+		{"failed, then stopped while lingering", stopped, &rundir.Ending{Kind: rundir.Failed, Err: errors.New("worker exited")}, exitFailure},
+		{"failed on a refusal, then stopped while lingering", stopped, &rundir.Ending{Kind: rundir.Failed, Err: refusal.Config(errors.New("bad checkpoint"))}, exitUsage},
 	} {
 		var end *rundir.Ending
 		got := exitCode(c.ctx, c.err)

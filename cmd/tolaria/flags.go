@@ -166,7 +166,7 @@ func (m *metricsFlags) register(fs *pflag.FlagSet, what string) {
 
 func (m *metricsFlags) check() error {
 	if m.linger < 0 {
-		return usagef("--metrics-linger: %s is negative; give a duration such as 15s, or 0", m.linger)
+		return usagef("--metrics-linger: %s is negative; give a duration such as 30s, or 0", m.linger)
 	}
 	if m.addr != "" {
 		if _, err := telemetry.ListenAddress(m.addr); err != nil {

@@ -144,7 +144,10 @@ func exitCode(ctx context.Context, err error) int {
 	return exitFailure
 }
 
-// endCode is the exit status of an activity's ending.
+// endCode is the exit status of an activity's ending. The activity chose
+// its Kind when its work ended, before it lingered to serve its final
+// metrics; a signal during that linger cuts it short but does not make a
+// failure an interruption.
 func endCode(ctx context.Context, end *rundir.Ending) int {
 	switch end.Kind {
 	case rundir.Done:
@@ -155,7 +158,7 @@ func endCode(ctx context.Context, end *rundir.Ending) int {
 		return interruptedCode(ctx)
 	case rundir.Failed:
 		if end.Err != nil {
-			return exitCode(ctx, end.Err)
+			return exitCode(context.WithoutCancel(ctx), end.Err)
 		}
 	}
 	return exitFailure

@@ -64,7 +64,11 @@ func Execute(ctx context.Context, req Request, opt Options) error {
 	sum, err := run.Train(ctx, view.Report)
 	view.Close()
 	if err != nil {
-		view.Failed(err, ctx.Err() != nil, run.Dir())
+		interrupted := ctx.Err() != nil
+		view.Failed(err, interrupted, run.Dir())
+		if interrupted {
+			return &rundir.Ending{Kind: rundir.Interrupted}
+		}
 		return &rundir.Ending{Kind: rundir.Failed, Err: err}
 	}
 	if err := run.Record(&sum); err != nil {
