@@ -695,15 +695,7 @@ func TestSignalToTheWorkerIsNotASuccess(t *testing.T) {
 	waitFor(t, "the first epoch", func() bool { return epochsLogged(filepath.Join(run, "events.jsonl")) >= 1 })
 	pid := childOf(t, cmd.Process.Pid)
 	_ = syscall.Kill(pid, syscall.SIGTERM)
-	waitFor(t, "/metrics to say the process finished", func() bool {
-		resp, err := http.Get(metrics)
-		if err != nil {
-			return false
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return strings.Contains(string(body), "\n"+telemetry.MetricProcessFinished+" 1\n")
-	})
+	waitForFinished(t, metrics)
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	err := cmd.Wait()
 	ee, ok := err.(*exec.ExitError)
@@ -731,8 +723,20 @@ func TestFailedRunStaysFailedWhenStoppedWhileLingering(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := "http://" + servingAt(t, stderr) + "/metrics"
+	waitForFinished(t, metrics)
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("a failed run stopped while lingering: %v (want exit 1)\n%s", err, stderr)
+	}
+}
+
+// waitForFinished waits until the /metrics at url says the process
+// finished its run.
+func waitForFinished(t *testing.T, url string) {
+	t.Helper()
 	waitFor(t, "/metrics to say the process finished", func() bool {
-		resp, err := http.Get(metrics)
+		resp, err := http.Get(url)
 		if err != nil {
 			return false
 		}
@@ -740,11 +744,6 @@ func TestFailedRunStaysFailedWhenStoppedWhileLingering(t *testing.T) {
 		resp.Body.Close()
 		return strings.Contains(string(body), "\n"+telemetry.MetricProcessFinished+" 1\n")
 	})
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	err := cmd.Wait()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
-		t.Fatalf("a failed run stopped while lingering: %v (want exit 1)\n%s", err, stderr)
-	}
 }
 
 // --resume with a --config file: the run's own config.yaml stays the base,
