@@ -379,6 +379,18 @@ func TestReuseWorkersProbeOnlyFreshWorkers(t *testing.T) {
 	}
 }
 
+// keptSetUp is the reclaim tests' device: a broker of 1000 bytes on the
+// CPU, no kept worker yet, and a trial bill of 500 at work (300 idle).
+func keptSetUp(t *testing.T) (*budget.Broker, *keptWorkers, *slog.Logger, launch.Slot, trainer.Bill, *asks) {
+	t.Helper()
+	b, err := budget.New(budget.Config{DeviceMemory: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bill := trainer.Bill{Parameters: 200, Gradients: 300}
+	return b, &keptWorkers{}, slog.New(slog.DiscardHandler), launch.Slot{Device: "cpu", GPU: -1}, bill, &asks{t: t, b: b}
+}
+
 // TestKeptWorkersGiveUpTheirBookingWhenReclaimed: the broker reclaims a
 // kept worker's idle booking whenever it stands: an idle worker is closed
 // in the background and its booking released; one whose trial is ending
@@ -386,15 +398,7 @@ func TestReuseWorkersProbeOnlyFreshWorkers(t *testing.T) {
 // to it, whose request continues the booking, and is closed only when the
 // broker reclaims the booking of that trial's end.
 func TestKeptWorkersGiveUpTheirBookingWhenReclaimed(t *testing.T) {
-	b, err := budget.New(budget.Config{DeviceMemory: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &keptWorkers{}
-	log := slog.New(slog.DiscardHandler)
-	sl := launch.Slot{Device: "cpu", GPU: -1}
-	bill := trainer.Bill{Parameters: 200, Gradients: 300} // 500 at work, 300 idle
-	asks := &asks{t: t, b: b}
+	b, w, log, sl, bill, asks := keptSetUp(t)
 	ask := func(holder string, bytes int64, continues *budget.Ticket) *budget.Ticket {
 		t.Helper()
 		bl := trainer.Bill{Parameters: bytes}
@@ -478,17 +482,9 @@ func TestKeptWorkersGiveUpTheirBookingWhenReclaimed(t *testing.T) {
 // would stay "being reclaimed" and the broker would evict nobody else on
 // the device again.
 func TestKeptWorkerClosedWhenItsReclaimedBookingWasNeverContinued(t *testing.T) {
-	b, err := budget.New(budget.Config{DeviceMemory: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &keptWorkers{}
-	log := slog.New(slog.DiscardHandler)
-	sl := launch.Slot{Device: "cpu", GPU: -1}
-	bill := trainer.Bill{Parameters: 200, Gradients: 300} // 500 at work, 300 idle
+	b, w, log, sl, bill, asks := keptSetUp(t)
 	var mu sync.Mutex
 	reclaims := 0
-	asks := &asks{t: t, b: b}
 	ask := func(holder string, bl trainer.Bill) *budget.Ticket { t.Helper(); return asks.ask(holder, bl, nil) }
 	isGranted := asks.granted
 	kw := &keptWorker{k: &worker.Kept{}, name: "kept", device: sl.String()}
