@@ -60,7 +60,7 @@ func newEvalCmd() *cobra.Command {
 		req.Worker, req.WorkerStart, req.HeartbeatTimeout, req.DryRun = workers.path, workers.start, workers.heartbeat, launcher.dryRun
 		req.PerDevice, req.Parallel, req.Logger = place.perDevice, place.parallel, logger(stderr, slog.LevelError)
 		return eval.Execute(ctx, req, eval.Options{
-			View:    progress.NewEvalView(progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: stderr}, req.RunDir, speller(cmd)),
+			View:    progress.NewEval(progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: stderr}, req.RunDir, speller(cmd)),
 			Devices: place.chooser(workers),
 			// The address served at, and the linger, are news worth an info line.
 			Serve: func(families func() (*telemetry.Metrics, error)) (eval.Served, error) {

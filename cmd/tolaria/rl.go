@@ -79,7 +79,7 @@ func newRLCmd() *cobra.Command {
 		}
 		out := progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
 		return rl.Execute(ctx, req, rl.Options{
-			View:    func(agents, totalSteps int) rl.View { return progress.NewRLView(out, agents, totalSteps, plotter) },
+			View:    func(agents, totalSteps int) rl.View { return progress.NewRL(out, agents, totalSteps, plotter) },
 			Devices: place.chooser(workers),
 			Serve: func(log *slog.Logger, families func() (*telemetry.Metrics, error)) (rl.Served, error) {
 				return train.ServeFamilies(ctx, metrics.addr, log, families)

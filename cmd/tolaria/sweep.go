@@ -87,7 +87,7 @@ func newSweepCmd() *cobra.Command {
 		}
 		out := progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
 		return sweep.Execute(cmd.Context(), cfg, sweep.Options{
-			View:    func(trials []sweep.Trial) sweep.View { return progress.NewSweepView(out, trials) },
+			View:    func(trials []sweep.Trial) sweep.View { return progress.NewSweep(out, trials) },
 			Devices: place.chooser(workers),
 			Linger:  metrics.linger,
 		})

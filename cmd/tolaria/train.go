@@ -50,7 +50,7 @@ func runTrain(ctx context.Context, cmd *cobra.Command, proc process, flags *trai
 	out := progress.Streams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
 	refused := func(err error) bool { return exitCode(ctx, err) == exitUsage }
 	return train.Execute(ctx, req, train.Options{
-		View:     func(accuracy bool) train.View { return progress.NewTrainView(out, accuracy, refused) },
+		View:     func(accuracy bool) train.View { return progress.NewTrain(out, accuracy, refused) },
 		Warnings: warnings, Linger: flags.metrics.linger,
 	})
 }

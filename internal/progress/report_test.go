@@ -3,6 +3,7 @@ package progress
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,17 +20,18 @@ import (
 
 func TestTrainSummary(t *testing.T) {
 	var b bytes.Buffer
-	TrainSummary(&b, trainer.Summary{Device: "cpu", Steps: 5, TestAccuracy: 0, EpochSeconds: nil}, true, "runs/x")
+	v := NewTrain(Streams{Stdout: &b, Stderr: io.Discard}, true, nil)
+	v.Summary(trainer.Summary{Device: "cpu", Steps: 5, TestAccuracy: 0, EpochSeconds: nil}, true, "runs/x")
 	if !strings.Contains(b.String(), "no evaluation yet") || strings.Contains(b.String(), "test accuracy 0.0000") {
 		t.Errorf("a run stopped in its first epoch: %q", b.String())
 	}
 	b.Reset()
-	TrainSummary(&b, trainer.Summary{Device: "cpu", Steps: 5, TestAccuracy: 0.9, TestLoss: 0.3, EpochSeconds: []float64{1}}, true, "runs/x")
+	v.Summary(trainer.Summary{Device: "cpu", Steps: 5, TestAccuracy: 0.9, TestLoss: 0.3, EpochSeconds: []float64{1}}, true, "runs/x")
 	if !strings.Contains(b.String(), "test accuracy 0.9000, test loss 0.3000") || !strings.HasSuffix(b.String(), "run directory runs/x\n") {
 		t.Errorf("a finished epoch: %q", b.String())
 	}
 	b.Reset()
-	TrainSummary(&b, trainer.Summary{Device: "cpu", Steps: 5, TestLoss: 0.3, EpochSeconds: []float64{1}}, false, "runs/x")
+	v.Summary(trainer.Summary{Device: "cpu", Steps: 5, TestLoss: 0.3, EpochSeconds: []float64{1}}, false, "runs/x")
 	if strings.Contains(b.String(), "accuracy") {
 		t.Errorf("a regression loss: %q", b.String())
 	}
@@ -43,7 +45,7 @@ func TestTrainStopped(t *testing.T) {
 	}
 	say := func(sum trainer.Summary, maxSteps int) string {
 		var b bytes.Buffer
-		TrainStopped(&b, rd, sum, maxSteps)
+		NewTrain(Streams{Stdout: io.Discard, Stderr: &b}, true, nil).Stopped(rd, sum, false, maxSteps)
 		return b.String()
 	}
 	if got := say(trainer.Summary{Steps: 0}, 0); !strings.Contains(got, "nothing to resume") || strings.Contains(got, "checkpoint saved") {
@@ -85,7 +87,7 @@ func TestShellCommand(t *testing.T) {
 func TestSweepResults(t *testing.T) {
 	v := 0.91234
 	var b bytes.Buffer
-	SweepResults(&b, sweep.Results{RankBy: "test_accuracy", Trials: []sweep.TrialResult{
+	NewSweep(Streams{Stdout: &b, Stderr: io.Discard}, nil).Results(sweep.Results{RankBy: "test_accuracy", Trials: []sweep.TrialResult{
 		{Rank: 1, Name: "lr-0.1", State: sweep.TrialSucceeded, Value: &v},
 		{Name: "a-much-longer-name", State: sweep.TrialFailed, Reason: "worker exited\nlog tail"},
 	}}, "sweeps/x")
@@ -107,7 +109,7 @@ func TestRLSummary(t *testing.T) {
 		{Agent: 1, State: rl.AgentFailed, Episodes: 10, MeanReturn: 20, EnvSteps: 300, SolvedAt: -1, Reason: "learner: NaN loss\nmore"},
 	}}
 	s.Goal.Return, s.Goal.Episodes = 475, 100
-	RLSummary(&b, s)
+	NewRL(Streams{Stdout: &b, Stderr: io.Discard}, 0, 0, "").Summary(s)
 	got := b.String()
 	for _, want := range []string{
 		"env CartPole-v1: the goal is a greedy mean return of at least 475 over 100 episodes\n",
@@ -125,7 +127,7 @@ func TestRLSummary(t *testing.T) {
 // the scripted baseline each agent must beat instead.
 func TestRLSummaryScriptedBaseline(t *testing.T) {
 	var b bytes.Buffer
-	RLSummary(&b, rl.Summary{Dir: "runs/rl", Env: "Forage", ScriptedBaseline: []float64{30.48, 28.94},
+	NewRL(Streams{Stdout: &b, Stderr: io.Discard}, 0, 0, "").Summary(rl.Summary{Dir: "runs/rl", Env: "Forage", ScriptedBaseline: []float64{30.48, 28.94},
 		Agents: []rl.AgentStatus{{Agent: 0, State: rl.AgentSucceeded, SolvedAt: -1}}})
 	want := "env Forage: no goal of its own; the agents must beat the scripted baseline, whose mean return over the greedy evaluation's episodes is 30.48 (agent 0), 28.94 (agent 1)\n"
 	if got := b.String(); !strings.HasPrefix(got, want) {
@@ -139,24 +141,25 @@ func TestRLSummaryScriptedBaseline(t *testing.T) {
 func TestEvalResult(t *testing.T) {
 	rep := &eval.Report{Accuracy: 0.5, Loss: 1.25, Samples: 100, Split: "test", Step: 7, Workers: 2, Predictions: "predictions.parquet"}
 	var b bytes.Buffer
-	EvalResult(&b, rep, nil, "runs/x")
+	v := NewEval(Streams{Stdout: &b, Stderr: io.Discard}, "runs/x", nil)
+	v.Result(rep, nil, "runs/x")
 	if want := "accuracy 0.5000  loss 1.250000  (100 examples, test split, checkpoint step 7, 2 workers)\nresults runs/x/eval.json\npredictions runs/x/predictions.parquet\n"; b.String() != want {
 		t.Errorf("complete:\n%s\nwant\n%s", b.String(), want)
 	}
 	b.Reset()
-	EvalResult(&b, rep, &eval.ShardsFailedError{Missing: []int{1}, Partial: "runs/x/eval.partial.json"}, "runs/x")
+	v.Result(rep, &eval.ShardsFailedError{Missing: []int{1}, Partial: "runs/x/eval.partial.json"}, "runs/x")
 	if got := b.String(); !strings.HasPrefix(got, "partial: accuracy 0.5000") || !strings.HasSuffix(got, "partial results runs/x/eval.partial.json\n") {
 		t.Errorf("partial:\n%s", got)
 	}
 	b.Reset()
-	EvalResult(&b, rep, errors.New("the merge failed"), "runs/x")
+	v.Result(rep, errors.New("the merge failed"), "runs/x")
 	if b.Len() != 0 {
 		t.Errorf("a failure printed %q", b.String())
 	}
 	seq := &eval.Report{Accuracy: 0.5, Loss: 1, Samples: 3, Split: "test", Workers: 1, Sequence: &eval.SequenceFigures{
 		Positions: 9, Tokens: 27, BitsPerByte: 1.44, PositionAccuracy: []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}}}
 	b.Reset()
-	EvalReport(&b, seq)
+	report(&b, seq)
 	if want := "accuracy by position (of 9): 0: 0.0000  2: 0.2000  4: 0.4000  6: 0.6000  8: 0.8000\n"; !strings.HasSuffix(b.String(), want) || !strings.Contains(b.String(), "(3 windows, 27 tokens, test split, checkpoint step 0, 1 worker)") {
 		t.Errorf("a token model's report:\n%s", b.String())
 	}

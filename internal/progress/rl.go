@@ -1,25 +1,32 @@
 package progress
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/rl"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 )
 
 // rlLineEvery is how often a piped run prints each running agent's line.
 const rlLineEvery = 5 * time.Second
 
-// RL shows a reinforcement-learning run: on a terminal a row per agent
+// RL shows a reinforcement-learning run (rl.View): on a terminal a row per agent
 // (episodes, mean return over the last 100, epsilon, learner and actor
 // steps/s, weight version lag, the last greedy evaluation); elsewhere that
 // line every few seconds per agent, and a line when an agent's state
 // changes or its actor is started again.
 type RL struct {
-	table *Table
-	total int // environment steps per agent
+	Streams
+	table   *Table
+	total   int    // environment steps per agent
+	plotter string // draws the return curves (Plot)
 
 	mu    sync.Mutex
 	st    []rl.AgentStatus
@@ -27,9 +34,11 @@ type RL struct {
 	seen  []bool      // whether each agent has sent a status yet
 }
 
-// NewRL shows agents agents of totalSteps environment steps each on w.
-func NewRL(w io.Writer, agents, totalSteps int) *RL {
-	v := &RL{table: NewTable(w, false), total: totalSteps,
+// NewRL draws agents, each of totalSteps environment steps, on s.Stderr
+// and their summary on s.Stdout; plotter (see Plotter) draws their return
+// curves at the end when asked.
+func NewRL(s Streams, agents, totalSteps int, plotter string) *RL {
+	v := &RL{Streams: s, table: NewTable(s.Stderr, false), total: totalSteps, plotter: plotter,
 		st: make([]rl.AgentStatus, agents), shown: make([]time.Time, agents), seen: make([]bool, agents)}
 	for i := range v.st {
 		v.st[i] = rl.AgentStatus{Agent: i, State: rl.AgentStarting, SolvedAt: -1}
@@ -126,6 +135,50 @@ func greedyText(s rl.AgentStatus) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", s.EvalMeanReturn)
+}
+
+// Summary prints an RL run's agents, one row each, on standard output.
+func (v *RL) Summary(s rl.Summary) {
+	w := v.Stdout
+	switch {
+	case s.Env != "" && s.Goal.Episodes == 0 && len(s.ScriptedBaseline) > 0:
+		each := make([]string, len(s.ScriptedBaseline))
+		for i, b := range s.ScriptedBaseline {
+			each[i] = fmt.Sprintf("%.2f (agent %d)", b, i)
+		}
+		fmt.Fprintf(w, "env %s: no goal of its own; the agents must beat the scripted baseline, whose mean return over the greedy evaluation's episodes is %s\n",
+			s.Env, strings.Join(each, ", "))
+	case s.Env != "":
+		fmt.Fprintf(w, "env %s: the goal is a greedy mean return of at least %g over %d episodes\n", s.Env, s.Goal.Return, s.Goal.Episodes)
+	}
+	fmt.Fprintf(w, "%-5s  %-11s  %8s  %9s  %9s  %11s  %9s  %s\n", "agent", "state", "episodes", "mean-100", "best-100", "greedy best", "env steps", "solved at")
+	for _, a := range s.Agents {
+		solved, greedy, best := "-", "-", "-"
+		if a.SolvedAt >= 0 {
+			solved = fmt.Sprint(a.SolvedAt)
+		}
+		if a.Evaluations > 0 {
+			greedy = fmt.Sprintf("%.1f", a.BestEvalMeanReturn)
+		}
+		if a.Episodes >= rl.MeanEpisodes {
+			best = fmt.Sprintf("%.1f", a.BestMeanReturn) // none before a full window
+		}
+		fmt.Fprintf(w, "%-5d  %-11s  %8d  %9.1f  %9s  %11s  %9d  %s\n", a.Agent, a.State, a.Episodes, a.MeanReturn, best, greedy, a.EnvSteps, solved)
+		if a.Reason != "" {
+			fmt.Fprintf(w, "       %s\n", FirstLine(a.Reason, 200))
+		}
+	}
+	fmt.Fprintf(w, "summary %s/%s\n", s.Dir, rundir.SummaryFile)
+}
+
+// Plot has the plotter (Plotter) draw every agent's return curve into
+// dir's PlotFile. A failure is said on standard error.
+func (v *RL) Plot(ctx context.Context, dir string) {
+	draw := exec.CommandContext(context.WithoutCancel(ctx), v.plotter, "rl-plot", dir, "--output", filepath.Join(dir, PlotFile))
+	draw.Stdout, draw.Stderr = v.Stdout, v.Stderr
+	if err := draw.Run(); err != nil {
+		fmt.Fprintf(v.Stderr, "tolaria: --plot: %s rl-plot %s: %v\n", v.plotter, dir, err)
+	}
 }
 
 // Close ends the table: the last state is drawn.

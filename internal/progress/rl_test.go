@@ -2,6 +2,7 @@ package progress
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 // restart, and reports a restart once the count goes up after it.
 func TestRLViewResumedAgent(t *testing.T) {
 	var out bytes.Buffer
-	v := NewRL(&out, 1, 0)
+	v := NewRL(Streams{Stdout: io.Discard, Stderr: &out}, 1, 0, "")
 	v.Update(rl.AgentStatus{Agent: 0, State: rl.AgentRunning, Episodes: 40, MeanReturn: 21.5, ActorRestarts: 2, SolvedAt: -1})
 	first := out.String()
 	if strings.Contains(first, "actor failed") || !strings.Contains(first, "resumed after 40 episodes") {

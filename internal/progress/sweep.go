@@ -3,6 +3,7 @@ package progress
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"time"
 
@@ -10,11 +11,12 @@ import (
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
-// Sweep shows a sweep's trials: on a terminal a row per trial (state,
+// Sweep shows a sweep (sweep.View) and its trials: on a terminal a row per trial (state,
 // epoch, loss, accuracy, samples/s, ETA); elsewhere one line per event (a
 // trial started, waited for or was granted device memory, was parked,
 // finished an epoch, ended).
 type Sweep struct {
+	Streams
 	table *Table
 	width int // of the trial column
 
@@ -35,9 +37,9 @@ type trialRow struct {
 	parked   bool    // its model moved off the device, waiting to unpark
 }
 
-// NewSweep shows trials on w.
-func NewSweep(w io.Writer, trials []sweep.Trial) *Sweep {
-	v := &Sweep{table: NewTable(w, false), width: len("trial")}
+// NewSweep draws trials on s.Stderr and the ranking on s.Stdout.
+func NewSweep(s Streams, trials []sweep.Trial) *Sweep {
+	v := &Sweep{Streams: s, table: NewTable(s.Stderr, false), width: len("trial")}
 	for _, t := range trials {
 		v.rows = append(v.rows, &trialRow{name: t.Name, state: sweep.TrialPending})
 		v.width = max(v.width, len(t.Name))
@@ -188,6 +190,34 @@ func (v *Sweep) line(u sweep.TrialUpdate, r trialRow, first bool) {
 	case u.Result != nil:
 		v.table.Printf("trial %s: %s: %s\n", r.name, u.Result.State, OneLine(u.Result.Reason))
 	}
+}
+
+// Results prints a sweep's ranked trials on standard output.
+func (v *Sweep) Results(r sweep.Results, dir string) {
+	w := v.Stdout
+	width := len("trial")
+	for _, t := range r.Trials {
+		width = max(width, len(t.Name))
+	}
+	fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", "rank", width, "trial", "state", r.RankBy)
+	for _, t := range r.Trials {
+		rank, value := "-", ""
+		if t.Rank > 0 {
+			rank = strconv.Itoa(t.Rank)
+		}
+		if t.Value != nil {
+			value = strconv.FormatFloat(*t.Value, 'f', 4, 64)
+		} else if t.Reason != "" {
+			value = FirstLine(t.Reason, 100)
+		}
+		fmt.Fprintf(w, "%-4s  %-*s  %-11s  %s\n", rank, width, t.Name, t.State, value)
+	}
+	fmt.Fprintf(w, "results %s/%s\n", dir, sweep.ResultsJSON)
+}
+
+// DryRun prints what Slurm would be given.
+func (v *Sweep) DryRun(script string, command []string) error {
+	return dryRun(v.Stdout, "the sweep directory's slurm/", script, command)
 }
 
 // Close ends the table: rows never started are stopped, and the last

@@ -2,6 +2,7 @@ package progress
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 // epoch's end, a trial's end) and nothing for the progress in between.
 func TestSweepLines(t *testing.T) {
 	var b bytes.Buffer
-	v := NewSweep(&b, []sweep.Trial{{Name: "a"}, {Name: "b"}})
+	v := NewSweep(Streams{Stdout: io.Discard, Stderr: &b}, []sweep.Trial{{Name: "a"}, {Name: "b"}})
 	v.Start()
 	ok := sweep.TrialResult{Name: "a", State: sweep.TrialSucceeded, Seconds: 1.5,
 		Summary: &trainer.Summary{TestAccuracy: 0.9, TestLoss: 0.3, ParamsSHA256: "abc"}}
@@ -64,7 +65,7 @@ func startedAgo(seconds int) time.Time { return time.Now().Add(-time.Duration(se
 // and in the live table's state column, until the grant.
 func TestSweepShowsWaitingTrials(t *testing.T) {
 	var b bytes.Buffer
-	v := NewSweep(&b, []sweep.Trial{{Name: "big"}})
+	v := NewSweep(Streams{Stdout: io.Discard, Stderr: &b}, []sweep.Trial{{Name: "big"}})
 	running := sweep.TrialUpdate{Trial: "big", Index: 0, State: sweep.TrialRunning, Device: "cpu", Attempt: 1}
 	wait, grant := running, running
 	wait.Budget = &sweep.BudgetUpdate{Waiting: true, Bytes: 3 << 20}

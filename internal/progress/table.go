@@ -2,7 +2,9 @@
 // on a terminal, live rows drawn by mpb (a training run, a sweep's trials,
 // an RL run's agents), each with a bar, and log lines above them; anywhere
 // else (a pipe, a log file, CI) one plain line per event. Every view is
-// built on the one Table here.
+// built on the one Table here. Each activity's view (Train, Sweep, Eval,
+// RL) also says how its work ended: its results on standard output, the
+// rest on standard error.
 package progress
 
 import (
@@ -16,6 +18,13 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/term"
 )
+
+// Streams are a command's standard output, for results, and its standard
+// error, for progress and what is said last.
+type Streams struct{ Stdout, Stderr io.Writer }
+
+// Note says msg as the command's last word, on standard error.
+func (s Streams) Note(msg string) { fmt.Fprintln(s.Stderr, "tolaria:", msg) }
 
 // Table is live rows on a terminal, or nothing but the lines its views
 // print elsewhere.

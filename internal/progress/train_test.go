@@ -2,6 +2,7 @@ package progress
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 
@@ -21,7 +22,7 @@ func TestProgressLines(t *testing.T) {
 			"epoch 1/2 done in 2.0s: train loss 0.5000, 0 samples/s"}},
 	} {
 		var b bytes.Buffer
-		p := NewTrain(&b, c.accuracy)
+		p := NewTrain(Streams{Stdout: io.Discard, Stderr: &b}, c.accuracy, nil)
 		p.Report(step)
 		p.Report(done)
 		got := strings.Split(strings.TrimSpace(b.String()), "\n")
