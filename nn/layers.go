@@ -254,7 +254,7 @@ func (l LayerSpec) validate(path string) error {
 		return l.validateSeq(bad, inRange)
 	case KindGlobalAvgPool, KindReLU, KindGELU, KindTanh, KindSigmoid, KindFlatten, KindPositional, KindLMHead:
 	default:
-		return modelErr("%s: unknown layer %q; layers are %s", path, l.Kind, kindList())
+		return modelErr("%s: unknown layer %q%s; layers are %s", path, l.Kind, KindHint(l.Kind), kindList())
 	}
 	return nil
 }

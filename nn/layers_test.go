@@ -3,7 +3,9 @@ package nn_test
 import (
 	"errors"
 	"math"
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/device"
@@ -113,9 +115,15 @@ func TestResolveErrors(t *testing.T) {
 			nn.Residual(nn.ReLU(), nn.Residual(nn.Linear(4))), nn.Flatten(), nn.Linear(10)}},
 			"model.layers: layers[0].residual[1].residual[0] (linear): takes a vector, got the image [1, 28, 28]; put flatten before it (it gives [784])", "model.layers", true},
 		{"pool window too large", nn.Net{Input: img, Layers: []nn.LayerSpec{nn.MaxPool(4), nn.MaxPool(4), nn.AvgPool(4), nn.Flatten(), nn.Linear(10)}},
-			"model.layers: layers[2] (avgpool): its 4×4 window is larger than its input [1, 1, 1] padded by 0", "model.layers", true},
+			"model.layers: layers[2] (avgpool): its 4×4 window is larger than its input [1, 1, 1] padded by 0: use a kernel of at most 1, or padding of at least 2", "model.layers", true},
 		{"kernel too large", nn.Net{Input: nn.Shape{3, 4, 4}, Layers: []nn.LayerSpec{nn.Conv(8, 5), nn.Flatten(), nn.Linear(10)}},
-			"model.layers: layers[0] (conv): its 5×5 kernel is larger than its input [3, 4, 4] padded by 0", "model.layers", true},
+			"model.layers: layers[0] (conv): its 5×5 kernel is larger than its input [3, 4, 4] padded by 0: use a kernel of at most 4, or padding of at least 1", "model.layers", true},
+		{"padded kernel too large for the narrower side", nn.Net{Input: nn.Shape{2, 9, 6}, Layers: []nn.LayerSpec{nn.Conv(8, 9).WithPadding(1), nn.Flatten(), nn.Linear(10)}},
+			"model.layers: layers[0] (conv): its 9×9 kernel is larger than its input [2, 9, 6] padded by 1: use a kernel of at most 8, or padding of at least 2", "model.layers", true},
+		{"global_avgpool of a non-square image", nn.Net{Input: nn.Shape{1, 28, 14}, Layers: []nn.LayerSpec{nn.GlobalAvgPool(), nn.Flatten(), nn.Linear(10)}},
+			"model.layers: layers[0] (global_avgpool): averages a square image, got [1, 28, 14], 28 high and 14 wide: give it a square image, or average K×K windows with avgpool: {kernel: K}", "model.layers", true},
+		{"mse on a sequence", nn.Net{Input: nn.Shape{5}, Loss: nn.LossMSE, Layers: []nn.LayerSpec{nn.Embedding(11, 8), nn.LMHead()}},
+			"model.loss: is mse, but the model ends in the sequence [5, 11] at layers[1] (lm_head), logits per position, which only cross_entropy scores; set model.loss to cross_entropy", "model.loss", false},
 		{"ends in an image", nn.Net{Input: img, Layers: []nn.LayerSpec{nn.Conv(10, 3), nn.GlobalAvgPool()}},
 			"model.layers: layers[1] (global_avgpool): the model ends in the image [10, 1, 1]; a model ends in a vector of one value per class: end it with flatten and linear", "model.layers", true},
 		{"one output for cross_entropy", nn.Net{Input: nn.Shape{4}, Layers: []nn.LayerSpec{nn.Linear(1)}},
@@ -134,6 +142,8 @@ func TestResolveErrors(t *testing.T) {
 			"model.layers: layers[0] (residual): has no layers; give the block's layers, e.g. residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {relu: {}}]", "model.layers", false},
 		{"unknown kind", nn.Net{Input: nn.Shape{4}, Layers: []nn.LayerSpec{{Kind: "softmax"}}},
 			`model.layers: layers[0]: unknown layer "softmax"; layers are attention, avgpool, batchnorm, conv, dropout, embedding, flatten, gelu, global_avgpool, layernorm, linear, lm_head, maxpool, positional, relu, residual, sigmoid, tanh, transformer_block`, "model.layers", false},
+		{"misspelt kind", nn.Net{Input: nn.Shape{4}, Layers: []nn.LayerSpec{nn.Linear(4), {Kind: "rellu"}, nn.Linear(2)}},
+			`model.layers: layers[1]: unknown layer "rellu" (did you mean relu?); layers are attention, avgpool, batchnorm, conv, dropout, embedding, flatten, gelu, global_avgpool, layernorm, linear, lm_head, maxpool, positional, relu, residual, sigmoid, tanh, transformer_block`, "model.layers", false},
 		{"no layers", nn.Net{Input: nn.Shape{4}},
 			"model.layers: has no layers; give at least one", "model.layers", false},
 		{"bad input", nn.Net{Input: nn.Shape{28, 28}, Layers: []nn.LayerSpec{nn.Linear(2)}},
@@ -157,6 +167,64 @@ func TestResolveErrors(t *testing.T) {
 				t.Errorf("ShapeError: %v, want %v", !c.isShap, c.isShap)
 			}
 		})
+	}
+}
+
+// TestWindowTooLargeSuggestsFixesThatFit: for every conv and pool whose
+// window overhangs its padded input, each fix the refusal suggests (the
+// largest kernel, the smallest padding) resolves, and one step past it
+// (a kernel one larger, a padding one smaller) is refused again, so the
+// bounds are exact.
+func TestWindowTooLargeSuggestsFixesThatFit(t *testing.T) {
+	suggestion := regexp.MustCompile(`: use a kernel of at most (\d+), or padding of at least (\d+)$`)
+	layer := func(kind nn.LayerKind, k, p int) nn.LayerSpec {
+		if kind == nn.KindConv {
+			return nn.Conv(2, k).WithPadding(p)
+		}
+		return nn.LayerSpec{Kind: kind, Kernel: k, Stride: 1, Padding: p}
+	}
+	resolve := func(kind nn.LayerKind, in nn.Shape, k, p int) error {
+		_, err := nn.Net{Input: in, Loss: nn.LossCrossEntropy, Layers: []nn.LayerSpec{layer(kind, k, p), nn.Flatten(), nn.Linear(2)}}.Resolve()
+		return err
+	}
+	checked := 0
+	for _, kind := range []nn.LayerKind{nn.KindConv, nn.KindMaxPool, nn.KindAvgPool} {
+		for _, in := range []nn.Shape{{1, 1, 1}, {3, 4, 4}, {2, 9, 6}, {1, 5, 12}, {1, 13, 13}} {
+			for k := 2; k <= 16; k++ {
+				maxPad := k - 1
+				if kind != nn.KindConv {
+					maxPad = k / 2
+				}
+				for p := 0; p <= maxPad; p++ {
+					err := resolve(kind, in, k, p)
+					if err == nil {
+						continue
+					}
+					m := suggestion.FindStringSubmatch(err.Error())
+					if m == nil {
+						t.Fatalf("%s %d padding %d on %s: %v, no fix suggested", kind, k, p, in, err)
+					}
+					kernel, _ := strconv.Atoi(m[1])
+					padding, _ := strconv.Atoi(m[2])
+					if err := resolve(kind, in, kernel, p); err != nil {
+						t.Errorf("%s %d padding %d on %s: the suggested kernel %d is refused: %v", kind, k, p, in, kernel, err)
+					}
+					if err := resolve(kind, in, kernel+1, p); err == nil {
+						t.Errorf("%s %d padding %d on %s: kernel %d fits too, so %d is not the largest", kind, k, p, in, kernel+1, kernel)
+					}
+					if err := resolve(kind, in, k, padding); err != nil {
+						t.Errorf("%s %d padding %d on %s: the suggested padding %d is refused: %v", kind, k, p, in, padding, err)
+					}
+					if err := resolve(kind, in, k, padding-1); err == nil {
+						t.Errorf("%s %d padding %d on %s: padding %d fits too, so %d is not the smallest", kind, k, p, in, padding-1, padding)
+					}
+					checked++
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no window was too large; the cases test nothing")
 	}
 }
 

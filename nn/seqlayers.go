@@ -122,7 +122,11 @@ func (r *resolver) seqLayer(nd *Node, path string, in Shape) error {
 		if in.Sequence() {
 			return nil
 		}
-		return bad("takes a sequence [T, D], got %s; a sequence model starts with embedding", in.describe())
+		msg := fmt.Sprintf("takes a sequence [T, D], got %s; a sequence model starts with embedding", in.describe())
+		if l.Kind == KindLMHead {
+			msg += classifierEnd(in)
+		}
+		return bad("%s", msg)
 	}
 	heads := func() error {
 		if err := wantSeq(); err != nil {
@@ -205,6 +209,15 @@ func (r *resolver) seqLayer(nd *Node, path string, in Shape) error {
 		r.place(nd, in[1]*r.vocab, r.vocab)
 	}
 	return nil
+}
+
+// classifierEnd is how a model of in, not a sequence, ends instead of in
+// lm_head: in one value per class.
+func classifierEnd(in Shape) string {
+	if in.Image() {
+		return "; an image classifier ends with flatten and linear: {out: N}, N its classes, instead"
+	}
+	return "; a classifier ends with linear: {out: N}, N its classes, instead"
 }
 
 // FitsTokens checks the resolved net against a token dataset: context

@@ -96,6 +96,20 @@ func shapeErr(path string, kind LayerKind, format string, args ...any) error {
 	return field.Errorf("model.layers", "%w", &ShapeError{Path: path, Kind: kind, Msg: fmt.Sprintf(format, args...)})
 }
 
+// KindHint suggests the layer kind meant by an unknown one, a slip of a
+// letter or two away (rellu, flaten): " (did you mean relu?)", or "" when
+// no kind is that near.
+func KindHint(kind LayerKind) string {
+	names := make([]string, 0, len(LayerKinds()))
+	for _, k := range LayerKinds() {
+		names = append(names, string(k))
+	}
+	if near := field.Nearest(string(kind), names); near != "" {
+		return fmt.Sprintf(" (did you mean %s?)", near)
+	}
+	return ""
+}
+
 func modelErr(format string, args ...any) error {
 	return field.Errorf("model.layers", format, args...)
 }
@@ -221,7 +235,8 @@ func (n Net) Resolve() (Arch, error) {
 		return Arch{}, shapeErr(last, lastKind, "the model ends in the image %s; a model ends in a vector of one value per class: end it with flatten and linear", out)
 	}
 	if out.Sequence() && n.Loss != LossCrossEntropy {
-		return Arch{}, shapeErr(last, lastKind, "the model ends in the sequence %s, logits per position; a sequence's loss is cross_entropy", out)
+		return Arch{}, field.Errorf("model.loss", "is %s, but the model ends in the sequence %s at %s (%s), logits per position, which only cross_entropy scores; set %s to cross_entropy",
+			n.Loss, out, last, lastKind, field.Name("model.loss"))
 	}
 	if n.Loss == LossCrossEntropy && out[len(out)-1] < 2 {
 		return Arch{}, shapeErr(last, lastKind, "the model ends in %s; cross_entropy needs at least 2 outputs", out)
@@ -291,8 +306,8 @@ func (r *resolver) layer(l LayerSpec, path string, in Shape) (Node, error) {
 		if !in.Image() {
 			return bad("takes an image [C, H, W], got %s; give model.input as [C, H, W]", in.describe())
 		}
-		if in.H()+2*l.Padding < l.Kernel || in.W()+2*l.Padding < l.Kernel {
-			return bad("its %d×%d kernel is larger than its input %s padded by %d", l.Kernel, l.Kernel, in, l.Padding)
+		if fix := windowFits(l, in); fix != "" {
+			return bad("its %d×%d kernel is larger than its input %s padded by %d: %s", l.Kernel, l.Kernel, in, l.Padding, fix)
 		}
 		nd.Out = Shape{l.Out, (in.H()+2*l.Padding-l.Kernel)/l.Stride + 1, (in.W()+2*l.Padding-l.Kernel)/l.Stride + 1}
 		r.place(&nd, l.Kernel*l.Kernel*in.C()*l.Out, l.Out)
@@ -300,8 +315,8 @@ func (r *resolver) layer(l LayerSpec, path string, in Shape) (Node, error) {
 		if !in.Image() {
 			return bad("takes an image [C, H, W], got %s", in.describe())
 		}
-		if in.H()+2*l.Padding < l.Kernel || in.W()+2*l.Padding < l.Kernel {
-			return bad("its %d×%d window is larger than its input %s padded by %d", l.Kernel, l.Kernel, in, l.Padding)
+		if fix := windowFits(l, in); fix != "" {
+			return bad("its %d×%d window is larger than its input %s padded by %d: %s", l.Kernel, l.Kernel, in, l.Padding, fix)
 		}
 		nd.Out = Shape{in.C(), (in.H()+2*l.Padding-l.Kernel)/l.Stride + 1, (in.W()+2*l.Padding-l.Kernel)/l.Stride + 1}
 	case KindGlobalAvgPool:
@@ -309,7 +324,8 @@ func (r *resolver) layer(l LayerSpec, path string, in Shape) (Node, error) {
 			return bad("takes an image [C, H, W], got %s", in.describe())
 		}
 		if in.H() != in.W() {
-			return bad("averages a square image, got %s", in)
+			return bad("averages a square image, got %s, %d high and %d wide: give it a square image, or average K×K windows with avgpool: {kernel: K}",
+				in, in.H(), in.W())
 		}
 		nd.Out = Shape{in.C(), 1, 1}
 	case KindBatchNorm:
@@ -339,6 +355,19 @@ func (r *resolver) layer(l LayerSpec, path string, in Shape) (Node, error) {
 		return bad("gives %s, %d values per example, more than %d", nd.Out, nd.Out.Size(), MaxShapeSize)
 	}
 	return nd, nil
+}
+
+// windowFits says how to fit the K×K window of l (a conv or a pool) into
+// the image in, padded by l.Padding on every side; "" when it fits. The
+// smaller side bounds it: kernel at most side+2·padding, or padding at
+// least ⌈(kernel−side)/2⌉, which ValidateLayers' limits on padding
+// (kernel−1 for conv, kernel/2 for a pool) always allow.
+func windowFits(l LayerSpec, in Shape) string {
+	side := min(in.H(), in.W())
+	if side+2*l.Padding >= l.Kernel {
+		return ""
+	}
+	return fmt.Sprintf("use a kernel of at most %d, or padding of at least %d", side+2*l.Padding, (l.Kernel-side+1)/2)
 }
 
 // place lays out a node's weights and biases at the end of the parameters.
