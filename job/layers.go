@@ -103,6 +103,7 @@ func ParseLayers(v any) (Layers, error) {
 	case []nn.LayerSpec:
 		return Layers(x), nil
 	}
+	w := blockForm
 	if s, ok := v.(string); ok {
 		if strings.TrimSpace(s) == "" {
 			return nil, nil
@@ -111,22 +112,105 @@ func ParseLayers(v any) (Layers, error) {
 		if err := yaml.Unmarshal([]byte(s), &parsed); err != nil {
 			return nil, field.Errorf("model.layers", "is not valid YAML (%v); write e.g. [{conv: {out: 32, kernel: 3}}, {relu: {}}]", err)
 		}
-		v = parsed
+		v, w = parsed, flowForm
 	}
 	if v == nil {
 		return nil, nil
 	}
 	list, ok := v.([]any)
-	if !ok {
-		return nil, field.Errorf("model.layers", "want a list of layers, e.g. [{conv: {out: 32, kernel: 3}}, {relu: {}}], got %v", v)
+	if m, isMap := v.(map[string]any); isMap && len(m) > 0 {
+		return nil, field.Errorf("model.layers", "is a list of layers, one kind each, not a map: write %s", w.items(m))
 	}
-	return parseList(list, "layers")
+	if !ok {
+		return nil, field.Errorf("model.layers", "is a list of layers, one kind each, e.g. %s; got %s", w.list("conv: {out: 32, kernel: 3}", "relu: {}"), flowText(v))
+	}
+	return w.parseList(list, "layers")
 }
 
-func parseList(list []any, prefix string) (Layers, error) {
+// form is how the layers were written, so that a refusal shows the fix
+// the same way: in YAML's block form (a configuration file's list items,
+// - conv: {...}) or its flow form (a flag's [{conv: {...}}]).
+type form bool
+
+const (
+	blockForm form = false
+	flowForm  form = true
+)
+
+// item is one layer, kind: settings, as a list item of the form.
+func (w form) item(layer string) string {
+	if w == flowForm {
+		return "{" + layer + "}"
+	}
+	return "- " + layer
+}
+
+// list is the layers as a list of the form.
+func (w form) list(layers ...string) string {
+	items := make([]string, len(layers))
+	for i, l := range layers {
+		items[i] = w.item(l)
+	}
+	if w == flowForm {
+		return "[" + strings.Join(items, ", ") + "]"
+	}
+	return strings.Join(items, " then ")
+}
+
+// items is the fix for a map of kinds written where a list belongs: each
+// kind as its own list item, its settings elided.
+func (w form) items(m map[string]any) string {
+	kinds := sortedNames(m)
+	layers := make([]string, len(kinds))
+	for i, k := range kinds {
+		layers[i] = k + ": " + elided(m[k])
+	}
+	return w.list(layers...)
+}
+
+// elided is a layer's settings in brief: {} when there are none, else
+// {...} or [...].
+func elided(settings any) string {
+	switch x := settings.(type) {
+	case nil:
+		return "{}"
+	case map[string]any:
+		if len(x) == 0 {
+			return "{}"
+		}
+		return "{...}"
+	case []any:
+		return "[...]"
+	}
+	return flowText(settings)
+}
+
+// flowText is v written in YAML's flow form, as a user would write it.
+func flowText(v any) string {
+	var n yaml.Node
+	if err := n.Encode(v); err != nil {
+		return fmt.Sprint(v)
+	}
+	n.Style = yaml.FlowStyle
+	b, err := yaml.Marshal(&n)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// andList joins names as "a, b and c".
+func andList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+func (w form) parseList(list []any, prefix string) (Layers, error) {
 	out := make(Layers, 0, len(list))
 	for i, item := range list {
-		l, err := parseLayer(item, fmt.Sprintf("%s[%d]", prefix, i))
+		l, err := w.parseLayer(item, fmt.Sprintf("%s[%d]", prefix, i))
 		if err != nil {
 			return nil, err
 		}
@@ -135,10 +219,28 @@ func parseList(list []any, prefix string) (Layers, error) {
 	return out, nil
 }
 
-func parseLayer(item any, path string) (nn.LayerSpec, error) {
+// notALayer says why item is not one layer, a map of one kind to its
+// settings, and how to write it.
+func (w form) notALayer(item any, path string) error {
+	const like = "a layer is its kind with its settings, e.g. %s or %s"
+	m, isMap := item.(map[string]any)
+	switch {
+	case isMap && len(m) > 1:
+		return field.Errorf("model.layers", "%s has %d kinds, %s: write each layer as its own list item (%s)",
+			path, len(m), andList(sortedNames(m)), w.items(m))
+	case isMap:
+		return field.Errorf("model.layers", "%s is empty: "+like, path, w.item("conv: {out: 32, kernel: 3}"), w.item("relu: {}"))
+	}
+	if kind, ok := item.(string); ok && nn.LayerKind(kind).Known() {
+		return field.Errorf("model.layers", "%s is %s, a kind without its settings: write %s", path, kind, w.item(example(nn.LayerKind(kind))))
+	}
+	return field.Errorf("model.layers", "%s is %s, not a layer: "+like, path, flowText(item), w.item("conv: {out: 32, kernel: 3}"), w.item("relu: {}"))
+}
+
+func (w form) parseLayer(item any, path string) (nn.LayerSpec, error) {
 	m, ok := item.(map[string]any)
 	if !ok || len(m) != 1 {
-		return nn.LayerSpec{}, field.Errorf("model.layers", "%s: a layer is a map of one key, its kind, to its settings, e.g. {conv: {out: 32, kernel: 3}} or {relu: {}}; got %v", path, item)
+		return nn.LayerSpec{}, w.notALayer(item, path)
 	}
 	var kind nn.LayerKind
 	var settings any
@@ -146,7 +248,7 @@ func parseLayer(item any, path string) (nn.LayerSpec, error) {
 		kind, settings = nn.LayerKind(k), v
 	}
 	if !kind.Known() {
-		return nn.LayerSpec{}, field.Errorf("model.layers", "%s: unknown layer %q; layers are %s", path, kind, kindNames())
+		return nn.LayerSpec{}, field.Errorf("model.layers", "%s: unknown layer %q%s; layers are %s", path, kind, nn.KindHint(kind), kindNames())
 	}
 	bad := func(format string, args ...any) (nn.LayerSpec, error) {
 		return nn.LayerSpec{}, field.Errorf("model.layers", "%s (%s): %s", path, kind, fmt.Sprintf(format, args...))
@@ -156,7 +258,7 @@ func parseLayer(item any, path string) (nn.LayerSpec, error) {
 		if !ok {
 			return bad("give its layers as a list, e.g. residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {relu: {}}]")
 		}
-		layers, err := parseList(body, path+".residual")
+		layers, err := w.parseList(body, path+".residual")
 		return nn.Residual(layers...), err
 	}
 	values := map[string]any{}
@@ -257,6 +359,8 @@ func example(kind nn.LayerKind) string {
 		return "attention: {heads: 4}"
 	case nn.KindTransformerBlock:
 		return "transformer_block: {heads: 4, mlp: 512}"
+	case nn.KindResidual:
+		return "residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {relu: {}}]"
 	}
 	return string(kind) + ": {}"
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/data"
@@ -82,12 +83,28 @@ func TestParseLayersRefuses(t *testing.T) {
 			"model.layers: layers[0] (linear): give its settings as a map, e.g. linear: {out: 10}"},
 		{"[{residual: {relu: {}}}]",
 			"model.layers: layers[0] (residual): give its layers as a list, e.g. residual: [{conv: {out: 32, kernel: 3, padding: 1}}, {relu: {}}]"},
+		{"[{rellu: {}}]",
+			`model.layers: layers[0]: unknown layer "rellu" (did you mean relu?); layers are attention, avgpool, batchnorm, conv, dropout, embedding, flatten, gelu, global_avgpool, layernorm, linear, lm_head, maxpool, positional, relu, residual, sigmoid, tanh, transformer_block`},
+		{"[{conv: {out: 8, kernel: 3}}, {flaten: {}}, {linear: {out: 2}}]",
+			`model.layers: layers[1]: unknown layer "flaten" (did you mean flatten?); layers are attention, avgpool, batchnorm, conv, dropout, embedding, flatten, gelu, global_avgpool, layernorm, linear, lm_head, maxpool, positional, relu, residual, sigmoid, tanh, transformer_block`},
 		{"[relu]",
-			"model.layers: layers[0]: a layer is a map of one key, its kind, to its settings, e.g. {conv: {out: 32, kernel: 3}} or {relu: {}}; got relu"},
+			"model.layers: layers[0] is relu, a kind without its settings: write {relu: {}}"},
+		{"[{relu: {}}, conv]",
+			"model.layers: layers[1] is conv, a kind without its settings: write {conv: {out: 32, kernel: 3}}"},
+		{"[[relu, flatten]]",
+			"model.layers: layers[0] is [relu, flatten], not a layer: a layer is its kind with its settings, e.g. {conv: {out: 32, kernel: 3}} or {relu: {}}"},
+		{"[{}]",
+			"model.layers: layers[0] is empty: a layer is its kind with its settings, e.g. {conv: {out: 32, kernel: 3}} or {relu: {}}"},
 		{"[{relu: {}, flatten: {}}]",
-			"model.layers: layers[0]: a layer is a map of one key, its kind, to its settings, e.g. {conv: {out: 32, kernel: 3}} or {relu: {}}; got map[flatten:map[] relu:map[]]"},
+			"model.layers: layers[0] has 2 kinds, flatten and relu: write each layer as its own list item ([{flatten: {}}, {relu: {}}])"},
+		{"[{residual: [{conv: {out: 8, kernel: 3}, relu: {}, batchnorm: {eps: 0.1}}]}]",
+			"model.layers: layers[0].residual[0] has 3 kinds, batchnorm, conv and relu: write each layer as its own list item ([{batchnorm: {...}}, {conv: {...}}, {relu: {}}])"},
 		{"{relu: {}}",
-			"model.layers: want a list of layers, e.g. [{conv: {out: 32, kernel: 3}}, {relu: {}}], got map[relu:map[]]"},
+			"model.layers: is a list of layers, one kind each, not a map: write [{relu: {}}]"},
+		{"{conv: {out: 8, kernel: 3}, relu: {}}",
+			"model.layers: is a list of layers, one kind each, not a map: write [{conv: {...}}, {relu: {}}]"},
+		{"relu",
+			"model.layers: is a list of layers, one kind each, e.g. [{conv: {out: 32, kernel: 3}}, {relu: {}}]; got relu"},
 	} {
 		_, err := ParseLayers(c.in)
 		if err == nil || err.Error() != c.want {
@@ -96,6 +113,43 @@ func TestParseLayersRefuses(t *testing.T) {
 		if !field.Is(err, "model.layers") {
 			t.Errorf("%s: not an error of model.layers", c.in)
 		}
+	}
+}
+
+// TestParseLayersRefusesInTheFileForm: layers read from a configuration
+// file are refused with the fix written as the file writes it, list items
+// one a line, and never in Go's map syntax.
+func TestParseLayersRefusesInTheFileForm(t *testing.T) {
+	for _, c := range []struct {
+		name, file, want string
+	}{
+		{"two kinds in one item", "model:\n  layers:\n    - conv: {out: 8, kernel: 3}\n      relu: {}\n",
+			"model.layers: layers[0] has 2 kinds, conv and relu: write each layer as its own list item (- conv: {...} then - relu: {})"},
+		{"a map, not a list", "model:\n  layers:\n    conv: {out: 8, kernel: 3}\n    relu: {}\n",
+			"model.layers: is a list of layers, one kind each, not a map: write - conv: {...} then - relu: {}"},
+		{"a kind alone", "model:\n  layers:\n    - linear: {out: 8}\n    - gelu\n",
+			"model.layers: layers[1] is gelu, a kind without its settings: write - gelu: {}"},
+		{"a misspelt kind", "model:\n  layers:\n    - linear: {out: 8}\n    - rellu: {}\n",
+			`model.layers: layers[1]: unknown layer "rellu" (did you mean relu?); layers are ` + kindNames()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			must(t, os.WriteFile(path, []byte(c.file), 0o600))
+			m, err := ReadConfigFile(path, nil)
+			if err == nil {
+				s := Default()
+				err = m.Apply(&s)
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error\n got %v\nwant it to hold %s", err, c.want)
+			}
+			if strings.Contains(err.Error(), "map[") {
+				t.Errorf("the error shows Go's map syntax: %v", err)
+			}
+			if !field.Is(err, "model.layers") {
+				t.Errorf("not an error of model.layers: %v", err)
+			}
+		})
 	}
 }
 
@@ -179,7 +233,7 @@ func TestPlanChecksTheModel(t *testing.T) {
 		{"residual changes the shape", []int{1, 8, 8}, "[{residual: [{conv: {out: 4, kernel: 3, padding: 1}}]}, {flatten: {}}, {linear: {out: 10}}]",
 			"model.layers: layers[0] (residual): its body turns [1, 8, 8] into [4, 8, 8]; a residual block's output is added to its input, so it must keep its shape"},
 		{"pool window too large", []int{1, 8, 8}, "[{maxpool: {kernel: 4}}, {maxpool: {kernel: 4}}, {flatten: {}}, {linear: {out: 10}}]",
-			"model.layers: layers[1] (maxpool): its 4×4 window is larger than its input [1, 2, 2] padded by 0"},
+			"model.layers: layers[1] (maxpool): its 4×4 window is larger than its input [1, 2, 2] padded by 0: use a kernel of at most 2, or padding of at least 1"},
 		{"classes", nil, "[{linear: {out: 32}}, {relu: {}}, {linear: {out: 5}}]",
 			"model.layers: layers[2] (linear): the model ends in [5] but the dataset has 10 classes, so it must end in [10]; give the last layer out: 10"},
 		{"input size", []int{1, 28, 28}, "[{flatten: {}}, {linear: {out: 10}}]",
