@@ -270,10 +270,11 @@ func (s Spec) textContext() int {
 // loading its data: model.layers on an input of the run's context (see
 // TextConfig), checked against a byte vocabulary's [T, 256] logits. A
 // spec of another dataset, or one without layers, is refused naming the
-// key.
+// key (data.dataset's refusal wraps nn.ErrNotTokenModel).
 func (s Spec) TokenNet() (nn.Net, error) {
 	if s.Dataset != "text" {
-		return nn.Net{}, field.Errorf("data.dataset", "is %s: the run's model is not a token model (only one trained on dataset text is sampled)", s.Dataset)
+		return nn.Net{}, field.Errorf("data.dataset", "is %s, not text, so the run's model is %w; only a model trained on dataset text can be sampled (e.g. a run of examples/char-transformer.yaml)",
+			s.Dataset, nn.ErrNotTokenModel)
 	}
 	t := s.textContext()
 	if t == 0 {

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -188,6 +189,25 @@ func TestPlanTokenModel(t *testing.T) {
 			t.Errorf("%s: planned %s", c.name, p.Trainer.Config().Spec)
 		case c.want != "" && (err == nil || err.Error() != c.want):
 			t.Errorf("%s:\n got %v\nwant %s", c.name, err, c.want)
+		}
+	}
+}
+
+// TestTokenNetRefusesAFeatureRun: a run trained on feature vectors has no
+// token model to sample, and the refusal says so in one sentence naming
+// data.dataset and the dataset that would do.
+func TestTokenNetRefusesAFeatureRun(t *testing.T) {
+	for _, dataset := range []string{"synthetic", "fashion-mnist"} {
+		s := Default()
+		s.Dataset = dataset
+		_, err := s.TokenNet()
+		want := "data.dataset: is " + dataset + ", not text, so the run's model is not a token model; " +
+			"only a model trained on dataset text can be sampled (e.g. a run of examples/char-transformer.yaml)"
+		if err == nil || err.Error() != want {
+			t.Errorf("%s:\n got %v\nwant %s", dataset, err, want)
+		}
+		if !field.Is(err, "data.dataset") || !errors.Is(err, nn.ErrNotTokenModel) {
+			t.Errorf("%s: %v is not an error of data.dataset wrapping nn.ErrNotTokenModel", dataset, err)
 		}
 	}
 }
