@@ -30,6 +30,7 @@ import (
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/internal/shellword"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/telemetry"
@@ -815,8 +816,8 @@ func trainedOn(runDir string, spec job.Spec, files []data.SourceFile) []string {
 // inUse says what to do about a run directory another tolaria holds.
 func inUse(runDir string) string {
 	runDir = filepath.Clean(runDir)
-	return fmt.Sprintf("its checkpoint and files change while it is held, so the shards would fail their checks: wait for it to end, or evaluate a copy (cp -r %s %s-copy, then tolaria eval --run-dir %s-copy)",
-		runDir, runDir, runDir)
+	return fmt.Sprintf("its checkpoint and files change while it is held, so the shards would fail their checks: wait for it to end, or evaluate a copy (%s, then %s)",
+		shellword.Join("cp", "-r", runDir, runDir+"-copy"), shellword.Join("tolaria", "eval", "--run-dir", runDir+"-copy"))
 }
 
 // exists reports whether path names a file or directory.

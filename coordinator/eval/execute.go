@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/internal/shellword"
 	"github.com/tolaria-ml/tolaria/jobserver"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
@@ -99,7 +99,7 @@ func Execute(ctx context.Context, req Request, opt Options) error {
 // must match (the shards, the split, the checkpoint, the data, the
 // predictions' top-k), so that the shards finished are kept.
 func ResumeCommand(req Request) string {
-	args := []string{"tolaria eval --resume --run-dir", req.RunDir, "--workers", strconv.Itoa(req.Workers)}
+	args := []string{"tolaria", "eval", "--resume", "--run-dir", req.RunDir, "--workers", strconv.Itoa(req.Workers)}
 	if req.Split != "" && req.Split != jobserver.SplitTest {
 		args = append(args, "--split", req.Split)
 	}
@@ -112,5 +112,5 @@ func ResumeCommand(req Request) string {
 	if req.Predictions {
 		args = append(args, "--predictions", "--top-k", strconv.Itoa(req.TopK))
 	}
-	return strings.Join(args, " ")
+	return shellword.Join(args...)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/internal/shellword"
 	"github.com/tolaria-ml/tolaria/rl/dqn"
 )
 
@@ -54,7 +55,7 @@ func (r *Request) Resolve(path string, given map[field.Name]any) error {
 		if command, keys := (field.Schema{Keys: dqn.Keys(), Command: dqn.ConfigCommand}).Whose(raw); command != "" {
 			command = strings.TrimSuffix(command, " --config")
 			return refusal.Config(field.Errorf("run_dir", "%s is a %s run (its %s has %s), not a tolaria rl run; continue it with %s --resume --run-dir %s",
-				r.Dir, command, rundir.ConfigFile, strings.Join(keys[:min(len(keys), 2)], ", "), command, r.Dir))
+				r.Dir, command, rundir.ConfigFile, strings.Join(keys[:min(len(keys), 2)], ", "), command, shellword.Quote(r.Dir)))
 		}
 	}
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
+	"github.com/tolaria-ml/tolaria/internal/shellword"
 	"github.com/tolaria-ml/tolaria/telemetry"
 )
 
@@ -177,7 +178,7 @@ func interruptedNote(sum Summary) string {
 			said += "; the shared world was never saved: --resume starts it afresh"
 		}
 	}
-	return fmt.Sprintf("interrupted: %s; continue with tolaria rl --resume --run-dir %s", said, sum.Dir)
+	return fmt.Sprintf("interrupted: %s; continue with tolaria rl --resume --run-dir %s", said, shellword.Quote(sum.Dir))
 }
 
 // finishedBefore marks, in interruptedNote, the agents that had finished.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/internal/shellword"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
@@ -61,7 +62,7 @@ func CheckKind(dir string, use Use) error {
 	key, todo, args := field.Name("run_dir"), "a new run needs an empty or new %s", []any{field.Name("run_dir")}
 	switch {
 	case use == UseResume && other.Command == "tolaria rl":
-		key, todo, args = "resume", "continue it with tolaria rl --resume --run-dir %s", []any{dir}
+		key, todo, args = "resume", "continue it with tolaria rl --resume --run-dir %s", []any{shellword.Quote(dir)}
 	case use == UseResume:
 		key, todo = "resume", "point %s at a run of tolaria train"
 	case use == UseRead && other.Command == "tolaria rl":
@@ -103,9 +104,9 @@ func sweepTodo(dir string, use Use) (string, []any) {
 	switch {
 	case use == UseResume && trial != "":
 		return "continue the sweep with tolaria sweep --resume --sweep-dir %s, or resume one of its trials' runs, such as %s %s%s",
-			[]any{dir, field.Name("run_dir"), trial, ranked}
+			[]any{shellword.Quote(dir), field.Name("run_dir"), shellword.Quote(trial), ranked}
 	case use == UseResume:
-		return "continue the sweep with tolaria sweep --resume --sweep-dir %s", []any{dir}
+		return "continue the sweep with tolaria sweep --resume --sweep-dir %s", []any{shellword.Quote(dir)}
 	case use == UseRead && trial != "":
 		return "point %s at one of its trials' run directories, such as %s%s", []any{field.Name("run_dir"), trial, ranked}
 	case use == UseRead:

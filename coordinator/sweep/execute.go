@@ -12,6 +12,7 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/coordinator/train"
+	"github.com/tolaria-ml/tolaria/internal/shellword"
 )
 
 // View shows a sweep to its user: every trial's row as it runs, the
@@ -87,7 +88,7 @@ func Execute(ctx context.Context, cfg Config, opt Options) error {
 		return &rundir.Ending{Kind: rundir.Failed}
 	case ctx.Err() != nil:
 		view.Note(fmt.Sprintf("sweep interrupted: %d of %d trials succeeded; the running ones checkpointed; results in %s; continue with tolaria sweep --resume --sweep-dir %s",
-			ok, total, s.Dir(), s.Dir()))
+			ok, total, s.Dir(), shellword.Quote(s.Dir())))
 		return &rundir.Ending{Kind: rundir.Interrupted}
 	}
 	note, end := rundir.Outcome(ok, total, "trial", filepath.Join(s.Dir(), ResultsJSON))

@@ -7,12 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/dustin/go-humanize"
 
 	"github.com/tolaria-ml/tolaria/coordinator"
+	"github.com/tolaria-ml/tolaria/internal/shellword"
 )
 
 // The reports here are what a command prints once its work has ended: a
@@ -72,25 +72,8 @@ func GPUs(w io.Writer, gpus []coordinator.GPU, asJSON bool) error {
 // dryRun prints what a Slurm dry run shows: the batch script, to be
 // written to where, and the sbatch command that would submit it.
 func dryRun(w io.Writer, where, script string, command []string) error {
-	_, err := fmt.Fprintf(w, "# the batch script (written to %s when submitted):\n%s\n# submitted with:\n%s\n", where, script, ShellCommand(command))
+	_, err := fmt.Fprintf(w, "# the batch script (written to %s when submitted):\n%s\n# submitted with:\n%s\n", where, script, shellword.Join(command...))
 	return err
-}
-
-// ShellCommand spells a command for a shell, quoting every word that
-// holds anything but letters, digits and -_./=:,+@%: a list of what to
-// quote would miss one (!, {}, ^, a character of another script).
-func ShellCommand(args []string) string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		plain := strings.IndexFunc(a, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
-		}) < 0
-		if a == "" || !plain {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-		out[i] = a
-	}
-	return strings.Join(out, " ")
 }
 
 // Plural is n and noun, with an s unless n is 1.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,21 +64,13 @@ func TestTrainStopped(t *testing.T) {
 		{trainer.Summary{Steps: 12}, 0, "tolaria: interrupted after 12 steps; checkpoint saved; continue with: tolaria train --resume"},
 		{trainer.Summary{Steps: 52, ResumedFromStep: 40}, 0, "tolaria: interrupted after 12 steps, 52 in all; checkpoint saved"},
 		{trainer.Summary{Steps: 5}, 5, "tolaria: stopped after 5 steps (--max-steps 5); checkpoint saved; continue with: tolaria train --resume"},
+		{trainer.Summary{Steps: 1}, 1, "tolaria: stopped after 1 step (--max-steps 1); checkpoint saved"},
 		// --max-steps counts one start's steps, the summary the run's.
 		{trainer.Summary{Steps: 8, ResumedFromStep: 5}, 3, "tolaria: stopped after 3 steps (--max-steps 3), 8 in all; checkpoint saved"},
 	} {
 		if got := say(c.sum, c.maxSteps); !strings.HasPrefix(got, c.want) {
 			t.Errorf("%+v, --max-steps %d:\n got %q\nwant %q...", c.sum, c.maxSteps, got, c.want)
 		}
-	}
-}
-
-// TestShellCommand: a word a shell would read otherwise is quoted, a
-// quote inside it escaped; plain words are left as they are.
-func TestShellCommand(t *testing.T) {
-	got := ShellCommand([]string{"sbatch", "--array=0-3%2", "", "a b", "it's", "x!", "--mem=8G"})
-	if want := `sbatch --array=0-3%2 '' 'a b' 'it'\''s' 'x!' --mem=8G`; got != want {
-		t.Errorf("ShellCommand = %s, want %s", got, want)
 	}
 }
 
@@ -184,5 +177,29 @@ func TestGPUs(t *testing.T) {
 	}
 	if got := b.String(); !strings.Contains(got, "cuda:0  H100") || !strings.Contains(got, "80 GiB") || !strings.Contains(got, "no: compute capability below 8.0") {
 		t.Errorf("table:\n%s", got)
+	}
+}
+
+// TestResumeHintPastesIntoAShell: the command a stopped run prints to
+// continue it reads back, in sh, as the words it is made of, whatever
+// the run directory's name holds.
+func TestResumeHintPastesIntoAShell(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "my run <1>")
+	rd, err := rundir.Plan(dir, false, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	NewTrain(Streams{Stdout: io.Discard, Stderr: &b}, true, nil).Stopped(rd, trainer.Summary{Steps: 3}, true, 0)
+	_, command, ok := strings.Cut(strings.TrimSpace(b.String()), "continue with: ")
+	if !ok {
+		t.Fatalf("no command to continue with: %q", b.String())
+	}
+	out, err := exec.Command("sh", "-c", `for w in `+command+`; do printf '%s\n' "$w"; done`).Output()
+	if err != nil {
+		t.Fatalf("sh -c %q: %v", command, err)
+	}
+	if got, want := string(out), "tolaria\ntrain\n--resume\n--run-dir\n"+rd.Path()+"\n"; got != want {
+		t.Errorf("sh reads %q as\n%s\nwant\n%s", command, got, want)
 	}
 }

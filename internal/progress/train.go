@@ -11,6 +11,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/coordinator/train"
+	"github.com/tolaria-ml/tolaria/internal/shellword"
 	"github.com/tolaria-ml/tolaria/trainer"
 	"github.com/tolaria-ml/tolaria/worker"
 )
@@ -121,19 +122,19 @@ func (v *Train) Stopped(dir *rundir.Dir, sum trainer.Summary, interrupted bool, 
 		how = fmt.Sprintf("stopped by --max-steps %d", maxSteps)
 	}
 	if ran := sum.Steps - sum.ResumedFromStep; ran > 0 {
-		after := fmt.Sprintf("interrupted after %d steps", ran)
+		after := "interrupted after " + Plural(ran, "step")
 		if maxSteps > 0 {
-			after = fmt.Sprintf("stopped after %d steps (--max-steps %d)", ran, maxSteps)
+			after = fmt.Sprintf("stopped after %s (--max-steps %d)", Plural(ran, "step"), maxSteps)
 		}
 		if sum.ResumedFromStep > 0 {
 			after += fmt.Sprintf(", %d in all", sum.Steps)
 		}
-		fmt.Fprintf(w, "tolaria: %s; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n", after, dir.Path())
+		fmt.Fprintf(w, "tolaria: %s; checkpoint saved; continue with: tolaria train --resume --run-dir %s\n", after, shellword.Quote(dir.Path()))
 		return
 	}
 	if cks, _ := dir.Checkpoints(); len(cks) > 0 {
 		fmt.Fprintf(w, "tolaria: %s before any step ran; the checkpoint of step %d is unchanged; continue with: tolaria train --resume --run-dir %s\n",
-			how, sum.ResumedFromStep, dir.Path())
+			how, sum.ResumedFromStep, shellword.Quote(dir.Path()))
 		return
 	}
 	fmt.Fprintf(w, "tolaria: %s before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", how, dir.Path())
@@ -161,7 +162,7 @@ func (v *Train) Failed(err error, interrupted bool, dir *rundir.Dir) {
 		fmt.Fprintf(w, "tolaria: training failed: %v\n", err)
 	}
 	if step, ok := dir.ResumableStep(); ok {
-		fmt.Fprintf(w, "tolaria: the checkpoint of step %d is kept; continue with: tolaria train --resume --run-dir %s\n", step, dir.Path())
+		fmt.Fprintf(w, "tolaria: the checkpoint of step %d is kept; continue with: tolaria train --resume --run-dir %s\n", step, shellword.Quote(dir.Path()))
 	}
 }
 

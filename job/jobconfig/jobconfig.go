@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cast"
 
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/internal/shellword"
 	"github.com/tolaria-ml/tolaria/job"
 )
 
@@ -220,7 +221,7 @@ func (c *Config) readFiles() error {
 // resumed training run was pointed at.
 func resumeOther(e *job.OtherRunError) string {
 	if e.Command == "tolaria rl" {
-		return fmt.Sprintf("continue it with tolaria rl --resume --run-dir %s", e.Dir)
+		return fmt.Sprintf("continue it with tolaria rl --resume --run-dir %s", shellword.Quote(e.Dir))
 	}
 	return fmt.Sprintf("point %s at a run of tolaria train", field.Name("run_dir"))
 }
