@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -28,6 +29,23 @@ func TestTrainHelpSaysHowInputsAreStandardised(t *testing.T) {
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("train --help does not say %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+// TestTrainHelpNamesEveryFileKey: each of train's flags that sets a job
+// key says the key a configuration file writes it as, so the flag and
+// the file are one vocabulary.
+func TestTrainHelpNamesEveryFileKey(t *testing.T) {
+	cmd := newTrainCmd(process{})
+	for _, key := range job.Keys() {
+		f := cmd.Flags().Lookup(flagName(key))
+		if f == nil {
+			t.Errorf("no flag for key %s", key)
+			continue
+		}
+		if want := "(file key " + string(key) + ")"; !strings.Contains(f.Usage, want) {
+			t.Errorf("--%s says %q; want it to name %s", f.Name, f.Usage, want)
 		}
 	}
 }

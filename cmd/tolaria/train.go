@@ -67,10 +67,7 @@ type trainFlags struct {
 func (t *trainFlags) register(fs *pflag.FlagSet) {
 	d := job.Default()
 	for _, key := range job.Keys() {
-		usage := job.Usage(key)
-		if strings.Contains(string(key), ".") {
-			usage += " (file key " + string(key) + ")"
-		}
+		usage := job.Usage(key) + " (file key " + string(key) + ")"
 		switch def := d.Get(key).(type) {
 		case bool:
 			fs.Bool(flagName(key), def, usage)
@@ -86,7 +83,7 @@ func (t *trainFlags) register(fs *pflag.FlagSet) {
 			fs.String(flagName(key), "", usage)
 		default:
 			if key == "device" {
-				registerDevice(fs, &t.device, "")
+				registerDevice(fs, &t.device, " (file key device)")
 				continue
 			}
 			if key == "data.dir" {
