@@ -94,7 +94,12 @@ func Sample(ctx context.Context, req SampleRequest) (_ []byte, err error) {
 	// The model as the run trained it; sampling reads no data, so a run
 	// samples where its corpus is not (or no longer) there.
 	net, err := spec.TokenNet()
-	if err != nil {
+	switch {
+	case spec.Dataset != "text":
+		// Said of the run the user named, not of a key in its file.
+		return nil, configErr(field.Errorf("run_dir", "%s trained on dataset %s, not text, so its model is %w; only a model trained on dataset text can be sampled (e.g. a run of examples/char-transformer.yaml)",
+			req.RunDir, spec.Dataset, trainer.ErrNotTokenModel))
+	case err != nil:
 		return nil, configErr(field.Errorf("run_dir", "the run's configuration: %w", err))
 	}
 	if _, err := trainer.CheckSampleable(net); err != nil {

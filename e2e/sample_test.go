@@ -159,7 +159,7 @@ func TestSampleRefusesAVectorModel(t *testing.T) {
 		t.Fatalf("train: exit %d\n%s", r.code, r.stderr)
 	}
 	r := tolaria(t, dir, nil, "sample", "--run-dir", run, "--tokens", "5")
-	if r.code != 2 || !strings.Contains(r.stderr, "not a token model") {
+	if r.code != 2 || !strings.Contains(r.stderr, "trained on dataset synthetic, not text, so its model is not a token model") {
 		t.Fatalf("sample of an MLP run: exit %d, %q; want exit 2 saying it is not a token model", r.code, r.stderr)
 	}
 }
