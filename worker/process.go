@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -401,7 +402,11 @@ func (w *watchdog) failure(path string, reaped bool, convErr error, output strin
 		}
 	}
 	var ee *exec.ExitError
-	ended := errors.Is(convErr, io.EOF) || errors.Is(convErr, os.ErrDeadlineExceeded) || errors.Is(convErr, os.ErrClosed)
+	// A worker that exited before it read the whole request (not a
+	// tolaria-worker, or one that failed at start-up) fails the write with
+	// EPIPE: it ended, as one that closed its end after reading did.
+	ended := errors.Is(convErr, io.EOF) || errors.Is(convErr, os.ErrDeadlineExceeded) || errors.Is(convErr, os.ErrClosed) ||
+		reaped && errors.Is(convErr, syscall.EPIPE)
 	switch {
 	case reason != "": // tolaria killed it
 		e.Reason, e.Detail, e.Silent, e.Stalled = reason, why, silent, stalled

@@ -160,6 +160,20 @@ func TestWorkerExitingAtOnce(t *testing.T) {
 	requireGone(t, readPID(t, pidFile))
 }
 
+// TestProgramThatReadsNothingExited: a program that exits without reading
+// its request (here /bin/true, given as --worker by mistake, with a
+// request larger than a pipe holds, so the write fails) exited without an
+// answer; it did not break the protocol.
+func TestProgramThatReadsNothingExited(t *testing.T) {
+	p := &Process{Path: "/bin/true"}
+	body := json.RawMessage(`"` + strings.Repeat("x", 1<<20) + `"`)
+	_, _, err := p.Call(context.Background(), Request{Type: TypeStart, Device: "cpu", Body: body}, Sink{})
+	var pe *ProcessError
+	if !errors.As(err, &pe) || pe.Reason != ReasonExit || !strings.Contains(err.Error(), "exited without an answer: exit status 0") {
+		t.Fatalf("got %v; want the worker to have exited without an answer", err)
+	}
+}
+
 // TestEscapedDescendantCannotHoldTheCoordinator: a descendant that left
 // the worker's process group (and so cannot be killed with it) keeps the
 // pipes open; the coordinator still returns.

@@ -64,8 +64,9 @@ func TestChooseRefusals(t *testing.T) {
 	}{
 		{"cuda without a worker", Placement{Device: "cuda", Worker: missing}, "does not exist"},
 		{"cuda with a worker that has no GPU", Placement{Device: "cuda", Worker: dying(t)}, "no NVIDIA GPU or driver"},
-		{"cpu, isolated, without a worker", Placement{Device: "cpu", Isolate: true, Worker: missing}, "none was found"},
-		{"auto, isolated, without a worker", Placement{Device: "auto", Isolate: true, Worker: missing}, "none was found"},
+		{"cpu, isolated, a worker that is not there", Placement{Device: "cpu", Isolate: true, Worker: missing}, missing + ", given by worker or $TOLARIA_WORKER, does not exist"},
+		{"auto, isolated, a worker that is not there", Placement{Device: "auto", Isolate: true, Worker: missing}, missing + ", given by worker or $TOLARIA_WORKER, does not exist"},
+		{"cpu, isolated, no worker next to tolaria", Placement{Device: "cpu", Isolate: true}, "none was found next to tolaria"},
 	} {
 		_, err := Choose(context.Background(), c.place, nil, nil)
 		if !errors.Is(err, refusal.ErrSetup) || errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), c.want) {
