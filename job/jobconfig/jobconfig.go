@@ -96,6 +96,9 @@ func Resolve(src Sources) (*Config, error) {
 		return c, err
 	}
 	c.Warnings = append(c.Warnings, c.file.Warnings()...)
+	if c.src.File != "" && len(c.file) == 0 {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("the config file %s sets no key: every setting comes from the flags, TOLARIA_* variables and defaults", c.src.File))
+	}
 	for _, key := range job.Keys() {
 		if _, ok := src.Flags[key]; ok {
 			continue

@@ -145,3 +145,21 @@ func TestResumeOfAnRLRun(t *testing.T) {
 		t.Errorf("%v\nspeaks of a configuration file", err)
 	}
 }
+
+// TestEmptyFileIsSaid: a config file that sets no key (empty, or only
+// comments) is taken, with a warning that nothing came from it; a file
+// that sets one gets no such warning.
+func TestEmptyFileIsSaid(t *testing.T) {
+	dir := t.TempDir()
+	for text, want := range map[string]bool{"": true, "# a comment only\n": true, "seed: 3\n": false} {
+		file := write(t, filepath.Join(dir, "job.yaml"), text)
+		c, err := Resolve(Sources{FlagName: flag, File: file})
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		said := slices.ContainsFunc(c.Warnings, func(w string) bool { return strings.Contains(w, file+" sets no key") })
+		if said != want {
+			t.Errorf("%q: warnings %q; want the empty-file warning: %v", text, c.Warnings, want)
+		}
+	}
+}
