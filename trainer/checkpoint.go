@@ -16,6 +16,7 @@ import (
 
 	"github.com/tolaria-ml/tolaria/data"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/nn"
 )
 
@@ -191,26 +192,52 @@ func differing(got, want string) (string, string) {
 }
 
 // matches explains how a checkpoint differs from what this run needs.
+// The settings a user writes come first, each named by its key: the
+// optimizer's total_steps is epochs × steps per epoch, and the steps per
+// epoch follow from the batch size, the training set's size, the shard
+// and the ragged policy, so a change to any of them would otherwise show
+// only as another total_steps (and a warm-up clamped to half of it).
 func (h Checkpoint) matches(want Checkpoint) error {
-	type field struct {
-		name      string
+	const derived = "; the optimizer's total_steps (epochs × steps per epoch) follows from it"
+	type setting struct {
+		key       field.Name // "" for the model, which is many keys
+		what      string
 		got, want any
+		note      string
 	}
-	for _, f := range []field{
-		// Epochs before the optimizer: the schedule's total steps, in the
-		// optimizer's settings, follow from them, and the epochs are what
-		// a user changes.
-		{"model", h.Model, want.Model}, {"epochs", h.Epochs, want.Epochs}, {"optimizer", h.Optimizer, want.Optimizer},
-		{"batch size", h.BatchSize, want.BatchSize}, {"seed", h.Seed, want.Seed},
-		{"dataset", h.Dataset, want.Dataset}, {"training-set size", h.TrainSize, want.TrainSize},
-		{"shard", h.Shard, want.Shard}, {"ragged policy", h.Ragged, want.Ragged},
+	size := field.Name("data.dir")
+	if strings.HasPrefix(want.Dataset, "synthetic") {
+		size = "data.synthetic_size"
+	}
+	for _, s := range []setting{
+		{"", "model", h.Model, want.Model, ""},
+		{"schedule.epochs", "epochs", h.Epochs, want.Epochs, derived},
+		{"schedule.batch_size", "batch size", h.BatchSize, want.BatchSize, derived},
+		{"seed", "seed", h.Seed, want.Seed, ""},
+		{"data.dataset", "dataset", h.Dataset, want.Dataset, ""},
+		{size, "a training set of", examples(h.TrainSize), examples(want.TrainSize), derived},
+		{"data.world", "shard (rank/world)", h.Shard, want.Shard, derived},
+		{"data.ragged", "ragged policy", h.Ragged, want.Ragged, derived},
 	} {
-		if got, want := fmt.Sprint(f.got), fmt.Sprint(f.want); got != want {
-			if f.name == "optimizer" {
-				got, want = differing(got, want)
-			}
-			return fmt.Errorf("it was written for %s %s but this run has %s; resume with the original settings or start a new run in another --run-dir", f.name, got, want)
+		got, want := fmt.Sprint(s.got), fmt.Sprint(s.want)
+		if got == want {
+			continue
 		}
+		if s.key == "" {
+			return fmt.Errorf("it was written for %s %s but this run has %s; resume with the original settings or start a new run in another --run-dir", s.what, got, want)
+		}
+		return field.Errorf(s.key, "the checkpoint was written with %s %s but this run has %s%s; resume with the setting it was written with, or start a new run in another %s",
+			s.what, got, want, s.note, field.Name("run_dir"))
+	}
+	if h.Optimizer != want.Optimizer {
+		got, wanted := differing(h.Optimizer, want.Optimizer)
+		msg := fmt.Sprintf("it was written for optimizer %s but this run has %s", got, wanted)
+		if onlyDerived(got) {
+			// None of the settings they follow from differs above: say
+			// what they are rather than leave two numbers no one wrote.
+			msg += " (the schedule's length, which tolaria derives: total_steps is epochs × steps per epoch, and lr_warmup_steps is optimizer.warmup_steps clamped to half of it)"
+		}
+		return errors.New(msg + "; resume with the original settings or start a new run in another --run-dir")
 	}
 	if h.Data != "" && want.Data != "" && h.Data != want.Data {
 		return fmt.Errorf("it was written for training data of fingerprint %s but this run's data reads as %s: the data changed since (a file edited, replaced or added); resume with the data it was trained on, or start a new run in another --run-dir", h.Data, want.Data)
@@ -224,6 +251,19 @@ func (h Checkpoint) matches(want Checkpoint) error {
 			h.Params, h.States, h.Running, want.Params, want.States, want.Running)
 	}
 	return nil
+}
+
+func examples(n int) string { return fmt.Sprintf("%d examples", n) }
+
+// onlyDerived reports whether the optimizer words differing (from
+// differing) are only those tolaria computes from other settings.
+func onlyDerived(differing string) bool {
+	for _, w := range strings.Fields(differing) {
+		if !strings.HasPrefix(w, "lr_warmup_steps=") && !strings.HasPrefix(w, "total_steps=") {
+			return false
+		}
+	}
+	return differing != ""
 }
 
 func encodeFloats(w io.Writer, v []float32) error {
@@ -294,26 +334,60 @@ func promisedSize(raw []byte, v2 bool) (int, bool) {
 	return len(checkpointMagic) + 4 + n + 4*(ck.Params*(1+ck.States)+ck.Running) + checkpointDigestSize, true
 }
 
-// LoadCheckpoint reads and verifies a checkpoint file. It never modifies it.
-func LoadCheckpoint(path string) (Checkpoint, error) {
+// checkpointUse is what a checkpoint is read for, which decides what a
+// refusal of it advises.
+type checkpointUse int
+
+const (
+	// useResume: a run continues from its run directory's checkpoint.
+	useResume checkpointUse = iota
+	// useRead: a model is scored or sampled from a checkpoint file.
+	useRead
+)
+
+// goOn says how to go on without the checkpoint.
+func (u checkpointUse) goOn() string {
+	if u == useRead {
+		return "use an intact copy of it, or train the run again"
+	}
+	// Each save replaces the one file whole (atomicfile), so a run
+	// directory never holds an earlier checkpoint to fall back to.
+	return "a run directory keeps no earlier checkpoint (each save replaces " + CheckpointFile + "), so restore it from a copy of your own, or start the run again in another --run-dir"
+}
+
+// LoadCheckpoint reads and verifies a run directory's checkpoint for a
+// run to continue from it; its refusals say how to go on with the run.
+// It never modifies the file.
+func LoadCheckpoint(path string) (Checkpoint, error) { return loadCheckpoint(path, useResume) }
+
+// loadCheckpoint reads and verifies the checkpoint at path, read for use.
+func loadCheckpoint(path string, use checkpointUse) (Checkpoint, error) {
 	refuse := func(format string, args ...any) (Checkpoint, error) {
 		return Checkpoint{}, fmt.Errorf("%w: %s: %s", ErrCheckpoint, path, fmt.Sprintf(format, args...))
 	}
 	raw, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) && use == useResume {
 		return refuse("no checkpoint to resume from; start without --resume, or point --run-dir at the run to resume")
 	}
 	if err != nil {
 		return refuse("%v", err)
 	}
+	if len(raw) == 0 {
+		// tolaria writes a checkpoint whole or not at all, so an empty
+		// one was emptied since (a failed copy, a full disk).
+		return refuse("is empty (0 bytes): it holds no checkpoint; %s", use.goOn())
+	}
 	if !bytes.HasPrefix(raw, []byte(checkpointMagicPrefix)) {
-		return refuse("not a tolaria checkpoint (bad magic); point --run-dir at a tolaria run directory")
+		if use == useRead {
+			return refuse("not a tolaria checkpoint (it does not begin as tolaria's checkpoints do); give a checkpoint file that tolaria wrote (a run directory's %s)", CheckpointFile)
+		}
+		return refuse("not a tolaria checkpoint (it does not begin as tolaria's checkpoints do): another file replaced the run's; %s", use.goOn())
 	}
 	v2 := bytes.HasPrefix(raw, []byte(checkpointMagicV2))
 	if !v2 && !bytes.HasPrefix(raw, []byte(checkpointMagic)) {
-		return refuse("%s", unsupportedFormat(raw[len(checkpointMagicPrefix):]))
+		return refuse("%s", unsupportedFormat(raw[len(checkpointMagicPrefix):], use))
 	}
-	const damaged = "the file is damaged or was edited; resume from an intact copy or start a new run in another --run-dir"
+	damaged := "the file is damaged or was edited; " + use.goOn()
 	if len(raw) < len(checkpointMagic)+4+checkpointDigestSize {
 		return refuse("truncated (%d bytes); %s", len(raw), damaged)
 	}
@@ -360,9 +434,9 @@ func LoadCheckpoint(path string) (Checkpoint, error) {
 	return ck, nil
 }
 
-// unsupportedFormat explains a checkpoint of another format version;
-// rest is what follows the magic's "v".
-func unsupportedFormat(rest []byte) string {
+// unsupportedFormat explains a checkpoint of another format version, read
+// for use; rest is what follows the magic's "v".
+func unsupportedFormat(rest []byte, use checkpointUse) string {
 	version := "?"
 	if i := bytes.IndexByte(rest, '\n'); i > 0 && i <= 8 && isDigits(rest[:i]) {
 		version = string(rest[:i])
@@ -370,6 +444,9 @@ func unsupportedFormat(rest []byte) string {
 	msg := fmt.Sprintf("checkpoint format v%s is not read by this tolaria (it reads v2 and v%s)", version, checkpointFormat)
 	if version == "1" {
 		msg += "; format v1, from an earlier tolaria, checksummed only its payload, so its header cannot be verified"
+	}
+	if use == useRead {
+		return msg + "; read it with the tolaria that wrote it"
 	}
 	return msg + "; start a new run in another --run-dir, or resume it with the tolaria that wrote it"
 }
@@ -393,7 +470,7 @@ func resumable(cfg Config, steps int) (Checkpoint, error) {
 		return Checkpoint{}, err
 	}
 	if err := ck.matches(cfg.checkpointHeader()); err != nil {
-		return Checkpoint{}, fmt.Errorf("%w: %s: %v", ErrCheckpoint, path, err)
+		return Checkpoint{}, fmt.Errorf("%w: %s: %w", ErrCheckpoint, path, err)
 	}
 	if total := steps * cfg.Epochs; ck.Step > total {
 		return Checkpoint{}, fmt.Errorf("%w: %s: the checkpoint is of step %d, past the run's %d steps",

@@ -83,7 +83,7 @@ func TestUnsupportedFormatNamesTheVersion(t *testing.T) {
 		"1:\n":           "format v? is not read",
 		"no newline 123": "format v? is not read",
 	} {
-		if got := unsupportedFormat([]byte(rest)); !strings.Contains(got, want) {
+		if got := unsupportedFormat([]byte(rest), useResume); !strings.Contains(got, want) {
 			t.Errorf("unsupportedFormat(%q) = %q; want it to say %q", rest, got, want)
 		}
 	}

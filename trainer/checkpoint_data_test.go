@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/trainer"
 )
 
@@ -49,8 +50,60 @@ func TestResumeWithOtherEpochsNamesThem(t *testing.T) {
 	steps, _ := trainer.StepsPerEpoch(cfg)
 	cfg.Optimizer.TotalSteps = cfg.Epochs * steps
 	_, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg)
-	if !errors.Is(err, trainer.ErrCheckpoint) || !strings.Contains(err.Error(), "written for epochs 3 but this run has 4") {
+	if !errors.Is(err, trainer.ErrCheckpoint) || !field.Is(err, "schedule.epochs") || !strings.Contains(err.Error(), "written with epochs 3 but this run has 4") {
 		t.Fatalf("resume with 4 epochs: %v; want a refusal naming the epochs", err)
+	}
+}
+
+// TestResumeNamesTheSettingTheScheduleFollowsFrom: the optimizer's
+// total_steps (and the warm-up clamped to half of it) follow from the
+// batch size, the training set's size and the shard, so a resume that
+// changes one of them is refused naming that setting by its key, not
+// the two derived numbers; the same settings resume.
+func TestResumeNamesTheSettingTheScheduleFollowsFrom(t *testing.T) {
+	cfg := smallConfig(t)
+	cfg.RunDir, cfg.MaxSteps = t.TempDir(), 3
+	run(t, cfg)
+	cfg.MaxSteps, cfg.Resume = 0, true
+	bigger, _ := synthetic(t, 500, 70)
+	for _, c := range []struct {
+		name   string
+		change func(*trainer.Config)
+		key    field.Name
+		want   string
+	}{
+		{"batch size", func(c *trainer.Config) { c.BatchSize = 8 }, "schedule.batch_size", "written with batch size 16 but this run has 8"},
+		{"training set", func(c *trainer.Config) { c.Train = bigger }, "data.synthetic_size", "written with a training set of 250 examples but this run has 500 examples"},
+		{"world", func(c *trainer.Config) { c.World = 2 }, "data.world", "written with shard (rank/world) 0/1 but this run has 0/2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			changed := cfg
+			c.change(&changed)
+			// As a command derives the schedule: from the steps per epoch,
+			// the warm-up clamped to half of it.
+			steps, err := trainer.StepsPerEpoch(changed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed.Optimizer.TotalSteps = changed.Epochs * steps
+			changed.Optimizer.WarmupSteps = min(200, changed.Optimizer.TotalSteps/2)
+			_, err = trainer.Run(context.Background(), openCPU(t), newShared(t), changed)
+			if !errors.Is(err, trainer.ErrCheckpoint) || !field.Is(err, c.key) {
+				t.Fatalf("resume with another %s: %v; want a checkpoint refusal about %s", c.name, err, c.key)
+			}
+			msg := err.Error()
+			for _, want := range []string{c.want, "total_steps (epochs × steps per epoch) follows from it"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("refusal %q\nlacks %q", msg, want)
+				}
+			}
+			if strings.Contains(msg, "lr_warmup_steps") {
+				t.Errorf("refusal %q names the derived warm-up rather than the setting", msg)
+			}
+		})
+	}
+	if _, err := trainer.Run(context.Background(), openCPU(t), newShared(t), cfg); err != nil {
+		t.Fatalf("resume with the same settings: %v", err)
 	}
 }
 

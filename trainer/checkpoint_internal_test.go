@@ -222,3 +222,52 @@ func TestCheckpointNamesTheOptimizerSettingThatDiffers(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointRefusalSaysHowToGoOn: an empty file is called empty, not
+// a file of another kind; a file that is not a checkpoint, or is damaged,
+// is refused with advice for what it was read for. A run's own
+// checkpoint (resume) has no earlier one beside it, so the run starts
+// again in another run directory; a file read to score or sample from
+// is given again, and nothing there speaks of resuming or of --run-dir.
+func TestCheckpointRefusalSaysHowToGoOn(t *testing.T) {
+	path, _, _, _ := savedCheckpoint(t)
+	whole, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		raw  []byte
+		says string
+	}{
+		{"empty", nil, "is empty (0 bytes)"},
+		{"garbage", []byte("garbage\n"), "not a tolaria checkpoint"},
+		{"damaged", whole[:len(whole)-1], "checksum mismatch"},
+	} {
+		if err := os.WriteFile(path, c.raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range []struct {
+			use     checkpointUse
+			advice  string
+			neither []string
+		}{
+			{useResume, "start the run again in another --run-dir", []string{"bad magic", "point --run-dir at"}},
+			{useRead, "", []string{"bad magic", "resume", "--run-dir"}},
+		} {
+			_, err := loadCheckpoint(path, u.use)
+			if !errors.Is(err, ErrCheckpoint) {
+				t.Fatalf("%s (use %d): %v, want a checkpoint refusal", c.name, u.use, err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, c.says) || !strings.Contains(msg, u.advice) {
+				t.Errorf("%s (use %d): %q\nwant it to say %q and %q", c.name, u.use, msg, c.says, u.advice)
+			}
+			for _, not := range u.neither {
+				if strings.Contains(msg, not) {
+					t.Errorf("%s (use %d): %q says %q", c.name, u.use, msg, not)
+				}
+			}
+		}
+	}
+}

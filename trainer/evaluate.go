@@ -378,7 +378,7 @@ func CheckpointForNet(net nn.Net, path string) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, err
 	}
-	ck, err := LoadCheckpoint(path)
+	ck, err := loadCheckpoint(path, useRead)
 	if err != nil {
 		return Checkpoint{}, err
 	}
@@ -399,7 +399,7 @@ func CheckpointForNet(net nn.Net, path string) (Checkpoint, error) {
 // compute, and scoring a model on other data than it trained on is an
 // evaluation's to allow (and to say so in its result).
 func CheckpointForEval(cfg Config, path string) (Checkpoint, error) {
-	ck, err := LoadCheckpoint(path)
+	ck, err := loadCheckpoint(path, useRead)
 	if err != nil {
 		return Checkpoint{}, err
 	}
@@ -427,7 +427,7 @@ func CheckpointFor(cfg Config, path string) (Checkpoint, error) {
 		return Checkpoint{}, err
 	}
 	if err := ck.matches(cfg.checkpointHeader()); err != nil {
-		return Checkpoint{}, fmt.Errorf("%w: %s: %v", ErrCheckpoint, path, err)
+		return Checkpoint{}, fmt.Errorf("%w: %s: %w", ErrCheckpoint, path, err)
 	}
 	if total := steps * cfg.Epochs; ck.Step > total {
 		return Checkpoint{}, fmt.Errorf("%w: %s: the checkpoint is of step %d, past the run's %d steps", ErrCheckpoint, path, ck.Step, total)
