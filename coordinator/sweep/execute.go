@@ -108,7 +108,9 @@ func (cfg *Config) Load(path string, maxTrials int, rankByGiven bool) error {
 		return err
 	}
 	var saved Results
-	if cfg.Sweep, saved, err = LoadDir(cfg.Dir); err == nil && !rankByGiven {
+	// A results.json rebuilt from the journal has lost its ranking key:
+	// the default, or the one given, ranks.
+	if cfg.Sweep, saved, err = LoadDir(cfg.Dir); err == nil && !rankByGiven && saved.RankBy != "" {
 		cfg.RankBy = saved.RankBy
 	}
 	return err

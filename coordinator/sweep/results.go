@@ -105,6 +105,9 @@ type Results struct {
 	Updated   time.Time      `json:"updated"`
 	Counts    map[string]int `json:"counts"` // trials by state
 	Trials    []TrialResult  `json:"trials"`
+	// Damaged, read by LoadDir, says how the directory's results.json was
+	// missing or damaged when its rows were rebuilt; "" when it was read.
+	Damaged string `json:"-"`
 }
 
 // rank orders rows: succeeded trials by the rank-by figure (ties by

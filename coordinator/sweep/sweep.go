@@ -27,9 +27,11 @@ import (
 	"github.com/tolaria-ml/tolaria/coordinator/budget"
 	"github.com/tolaria-ml/tolaria/coordinator/launch"
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 	"github.com/tolaria-ml/tolaria/coordinator/train"
 	"github.com/tolaria-ml/tolaria/internal/atomicfile"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/internal/shellword"
 	"github.com/tolaria-ml/tolaria/job"
 	"github.com/tolaria-ml/tolaria/job/jobconfig"
 	"github.com/tolaria-ml/tolaria/jobserver"
@@ -114,6 +116,11 @@ type Config struct {
 	// Report receives every change of a trial (start, progress, end), one
 	// at a time, for a display; nil reports nothing.
 	Report func(TrialUpdate)
+
+	// writeResultsFiles writes results.json and results.csv into a
+	// directory; nil is Results.write. The package's tests give one that
+	// fails, as a full disk does.
+	writeResultsFiles func(r Results, dir string) error
 }
 
 // TrialUpdate is a change of one trial.
@@ -208,12 +215,16 @@ func (s *Run) trialWorker(i int, t Trial) launch.Worker {
 // Run is a sweep prepared: validated, its directory claimed and its
 // trials' configurations written. Run runs it.
 type Run struct {
-	cfg   Config
-	dir   string
-	file  string // the sweep file results.json names
-	lock  *flock.Flock
-	slots *launch.Slots
-	log   *slog.Logger
+	cfg  Config
+	dir  string
+	file string // the sweep file results.json names
+	lock *flock.Flock
+	// claimed: the lock is this sweep's; madeDir is the directory it
+	// made for dir ("": dir was there), which a failed start removes.
+	claimed bool
+	madeDir string
+	slots   *launch.Slots
+	log     *slog.Logger
 	// metrics are the sweep's, shared by its trials' runs; they serve
 	// nothing without Config.MetricsAddr.
 	metrics *train.Metrics
@@ -315,9 +326,13 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 		return nil, err
 	}
 	defer func() {
-		if err != nil {
-			_ = s.Close()
+		if err == nil {
+			return
 		}
+		if s.claimed && !cfg.Resume && !fileExists(filepath.Join(s.dir, ResultsJSON)) {
+			err = s.unclaim(err)
+		}
+		_ = s.Close()
 	}()
 	if err := s.claim(); err != nil {
 		return nil, refusal.Config(field.Errorf("sweep_dir", "%w", err))
@@ -329,6 +344,43 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 		return s, s.loadRows()
 	}
 	return s, s.writeFiles()
+}
+
+// unclaim removes what a new sweep wrote before it failed to start (its
+// results.json not yet in place): a directory it made, with any parent it
+// made, or its own entries in a directory that was there, empty, before.
+// Left as it was, nothing accepted the directory: a new sweep found it not
+// empty, --resume no sweep in it. It returns err saying so.
+func (s *Run) unclaim(err error) error {
+	if s.journal != nil {
+		_ = s.journal.close()
+		s.journal = nil
+	}
+	var rmErr error
+	if s.madeDir != "" {
+		rmErr = os.RemoveAll(s.dir)
+		// Parents made for it go too, if still empty: another sweep may
+		// have made its own directory in sweeps/ meanwhile.
+		for p := filepath.Dir(filepath.Clean(s.dir)); rmErr == nil && len(p) >= len(s.madeDir); p = filepath.Dir(p) {
+			if os.Remove(p) != nil {
+				break
+			}
+		}
+	} else {
+		entries, _ := os.ReadDir(s.dir)
+		for _, e := range entries {
+			if slices.Contains(reservedNames(), e.Name()) || atomicfile.IsTemp(e.Name()) {
+				rmErr = errors.Join(rmErr, os.RemoveAll(filepath.Join(s.dir, e.Name())))
+			}
+		}
+	}
+	switch {
+	case rmErr != nil:
+		return fmt.Errorf("%w; the sweep did not start, and what it wrote in %s could not be removed (%v): remove it, then run the same command again", err, s.dir, rmErr)
+	case s.madeDir != "":
+		return fmt.Errorf("%w; the sweep did not start: %s, made for it, is removed, so the same command can run again once the cause is fixed", err, s.dir)
+	}
+	return fmt.Errorf("%w; the sweep did not start: what it wrote in %s is removed (the directory is empty again), so the same command can run again once the cause is fixed", err, s.dir)
 }
 
 // DryRun is, for a sweep prepared with Config.DryRun, the batch
@@ -345,31 +397,121 @@ func (s *Run) DryRun() (script string, command []string) {
 var ErrNothingToResume = errors.New("nothing to resume: every trial succeeded")
 
 // LoadDir reads the sweep a sweep directory holds (its sweep.yaml)
-// and its results.json, refusing a directory that is not a sweep's.
+// and its results.json, refusing a directory that is not a sweep's (and
+// naming what it is: a file, a training run, a trial's run). The rows'
+// run directories and configurations are those in dir, wherever the sweep
+// was when they were written: a sweep directory copied or moved is
+// resumed where it is now. A results.json that is missing or damaged is
+// rebuilt from the journal when the journal records every trial that has
+// a run directory (see rebuildResults); the rebuilt Results' Damaged says
+// why, and its RankBy is "".
 func LoadDir(dir string) (*Sweep, Results, error) {
 	var res Results
 	if dir == "" {
 		return nil, res, refusal.Config(field.Errorf("sweep_dir", "is required to resume a sweep: give the directory the sweep wrote"))
 	}
-	if _, err := os.Stat(dir); err != nil {
+	info, err := os.Stat(dir)
+	if err != nil {
 		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%w; give the directory of the sweep to resume", err))
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, ResultsJSON))
-	if err == nil {
-		err = json.Unmarshal(raw, &res)
+	if !info.IsDir() {
+		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s is a file, not a directory; give the directory a tolaria sweep wrote", dir))
 	}
-	if err != nil {
-		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s is not a sweep directory (%v); give the directory a tolaria sweep wrote", dir, err))
+	if !fileExists(filepath.Join(dir, SweepFileCopy)) && !fileExists(filepath.Join(dir, ResultsJSON)) {
+		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s is not a sweep directory (%s); give the directory a tolaria sweep wrote", dir, otherKind(dir)))
 	}
 	// Accepted once, at whatever size it was allowed: no limit now.
 	sw, err := ReadSweepMax(filepath.Join(dir, SweepFileCopy), 0)
 	if err != nil {
 		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s is not a sweep directory: %w", dir, err))
 	}
+	raw, err := os.ReadFile(filepath.Join(dir, ResultsJSON))
+	if err == nil {
+		err = json.Unmarshal(raw, &res)
+		if err == nil && res.Trials == nil {
+			err = errors.New("it lists no trials")
+		}
+	}
+	if err != nil {
+		if res, err = rebuildResults(dir, sw, err); err != nil {
+			return nil, res, err
+		}
+	}
 	if _, err := matchRows(sw, res); err != nil {
 		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s: %w", dir, err))
 	}
+	placeRows(dir, res.Trials)
 	return sw, res, nil
+}
+
+// otherKind says what dir, which holds no sweep, is instead: a trial's
+// run directory, a run of tolaria train or tolaria rl, or nothing of
+// tolaria's; and what to do with it.
+func otherKind(dir string) string {
+	parent := filepath.Dir(filepath.Clean(dir))
+	if fileExists(filepath.Join(parent, SweepFileCopy)) && fileExists(filepath.Join(parent, ResultsJSON)) {
+		return fmt.Sprintf("it is the run directory of trial %q of the sweep in %s: continue the sweep with tolaria sweep --resume --sweep-dir %s, or this trial's run alone with tolaria train --resume --run-dir %s",
+			filepath.Base(filepath.Clean(dir)), parent, shellword.Quote(parent), shellword.Quote(dir))
+	}
+	config := filepath.Join(dir, rundir.ConfigFile)
+	if !fileExists(config) {
+		return fmt.Sprintf("it has no %s or %s", SweepFileCopy, ResultsJSON)
+	}
+	_, err := job.ReadRunConfig(dir, config, nil)
+	if other := (*job.OtherRunError)(nil); errors.As(err, &other) {
+		return fmt.Sprintf("it is a %s run: continue it with %s --resume --run-dir %s", other.Command, other.Command, shellword.Quote(dir))
+	}
+	return fmt.Sprintf("it is a tolaria train run (it has %s): continue it with tolaria train --resume --run-dir %s", rundir.ConfigFile, shellword.Quote(dir))
+}
+
+// placeRows sets each row's run directory and configuration to trial's
+// in dir, the sweep directory as it is now. A reason that named the run
+// directory where it was (interrupted ... checkpoint saved in ...) names
+// it where it is.
+func placeRows(dir string, rows []TrialResult) {
+	for i := range rows {
+		r := &rows[i]
+		run := filepath.Join(dir, r.Name)
+		if r.RunDir != "" && r.RunDir != run {
+			r.Reason = strings.ReplaceAll(r.Reason, r.RunDir, run)
+		}
+		r.RunDir, r.Config = run, trialConfigPath(dir, r.Name)
+	}
+}
+
+// rebuildResults makes the rows of dir's sweep again, when its
+// results.json is missing or damaged (why), from its sweep file: every
+// trial pending, for loadRows to bring up to date with the journal. That
+// is all of a trial's story only when the journal records every trial
+// that has a run directory; a journal that does not (a sweep from before
+// journals) is refused, saying how to go on.
+func rebuildResults(dir string, sw *Sweep, why error) (Results, error) {
+	res := Results{SweepFile: filepath.Join(dir, SweepFileCopy), Damaged: fmt.Sprintf("%s was damaged (%v)", ResultsJSON, why)}
+	if errors.Is(why, os.ErrNotExist) {
+		res.Damaged = fmt.Sprintf("%s was missing", ResultsJSON)
+	}
+	entries, err := readJournal(dir)
+	if err != nil {
+		return res, refusal.Config(field.Errorf("sweep_dir", "%s is a sweep directory whose %s, and its %s, cannot be read (%v, %v); fix what keeps them from being read, then resume again",
+			dir, ResultsJSON, JournalFile, why, err))
+	}
+	journaled := map[string]bool{}
+	for _, e := range entries {
+		journaled[e.Trial] = true
+	}
+	var missing []string
+	for _, t := range sw.Trials {
+		res.Trials = append(res.Trials, TrialResult{Name: t.Name, State: TrialPending, Overrides: overrides(t)})
+		if fileExists(filepath.Join(dir, t.Name)) && !journaled[t.Name] {
+			missing = append(missing, t.Name)
+		}
+	}
+	if len(missing) > 0 {
+		return res, refusal.Config(field.Errorf("sweep_dir", "%s is a sweep directory whose %s is damaged (%v), and its %s does not record trials %s (their runs began before the journal did), so the results cannot be rebuilt: "+
+			"restore %s from a copy and resume again, or run the sweep file (%s) again in a new directory; each trial's run can be continued alone with tolaria train --resume --run-dir %s",
+			dir, ResultsJSON, why, JournalFile, strings.Join(missing, ", "), ResultsJSON, filepath.Join(dir, SweepFileCopy), shellword.Quote(filepath.Join(dir, missing[0]))))
+	}
+	return res, nil
 }
 
 // matchRows orders the rows of results.json as the sweep's trials.
@@ -411,7 +553,11 @@ func (s *Run) loadRows() error {
 	if err != nil {
 		return err
 	}
-	for _, st := range replayJournal(rows, entries) {
+	stopped := replayJournal(rows, entries)
+	// The journal's rows name the directory they ran in, which may have
+	// been copied or moved since.
+	placeRows(s.dir, rows)
+	for _, st := range stopped {
 		if err := s.recordStopped(&rows[st.row], st); err != nil {
 			return err
 		}
@@ -423,7 +569,15 @@ func (s *Run) loadRows() error {
 	}
 	s.setRows(rows)
 	s.file = res.SweepFile
-	if !reflect.DeepEqual(was, rows) {
+	if res.Damaged != "" {
+		kept := filepath.Join(s.dir, ResultsJSON+".damaged")
+		if err := os.Rename(filepath.Join(s.dir, ResultsJSON), kept); err == nil {
+			s.log.Warn(fmt.Sprintf("%s; rebuilt from %s and %s; the damaged file is kept as %s", res.Damaged, SweepFileCopy, JournalFile, kept))
+		} else {
+			s.log.Warn(fmt.Sprintf("%s; rebuilt from %s and %s", res.Damaged, SweepFileCopy, JournalFile))
+		}
+	}
+	if res.Damaged != "" || !reflect.DeepEqual(was, rows) {
 		if err := s.writeResults(); err != nil {
 			return err
 		}
@@ -472,6 +626,12 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
+// isDir reports whether path names a directory.
+func isDir(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.IsDir()
+}
+
 // planSweepDir refuses a directory that holds anything; "" names
 // sweeps/<now>.
 func planSweepDir(dir string, now time.Time) (string, error) {
@@ -489,6 +649,8 @@ func planSweepDir(dir string, now time.Time) (string, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return dir, nil
+	case err != nil && !isDir(dir):
+		return "", refusal.Config(field.Errorf("sweep_dir", "%s is a file, not a directory; give a new or empty directory for the sweep", dir))
 	case err != nil:
 		return "", refusal.Config(field.Errorf("sweep_dir", "%w", err))
 	case len(entries) > 0 && fileExists(filepath.Join(dir, ResultsJSON)):
@@ -541,7 +703,11 @@ func checkTrials(ctx context.Context, sw *Sweep, w *worker.Process) ([]jobserver
 		return nil, fmt.Errorf("sweep file %s: planning the trials in the worker %s: %w", sw.Path, w.Path, err)
 	}
 	for i, t := range sw.Trials {
-		if err := plans[i].Err(); err != nil {
+		p := plans[i]
+		// The worker's refusal speaks to tolaria train, whose flag names
+		// the data; a sweep's trials take theirs from the sweep file.
+		p.Error = strings.ReplaceAll(p.Error, "pass --data-dir", "set data.dir in the sweep file (in base: or the trial)")
+		if err := p.Err(); err != nil {
 			return nil, refusal.Config(fmt.Errorf("sweep file %s: trial %q: %w", sw.Path, t.Name, err))
 		}
 	}
@@ -552,6 +718,7 @@ func checkTrials(ctx context.Context, sw *Sweep, w *worker.Process) ([]jobserver
 const sweepLock = ".tolaria-sweep.lock"
 
 func (s *Run) claim() error {
+	made := firstMissing(s.dir)
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return err
 	}
@@ -563,8 +730,23 @@ func (s *Run) claim() error {
 	if !ok {
 		return fmt.Errorf("%s is in use by another tolaria sweep", s.dir)
 	}
-	s.lock = l
+	s.lock, s.claimed, s.madeDir = l, true, made
 	return nil
+}
+
+// firstMissing is the outermost directory of path that does not exist
+// (path itself when only it is missing), "" when path exists.
+func firstMissing(path string) string {
+	missing := ""
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			return missing
+		}
+		missing = p
+		if filepath.Dir(p) == p {
+			return missing
+		}
+	}
 }
 
 // writeFiles keeps the sweep file and writes results.json with every
@@ -581,19 +763,28 @@ func (s *Run) writeFiles() error {
 	}
 	rows := make([]TrialResult, 0, len(s.cfg.Sweep.Trials))
 	for _, t := range s.cfg.Sweep.Trials {
-		over := make(map[string]any, len(t.Overrides))
-		for k, v := range t.Overrides {
-			over[string(k)] = v
-		}
-		rows = append(rows, TrialResult{Name: t.Name, State: TrialPending, RunDir: filepath.Join(s.dir, t.Name), Config: s.trialConfigPath(t), Overrides: over})
+		rows = append(rows, TrialResult{Name: t.Name, State: TrialPending, RunDir: filepath.Join(s.dir, t.Name), Config: s.trialConfigPath(t), Overrides: overrides(t)})
 	}
 	s.setRows(rows)
 	return s.writeResults()
 }
 
+// overrides are t's settings changed from base, as results.json has them.
+func overrides(t Trial) map[string]any {
+	over := make(map[string]any, len(t.Overrides))
+	for k, v := range t.Overrides {
+		over[string(k)] = v
+	}
+	return over
+}
+
 // trialConfigPath is where trial t's resolved configuration goes.
-func (s *Run) trialConfigPath(t Trial) string {
-	return filepath.Join(s.dir, TrialConfigDir, t.Name+".yaml")
+func (s *Run) trialConfigPath(t Trial) string { return trialConfigPath(s.dir, t.Name) }
+
+// trialConfigPath is where the resolved configuration of the trial named
+// name goes in the sweep directory dir.
+func trialConfigPath(dir, name string) string {
+	return filepath.Join(dir, TrialConfigDir, name+".yaml")
 }
 
 // writeTrialConfig writes the resolved configuration of a trial about to
@@ -696,7 +887,11 @@ func (s *Run) writeResults() error {
 	rows := slices.Clone(s.rows)
 	s.mu.Unlock()
 	start := time.Now()
-	err := newResults(s.file, s.cfg.RankBy, rows, start).write(s.dir)
+	write := s.cfg.writeResultsFiles
+	if write == nil {
+		write = Results.write
+	}
+	err := write(newResults(s.file, s.cfg.RankBy, rows, start), s.dir)
 	s.pace.wrote(start, time.Now())
 	s.writes++
 	return err
