@@ -3,7 +3,9 @@ package data
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Split names one part of a dataset.
@@ -63,6 +65,13 @@ func LoadFashionMNISTAdvancing(dir string, split Split, advance func()) (*Datase
 	imagesPath, labelsPath, err := FashionMNISTFiles(dir, split)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := os.Stat(imagesPath); errors.Is(err, syscall.ENOTDIR) {
+		// The directory is a file: say so, not "no such file" and how to
+		// install a package the user may well have.
+		fe := openError(imagesPath, err).(*FileError)
+		fe.Hint = fmt.Sprintf("give --data-dir the directory holding %s, %s and the other Fashion-MNIST files", filepath.Base(imagesPath), filepath.Base(labelsPath))
+		return nil, fe
 	}
 	images, err := readIDXImages(imagesPath, advance)
 	if err != nil {

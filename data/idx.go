@@ -10,7 +10,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
+	"syscall"
 )
 
 // IDX magic numbers: two zero bytes, data type 0x08 (unsigned byte), then the number of
@@ -191,6 +193,22 @@ func corrupt(path, detail string) error {
 func openError(path string, err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		return &FileError{Path: path, Kind: ErrMissing, Detail: "no such file", Hint: hintMissingGeneric}
+	}
+	if errors.Is(err, syscall.ENOTDIR) {
+		// A file stands where a directory of the path should: name it,
+		// not the permissions, which are not what is wrong.
+		file := filepath.Dir(path)
+		for p := file; ; p = filepath.Dir(p) {
+			if st, err := os.Stat(p); err == nil && !st.IsDir() {
+				file = p
+				break
+			}
+			if filepath.Dir(p) == p {
+				break
+			}
+		}
+		return &FileError{Path: file, Kind: ErrMissing, Detail: "is a file, not a directory",
+			Hint: "give the directory holding " + filepath.Base(path)}
 	}
 	return &FileError{Path: path, Detail: "cannot open", Err: unwrapPathError(err), Hint: "check the file's permissions"}
 }

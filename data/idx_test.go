@@ -259,6 +259,30 @@ func TestReadIDXGenericHint(t *testing.T) {
 	}
 }
 
+// TestDataDirThatIsAFile: a data directory that is a file is refused as
+// such, naming the file and asking for the directory (not the file's
+// permissions, nor the package to install); the refusal is ErrMissing,
+// so a worker reports it as the user's input. A path under the file is
+// refused naming the file too.
+func TestDataDirThatIsAFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "corpus.txt")
+	if err := os.WriteFile(file, []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{file, filepath.Join(file, "fashion")} {
+		_, err := LoadFashionMNIST(dir, SplitTrain)
+		want := "data: " + file + ": is a file, not a directory; give --data-dir the directory holding train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz"
+		if !errors.Is(err, ErrMissing) || err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("data dir %s: %v\nwant ErrMissing beginning %q", dir, err, want)
+		}
+		_, err = ReadIDXLabels(filepath.Join(dir, "x-labels-idx1-ubyte.gz"))
+		want = "data: " + file + ": is a file, not a directory; give the directory holding x-labels-idx1-ubyte.gz"
+		if !errors.Is(err, ErrMissing) || err == nil || err.Error() != want {
+			t.Errorf("reading under %s: %v\nwant %q", dir, err, want)
+		}
+	}
+}
+
 func TestLoadFashionMNISTBadSplit(t *testing.T) {
 	_, err := LoadFashionMNIST(t.TempDir(), "validation")
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"validation"`) {

@@ -438,12 +438,11 @@ func Plan(req Request) (*Run, error) {
 	if err := rundir.CheckIdle(req.RunDir, inUse(req.RunDir)); err != nil {
 		return nil, err
 	}
-	whose := fmt.Sprintf("the run's data, as its %s names it; %s evaluates on data elsewhere", rundir.ConfigFile, field.Name("data_dir"))
 	if req.DataDir != "" && e.spec.Dataset == "synthetic" {
 		return nil, refusal.Config(field.Errorf("data_dir", "names data, but the run's dataset is synthetic, made from its seed and size: there are no files to evaluate on; leave it out"))
 	}
 	if req.DataDir != "" {
-		e.spec.DataDir, whose = req.DataDir, "the data "+string(field.Name("data_dir"))+" names"
+		e.spec.DataDir = req.DataDir
 	}
 	// The run's own checkpoint is named by the run directory, the only
 	// setting the user gave for it.
@@ -471,8 +470,12 @@ func Plan(req Request) (*Run, error) {
 	switch {
 	case errors.As(err, &we) && we.Kind == worker.KindCheckpoint:
 		return nil, refusal.Config(field.Errorf(ckField, "%s", we.Message))
+	case errors.As(err, &we) && we.Kind == worker.KindUsage && req.DataDir != "":
+		return nil, refusal.Config(field.Errorf("data_dir", "%s", we.Message))
 	case errors.As(err, &we) && we.Kind == worker.KindUsage:
-		return nil, refusal.Config(fmt.Errorf("%s (%s)", we.Message, whose))
+		// Keys as field.Names, so the command spells them as its flags.
+		return nil, refusal.Config(field.Errorf("run_dir", "%s (the run's data, as its %s names it; %s evaluates on data elsewhere)",
+			we.Message, rundir.ConfigFile, field.Name("data_dir")))
 	case err != nil:
 		return nil, fmt.Errorf("checking the evaluation in the worker %s: %w", e.worker, err)
 	}
