@@ -155,14 +155,14 @@ func Hold(dir, activity, todo string) (*Dir, error) {
 	l := flock.New(filepath.Join(dir, LockFile), flock.SetPermissions(0o644))
 	ok, err := l.TryLock()
 	if err != nil {
-		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
+		return nil, d.claimFailed(err)
 	}
 	if !ok {
 		return nil, d.busyTodo(d.owner(), todo)
 	}
 	if err := os.WriteFile(l.Path(), fmt.Appendf(nil, "pid %d, %s", os.Getpid(), activity), 0o644); err != nil {
 		_ = l.Close()
-		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
+		return nil, d.claimFailed(err)
 	}
 	d.lock = l
 	return d, nil
@@ -230,7 +230,7 @@ func (d *Dir) checkOwn() error {
 // gives it back.
 func (d *Dir) Claim() error {
 	if err := d.create(); err != nil {
-		return refusal.Config(field.Errorf("run_dir", "%w", err))
+		return d.claimFailed(err)
 	}
 	if !d.resume {
 		// Before the lock file exists, which marks the directory tolaria's.
@@ -241,7 +241,7 @@ func (d *Dir) Claim() error {
 	l := flock.New(filepath.Join(d.path, LockFile), flock.SetPermissions(0o644))
 	ok, err := l.TryLock()
 	if err != nil {
-		return refusal.Config(field.Errorf("run_dir", "%w", err))
+		return d.claimFailed(err)
 	}
 	if !ok {
 		return d.busyErr(d.owner())
@@ -250,7 +250,7 @@ func (d *Dir) Claim() error {
 	// another descriptor keeps the lock.
 	if err := os.WriteFile(l.Path(), fmt.Appendf(nil, "pid %d", os.Getpid()), 0o644); err != nil {
 		_ = l.Close()
-		return refusal.Config(field.Errorf("run_dir", "%w", err))
+		return d.claimFailed(err)
 	}
 	if err := d.check(); err != nil {
 		_ = l.Close()
