@@ -49,7 +49,11 @@ func TestTrainStopped(t *testing.T) {
 		NewTrain(Streams{Stdout: io.Discard, Stderr: &b}, true, nil).Stopped(rd, sum, false, maxSteps)
 		return b.String()
 	}
-	if got := say(trainer.Summary{Steps: 0}, 0); !strings.Contains(got, "nothing to resume") || strings.Contains(got, "checkpoint saved") {
+	// The same command is taken again in the same directory (see
+	// rundir's TestRunDirOfARunStoppedBeforeItsFirstStepIsTakenAgain):
+	// no other directory, nothing to remove.
+	if got := say(trainer.Summary{Steps: 0}, 0); !strings.Contains(got, "nothing to resume") || !strings.Contains(got, "run the same command again to start the run over") ||
+		strings.Contains(got, "checkpoint saved") || strings.Contains(got, "another --run-dir") || strings.Contains(got, "removing") {
 		t.Errorf("stopped before the first step of a fresh run: %q", got)
 	}
 	if err := os.WriteFile(filepath.Join(dir, trainer.CheckpointFile), []byte("x"), 0o644); err != nil {

@@ -137,7 +137,10 @@ func (v *Train) Stopped(dir *rundir.Dir, sum trainer.Summary, interrupted bool, 
 			how, sum.ResumedFromStep, shellword.Quote(dir.Path()))
 		return
 	}
-	fmt.Fprintf(w, "tolaria: %s before the first step; nothing to resume: run the same command again (with another --run-dir, or after removing %s)\n", how, dir.Path())
+	// A run directory without a checkpoint is taken again by a fresh run
+	// (rundir.Plan), so the same command, its --run-dir included, starts
+	// the run over.
+	fmt.Fprintf(w, "tolaria: %s before the first step; nothing to resume (%s holds no checkpoint): run the same command again to start the run over\n", how, shellword.Quote(dir.Path()))
 }
 
 // Failed says why a run failed and, when its checkpoint can be resumed
