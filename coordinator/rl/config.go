@@ -23,6 +23,13 @@ import (
 // resumed takes no other file and no key given: it continues as it was
 // configured. Every refusal is an ErrConfig naming the key at fault.
 func (r *Request) Resolve(path string, given map[field.Name]any) error {
+	// A directory another tolaria holds is refused as such before its
+	// files are read: any other answer would be refused in turn.
+	if r.Dir != "" {
+		if err := rundir.CheckFree(r.Dir); err != nil {
+			return err
+		}
+	}
 	if r.Resume {
 		switch {
 		case path != "":
@@ -91,6 +98,9 @@ func LoadConfig(path string, given map[field.Name]any) (dqn.Config, error) {
 		}
 	}
 	if err := cfg.Validate(); err != nil {
+		return cfg, refusal.Config(err)
+	}
+	if err := checkLearns(cfg); err != nil {
 		return cfg, refusal.Config(err)
 	}
 	return cfg, nil

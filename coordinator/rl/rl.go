@@ -14,6 +14,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -287,6 +288,10 @@ type Run struct {
 	// shared is the one actor of the agents when they act in one world
 	// (actor: shared); nil when each agent has its own.
 	shared *sharedActor
+	// crowd is the run's worker processes on this machine's cores when
+	// they crowd it (CrowdPerCore), which a worker's failure to answer or
+	// to send heartbeats then names; zero otherwise.
+	crowd crowd
 }
 
 // agentPlan is what an agent of a resumed run goes on from: its learner's
@@ -305,6 +310,9 @@ func AgentDir(runDir string, i int) string { return filepath.Join(runDir, fmt.Sp
 // finished. Nothing is started.
 func Prepare(req Request, now time.Time) (*Run, error) {
 	if err := req.Config.Validate(); err != nil {
+		return nil, refusal.Config(err)
+	}
+	if err := checkLearns(req.Config); err != nil {
 		return nil, refusal.Config(err)
 	}
 	switch req.Device {
@@ -335,6 +343,11 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 		}
 		dir = filepath.Join("runs", "rl-"+now.UTC().Format("20060102-150405"))
 	}
+	// A directory another tolaria holds is said to be so first: whatever
+	// else it holds, a new run and a resume are refused there alike.
+	if err := rundir.CheckFree(dir); err != nil {
+		return nil, err
+	}
 	_, statErr := os.Stat(filepath.Join(dir, rundir.ConfigFile))
 	switch {
 	case req.Resume && statErr != nil:
@@ -347,10 +360,9 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, refusal.Config(field.Errorf("run_dir", "%v", err))
 	}
-	lock := flock.New(filepath.Join(dir, rundir.LockFile))
-	ok, err := lock.TryLock()
-	if err != nil || !ok {
-		return nil, refusal.Config(field.Errorf("run_dir", "%s is %w; wait for it or choose another %s", dir, rundir.ErrBusy, field.Name("run_dir")))
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
 	}
 	if c, g := req.Config, req.Config.Goal(); c.StopWhenSolved && c.EvalInterval > 0 && c.EvalEpisodes < g.Episodes {
 		req.Logger.Warn(fmt.Sprintf("eval_episodes %d is under %d: no evaluation can solve %s (a mean return of %g over %d episodes), so stop_when_solved never stops an agent",
@@ -366,6 +378,10 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 		_ = lock.Unlock()
 		return nil, err
 	}
+	if c, crowded := runCrowding(req, req.Launch.OrLocal().Name == launch.LocalName, runtime.NumCPU()); crowded {
+		r.crowd = c
+		req.Logger.Warn(c.warning(req.WorkerStart, req.HeartbeatTimeout))
+	}
 	if req.Resume {
 		if err := r.checkResume(); err != nil {
 			_ = lock.Unlock()
@@ -376,6 +392,44 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// checkLearns refuses a run whose learners would take no training step:
+// a learner trains once its buffer holds learning_starts transitions, and
+// the actor stops at total_steps. (dqn.Config allows total_steps equal to
+// learning_starts, for a loop that only fills its buffers: the benchmark's
+// sequential baseline. A run of tolaria rl is for training.)
+func checkLearns(c dqn.Config) error {
+	if c.TotalSteps > c.LearningStarts {
+		return nil
+	}
+	return field.Errorf("total_steps", "%d leaves the learners no training step: they train only once their buffers hold %s (%d) transitions; give a %s above %d, or a smaller %s",
+		c.TotalSteps, field.Name("learning_starts"), c.LearningStarts, field.Name("total_steps"), c.LearningStarts, field.Name("learning_starts"))
+}
+
+// lockDir locks the run directory against a second tolaria and records
+// this one in the lock file, as tolaria train does, so that a tolaria
+// refused the directory names the process to wait for.
+func lockDir(dir string) (*flock.Flock, error) {
+	lock := flock.New(filepath.Join(dir, rundir.LockFile), flock.SetPermissions(0o644))
+	ok, err := lock.TryLock()
+	if err != nil {
+		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
+	}
+	if !ok {
+		// Taken since CheckFree looked: it names the holder now.
+		if err := rundir.CheckFree(dir); err != nil {
+			return nil, err
+		}
+		return nil, refusal.Config(field.Errorf("run_dir", "%s is %w; wait for it or choose another %s", dir, rundir.ErrBusy, field.Name("run_dir")))
+	}
+	// flock(2) locks belong to the open file: writing through another
+	// descriptor keeps the lock.
+	if err := os.WriteFile(lock.Path(), fmt.Appendf(nil, "pid %d, tolaria rl", os.Getpid()), 0o644); err != nil {
+		_ = lock.Close()
+		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
+	}
+	return lock, nil
 }
 
 // placeWorkers makes the run's launcher and its slots: every actor and
@@ -462,6 +516,21 @@ func (r *Run) checkResume() error {
 	if done == n {
 		return refusal.Config(field.Errorf("resume", "%s: every agent has finished (their %s say so); there is nothing to resume; start a new run in another %s",
 			r.dir, rundir.SummaryFile, field.Name("run_dir")))
+	}
+	return r.checkWorld()
+}
+
+// checkWorld refuses, with the shared actor, a saved world (WorldFile)
+// that the actor would refuse: found here, it fails no worker, and the
+// run stops before it starts rather than after every agent has failed.
+func (r *Run) checkWorld() error {
+	cfg := r.req.Config
+	if cfg.ActorMode() != dqn.ActorShared {
+		return nil
+	}
+	if err := dqn.CheckWorldFile(filepath.Join(r.dir, WorldFile), cfg); err != nil {
+		return refusal.Config(field.Errorf("resume", "%v, which loses only the worlds as saved (their episodes in progress; their random draws start afresh): every agent's checkpoint, replay buffer and events are kept, and its step count and epsilon go on from its buffer; or restore the file",
+			err))
 	}
 	return nil
 }
@@ -945,7 +1014,7 @@ func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt i
 	a.update(func(st *AgentStatus) { st.Device = sl.String() })
 	h, err := a.r.launcher.Start(ctx, w, sl, attempt)
 	if err != nil {
-		return jobserver.RLResult{}, err
+		return jobserver.RLResult{}, a.r.crowd.explain(err)
 	}
 	defer h.Close()
 	t, dev := h.Transport, sl.Device
@@ -961,7 +1030,7 @@ func (a *agentRun) half(ctx context.Context, role string, resume bool, attempt i
 		a.progress(p, attempt)
 	}, obs, ask)
 	if err != nil {
-		return res, fmt.Errorf("%s (attempt %d): %w (worker log %s)", role, attempt, err, logPath)
+		return res, a.r.crowd.explain(fmt.Errorf("%s (attempt %d): %w (worker log %s)", role, attempt, err, logPath))
 	}
 	return res, nil
 }

@@ -185,7 +185,7 @@ func (s *sharedActor) half(ctx context.Context, attempt int) error {
 	defer r.slots.Give(sl)
 	h, err := r.launcher.Start(ctx, w, sl, attempt)
 	if err != nil {
-		return err
+		return r.crowd.explain(err)
 	}
 	defer h.Close()
 	// It asks for its budget, booked with every learner's (worldBudget).
@@ -217,7 +217,7 @@ func (s *sharedActor) half(ctx context.Context, attempt int) error {
 		}
 	}, s.observer(observers), ask)
 	if err != nil {
-		return fmt.Errorf("%s (attempt %d): %w (worker log %s)", jobserver.RoleSharedActor, attempt, err, w.Log)
+		return r.crowd.explain(fmt.Errorf("%s (attempt %d): %w (worker log %s)", jobserver.RoleSharedActor, attempt, err, w.Log))
 	}
 	return nil
 }

@@ -145,6 +145,19 @@ func CheckIdle(dir, todo string) error {
 	return nil
 }
 
+// CheckFree refuses the run directory dir, for a run of its own, when
+// another tolaria holds it, naming the holder as Plan does: wait for it
+// or choose another run_dir. An activity that locks its directory itself
+// (tolaria rl) calls it before anything else about the directory, since
+// every other answer would be refused in turn. It creates nothing.
+func CheckFree(dir string) error {
+	d := &Dir{path: dir}
+	if owner, busy := d.busy(); busy {
+		return d.busyErr(owner)
+	}
+	return nil
+}
+
 // Hold locks the existing run directory dir for an activity that reads
 // the run and writes beside it (activity names it, "tolaria eval"): a
 // directory another tolaria holds is refused as CheckIdle refuses it,

@@ -619,6 +619,44 @@ func (s *SharedActor) SaveWorld() error {
 // with: damaged, or saved under another configuration.
 var ErrWorldFile = errors.New("the shared world's saved state cannot be restored")
 
+// CheckWorldFile checks, with no device, that the worlds saved at path
+// would be restored by a shared actor of cfg: it refuses, with
+// ErrWorldFile, whatever NewSharedActor would refuse, so that a run can
+// refuse the file before any worker starts. No file at path is no
+// refusal: the worlds start afresh.
+func CheckWorldFile(path string, cfg Config) error {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	spec, err := cfg.Spec()
+	if err != nil {
+		return err
+	}
+	_, mk, err := cfg.World()
+	if err != nil {
+		return err
+	}
+	// The worlds and the agents' rows that restore fills, as build makes
+	// them, and nothing else.
+	n, o := cfg.NumEnvs, spec.Inputs
+	s := &SharedActor{cfg: cfg, opts: SharedActorOptions{WorldFile: path}, length: make([]int, n), restored: -1}
+	for range cfg.NumAgents {
+		s.agents = append(s.agents, &sharedAgent{cur: make([]float32, n*o), ret: make([]float64, n)})
+	}
+	for w := range n {
+		world := mk()
+		if _, ok := world.(worldSaver); !ok {
+			return fmt.Errorf("dqn: %s: %s cannot be saved, so a shared actor never restores it", path, world.Name())
+		}
+		cur := make([][]float32, cfg.NumAgents)
+		for i, ag := range s.agents {
+			cur[i] = ag.cur[w*o : (w+1)*o]
+		}
+		s.worlds, s.worldCur = append(s.worlds, world), append(s.worldCur, cur)
+	}
+	return s.restore()
+}
+
 // restore goes on from WorldFile when it exists.
 func (s *SharedActor) restore() error {
 	path := s.opts.WorldFile

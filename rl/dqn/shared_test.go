@@ -2,6 +2,7 @@ package dqn
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -213,30 +214,51 @@ func TestSharedActorResumesItsWorld(t *testing.T) {
 }
 
 // TestSharedWorldFileRefused: a world file of another configuration, or
-// damaged, is refused naming the file and what to do.
+// damaged, is refused naming the file and what to do; CheckWorldFile,
+// with no device, refuses what the actor refuses and passes the rest.
 func TestSharedWorldFileRefused(t *testing.T) {
 	dev, err := cpu.Open(cpu.Config{})
 	must(t, err)
 	t.Cleanup(func() { _ = dev.Close() }) // after the actors' cleanups
 	cfg := smallForage()
 	file := filepath.Join(t.TempDir(), "world.json")
+	if err := CheckWorldFile(file, cfg); err != nil {
+		t.Errorf("CheckWorldFile of no file: %v", err)
+	}
 	mems := sharedMemories(t, cfg)
 	must(t, stepShared(t, dev, cfg, mems, file, 3).SaveWorld())
+	if err := CheckWorldFile(file, cfg); err != nil {
+		t.Errorf("CheckWorldFile of a file the actor saved: %v", err)
+	}
+	good, err := os.ReadFile(file)
+	must(t, err)
 	other := cfg
 	other.Seed = 9
-	for name, c := range map[string]struct {
+	for _, c := range []struct {
+		name string
 		cfg  Config
 		edit func()
 	}{
-		"another configuration": {other, func() {}},
-		"damaged":               {cfg, func() { must(t, os.WriteFile(file, []byte(`{"config":`), 0o644)) }},
+		{"another configuration", other, func() {}},
+		{"a damaged world", cfg, func() {
+			var sv map[string]any
+			must(t, json.Unmarshal(good, &sv))
+			sv["worlds"].([]any)[1] = "AAAA"
+			raw, err := json.Marshal(sv)
+			must(t, err)
+			must(t, os.WriteFile(file, raw, 0o644))
+		}},
+		{"damaged", cfg, func() { must(t, os.WriteFile(file, []byte(`{"config":`), 0o644)) }},
 	} {
 		c.edit()
 		shared := NewShared()
 		_, err := NewSharedActor(dev, shared, mems, c.cfg, SharedActorOptions{WorldFile: file})
 		shared.Pool.Close()
 		if !errors.Is(err, ErrWorldFile) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "remove it") {
-			t.Errorf("%s: %v, want ErrWorldFile naming %s and what to do", name, err, file)
+			t.Errorf("%s: %v, want ErrWorldFile naming %s and what to do", c.name, err, file)
+		}
+		if checked := CheckWorldFile(file, c.cfg); !errors.Is(checked, ErrWorldFile) || err == nil || checked.Error() != err.Error() {
+			t.Errorf("%s: CheckWorldFile says %v, the actor %v", c.name, checked, err)
 		}
 	}
 }
