@@ -26,7 +26,8 @@ const CrowdPerCore = 32
 // that fits.
 type crowd struct {
 	workers, threads, cores int
-	agents                  int // the most agents that fit
+	agents                  int // the most agents that fit at these threads
+	fitThreads              int // the most threads a worker may have for these agents to fit
 }
 
 // crowding says whether workers worker processes of threads CPU-device
@@ -45,7 +46,26 @@ func crowding(workers, perAgent, threads, cores int) (crowd, bool) {
 	} else {
 		fit /= perAgent
 	}
-	return crowd{workers: workers, threads: threads, cores: cores, agents: max(fit, 0)}, true
+	return crowd{workers: workers, threads: threads, cores: cores, agents: max(fit, 0), fitThreads: limit / workers}, true
+}
+
+// remedy says what makes the run fit: fewer agents, fewer threads (each
+// with the most that fit), or longer timeouts.
+func (c crowd) remedy() string {
+	var fewer []string
+	if c.agents > 0 {
+		fewer = append(fewer, fmt.Sprintf("fewer agents (--agents %d fits)", c.agents))
+	}
+	if c.threads > 1 && c.fitThreads > 0 {
+		fewer = append(fewer, fmt.Sprintf("fewer --threads (--threads %d fits)", c.fitThreads))
+	}
+	switch len(fewer) {
+	case 0:
+		return "run fewer agents and fewer --threads, or raise --worker-start-timeout and --heartbeat-timeout"
+	case 1:
+		return "run " + fewer[0] + ", or raise --worker-start-timeout and --heartbeat-timeout"
+	}
+	return "run " + fewer[0] + " or " + fewer[1] + ", or raise --worker-start-timeout and --heartbeat-timeout"
 }
 
 // runCrowding is crowding for the run req asks for, on the CPU device
@@ -64,8 +84,8 @@ func runCrowding(req Request, local bool, cores int) (crowd, bool) {
 
 // warning is what a crowded run is warned of before it starts.
 func (c crowd) warning(start, heartbeat time.Duration) string {
-	return fmt.Sprintf("%s: workers may take longer than --worker-start-timeout (%s) to say hello, or be silent past --heartbeat-timeout (%s), and be failed as not answering or hung although nothing is wrong with them; run fewer agents (--agents %d fits), fewer --threads, or raise both timeouts",
-		c, orDefault(start, worker.DefaultHelloTimeout), orDefault(heartbeat, worker.DefaultHeartbeatTimeout), c.agents)
+	return fmt.Sprintf("%s: workers may take longer than --worker-start-timeout (%s) to say hello, or be silent past --heartbeat-timeout (%s), and be failed as not answering or hung although nothing is wrong with them; %s",
+		c, orDefault(start, worker.DefaultHelloTimeout), orDefault(heartbeat, worker.DefaultHeartbeatTimeout), c.remedy())
 }
 
 func (c crowd) String() string {
@@ -83,7 +103,7 @@ func (c crowd) explain(err error) error {
 	if c.workers == 0 || err == nil || !(errors.Is(err, worker.ErrNoAnswer) || errors.Is(err, worker.ErrHung)) {
 		return err
 	}
-	return fmt.Errorf("%w; %s, which alone makes workers start late or miss heartbeats: run fewer agents (--agents %d fits), or raise --worker-start-timeout and --heartbeat-timeout", err, c, c.agents)
+	return fmt.Errorf("%w; %s, which alone makes workers start late or miss heartbeats: %s", err, c, c.remedy())
 }
 
 func orDefault(d, def time.Duration) time.Duration {

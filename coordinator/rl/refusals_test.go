@@ -194,9 +194,25 @@ func TestCrowding(t *testing.T) {
 	c, _ := crowding(2000, 2, 1, 2)
 	msg := c.warning(0, 45*time.Second)
 	for _, w := range []string{"2000 worker processes run at once on 2 CPU cores", "--worker-start-timeout (20s)", "--heartbeat-timeout (45s)",
-		fmt.Sprintf("--agents %d fits", CrowdPerCore)} {
+		fmt.Sprintf("run fewer agents (--agents %d fits), or raise --worker-start-timeout and --heartbeat-timeout", CrowdPerCore)} {
 		if !strings.Contains(msg, w) {
 			t.Errorf("the warning %q lacks %q", msg, w)
+		}
+	}
+	// What fits is said for what can be lowered: agents, threads, or both.
+	for _, r := range []struct {
+		workers, threads int
+		remedy           string
+	}{
+		{2000, 1, fmt.Sprintf("run fewer agents (--agents %d fits), or raise", CrowdPerCore)},
+		{2, CrowdPerCore*2 + 1, fmt.Sprintf("run fewer --threads (--threads %d fits), or raise", CrowdPerCore)},
+		{16, 8, fmt.Sprintf("run fewer agents (--agents %d fits) or fewer --threads (--threads %d fits), or raise", CrowdPerCore/8, CrowdPerCore/8)},
+		{2 * CrowdPerCore * 2, 2, fmt.Sprintf("run fewer agents (--agents %d fits), or raise", CrowdPerCore/2)},
+		{8 * CrowdPerCore, 4 * CrowdPerCore, "run fewer agents and fewer --threads, or raise"},
+	} {
+		c, crowded := crowding(r.workers, 2, r.threads, 2)
+		if got := c.remedy(); !crowded || !strings.HasPrefix(got, r.remedy) {
+			t.Errorf("%d workers of %d threads on 2 cores: crowded %v, %q; want %q", r.workers, r.threads, crowded, got, r.remedy)
 		}
 	}
 
