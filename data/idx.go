@@ -197,20 +197,24 @@ func openError(path string, err error) error {
 	if errors.Is(err, syscall.ENOTDIR) {
 		// A file stands where a directory of the path should: name it,
 		// not the permissions, which are not what is wrong.
-		file := filepath.Dir(path)
-		for p := file; ; p = filepath.Dir(p) {
-			if st, err := os.Stat(p); err == nil && !st.IsDir() {
-				file = p
-				break
-			}
-			if filepath.Dir(p) == p {
-				break
-			}
-		}
-		return &FileError{Path: file, Kind: ErrMissing, Detail: "is a file, not a directory",
+		return &FileError{Path: fileAlong(path), Kind: ErrMissing, Detail: "is a file, not a directory",
 			Hint: "give the directory holding " + filepath.Base(path)}
 	}
 	return &FileError{Path: path, Detail: "cannot open", Err: unwrapPathError(err), Hint: "check the file's permissions"}
+}
+
+// fileAlong is the file among path's directories, which made opening
+// path fail with ENOTDIR; path's directory when none is found (it was
+// replaced since).
+func fileAlong(path string) string {
+	for p := filepath.Dir(path); ; p = filepath.Dir(p) {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+		if filepath.Dir(p) == p {
+			return filepath.Dir(path)
+		}
+	}
 }
 
 func gzipOpenError(path string, err error) error {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // TextVocab is the vocabulary of a text dataset: every byte value is a token, so a model
@@ -344,6 +345,10 @@ func isStrfileIndex(p string) bool {
 // textPathError reports a corpus path that cannot be opened, with advice about the
 // Debian package when it is the fortunes directory.
 func textPathError(path string, err error) error {
+	if errors.Is(err, syscall.ENOTDIR) {
+		return &FileError{Path: fileAlong(path), Kind: ErrMissing, Detail: "is a file, not a directory",
+			Hint: "give the corpus itself (a text file) or a directory of text files"}
+	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return &FileError{Path: path, Detail: "cannot open the text corpus", Err: unwrapPathError(err)}
 	}

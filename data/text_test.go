@@ -257,6 +257,9 @@ func TestLoadTextErrors(t *testing.T) {
 		{"validation shorter than a window", TextConfig{Path: short, Context: 4}, ErrInvalid, "corpus too short"},
 		{"bad config", TextConfig{Path: short, Stride: -1}, ErrInvalid, "Stride"},
 		{"a named pipe", TextConfig{Path: fifo}, ErrInvalid, "is a named pipe, not a regular file or a directory"},
+		// A path through a file names the file, not "cannot open".
+		{"a path under a file", TextConfig{Path: filepath.Join(short, "f", "more")}, ErrMissing,
+			filepath.Join(short, "f") + ": is a file, not a directory; give the corpus itself (a text file) or a directory of text files"},
 	} {
 		_, _, err := LoadText(tt.c)
 		if !errors.Is(err, tt.kind) || !strings.Contains(err.Error(), tt.message) {
