@@ -417,8 +417,19 @@ func LoadDir(dir string) (*Sweep, Results, error) {
 	if !info.IsDir() {
 		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s is a file, not a directory; give the directory a tolaria sweep wrote", dir))
 	}
-	if !fileExists(filepath.Join(dir, SweepFileCopy)) && !fileExists(filepath.Join(dir, ResultsJSON)) {
-		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s is not a sweep directory (%s); give the directory a tolaria sweep wrote", dir, otherKind(dir)))
+	// A sweep's journal is there before its sweep.yaml: without
+	// results.json, the two tell a sweep's directory from one that holds
+	// a sweep file of the user's own.
+	hasSweep := fileExists(filepath.Join(dir, SweepFileCopy))
+	if !fileExists(filepath.Join(dir, ResultsJSON)) && !(hasSweep && fileExists(filepath.Join(dir, JournalFile))) {
+		missing := ResultsJSON
+		if !hasSweep {
+			if other := otherKind(dir); other != "" {
+				return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s is not a sweep directory: %s", dir, other))
+			}
+			missing = SweepFileCopy + " or " + ResultsJSON
+		}
+		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s is not a sweep directory (it has no %s); give the directory a tolaria sweep wrote", dir, missing))
 	}
 	// Accepted once, at whatever size it was allowed: no limit now.
 	sw, err := ReadSweepMax(filepath.Join(dir, SweepFileCopy), 0)
@@ -444,24 +455,24 @@ func LoadDir(dir string) (*Sweep, Results, error) {
 	return sw, res, nil
 }
 
-// otherKind says what dir, which holds no sweep, is instead: a trial's
-// run directory, a run of tolaria train or tolaria rl, or nothing of
-// tolaria's; and what to do with it.
+// otherKind says what dir, which holds no sweep, is instead (a trial's
+// run directory, a run of tolaria train or tolaria rl) and what to do
+// with it; "" for none of these.
 func otherKind(dir string) string {
 	parent := filepath.Dir(filepath.Clean(dir))
 	if fileExists(filepath.Join(parent, SweepFileCopy)) && fileExists(filepath.Join(parent, ResultsJSON)) {
-		return fmt.Sprintf("it is the run directory of trial %q of the sweep in %s: continue the sweep with tolaria sweep --resume --sweep-dir %s, or this trial's run alone with tolaria train --resume --run-dir %s",
+		return fmt.Sprintf("it is the run directory of trial %q of the sweep in %s; continue the sweep with tolaria sweep --resume --sweep-dir %s, or this trial's run alone with tolaria train --resume --run-dir %s",
 			filepath.Base(filepath.Clean(dir)), parent, shellword.Quote(parent), shellword.Quote(dir))
 	}
 	config := filepath.Join(dir, rundir.ConfigFile)
 	if !fileExists(config) {
-		return fmt.Sprintf("it has no %s or %s", SweepFileCopy, ResultsJSON)
+		return ""
 	}
 	_, err := job.ReadRunConfig(dir, config, nil)
 	if other := (*job.OtherRunError)(nil); errors.As(err, &other) {
-		return fmt.Sprintf("it is a %s run: continue it with %s --resume --run-dir %s", other.Command, other.Command, shellword.Quote(dir))
+		return fmt.Sprintf("it is a %s run; continue it with %s --resume --run-dir %s", other.Command, other.Command, shellword.Quote(dir))
 	}
-	return fmt.Sprintf("it is a tolaria train run (it has %s): continue it with tolaria train --resume --run-dir %s", rundir.ConfigFile, shellword.Quote(dir))
+	return fmt.Sprintf("it is a tolaria train run (it has %s); continue it with tolaria train --resume --run-dir %s", rundir.ConfigFile, shellword.Quote(dir))
 }
 
 // placeRows sets each row's run directory and configuration to trial's
@@ -570,6 +581,10 @@ func (s *Run) loadRows() error {
 	s.setRows(rows)
 	s.file = res.SweepFile
 	if res.Damaged != "" {
+		// A sweep that failed to start may have left none.
+		if err := os.MkdirAll(filepath.Join(s.dir, TrialConfigDir), 0o755); err != nil {
+			return err
+		}
 		kept := filepath.Join(s.dir, ResultsJSON+".damaged")
 		if err := os.Rename(filepath.Join(s.dir, ResultsJSON), kept); err == nil {
 			s.log.Warn(fmt.Sprintf("%s; rebuilt from %s and %s; the damaged file is kept as %s", res.Damaged, SweepFileCopy, JournalFile, kept))
@@ -707,6 +722,7 @@ func checkTrials(ctx context.Context, sw *Sweep, w *worker.Process) ([]jobserver
 		// The worker's refusal speaks to tolaria train, whose flag names
 		// the data; a sweep's trials take theirs from the sweep file.
 		p.Error = strings.ReplaceAll(p.Error, "pass --data-dir", "set data.dir in the sweep file (in base: or the trial)")
+		p.Error = strings.ReplaceAll(p.Error, "--data-dir", "data.dir (in the sweep file)")
 		if err := p.Err(); err != nil {
 			return nil, refusal.Config(fmt.Errorf("sweep file %s: trial %q: %w", sw.Path, t.Name, err))
 		}

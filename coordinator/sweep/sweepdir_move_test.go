@@ -202,6 +202,32 @@ func TestADamagedResultsFileIsRebuiltFromTheJournal(t *testing.T) {
 	}
 }
 
+// TestASweepLeftByAFailedStartResumes: the directory a sweep of an
+// earlier release left when it failed to start (sweep.yaml, an empty
+// journal, no results.json) resumes: every trial starts.
+func TestASweepLeftByAFailedStartResumes(t *testing.T) {
+	cfg := sweepConfig(t, strings.Replace(testSweep, "epochs: 2", "epochs: 1", 1))
+	for _, name := range []string{SweepFileCopy, JournalFile} {
+		raw := cfg.Sweep.Raw
+		if name == JournalFile {
+			raw = nil
+		}
+		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cfg.Dir, name), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, _ := runSweep(t, context.Background(), resumeConfig(t, cfg))
+	if res.Counts["succeeded"] != 4 {
+		t.Fatalf("a sweep left by a failed start, resumed: %v", res.Counts)
+	}
+	if disk := readResults(t, cfg.Dir); disk.Counts["succeeded"] != 4 {
+		t.Errorf("its results.json: %v", disk.Counts)
+	}
+}
+
 // TestASweepDirectoryOfAnotherKindIsNamed: --sweep-dir naming a file, a
 // trial's run directory, a tolaria train run or a tolaria rl run is
 // refused saying what it is and what to do with it.
@@ -223,14 +249,17 @@ func TestASweepDirectoryOfAnotherKindIsNamed(t *testing.T) {
 	write(filepath.Join(sweepDir, SweepFileCopy), "base: {dataset: synthetic}\ntrials: [{name: a}]\n")
 	write(filepath.Join(sweepDir, ResultsJSON), `{"trials": [{"name": "a"}]}`)
 	trial := write(filepath.Join(sweepDir, "a", "config.yaml"), "data: {dataset: synthetic}\n")
+	userFile := write(filepath.Join(root, "work", SweepFileCopy), "base: {dataset: synthetic}\ntrials: [{name: a}]\n")
 	train := write(filepath.Join(root, "train", "config.yaml"), "data: {dataset: synthetic}\n")
 	rl := write(filepath.Join(root, "rl", "config.yaml"), "env: CartPole-v1\nnum_agents: 1\nseed: 1\n")
 	for _, c := range []struct{ dir, want string }{
 		{file, file + " is a file, not a directory"},
-		{trial, fmt.Sprintf(`is the run directory of trial "a" of the sweep in %s: continue the sweep with tolaria sweep --resume --sweep-dir %s, or this trial's run alone with tolaria train --resume --run-dir %s`, sweepDir, sweepDir, trial)},
-		{train, "it is a tolaria train run (it has config.yaml): continue it with tolaria train --resume --run-dir " + train},
-		{rl, "it is a tolaria rl run: continue it with tolaria rl --resume --run-dir " + rl},
+		{trial, fmt.Sprintf(`is not a sweep directory: it is the run directory of trial "a" of the sweep in %s; continue the sweep with tolaria sweep --resume --sweep-dir %s, or this trial's run alone with tolaria train --resume --run-dir %s`, sweepDir, sweepDir, trial)},
+		{train, "is not a sweep directory: it is a tolaria train run (it has config.yaml); continue it with tolaria train --resume --run-dir " + train},
+		{rl, "is not a sweep directory: it is a tolaria rl run; continue it with tolaria rl --resume --run-dir " + rl},
 		{root, "is not a sweep directory (it has no sweep.yaml or results.json)"},
+		// A sweep file of the user's own named as a sweep keeps its copy.
+		{userFile, userFile + " is not a sweep directory (it has no results.json)"},
 	} {
 		if _, _, err := LoadDir(c.dir); !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("LoadDir(%s): %v, want %q", c.dir, err, c.want)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/big"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -114,6 +115,240 @@ type sweepYAML struct {
 	Slurm    launch.SlurmConfig `yaml:"slurm"`
 }
 
+// topKeys are the keys of a sweep file's top level.
+var topKeys = []string{"base", "trials", "grid", "launcher", "slurm"}
+
+// topKeysText lists them for a refusal.
+const topKeysText = "a sweep file has base:, trials:, grid:, and optionally launcher: and slurm:"
+
+// slurmKeys are the keys of a sweep file's slurm: (launch.SlurmConfig's),
+// each with its field's index.
+func slurmKeys() ([]string, map[string]int) {
+	var names []string
+	index := map[string]int{}
+	typ := reflect.TypeFor[launch.SlurmConfig]()
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			names = append(names, name)
+			index[name] = i
+		}
+	}
+	return names, index
+}
+
+// readLayout reads a sweep file's top level by key, as tolaria train
+// reads its file: every unknown key (slurm:'s included) is refused at
+// once, each by its path as written and the nearest key it may mean, and
+// a value of the wrong shape by its key and the shape it must have. The
+// trials' settings, under base:, trials: and grid:, are the job's
+// schema's to check (settingsOf).
+func readLayout(raw []byte) (sweepYAML, error) {
+	var f sweepYAML
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(raw)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return f, errors.New("is empty; give base: and trials:, grid: or both")
+		}
+		return f, fmt.Errorf("is not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if len(doc.Content) == 0 {
+		return f, errors.New("is empty; give base: and trials:, grid: or both")
+	}
+	top := resolved(doc.Content[0])
+	switch {
+	case top.Tag == "!!null":
+		return f, errors.New("is empty; give base: and trials:, grid: or both")
+	case top.Kind != yaml.MappingNode:
+		return f, fmt.Errorf("must be a mapping of keys (%s), e.g. base: {dataset: synthetic} and grid: {optimizer.lr: [0.01, 0.1]}; got %s", topKeysText, shapeName(top))
+	}
+	var keys, unknown, wrong []string
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		key, v := top.Content[i].Value, resolved(top.Content[i+1])
+		keys = append(keys, key)
+		if seen[key] {
+			wrong = append(wrong, fmt.Sprintf("%s: is given twice; give each key once", key))
+			continue
+		}
+		seen[key] = true
+		switch key {
+		case "base":
+			if v.Kind != yaml.MappingNode && v.Tag != "!!null" {
+				wrong = append(wrong, fmt.Sprintf("base: must be a mapping of a job's settings (the keys of a tolaria train configuration file), e.g. base: {dataset: synthetic, schedule: {epochs: 2}}; got %s", shapeName(v)))
+				continue
+			}
+			f.Base = *v
+		case "trials":
+			trials, problems := trialNodes(v)
+			f.Trials, wrong = trials, append(wrong, problems...)
+		case "grid":
+			if v.Kind != yaml.MappingNode && v.Tag != "!!null" {
+				wrong = append(wrong, fmt.Sprintf("grid: must map keys to lists of values, e.g. grid: {optimizer.lr: [0.01, 0.1]}; got %s", shapeName(v)))
+				continue
+			}
+			if v.Tag != "!!null" {
+				f.Grid = *v
+			}
+		case "launcher":
+			if v.Kind != yaml.ScalarNode {
+				wrong = append(wrong, fmt.Sprintf("launcher: must be the name of a launcher (%s); got %s", strings.Join(launcherNames(), " or "), shapeName(v)))
+				continue
+			}
+			if v.Tag != "!!null" {
+				f.Launcher = v.Value
+			}
+		case "slurm":
+			u, w := readSlurm(v, &f.Slurm)
+			unknown, wrong = append(unknown, u...), append(wrong, w...)
+		default:
+			unknown = append(unknown, key+nearestHint(key, "", topKeys))
+		}
+	}
+	if len(unknown) > 0 {
+		known := func(k string) bool { return slices.Contains(topKeys, k) }
+		if other := field.OtherCommand(keys, "tolaria sweep", known); other != "" {
+			return f, errors.New(other)
+		}
+	}
+	var problems []string
+	switch {
+	case len(unknown) == 1:
+		problems = append(problems, fmt.Sprintf("%s %s (%s)", field.ErrUnknownKey, unknown[0], topKeysText))
+	case len(unknown) > 1:
+		problems = append(problems, fmt.Sprintf("%ss %s (%s)", field.ErrUnknownKey, strings.Join(unknown, "; "), topKeysText))
+	}
+	if problems = append(problems, wrong...); len(problems) > 0 {
+		err := errors.New(strings.Join(problems, "; "))
+		if len(unknown) > 0 {
+			err = unknownKeys{err}
+		}
+		return f, err
+	}
+	return f, nil
+}
+
+// unknownKeys is a refusal of unknown keys, which errors.Is finds as
+// field.ErrUnknownKey, as it finds the refusals of tolaria train's file.
+type unknownKeys struct{ err error }
+
+func (e unknownKeys) Error() string   { return e.err.Error() }
+func (e unknownKeys) Unwrap() []error { return []error{e.err, field.ErrUnknownKey} }
+
+// trialNodes are the trials of trials: (nil when it is absent or empty of
+// value), and what is wrong with their shape.
+func trialNodes(v *yaml.Node) ([]yaml.Node, []string) {
+	switch {
+	case v.Tag == "!!null":
+		return nil, nil
+	case v.Kind != yaml.SequenceNode:
+		return nil, []string{fmt.Sprintf("trials: must be a list of trials, each a mapping of its settings, e.g. trials: [{name: fast, optimizer: {lr: 0.1}}]; got %s", shapeName(v))}
+	}
+	trials := make([]yaml.Node, 0, len(v.Content))
+	var wrong []string
+	for i, t := range v.Content {
+		t = resolved(t)
+		if t.Kind != yaml.MappingNode && t.Tag != "!!null" {
+			wrong = append(wrong, fmt.Sprintf("trials[%d]: must be a mapping of the trial's settings, e.g. {name: fast, optimizer: {lr: 0.1}}; got %s", i+1, shapeName(t)))
+			continue
+		}
+		trials = append(trials, *t)
+	}
+	return trials, wrong
+}
+
+// readSlurm reads slurm: into cfg: its unknown keys (by path, with the
+// nearest known), and its values of the wrong shape.
+func readSlurm(v *yaml.Node, cfg *launch.SlurmConfig) (unknown, wrong []string) {
+	names, index := slurmKeys()
+	switch {
+	case v.Tag == "!!null":
+		return nil, nil
+	case v.Kind != yaml.MappingNode:
+		return nil, []string{fmt.Sprintf("slurm: must be a mapping of its settings (%s), e.g. slurm: {partition: gpu}; got %s", strings.Join(names, ", "), shapeName(v))}
+	}
+	fields := reflect.ValueOf(cfg).Elem()
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		key, val := v.Content[i].Value, resolved(v.Content[i+1])
+		at, ok := index[key]
+		if !ok {
+			unknown = append(unknown, "slurm."+key+nearestHint(key, "slurm.", names))
+			continue
+		}
+		dst := fields.Field(at)
+		want := "a string"
+		if dst.Kind() == reflect.Slice {
+			want = "a list of strings, e.g. [--mem=8G, --qos=normal]"
+		}
+		if (dst.Kind() == reflect.String) != (val.Kind == yaml.ScalarNode) || val.Decode(dst.Addr().Interface()) != nil {
+			wrong = append(wrong, fmt.Sprintf("slurm.%s: must be %s; got %s", key, want, shapeName(val)))
+		}
+	}
+	return unknown, wrong
+}
+
+// nearestHint suggests the key of names (each prefixed) that key is a
+// slip for, or lists them.
+func nearestHint(key, prefix string, names []string) string {
+	if near := field.Nearest(key, names); near != "" {
+		return fmt.Sprintf(" (did you mean %s%s?)", prefix, near)
+	}
+	if prefix == "" && isJobKey(key) {
+		return " (a job's setting: put it under base:, or a trial's under trials:)"
+	}
+	if prefix != "" {
+		return fmt.Sprintf(" (%s holds %s)", strings.TrimSuffix(prefix, "."), strings.Join(names, ", "))
+	}
+	return ""
+}
+
+// isJobKey reports whether key is a setting of a job, a section of them
+// or a deprecated flat key.
+func isJobKey(key string) bool {
+	sc := job.Schema()
+	return sc.Flat[field.Name(key)] != "" || slices.ContainsFunc(sc.Keys, func(k field.Name) bool {
+		return string(k) == key || strings.HasPrefix(string(k), key+".")
+	})
+}
+
+func launcherNames() []string {
+	var names []string
+	for _, k := range launch.Kinds() {
+		names = append(names, k.Name)
+	}
+	return names
+}
+
+// resolved is n, or the node an alias n stands for.
+func resolved(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return n.Alias
+	}
+	return n
+}
+
+// shapeName says what a node is, for a refusal of its shape.
+func shapeName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	if n.Tag == "!!null" {
+		return "nothing"
+	}
+	return quoteShort(n.Value)
+}
+
+// quoteShort quotes a scalar for a refusal, cut short.
+func quoteShort(v string) string {
+	if len(v) > 40 {
+		v = v[:40] + "..."
+	}
+	return fmt.Sprintf("%q", v)
+}
+
 // DefaultMaxTrials is the most trials a sweep file may make unless the
 // caller allows more (tolaria sweep --max-trials). A grid grows as the
 // product of its lists, so one more key can turn a sweep of hundreds into
@@ -155,25 +390,9 @@ func ReadSweepMax(path string, maxTrials int) (*Sweep, error) {
 func parseSweep(raw []byte) (*Sweep, error) { return parseSweepMax(raw, DefaultMaxTrials) }
 
 func parseSweepMax(raw []byte, maxTrials int) (*Sweep, error) {
-	var f sweepYAML
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("is empty; give base: and trials:, grid: or both")
-		}
-		var top yaml.Node
-		if yaml.Unmarshal(raw, &top) == nil && len(top.Content) == 1 && top.Content[0].Kind == yaml.MappingNode {
-			var keys []string
-			for i := 0; i+1 < len(top.Content[0].Content); i += 2 {
-				keys = append(keys, top.Content[0].Content[i].Value)
-			}
-			ours := []string{"base", "trials", "grid", "launcher", "slurm"}
-			if other := field.OtherCommand(keys, "tolaria sweep", func(k string) bool { return slices.Contains(ours, k) }); other != "" {
-				return nil, errors.New(other)
-			}
-		}
-		return nil, fmt.Errorf("%w (a sweep file has base:, trials:, grid:, and optionally launcher: and slurm:)", err)
+	f, err := readLayout(raw)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := launch.Find(f.Launcher); err != nil {
 		return nil, err

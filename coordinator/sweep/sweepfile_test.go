@@ -105,7 +105,7 @@ func TestReadSweepRefuses(t *testing.T) {
 		{"empty file", ``, []string{"is empty"}},
 		{"no trials", "base: {epochs: 2}\n", []string{"has no trials"}},
 		{"empty trial list", "trials: []\n", []string{"has no trials"}},
-		{"unknown top-level key", "base: {}\ntrial: [{lr: 0.1}]\n", []string{"field trial not found", "base:, trials:, grid:, and optionally launcher: and slurm:"}},
+		{"unknown top-level key", "base: {}\ntrial: [{lr: 0.1}]\n", []string{"unknown key trial (did you mean trials?)", "base:, trials:, grid:, and optionally launcher: and slurm:"}},
 		{"unknown base key", "base: {epochz: 2}\ntrials: [{}]\n", []string{"base:", "unknown key epochz"}},
 		{"bad base value", "base: {epochs: 2.5}\ntrials: [{}]\n", []string{"base:", "epochs: must be a whole number, got 2.5"}},
 		{"unknown trial key", "trials: [{name: a, lr: 0.1}, {name: b, learning_rate: 0.1}]\n", []string{`trial "b"`, "unknown key learning_rate"}},
@@ -308,5 +308,54 @@ func TestReadSweepNamesKeysAsWritten(t *testing.T) {
 		if err == nil || !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.text, err, c.want)
 		}
+	}
+}
+
+// TestReadSweepNamesEveryTopLevelMistake: the sweep file's own keys are
+// read by key, as tolaria train reads its file: every unknown key at
+// once, by its path as written, with the key it is nearest; a value of
+// the wrong shape by its key and the shape it must have. No message
+// names a Go type or YAML's tags.
+func TestReadSweepNamesEveryTopLevelMistake(t *testing.T) {
+	for _, c := range []struct {
+		name, text string
+		want       string
+	}{
+		{"unknown keys, all at once", "base: {dataset: synthetic}\ngrd: {optimizer.lr: [0.1]}\ntrails: [{name: a}]\nslurm: {partiton: x, acount: y, mem: 8G}\n",
+			"unknown keys grd (did you mean grid?); trails (did you mean trials?); slurm.partiton (did you mean slurm.partition?); slurm.acount (did you mean slurm.account?); " +
+				"slurm.mem (slurm holds partition, account, time_limit, sbatch_args) (a sweep file has base:, trials:, grid:, and optionally launcher: and slurm:)"},
+		{"a job's key at the top", "epochs: 2\ntrials: [{name: a}]\n", "unknown key epochs (a job's setting: put it under base:, or a trial's under trials:)"},
+		{"base a list", "base: [1, 2]\ntrials: [{name: a}]\n", "base: must be a mapping of a job's settings (the keys of a tolaria train configuration file), e.g. base: {dataset: synthetic, schedule: {epochs: 2}}; got a list"},
+		{"trials a mapping", "trials: {a: 1}\n", "trials: must be a list of trials, each a mapping of its settings, e.g. trials: [{name: fast, optimizer: {lr: 0.1}}]; got a mapping"},
+		{"a trial a number", "trials: [5, {name: b}, [1]]\n", "trials[1]: must be a mapping of the trial's settings, e.g. {name: fast, optimizer: {lr: 0.1}}; got \"5\"; trials[3]: must be a mapping of the trial's settings, e.g. {name: fast, optimizer: {lr: 0.1}}; got a list"},
+		{"grid a list", "grid: [1, 2]\n", "grid: must map keys to lists of values, e.g. grid: {optimizer.lr: [0.01, 0.1]}; got a list"},
+		{"grid's value not a list", "grid: {lr: 0.1}\n", "grid: lr: must be a list of values, e.g. [0.01, 0.1]"},
+		{"launcher a list", "trials: [{name: a}]\nlauncher: [slurm]\n", "launcher: must be the name of a launcher (local or slurm); got a list"},
+		{"slurm a list", "trials: [{name: a}]\nslurm: [gpu]\n", "slurm: must be a mapping of its settings (partition, account, time_limit, sbatch_args), e.g. slurm: {partition: gpu}; got a list"},
+		{"slurm values of the wrong shape", "trials: [{name: a}]\nslurm: {partition: [a, b], sbatch_args: --mem=8G}\n",
+			"slurm.partition: must be a string; got a list; slurm.sbatch_args: must be a list of strings, e.g. [--mem=8G, --qos=normal]; got \"--mem=8G\""},
+		{"a key twice", "trials: [{name: a}]\ntrials: [{name: b}]\n", "trials: is given twice; give each key once"},
+		{"not a mapping", "- base\n", "must be a mapping of keys (a sweep file has base:, trials:, grid:, and optionally launcher: and slurm:)"},
+		{"a train file", "data: {dataset: synthetic}\nschedule: {epochs: 2}\n", "is a file for tolaria train --config"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := parseSweep([]byte(c.text))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%v\nwant %q", err, c.want)
+			}
+			for _, leak := range []string{"!!", "yaml.Node", "sweepYAML", "SlurmConfig", "not found in type", "unmarshal"} {
+				if strings.Contains(err.Error(), leak) {
+					t.Errorf("the message names %q: %v", leak, err)
+				}
+			}
+			if strings.HasPrefix(c.name, "unknown") && !errors.Is(err, field.ErrUnknownKey) {
+				t.Errorf("an unknown key's refusal is not field.ErrUnknownKey: %v", err)
+			}
+		})
+	}
+	// Aliases and an empty trial stand as they did.
+	sw, err := parseSweep([]byte("base: &b {dataset: synthetic}\ntrials: [~, {name: b}]\nslurm: {partition: gpu, sbatch_args: [--mem=8G]}\n"))
+	if err != nil || len(sw.Trials) != 2 || sw.Slurm.Partition != "gpu" || len(sw.Slurm.Args) != 1 {
+		t.Errorf("a file of the right shapes: %v, %+v", err, sw)
 	}
 }
