@@ -226,8 +226,10 @@ func (h Checkpoint) matches(want Checkpoint) error {
 		if s.key == "" {
 			return fmt.Errorf("it was written for %s %s but this run has %s; resume with the original settings or start a new run in another --run-dir", s.what, got, want)
 		}
-		return field.Errorf(s.key, "the checkpoint was written with %s %s but this run has %s%s; resume with the setting it was written with, or start a new run in another %s",
-			s.what, got, want, s.note, field.Name("run_dir"))
+		// The key is respelled as a flag by a command that renders the
+		// error itself; a worker's message keeps it as the file's key.
+		return field.Errorf(s.key, "the checkpoint was written with %s %s but this run has %s%s; resume with the setting it was written with, or start a new run in another --run-dir",
+			s.what, got, want, s.note)
 	}
 	if h.Optimizer != want.Optimizer {
 		got, wanted := differing(h.Optimizer, want.Optimizer)

@@ -92,7 +92,7 @@ func TestResumeNamesTheSettingTheScheduleFollowsFrom(t *testing.T) {
 				t.Fatalf("resume with another %s: %v; want a checkpoint refusal about %s", c.name, err, c.key)
 			}
 			msg := err.Error()
-			for _, want := range []string{c.want, "total_steps (epochs × steps per epoch) follows from it"} {
+			for _, want := range []string{c.want, "total_steps (epochs × steps per epoch) follows from it", "start a new run in another --run-dir"} {
 				if !strings.Contains(msg, want) {
 					t.Errorf("refusal %q\nlacks %q", msg, want)
 				}
