@@ -71,7 +71,8 @@ func TestBusyRunDirNamesItsHolder(t *testing.T) {
 // TestDamagedWorldFileRefusedUpFront: --resume of a shared-world run whose
 // world.json the shared actor could not restore is refused before any
 // worker starts (exit 2, as a damaged replay.buf), naming the file, what
-// to do and what removing it loses; once it is removed, the run resumes.
+// to do and what removing it loses, with nothing written (the lock file
+// says what it said); once it is removed, the run resumes.
 func TestDamagedWorldFileRefusedUpFront(t *testing.T) {
 	req := sharedRequest(t, 4000)
 	run, err := Prepare(req, time.Now())
@@ -81,6 +82,8 @@ func TestDamagedWorldFileRefusedUpFront(t *testing.T) {
 	if err := run.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// As an earlier tolaria left it: a refused resume leaves it so.
+	writeFile(t, filepath.Join(req.Dir, rundir.LockFile), []byte("pid 1, tolaria rl"))
 	world := filepath.Join(req.Dir, WorldFile)
 	other := req.Config
 	other.Seed++

@@ -274,7 +274,7 @@ func (r *Run) goal() Goal {
 type Run struct {
 	req  Request
 	dir  string
-	lock *flock.Flock
+	lock *dirLock
 	path string // the worker binary
 	log  *slog.Logger
 	// launcher starts the actors and learners, on slots.
@@ -371,25 +371,25 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 	r := &Run{req: req, dir: dir, lock: lock, path: path, log: req.Logger}
 	r.removeTemps()
 	if r.budgets, err = newAgentBudgets(req); err != nil {
-		_ = lock.Unlock()
+		lock.refuse()
 		return nil, err // a refusal naming device_memory
 	}
 	if err := r.placeWorkers(); err != nil {
-		_ = lock.Unlock()
+		lock.refuse()
+		return nil, err
+	}
+	if req.Resume {
+		if err := r.checkResume(); err != nil {
+			lock.refuse()
+			return nil, err
+		}
+	} else if err := atomicfile.WriteFile(filepath.Join(dir, rundir.ConfigFile), sealConfig(req.Config, req.ConfigYAML), 0o644); err != nil {
+		lock.refuse()
 		return nil, err
 	}
 	if c, crowded := runCrowding(req, req.Launch.OrLocal().Name == launch.LocalName, runtime.NumCPU()); crowded {
 		r.crowd = c
 		req.Logger.Warn(c.warning(req.WorkerStart, req.HeartbeatTimeout))
-	}
-	if req.Resume {
-		if err := r.checkResume(); err != nil {
-			_ = lock.Unlock()
-			return nil, err
-		}
-	} else if err := atomicfile.WriteFile(filepath.Join(dir, rundir.ConfigFile), sealConfig(req.Config, req.ConfigYAML), 0o644); err != nil {
-		_ = lock.Unlock()
-		return nil, err
 	}
 	return r, nil
 }
@@ -407,10 +407,25 @@ func checkLearns(c dqn.Config) error {
 		c.TotalSteps, field.Name("learning_starts"), c.LearningStarts, field.Name("total_steps"), c.LearningStarts, field.Name("learning_starts"))
 }
 
+// dirLock is the run directory's lock, held, and what its file said
+// before this tolaria wrote its own pid there.
+type dirLock struct {
+	*flock.Flock
+	before []byte
+}
+
+// refuse gives the directory back, for a run refused after it locked it,
+// with the lock file saying again what it said: a refused run writes
+// nothing.
+func (l *dirLock) refuse() {
+	_ = os.WriteFile(l.Path(), l.before, 0o644)
+	_ = l.Unlock()
+}
+
 // lockDir locks the run directory against a second tolaria and records
 // this one in the lock file, as tolaria train does, so that a tolaria
 // refused the directory names the process to wait for.
-func lockDir(dir string) (*flock.Flock, error) {
+func lockDir(dir string) (*dirLock, error) {
 	lock := flock.New(filepath.Join(dir, rundir.LockFile), flock.SetPermissions(0o644))
 	ok, err := lock.TryLock()
 	if err != nil {
@@ -423,13 +438,18 @@ func lockDir(dir string) (*flock.Flock, error) {
 		}
 		return nil, refusal.Config(field.Errorf("run_dir", "%s is %w; wait for it or choose another %s", dir, rundir.ErrBusy, field.Name("run_dir")))
 	}
+	before, err := os.ReadFile(lock.Path())
+	if err != nil {
+		_ = lock.Close()
+		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
+	}
 	// flock(2) locks belong to the open file: writing through another
 	// descriptor keeps the lock.
 	if err := os.WriteFile(lock.Path(), fmt.Appendf(nil, "pid %d, tolaria rl", os.Getpid()), 0o644); err != nil {
 		_ = lock.Close()
 		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
 	}
-	return lock, nil
+	return &dirLock{Flock: lock, before: before}, nil
 }
 
 // placeWorkers makes the run's launcher and its slots: every actor and
