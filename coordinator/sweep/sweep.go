@@ -398,10 +398,10 @@ var ErrNothingToResume = errors.New("nothing to resume: every trial succeeded")
 
 // LoadDir reads the sweep a sweep directory holds (its sweep.yaml)
 // and its results.json, refusing a directory that is not a sweep's (and
-// naming what it is: a file, a training run, a trial's run). The rows'
-// run directories and configurations are those in dir, wherever the sweep
-// was when they were written: a sweep directory copied or moved is
-// resumed where it is now. A results.json that is missing or damaged is
+// naming what it is: a file, a training run, a trial's run). The rows
+// are as the file has them: their run directories and configurations are
+// where the sweep was when it wrote them (a resumed sweep places them in
+// the directory as it is now). A results.json that is missing or damaged is
 // rebuilt from the journal when the journal records every trial that has
 // a run directory (see rebuildResults); the rebuilt Results' Damaged says
 // why, and its RankBy is "".
@@ -451,7 +451,6 @@ func LoadDir(dir string) (*Sweep, Results, error) {
 	if _, err := matchRows(sw, res); err != nil {
 		return nil, res, refusal.Config(field.Errorf("sweep_dir", "%s: %w", dir, err))
 	}
-	placeRows(dir, res.Trials)
 	return sw, res, nil
 }
 
