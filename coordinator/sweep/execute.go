@@ -107,6 +107,11 @@ func (cfg *Config) Load(path string, maxTrials int, rankByGiven bool) error {
 		cfg.Sweep, err = ReadSweepMax(path, maxTrials)
 		return err
 	}
+	// A sweep running in the directory is said to be so before anything
+	// is read of it (see Prepare).
+	if err := checkFree(cfg.Dir); err != nil {
+		return err
+	}
 	var saved Results
 	// A results.json rebuilt from the journal has lost its ranking key:
 	// the default, or the one given, ranks.

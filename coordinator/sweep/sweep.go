@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -223,8 +224,11 @@ type Run struct {
 	// made for dir ("": dir was there), which a failed start removes.
 	claimed bool
 	madeDir string
-	slots   *launch.Slots
-	log     *slog.Logger
+	// lockBefore is what the lock file said before this sweep wrote its
+	// own holder there, which a sweep refused after its claim puts back.
+	lockBefore []byte
+	slots      *launch.Slots
+	log        *slog.Logger
 	// metrics are the sweep's, shared by its trials' runs; they serve
 	// nothing without Config.MetricsAddr.
 	metrics *train.Metrics
@@ -285,6 +289,11 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 	if s.broker, err = budget.New(budget.Config{DeviceMemory: cfg.DeviceMemory, MinResidence: cfg.MinResidence, Changed: changed}); err != nil {
 		return nil, err
 	}
+	// A directory another tolaria holds is said to be so first: a new
+	// sweep and --resume are refused there alike, whatever it holds.
+	if err := checkFree(cfg.Dir); err != nil {
+		return nil, err
+	}
 	if cfg.Resume {
 		if _, _, err := LoadDir(cfg.Dir); err != nil {
 			return nil, err
@@ -329,13 +338,17 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 		if err == nil {
 			return
 		}
-		if s.claimed && !cfg.Resume && !fileExists(filepath.Join(s.dir, ResultsJSON)) {
+		switch {
+		case s.claimed && !cfg.Resume && !fileExists(filepath.Join(s.dir, ResultsJSON)):
 			err = s.unclaim(err)
+		case s.claimed:
+			// A refused sweep leaves the lock file saying what it said.
+			_ = os.WriteFile(s.lock.Path(), s.lockBefore, 0o644)
 		}
 		_ = s.Close()
 	}()
 	if err := s.claim(); err != nil {
-		return nil, refusal.Config(field.Errorf("sweep_dir", "%w", err))
+		return nil, err
 	}
 	if s.journal, err = openJournal(s.dir); err != nil {
 		return nil, err
@@ -729,23 +742,75 @@ func checkTrials(ctx context.Context, sw *Sweep, w *worker.Process) ([]jobserver
 	return plans, nil
 }
 
-// sweepLock marks a sweep directory in use.
+// sweepLock marks a sweep directory in use. Its holder writes there who
+// it is ("pid 123, tolaria sweep"), so a tolaria refused the directory
+// names the process to wait for.
 const sweepLock = ".tolaria-sweep.lock"
 
+// sweepHolder is what a sweep writes in its lock file after its own pid.
+const sweepHolder = "tolaria sweep"
+
+// checkFree refuses the sweep directory dir when another tolaria holds
+// it, naming the holder (see busyErr). It creates nothing; "" (a
+// directory still to be named) and a directory without a lock file are
+// free.
+func checkFree(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	l := flock.New(filepath.Join(dir, sweepLock), flock.SetFlag(os.O_RDONLY))
+	ok, err := l.TryRLock()
+	if err != nil { // no lock file: no sweep has claimed the directory
+		return nil
+	}
+	if ok {
+		_ = l.Close()
+		return nil
+	}
+	return busyErr(dir)
+}
+
+// busyErr refuses dir, held by another tolaria, naming the holder its
+// lock file records (a sweep from before holders were recorded wrote
+// none): whatever the directory holds, nothing can be done with it until
+// that one ends.
+func busyErr(dir string) error {
+	raw, _ := os.ReadFile(filepath.Join(dir, sweepLock))
+	holder := strings.TrimSpace(string(raw))
+	if holder == "" {
+		holder = sweepHolder
+	}
+	return refusal.Config(field.Errorf("sweep_dir", "%s is %w (%s); wait for it or choose another %s",
+		dir, rundir.ErrBusy, holder, field.Name("sweep_dir")))
+}
+
+// claim creates the sweep directory and locks it against a second
+// tolaria, recording this one in the lock file.
 func (s *Run) claim() error {
 	made := firstMissing(s.dir)
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return err
+		return refusal.Config(field.Errorf("sweep_dir", "%w", err))
 	}
 	l := flock.New(filepath.Join(s.dir, sweepLock), flock.SetPermissions(0o644))
 	ok, err := l.TryLock()
 	if err != nil {
-		return err
+		return refusal.Config(field.Errorf("sweep_dir", "%w", err))
 	}
 	if !ok {
-		return fmt.Errorf("%s is in use by another tolaria sweep", s.dir)
+		// Taken since checkFree looked.
+		return busyErr(s.dir)
 	}
-	s.lock, s.claimed, s.madeDir = l, true, made
+	before, err := os.ReadFile(l.Path())
+	if err == nil {
+		// flock(2) locks belong to the open file: writing through another
+		// descriptor keeps the lock.
+		err = os.WriteFile(l.Path(), fmt.Appendf(nil, "pid %d, %s", os.Getpid(), sweepHolder), 0o644)
+	}
+	if err != nil {
+		_ = l.Close()
+		return refusal.Config(field.Errorf("sweep_dir", "%w", err))
+	}
+	s.lock, s.claimed, s.madeDir, s.lockBefore = l, true, made, before
 	return nil
 }
 
@@ -1129,6 +1194,7 @@ func (s *Run) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot, kw *
 	s.mu.Unlock()
 	// A resumed sweep counts on from the trial's earlier attempts.
 	before, beforeSeconds := res.Attempts, res.Seconds
+	s.warnStartsOver(t, res)
 	started := time.Now()
 	for attempt := 1; ; attempt++ {
 		res.Attempts = before + attempt
@@ -1154,9 +1220,10 @@ func (s *Run) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot, kw *
 		if res.State != TrialFailed || attempt > s.cfg.Retries || ctx.Err() != nil {
 			break
 		}
-		if a.why == worker.KindUsage || (a.why == worker.KindNoDevice && !sl.Remote()) {
-			// Refused input, or no device on this machine's slot: another
-			// attempt would fail the same way.
+		if a.why == worker.KindUsage || a.why == worker.KindCheckpoint || (a.why == worker.KindNoDevice && !sl.Remote()) {
+			// Refused input, a refused checkpoint (the next attempt
+			// resumes from the same file), or no device on this machine's
+			// slot: another attempt would fail the same way.
 			s.log.Warn("trial failed; not starting it again: the failure would repeat", "trial", t.Name, "reason", a.reason)
 			break
 		}
@@ -1165,6 +1232,26 @@ func (s *Run) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot, kw *
 	}
 	res.Seconds = beforeSeconds + time.Since(started).Seconds()
 	return res
+}
+
+// warnStartsOver warns, as a resumed sweep takes up trial t (its row
+// r), that the trial starts over from step 0 though the journal says it
+// had run: its run directory is gone (removed, or not copied with the
+// sweep), or holds no checkpoint where the trial's last attempt trained
+// and kept one.
+func (s *Run) warnStartsOver(t Trial, r TrialResult) {
+	if r.Attempts == 0 {
+		return
+	}
+	dir := filepath.Join(s.dir, t.Name)
+	had := fmt.Sprintf("the sweep's journal records %s at it", plural(r.Attempts, "earlier attempt"))
+	switch {
+	case !isDir(dir):
+		s.log.Warn(fmt.Sprintf("trial %s's run directory %s is gone; the trial starts over from step 0 (%s)", t.Name, dir, had), "trial", t.Name)
+	case !fileExists(filepath.Join(dir, trainer.CheckpointFile)) && r.Summary != nil && r.Summary.Steps > 0:
+		s.log.Warn(fmt.Sprintf("trial %s's run directory %s has no %s, though its last attempt trained %d steps; the trial starts over from step 0 (%s)",
+			t.Name, dir, trainer.CheckpointFile, r.Summary.Steps, had), "trial", t.Name)
+	}
 }
 
 // outcome is how one attempt at a trial ended.
@@ -1254,7 +1341,11 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 		}
 	}
 	failed := func(err error) outcome {
-		return outcome{state: TrialFailed, reason: err.Error(), why: failureReason(err), logTail: tailOf()}
+		o := outcome{state: TrialFailed, reason: err.Error(), why: failureReason(err), logTail: tailOf()}
+		if o.why == worker.KindCheckpoint {
+			o.reason = checkpointAdvice(o.reason, spec.RunDir, s.dir)
+		}
+		return o
 	}
 	if err := s.writeTrialConfig(t, spec); err != nil {
 		return failed(fmt.Errorf("writing the trial's configuration: %w", err))
@@ -1332,11 +1423,51 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 	case sum.Interrupted && ctx.Err() != nil && sum.Steps == sum.ResumedFromStep:
 		return outcome{state: TrialInterrupted, reason: "interrupted before its first step", summary: &sum}
 	case sum.Interrupted && ctx.Err() != nil:
-		return outcome{state: TrialInterrupted, reason: fmt.Sprintf("interrupted after %d steps; checkpoint saved in %s", sum.Steps, spec.RunDir), summary: &sum}
+		return outcome{state: TrialInterrupted, reason: fmt.Sprintf("interrupted after %s; checkpoint saved in %s", stepsRun(sum), spec.RunDir), summary: &sum}
 	case sum.Interrupted:
 		return outcome{state: TrialFailed, reason: "the worker stopped the run before it finished (was it sent a signal?)", why: failureStopped, logTail: tailOf(), summary: &sum}
 	}
 	return outcome{state: TrialSucceeded, summary: &sum}
+}
+
+// runDirAdvice is the advice of a refused checkpoint that speaks to
+// tolaria train, whose run directory is the user's to choose: a trial's
+// is not.
+var runDirAdvice = regexp.MustCompile(`start (a new run|the run again) in another --run-dir`)
+
+// checkpointAdvice rewrites the refusal of a trial's checkpoint (reason)
+// for the sweep in sweepDir: a trial runs in the run directory runDir the
+// sweep gives it, so "another --run-dir" cannot be followed, and every
+// --resume would fail it again. Without its run directory the trial
+// starts again from step 0, which is what to do (or to restore the file,
+// where the refusal says so).
+func checkpointAdvice(reason, runDir, sweepDir string) string {
+	advice := fmt.Sprintf("remove the trial's run directory (rm -r %s) and resume the sweep (tolaria sweep --resume --sweep-dir %s): the trial starts again from step 0",
+		shellword.Quote(runDir), shellword.Quote(sweepDir))
+	reason = runDirAdvice.ReplaceAllLiteralString(reason, advice)
+	if !strings.Contains(reason, advice) {
+		reason += "; in a sweep, " + advice
+	}
+	return reason
+}
+
+// stepsRun says how many steps an attempt ran, as tolaria train does:
+// summary.json counts the whole run's, so a resumed attempt says both
+// ("12 steps, 52 in all").
+func stepsRun(sum trainer.Summary) string {
+	text := plural(sum.Steps-sum.ResumedFromStep, "step")
+	if sum.ResumedFromStep > 0 {
+		text += fmt.Sprintf(", %d in all", sum.Steps)
+	}
+	return text
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // minLevel passes on the records of at least its level.

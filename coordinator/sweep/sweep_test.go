@@ -521,7 +521,7 @@ func TestResumeSweepRefuses(t *testing.T) {
 	defer held.Close()
 	before, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsJSON))
 	_, err = Prepare(context.Background(), resumeConfig(t, cfg))
-	if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "in use by another tolaria sweep") {
+	if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), fmt.Sprintf("in use by another tolaria (pid %d, tolaria sweep)", os.Getpid())) {
 		t.Errorf("resuming a held sweep: %v", err)
 	}
 	if after, _ := os.ReadFile(filepath.Join(cfg.Dir, ResultsJSON)); string(after) != string(before) {

@@ -52,11 +52,3 @@ func TestSweepDividesTheCores(t *testing.T) {
 		}
 	}
 }
-
-// plural is n and noun, with an s unless n is 1, as the CPU device says it.
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
