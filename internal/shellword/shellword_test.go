@@ -8,8 +8,8 @@ import (
 // TestJoin: a word a shell would read otherwise is quoted, a quote inside
 // it escaped; plain words are left as they are.
 func TestJoin(t *testing.T) {
-	got := Join("sbatch", "--array=0-3%2", "", "a b", "it's", "x!", "--mem=8G", "runs/<time>")
-	if want := `sbatch --array=0-3%2 '' 'a b' 'it'\''s' 'x!' --mem=8G 'runs/<time>'`; got != want {
+	got := Join("sbatch", "--array=0-3%2", "", "a b", "it's", "x!", "--mem=8G", "runs/<time>", "=ls")
+	if want := `sbatch --array=0-3%2 '' 'a b' 'it'\''s' 'x!' --mem=8G 'runs/<time>' '=ls'`; got != want {
 		t.Errorf("Join = %s, want %s", got, want)
 	}
 }
