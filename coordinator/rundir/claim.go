@@ -25,22 +25,27 @@ var storageFailures = []struct {
 }
 
 // claimFailed reports err, met while creating or locking the run
-// directory. A failure of the machine's storage (full, over quota,
-// read-only, an I/O error, out of file descriptors) is no fault of the
-// configuration: it is a setup error (exit 1 rather than 2) saying what
-// failed and what to do. Anything else (a path through a file, a
-// directory this user may not write) is a refusal of the run_dir the
-// user gave, which another run_dir or its permissions mend.
-func (d *Dir) claimFailed(err error) error {
+// directory (ClaimFailed).
+func (d *Dir) claimFailed(err error) error { return ClaimFailed("run_dir", d.path, err) }
+
+// ClaimFailed reports err, met while creating or locking dir, the
+// directory key names (a run's run_dir, a sweep's sweep_dir). A failure
+// of the machine's storage (full, over quota, read-only, an I/O error,
+// out of file descriptors) is no fault of the configuration: it is a
+// setup error (exit 1 rather than 2) saying what failed and what to do.
+// Anything else (a path through a file, a directory this user may not
+// write) is a refusal of the directory the user gave, which another one
+// or its permissions mend.
+func ClaimFailed(key field.Name, dir string, err error) error {
 	for _, f := range storageFailures {
 		if errors.Is(err, f.errno) {
-			return refusal.Setup(field.Errorf("run_dir", "claiming %s failed: %w; %s, or give another %s, and run the same command again",
-				d.path, err, f.todo, field.Name("run_dir")))
+			return refusal.Setup(field.Errorf(key, "claiming %s failed: %w; %s, or give another %s, and run the same command again",
+				dir, err, f.todo, key))
 		}
 	}
 	if errors.Is(err, fs.ErrPermission) {
-		return refusal.Config(field.Errorf("run_dir", "%w: this user may not write there; make it writable or give another %s",
-			err, field.Name("run_dir")))
+		return refusal.Config(field.Errorf(key, "%w: this user may not write there; make it writable or give another %s",
+			err, key))
 	}
-	return refusal.Config(field.Errorf("run_dir", "%w", err))
+	return refusal.Config(field.Errorf(key, "%w", err))
 }
