@@ -28,6 +28,9 @@ type crowd struct {
 	workers, threads, cores int
 	agents                  int // the most agents that fit at these threads
 	fitThreads              int // the most threads a worker may have for these agents to fit
+	// resumed: the run keeps its agents (--resume refuses --agents), so
+	// fewer agents is no remedy.
+	resumed bool
 }
 
 // crowding says whether workers worker processes of threads CPU-device
@@ -53,16 +56,18 @@ func crowding(workers, perAgent, threads, cores int) (crowd, bool) {
 // with the most that fit), or longer timeouts.
 func (c crowd) remedy() string {
 	var fewer []string
-	if c.agents > 0 {
+	if c.agents > 0 && !c.resumed {
 		fewer = append(fewer, fmt.Sprintf("fewer agents (--agents %d fits)", c.agents))
 	}
 	if c.threads > 1 && c.fitThreads > 0 {
 		fewer = append(fewer, fmt.Sprintf("fewer --threads (--threads %d fits)", c.fitThreads))
 	}
-	switch len(fewer) {
-	case 0:
+	switch {
+	case len(fewer) == 0 && c.resumed:
+		return "raise --worker-start-timeout and --heartbeat-timeout"
+	case len(fewer) == 0:
 		return "run fewer agents and fewer --threads, or raise --worker-start-timeout and --heartbeat-timeout"
-	case 1:
+	case len(fewer) == 1:
 		return "run " + fewer[0] + ", or raise --worker-start-timeout and --heartbeat-timeout"
 	}
 	return "run " + fewer[0] + " or " + fewer[1] + ", or raise --worker-start-timeout and --heartbeat-timeout"
@@ -79,7 +84,9 @@ func runCrowding(req Request, local bool, cores int) (crowd, bool) {
 	if req.Config.ActorMode() == dqn.ActorShared {
 		n, per = req.Config.NumAgents+1, 1
 	}
-	return crowding(n, per, req.Threads, cores)
+	c, crowded := crowding(n, per, req.Threads, cores)
+	c.resumed = req.Resume
+	return c, crowded
 }
 
 // warning is what a crowded run is warned of before it starts.

@@ -236,6 +236,17 @@ func TestCrowding(t *testing.T) {
 			t.Errorf("%s: crowded %v, want %v", r.name, crowded, r.crowded)
 		}
 	}
+	// A resumed run keeps its agents (--resume refuses --agents): fewer
+	// agents is not offered, only what a resume may change.
+	resumed := shared
+	resumed.Resume = true
+	if c, crowded := runCrowding(resumed, true, 1); !crowded || strings.Contains(c.remedy(), "--agents") || !strings.Contains(c.remedy(), "raise --worker-start-timeout") {
+		t.Errorf("a resumed crowded run: crowded %v, remedy %q; want no --agents advice", crowded, c.remedy())
+	}
+	resumed.Threads = 4
+	if c, _ := runCrowding(resumed, true, 8); strings.Contains(c.remedy(), "--agents") || !strings.Contains(c.remedy(), "fewer --threads") {
+		t.Errorf("a resumed crowded run of 4 threads: remedy %q; want fewer --threads and no --agents", c.remedy())
+	}
 }
 
 // TestCrowdedRunWarnsAndExplains: a run whose workers crowd this machine

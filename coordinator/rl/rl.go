@@ -358,7 +358,7 @@ func Prepare(req Request, now time.Time) (*Run, error) {
 			dir, rundir.ErrExists, field.Name("resume"), field.Name("run_dir")))
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, refusal.Config(field.Errorf("run_dir", "%v", err))
+		return nil, rundir.ClaimFailed("run_dir", dir, err)
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
@@ -429,7 +429,7 @@ func lockDir(dir string) (*dirLock, error) {
 	lock := flock.New(filepath.Join(dir, rundir.LockFile), flock.SetPermissions(0o644))
 	ok, err := lock.TryLock()
 	if err != nil {
-		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
+		return nil, rundir.ClaimFailed("run_dir", dir, err)
 	}
 	if !ok {
 		// Taken since CheckFree looked: it names the holder now.
@@ -441,13 +441,13 @@ func lockDir(dir string) (*dirLock, error) {
 	before, err := os.ReadFile(lock.Path())
 	if err != nil {
 		_ = lock.Close()
-		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
+		return nil, rundir.ClaimFailed("run_dir", dir, err)
 	}
 	// flock(2) locks belong to the open file: writing through another
 	// descriptor keeps the lock.
 	if err := os.WriteFile(lock.Path(), fmt.Appendf(nil, "pid %d, tolaria rl", os.Getpid()), 0o644); err != nil {
 		_ = lock.Close()
-		return nil, refusal.Config(field.Errorf("run_dir", "%w", err))
+		return nil, rundir.ClaimFailed("run_dir", dir, err)
 	}
 	return &dirLock{Flock: lock, before: before}, nil
 }
