@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -20,7 +21,7 @@ const buildAdvice = "build it with `make build` (bin/tolaria-worker, CPU only) o
 func Find(explicit string) (string, error) {
 	if explicit != "" {
 		if _, err := os.Stat(explicit); err != nil {
-			return "", fmt.Errorf("%w: %s, given by --worker or TOLARIA_WORKER, does not exist; %s, and give its path", ErrNotFound, explicit, buildAdvice)
+			return "", fmt.Errorf("%w: %s, given by --worker or TOLARIA_WORKER, %s; %s, and give its path", ErrNotFound, explicit, Missing(err), buildAdvice)
 		}
 		return explicit, nil
 	}
@@ -33,6 +34,15 @@ func Find(explicit string) (string, error) {
 		return "", fmt.Errorf("%w next to %s; %s, or give its path with --worker PATH or TOLARIA_WORKER", ErrNotFound, self, buildAdvice)
 	}
 	return path, nil
+}
+
+// Missing says why a worker path that os.Stat refused (err) cannot be
+// used: it does not exist, or the reason it cannot be looked at.
+func Missing(err error) string {
+	if errors.Is(err, fs.ErrNotExist) {
+		return "does not exist"
+	}
+	return fmt.Sprintf("cannot be used (%v)", err)
 }
 
 // Unavailable says in one sentence why a worker that was asked for a GPU

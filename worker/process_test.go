@@ -491,3 +491,16 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestMissingSaysWhy: a worker path that is not there is said to not
+// exist; one that cannot be looked at says why, not that it is missing.
+func TestMissingSaysWhy(t *testing.T) {
+	_, err := os.Stat(filepath.Join(t.TempDir(), "none"))
+	if got := Missing(err); got != "does not exist" {
+		t.Errorf("a missing path: %q", got)
+	}
+	_, err = os.Stat(filepath.Join("/dev/null", "x")) // through a file: ENOTDIR
+	if got := Missing(err); !strings.HasPrefix(got, "cannot be used (") || !strings.Contains(got, "not a directory") {
+		t.Errorf("a path through a file: %q", got)
+	}
+}

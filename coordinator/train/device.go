@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime/debug"
 	"time"
 
@@ -95,8 +96,9 @@ func Choose(ctx context.Context, p Placement, shared *trainer.Shared, log *slog.
 			log.Info("device auto: using cpu", "reason", "no CUDA worker found")
 			return inProcess, nil
 		case p.Device != "cuda" && p.Worker != "":
-			return nil, refusal.Setup(field.Errorf("isolate", "runs the job in a tolaria-worker process, and %s, given by %s or $TOLARIA_WORKER, does not exist: give the path of one, build one with `make build` (bin/tolaria-worker), or drop %s",
-				p.Worker, field.Name("worker"), field.Name("isolate")))
+			_, serr := os.Stat(p.Worker)
+			return nil, refusal.Setup(field.Errorf("isolate", "runs the job in a tolaria-worker process, and %s, given by %s or $TOLARIA_WORKER, %s: give the path of one, build one with `make build` (bin/tolaria-worker), or drop %s",
+				p.Worker, field.Name("worker"), worker.Missing(serr), field.Name("isolate")))
 		case p.Device != "cuda":
 			// Isolating a CPU job needs any tolaria-worker, not a CUDA one.
 			return nil, refusal.Setup(field.Errorf("isolate", "runs the job in a tolaria-worker process, and none was found next to tolaria, at %s or at $TOLARIA_WORKER: build one with `make build` (bin/tolaria-worker), or drop %s",
