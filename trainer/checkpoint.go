@@ -209,6 +209,11 @@ func (h Checkpoint) matches(want Checkpoint) error {
 	if strings.HasPrefix(want.Dataset, "synthetic") {
 		size = "data.synthetic_size"
 	}
+	// The shard is rank/world: name the part that changed.
+	shard := field.Name("data.world")
+	if _, hw, _ := strings.Cut(h.Shard, "/"); strings.HasSuffix(want.Shard, "/"+hw) {
+		shard = "data.rank"
+	}
 	for _, s := range []setting{
 		{"", "model", h.Model, want.Model, ""},
 		{"schedule.epochs", "epochs", h.Epochs, want.Epochs, derived},
@@ -216,7 +221,7 @@ func (h Checkpoint) matches(want Checkpoint) error {
 		{"seed", "seed", h.Seed, want.Seed, ""},
 		{"data.dataset", "dataset", h.Dataset, want.Dataset, ""},
 		{size, "a training set of", examples(h.TrainSize), examples(want.TrainSize), derived},
-		{"data.world", "shard (rank/world)", h.Shard, want.Shard, derived},
+		{shard, "shard (rank/world)", h.Shard, want.Shard, derived},
 		{"data.ragged", "ragged policy", h.Ragged, want.Ragged, derived},
 	} {
 		got, want := fmt.Sprint(s.got), fmt.Sprint(s.want)

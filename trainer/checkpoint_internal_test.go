@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/tolaria-ml/tolaria/data"
+	"github.com/tolaria-ml/tolaria/internal/field"
 	"github.com/tolaria-ml/tolaria/nn"
 )
 
@@ -268,6 +269,18 @@ func TestCheckpointRefusalSaysHowToGoOn(t *testing.T) {
 					t.Errorf("%s (use %d): %q says %q", c.name, u.use, msg, not)
 				}
 			}
+		}
+	}
+}
+
+// TestShardRefusalNamesThePartThatChanged: a checkpoint of shard 0/2
+// resumed as 1/2 is refused naming data.rank; as 0/4, data.world.
+func TestShardRefusalNamesThePartThatChanged(t *testing.T) {
+	h := Checkpoint{Shard: "0/2"}
+	for want, key := range map[string]field.Name{"1/2": "data.rank", "0/4": "data.world", "1/4": "data.world"} {
+		err := h.matches(Checkpoint{Shard: want})
+		if !field.Is(err, key) || !strings.Contains(err.Error(), "shard (rank/world) 0/2 but this run has "+want) {
+			t.Errorf("0/2 resumed as %s: %v; want a refusal of %s", want, err, key)
 		}
 	}
 }
