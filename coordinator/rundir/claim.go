@@ -25,22 +25,22 @@ var storageFailures = []struct {
 }
 
 // claimFailed reports err, met while creating or locking the run
-// directory (ClaimFailed).
+// directory (see ClaimFailed).
 func (d *Dir) claimFailed(err error) error { return ClaimFailed("run_dir", d.path, err) }
 
-// ClaimFailed reports err, met while creating or locking dir, the
-// directory key names (a run's run_dir, a sweep's sweep_dir). A failure
-// of the machine's storage (full, over quota, read-only, an I/O error,
-// out of file descriptors) is no fault of the configuration: it is a
-// setup error (exit 1 rather than 2) saying what failed and what to do.
-// Anything else (a path through a file, a directory this user may not
-// write) is a refusal of the directory the user gave, which another one
-// or its permissions mend.
-func ClaimFailed(key field.Name, dir string, err error) error {
+// ClaimFailed reports err, met while creating or locking the directory
+// path that the setting key names (run_dir, sweep_dir). A failure of the
+// machine's storage (full, over quota, read-only, an I/O error, out of
+// file descriptors) is no fault of the configuration: it is a setup error
+// (exit 1 rather than 2) saying what failed and what to do. Anything else
+// (a path through a file, a directory this user may not write) is a
+// refusal of the directory the user gave, which another directory or its
+// permissions mend.
+func ClaimFailed(key field.Name, path string, err error) error {
 	for _, f := range storageFailures {
 		if errors.Is(err, f.errno) {
 			return refusal.Setup(field.Errorf(key, "claiming %s failed: %w; %s, or give another %s, and run the same command again",
-				dir, err, f.todo, key))
+				path, err, f.todo, key))
 		}
 	}
 	if errors.Is(err, fs.ErrPermission) {
