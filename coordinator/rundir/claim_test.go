@@ -5,12 +5,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
 	"github.com/tolaria-ml/tolaria/internal/field"
+	"github.com/tolaria-ml/tolaria/trainer"
 )
 
 // TestClaimFailureOfTheStorageIsNoConfigurationError: a claim that fails
@@ -86,4 +89,71 @@ func TestRunDirOfARunStoppedBeforeItsFirstStepIsTakenAgain(t *testing.T) {
 		t.Fatalf("the same command again: %v", err)
 	}
 	again.Release()
+}
+
+// withNoFileLeft runs fn with this process's limit of open files at the
+// lowest descriptor free now, so the next file fn opens fails with
+// EMFILE, as in a process out of descriptors.
+func withNoFileLeft(t *testing.T, fn func()) {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := os.Open("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := fds.Readdirnames(-1)
+	own := int(fds.Fd()) // listed, but free again once closed
+	fds.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := map[int]bool{}
+	for _, name := range names {
+		if n, _ := strconv.Atoi(name); n != own {
+			open[n] = true
+		}
+	}
+	free := 0
+	for open[free] {
+		free++
+	}
+	low := lim
+	low.Cur = uint64(free)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	fn()
+}
+
+// TestClaimOutOfFilesIsASetupError: a claim and a hold whose lock file
+// cannot be opened because the process has no descriptor left fail as a
+// setup error of run_dir saying to raise the limit (exit 1), through the
+// same path a full disk takes.
+func TestClaimOutOfFilesIsASetupError(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, trainer.CheckpointFile), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Plan(dir, true, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimErr, holdErr error
+	withNoFileLeft(t, func() {
+		claimErr = d.Claim()
+		_, holdErr = Hold(dir, "tolaria eval", "wait")
+	})
+	for name, err := range map[string]error{"Claim": claimErr, "Hold": holdErr} {
+		if !errors.Is(err, refusal.ErrSetup) || errors.Is(err, refusal.ErrConfig) || !errors.Is(err, syscall.EMFILE) || !strings.Contains(err.Error(), "ulimit -n") {
+			t.Errorf("%s out of descriptors: %v; want a setup error saying to raise ulimit -n", name, err)
+		}
+	}
 }
