@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -122,6 +124,39 @@ type Config struct {
 	// directory; nil is Results.write. The package's tests give one that
 	// fails, as a full disk does.
 	writeResultsFiles func(r Results, dir string) error
+	// hooks are the package's tests' seams into the claim of the sweep
+	// directory; the zero value is the real thing.
+	hooks claimHooks
+}
+
+// claimHooks let the package's tests act where another tolaria, or a
+// failing machine, could act during a sweep's claim of its directory.
+type claimHooks struct {
+	// beforeClaim runs once everything is checked, just before the
+	// directory is claimed: the time a worker's checks take, in which
+	// another sweep may take or fill the directory.
+	beforeClaim func()
+	// mkdir and tryLock stand in for os.Mkdir and the lock's TryLock.
+	mkdir   func(path string) error
+	tryLock func(l *flock.Flock) (bool, error)
+	// removed is told of each entry unclaim removes, in turn.
+	removed func(path string)
+	// now is the time a sweep given no directory is named by.
+	now func() time.Time
+}
+
+func (h claimHooks) makeDir(path string) error {
+	if h.mkdir != nil {
+		return h.mkdir(path)
+	}
+	return os.Mkdir(path, 0o755)
+}
+
+func (h claimHooks) lock(l *flock.Flock) (bool, error) {
+	if h.tryLock != nil {
+		return h.tryLock(l)
+	}
+	return l.TryLock()
 }
 
 // TrialUpdate is a change of one trial.
@@ -220,8 +255,11 @@ type Run struct {
 	dir  string
 	file string // the sweep file results.json names
 	lock *flock.Flock
-	// claimed: the lock is this sweep's; madeDir is the directory it
-	// made for dir ("": dir was there), which a failed start removes.
+	// named is when a sweep given no directory was named (sweeps/<time>).
+	named time.Time
+	// claimed: the lock is this sweep's; madeDir is the outermost
+	// directory it made for dir, dir itself or a parent ("": dir was
+	// there), which a failed start removes.
 	claimed bool
 	madeDir string
 	// lockBefore is what the lock file said before this sweep wrote its
@@ -299,8 +337,14 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 			return nil, err
 		}
 		s.dir = cfg.Dir
-	} else if s.dir, err = planSweepDir(cfg.Dir, time.Now()); err != nil {
-		return nil, err
+	} else {
+		s.named = time.Now()
+		if cfg.hooks.now != nil {
+			s.named = cfg.hooks.now()
+		}
+		if s.dir, err = planSweepDir(cfg.Dir, s.named); err != nil {
+			return nil, err
+		}
 	}
 	if err := checkPathLengths(s.dir, cfg.Sweep.Trials); err != nil {
 		return nil, err
@@ -313,15 +357,9 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 	if s.planned, err = checkTrials(ctx, cfg.Sweep, &worker.Process{Path: path, HelloTimeout: cfg.WorkerStart, HeartbeatTimeout: cfg.HeartbeatTimeout}); err != nil {
 		return nil, err
 	}
-	kind := cfg.Launch.OrLocal()
-	if s.launcher, err = kind.New(ctx, cfg.launchConfig(s.dir, path, s.log)); err != nil {
+	if err := s.place(ctx, path); err != nil {
 		return nil, err
 	}
-	all, err := s.launcher.Slots(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s.slots = launch.NewSlots(all)
 	if cfg.DryRun {
 		ws := make([]launch.Worker, len(cfg.Sweep.Trials))
 		for i, t := range cfg.Sweep.Trials {
@@ -347,8 +385,18 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 		}
 		_ = s.Close()
 	}()
+	if cfg.hooks.beforeClaim != nil {
+		cfg.hooks.beforeClaim()
+	}
+	planned := s.dir
 	if err := s.claim(); err != nil {
 		return nil, err
+	}
+	if s.dir != planned {
+		// Another sweep took the name meanwhile; this one's is the next.
+		if err := s.place(ctx, path); err != nil {
+			return nil, err
+		}
 	}
 	if s.journal, err = openJournal(s.dir); err != nil {
 		return nil, err
@@ -359,41 +407,83 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 	return s, s.writeFiles()
 }
 
+// place makes the launcher of the sweep's trials in its directory, with
+// the worker binary path, and takes its slots.
+func (s *Run) place(ctx context.Context, path string) error {
+	launcher, err := s.cfg.Launch.OrLocal().New(ctx, s.cfg.launchConfig(s.dir, path, s.log))
+	if err != nil {
+		return err
+	}
+	all, err := launcher.Slots(ctx)
+	if err != nil {
+		return err
+	}
+	s.launcher, s.slots = launcher, launch.NewSlots(all)
+	return nil
+}
+
 // unclaim removes what a new sweep wrote before it failed to start (its
 // results.json not yet in place): a directory it made, with any parent it
 // made, or its own entries in a directory that was there, empty, before.
 // Left as it was, nothing accepted the directory: a new sweep found it not
-// empty, --resume no sweep in it. It returns err saying so.
+// empty, --resume no sweep in it. The lock file goes last, still held:
+// gone sooner, a second sweep could lock a new one and have its own files
+// removed by this one. It returns err saying what was done.
 func (s *Run) unclaim(err error) error {
 	if s.journal != nil {
 		_ = s.journal.close()
 		s.journal = nil
 	}
 	var rmErr error
-	if s.madeDir != "" {
-		rmErr = os.RemoveAll(s.dir)
-		// Parents made for it go too, if still empty: another sweep may
-		// have made its own directory in sweeps/ meanwhile.
-		for p := filepath.Dir(filepath.Clean(s.dir)); rmErr == nil && len(p) >= len(s.madeDir); p = filepath.Dir(p) {
-			if os.Remove(p) != nil {
-				break
-			}
+	entries, _ := os.ReadDir(s.dir)
+	for _, e := range entries {
+		name := e.Name()
+		ours := s.madeDir != "" || slices.Contains(reservedNames(), name) || atomicfile.IsTemp(name)
+		if ours && name != sweepLock {
+			rmErr = errors.Join(rmErr, s.removeEntry(filepath.Join(s.dir, name)))
 		}
-	} else {
-		entries, _ := os.ReadDir(s.dir)
-		for _, e := range entries {
-			if slices.Contains(reservedNames(), e.Name()) || atomicfile.IsTemp(e.Name()) {
-				rmErr = errors.Join(rmErr, os.RemoveAll(filepath.Join(s.dir, e.Name())))
-			}
+	}
+	if rmErr == nil {
+		rmErr = s.removeEntry(s.lock.Path())
+	}
+	removed := false
+	if rmErr == nil && s.madeDir != "" {
+		// Not empty: another sweep has taken the directory since its lock
+		// file went, and it is that one's now.
+		if e := os.Remove(s.dir); e == nil {
+			removed = true
+			removeParents(s.dir, s.madeDir)
+		} else if !errors.Is(e, syscall.ENOTEMPTY) && !errors.Is(e, fs.ErrExist) {
+			rmErr = e
 		}
 	}
 	switch {
 	case rmErr != nil:
 		return fmt.Errorf("%w; the sweep did not start, and what it wrote in %s could not be removed (%v): remove it, then run the same command again", err, s.dir, rmErr)
-	case s.madeDir != "":
+	case removed:
 		return fmt.Errorf("%w; the sweep did not start: %s, made for it, is removed, so the same command can run again once the cause is fixed", err, s.dir)
 	}
 	return fmt.Errorf("%w; the sweep did not start: what it wrote in %s is removed (the directory is empty again), so the same command can run again once the cause is fixed", err, s.dir)
+}
+
+// removeEntry removes path, an entry of the sweep directory, whole.
+func (s *Run) removeEntry(path string) error {
+	err := os.RemoveAll(path)
+	if err == nil && s.cfg.hooks.removed != nil {
+		s.cfg.hooks.removed(path)
+	}
+	return err
+}
+
+// removeParents removes the parents of dir up to made, the outermost
+// directory made for it, while they are empty: another sweep may have
+// made its own directory in sweeps/ meanwhile.
+func removeParents(dir, made string) {
+	for p := filepath.Dir(filepath.Clean(dir)); len(p) >= len(made); p = filepath.Dir(p) {
+		if os.Remove(p) != nil {
+			return
+		}
+	}
 }
 
 // DryRun is, for a sweep prepared with Config.DryRun, the batch
@@ -597,12 +687,13 @@ func (s *Run) loadRows() error {
 		if err := os.MkdirAll(filepath.Join(s.dir, TrialConfigDir), 0o755); err != nil {
 			return err
 		}
-		kept := filepath.Join(s.dir, ResultsJSON+".damaged")
+		rebuilt := fmt.Sprintf("%s; rebuilt from %s and %s, ranked by %s, the rank key given now (the one it was ranked by is lost with the file)",
+			res.Damaged, SweepFileCopy, JournalFile, s.cfg.RankBy)
+		kept := keptDamagedName(s.dir)
 		if err := os.Rename(filepath.Join(s.dir, ResultsJSON), kept); err == nil {
-			s.log.Warn(fmt.Sprintf("%s; rebuilt from %s and %s; the damaged file is kept as %s", res.Damaged, SweepFileCopy, JournalFile, kept))
-		} else {
-			s.log.Warn(fmt.Sprintf("%s; rebuilt from %s and %s", res.Damaged, SweepFileCopy, JournalFile))
+			rebuilt += "; the damaged file is kept as " + kept
 		}
+		s.log.Warn(rebuilt)
 	}
 	if res.Damaged != "" || !reflect.DeepEqual(was, rows) {
 		if err := s.writeResults(); err != nil {
@@ -615,6 +706,20 @@ func (s *Run) loadRows() error {
 		}
 	}
 	return fmt.Errorf("%s: %w", s.dir, ErrNothingToResume)
+}
+
+// keptDamagedName is where a damaged results.json in dir is kept:
+// results.json.damaged, or the first of results.json.damaged-2, -3 and on
+// that is free, so a second rebuild keeps the first one's file.
+func keptDamagedName(dir string) string {
+	base := filepath.Join(dir, ResultsJSON+".damaged")
+	name := base
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(name); err != nil {
+			return name // free, or not to be known: the rename says which
+		}
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
 }
 
 // recordStopped records an attempt that never ended as interrupted: the
@@ -660,16 +765,13 @@ func isDir(path string) bool {
 }
 
 // planSweepDir refuses a directory that holds anything; "" names
-// sweeps/<now>.
+// sweeps/<now> (the first of its names free now: claim takes it).
 func planSweepDir(dir string, now time.Time) (string, error) {
 	if dir == "" {
-		base := filepath.Join("sweeps", now.UTC().Format("20060102-150405"))
-		dir = base
-		for i := 2; ; i++ {
-			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-				return dir, nil
+		for i := 1; ; i++ {
+			if _, err := os.Stat(defaultSweepDir(now, i)); errors.Is(err, os.ErrNotExist) {
+				return defaultSweepDir(now, i), nil
 			}
-			dir = fmt.Sprintf("%s-%d", base, i)
 		}
 	}
 	entries, err := os.ReadDir(dir)
@@ -680,13 +782,30 @@ func planSweepDir(dir string, now time.Time) (string, error) {
 		return "", refusal.Config(field.Errorf("sweep_dir", "%s is a file, not a directory; give a new or empty directory for the sweep", dir))
 	case err != nil:
 		return "", refusal.Config(field.Errorf("sweep_dir", "%w", err))
+	}
+	return dir, refuseEntries(dir, entries)
+}
+
+// defaultSweepDir is the i-th name (from 1) of a sweep given no
+// directory at now: sweeps/<time>, then sweeps/<time>-2, -3 and on.
+func defaultSweepDir(now time.Time, i int) string {
+	base := filepath.Join("sweeps", now.UTC().Format("20060102-150405"))
+	if i <= 1 {
+		return base
+	}
+	return fmt.Sprintf("%s-%d", base, i)
+}
+
+// refuseEntries refuses dir, for a new sweep, when it holds entries.
+func refuseEntries(dir string, entries []os.DirEntry) error {
+	switch {
 	case len(entries) > 0 && fileExists(filepath.Join(dir, ResultsJSON)):
-		return "", refusal.Config(field.Errorf("sweep_dir", "%s holds a sweep (its %s); continue it with %s, or give a new or empty directory for a new sweep, so its results are not overwritten",
+		return refusal.Config(field.Errorf("sweep_dir", "%s holds a sweep (its %s); continue it with %s, or give a new or empty directory for a new sweep, so its results are not overwritten",
 			dir, ResultsJSON, field.Name("sweep_resume")))
 	case len(entries) > 0:
-		return "", refusal.Config(field.Errorf("sweep_dir", "%s is not empty; give a new or empty directory, so no earlier sweep's results are overwritten", dir))
+		return refusal.Config(field.Errorf("sweep_dir", "%s is not empty; give a new or empty directory, so no earlier sweep's results are overwritten", dir))
 	}
-	return dir, nil
+	return nil
 }
 
 // maxPathBytes is the longest path Linux opens (PATH_MAX, less its NUL).
@@ -785,33 +904,125 @@ func busyErr(dir string) error {
 }
 
 // claim creates the sweep directory and locks it against a second
-// tolaria, recording this one in the lock file.
+// tolaria, recording this one in the lock file. A new sweep looks at the
+// directory again once the lock is held: another sweep may have run there
+// since it was planned, and what planning would refuse now is refused.
+// A claim that fails leaves no trace: the lock file and the directory go
+// when this claim made them.
 func (s *Run) claim() error {
-	made := firstMissing(s.dir)
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return refusal.Config(field.Errorf("sweep_dir", "%w", err))
+	made := ""
+	if !s.cfg.Resume {
+		var err error
+		if made, err = s.makeDir(); err != nil {
+			return rundir.ClaimFailed("sweep_dir", s.dir, err)
+		}
 	}
-	l := flock.New(filepath.Join(s.dir, sweepLock), flock.SetPermissions(0o644))
-	ok, err := l.TryLock()
+	path := filepath.Join(s.dir, sweepLock)
+	_, err := os.Lstat(path)
+	newLock := errors.Is(err, fs.ErrNotExist)
+	l := flock.New(path, flock.SetPermissions(0o644))
+	ok, err := s.cfg.hooks.lock(l)
 	if err != nil {
-		return refusal.Config(field.Errorf("sweep_dir", "%w", err))
+		s.abandon(l, newLock, made)
+		return rundir.ClaimFailed("sweep_dir", s.dir, fmt.Errorf("locking %s: %w", path, err))
 	}
 	if !ok {
-		// Taken since checkFree looked.
+		// Taken since checkFree looked: the lock file is the holder's.
+		_ = l.Close()
+		if made != "" {
+			removeMade(s.dir, made)
+		}
 		return busyErr(s.dir)
 	}
-	before, err := os.ReadFile(l.Path())
+	if !s.cfg.Resume {
+		if err := s.recheck(); err != nil {
+			s.abandon(l, newLock, made)
+			return err
+		}
+	}
+	before, err := os.ReadFile(path)
 	if err == nil {
 		// flock(2) locks belong to the open file: writing through another
 		// descriptor keeps the lock.
-		err = os.WriteFile(l.Path(), fmt.Appendf(nil, "pid %d, %s", os.Getpid(), sweepHolder), 0o644)
+		if err = os.WriteFile(path, fmt.Appendf(nil, "pid %d, %s", os.Getpid(), sweepHolder), 0o644); err != nil && !newLock {
+			_ = os.WriteFile(path, before, 0o644)
+		}
 	}
 	if err != nil {
-		_ = l.Close()
-		return refusal.Config(field.Errorf("sweep_dir", "%w", err))
+		s.abandon(l, newLock, made)
+		return rundir.ClaimFailed("sweep_dir", s.dir, err)
 	}
 	s.lock, s.claimed, s.madeDir, s.lockBefore = l, true, made, before
 	return nil
+}
+
+// makeDir makes a new sweep's directory, and any parent missing, and
+// returns the outermost directory it made ("" when the directory was
+// there). The directory itself is made exclusively, so one made by
+// another meanwhile is never taken for this sweep's: a directory given
+// (--sweep-dir) is then used as found; a name the sweep chose
+// (sweeps/<time>) is passed over for the next (-2, -3 and on).
+func (s *Run) makeDir() (string, error) {
+	parent := filepath.Dir(filepath.Clean(s.dir))
+	made := firstMissing(parent)
+	for i, tries := 1, 0; ; {
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return "", err
+		}
+		err := s.cfg.hooks.makeDir(s.dir)
+		switch {
+		case err == nil && made != "":
+			return made, nil
+		case err == nil:
+			return s.dir, nil
+		case errors.Is(err, fs.ErrExist) && s.cfg.Dir == "":
+			i++
+			s.dir = defaultSweepDir(s.named, i)
+		case errors.Is(err, fs.ErrExist):
+			return "", nil
+		case errors.Is(err, fs.ErrNotExist) && tries < 3:
+			// A failed sweep removed the parent it had made, empty, meanwhile.
+			tries++
+			if made == "" {
+				made = parent
+			}
+		default:
+			return "", err
+		}
+	}
+}
+
+// recheck looks at a new sweep's directory again, its lock held: it must
+// hold nothing but the lock file, as it held nothing when planned.
+func (s *Run) recheck() error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return rundir.ClaimFailed("sweep_dir", s.dir, err)
+	}
+	entries = slices.DeleteFunc(entries, func(e os.DirEntry) bool { return e.Name() == sweepLock })
+	return refuseEntries(s.dir, entries)
+}
+
+// abandon gives up a claim that failed before the directory was this
+// sweep's, l locked or not: the lock file goes when the claim made it,
+// then the directory and parents made (see removeMade), then the lock.
+func (s *Run) abandon(l *flock.Flock, newLock bool, made string) {
+	if newLock {
+		_ = os.Remove(l.Path())
+	}
+	_ = l.Close()
+	if made != "" {
+		removeMade(s.dir, made)
+	}
+}
+
+// removeMade removes dir and its parents up to made, the outermost
+// directory made for it, while they are empty: what another put there
+// meanwhile stays.
+func removeMade(dir, made string) {
+	if os.Remove(dir) == nil {
+		removeParents(dir, made)
+	}
 }
 
 // firstMissing is the outermost directory of path that does not exist

@@ -271,6 +271,9 @@ func TestSweepInterrupted(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(r.RunDir, trainer.CheckpointFile)); err != nil {
 				t.Errorf("trial %s: no checkpoint: %v", r.Name, err)
 			}
+			if log, _ := os.ReadFile(filepath.Join(r.RunDir, "worker.log")); !strings.Contains(string(log), "held test worker") {
+				t.Errorf("trial %s ran in a worker that does not hold it: %s", r.Name, log)
+			}
 		case TrialPending:
 			if !strings.Contains(r.Reason, "not started") {
 				t.Errorf("pending row %+v", r)
@@ -280,12 +283,17 @@ func TestSweepInterrupted(t *testing.T) {
 }
 
 // interruptSweep runs cfg two trials at a time and cancels it once both
-// train in their second epoch.
+// train in their second epoch. Its workers hold each trial in its third
+// epoch until the cancel reaches it (see serveHeld): however slowly the
+// second trial starts, the first cannot end before it, and neither ends
+// before the cancel.
 func interruptSweep(t *testing.T, cfg Config) Results {
 	t.Helper()
 	cfg.Parallel = 2
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	t.Setenv(holdEnv, "1")
+	defer os.Unsetenv(holdEnv)
 	// Cancel once both running trials train in epoch 2, so each has an
 	// epoch's checkpoint to keep: cancelling when the first got there
 	// could catch the second before its worker said hello.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,7 +160,8 @@ func TestADamagedResultsFileIsRebuiltFromTheJournal(t *testing.T) {
 	runSweep(t, context.Background(), cfg)
 	good := readResults(t, cfg.Dir)
 	path := filepath.Join(cfg.Dir, ResultsJSON)
-	for _, damage := range []string{`{"trials": [{"name": "a", "sta`, "", "gone"} {
+	damages := []string{`{"trials": [{"name": "a", "sta`, "", "gone"}
+	for i, damage := range damages {
 		if damage == "gone" {
 			if err := os.Remove(path); err != nil {
 				t.Fatal(err)
@@ -171,8 +173,14 @@ func TestADamagedResultsFileIsRebuiltFromTheJournal(t *testing.T) {
 		if err := load.Load("", 0, false); err != nil {
 			t.Fatalf("%q: --resume: %v", damage, err)
 		}
-		if _, err := Prepare(context.Background(), resumeConfig(t, cfg)); !errors.Is(err, ErrNothingToResume) {
+		var logged strings.Builder
+		again := resumeConfig(t, cfg)
+		again.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+		if _, err := Prepare(context.Background(), again); !errors.Is(err, ErrNothingToResume) {
 			t.Fatalf("%q: resuming a finished sweep whose results.json was damaged: %v", damage, err)
+		}
+		if !strings.Contains(logged.String(), "ranked by test_accuracy, the rank key given now") {
+			t.Errorf("%q: the warning does not name the key the rebuilt results are ranked by: %s", damage, logged.String())
 		}
 		got := readResults(t, cfg.Dir)
 		if got.Counts["succeeded"] != 4 || len(got.Trials) != 4 {
@@ -183,9 +191,18 @@ func TestADamagedResultsFileIsRebuiltFromTheJournal(t *testing.T) {
 				t.Errorf("%q: rebuilt row %d: %s rank %d, want %s rank %d", damage, i, r.Name, r.Rank, w.Name, w.Rank)
 			}
 		}
-		if kept, err := os.ReadFile(path + ".damaged"); damage != "gone" && (err != nil || string(kept) != damage) {
-			t.Errorf("%q: the damaged file is not kept aside: %q, %v", damage, kept, err)
+		// Each rebuild keeps its own damaged file: the first as
+		// results.json.damaged, the second as results.json.damaged-2.
+		aside := path + ".damaged"
+		if i > 0 {
+			aside = fmt.Sprintf("%s-%d", aside, i+1)
 		}
+		if kept, err := os.ReadFile(aside); damage != "gone" && (err != nil || string(kept) != damage) {
+			t.Errorf("%q: the damaged file is not kept aside as %s: %q, %v", damage, aside, kept, err)
+		}
+	}
+	if kept, err := os.ReadFile(path + ".damaged"); err != nil || string(kept) != damages[0] {
+		t.Errorf("a second rebuild replaced the first one's damaged file: %q, %v", kept, err)
 	}
 	// Trials that ran, and a journal that does not record them.
 	if err := os.WriteFile(path, []byte("{"), 0o644); err != nil {

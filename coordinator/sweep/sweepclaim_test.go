@@ -1,0 +1,287 @@
+package sweep
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+)
+
+// snapshot is every file under dir by its path in dir, with its bytes.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		raw, err := os.ReadFile(path)
+		rel, _ := filepath.Rel(dir, path)
+		files[rel] = string(raw)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// sameFiles reports the differences between two snapshots.
+func sameFiles(t *testing.T, what string, got, want map[string]string) {
+	t.Helper()
+	for name, w := range want {
+		if g, ok := got[name]; !ok || g != w {
+			t.Errorf("%s: %s changed or is gone", what, name)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("%s: %s is new", what, name)
+		}
+	}
+}
+
+// TestASweepFinishedMeanwhileIsNotOverwritten: a sweep planned in a new
+// or empty directory, in which another sweep runs to its end while the
+// first one's worker checks its trials, is refused once it holds the
+// directory's lock ("holds a sweep", as planning would have said), and
+// every file of the other sweep, its lock file too, is as that sweep
+// left it.
+func TestASweepFinishedMeanwhileIsNotOverwritten(t *testing.T) {
+	for _, existed := range []bool{false, true} {
+		cfg := sweepConfig(t, testSweep)
+		if existed {
+			if err := os.Mkdir(cfg.Dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var other map[string]string
+		cfg.hooks.beforeClaim = func() {
+			a := sweepConfig(t, oneTrialSweep)
+			a.Dir = cfg.Dir
+			runSweep(t, context.Background(), a)
+			other = snapshot(t, cfg.Dir)
+		}
+		_, err := Prepare(context.Background(), cfg)
+		if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), cfg.Dir+" holds a sweep") {
+			t.Fatalf("existed %v: a sweep whose directory another sweep finished in meanwhile: %v", existed, err)
+		}
+		if other[sweepLock] == "" {
+			t.Fatalf("the other sweep left no holder in its lock file: %v", other)
+		}
+		sameFiles(t, "the other sweep's directory", snapshot(t, cfg.Dir), other)
+	}
+}
+
+// TestAFileAppearingBeforeTheClaimIsRefused: a directory that another
+// makes, or fills, while a sweep's worker checks its trials is refused
+// once the lock is held ("not empty", as planning would have said); the
+// sweep leaves the directory as it found it, without its lock file, and
+// does not remove it.
+func TestAFileAppearingBeforeTheClaimIsRefused(t *testing.T) {
+	for _, existed := range []bool{false, true} {
+		cfg := sweepConfig(t, testSweep)
+		if existed {
+			if err := os.Mkdir(cfg.Dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg.hooks.beforeClaim = func() {
+			if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(cfg.Dir, "notes.txt"), []byte("mine"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := Prepare(context.Background(), cfg)
+		if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), cfg.Dir+" is not empty") {
+			t.Fatalf("existed %v: a directory filled meanwhile: %v", existed, err)
+		}
+		sameFiles(t, "the directory filled meanwhile", snapshot(t, cfg.Dir), map[string]string{"notes.txt": "mine"})
+	}
+}
+
+// TestADirectoryMadeMeanwhileIsNotRemoved: a directory another makes just
+// as the sweep would make it is not taken for one the sweep made: a
+// sweep that then fails to start removes only its own entries and leaves
+// the directory, empty, where the other made it.
+func TestADirectoryMadeMeanwhileIsNotRemoved(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	cfg.hooks.mkdir = func(path string) error {
+		if err := os.Mkdir(path, 0o755); err != nil { // the other's
+			t.Fatal(err)
+		}
+		return os.Mkdir(path, 0o755)
+	}
+	cfg.writeResultsFiles = func(Results, string) error {
+		return &os.PathError{Op: "write", Path: ResultsJSON, Err: syscall.ENOSPC}
+	}
+	_, err := Prepare(context.Background(), cfg)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "is empty again") {
+		t.Fatalf("a failed start in a directory made meanwhile: %v", err)
+	}
+	if entries, err := os.ReadDir(cfg.Dir); err != nil || len(entries) > 0 {
+		t.Errorf("the directory made meanwhile: %v, %v; want it there, empty", entries, err)
+	}
+}
+
+// TestSweepsNamedInTheSameSecondTakeTheirOwnDirectories: two sweeps given
+// no directory, named in the same second, both planning sweeps/<time>
+// before either took it: the second to claim it takes sweeps/<time>-2,
+// and each writes only in its own.
+func TestSweepsNamedInTheSameSecondTakeTheirOwnDirectories(t *testing.T) {
+	t.Chdir(t.TempDir())
+	now := time.Date(2026, 11, 27, 21, 0, 0, 0, time.UTC)
+	first := sweepConfig(t, oneTrialSweep)
+	first.Dir, first.hooks.now = "", func() time.Time { return now }
+	second := sweepConfig(t, testSweep)
+	second.Dir, second.hooks.now = "", first.hooks.now
+	var a *Run
+	second.hooks.beforeClaim = func() {
+		var err error
+		if a, err = Prepare(context.Background(), first); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := Prepare(context.Background(), second)
+	if err != nil {
+		t.Fatalf("the second sweep of the second: %v", err)
+	}
+	defer b.Close()
+	defer a.Close()
+	base := filepath.Join("sweeps", "20261127-210000")
+	if a.Dir() != base || b.Dir() != base+"-2" {
+		t.Fatalf("directories %s and %s, want %s and %s-2", a.Dir(), b.Dir(), base, base)
+	}
+	for _, c := range []struct {
+		dir    string
+		trials int
+	}{{a.Dir(), 1}, {b.Dir(), 4}} {
+		if res := readResults(t, c.dir); len(res.Trials) != c.trials {
+			t.Errorf("%s: results.json has %d trials, want %d", c.dir, len(res.Trials), c.trials)
+		}
+	}
+	res, err := b.Run(context.Background())
+	if err != nil || res.Counts["succeeded"] != 4 || filepath.Dir(res.Trials[0].RunDir) != b.Dir() {
+		t.Errorf("the sweep in %s: %v, %+v", b.Dir(), err, res.Counts)
+	}
+}
+
+// TestUnclaimRemovesTheLockFileLast: a sweep that fails to start removes
+// its entries with the directory's lock still held and its lock file
+// there, the lock file last, so no second sweep can lock a new lock file
+// and have its own files removed by the first.
+func TestUnclaimRemovesTheLockFileLast(t *testing.T) {
+	for _, existed := range []bool{false, true} {
+		cfg := sweepConfig(t, testSweep)
+		if existed {
+			if err := os.Mkdir(cfg.Dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lock := filepath.Join(cfg.Dir, sweepLock)
+		var removed []string
+		cfg.hooks.removed = func(path string) {
+			removed = append(removed, filepath.Base(path))
+			if path == lock {
+				return
+			}
+			other := flock.New(lock, flock.SetFlag(os.O_RDONLY))
+			defer other.Close()
+			if ok, err := other.TryRLock(); ok || err != nil {
+				t.Errorf("existed %v: removing %s, the lock file is gone or free (%v)", existed, path, err)
+			}
+		}
+		cfg.writeResultsFiles = func(Results, string) error {
+			return &os.PathError{Op: "write", Path: ResultsJSON, Err: syscall.ENOSPC}
+		}
+		if _, err := Prepare(context.Background(), cfg); !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("existed %v: %v", existed, err)
+		}
+		if len(removed) < 3 || removed[len(removed)-1] != sweepLock || slices.Index(removed, sweepLock) != len(removed)-1 {
+			t.Errorf("existed %v: removed %v; want the lock file last", existed, removed)
+		}
+	}
+}
+
+// TestALockFailureLeavesNothingBehind: a lock the system refuses (out of
+// locks) leaves the directory as it was, the lock file gone and a
+// directory made for the sweep removed, so the same command runs again.
+func TestALockFailureLeavesNothingBehind(t *testing.T) {
+	for _, existed := range []bool{false, true} {
+		cfg := sweepConfig(t, testSweep)
+		cfg.Dir = filepath.Join(filepath.Dir(cfg.Dir), "parent", "sweep")
+		if existed {
+			if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		failing := cfg
+		failing.hooks.tryLock = func(*flock.Flock) (bool, error) { return false, syscall.ENOLCK }
+		_, err := Prepare(context.Background(), failing)
+		if !errors.Is(err, syscall.ENOLCK) || !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "locking "+filepath.Join(cfg.Dir, sweepLock)) {
+			t.Fatalf("existed %v: a lock refused: %v", existed, err)
+		}
+		entries, statErr := os.ReadDir(cfg.Dir)
+		switch {
+		case existed && (statErr != nil || len(entries) > 0):
+			t.Errorf("the directory there before holds %v (%v)", entries, statErr)
+		case !existed && fileExists(filepath.Dir(cfg.Dir)):
+			t.Errorf("the directory made for the sweep, and its parent, are still there: %v", entries)
+		}
+		s, err := Prepare(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("existed %v: the same sweep again: %v", existed, err)
+		}
+		s.Close()
+	}
+}
+
+// TestAStorageFailureAtTheClaimIsASetupError: a full disk, a read-only
+// filesystem or an I/O error met while making or locking the sweep
+// directory is no fault of the configuration: a setup error (exit 1)
+// saying what failed and what to do, and nothing is left behind.
+func TestAStorageFailureAtTheClaimIsASetupError(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		errno syscall.Errno
+		todo  string
+		fail  func(h *claimHooks, errno syscall.Errno)
+	}{
+		{"mkdir", syscall.ENOSPC, "free space on its filesystem", func(h *claimHooks, e syscall.Errno) {
+			h.mkdir = func(path string) error { return &os.PathError{Op: "mkdir", Path: path, Err: e} }
+		}},
+		{"mkdir", syscall.EROFS, "mount its filesystem read-write", func(h *claimHooks, e syscall.Errno) {
+			h.mkdir = func(path string) error { return &os.PathError{Op: "mkdir", Path: path, Err: e} }
+		}},
+		{"lock", syscall.EIO, "check the disk", func(h *claimHooks, e syscall.Errno) {
+			h.tryLock = func(*flock.Flock) (bool, error) { return false, e }
+		}},
+	} {
+		cfg := sweepConfig(t, testSweep)
+		c.fail(&cfg.hooks, c.errno)
+		_, err := Prepare(context.Background(), cfg)
+		if !errors.Is(err, refusal.ErrSetup) || errors.Is(err, refusal.ErrConfig) || !errors.Is(err, c.errno) {
+			t.Errorf("%s %v: %v; want a setup error", c.name, c.errno, err)
+			continue
+		}
+		for _, want := range []string{"claiming " + cfg.Dir + " failed", c.todo, "run the same command again"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s %v: %v; want %q", c.name, c.errno, err, want)
+			}
+		}
+		if fileExists(cfg.Dir) {
+			t.Errorf("%s %v: %s is left behind", c.name, c.errno, cfg.Dir)
+		}
+	}
+}
