@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tolaria-ml/tolaria/internal/workertest"
 	"github.com/tolaria-ml/tolaria/job"
@@ -53,8 +54,14 @@ func serveHeld() int {
 	fmt.Fprintf(os.Stderr, "held test worker pid %d serving\n", os.Getpid())
 	in := &cancelSeen{r: os.Stdin, seen: make(chan struct{})}
 	hold := func(spec job.Spec, steps int) {
-		if steps == holdStep {
-			<-in.seen
+		if steps != holdStep {
+			return
+		}
+		select {
+		case <-in.seen:
+		case <-time.After(2 * time.Minute):
+			// A test that never cancels fails on its own; its trial ends.
+			fmt.Fprintf(os.Stderr, "test worker: %s held at step %d was never cancelled\n", spec.RunDir, steps)
 		}
 	}
 	cfg := jobserver.Config{Build: "cpu", Open: jobserver.OpenCPU, Shared: shared, AfterStep: hold}
