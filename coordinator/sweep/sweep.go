@@ -964,8 +964,11 @@ func (s *Run) claim() error {
 // (sweeps/<time>) is passed over for the next (-2, -3 and on).
 func (s *Run) makeDir() (string, error) {
 	parent := filepath.Dir(filepath.Clean(s.dir))
-	made := firstMissing(parent)
+	made := ""
 	for i, tries := 1, 0; ; {
+		if m := firstMissing(parent); m != "" && (made == "" || len(m) < len(made)) {
+			made = m
+		}
 		if err := os.MkdirAll(parent, 0o755); err != nil {
 			return "", err
 		}
@@ -981,11 +984,9 @@ func (s *Run) makeDir() (string, error) {
 		case errors.Is(err, fs.ErrExist):
 			return "", nil
 		case errors.Is(err, fs.ErrNotExist) && tries < 3:
-			// A failed sweep removed the parent it had made, empty, meanwhile.
+			// A failed sweep removed the parent it had made, empty,
+			// meanwhile: made again.
 			tries++
-			if made == "" {
-				made = parent
-			}
 		default:
 			return "", err
 		}

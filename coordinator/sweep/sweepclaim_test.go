@@ -285,3 +285,32 @@ func TestAStorageFailureAtTheClaimIsASetupError(t *testing.T) {
 		}
 	}
 }
+
+// TestAParentRemovedMeanwhileIsMadeAgain: a parent the sweep made that
+// another failed sweep removes (empty) before the sweep's directory is
+// made in it is made again, and counted made: a failed start removes it.
+func TestAParentRemovedMeanwhileIsMadeAgain(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	parent := filepath.Join(filepath.Dir(cfg.Dir), "new")
+	cfg.Dir = filepath.Join(parent, "sweep")
+	removed := false
+	cfg.hooks.mkdir = func(path string) error {
+		if !removed {
+			removed = true
+			if err := os.Remove(parent); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return os.Mkdir(path, 0o755)
+	}
+	cfg.writeResultsFiles = func(Results, string) error {
+		return &os.PathError{Op: "write", Path: ResultsJSON, Err: syscall.ENOSPC}
+	}
+	_, err := Prepare(context.Background(), cfg)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "made for it, is removed") {
+		t.Fatalf("a failed start after its parent was made again: %v", err)
+	}
+	if fileExists(parent) {
+		t.Errorf("%s, made for the sweep, is still there", parent)
+	}
+}
