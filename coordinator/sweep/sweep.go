@@ -769,8 +769,13 @@ func isDir(path string) bool {
 func planSweepDir(dir string, now time.Time) (string, error) {
 	if dir == "" {
 		for i := 1; ; i++ {
-			if _, err := os.Stat(defaultSweepDir(now, i)); errors.Is(err, os.ErrNotExist) {
-				return defaultSweepDir(now, i), nil
+			name := defaultSweepDir(now, i)
+			_, err := os.Stat(name)
+			switch {
+			case errors.Is(err, os.ErrNotExist):
+				return name, nil
+			case err != nil:
+				return "", defaultDirErr(name, err)
 			}
 		}
 	}
@@ -784,6 +789,18 @@ func planSweepDir(dir string, now time.Time) (string, error) {
 		return "", refusal.Config(field.Errorf("sweep_dir", "%w", err))
 	}
 	return dir, refuseEntries(dir, entries)
+}
+
+// defaultDirErr refuses name, a sweep directory chosen under sweeps/,
+// that could not be looked into: sweeps a file, or unreadable.
+func defaultDirErr(name string, err error) error {
+	parent := filepath.Dir(name)
+	if info, e := os.Stat(parent); e == nil && !info.IsDir() {
+		return refusal.Config(field.Errorf("sweep_dir", "no %s given, so the sweep goes under %s, but %s is a file, not a directory; move it aside or give a %s",
+			field.Name("sweep_dir"), parent, parent, field.Name("sweep_dir")))
+	}
+	return refusal.Config(field.Errorf("sweep_dir", "no %s given, so the sweep goes under %s, which cannot be looked into (%w); fix its permissions or give a %s",
+		field.Name("sweep_dir"), parent, err, field.Name("sweep_dir")))
 }
 
 // defaultSweepDir is the i-th name (from 1) of a sweep given no

@@ -90,3 +90,38 @@ func TestTrialConfigFileIsTrainsAsItIs(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultSweepDirUnderAFileIsRefused: a sweep given no directory goes
+// under sweeps/; a file named sweeps, or a sweeps/ that cannot be looked
+// into, is refused naming sweep_dir and why, not looked past for ever.
+func TestDefaultSweepDirUnderAFileIsRefused(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("sweeps", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := planSweepDir("", time.Now())
+	if !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "sweep_dir") || !strings.Contains(err.Error(), "sweeps is a file, not a directory") {
+		t.Errorf("sweeps a file: %v", err)
+	}
+	if err := os.Remove("sweeps"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir("sweeps", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := planSweepDir("", time.Now())
+	if err != nil || filepath.Dir(dir) != "sweeps" {
+		t.Errorf("sweeps a directory: %q, %v", dir, err)
+	}
+	if os.Getuid() == 0 {
+		return // root looks into any directory
+	}
+	if err := os.Chmod("sweeps", 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod("sweeps", 0o755) })
+	_, err = planSweepDir("", time.Now())
+	if !errors.Is(err, refusal.ErrConfig) || !errors.Is(err, os.ErrPermission) || !strings.Contains(err.Error(), "sweep_dir") || !strings.Contains(err.Error(), "cannot be looked into") {
+		t.Errorf("sweeps unreadable: %v", err)
+	}
+}
