@@ -316,7 +316,7 @@ func classify(err error) *worker.Error {
 	case errors.As(err, &we):
 		return we
 	case errors.Is(err, trainer.ErrCheckpoint):
-		kind = worker.KindCheckpoint
+		return &worker.Error{Kind: worker.KindCheckpoint, Message: err.Error(), Unread: errors.Is(err, trainer.ErrCheckpointUnread)}
 	case errors.Is(err, trainer.ErrNonFinite):
 		kind = worker.KindNonFinite
 	case errors.Is(err, data.ErrMissing), errors.Is(err, data.ErrCorrupt), errors.Is(err, data.ErrInvalid):

@@ -49,6 +49,20 @@ const (
 // ErrCheckpoint is wrapped by every refusal of a checkpoint file.
 var ErrCheckpoint = errors.New("checkpoint refused")
 
+// ErrCheckpointUnread is wrapped, beside ErrCheckpoint, by a refusal that
+// says nothing of the file's content: it could not be read (an I/O error,
+// a stale NFS handle, gone since it was looked for), or the model could
+// not be restored from it (a device failure). The file may be intact, and
+// the same run may go on once the cause has passed.
+var ErrCheckpointUnread = errors.New("checkpoint not read")
+
+// unreadError marks err, a refusal of a checkpoint, as ErrCheckpointUnread
+// without changing its message.
+type unreadError struct{ err error }
+
+func (e unreadError) Error() string   { return e.err.Error() }
+func (e unreadError) Unwrap() []error { return []error{e.err, ErrCheckpointUnread} }
+
 // Checkpoint is the state a run needs to continue exactly where it was.
 // The data order and the schedule are functions of the seed and the step,
 // so the step is the whole of the data position and the RNG state.
@@ -374,10 +388,12 @@ func loadCheckpoint(path string, use checkpointUse) (Checkpoint, error) {
 	}
 	raw, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) && use == useResume {
-		return refuse("no checkpoint to resume from; start without --resume, or point --run-dir at the run to resume")
+		_, err := refuse("no checkpoint to resume from; start without --resume, or point --run-dir at the run to resume")
+		return Checkpoint{}, unreadError{err}
 	}
 	if err != nil {
-		return refuse("%v", err)
+		_, err := refuse("%v", err)
+		return Checkpoint{}, unreadError{err}
 	}
 	if len(raw) == 0 {
 		// tolaria writes a checkpoint whole or not at all, so an empty

@@ -284,3 +284,49 @@ func TestShardRefusalNamesThePartThatChanged(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreadCheckpointIsToldFromARefusedOne: a checkpoint that could not
+// be read (here a directory in its place stands for EIO or a stale NFS
+// handle), or is gone, is refused as ErrCheckpointUnread too, its message
+// as before, so a caller can tell it from a refusal of the file's content,
+// which never is.
+func TestUnreadCheckpointIsToldFromARefusedOne(t *testing.T) {
+	path, _, _, _ := savedCheckpoint(t)
+	whole, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := slices.Clone(whole)
+	other[len(checkpointMagicPrefix)] = '9'
+	for _, c := range []struct {
+		name string
+		raw  []byte
+	}{
+		{"empty", nil},
+		{"garbage", []byte("garbage\n")},
+		{"damaged", whole[:len(whole)-1]},
+		{"another format", other},
+	} {
+		if err := os.WriteFile(path, c.raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadCheckpoint(path)
+		if !errors.Is(err, ErrCheckpoint) || errors.Is(err, ErrCheckpointUnread) {
+			t.Errorf("%s: %v, want a refusal of its content, not ErrCheckpointUnread", c.name, err)
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadCheckpoint(path)
+	if !errors.Is(err, ErrCheckpoint) || !errors.Is(err, ErrCheckpointUnread) || !strings.Contains(err.Error(), "no checkpoint to resume from") {
+		t.Errorf("gone: %v, want ErrCheckpoint and ErrCheckpointUnread", err)
+	}
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadCheckpoint(path)
+	if !errors.Is(err, ErrCheckpoint) || !errors.Is(err, ErrCheckpointUnread) || !strings.Contains(err.Error(), "checkpoint refused: "+path+": read ") {
+		t.Errorf("unreadable: %v, want ErrCheckpoint and ErrCheckpointUnread, its message as before", err)
+	}
+}

@@ -241,7 +241,7 @@ func (r *run) newModel(ck *Checkpoint, startSeq int) error {
 		return err
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrCheckpoint, err)
+		return unreadError{fmt.Errorf("%w: %v", ErrCheckpoint, err)}
 	}
 	r.sum.ResumedFromStep = startSeq
 	r.obs.Observe(Event{Time: time.Now(), Kind: EventResume, Fields: map[string]any{"step": startSeq}})

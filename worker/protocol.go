@@ -144,6 +144,10 @@ type Hello struct {
 type Error struct {
 	Kind    string `json:"kind"`
 	Message string `json:"message"`
+	// Unread marks a KindCheckpoint error that says nothing of the
+	// file's content: the file could not be read, or the model not
+	// restored from it. It may be intact, and a retry may succeed.
+	Unread bool `json:"unread,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Message }

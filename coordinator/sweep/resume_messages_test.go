@@ -124,7 +124,9 @@ func TestADamagedTrialCheckpointSaysHowToStartTheTrialOver(t *testing.T) {
 	if a.State != TrialFailed || a.Attempts != 2 {
 		t.Errorf("a trial whose checkpoint is damaged, resumed with 2 retries: %s after %d attempts, want failed after 2 (1 before, 1 now: the failure repeats)", a.State, a.Attempts)
 	}
-	for _, want := range []string{"checkpoint refused", "rm -r " + shellword.Quote(run), "tolaria sweep --resume --sweep-dir " + shellword.Quote(cfg.Dir), "starts again from step 0"} {
+	for _, want := range []string{"checkpoint refused", "mv " + shellword.Quote(run) + " " + shellword.Quote(run+".damaged"),
+		"tolaria sweep --resume --sweep-dir " + shellword.Quote(cfg.Dir) + " with the flags it ran with", "starts again from step 0",
+		"rm -r " + shellword.Quote(run) + " instead discards its checkpoint, worker.log and events.jsonl"} {
 		if !strings.Contains(a.Reason, want) {
 			t.Errorf("the failure's reason does not say %q: %s", want, a.Reason)
 		}
@@ -133,9 +135,9 @@ func TestADamagedTrialCheckpointSaysHowToStartTheTrialOver(t *testing.T) {
 		t.Errorf("the failure's reason gives tolaria train's advice: %s", a.Reason)
 	}
 
-	// Its advice holds: without its run directory the trial starts again
-	// from step 0, and the sweep says so.
-	if err := os.RemoveAll(run); err != nil {
+	// Its advice holds: its run directory moved aside, the trial starts
+	// again from step 0, and the sweep says so.
+	if err := os.Rename(run, run+".damaged"); err != nil {
 		t.Fatal(err)
 	}
 	var (
@@ -156,6 +158,45 @@ func TestADamagedTrialCheckpointSaysHowToStartTheTrialOver(t *testing.T) {
 	}
 }
 
+// TestAnUnreadTrialCheckpointIsRetried: a trial whose checkpoint could
+// not be read (a directory in its place stands for EIO or a stale NFS
+// handle: the file may be intact) keeps its retries, and its reason gives
+// no advice to move or remove its run directory.
+func TestAnUnreadTrialCheckpointIsRetried(t *testing.T) {
+	ctx := context.Background()
+	cfg := sweepConfig(t, oneTrialSweep)
+	t.Setenv(jobserver.FaultEnv, "step=10,exit=7,run=a")
+	first, _ := runSweep(t, ctx, cfg)
+	run := first.Trials[0].RunDir
+	if first.Trials[0].State != TrialFailed {
+		t.Fatalf("trial a, its worker failing at step 10: %+v", first.Trials[0])
+	}
+	ckpt := filepath.Join(run, trainer.CheckpointFile)
+	if err := os.Remove(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(ckpt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(jobserver.FaultEnv, "")
+
+	resume := resumeConfig(t, cfg)
+	resume.Retries = 2
+	res, _ := runSweep(t, ctx, resume)
+	a := res.Trials[0]
+	if a.State != TrialFailed || a.Attempts != 4 {
+		t.Errorf("a trial whose checkpoint cannot be read, resumed with 2 retries: %s after %d attempts, want failed after 4 (1 before, 3 now)", a.State, a.Attempts)
+	}
+	if !strings.Contains(a.Reason, "checkpoint refused: "+ckpt) {
+		t.Errorf("the failure's reason does not say the checkpoint was refused: %s", a.Reason)
+	}
+	for _, not := range []string{"rm -r", "mv ", "starts again from step 0"} {
+		if strings.Contains(a.Reason, not) {
+			t.Errorf("the failure's reason says %q of a checkpoint that may be intact: %s", not, a.Reason)
+		}
+	}
+}
+
 // TestCheckpointAdvice: each refusal of a damaged checkpoint, as the
 // trainer words it, loses tolaria train's advice for the sweep's.
 func TestCheckpointAdvice(t *testing.T) {
@@ -168,6 +209,7 @@ func TestCheckpointAdvice(t *testing.T) {
 		{"empty", nil},
 		{"another file", []byte("not a checkpoint at all")},
 		{"cut short", []byte("TLCK")},
+		{"another format", []byte("TOLARIA-CKPT\x00v9\nrest")},
 	} {
 		if err := os.WriteFile(path, c.file, 0o600); err != nil {
 			t.Fatal(err)
@@ -177,13 +219,17 @@ func TestCheckpointAdvice(t *testing.T) {
 			t.Fatalf("%s: the trainer took the checkpoint", c.name)
 		}
 		got := checkpointAdvice(err.Error(), dir, "sweeps/s")
-		if strings.Contains(got, "--run-dir") || !strings.Contains(got, "(rm -r "+dir+") and resume the sweep (tolaria sweep --resume --sweep-dir sweeps/s)") {
+		if strings.Contains(got, "--run-dir") || strings.Contains(got, "resume it with") ||
+			!strings.Contains(got, "(mv "+dir+" "+dir+".damaged) and resume the sweep as before (tolaria sweep --resume --sweep-dir sweeps/s with the flags it ran with)") {
 			t.Errorf("%s: %s\nbecomes\n%s", c.name, err, got)
+		}
+		if want := "; or resume the sweep with the tolaria that wrote the checkpoint"; c.name == "another format" && !strings.HasSuffix(got, want) {
+			t.Errorf("%s: %s\nbecomes\n%s\nwant it to end %q", c.name, err, got, want)
 		}
 	}
 	// Advice it does not know is kept, the sweep's added.
 	got := checkpointAdvice("checkpoint refused: x: the checkpoint is of step 20, past the run's 16 steps", "s/a", "s")
-	if want := "past the run's 16 steps; in a sweep, remove the trial's run directory (rm -r s/a)"; !strings.Contains(got, want) {
+	if want := "past the run's 16 steps; in a sweep, move the trial's run directory aside (mv s/a s/a.damaged)"; !strings.Contains(got, want) {
 		t.Errorf("got %s, want it to say %q", got, want)
 	}
 }

@@ -1449,10 +1449,13 @@ func (s *Run) runTrial(ctx context.Context, i int, t Trial, sl launch.Slot, kw *
 		if res.State != TrialFailed || attempt > s.cfg.Retries || ctx.Err() != nil {
 			break
 		}
-		if a.why == worker.KindUsage || a.why == worker.KindCheckpoint || (a.why == worker.KindNoDevice && !sl.Remote()) {
-			// Refused input, a refused checkpoint (the next attempt
-			// resumes from the same file), or no device on this machine's
-			// slot: another attempt would fail the same way.
+		if a.why == worker.KindUsage || (a.why == worker.KindCheckpoint && !a.unread) || (a.why == worker.KindNoDevice && !sl.Remote()) {
+			// Refused input, a checkpoint refused for its content (the
+			// next attempt resumes from the same file), or no device on
+			// this machine's slot: another attempt would fail the same
+			// way. A checkpoint that could not be read, or restored, may
+			// be read the next time, or be gone and the trial start
+			// fresh.
 			s.log.Warn("trial failed; not starting it again: the failure would repeat", "trial", t.Name, "reason", a.reason)
 			break
 		}
@@ -1492,6 +1495,11 @@ type outcome struct {
 	summary *trainer.Summary
 	// unstarted: the attempt's worker never ran, so nothing trained.
 	unstarted bool
+	// unread: a refused checkpoint (why worker.KindCheckpoint) that was
+	// not read or not restored, its content not judged (see
+	// worker.Error.Unread): it is retried, and no advice to discard it
+	// is given.
+	unread bool
 	// cpuThreads is the kernel threads its worker's CPU device had; 0
 	// off this machine's CPU.
 	cpuThreads int
@@ -1571,7 +1579,9 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 	}
 	failed := func(err error) outcome {
 		o := outcome{state: TrialFailed, reason: err.Error(), why: failureReason(err), logTail: tailOf()}
-		if o.why == worker.KindCheckpoint {
+		var we *worker.Error
+		o.unread = errors.As(err, &we) && we.Unread
+		if o.why == worker.KindCheckpoint && !o.unread {
 			o.reason = checkpointAdvice(o.reason, spec.RunDir, s.dir)
 		}
 		return o
@@ -1661,20 +1671,31 @@ func (s *Run) attempt(ctx context.Context, i int, t Trial, sl launch.Slot, n int
 
 // runDirAdvice is the advice of a refused checkpoint that speaks to
 // tolaria train, whose run directory is the user's to choose: a trial's
-// is not.
-var runDirAdvice = regexp.MustCompile(`start (a new run|the run again) in another --run-dir`)
+// is not. Its second group is the way on for a checkpoint of another
+// format.
+var runDirAdvice = regexp.MustCompile(`start (a new run|the run again) in another --run-dir(, or resume it with the tolaria that wrote it)?`)
 
-// checkpointAdvice rewrites the refusal of a trial's checkpoint (reason)
-// for the sweep in sweepDir: a trial runs in the run directory runDir the
-// sweep gives it, so "another --run-dir" cannot be followed, and every
-// --resume would fail it again. Without its run directory the trial
-// starts again from step 0, which is what to do (or to restore the file,
-// where the refusal says so).
+// checkpointAdvice rewrites the refusal of a trial's checkpoint for its
+// content (reason) for the sweep in sweepDir: a trial runs in the run
+// directory runDir the sweep gives it, so "another --run-dir" cannot be
+// followed, and every --resume would fail it again. Without its run
+// directory the trial starts again from step 0, which is what to do (or
+// to restore the file, where the refusal says so). The directory is moved
+// aside, not removed: it holds the trial's training so far. The sweep
+// does not know the flags it was started with (its device, launcher), so
+// the command to resume it says to give them again.
 func checkpointAdvice(reason, runDir, sweepDir string) string {
-	advice := fmt.Sprintf("remove the trial's run directory (rm -r %s) and resume the sweep (tolaria sweep --resume --sweep-dir %s): the trial starts again from step 0",
-		shellword.Quote(runDir), shellword.Quote(sweepDir))
-	reason = runDirAdvice.ReplaceAllLiteralString(reason, advice)
-	if !strings.Contains(reason, advice) {
+	advice := fmt.Sprintf("move the trial's run directory aside (mv %s %s) and resume the sweep as before (tolaria sweep --resume --sweep-dir %s with the flags it ran with): the trial starts again from step 0 (rm -r %s instead discards its checkpoint, %s and %s: its training so far)",
+		shellword.Quote(runDir), shellword.Quote(runDir+".damaged"), shellword.Quote(sweepDir), shellword.Quote(runDir), rundir.WorkerLogFile, rundir.EventsFile)
+	found := false
+	reason = runDirAdvice.ReplaceAllStringFunc(reason, func(m string) string {
+		found = true
+		if runDirAdvice.FindStringSubmatch(m)[2] != "" {
+			return advice + "; or resume the sweep with the tolaria that wrote the checkpoint"
+		}
+		return advice
+	})
+	if !found {
 		reason += "; in a sweep, " + advice
 	}
 	return reason
