@@ -103,6 +103,7 @@ func Execute(ctx context.Context, cfg Config, opt Options) error {
 // as it was unless rankByGiven says cfg.RankBy asks otherwise.
 func (cfg *Config) Load(path string, maxTrials int, rankByGiven bool) error {
 	var err error
+	cfg.rankByGiven = rankByGiven
 	if !cfg.Resume {
 		cfg.Sweep, err = ReadSweepMax(path, maxTrials)
 		return err

@@ -280,6 +280,40 @@ func TestWarnStartsOver(t *testing.T) {
 	}
 }
 
+// TestWarnStartsOverSaysWhy: a run directory that is a file, or that
+// cannot be looked at (here a name too long for the system), is not said
+// to be gone: the warning says what was found.
+func TestWarnStartsOverSaysWhy(t *testing.T) {
+	row := TrialResult{State: TrialInterrupted, Attempts: 1, Summary: &trainer.Summary{Steps: 12}}
+	long := strings.Repeat("a", 300)
+	for _, c := range []struct {
+		name, trial, want string
+		file              bool
+	}{
+		{"a file", "a", "is a file, not a directory; the trial starts over from step 0", true},
+		{"not looked at", long, "cannot be looked at (stat ", false},
+	} {
+		var logs bytes.Buffer
+		s := &Run{dir: t.TempDir(), log: slog.New(slog.NewTextHandler(&logs, nil))}
+		run := filepath.Join(s.dir, c.trial)
+		if c.file {
+			if err := os.WriteFile(run, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.warnStartsOver(Trial{Name: c.trial}, row)
+		if !strings.Contains(logs.String(), run+" "+c.want) || strings.Contains(logs.String(), "is gone") {
+			t.Errorf("%s: the log does not warn %q:\n%s", c.name, c.want, logs.String())
+		}
+	}
+	var logs bytes.Buffer
+	s := &Run{dir: t.TempDir(), log: slog.New(slog.NewTextHandler(&logs, nil))}
+	s.warnStartsOver(Trial{Name: long}, row)
+	if !strings.Contains(logs.String(), "file name too long") {
+		t.Errorf("the warning does not say why: %s", logs.String())
+	}
+}
+
 // TestAResumedTrialsInterruptionSaysItsStepsAndTheRunsTotal: a resumed
 // trial interrupted again says the steps it ran this time and its run's
 // total, as tolaria train does.

@@ -127,6 +127,9 @@ type Config struct {
 	// hooks are the package's tests' seams into the claim of the sweep
 	// directory; the zero value is the real thing.
 	hooks claimHooks
+	// rankByGiven: RankBy was given for this run (see Load), not the
+	// default; said of a ranking rebuilt with it.
+	rankByGiven bool
 }
 
 // claimHooks let the package's tests act where another tolaria, or a
@@ -136,9 +139,10 @@ type claimHooks struct {
 	// directory is claimed: the time a worker's checks take, in which
 	// another sweep may take or fill the directory.
 	beforeClaim func()
-	// mkdir and tryLock stand in for os.Mkdir and the lock's TryLock.
-	mkdir   func(path string) error
-	tryLock func(l *flock.Flock) (bool, error)
+	// mkdir stands in for os.Mkdir, flock for the exclusive flock(2),
+	// not waiting, of the open lock file f (false: another holds it).
+	mkdir func(path string) error
+	flock func(f *os.File) (bool, error)
 	// removed is told of each entry unclaim removes, in turn.
 	removed func(path string)
 	// now is the time a sweep given no directory is named by.
@@ -152,11 +156,11 @@ func (h claimHooks) makeDir(path string) error {
 	return os.Mkdir(path, 0o755)
 }
 
-func (h claimHooks) lock(l *flock.Flock) (bool, error) {
-	if h.tryLock != nil {
-		return h.tryLock(l)
+func (h claimHooks) lock(f *os.File) (bool, error) {
+	if h.flock != nil {
+		return h.flock(f)
 	}
-	return l.TryLock()
+	return flockExclusive(f)
 }
 
 // TrialUpdate is a change of one trial.
@@ -254,7 +258,7 @@ type Run struct {
 	cfg  Config
 	dir  string
 	file string // the sweep file results.json names
-	lock *flock.Flock
+	lock *lockFile
 	// named is when a sweep given no directory was named (sweeps/<time>).
 	named time.Time
 	// claimed: the lock is this sweep's; madeDir is the outermost
@@ -381,7 +385,7 @@ func Prepare(ctx context.Context, cfg Config) (_ *Run, err error) {
 			err = s.unclaim(err)
 		case s.claimed:
 			// A refused sweep leaves the lock file saying what it said.
-			_ = os.WriteFile(s.lock.Path(), s.lockBefore, 0o644)
+			_ = s.lock.write(s.lockBefore)
 		}
 		_ = s.Close()
 	}()
@@ -446,14 +450,16 @@ func (s *Run) unclaim(err error) error {
 	if rmErr == nil {
 		rmErr = s.removeEntry(s.lock.Path())
 	}
-	removed := false
+	removed, taken := false, false
 	if rmErr == nil && s.madeDir != "" {
 		// Not empty: another sweep has taken the directory since its lock
 		// file went, and it is that one's now.
 		if e := os.Remove(s.dir); e == nil {
 			removed = true
 			removeParents(s.dir, s.madeDir)
-		} else if !errors.Is(e, syscall.ENOTEMPTY) && !errors.Is(e, fs.ErrExist) {
+		} else if errors.Is(e, syscall.ENOTEMPTY) || errors.Is(e, fs.ErrExist) {
+			taken = true
+		} else {
 			rmErr = e
 		}
 	}
@@ -462,6 +468,9 @@ func (s *Run) unclaim(err error) error {
 		return fmt.Errorf("%w; the sweep did not start, and what it wrote in %s could not be removed (%v): remove it, then run the same command again", err, s.dir, rmErr)
 	case removed:
 		return fmt.Errorf("%w; the sweep did not start: %s, made for it, is removed, so the same command can run again once the cause is fixed", err, s.dir)
+	case taken:
+		return fmt.Errorf("%w; the sweep did not start: what it wrote in %s is removed, but the directory, made for it, is left: another tolaria has taken it since; once the cause is fixed, run the same command with another %s",
+			err, s.dir, field.Name("sweep_dir"))
 	}
 	return fmt.Errorf("%w; the sweep did not start: what it wrote in %s is removed (the directory is empty again), so the same command can run again once the cause is fixed", err, s.dir)
 }
@@ -687,8 +696,12 @@ func (s *Run) loadRows() error {
 		if err := os.MkdirAll(filepath.Join(s.dir, TrialConfigDir), 0o755); err != nil {
 			return err
 		}
-		rebuilt := fmt.Sprintf("%s; rebuilt from %s and %s, ranked by %s, the rank key given now (the one it was ranked by is lost with the file)",
-			res.Damaged, SweepFileCopy, JournalFile, s.cfg.RankBy)
+		key := "the rank key given now"
+		if !s.cfg.rankByGiven {
+			key = "the default rank key"
+		}
+		rebuilt := fmt.Sprintf("%s; rebuilt from %s and %s, ranked by %s, %s (the one it was ranked by is lost with the file)",
+			res.Damaged, SweepFileCopy, JournalFile, s.cfg.RankBy, key)
 		kept := keptDamagedName(s.dir)
 		if err := os.Rename(filepath.Join(s.dir, ResultsJSON), kept); err == nil {
 			rebuilt += "; the damaged file is kept as " + kept
@@ -787,6 +800,13 @@ func planSweepDir(dir string, now time.Time) (string, error) {
 		return "", refusal.Config(field.Errorf("sweep_dir", "%s is a file, not a directory; give a new or empty directory for the sweep", dir))
 	case err != nil:
 		return "", refusal.Config(field.Errorf("sweep_dir", "%w", err))
+	}
+	if len(entries) == 1 && entries[0].Name() == sweepLock {
+		// A claim that failed as another took the directory can leave
+		// its empty lock file, which no sweep holds (checkFree): nothing.
+		if info, err := entries[0].Info(); err == nil && info.Mode().IsRegular() && info.Size() == 0 {
+			entries = nil
+		}
 	}
 	return dir, refuseEntries(dir, entries)
 }
@@ -935,38 +955,30 @@ func (s *Run) claim() error {
 		}
 	}
 	path := filepath.Join(s.dir, sweepLock)
-	_, err := os.Lstat(path)
-	newLock := errors.Is(err, fs.ErrNotExist)
-	l := flock.New(path, flock.SetPermissions(0o644))
-	ok, err := s.cfg.hooks.lock(l)
-	if err != nil {
-		s.abandon(l, newLock, made)
+	l, ok, err := lockSweepFile(path, s.cfg.hooks.lock)
+	switch {
+	case err != nil:
+		removeMade(s.dir, made)
 		return rundir.ClaimFailed("sweep_dir", s.dir, fmt.Errorf("locking %s: %w", path, err))
-	}
-	if !ok {
+	case !ok:
 		// Taken since checkFree looked: the lock file is the holder's.
-		_ = l.Close()
-		if made != "" {
-			removeMade(s.dir, made)
-		}
+		removeMade(s.dir, made)
 		return busyErr(s.dir)
 	}
 	if !s.cfg.Resume {
 		if err := s.recheck(); err != nil {
-			s.abandon(l, newLock, made)
+			s.abandon(l, made)
 			return err
 		}
 	}
-	before, err := os.ReadFile(path)
+	before, err := l.read()
 	if err == nil {
-		// flock(2) locks belong to the open file: writing through another
-		// descriptor keeps the lock.
-		if err = os.WriteFile(path, fmt.Appendf(nil, "pid %d, %s", os.Getpid(), sweepHolder), 0o644); err != nil && !newLock {
-			_ = os.WriteFile(path, before, 0o644)
+		if err = l.write(fmt.Appendf(nil, "pid %d, %s", os.Getpid(), sweepHolder)); err != nil && !l.created {
+			_ = l.write(before)
 		}
 	}
 	if err != nil {
-		s.abandon(l, newLock, made)
+		s.abandon(l, made)
 		return rundir.ClaimFailed("sweep_dir", s.dir, err)
 	}
 	s.lock, s.claimed, s.madeDir, s.lockBefore = l, true, made, before
@@ -1022,23 +1034,18 @@ func (s *Run) recheck() error {
 }
 
 // abandon gives up a claim that failed before the directory was this
-// sweep's, l locked or not: the lock file goes when the claim made it,
-// then the directory and parents made (see removeMade), then the lock.
-func (s *Run) abandon(l *flock.Flock, newLock bool, made string) {
-	if newLock {
-		_ = os.Remove(l.Path())
-	}
-	_ = l.Close()
-	if made != "" {
-		removeMade(s.dir, made)
-	}
+// sweep's: the lock file goes when the claim made it, then the lock, then
+// the directory and parents made (see removeMade).
+func (s *Run) abandon(l *lockFile, made string) {
+	l.abandon()
+	removeMade(s.dir, made)
 }
 
 // removeMade removes dir and its parents up to made, the outermost
 // directory made for it, while they are empty: what another put there
-// meanwhile stays.
+// meanwhile stays. "" made nothing.
 func removeMade(dir, made string) {
-	if os.Remove(dir) == nil {
+	if made != "" && os.Remove(dir) == nil {
 		removeParents(dir, made)
 	}
 }
@@ -1477,9 +1484,14 @@ func (s *Run) warnStartsOver(t Trial, r TrialResult) {
 	}
 	dir := filepath.Join(s.dir, t.Name)
 	had := fmt.Sprintf("the sweep's journal records %s at it", plural(r.Attempts, "earlier attempt"))
+	info, err := os.Stat(dir)
 	switch {
-	case !isDir(dir):
+	case errors.Is(err, fs.ErrNotExist):
 		s.log.Warn(fmt.Sprintf("trial %s's run directory %s is gone; the trial starts over from step 0 (%s)", t.Name, dir, had), "trial", t.Name)
+	case err != nil:
+		s.log.Warn(fmt.Sprintf("trial %s's run directory %s cannot be looked at (%v), so no checkpoint of it is found; the trial starts over from step 0 (%s)", t.Name, dir, err, had), "trial", t.Name)
+	case !info.IsDir():
+		s.log.Warn(fmt.Sprintf("trial %s's run directory %s is a file, not a directory; the trial starts over from step 0 (%s)", t.Name, dir, had), "trial", t.Name)
 	case !fileExists(filepath.Join(dir, trainer.CheckpointFile)) && r.Summary != nil && r.Summary.Steps > 0:
 		s.log.Warn(fmt.Sprintf("trial %s's run directory %s has no %s, though its last attempt trained %d steps; the trial starts over from step 0 (%s)",
 			t.Name, dir, trainer.CheckpointFile, r.Summary.Steps, had), "trial", t.Name)

@@ -3,6 +3,7 @@ package sweep
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/tolaria-ml/tolaria/coordinator/refusal"
+	"github.com/tolaria-ml/tolaria/coordinator/rundir"
 )
 
 // snapshot is every file under dir by its path in dir, with its bytes.
@@ -227,7 +229,7 @@ func TestALockFailureLeavesNothingBehind(t *testing.T) {
 			}
 		}
 		failing := cfg
-		failing.hooks.tryLock = func(*flock.Flock) (bool, error) { return false, syscall.ENOLCK }
+		failing.hooks.flock = func(*os.File) (bool, error) { return false, syscall.ENOLCK }
 		_, err := Prepare(context.Background(), failing)
 		if !errors.Is(err, syscall.ENOLCK) || !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "locking "+filepath.Join(cfg.Dir, sweepLock)) {
 			t.Fatalf("existed %v: a lock refused: %v", existed, err)
@@ -265,7 +267,7 @@ func TestAStorageFailureAtTheClaimIsASetupError(t *testing.T) {
 			h.mkdir = func(path string) error { return &os.PathError{Op: "mkdir", Path: path, Err: e} }
 		}},
 		{"lock", syscall.EIO, "check the disk", func(h *claimHooks, e syscall.Errno) {
-			h.tryLock = func(*flock.Flock) (bool, error) { return false, e }
+			h.flock = func(*os.File) (bool, error) { return false, e }
 		}},
 	} {
 		cfg := sweepConfig(t, testSweep)
@@ -313,4 +315,196 @@ func TestAParentRemovedMeanwhileIsMadeAgain(t *testing.T) {
 	if fileExists(parent) {
 		t.Errorf("%s, made for the sweep, is still there", parent)
 	}
+}
+
+// holdShared takes the shared lock a sweep's checkFree takes, on the lock
+// file at path, until release is called (or the test ends).
+func holdShared(t *testing.T, path string) (release func()) {
+	t.Helper()
+	other := flock.New(path, flock.SetFlag(os.O_RDONLY))
+	if ok, err := other.TryRLock(); !ok || err != nil {
+		t.Fatalf("another sweep's checkFree: %v, %v", ok, err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return func() { other.Close() }
+}
+
+// TestACheckFreeDuringTheClaimIsWaitedOut: another sweep's checkFree,
+// its shared lock taken between this claim's open of the lock file and
+// its lock, holds it for a moment: the claim tries again and takes the
+// directory.
+func TestACheckFreeDuringTheClaimIsWaitedOut(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	calls := 0
+	cfg.hooks.flock = func(f *os.File) (bool, error) {
+		calls++
+		if calls > 1 {
+			return flockExclusive(f)
+		}
+		release := holdShared(t, f.Name())
+		defer release()
+		return flockExclusive(f)
+	}
+	s, err := Prepare(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("a claim met by another sweep's checkFree: %v", err)
+	}
+	defer s.Close()
+	if calls < 2 {
+		t.Errorf("the lock was tried %d times; want the refused one tried again", calls)
+	}
+	if err := checkFree(cfg.Dir); !errors.Is(err, rundir.ErrBusy) {
+		t.Errorf("the directory claimed reads as free: %v", err)
+	}
+}
+
+// TestARefusedClaimLeavesNoLockFile: a claim refused throughout (another
+// sweep's shared lock held past its tries) is refused as busy, and the
+// lock file it created goes with the directory it made: nothing is left
+// to refuse the next sweep as "not empty", and the same command runs
+// again.
+func TestARefusedClaimLeavesNoLockFile(t *testing.T) {
+	for _, existed := range []bool{false, true} {
+		cfg := sweepConfig(t, testSweep)
+		if existed {
+			if err := os.Mkdir(cfg.Dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		refused, held := cfg, false
+		refused.hooks.flock = func(f *os.File) (bool, error) {
+			if !held {
+				holdShared(t, f.Name()) // until the test ends
+				held = true
+			}
+			return flockExclusive(f)
+		}
+		_, err := Prepare(context.Background(), refused)
+		if !errors.Is(err, rundir.ErrBusy) {
+			t.Fatalf("existed %v: a claim refused throughout: %v", existed, err)
+		}
+		entries, statErr := os.ReadDir(cfg.Dir)
+		switch {
+		case existed && (statErr != nil || len(entries) > 0):
+			t.Errorf("existed %v: the directory holds %v (%v); want it empty", existed, entries, statErr)
+		case !existed && statErr == nil:
+			t.Errorf("existed %v: the directory made for the sweep is still there, holding %v", existed, entries)
+		}
+		s, err := Prepare(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("existed %v: the same command again: %v", existed, err)
+		}
+		s.Close()
+	}
+}
+
+// TestALoneEmptyLockFileIsNothing: a directory that holds only an empty
+// lock file that no sweep holds (left by a claim that failed as another
+// took the directory) is empty to a new sweep.
+func TestALoneEmptyLockFileIsNothing(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	if err := os.Mkdir(cfg.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Dir, sweepLock), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Prepare(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("a directory holding a lone empty lock file: %v", err)
+	}
+	s.Close()
+}
+
+// TestALockFileRemovedAsItIsLockedIsOpenedAgain: a sweep that fails to
+// start removes its lock file last, still held; a claim that opened the
+// file before and locks it after holds a file no longer in the
+// directory. The claim sees it is not the one at the path and locks the
+// lock file there: the directory reads as held, by this sweep.
+func TestALockFileRemovedAsItIsLockedIsOpenedAgain(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	calls := 0
+	cfg.hooks.flock = func(f *os.File) (bool, error) {
+		calls++
+		ok, err := flockExclusive(f)
+		if calls == 1 && ok {
+			// What the failing sweep's unclaim did, the lock taken since.
+			if err := os.Remove(f.Name()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ok, err
+	}
+	s, err := Prepare(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("a claim whose lock file was removed as it was locked: %v", err)
+	}
+	defer s.Close()
+	if calls != 2 {
+		t.Errorf("the lock was taken %d times; want 2 (the removed file's, then the new one's)", calls)
+	}
+	err = checkFree(cfg.Dir)
+	if want := fmt.Sprintf("pid %d, %s", os.Getpid(), sweepHolder); !errors.Is(err, rundir.ErrBusy) || !strings.Contains(err.Error(), want) {
+		t.Errorf("the directory claimed: %v; want it held, by %q", err, want)
+	}
+}
+
+// TestALockFileReplacedAsItIsLockedIsNotTaken: a third sweep that takes
+// the directory (a new lock file, locked, its record in it) after the
+// claim's file was removed refuses the claim as busy, naming the third;
+// its lock file is as it left it.
+func TestALockFileReplacedAsItIsLockedIsNotTaken(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	if err := os.Mkdir(cfg.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const third = "pid 999999, tolaria sweep"
+	calls := 0
+	cfg.hooks.flock = func(f *os.File) (bool, error) {
+		calls++
+		ok, err := flockExclusive(f)
+		if calls == 1 && ok {
+			if err := os.Remove(f.Name()); err != nil {
+				t.Fatal(err)
+			}
+			l := flock.New(f.Name())
+			if ok, err := l.TryLock(); !ok || err != nil {
+				t.Fatalf("the third sweep's lock: %v, %v", ok, err)
+			}
+			t.Cleanup(func() { l.Close() })
+			if err := os.WriteFile(f.Name(), []byte(third), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ok, err
+	}
+	_, err := Prepare(context.Background(), cfg)
+	if !errors.Is(err, rundir.ErrBusy) || !strings.Contains(err.Error(), third) {
+		t.Fatalf("a claim whose lock file another sweep replaced and holds: %v; want busy, naming %q", err, third)
+	}
+	sameFiles(t, "the third sweep's directory", snapshot(t, cfg.Dir), map[string]string{sweepLock: third})
+}
+
+// TestAFailedStartInADirectoryTakenMeanwhileSaysSo: a sweep that fails
+// to start in a directory it made, which another sweep takes as its lock
+// file goes, leaves the directory to that one and says so, not that the
+// directory is empty again.
+func TestAFailedStartInADirectoryTakenMeanwhileSaysSo(t *testing.T) {
+	cfg := sweepConfig(t, testSweep)
+	lock := filepath.Join(cfg.Dir, sweepLock)
+	cfg.hooks.removed = func(path string) {
+		if path == lock { // the other sweep's claim
+			if err := os.WriteFile(lock, []byte("pid 999999, tolaria sweep"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cfg.writeResultsFiles = func(Results, string) error {
+		return &os.PathError{Op: "write", Path: ResultsJSON, Err: syscall.ENOSPC}
+	}
+	_, err := Prepare(context.Background(), cfg)
+	if !errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "empty again") || !strings.Contains(err.Error(), "the directory, made for it, is left: another tolaria has taken it since") {
+		t.Fatalf("a failed start in a directory taken meanwhile: %v", err)
+	}
+	sameFiles(t, "the directory taken meanwhile", snapshot(t, cfg.Dir), map[string]string{sweepLock: "pid 999999, tolaria sweep"})
 }
