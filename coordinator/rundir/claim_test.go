@@ -78,17 +78,7 @@ func TestRunDirOfARunStoppedBeforeItsFirstStepIsTakenAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := first.Release(); err != nil {
-		t.Fatal(err)
-	}
-	again, err := Plan(dir, false, now)
-	if err != nil {
-		t.Fatalf("the same command again: %v", err)
-	}
-	if err := again.Claim(); err != nil {
-		t.Fatalf("the same command again: %v", err)
-	}
-	again.Release()
+	releaseAndClaimAgain(t, first, dir)
 }
 
 // withNoFileLeft runs fn with this process's limit of open files at the

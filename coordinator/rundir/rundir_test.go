@@ -94,17 +94,24 @@ func TestClaimLocksOutASecondRun(t *testing.T) {
 	second := &Dir{path: dir}
 	refused(t, second.Claim(), ErrBusy, "run_dir")
 
+	releaseAndClaimAgain(t, first, dir)
+}
+
+// releaseAndClaimAgain releases first, then plans and claims dir afresh,
+// as the same command run again would.
+func releaseAndClaimAgain(t *testing.T, first *Dir, dir string) {
+	t.Helper()
 	if err := first.Release(); err != nil {
 		t.Fatal(err)
 	}
 	again, err := Plan(dir, false, now)
 	if err != nil {
-		t.Fatalf("after release: %v", err)
+		t.Fatalf("planned again after the release: %v", err)
 	}
 	if err := again.Claim(); err != nil {
-		t.Fatalf("claim after release: %v", err)
+		t.Fatalf("claimed again after the release: %v", err)
 	}
-	defer again.Release()
+	_ = again.Release()
 }
 
 // TestClaimRechecksUnderTheLock: a run that appeared between planning and
