@@ -329,6 +329,13 @@ func (s *SharedActor) stopped() bool {
 // forward pass, its epsilon-greedy exploration, every world's step with
 // all the agents' actions, and each agent's transitions appended to its
 // own buffer.
+//
+// No agent goes past TotalSteps: the last vector step steps only the
+// worlds some agent still needs, and appends to each agent's buffer only
+// the transitions it still needs. An agent's count need not be a
+// multiple of NumEnvs: TotalSteps need not be, and an actor killed
+// between two worlds' appends leaves its agents mid-way through a vector
+// step, which the actor started again goes on counting from.
 func (s *SharedActor) Step() error {
 	for i, ag := range s.agents {
 		copy(ag.pol.obsHost.Data(), ag.cur)
@@ -346,7 +353,8 @@ func (s *SharedActor) Step() error {
 		}
 	}
 	o := s.spec.Inputs
-	for w, world := range s.worlds {
+	worlds := s.worlds[:s.needed(s.Steps())]
+	for w, world := range worlds {
 		term, trunc, err := world.Step(s.actions[w], s.worldObs[w], s.rewards[w])
 		if err != nil {
 			return fmt.Errorf("world %d: %w", w, err)
@@ -354,12 +362,15 @@ func (s *SharedActor) Step() error {
 		s.length[w]++
 		for i, ag := range s.agents {
 			r := s.rewards[w][i]
+			ag.ret[w] += float64(r)
+			if w >= s.needed(ag.steps) {
+				continue // it has its TotalSteps: the world's episode goes on without its transition
+			}
 			err := ag.mem.Append(shm.Transition{Obs: ag.cur[w*o : (w+1)*o], Action: s.actions[w][i], Reward: r,
 				Terminated: term, Truncated: trunc, NextObs: ag.next[w*o : (w+1)*o]})
 			if err != nil {
 				return fmt.Errorf("agent %d's buffer: %w", i, err)
 			}
-			ag.ret[w] += float64(r)
 		}
 		if term || trunc {
 			for _, ag := range s.agents {
@@ -376,7 +387,7 @@ func (s *SharedActor) Step() error {
 	}
 	s.vsteps++
 	for i, ag := range s.agents {
-		ag.steps += len(s.worlds)
+		ag.steps += s.needed(ag.steps)
 		if len(ag.done) > 0 {
 			ag.mem.SetEpoch(ag.mem.Epoch() + uint64(len(ag.done)))
 		}
@@ -388,6 +399,12 @@ func (s *SharedActor) Step() error {
 		ag.done = ag.done[:0]
 	}
 	return nil
+}
+
+// needed is how many of the worlds' next steps an agent with steps
+// environment steps still takes: all of them short of TotalSteps.
+func (s *SharedActor) needed(steps int) int {
+	return min(len(s.worlds), max(0, s.cfg.TotalSteps-steps))
 }
 
 // Run acts until TotalSteps environment steps are taken, every agent is

@@ -339,3 +339,90 @@ func TestForageExample(t *testing.T) {
 		t.Errorf("examples/forage.yaml reads as\n%s", c.YAML())
 	}
 }
+
+// killedWorld is a world whose step fails: an actor's vector step that
+// reaches it ends there, as one killed before it stepped that world does,
+// with the worlds before it appended to every agent's buffer and none
+// after.
+type killedWorld struct{ env.MultiEnv }
+
+func (killedWorld) Step([]int, [][]float32, []float32) (bool, bool, error) {
+	return false, false, errors.New("the actor was killed here")
+}
+
+// TestSharedActorEndsAtTotalSteps: every agent ends at exactly
+// total_steps environment steps, however its count stands against the
+// vector of num_envs worlds: after an actor killed between two worlds'
+// appends (both agents one transition into a vector step) or between two
+// agents' appends in a world (agent 0 one transition ahead of agent 1)
+// is started again from its saved worlds, and with total_steps no
+// multiple of num_envs.
+func TestSharedActorEndsAtTotalSteps(t *testing.T) {
+	dev, err := cpu.Open(cpu.Config{})
+	must(t, err)
+	t.Cleanup(func() { _ = dev.Close() }) // after the actors' cleanups
+	for _, c := range []struct {
+		name  string
+		total int
+		// kill leaves the memories as a killed actor over them did;
+		// nil: no actor ran before.
+		kill func(t *testing.T, cfg Config, mems []*shm.Memory, file string)
+		from []uint64 // each agent's transitions when the actor starts
+	}{
+		{"killed between two worlds", 200, func(t *testing.T, cfg Config, mems []*shm.Memory, file string) {
+			s := stepShared(t, dev, cfg, mems, file, 20)
+			must(t, s.SaveWorld())
+			must(t, s.Step())
+			s.worlds[1] = killedWorld{s.worlds[1]}
+			if err := s.Step(); err == nil {
+				t.Fatal("a vector step over a killed world went on")
+			}
+		}, []uint64{43, 43}},
+		{"killed between two agents", 200, func(t *testing.T, cfg Config, mems []*shm.Memory, file string) {
+			// The killed actor's own hold of agent 1's memory: closed,
+			// its next append there fails after agent 0's.
+			spec, err := cfg.Spec()
+			must(t, err)
+			held, err := shm.Open(mems[1].Path(), cfg.Layout(spec))
+			must(t, err)
+			s := stepShared(t, dev, cfg, []*shm.Memory{mems[0], held}, file, 20)
+			must(t, s.SaveWorld())
+			must(t, s.Step())
+			must(t, held.Close())
+			if err := s.Step(); !errors.Is(err, shm.ErrClosed) {
+				t.Fatalf("a vector step appending to a closed memory: %v", err)
+			}
+		}, []uint64{43, 42}},
+		{"total_steps no multiple of num_envs", 201, nil, []uint64{0, 0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := smallForage()
+			cfg.TotalSteps, cfg.LearningStarts, cfg.EvalInterval = c.total, 100, 0
+			file := filepath.Join(t.TempDir(), "world.json")
+			mems := sharedMemories(t, cfg)
+			if c.kill != nil {
+				c.kill(t, cfg, mems, file)
+			}
+			for i, m := range mems {
+				if m.Appended() != c.from[i] {
+					t.Fatalf("agent %d holds %d transitions as the actor starts, want %d", i, m.Appended(), c.from[i])
+				}
+			}
+			s := stepShared(t, dev, cfg, mems, file, 0)
+			if restored := s.Restored() >= 0; restored != (c.kill != nil) {
+				t.Fatalf("the actor restored saved worlds: %v, want %v", restored, c.kill != nil)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			must(t, s.Run(ctx))
+			for i, m := range mems {
+				if m.Appended() != uint64(c.total) || s.AgentSteps(i) != c.total {
+					t.Errorf("agent %d ended at %d transitions (%d steps counted), want total_steps %d", i, m.Appended(), s.AgentSteps(i), c.total)
+				}
+			}
+			if s.Steps() != c.total {
+				t.Errorf("the actor's steps %d, want %d", s.Steps(), c.total)
+			}
+		})
+	}
+}
