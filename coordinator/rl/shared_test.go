@@ -109,7 +109,11 @@ func TestSharedActorRunsEveryAgent(t *testing.T) {
 // TestSharedActorKilledResumesItsWorld: the shared actor, killed with
 // SIGKILL once it has saved its worlds past step 1,000, is started again
 // and goes on from the worlds it saved (its world event says from which
-// step), not from fresh ones; both agents then finish every step.
+// step), not from fresh ones; both agents then finish every step and no
+// more, wherever in a vector step the kill landed (the actor started
+// again goes on from each agent's buffer, which a kill between two
+// worlds' appends leaves mid-way through one: see
+// dqn.TestSharedActorEndsAtTotalSteps, which kills it there on purpose).
 func TestSharedActorKilledResumesItsWorld(t *testing.T) {
 	req := sharedRequest(t, 40000)
 	run, err := Prepare(req, time.Now())
