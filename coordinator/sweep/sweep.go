@@ -139,10 +139,11 @@ type claimHooks struct {
 	// directory is claimed: the time a worker's checks take, in which
 	// another sweep may take or fill the directory.
 	beforeClaim func()
-	// mkdir stands in for os.Mkdir, flock for the exclusive flock(2),
-	// not waiting, of the open lock file f (false: another holds it).
+	// mkdir stands in for os.Mkdir, flock for the exclusive lock of the
+	// lock file l, a refusal tried again briefly (tryLock; false: another
+	// still holds it).
 	mkdir func(path string) error
-	flock func(f *os.File) (bool, error)
+	flock func(l *flock.Flock) (bool, error)
 	// removed is told of each entry unclaim removes, in turn.
 	removed func(path string)
 	// now is the time a sweep given no directory is named by.
@@ -156,11 +157,11 @@ func (h claimHooks) makeDir(path string) error {
 	return os.Mkdir(path, 0o755)
 }
 
-func (h claimHooks) lock(f *os.File) (bool, error) {
+func (h claimHooks) lock(l *flock.Flock) (bool, error) {
 	if h.flock != nil {
-		return h.flock(f)
+		return h.flock(l)
 	}
-	return flockExclusive(f)
+	return tryLock(l, lockFor)
 }
 
 // TrialUpdate is a change of one trial.

@@ -229,7 +229,7 @@ func TestALockFailureLeavesNothingBehind(t *testing.T) {
 			}
 		}
 		failing := cfg
-		failing.hooks.flock = func(*os.File) (bool, error) { return false, syscall.ENOLCK }
+		failing.hooks.flock = func(*flock.Flock) (bool, error) { return false, syscall.ENOLCK }
 		_, err := Prepare(context.Background(), failing)
 		if !errors.Is(err, syscall.ENOLCK) || !errors.Is(err, refusal.ErrConfig) || !strings.Contains(err.Error(), "locking "+filepath.Join(cfg.Dir, sweepLock)) {
 			t.Fatalf("existed %v: a lock refused: %v", existed, err)
@@ -267,7 +267,7 @@ func TestAStorageFailureAtTheClaimIsASetupError(t *testing.T) {
 			h.mkdir = func(path string) error { return &os.PathError{Op: "mkdir", Path: path, Err: e} }
 		}},
 		{"lock", syscall.EIO, "check the disk", func(h *claimHooks, e syscall.Errno) {
-			h.flock = func(*os.File) (bool, error) { return false, e }
+			h.flock = func(*flock.Flock) (bool, error) { return false, e }
 		}},
 	} {
 		cfg := sweepConfig(t, testSweep)
@@ -330,28 +330,37 @@ func holdShared(t *testing.T, path string) (release func()) {
 }
 
 // TestACheckFreeDuringTheClaimIsWaitedOut: another sweep's checkFree,
-// its shared lock taken between this claim's open of the lock file and
-// its lock, holds it for a moment: the claim tries again and takes the
-// directory.
+// its shared lock taken on the lock file this claim created, just before
+// the claim locks it, holds it for a moment: the claim tries again and
+// takes the directory. The lock is let go a wait after it was taken, so
+// the claim's first try is refused; the claim's tries go on for a minute
+// here (tryLock, as the claim's own lock, with a longer time), so however
+// late a loaded machine lets it go, the claim outlasts it.
 func TestACheckFreeDuringTheClaimIsWaitedOut(t *testing.T) {
 	cfg := sweepConfig(t, testSweep)
 	calls := 0
-	cfg.hooks.flock = func(f *os.File) (bool, error) {
+	cfg.hooks.flock = func(l *flock.Flock) (bool, error) {
 		calls++
 		if calls > 1 {
-			return flockExclusive(f)
+			return tryLock(l, lockFor)
 		}
-		release := holdShared(t, f.Name())
-		defer release()
-		return flockExclusive(f)
+		release := holdShared(t, l.Path())
+		let := make(chan struct{})
+		go func() {
+			defer close(let)
+			time.Sleep(lockWait)
+			release()
+		}()
+		defer func() { <-let }()
+		return tryLock(l, time.Minute)
 	}
 	s, err := Prepare(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("a claim met by another sweep's checkFree: %v", err)
 	}
 	defer s.Close()
-	if calls < 2 {
-		t.Errorf("the lock was tried %d times; want the refused one tried again", calls)
+	if calls != 1 {
+		t.Errorf("the lock file was locked %d times; want once, its refused lock tried again", calls)
 	}
 	if err := checkFree(cfg.Dir); !errors.Is(err, rundir.ErrBusy) {
 		t.Errorf("the directory claimed reads as free: %v", err)
@@ -372,12 +381,12 @@ func TestARefusedClaimLeavesNoLockFile(t *testing.T) {
 			}
 		}
 		refused, held := cfg, false
-		refused.hooks.flock = func(f *os.File) (bool, error) {
+		refused.hooks.flock = func(l *flock.Flock) (bool, error) {
 			if !held {
-				holdShared(t, f.Name()) // until the test ends
+				holdShared(t, l.Path()) // until the test ends
 				held = true
 			}
-			return flockExclusive(f)
+			return tryLock(l, lockFor)
 		}
 		_, err := Prepare(context.Background(), refused)
 		if !errors.Is(err, rundir.ErrBusy) {
@@ -419,17 +428,20 @@ func TestALoneEmptyLockFileIsNothing(t *testing.T) {
 // TestALockFileRemovedAsItIsLockedIsOpenedAgain: a sweep that fails to
 // start removes its lock file last, still held; a claim that opened the
 // file before and locks it after holds a file no longer in the
-// directory. The claim sees it is not the one at the path and locks the
-// lock file there: the directory reads as held, by this sweep.
+// directory. (gofrs/flock opens and locks at once: the file is removed
+// here just after the lock, before the claim looks at what it holds,
+// which is what the claim then meets.) The claim sees it is not the one
+// at the path and locks the lock file there: the directory reads as
+// held, by this sweep.
 func TestALockFileRemovedAsItIsLockedIsOpenedAgain(t *testing.T) {
 	cfg := sweepConfig(t, testSweep)
 	calls := 0
-	cfg.hooks.flock = func(f *os.File) (bool, error) {
+	cfg.hooks.flock = func(l *flock.Flock) (bool, error) {
 		calls++
-		ok, err := flockExclusive(f)
+		ok, err := tryLock(l, lockFor)
 		if calls == 1 && ok {
 			// What the failing sweep's unclaim did, the lock taken since.
-			if err := os.Remove(f.Name()); err != nil {
+			if err := os.Remove(l.Path()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -460,19 +472,19 @@ func TestALockFileReplacedAsItIsLockedIsNotTaken(t *testing.T) {
 	}
 	const third = "pid 999999, tolaria sweep"
 	calls := 0
-	cfg.hooks.flock = func(f *os.File) (bool, error) {
+	cfg.hooks.flock = func(l *flock.Flock) (bool, error) {
 		calls++
-		ok, err := flockExclusive(f)
+		ok, err := tryLock(l, lockFor)
 		if calls == 1 && ok {
-			if err := os.Remove(f.Name()); err != nil {
+			if err := os.Remove(l.Path()); err != nil {
 				t.Fatal(err)
 			}
-			l := flock.New(f.Name())
-			if ok, err := l.TryLock(); !ok || err != nil {
+			other := flock.New(l.Path())
+			if ok, err := other.TryLock(); !ok || err != nil {
 				t.Fatalf("the third sweep's lock: %v, %v", ok, err)
 			}
-			t.Cleanup(func() { l.Close() })
-			if err := os.WriteFile(f.Name(), []byte(third), 0o644); err != nil {
+			t.Cleanup(func() { other.Close() })
+			if err := os.WriteFile(l.Path(), []byte(third), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -507,4 +519,133 @@ func TestAFailedStartInADirectoryTakenMeanwhileSaysSo(t *testing.T) {
 		t.Fatalf("a failed start in a directory taken meanwhile: %v", err)
 	}
 	sameFiles(t, "the directory taken meanwhile", snapshot(t, cfg.Dir), map[string]string{sweepLock: "pid 999999, tolaria sweep"})
+}
+
+// TestALockFileRemovedBeforeItIsLockedIsMadeAgain: a lock file removed
+// after the claim looked (created it, or found it) and before it is
+// opened to be locked (another sweep, failing to start, removed its lock
+// file last) is not made again by the lock's open, unknown to the claim:
+// the claim looks again, creates it, and holds it; the directory reads as
+// held, by this sweep.
+func TestALockFileRemovedBeforeItIsLockedIsMadeAgain(t *testing.T) {
+	for _, existed := range []bool{false, true} {
+		cfg := sweepConfig(t, testSweep)
+		if existed {
+			if err := os.Mkdir(cfg.Dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(cfg.Dir, sweepLock), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls := 0
+		cfg.hooks.flock = func(l *flock.Flock) (bool, error) {
+			calls++
+			if calls == 1 {
+				if err := os.Remove(l.Path()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return tryLock(l, lockFor)
+		}
+		s, err := Prepare(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("existed %v: a claim whose lock file was removed before it was locked: %v", existed, err)
+		}
+		if calls != 2 {
+			t.Errorf("existed %v: the lock file was locked %d times; want 2 (the removed one's path, then the file made again)", existed, calls)
+		}
+		err = checkFree(cfg.Dir)
+		if want := fmt.Sprintf("pid %d, %s", os.Getpid(), sweepHolder); !errors.Is(err, rundir.ErrBusy) || !strings.Contains(err.Error(), want) {
+			t.Errorf("existed %v: the directory claimed: %v; want it held, by %q", existed, err, want)
+		}
+		s.Close()
+	}
+}
+
+// TestTheHolderIsWrittenOnlyInTheFileLocked: the lock file's record is
+// read and written by its path, in the file there only while it is the
+// one the claim holds: a file another put in its place is left as it is.
+func TestTheHolderIsWrittenOnlyInTheFileLocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), sweepLock)
+	l, ok, err := lockSweepFile(path, claimHooks{}.lock)
+	if !ok || err != nil {
+		t.Fatalf("locking %s: %v, %v", path, ok, err)
+	}
+	defer l.Close()
+	if err := l.write([]byte("mine")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.read(); string(got) != "mine" || err != nil {
+		t.Fatalf("the record read back: %q, %v", got, err)
+	}
+	const other = "pid 999999, tolaria sweep"
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(other), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.write([]byte("mine again")); !errors.Is(err, errLockReplaced) {
+		t.Errorf("writing once the lock file was replaced: %v; want %v", err, errLockReplaced)
+	}
+	if got, err := l.read(); got != nil || !errors.Is(err, errLockReplaced) {
+		t.Errorf("reading once the lock file was replaced: %q, %v; want %v", got, err, errLockReplaced)
+	}
+	if raw, err := os.ReadFile(path); string(raw) != other || err != nil {
+		t.Errorf("the file put in the lock file's place holds %q (%v); want %q", raw, err, other)
+	}
+}
+
+// TestARefusedClaimRemovesOnlyTheLockFileItMade: a claim refused removes
+// a lock file it created only when no other holds it exclusively, and
+// only the file it created: one that another claim, finding it there,
+// locked first, or one that replaced it (held shared by a sweep's
+// checkFree), stays as the other left it, and the claim is refused as
+// busy, naming the other.
+func TestARefusedClaimRemovesOnlyTheLockFileItMade(t *testing.T) {
+	const other = "pid 999999, tolaria sweep"
+	for _, c := range []struct {
+		name string
+		// meanwhile is what the other does with the file this claim
+		// made, before this claim locks it.
+		meanwhile func(path string)
+	}{
+		{"locked by another", func(path string) {
+			l := flock.New(path, flock.SetFlag(os.O_RDONLY))
+			if ok, err := l.TryLock(); !ok || err != nil {
+				t.Fatalf("the other sweep's lock: %v, %v", ok, err)
+			}
+			t.Cleanup(func() { l.Close() })
+			if err := os.WriteFile(path, []byte(other), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"replaced by another's", func(path string) {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(other), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			holdShared(t, path) // until the test ends
+		}},
+	} {
+		cfg := sweepConfig(t, testSweep)
+		if err := os.Mkdir(cfg.Dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		cfg.hooks.flock = func(l *flock.Flock) (bool, error) {
+			if calls++; calls == 1 {
+				c.meanwhile(l.Path())
+			}
+			return tryLock(l, lockFor)
+		}
+		_, err := Prepare(context.Background(), cfg)
+		if !errors.Is(err, rundir.ErrBusy) || !strings.Contains(err.Error(), other) {
+			t.Errorf("%s: a claim whose lock file was %s: %v; want busy, naming %q", c.name, c.name, err, other)
+		}
+		sameFiles(t, c.name, snapshot(t, cfg.Dir), map[string]string{sweepLock: other})
+	}
 }
