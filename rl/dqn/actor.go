@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -190,6 +191,16 @@ func (a *Actor) Capture() error {
 // Step takes one vector step: greedy actions from the forward pass,
 // epsilon-greedy exploration, the environments' step, and one transition
 // per environment appended to the replay buffer.
+//
+// The agent goes no further than TotalSteps: the last vector step appends
+// only the transitions it still needs, those of the first environments,
+// and tells only their finished episodes. (The vector steps as one, so
+// the environments past them take that step too; their transitions are
+// dropped, and the actor, done, never acts on them.) The agent's count
+// need not be a multiple of NumEnvs before that step: TotalSteps need not
+// be, and an actor killed between two environments' appends leaves the
+// buffer mid-way through a vector step, which the actor started again
+// goes on counting from (NewActor).
 func (a *Actor) Step() error {
 	copy(a.pol.obsHost.Data(), a.vec.Obs())
 	acts, err := a.pol.act()
@@ -208,15 +219,19 @@ func (a *Actor) Step() error {
 	if err != nil {
 		return err
 	}
+	n := a.needed()
+	if n < len(a.out) {
+		a.episodes = slices.DeleteFunc(a.episodes, func(e env.Episode) bool { return e.Env >= n })
+	}
 	o := a.spec.Inputs
-	for i, t := range a.out {
+	for i, t := range a.out[:n] {
 		err := a.mem.Append(shm.Transition{Obs: obs[i*o : (i+1)*o], Action: a.actions[i], Reward: t.Reward,
 			Terminated: t.Terminated, Truncated: t.Truncated, NextObs: a.next[i*o : (i+1)*o]})
 		if err != nil {
 			return err
 		}
 	}
-	a.steps += len(a.out)
+	a.steps += n
 	a.vsteps++
 	if len(a.episodes) > 0 {
 		// The agent's epoch counter is its episodes finished; the actor
@@ -229,6 +244,12 @@ func (a *Actor) Step() error {
 		}
 	}
 	return nil
+}
+
+// needed is how many of the environments' next steps the agent still
+// takes: all of them short of TotalSteps.
+func (a *Actor) needed() int {
+	return min(len(a.out), max(0, a.cfg.TotalSteps-a.steps))
 }
 
 // Run acts until TotalSteps environment steps are taken, the stop flag is
