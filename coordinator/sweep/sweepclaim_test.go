@@ -125,11 +125,8 @@ func TestADirectoryMadeMeanwhileIsNotRemoved(t *testing.T) {
 		}
 		return os.Mkdir(path, 0o755)
 	}
-	cfg.writeResultsFiles = func(Results, string) error {
-		return &os.PathError{Op: "write", Path: ResultsJSON, Err: syscall.ENOSPC}
-	}
-	_, err := Prepare(context.Background(), cfg)
-	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "is empty again") {
+	err := startOnAFullDisk(t, cfg)
+	if !strings.Contains(err.Error(), "is empty again") {
 		t.Fatalf("a failed start in a directory made meanwhile: %v", err)
 	}
 	if entries, err := os.ReadDir(cfg.Dir); err != nil || len(entries) > 0 {
@@ -204,12 +201,7 @@ func TestUnclaimRemovesTheLockFileLast(t *testing.T) {
 				t.Errorf("existed %v: removing %s, the lock file is gone or free (%v)", existed, path, err)
 			}
 		}
-		cfg.writeResultsFiles = func(Results, string) error {
-			return &os.PathError{Op: "write", Path: ResultsJSON, Err: syscall.ENOSPC}
-		}
-		if _, err := Prepare(context.Background(), cfg); !errors.Is(err, syscall.ENOSPC) {
-			t.Fatalf("existed %v: %v", existed, err)
-		}
+		startOnAFullDisk(t, cfg)
 		if len(removed) < 3 || removed[len(removed)-1] != sweepLock || slices.Index(removed, sweepLock) != len(removed)-1 {
 			t.Errorf("existed %v: removed %v; want the lock file last", existed, removed)
 		}
@@ -305,11 +297,8 @@ func TestAParentRemovedMeanwhileIsMadeAgain(t *testing.T) {
 		}
 		return os.Mkdir(path, 0o755)
 	}
-	cfg.writeResultsFiles = func(Results, string) error {
-		return &os.PathError{Op: "write", Path: ResultsJSON, Err: syscall.ENOSPC}
-	}
-	_, err := Prepare(context.Background(), cfg)
-	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "made for it, is removed") {
+	err := startOnAFullDisk(t, cfg)
+	if !strings.Contains(err.Error(), "made for it, is removed") {
 		t.Fatalf("a failed start after its parent was made again: %v", err)
 	}
 	if fileExists(parent) {
@@ -511,11 +500,8 @@ func TestAFailedStartInADirectoryTakenMeanwhileSaysSo(t *testing.T) {
 			}
 		}
 	}
-	cfg.writeResultsFiles = func(Results, string) error {
-		return &os.PathError{Op: "write", Path: ResultsJSON, Err: syscall.ENOSPC}
-	}
-	_, err := Prepare(context.Background(), cfg)
-	if !errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "empty again") || !strings.Contains(err.Error(), "the directory, made for it, is left: another tolaria has taken it since") {
+	err := startOnAFullDisk(t, cfg)
+	if strings.Contains(err.Error(), "empty again") || !strings.Contains(err.Error(), "the directory, made for it, is left: another tolaria has taken it since") {
 		t.Fatalf("a failed start in a directory taken meanwhile: %v", err)
 	}
 	sameFiles(t, "the directory taken meanwhile", snapshot(t, cfg.Dir), map[string]string{sweepLock: "pid 999999, tolaria sweep"})

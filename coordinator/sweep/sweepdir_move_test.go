@@ -95,14 +95,26 @@ func TestACopiedSweepResumesWhereItIs(t *testing.T) {
 	}
 }
 
+// startOnAFullDisk prepares cfg's sweep with its first results.json
+// failing to be written as on a full disk, and returns Prepare's error,
+// which carries the write's ENOSPC.
+func startOnAFullDisk(t *testing.T, cfg Config) error {
+	t.Helper()
+	cfg.writeResultsFiles = func(Results, string) error {
+		return &os.PathError{Op: "write", Path: ResultsJSON, Err: syscall.ENOSPC}
+	}
+	_, err := Prepare(context.Background(), cfg)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a start on a full disk: %v; want the write's ENOSPC", err)
+	}
+	return err
+}
+
 // TestAFailedStartLeavesNoSweepBehind: a new sweep whose first
 // results.json cannot be written (a full disk) removes what it wrote, a
 // directory (and parent) it made or its entries in an empty directory
 // that was there, says so, and the same sweep then starts there.
 func TestAFailedStartLeavesNoSweepBehind(t *testing.T) {
-	full := func(Results, string) error {
-		return &os.PathError{Op: "write", Path: "results.json", Err: syscall.ENOSPC}
-	}
 	root := t.TempDir()
 	for _, c := range []struct {
 		name, dir, want string
@@ -119,10 +131,8 @@ func TestAFailedStartLeavesNoSweepBehind(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			failing := cfg
-			failing.writeResultsFiles = full
-			_, err := Prepare(context.Background(), failing)
-			if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "the sweep did not start") || !strings.Contains(err.Error(), c.want) {
+			err := startOnAFullDisk(t, cfg)
+			if !strings.Contains(err.Error(), "the sweep did not start") || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("a full disk at the first results.json: %v", err)
 			}
 			entries, statErr := os.ReadDir(c.dir)
