@@ -414,6 +414,27 @@ func TestALoneEmptyLockFileIsNothing(t *testing.T) {
 	s.Close()
 }
 
+// removeOnFirstLock has cfg's first lock, once taken, find its lock file
+// removed from the path, then runs then (when given) with the path; it
+// returns the count of locks taken.
+func removeOnFirstLock(t *testing.T, cfg *Config, then func(path string)) *int {
+	calls := new(int)
+	cfg.hooks.flock = func(l *flock.Flock) (bool, error) {
+		*calls++
+		ok, err := tryLock(l, lockFor)
+		if *calls == 1 && ok {
+			if err := os.Remove(l.Path()); err != nil {
+				t.Fatal(err)
+			}
+			if then != nil {
+				then(l.Path())
+			}
+		}
+		return ok, err
+	}
+	return calls
+}
+
 // TestALockFileRemovedAsItIsLockedIsOpenedAgain: a sweep that fails to
 // start removes its lock file last, still held; a claim that opened the
 // file before and locks it after holds a file no longer in the
@@ -424,25 +445,14 @@ func TestALoneEmptyLockFileIsNothing(t *testing.T) {
 // held, by this sweep.
 func TestALockFileRemovedAsItIsLockedIsOpenedAgain(t *testing.T) {
 	cfg := sweepConfig(t, testSweep)
-	calls := 0
-	cfg.hooks.flock = func(l *flock.Flock) (bool, error) {
-		calls++
-		ok, err := tryLock(l, lockFor)
-		if calls == 1 && ok {
-			// What the failing sweep's unclaim did, the lock taken since.
-			if err := os.Remove(l.Path()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return ok, err
-	}
+	calls := removeOnFirstLock(t, &cfg, nil) // as the failing sweep's unclaim did, the lock taken since
 	s, err := Prepare(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("a claim whose lock file was removed as it was locked: %v", err)
 	}
 	defer s.Close()
-	if calls != 2 {
-		t.Errorf("the lock was taken %d times; want 2 (the removed file's, then the new one's)", calls)
+	if *calls != 2 {
+		t.Errorf("the lock was taken %d times; want 2 (the removed file's, then the new one's)", *calls)
 	}
 	err = checkFree(cfg.Dir)
 	if want := fmt.Sprintf("pid %d, %s", os.Getpid(), sweepHolder); !errors.Is(err, rundir.ErrBusy) || !strings.Contains(err.Error(), want) {
@@ -460,25 +470,16 @@ func TestALockFileReplacedAsItIsLockedIsNotTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	const third = "pid 999999, tolaria sweep"
-	calls := 0
-	cfg.hooks.flock = func(l *flock.Flock) (bool, error) {
-		calls++
-		ok, err := tryLock(l, lockFor)
-		if calls == 1 && ok {
-			if err := os.Remove(l.Path()); err != nil {
-				t.Fatal(err)
-			}
-			other := flock.New(l.Path())
-			if ok, err := other.TryLock(); !ok || err != nil {
-				t.Fatalf("the third sweep's lock: %v, %v", ok, err)
-			}
-			t.Cleanup(func() { other.Close() })
-			if err := os.WriteFile(l.Path(), []byte(third), 0o644); err != nil {
-				t.Fatal(err)
-			}
+	removeOnFirstLock(t, &cfg, func(path string) {
+		other := flock.New(path)
+		if ok, err := other.TryLock(); !ok || err != nil {
+			t.Fatalf("the third sweep's lock: %v, %v", ok, err)
 		}
-		return ok, err
-	}
+		t.Cleanup(func() { other.Close() })
+		if err := os.WriteFile(path, []byte(third), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
 	_, err := Prepare(context.Background(), cfg)
 	if !errors.Is(err, rundir.ErrBusy) || !strings.Contains(err.Error(), third) {
 		t.Fatalf("a claim whose lock file another sweep replaced and holds: %v; want busy, naming %q", err, third)
