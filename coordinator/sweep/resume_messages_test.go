@@ -96,6 +96,27 @@ const oneTrialSweep = smallBase + `trials:
   - {name: a, lr: 0.003}
 `
 
+// resumeWithSpoiledCheckpoint runs cfg's one trial until its worker fails
+// at step 10, after its first epoch's checkpoint, has spoil change that
+// checkpoint, and resumes the sweep with 2 retries: the trial's run
+// directory and its result.
+func resumeWithSpoiledCheckpoint(t *testing.T, cfg Config, spoil func(ckpt string)) (string, TrialResult) {
+	t.Helper()
+	ctx := context.Background()
+	t.Setenv(jobserver.FaultEnv, "step=10,exit=7,run=a")
+	first, _ := runSweep(t, ctx, cfg)
+	run := first.Trials[0].RunDir
+	if first.Trials[0].State != TrialFailed {
+		t.Fatalf("trial a, its worker failing at step 10: %+v", first.Trials[0])
+	}
+	spoil(filepath.Join(run, trainer.CheckpointFile))
+	t.Setenv(jobserver.FaultEnv, "")
+	resume := resumeConfig(t, cfg)
+	resume.Retries = 2
+	res, _ := runSweep(t, ctx, resume)
+	return run, res.Trials[0]
+}
+
 // TestADamagedTrialCheckpointSaysHowToStartTheTrialOver: a trial whose
 // checkpoint is damaged fails on --resume with advice a sweep can follow
 // (remove the trial's run directory), not tolaria train's (another
@@ -103,24 +124,12 @@ const oneTrialSweep = smallBase + `trials:
 // run directory is removed, the next --resume warns that the trial starts
 // over and runs it from step 0.
 func TestADamagedTrialCheckpointSaysHowToStartTheTrialOver(t *testing.T) {
-	ctx := context.Background()
 	cfg := sweepConfig(t, oneTrialSweep)
-	// Trial a fails at step 10, after its first epoch's checkpoint.
-	t.Setenv(jobserver.FaultEnv, "step=10,exit=7,run=a")
-	first, _ := runSweep(t, ctx, cfg)
-	run := first.Trials[0].RunDir
-	if first.Trials[0].State != TrialFailed {
-		t.Fatalf("trial a, its worker failing at step 10: %+v", first.Trials[0])
-	}
-	if err := os.WriteFile(filepath.Join(run, trainer.CheckpointFile), []byte("not a checkpoint"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(jobserver.FaultEnv, "")
-
-	resume := resumeConfig(t, cfg)
-	resume.Retries = 2
-	res, _ := runSweep(t, ctx, resume)
-	a := res.Trials[0]
+	run, a := resumeWithSpoiledCheckpoint(t, cfg, func(ckpt string) {
+		if err := os.WriteFile(ckpt, []byte("not a checkpoint"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if a.State != TrialFailed || a.Attempts != 2 {
 		t.Errorf("a trial whose checkpoint is damaged, resumed with 2 retries: %s after %d attempts, want failed after 2 (1 before, 1 now: the failure repeats)", a.State, a.Attempts)
 	}
@@ -146,7 +155,7 @@ func TestADamagedTrialCheckpointSaysHowToStartTheTrialOver(t *testing.T) {
 	)
 	again := resumeConfig(t, cfg)
 	again.Logger = slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logs}, nil))
-	res, _ = runSweep(t, ctx, again)
+	res, _ := runSweep(t, context.Background(), again)
 	a = res.Trials[0]
 	if a.State != TrialSucceeded || a.Attempts != 3 || a.Summary == nil || a.Summary.ResumedFromStep != 0 || a.Summary.Steps != 16 {
 		t.Fatalf("the trial, its run directory removed: %+v, summary %+v", a, a.Summary)
@@ -163,27 +172,16 @@ func TestADamagedTrialCheckpointSaysHowToStartTheTrialOver(t *testing.T) {
 // handle: the file may be intact) keeps its retries, and its reason gives
 // no advice to move or remove its run directory.
 func TestAnUnreadTrialCheckpointIsRetried(t *testing.T) {
-	ctx := context.Background()
 	cfg := sweepConfig(t, oneTrialSweep)
-	t.Setenv(jobserver.FaultEnv, "step=10,exit=7,run=a")
-	first, _ := runSweep(t, ctx, cfg)
-	run := first.Trials[0].RunDir
-	if first.Trials[0].State != TrialFailed {
-		t.Fatalf("trial a, its worker failing at step 10: %+v", first.Trials[0])
-	}
+	run, a := resumeWithSpoiledCheckpoint(t, cfg, func(ckpt string) {
+		if err := os.Remove(ckpt); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(ckpt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	})
 	ckpt := filepath.Join(run, trainer.CheckpointFile)
-	if err := os.Remove(ckpt); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(ckpt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(jobserver.FaultEnv, "")
-
-	resume := resumeConfig(t, cfg)
-	resume.Retries = 2
-	res, _ := runSweep(t, ctx, resume)
-	a := res.Trials[0]
 	if a.State != TrialFailed || a.Attempts != 4 {
 		t.Errorf("a trial whose checkpoint cannot be read, resumed with 2 retries: %s after %d attempts, want failed after 4 (1 before, 3 now)", a.State, a.Attempts)
 	}
