@@ -66,13 +66,7 @@ func TestClaimFailureOfTheStorageIsNoConfigurationError(t *testing.T) {
 // directory) plans and claims it again, as the stop's message promises.
 func TestRunDirOfARunStoppedBeforeItsFirstStepIsTakenAgain(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
-	first, err := Plan(dir, false, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := first.Claim(); err != nil {
-		t.Fatal(err)
-	}
+	first := claimNew(t, dir)
 	for name, body := range map[string]string{ConfigFile: "seed: 1\n", EventsFile: "{}\n", SummaryFile: `{"interrupted": true}` + "\n", DataFile: "{}\n"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)

@@ -77,16 +77,10 @@ func TestPlanRunDirRefusals(t *testing.T) {
 
 func TestClaimLocksOutASecondRun(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
-	first, err := Plan(dir, false, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := first.Claim(); err != nil {
-		t.Fatal(err)
-	}
+	first := claimNew(t, dir)
 	// flock(2) locks belong to open files, so a second claim from this
 	// process is refused as one from another process would be.
-	_, err = Plan(dir, false, now)
+	_, err := Plan(dir, false, now)
 	refused(t, err, ErrBusy, "run_dir")
 	if !strings.Contains(err.Error(), "pid ") {
 		t.Errorf("the refusal does not name the owner: %v", err)
@@ -95,6 +89,19 @@ func TestClaimLocksOutASecondRun(t *testing.T) {
 	refused(t, second.Claim(), ErrBusy, "run_dir")
 
 	releaseAndClaimAgain(t, first, dir)
+}
+
+// claimNew plans and claims dir for a fresh run.
+func claimNew(t *testing.T, dir string) *Dir {
+	t.Helper()
+	d, err := Plan(dir, false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Claim(); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // releaseAndClaimAgain releases first, then plans and claims dir afresh,

@@ -45,10 +45,7 @@ const (
 // trials beside it start; once cancelled, it stops after that step, as
 // any cancelled trial does.
 func serveHeld() int {
-	out := os.Stdout
-	if os.Getenv(worker.ProtocolFDEnv) == "3" {
-		out = os.NewFile(3, "protocol")
-	}
+	out := workertest.ProtocolOut()
 	shared := trainer.NewShared()
 	defer shared.Close()
 	fmt.Fprintf(os.Stderr, "held test worker pid %d serving\n", os.Getpid())

@@ -69,13 +69,19 @@ func delayedStart(stdin io.Reader) io.Reader {
 // worker.
 const ServeEnv = "TOLARIA_TEST_WORKER_SERVE"
 
+// ProtocolOut is where a test worker writes the protocol: descriptor 3
+// when Process started it so (ProtocolFDEnv), else standard output.
+func ProtocolOut() *os.File {
+	if os.Getenv(worker.ProtocolFDEnv) == "3" {
+		return os.NewFile(3, "protocol")
+	}
+	return os.Stdout
+}
+
 // serve is tolaria-worker serve for the CPU device, with the test-only
 // fault switch (jobserver.FaultEnv).
 func serve() int {
-	out := os.Stdout
-	if os.Getenv(worker.ProtocolFDEnv) == "3" {
-		out = os.NewFile(3, "protocol")
-	}
+	out := ProtocolOut()
 	shared := trainer.NewShared()
 	defer shared.Close()
 	fmt.Fprintf(os.Stderr, "test worker pid %d serving\n", os.Getpid())
